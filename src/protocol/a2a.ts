@@ -1,0 +1,176 @@
+/**
+ * A2A protocol v0.3 wire schemas. These zod schemas are the source of truth for what crosses the mesh;
+ * `@a2a-js/sdk` types are mapped at the gateway.
+ */
+import { z } from 'zod';
+
+export const TASK_STATES = [
+  'submitted',
+  'working',
+  'input-required',
+  'completed',
+  'canceled',
+  'failed',
+  'rejected',
+  'auth-required',
+  'unknown',
+] as const;
+export const TaskStateSchema = z.enum(TASK_STATES);
+export type TaskState = z.infer<typeof TaskStateSchema>;
+
+/** States after which a task accepts no further messages. */
+export const TERMINAL_TASK_STATES: readonly TaskState[] = ['completed', 'canceled', 'failed', 'rejected'];
+
+const Metadata = z.record(z.string(), z.unknown());
+
+export const TextPartSchema = z.object({
+  kind: z.literal('text'),
+  text: z.string(),
+  metadata: Metadata.optional(),
+});
+
+export const FileWithBytesSchema = z.object({
+  bytes: z.string(),
+  name: z.string().optional(),
+  mimeType: z.string().optional(),
+});
+export const FileWithUriSchema = z.object({
+  uri: z.string(),
+  name: z.string().optional(),
+  mimeType: z.string().optional(),
+});
+export const FilePartSchema = z.object({
+  kind: z.literal('file'),
+  file: z.union([FileWithBytesSchema, FileWithUriSchema]),
+  metadata: Metadata.optional(),
+});
+
+export const DataPartSchema = z.object({
+  kind: z.literal('data'),
+  data: z.record(z.string(), z.unknown()),
+  metadata: Metadata.optional(),
+});
+
+export const PartSchema = z.discriminatedUnion('kind', [TextPartSchema, FilePartSchema, DataPartSchema]);
+export type Part = z.infer<typeof PartSchema>;
+export type TextPart = z.infer<typeof TextPartSchema>;
+
+export const RoleSchema = z.enum(['user', 'agent']);
+export type Role = z.infer<typeof RoleSchema>;
+
+export const MessageSchema = z.object({
+  kind: z.literal('message'),
+  role: RoleSchema,
+  parts: z.array(PartSchema).min(1, 'a message needs at least one part'),
+  messageId: z.string().min(1),
+  contextId: z.string().optional(),
+  taskId: z.string().optional(),
+  referenceTaskIds: z.array(z.string()).optional(),
+  extensions: z.array(z.string()).optional(),
+  metadata: Metadata.optional(),
+});
+export type Message = z.infer<typeof MessageSchema>;
+
+export const TaskStatusSchema = z.object({
+  state: TaskStateSchema,
+  message: MessageSchema.optional(),
+  timestamp: z.string().optional(),
+});
+export type TaskStatus = z.infer<typeof TaskStatusSchema>;
+
+export const ArtifactSchema = z.object({
+  artifactId: z.string(),
+  name: z.string().optional(),
+  description: z.string().optional(),
+  parts: z.array(PartSchema),
+  extensions: z.array(z.string()).optional(),
+  metadata: Metadata.optional(),
+});
+export type Artifact = z.infer<typeof ArtifactSchema>;
+
+export const TaskSchema = z.object({
+  kind: z.literal('task'),
+  id: z.string(),
+  contextId: z.string(),
+  status: TaskStatusSchema,
+  history: z.array(MessageSchema).optional(),
+  artifacts: z.array(ArtifactSchema).optional(),
+  metadata: Metadata.optional(),
+});
+export type Task = z.infer<typeof TaskSchema>;
+
+export const TaskStatusUpdateEventSchema = z.object({
+  kind: z.literal('status-update'),
+  taskId: z.string(),
+  contextId: z.string(),
+  status: TaskStatusSchema,
+  final: z.boolean(),
+  metadata: Metadata.optional(),
+});
+export type TaskStatusUpdateEvent = z.infer<typeof TaskStatusUpdateEventSchema>;
+
+export const TaskArtifactUpdateEventSchema = z.object({
+  kind: z.literal('artifact-update'),
+  taskId: z.string(),
+  contextId: z.string(),
+  artifact: ArtifactSchema,
+  append: z.boolean().optional(),
+  lastChunk: z.boolean().optional(),
+  metadata: Metadata.optional(),
+});
+export type TaskArtifactUpdateEvent = z.infer<typeof TaskArtifactUpdateEventSchema>;
+
+/** What a thread publishes on its `.out` subject. */
+export const ThreadEventSchema = z.discriminatedUnion('kind', [
+  TaskStatusUpdateEventSchema,
+  TaskArtifactUpdateEventSchema,
+]);
+export type ThreadEvent = z.infer<typeof ThreadEventSchema>;
+
+export const AgentExtensionSchema = z.object({
+  uri: z.string(),
+  description: z.string().optional(),
+  required: z.boolean().optional(),
+  params: z.record(z.string(), z.unknown()).optional(),
+});
+export type AgentExtension = z.infer<typeof AgentExtensionSchema>;
+
+export const AgentCapabilitiesSchema = z.object({
+  streaming: z.boolean().optional(),
+  pushNotifications: z.boolean().optional(),
+  stateTransitionHistory: z.boolean().optional(),
+  extensions: z.array(AgentExtensionSchema).optional(),
+});
+export type AgentCapabilities = z.infer<typeof AgentCapabilitiesSchema>;
+
+export const AgentSkillSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  description: z.string(),
+  tags: z.array(z.string()),
+  examples: z.array(z.string()).optional(),
+  inputModes: z.array(z.string()).optional(),
+  outputModes: z.array(z.string()).optional(),
+});
+export type AgentSkill = z.infer<typeof AgentSkillSchema>;
+
+/** Agent ids become NATS subject tokens, so they are restricted to a safe alphabet. */
+export const AgentIdSchema = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{1,64}$/, 'agent ids are 1-64 characters of A-Z, a-z, 0-9, _ and -');
+
+export const AgentCardSchema = z.object({
+  /** Troupe addition: the mesh id of the agent (its inbox subject token). */
+  id: AgentIdSchema,
+  name: z.string().min(1),
+  description: z.string(),
+  url: z.string().optional(),
+  version: z.string().default('0.0.0'),
+  protocolVersion: z.string().default('0.3.0'),
+  capabilities: AgentCapabilitiesSchema.default({}),
+  defaultInputModes: z.array(z.string()).default(['text/plain']),
+  defaultOutputModes: z.array(z.string()).default(['text/plain']),
+  skills: z.array(AgentSkillSchema).default([]),
+});
+export type AgentCard = z.infer<typeof AgentCardSchema>;
+export type AgentCardInput = z.input<typeof AgentCardSchema>;

@@ -1,0 +1,89 @@
+/**
+ * One error type for the whole mesh: a code from a fixed table and a human message that says what to do.
+ * Errors cross the wire as `{ kind: "error", error: { code, message, details? } }`.
+ */
+import { z } from 'zod';
+
+export const ERROR_CODES = {
+  ROUTER_FAILURE: { jsonRpc: -32603, hint: 'the router could not decide; check the router policy and its logs' },
+  AGENT_TIMEOUT: { jsonRpc: -32603, hint: 'the agent did not answer in time; check that it is running (`troupe ps`)' },
+  AGENT_ERROR: { jsonRpc: -32603, hint: 'the agent failed while handling the message; see its logs' },
+  WORKFLOW_ERROR: { jsonRpc: -32603, hint: 'a workflow step failed' },
+  AGENT_NOT_FOUND: { jsonRpc: -32001, hint: 'no agent with that id is on the mesh; list them with `troupe ps`' },
+  INVALID_RECIPIENT: { jsonRpc: -32602, hint: 'the recipient must be "user", "sender" or the id of another live agent' },
+  ROUTING_LOOP: { jsonRpc: -32603, hint: 'agents forwarded to each other past the hop limit; raise maxHops or fix the routing' },
+  EXTENSION_PARSE_ERROR: { jsonRpc: -32602, hint: 'the client-routing metadata does not match its schema' },
+  INVALID_MESSAGE: { jsonRpc: -32602, hint: 'send an A2A v0.3 message as JSON' },
+  PAYLOAD_TOO_LARGE: { jsonRpc: -32602, hint: 'split the payload or raise the limit' },
+  HANDOFF_CONFLICT: { jsonRpc: -32603, hint: 'the thread already has an active handoff; finish or cancel it first' },
+  TENANT_FORBIDDEN: { jsonRpc: -32001, hint: 'that thread belongs to another tenant' },
+  THREAD_NOT_FOUND: { jsonRpc: -32001, hint: 'no thread with that id; list them with `troupe threads`' },
+  THREAD_CLOSED: { jsonRpc: -32002, hint: 'the task has ended; start a new thread' },
+  STORE_CONFLICT: { jsonRpc: -32603, hint: 'the thread record changed under us; retry' },
+  STORE_CORRUPT: { jsonRpc: -32603, hint: 'the stored thread record is invalid; inspect it with `troupe thread <id>`' },
+  TRANSPORT_ERROR: { jsonRpc: -32603, hint: 'the message bus failed; check the NATS connection' },
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export const ErrorCodeSchema = z.enum(Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]]);
+
+export const ErrorBodySchema = z.object({
+  code: ErrorCodeSchema,
+  message: z.string(),
+  details: z.record(z.string(), z.unknown()).optional(),
+});
+export type ErrorBody = z.infer<typeof ErrorBodySchema>;
+
+export const ErrorReplySchema = z.object({ kind: z.literal('error'), error: ErrorBodySchema });
+export type ErrorReply = z.infer<typeof ErrorReplySchema>;
+
+export class TroupeError extends Error {
+  override readonly name = 'TroupeError';
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: Record<string, unknown>,
+  ) {
+    super(message);
+  }
+
+  /** What to do next, for humans. */
+  get hint(): string {
+    return ERROR_CODES[this.code].hint;
+  }
+
+  get jsonRpcCode(): number {
+    return ERROR_CODES[this.code].jsonRpc;
+  }
+
+  toBody(): ErrorBody {
+    return this.details ? { code: this.code, message: this.message, details: this.details } : { code: this.code, message: this.message };
+  }
+
+  toReply(): ErrorReply {
+    return { kind: 'error', error: this.toBody() };
+  }
+
+  static fromBody(body: ErrorBody): TroupeError {
+    return new TroupeError(body.code, body.message, body.details);
+  }
+
+  /** Wraps anything thrown into a TroupeError, keeping one that already is. */
+  static from(err: unknown, fallback: ErrorCode = 'WORKFLOW_ERROR'): TroupeError {
+    if (err instanceof TroupeError) return err;
+    const message = err instanceof Error ? err.message : String(err);
+    return new TroupeError(fallback, message);
+  }
+}
+
+export function isTroupeError(err: unknown): err is TroupeError {
+  return err instanceof TroupeError;
+}
+
+/** Formats a zod error as one line a human can act on. */
+export function describeZodError(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 5)
+    .map((issue) => `${issue.path.length ? issue.path.join('.') : '(root)'}: ${issue.message}`)
+    .join('; ');
+}

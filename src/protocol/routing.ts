@@ -1,0 +1,84 @@
+/**
+ * The client-routing extension (interoperable with the `ranch` runtime; URI and shapes are fixed).
+ * Router -> agent: `message.metadata[URI] = { agentCards, sender }`.
+ * Agent -> router: `reply.metadata[URI] = { recipient, reason? }` (plus Troupe's optional `handoff`).
+ */
+import { z } from 'zod';
+import { AgentCapabilitiesSchema, type AgentCard, type Message } from './a2a.js';
+import { TroupeError, describeZodError } from './errors.js';
+
+export const CLIENT_ROUTING_URI = 'https://ranch.woi.dev/extensions/client-routing/v1';
+
+/** Reserved recipients. Anything else is an agent id. */
+export const USER = 'user';
+export const SENDER = 'sender';
+
+export const SimplifiedAgentCardSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  description: z.string(),
+  capabilities: AgentCapabilitiesSchema,
+  supportsClientRouting: z.boolean(),
+});
+export type SimplifiedAgentCard = z.infer<typeof SimplifiedAgentCardSchema>;
+
+export const RoutingRequestSchema = z.object({
+  agentCards: z.array(SimplifiedAgentCardSchema),
+  sender: z.string(),
+});
+export type RoutingRequest = z.infer<typeof RoutingRequestSchema>;
+
+export const RoutingResponseSchema = z
+  .object({
+    recipient: z.string().min(1).optional(),
+    reason: z.string().optional(),
+  })
+  .passthrough();
+export type RoutingResponse = z.infer<typeof RoutingResponseSchema>;
+
+export function supportsClientRouting(card: AgentCard): boolean {
+  return (card.capabilities.extensions ?? []).some((ext) => ext.uri === CLIENT_ROUTING_URI);
+}
+
+export function simplifyCard(card: AgentCard): SimplifiedAgentCard {
+  return {
+    id: card.id,
+    name: card.name,
+    description: card.description,
+    capabilities: card.capabilities,
+    supportsClientRouting: supportsClientRouting(card),
+  };
+}
+
+/**
+ * Reads the routing response an agent put in its reply. Returns undefined when the agent named no
+ * recipient; throws EXTENSION_PARSE_ERROR when the metadata is there but malformed.
+ */
+export function readRoutingResponse(reply: Message): RoutingResponse | undefined {
+  const raw = reply.metadata?.[CLIENT_ROUTING_URI];
+  if (raw === undefined) return undefined;
+  const parsed = RoutingResponseSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new TroupeError(
+      'EXTENSION_PARSE_ERROR',
+      `reply ${reply.messageId} carries invalid client-routing metadata: ${describeZodError(parsed.error)}`,
+    );
+  }
+  return parsed.data;
+}
+
+/** Returns a copy of the message with the routing request for its receiver. */
+export function withRoutingRequest(message: Message, request: RoutingRequest): Message {
+  return {
+    ...message,
+    extensions: Array.from(new Set([...(message.extensions ?? []), CLIENT_ROUTING_URI])),
+    metadata: { ...message.metadata, [CLIENT_ROUTING_URI]: request },
+  };
+}
+
+export function readRoutingRequest(message: Message): RoutingRequest | undefined {
+  const raw = message.metadata?.[CLIENT_ROUTING_URI];
+  if (raw === undefined) return undefined;
+  const parsed = RoutingRequestSchema.safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}
