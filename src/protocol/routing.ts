@@ -82,3 +82,12 @@ export function readRoutingRequest(message: Message): RoutingRequest | undefined
   const parsed = RoutingRequestSchema.safeParse(raw);
   return parsed.success ? parsed.data : undefined;
 }
+
+/** What a router policy decides for a message no agent addressed explicitly. */
+export const RouterDecisionSchema = z.object({
+  agentId: z.string().min(1),
+  confidence: z.number().min(0).max(1),
+  reasoning: z.string(),
+  additionalAgents: z.array(z.string()).optional(),
+});
+export type RouterDecision = z.infer<typeof RouterDecisionSchema>;
