@@ -75,7 +75,8 @@ async function waitForPort(port: number, child: ChildProcess, log: () => string,
 export async function startNatsServer(): Promise<NatsServerHandle> {
   const port = await freePort();
   const storeDir = mkdtempSync(join(tmpdir(), 'troupe-nats-'));
-  const secret = () => randomBytes(12).toString('hex');
+  // A leading letter: nats.conf variables that look like numbers ("1e5...") would be parsed as numbers.
+  const secret = () => `p${randomBytes(12).toString('hex')}`;
   const creds: NatsCredentials = {
     node: { user: 'node', pass: secret() },
     client: { user: 'client', pass: secret() },

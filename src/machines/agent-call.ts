@@ -1,0 +1,136 @@
+/**
+ * One call to an agent: `calling -> (waiting -> calling)* -> succeeded | failed`, with a per-attempt
+ * timeout (AGENT_TIMEOUT) and retries with a delay. Pure: the request itself is the injected `request`
+ * actor, and the clock-aware timeout is an injected delay (the default uses the configured duration).
+ *
+ * Every attempt reuses the message's messageId as the idempotency key, so an agent that already
+ * answered a retried (or, after a restart, re-run) call can answer it again without redoing the work.
+ */
+import { assign, fromPromise, setup, type ErrorActorEvent } from 'xstate';
+import type { Message } from '../protocol/a2a.js';
+import type { ErrorBody } from '../protocol/errors.js';
+import type { AgentReply } from '../protocol/wire.js';
+
+export interface AgentCallInput {
+  agentId: string;
+  message: Message;
+  /** Who the message comes from: `user` or an agent id. */
+  sender: string;
+  hop: number;
+  timeoutMs: number;
+  retries: number;
+  retryDelayMs: number;
+  /** Epoch ms when the call was made; deadlines are kept as absolute times so a restore can re-arm them. */
+  now: number;
+}
+
+export interface AgentRequestInput {
+  agentId: string;
+  message: Message;
+  sender: string;
+  hop: number;
+  attempt: number;
+  timeoutMs: number;
+}
+
+export type AgentCallOutput =
+  | { ok: true; agentId: string; reply: AgentReply; attempts: number }
+  | { ok: false; agentId: string; error: ErrorBody; attempts: number };
+
+export interface AgentCallContext extends AgentCallInput {
+  attempt: number;
+  deadline: number;
+  reply?: AgentReply;
+  error?: ErrorBody;
+}
+
+function toErrorBody(err: unknown, agentId: string): ErrorBody {
+  if (err && typeof err === 'object' && 'code' in err && 'message' in err && typeof err.code === 'string') {
+    const code = err.code;
+    if (code === 'NO_RESPONDERS') return { code: 'AGENT_NOT_FOUND', message: `agent "${agentId}" is not on the mesh` };
+    if (code === 'TIMEOUT') return { code: 'AGENT_TIMEOUT', message: `agent "${agentId}" did not answer in time` };
+    return { code: code as ErrorBody['code'], message: String(err.message) };
+  }
+  return { code: 'AGENT_ERROR', message: err instanceof Error ? err.message : String(err) };
+}
+
+export const agentCallSetup = setup({
+  types: {
+    input: {} as AgentCallInput,
+    context: {} as AgentCallContext,
+    output: {} as AgentCallOutput,
+  },
+  actors: {
+    request: fromPromise<AgentReply, AgentRequestInput>(async () => {
+      throw new Error('agentCall: the host must provide the `request` actor');
+    }),
+  },
+  delays: {
+    callTimeout: ({ context }) => context.timeoutMs,
+    retryDelay: ({ context }) => context.retryDelayMs,
+  },
+  guards: {
+    canRetry: ({ context }) => context.attempt < context.retries,
+  },
+  actions: {
+    recordReply: assign({ reply: (_, reply: AgentReply) => reply, error: undefined }),
+    recordFailure: assign({ error: ({ context }, err: unknown) => toErrorBody(err, context.agentId) }),
+    recordTimeout: assign({
+      error: ({ context }) => ({
+        code: 'AGENT_TIMEOUT' as const,
+        message: `agent "${context.agentId}" did not answer within ${context.timeoutMs} ms (attempt ${context.attempt + 1} of ${context.retries + 1})`,
+      }),
+    }),
+    nextAttempt: assign({
+      attempt: ({ context }) => context.attempt + 1,
+      deadline: ({ context }) => context.deadline + context.retryDelayMs + context.timeoutMs,
+    }),
+  },
+});
+
+export const agentCallMachine = agentCallSetup.createMachine({
+  id: 'agentCall',
+  initial: 'calling',
+  context: ({ input }) => ({ ...input, attempt: 0, deadline: input.now + input.timeoutMs }),
+  states: {
+    calling: {
+      invoke: {
+        id: 'request',
+        src: 'request',
+        input: ({ context }) => ({
+          agentId: context.agentId,
+          message: context.message,
+          sender: context.sender,
+          hop: context.hop,
+          attempt: context.attempt,
+          timeoutMs: context.timeoutMs,
+        }),
+        onDone: { target: 'succeeded', actions: { type: 'recordReply', params: ({ event }) => event.output } },
+        onError: [
+          { guard: 'canRetry', target: 'waiting', actions: { type: 'recordFailure', params: ({ event }: { event: ErrorActorEvent }) => event.error } },
+          { target: 'failed', actions: { type: 'recordFailure', params: ({ event }: { event: ErrorActorEvent }) => event.error } },
+        ],
+      },
+      after: {
+        callTimeout: [
+          { guard: 'canRetry', target: 'waiting', actions: 'recordTimeout' },
+          { target: 'failed', actions: 'recordTimeout' },
+        ],
+      },
+    },
+    waiting: {
+      after: { retryDelay: { target: 'calling', actions: 'nextAttempt' } },
+    },
+    succeeded: { type: 'final' },
+    failed: { type: 'final' },
+  },
+  output: ({ context }): AgentCallOutput =>
+    context.reply
+      ? { ok: true, agentId: context.agentId, reply: context.reply, attempts: context.attempt + 1 }
+      : {
+          ok: false,
+          agentId: context.agentId,
+          error: context.error ?? { code: 'AGENT_ERROR', message: 'agent call failed' },
+          attempts: context.attempt + 1,
+        },
+});

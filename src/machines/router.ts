@@ -1,0 +1,189 @@
+/**
+ * The router: an actor per routing decision. For an agent reply it applies the client-routing rules
+ * (`routeReply`); for a user message it picks the first agent — the active handoff target, an agent the
+ * user named, the policy's choice (retried up to `maxAttempts`, under `threshold` -> clarify, failing
+ * -> fallback agent), or the team's entry agent. The policy is an injected actor, so this stays pure.
+ */
+import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
+import type { Message } from '../protocol/a2a.js';
+import { CLIENT_ROUTING_URI, type RouterDecision } from '../protocol/routing.js';
+import { routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from './route.js';
+
+export interface UserRouteInput {
+  message: Message;
+  agents: AgentDirectory;
+  /** The team's entry agent, used when no policy is set. */
+  entryAgent: string;
+  /** The agent that holds control in an active handoff. */
+  handoffTarget?: string;
+  usePolicy: boolean;
+  threshold: number;
+  maxAttempts: number;
+  fallbackAgent?: string;
+}
+
+export type RouterInput = ({ kind: 'reply' } & ReplyRouteInput) | ({ kind: 'user' } & UserRouteInput);
+
+export interface PolicyInput {
+  message: Message;
+  agentIds: string[];
+}
+
+export interface RouterContext {
+  input: RouterInput;
+  attempts: number;
+  decision?: RouteDecision;
+  lastError?: string;
+}
+
+/** An agent id the user addressed directly: `metadata[URI].recipient` on the user's message. */
+function addressedAgent(message: Message): string | undefined {
+  const meta = message.metadata?.[CLIENT_ROUTING_URI];
+  if (meta && typeof meta === 'object' && 'recipient' in meta && typeof meta.recipient === 'string') return meta.recipient;
+  return undefined;
+}
+
+function userInput(context: RouterContext): UserRouteInput {
+  if (context.input.kind !== 'user') throw new Error('router: expected a user route input');
+  return context.input;
+}
+
+export const routerSetup = setup({
+  types: {
+    input: {} as RouterInput,
+    context: {} as RouterContext,
+    output: {} as RouteDecision,
+  },
+  actors: {
+    policy: fromPromise<RouterDecision, PolicyInput>(async () => {
+      throw new Error('router: no policy provided');
+    }),
+  },
+  guards: {
+    isReply: ({ context }) => context.input.kind === 'reply',
+    inHandoff: ({ context }) => context.input.kind === 'user' && context.input.handoffTarget !== undefined,
+    userAddressedAgent: ({ context }) => {
+      if (context.input.kind !== 'user') return false;
+      const id = addressedAgent(context.input.message);
+      return id !== undefined && context.input.agents[id] !== undefined;
+    },
+    usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
+    confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,
+    canRetryPolicy: ({ context }) => context.attempts < userInput(context).maxAttempts,
+  },
+  actions: {
+    routeReply: assign({
+      decision: ({ context }) => {
+        if (context.input.kind !== 'reply') throw new Error('router: expected a reply route input');
+        return routeReply(context.input);
+      },
+    }),
+    routeToHandoffTarget: assign({
+      decision: ({ context }): RouteDecision => ({
+        to: 'agent',
+        agentId: userInput(context).handoffTarget ?? '',
+        mode: 'initial',
+        reason: 'an active handoff holds control',
+      }),
+    }),
+    routeToAddressedAgent: assign({
+      decision: ({ context }): RouteDecision => {
+        const agentId = addressedAgent(userInput(context).message) ?? '';
+        return { to: 'agent', agentId, mode: 'initial', reason: `the user addressed ${agentId}` };
+      },
+    }),
+    routeToEntryAgent: assign({
+      decision: ({ context }): RouteDecision => {
+        const { entryAgent } = userInput(context);
+        return { to: 'agent', agentId: entryAgent, mode: 'initial', reason: `entry agent ${entryAgent}` };
+      },
+    }),
+    acceptPolicyDecision: assign({
+      decision: (_, decision: RouterDecision): RouteDecision => ({
+        to: 'agent',
+        agentId: decision.agentId,
+        mode: 'initial',
+        reason: decision.reasoning,
+        confidence: decision.confidence,
+        ...(decision.additionalAgents?.length ? { additionalAgents: decision.additionalAgents } : {}),
+      }),
+    }),
+    askToClarify: assign({
+      decision: ({ context }, decision: RouterDecision): RouteDecision => ({
+        to: 'clarify',
+        reason: `confidence ${decision.confidence.toFixed(2)} is under the threshold ${userInput(context).threshold}: ${decision.reasoning}`,
+        confidence: decision.confidence,
+        candidate: decision.agentId,
+      }),
+    }),
+    countAttempt: assign({ attempts: ({ context }) => context.attempts + 1 }),
+    recordPolicyError: assign({
+      lastError: (_, error: unknown) => (error instanceof Error ? error.message : String(error)),
+    }),
+    routeToFallback: assign({
+      decision: ({ context }): RouteDecision => {
+        const input = userInput(context);
+        const agentId = input.fallbackAgent ?? input.entryAgent;
+        return {
+          to: 'agent',
+          agentId,
+          mode: 'initial',
+          reason: `router failed after ${context.attempts} attempts (${context.lastError ?? 'unknown error'}); fallback agent ${agentId}`,
+        };
+      },
+    }),
+  },
+});
+
+export const routerMachine = routerSetup.createMachine({
+  id: 'router',
+  context: ({ input }) => ({ input, attempts: 0 }),
+  initial: 'start',
+  states: {
+    start: {
+      always: [
+        { guard: 'isReply', target: 'decided', actions: 'routeReply' },
+        { guard: 'inHandoff', target: 'decided', actions: 'routeToHandoffTarget' },
+        { guard: 'userAddressedAgent', target: 'decided', actions: 'routeToAddressedAgent' },
+        { guard: 'usesPolicy', target: 'scoring' },
+        { target: 'decided', actions: 'routeToEntryAgent' },
+      ],
+    },
+    scoring: {
+      entry: 'countAttempt',
+      invoke: {
+        id: 'policy',
+        src: 'policy',
+        input: ({ context }) => ({ message: userInput(context).message, agentIds: Object.keys(userInput(context).agents) }),
+        onDone: [
+          {
+            guard: { type: 'confident', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+            target: 'decided',
+            actions: { type: 'acceptPolicyDecision', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+          },
+          {
+            target: 'decided',
+            actions: { type: 'askToClarify', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+          },
+        ],
+        onError: [
+          {
+            guard: 'canRetryPolicy',
+            target: 'scoring',
+            reenter: true,
+            actions: { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
+          },
+          {
+            target: 'decided',
+            actions: [
+              { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
+              'routeToFallback',
+            ],
+          },
+        ],
+      },
+    },
+    decided: { type: 'final' },
+  },
+  output: ({ context }) => context.decision ?? { to: 'user', reason: 'router reached no decision', error: { code: 'ROUTER_FAILURE', message: 'router reached no decision' } },
+});
