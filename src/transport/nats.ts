@@ -1,0 +1,342 @@
+/**
+ * The NATS transport: a thin layer over `@nats-io/transport-node` v3 that maps its errors to
+ * TransportError codes, its headers to plain records, and makes drain wait for async handlers.
+ */
+import {
+  connect,
+  errors,
+  headers as createHeaders,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type NodeConnectionOptions,
+  type Subscription as NatsSubscriptionHandle,
+} from '@nats-io/transport-node';
+import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
+import {
+  TransportError,
+  type Headers,
+  type InboundMessage,
+  type MessageHandler,
+  type RequestManyOptions,
+  type RequestOptions,
+  type SubscribeOptions,
+  type Subscription,
+  type Transport,
+} from './types.js';
+
+export interface NatsConnectOptions {
+  servers: string | string[];
+  user?: string;
+  pass?: string;
+  /** Client name shown by the server's monitoring (`nats server report connections`). */
+  name?: string;
+  /** How long the first connect may take; default 5000 ms. */
+  timeoutMs?: number;
+  /** Handler exceptions and asynchronous server errors (e.g. permission violations); default: stderr. */
+  onError?: TransportErrorHandler;
+}
+
+function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
+  if (!h) return undefined;
+  const keys = Object.keys(h);
+  // No header block at all when there is nothing to send: a plain PUB is cheaper than an HPUB.
+  if (keys.length === 0) return undefined;
+  const out = createHeaders();
+  for (const k of keys) out.set(k, h[k] ?? '');
+  return out;
+}
+
+function fromNatsHeaders(h: MsgHdrs | undefined): Headers {
+  const out: Headers = {};
+  if (!h) return out;
+  // The client keeps header names as sent (no MIME canonicalisation with the default exact match), so
+  // `traceparent` stays lower-case. A repeated header collapses to its first value.
+  for (const k of h.keys()) out[k] = h.get(k);
+  return out;
+}
+
+class NatsInbound implements InboundMessage {
+  private decodedHeaders?: Headers;
+
+  constructor(
+    private readonly transport: NatsTransport,
+    private readonly msg: Msg,
+  ) {}
+
+  get subject(): string {
+    return this.msg.subject;
+  }
+
+  get data(): Uint8Array {
+    return this.msg.data;
+  }
+
+  /** Decoded on first use: most handlers on hot paths read only a header or two, many none. */
+  get headers(): Headers {
+    this.decodedHeaders ??= fromNatsHeaders(this.msg.headers);
+    return this.decodedHeaders;
+  }
+
+  get reply(): string | undefined {
+    // The client reports "no reply subject" as an empty string.
+    return this.msg.reply || undefined;
+  }
+
+  respond(data: Uint8Array, headers?: Headers): boolean {
+    const reply = this.msg.reply;
+    if (!reply) return false;
+    this.transport.publish(reply, data, headers ? { headers } : undefined);
+    return true;
+  }
+}
+
+/** A NATS subscription whose drain also waits for the async handlers it started. */
+export class NatsSubscription implements Subscription {
+  /**
+   * Resolves when the subscription ends; with the error when the server ended it, e.g. a
+   * `PermissionViolationError` because this user may not subscribe to the subject.
+   */
+  readonly closed: Promise<Error | undefined>;
+  private readonly sub: NatsSubscriptionHandle;
+  private readonly inflight: InflightHandlers;
+  private draining?: Promise<void>;
+
+  constructor(
+    transport: NatsTransport,
+    private readonly nc: NatsConnection,
+    readonly subject: string,
+    handler: MessageHandler,
+    opts: SubscribeOptions | undefined,
+    onError: TransportErrorHandler,
+    private readonly onDone: (sub: NatsSubscription) => void,
+  ) {
+    this.inflight = new InflightHandlers((err, msgSubject) => onError(err, { subject: msgSubject, subscription: subject }));
+    this.sub = nc.subscribe(subject, {
+      ...(opts?.queue !== undefined ? { queue: opts.queue } : {}),
+      callback: (err, msg) => {
+        // The client calls back with an error (and an empty msg) when the server refuses the
+        // subscription; the subscription is closed right after.
+        if (err) {
+          try {
+            onError(err, { subscription: subject });
+          } catch (hookErr) {
+            console.error('[troupe transport] onError threw:', hookErr, 'while reporting:', err);
+          }
+          return;
+        }
+        this.inflight.run(handler, new NatsInbound(transport, msg));
+      },
+    });
+    this.closed = this.sub.closed.then((err) => {
+      this.onDone(this);
+      return err instanceof Error ? err : undefined;
+    });
+  }
+
+  unsubscribe(): void {
+    // The client drops the subscription from its table at once, so nothing already read is delivered.
+    if (!this.sub.isClosed() && !this.nc.isClosed()) this.sub.unsubscribe();
+    this.onDone(this);
+  }
+
+  drain(): Promise<void> {
+    this.draining ??= (async () => {
+      if (!this.sub.isClosed() && !this.nc.isClosed()) {
+        // Sends UNSUB and resolves after a PING/PONG: everything the server routed to us before the
+        // UNSUB has been handed to the callback by then. It does not wait for the callbacks' promises.
+        await this.sub.drain().catch(() => undefined);
+      }
+      await this.inflight.idle();
+      this.onDone(this);
+    })();
+    return this.draining;
+  }
+}
+
+export class NatsTransport implements Transport {
+  readonly name: string;
+  private state: 'open' | 'draining' | 'closed' = 'open';
+  private readonly subs = new Set<NatsSubscription>();
+  private drained?: Promise<void>;
+
+  private constructor(
+    /** The raw client connection, for JetStream / KV and anything the Transport seam does not cover. */
+    readonly connection: NatsConnection,
+    name: string,
+    private readonly onError: TransportErrorHandler,
+  ) {
+    this.name = name;
+    void this.watchServerErrors();
+  }
+
+  static async connect(opts: NatsConnectOptions): Promise<NatsTransport> {
+    const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
+    const url = servers.join(',');
+    const options: NodeConnectionOptions = {
+      servers,
+      timeout: opts.timeoutMs ?? 5_000,
+      // Skips capturing a stack per request (measured: ~60% more pipelined request throughput). Errors
+      // then carry the client's internal stack rather than the caller's.
+      noAsyncTraces: true,
+    };
+    if (opts.user !== undefined) options.user = opts.user;
+    if (opts.pass !== undefined) options.pass = opts.pass;
+    if (opts.name !== undefined) options.name = opts.name;
+    let nc: NatsConnection;
+    try {
+      nc = await connect(options);
+    } catch (err) {
+      const cause = err instanceof Error ? err.message : String(err);
+      const e =
+        err instanceof errors.AuthorizationError
+          ? new TransportError('CONNECT', `NATS at ${url} refused user "${opts.user ?? '(no_auth_user)'}": ${cause}`)
+          : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
+      e.cause = err;
+      throw e;
+    }
+    return new NatsTransport(nc, url, opts.onError ?? logTransportError);
+  }
+
+  /**
+   * Errors the server sends asynchronously (-ERR) only surface on the status stream; a refused publish
+   * is otherwise silent. Refused subscriptions are left out: their subscription reports them.
+   */
+  private async watchServerErrors(): Promise<void> {
+    for await (const status of this.connection.status()) {
+      if (status.type !== 'error') continue;
+      const err = status.error;
+      if (err instanceof errors.PermissionViolationError && err.operation === 'subscription') continue;
+      try {
+        this.onError(err, err instanceof errors.PermissionViolationError ? { subject: err.subject } : {});
+      } catch (hookErr) {
+        console.error('[troupe transport] onError threw:', hookErr, 'while reporting:', err);
+      }
+    }
+  }
+
+  get closed(): boolean {
+    return this.state === 'closed' || this.connection.isClosed();
+  }
+
+  /** The client's errors, as TransportErrors where one of our codes fits; anything else unchanged. */
+  private mapError(err: unknown, subject: string, timeoutMs?: number): unknown {
+    if (err instanceof TransportError) return err;
+    if (err instanceof errors.TimeoutError || (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)) {
+      return new TransportError('TIMEOUT', `no reply on ${subject} within ${timeoutMs ?? '?'} ms`);
+    }
+    // Single requests reject with a RequestError whose cause is the NoRespondersError; requestMany's
+    // iterator throws the NoRespondersError itself.
+    if (err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders())) {
+      return new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`);
+    }
+    if (err instanceof errors.ClosedConnectionError || err instanceof errors.DrainingConnectionError || this.connection.isClosed()) {
+      const e = new TransportError('CLOSED', `${subject}: the NATS connection is closed`);
+      e.cause = err;
+      return e;
+    }
+    return err;
+  }
+
+  private closedError(action: string, subject: string): TransportError {
+    return new TransportError('CLOSED', `cannot ${action} ${subject}: the transport is ${this.state === 'closed' ? 'closed' : 'draining'}`);
+  }
+
+  publish(subject: string, data: Uint8Array, opts?: { headers?: Headers; reply?: string }): void {
+    // Allowed while draining: in-flight handlers must be able to answer.
+    if (this.state === 'closed') throw this.closedError('publish to', subject);
+    try {
+      if (opts) {
+        const headers = toNatsHeaders(opts.headers);
+        this.connection.publish(subject, data, {
+          ...(headers ? { headers } : {}),
+          ...(opts.reply !== undefined ? { reply: opts.reply } : {}),
+        });
+      } else {
+        this.connection.publish(subject, data);
+      }
+    } catch (err) {
+      throw this.mapError(err, subject);
+    }
+  }
+
+  subscribe(subject: string, handler: MessageHandler, opts?: SubscribeOptions): Subscription {
+    if (this.state !== 'open') throw this.closedError('subscribe to', subject);
+    try {
+      const sub = new NatsSubscription(this, this.connection, subject, handler, opts, this.onError, (s) => this.subs.delete(s));
+      this.subs.add(sub);
+      return sub;
+    } catch (err) {
+      throw this.mapError(err, subject);
+    }
+  }
+
+  async request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<InboundMessage> {
+    if (this.state !== 'open') throw this.closedError('send a request to', subject);
+    const headers = toNatsHeaders(opts.headers);
+    try {
+      const msg = await this.connection.request(subject, data, { timeout: opts.timeoutMs, ...(headers ? { headers } : {}) });
+      return new NatsInbound(this, msg);
+    } catch (err) {
+      throw this.mapError(err, subject, opts.timeoutMs);
+    }
+  }
+
+  async requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]> {
+    if (this.state !== 'open') throw this.closedError('send a request to', subject);
+    const headers = toNatsHeaders(opts.headers);
+    const max = opts.maxReplies !== undefined && opts.maxReplies > 0 ? opts.maxReplies : undefined;
+    const replies: InboundMessage[] = [];
+    try {
+      const iter = await this.connection.requestMany(subject, data, {
+        maxWait: opts.timeoutMs,
+        // "count" still ends at maxWait; "timer" ignores maxMessages.
+        strategy: max !== undefined ? 'count' : 'timer',
+        ...(max !== undefined ? { maxMessages: max } : {}),
+        ...(headers ? { headers } : {}),
+      });
+      for await (const msg of iter) replies.push(new NatsInbound(this, msg));
+    } catch (err) {
+      const mapped = this.mapError(err, subject, opts.timeoutMs);
+      // Scatter-gather over nobody is an empty answer, not a failure (e.g. `ps` with no nodes up).
+      if (mapped instanceof TransportError && mapped.code === 'NO_RESPONDERS') return replies;
+      throw mapped;
+    }
+    return replies;
+  }
+
+  async flush(): Promise<void> {
+    if (this.state === 'closed') throw this.closedError('flush', 'the connection');
+    try {
+      await this.connection.flush();
+    } catch (err) {
+      throw this.mapError(err, 'flush');
+    }
+  }
+
+  drain(): Promise<void> {
+    if (this.state === 'closed') return Promise.resolve();
+    this.drained ??= (async () => {
+      this.state = 'draining';
+      // Ours first, so handlers can still respond over the open connection; the client's drain then
+      // flushes what they published and closes.
+      try {
+        await Promise.all([...this.subs].map((s) => s.drain()));
+        if (!this.connection.isClosed()) {
+          await this.connection.drain().catch((err: unknown) => {
+            if (!this.connection.isClosed()) throw err;
+          });
+        }
+      } finally {
+        this.state = 'closed';
+      }
+    })();
+    return this.drained;
+  }
+
+  async close(): Promise<void> {
+    this.state = 'closed';
+    this.subs.clear();
+    if (!this.connection.isClosed()) await this.connection.close();
+  }
+}
