@@ -1,0 +1,127 @@
+/**
+ * Keys and value encoding shared by every ThreadStore, so the memory store rejects and accepts exactly
+ * what the KV store does.
+ */
+import { DEFAULT_MAX_PAYLOAD, TroupeError, describeZodError } from '../protocol/index.js';
+import { ThreadRecordSchema, type ThreadListEntry, type ThreadListFilter, type ThreadRecord } from './types.js';
+
+/**
+ * KV keys are NATS subjects: letters, digits, `-`, `_`, `/`, `=` in dot-separated tokens. The tenant is a
+ * single token so that `<tenant>.>` selects exactly one tenant's keys (with a dot allowed, tenant `a.b`
+ * thread `c` and tenant `a` thread `b.c` would share a key and `a.>` would list both).
+ */
+const KEY_TOKEN = '[A-Za-z0-9_=/-]+';
+const TENANT_RE = new RegExp(`^${KEY_TOKEN}$`);
+const THREAD_ID_RE = new RegExp(`^${KEY_TOKEN}(?:\\.${KEY_TOKEN})*$`);
+
+function checkTenant(tenant: string): void {
+  if (!TENANT_RE.test(tenant)) {
+    throw new TroupeError('INVALID_MESSAGE', `invalid tenant "${tenant}" for the thread store: use A-Z, a-z, 0-9, -, _, / and =`);
+  }
+}
+
+export function threadKey(tenant: string, threadId: string): string {
+  checkTenant(tenant);
+  if (!THREAD_ID_RE.test(threadId)) {
+    throw new TroupeError(
+      'INVALID_MESSAGE',
+      `invalid thread id "${threadId}" for the thread store: use A-Z, a-z, 0-9, -, _, / and =, with single dots between`,
+    );
+  }
+  return `${tenant}.${threadId}`;
+}
+
+/** Key prefix of one tenant's records; the thread id is what follows it. */
+export function tenantPrefix(tenant: string): string {
+  checkTenant(tenant);
+  return `${tenant}.`;
+}
+
+const encoder = new TextEncoder();
+// fatal: a value with broken UTF-8 is corrupt, not something to decode into replacement characters.
+const decoder = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * Validates a record before it is written (a store never holds what it would refuse to read) and
+ * serializes it. Returns the key it belongs under.
+ */
+export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOAD): { key: string; data: Uint8Array } {
+  const key = threadKey(record.tenant, record.threadId);
+  const parsed = ThreadRecordSchema.safeParse(record);
+  if (!parsed.success) {
+    throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": ${describeZodError(parsed.error)}`, { key });
+  }
+  let json: string;
+  try {
+    json = JSON.stringify(parsed.data);
+  } catch (err) {
+    // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
+    throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });
+  }
+  const data = encoder.encode(json);
+  if (data.byteLength > maxBytes) {
+    throw new TroupeError(
+      'PAYLOAD_TOO_LARGE',
+      `thread record "${key}" is ${data.byteLength} bytes; the store accepts at most ${maxBytes} (prune history or artifacts)`,
+      { key, size: data.byteLength, limit: maxBytes },
+    );
+  }
+  return { key, data };
+}
+
+/**
+ * Reads a stored value. Anything that is not a valid record of this very key is STORE_CORRUPT naming
+ * the key, its revision and the first problems; the revision lets an operator repair it with `update`.
+ */
+export function decodeRecord(data: Uint8Array, tenant: string, threadId: string, revision: number): ThreadRecord {
+  const key = `${tenant}.${threadId}`;
+  const corrupt = (problem: string) =>
+    new TroupeError('STORE_CORRUPT', `thread record "${key}" (revision ${revision}) ${problem}`, { key, tenant, threadId, revision });
+  let text: string;
+  try {
+    text = decoder.decode(data);
+  } catch {
+    throw corrupt('is not UTF-8');
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (err) {
+    throw corrupt(`is not valid JSON: ${(err as Error).message}`);
+  }
+  const parsed = ThreadRecordSchema.safeParse(json);
+  if (!parsed.success) throw corrupt(`does not match the thread record schema: ${describeZodError(parsed.error)}`);
+  // A record under someone else's key would leak one tenant's thread to another.
+  if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) {
+    throw corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
+  }
+  return parsed.data;
+}
+
+export function storeClosed(): TroupeError {
+  return new TroupeError('TRANSPORT_ERROR', 'the thread store is closed');
+}
+
+/**
+ * One `list` entry. A corrupt record is reported, not skipped and not thrown: skipping would hide it from
+ * the operator, throwing would let one bad key stop a listing of thousands.
+ */
+export function listEntry(
+  data: Uint8Array,
+  tenant: string,
+  threadId: string,
+  revision: number,
+  writtenAt: Date,
+): ThreadListEntry {
+  try {
+    const record = decodeRecord(data, tenant, threadId, revision);
+    return { threadId, state: record.task.status.state, updatedAt: record.updatedAt, revision };
+  } catch (err) {
+    if (!(err instanceof TroupeError) || err.code !== 'STORE_CORRUPT') throw err;
+    return { threadId, state: 'unknown', updatedAt: writtenAt.toISOString(), revision, corrupt: err.message };
+  }
+}
+
+export function matchesFilter(entry: ThreadListEntry, filter: ThreadListFilter | undefined): boolean {
+  return filter?.state === undefined || entry.state === filter.state;
+}

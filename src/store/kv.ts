@@ -1,0 +1,155 @@
+/**
+ * ThreadStore over a JetStream KV bucket (DESIGN §5). Key `<tenant>.<threadId>`, value the JSON record,
+ * revision the KV revision (the stream sequence of the last write to the key).
+ *
+ * Compare-and-set rides on the `Nats-Expected-Last-Subject-Sequence` header that `kv.create` and
+ * `kv.update` send; the server answers a mismatch with JetStream API error 10071 ("wrong last sequence"),
+ * which this class turns into STORE_CONFLICT.
+ */
+import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
+import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
+import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
+
+export const DEFAULT_THREAD_BUCKET = 'troupe_threads';
+export const DEFAULT_THREAD_TTL_MS = 24 * 60 * 60 * 1000;
+
+export interface KvThreadStoreOptions {
+  /** Bucket name (letters, digits, `-`, `_`). Default `troupe_threads`; the stream is `KV_<bucket>`. */
+  bucket?: string;
+  /**
+   * Bucket max age in ms: a thread not written for this long is dropped. 0 keeps records forever.
+   * Bucket-wide because nats-server 2.9 ignores per-key TTL. Applied when the bucket is created; an
+   * existing bucket keeps its own setting (see `ttlMs` on the opened store).
+   */
+  ttlMs?: number;
+  /** Revisions kept per key. 1 is enough for compare-and-set; more only helps forensics. */
+  history?: number;
+  replicas?: number;
+  storage?: 'file' | 'memory';
+}
+
+export class KvThreadStore implements ThreadStore {
+  readonly #kv: KV;
+  readonly #maxValueBytes: number;
+  #closed = false;
+
+  private constructor(
+    kv: KV,
+    readonly bucket: string,
+    /** Max age of the bucket as the server has it, which may differ from what `open` asked for. */
+    readonly ttlMs: number,
+    maxValueBytes: number,
+  ) {
+    this.#kv = kv;
+    this.#maxValueBytes = maxValueBytes;
+  }
+
+  /** Creates the bucket if it does not exist, else binds to it. Does not take ownership of `nc`. */
+  static async open(nc: NatsConnection, opts: KvThreadStoreOptions = {}): Promise<KvThreadStore> {
+    const bucket = opts.bucket ?? DEFAULT_THREAD_BUCKET;
+    const ttlMs = opts.ttlMs ?? DEFAULT_THREAD_TTL_MS;
+    if (!Number.isSafeInteger(ttlMs) || ttlMs < 0) throw new RangeError(`ttlMs must be a whole number of ms >= 0, got ${ttlMs}`);
+    try {
+      const kv = await new Kvm(nc).create(bucket, {
+        history: opts.history ?? 1,
+        // The client turns `ttl` (ms) into the stream's max_age; 0 leaves it unlimited.
+        ttl: ttlMs,
+        replicas: opts.replicas ?? 1,
+        storage: opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
+      });
+      const status = await kv.status();
+      // Values travel as one message; past the server's max_payload the publish fails with a bare error.
+      return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);
+    } catch (err) {
+      throw transportError(`could not open KV bucket "${bucket}"`, err);
+    }
+  }
+
+  async get(tenant: string, threadId: string): Promise<StoredThread | undefined> {
+    this.#checkOpen();
+    const key = threadKey(tenant, threadId);
+    const entry = await this.#call(`get ${key}`, () => this.#kv.get(key));
+    // A deleted key still has an entry: its DEL/PURGE marker.
+    if (!entry || entry.operation !== 'PUT') return undefined;
+    return { record: decodeRecord(entry.value, tenant, threadId, entry.revision), revision: entry.revision };
+  }
+
+  async create(record: ThreadRecord): Promise<number> {
+    this.#checkOpen();
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
+    // kv.create also succeeds over a DEL/PURGE marker, itself with a CAS on the marker's revision.
+    return this.#call(`create ${key}`, () => this.#kv.create(key, data), () =>
+      new TroupeError('STORE_CONFLICT', `thread record "${key}" already exists`, { key }),
+    );
+  }
+
+  async update(record: ThreadRecord, expectedRevision: number): Promise<number> {
+    this.#checkOpen();
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
+    const conflict = () =>
+      new TroupeError('STORE_CONFLICT', `thread record "${key}" is no longer at revision ${expectedRevision}`, { key, expectedRevision });
+    // kv.update throws synchronously on revision <= 0; no record is ever at such a revision.
+    if (!Number.isSafeInteger(expectedRevision) || expectedRevision <= 0) throw conflict();
+    return this.#call(`update ${key}`, () => this.#kv.update(key, data, expectedRevision), conflict);
+  }
+
+  async delete(tenant: string, threadId: string): Promise<void> {
+    this.#checkOpen();
+    const key = threadKey(tenant, threadId);
+    await this.#call(`delete ${key}`, () => this.#kv.delete(key));
+  }
+
+  async *list(tenant: string, filter?: ThreadListFilter): AsyncIterable<ThreadListEntry> {
+    this.#checkOpen();
+    const prefix = tenantPrefix(tenant);
+    // Collect the keys first so the ordered consumer behind kv.keys() is gone before a slow caller.
+    const keys = await this.#call(`list ${prefix}>`, async () => {
+      const found: string[] = [];
+      for await (const key of await this.#kv.keys(`${prefix}>`)) found.push(key);
+      return found;
+    });
+    for (const key of keys) {
+      const entry = await this.#call(`get ${key}`, () => this.#kv.get(key));
+      if (!entry || entry.operation !== 'PUT') continue; // deleted or expired since the key listing
+      const item = listEntry(entry.value, tenant, key.slice(prefix.length), entry.revision, entry.created);
+      if (matchesFilter(item, filter)) yield item;
+    }
+  }
+
+  async close(): Promise<void> {
+    // Nothing to release: the bucket handle holds no subscriptions, and the connection is the caller's.
+    this.#closed = true;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) throw storeClosed();
+  }
+
+  /** Runs one KV call, turning "wrong last sequence" into `onConflict` and anything else into TRANSPORT_ERROR. */
+  async #call<T>(what: string, fn: () => Promise<T>, onConflict?: () => TroupeError): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (onConflict && isWrongLastSequence(err)) throw onConflict();
+      throw transportError(`thread store: ${what} failed`, err);
+    }
+  }
+}
+
+/** 10164 is the variant newer servers send when they cannot tell the last sequence; same meaning for us. */
+function isWrongLastSequence(err: unknown): boolean {
+  return (
+    err instanceof JetStreamApiError &&
+    (err.code === JetStreamApiCodes.StreamWrongLastSequence || err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+function transportError(what: string, err: unknown): TroupeError {
+  if (err instanceof TroupeError) return err;
+  const wrapped = new TroupeError('TRANSPORT_ERROR', `${what}: ${err instanceof Error ? err.message : String(err)}`);
+  wrapped.cause = err;
+  return wrapped;
+}

@@ -1,0 +1,71 @@
+/**
+ * The durable thread record and the store seam. A thread record is the A2A Task plus the persisted XState
+ * snapshot of the thread actor; every change is a compare-and-set on the store's revision (DESIGN §5).
+ */
+import { z } from 'zod';
+import { TaskSchema, type TaskState } from '../protocol/index.js';
+
+export const THREAD_RECORD_VERSION = 1;
+
+export const ThreadRecordSchema = z.object({
+  /** Bumped on incompatible layout changes, so an old node refuses a record it would misread. */
+  version: z.literal(THREAD_RECORD_VERSION),
+  tenant: z.string().min(1),
+  threadId: z.string().min(1),
+  task: TaskSchema,
+  /** XState persisted snapshot. Opaque here: the thread machine validates it when it restores. */
+  snapshot: z.unknown(),
+  updatedAt: z.iso.datetime({ offset: true }),
+  /** Node holding the thread right now, when ownership is tracked in the record. */
+  owner: z.string().optional(),
+});
+export type ThreadRecord = z.infer<typeof ThreadRecordSchema>;
+
+export interface StoredThread {
+  record: ThreadRecord;
+  /** The record's etag: pass it to `update` to write only if nobody wrote in between. */
+  revision: number;
+}
+
+export interface ThreadListEntry {
+  threadId: string;
+  /**
+   * The task's state. A record that fails validation is still listed (so it can be found and repaired),
+   * with state `unknown` and `corrupt` set; `get` on it throws STORE_CORRUPT.
+   */
+  state: TaskState;
+  /** The record's `updatedAt`; for a corrupt record, when the store last wrote the key. */
+  updatedAt: string;
+  revision: number;
+  /** Why the record could not be read. Only set on corrupt records. */
+  corrupt?: string;
+}
+
+export interface ThreadListFilter {
+  /** Only threads in this state. Corrupt records count as `unknown`. */
+  state?: TaskState;
+}
+
+/**
+ * Persistence of thread records, keyed by tenant and thread id. Implementations: `KvThreadStore`
+ * (JetStream KV) and `MemoryThreadStore` (embedded mode, tests); both pass one conformance suite.
+ *
+ * Errors are TroupeErrors: STORE_CONFLICT (create on an existing key, update at a moved revision),
+ * STORE_CORRUPT (a stored value that fails validation), INVALID_MESSAGE (a tenant or thread id outside
+ * the key alphabet, or a record that fails the schema on write: nothing is written),
+ * PAYLOAD_TOO_LARGE, TRANSPORT_ERROR (the backend failed, or the store is closed).
+ */
+export interface ThreadStore {
+  /** The record and its revision, or undefined when there is none (never written, deleted or expired). */
+  get(tenant: string, threadId: string): Promise<StoredThread | undefined>;
+  /** Writes a new record and returns its revision. STORE_CONFLICT when the key already holds one. */
+  create(record: ThreadRecord): Promise<number>;
+  /** Compare-and-set: writes only if the key is still at `expectedRevision`, else STORE_CONFLICT. */
+  update(record: ThreadRecord, expectedRevision: number): Promise<number>;
+  /** Removes the record. Deleting a missing record is not an error. */
+  delete(tenant: string, threadId: string): Promise<void>;
+  /** The tenant's threads, in no particular order. Never yields another tenant's threads. */
+  list(tenant: string, filter?: ThreadListFilter): AsyncIterable<ThreadListEntry>;
+  /** Stops using the backend; later calls fail with TRANSPORT_ERROR. Does not close a NATS connection it was given. */
+  close(): Promise<void>;
+}
