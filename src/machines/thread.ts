@@ -71,6 +71,8 @@ export interface Turn {
   userMessageId: string;
   /** The agent holding the message now. */
   current: string;
+  /** Who handed `current` its message (`user` or an agent id). */
+  from: string;
   /** The message being sent to `current`. */
   outgoing: Message;
   /** Who sent the message to each agent in the chain, `user` at the bottom. */
@@ -207,6 +209,7 @@ export const threadSetup = setup({
         turn: {
           userMessageId: userMessage.messageId,
           current: USER,
+          from: USER,
           outgoing: userMessage,
           senderStack: [],
           hops: 0,
@@ -237,6 +240,7 @@ export const threadSetup = setup({
         turn: {
           ...turn,
           current: decision.agentId,
+          from,
           hops: hop,
           senderStack,
           route: [...turn.route, step],
@@ -393,7 +397,7 @@ export const threadMachine = threadSetup.createMachine({
               return {
                 agentId: turn?.current ?? '',
                 message: turn?.outgoing ?? { kind: 'message' as const, role: 'user' as const, messageId: 'none', parts: [{ kind: 'text' as const, text: '' }] },
-                sender: turn?.senderStack.at(-1) ?? USER,
+                sender: turn?.from ?? USER,
                 hop: turn?.hops ?? 0,
                 timeoutMs: context.config.agentTimeoutMs,
                 retries: context.config.retries,

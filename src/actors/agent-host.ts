@@ -1,0 +1,267 @@
+/**
+ * Joins an agent to the mesh: answers requests on its inbox (queue group per agent id, so replicas share
+ * the load), announces its card on the registry subject on start and on a heartbeat, streams chunks to
+ * the thread's `.out` subject, and validates everything that arrives. Bad input gets a typed error
+ * reply; the host keeps serving.
+ */
+import { randomUUID } from 'node:crypto';
+import { createActor, type Actor } from 'xstate';
+import type { Logger } from 'pino';
+import { agentMachine } from '../machines/agent.js';
+import {
+  CLIENT_ROUTING_URI,
+  DEFAULT_MAX_PAYLOAD,
+  HEADERS,
+  MessageSchema,
+  RoutingRequestSchema,
+  TroupeError,
+  decode,
+  describeZodError,
+  encodeJson,
+  type ActorInfo,
+  type AgentReply,
+  type Message,
+  type PsReply,
+  type RegistryEvent,
+  type TaskArtifactUpdateEvent,
+} from '../protocol/index.js';
+import { subjects } from '../transport/subjects.js';
+import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
+import type { AgentContext, AgentDefinition, AgentResult } from './agent.js';
+import { silentLogger } from './logger.js';
+
+export interface AgentHostOptions {
+  transport: Transport;
+  agent: AgentDefinition;
+  tenant?: string;
+  logger?: Logger;
+  /** How often the card is announced again. */
+  heartbeatMs?: number;
+  /** How long the registry keeps the card without a heartbeat. */
+  ttlMs?: number;
+  maxPayload?: number;
+  /** Replies remembered per messageId, so a retried call gets the same answer without redoing work. */
+  idempotencyCacheSize?: number;
+}
+
+function textOf(message: Message): string {
+  return message.parts.flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
+}
+
+export class AgentHost {
+  readonly instanceId = randomUUID();
+  readonly tenant: string;
+  readonly agentId: string;
+  readonly actor: Actor<typeof agentMachine>;
+  private readonly transport: Transport;
+  private readonly agent: AgentDefinition;
+  private readonly log: Logger;
+  private readonly heartbeatMs: number;
+  private readonly ttlMs: number;
+  private readonly maxPayload: number;
+  private readonly cacheSize: number;
+  private readonly replies = new Map<string, Promise<Uint8Array>>();
+  private readonly abort = new AbortController();
+  private subs: Subscription[] = [];
+  private heartbeat?: NodeJS.Timeout;
+
+  constructor(opts: AgentHostOptions) {
+    this.transport = opts.transport;
+    this.agent = opts.agent;
+    this.tenant = opts.tenant ?? 'demo';
+    this.agentId = opts.agent.card.id;
+    this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, agent: this.agentId, instance: this.instanceId.slice(0, 8) });
+    this.heartbeatMs = opts.heartbeatMs ?? 5_000;
+    this.ttlMs = opts.ttlMs ?? Math.max(15_000, this.heartbeatMs * 3);
+    this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+    this.cacheSize = opts.idempotencyCacheSize ?? 1_000;
+    this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}` });
+  }
+
+  async start(): Promise<this> {
+    this.actor.start();
+    const inbox = subjects.agentInbox(this.tenant, this.agentId);
+    this.subs.push(this.transport.subscribe(inbox, (msg) => this.onRequest(msg), { queue: subjects.agentQueue(this.agentId) }));
+    this.subs.push(this.transport.subscribe(subjects.ctl(this.tenant, 'ps'), (msg) => this.onPs(msg)));
+    // A node that starts asks every agent to announce at once instead of waiting for the heartbeat.
+    this.subs.push(this.transport.subscribe(subjects.ctl(this.tenant, 'announce'), () => this.announce()));
+    await this.transport.flush();
+    this.announce();
+    this.heartbeat = setInterval(() => this.announce(), this.heartbeatMs);
+    this.heartbeat.unref();
+    this.actor.send({ type: 'troupe.agent.joined' });
+    this.log.info({ inbox }, 'agent joined the mesh');
+    return this;
+  }
+
+  /** Says goodbye, stops taking requests and waits for the ones in flight. */
+  async stop(): Promise<void> {
+    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.actor.send({ type: 'troupe.agent.leave' });
+    if (!this.transport.closed) {
+      const goodbye: RegistryEvent = { kind: 'goodbye', agentId: this.agentId, instanceId: this.instanceId };
+      this.transport.publish(subjects.registry(this.tenant), encodeJson(goodbye));
+      await Promise.all(this.subs.map((s) => s.drain().catch(() => undefined)));
+      await this.transport.flush().catch(() => undefined);
+    }
+    this.subs = [];
+    this.abort.abort();
+    this.actor.send({ type: 'troupe.agent.left' });
+    this.actor.stop();
+    this.log.info('agent left the mesh');
+  }
+
+  info(node: string): ActorInfo {
+    const snap = this.actor.getSnapshot();
+    return {
+      kind: 'agent',
+      id: this.agentId,
+      state: typeof snap.value === 'string' ? snap.value : `ready.${String((snap.value as { ready: string }).ready)}`,
+      node,
+      status: 'live',
+      detail: { instance: this.instanceId, inFlight: snap.context.inFlight, handled: snap.context.handled, failed: snap.context.failed },
+    };
+  }
+
+  private announce(): void {
+    if (this.transport.closed) return;
+    const event: RegistryEvent = { kind: 'announce', card: this.agent.card, instanceId: this.instanceId, ttlMs: this.ttlMs };
+    try {
+      this.transport.publish(subjects.registry(this.tenant), encodeJson(event));
+    } catch (err) {
+      this.log.warn({ err }, 'could not announce the agent card');
+    }
+  }
+
+  private onPs(msg: InboundMessage): void {
+    const node = `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`;
+    const reply: PsReply = { node, actors: [this.info(node)], passivated: 0 };
+    msg.respond(encodeJson(reply));
+  }
+
+  private async onRequest(msg: InboundMessage): Promise<void> {
+    const msgId = msg.headers[HEADERS.msgId];
+    if (msgId) {
+      const cached = this.replies.get(msgId);
+      if (cached) {
+        msg.respond(await cached);
+        return;
+      }
+    }
+    const work = this.handle(msg);
+    if (msgId) {
+      this.replies.set(msgId, work);
+      if (this.replies.size > this.cacheSize) this.replies.delete(this.replies.keys().next().value as string);
+    }
+    msg.respond(await work);
+  }
+
+  /** Produces the encoded reply; never throws. */
+  private async handle(msg: InboundMessage): Promise<Uint8Array> {
+    const threadId = msg.headers[HEADERS.threadId] ?? '';
+    const log = this.log.child({ thread: threadId || undefined });
+    let message: Message;
+    try {
+      message = decode(MessageSchema, msg.data, `message to agent "${this.agentId}"`, this.maxPayload);
+    } catch (err) {
+      const error = TroupeError.from(err, 'INVALID_MESSAGE');
+      log.warn({ code: error.code }, error.message);
+      return encodeJson(error.toReply());
+    }
+    const rawRouting = message.metadata?.[CLIENT_ROUTING_URI];
+    let routing;
+    if (rawRouting !== undefined) {
+      const parsed = RoutingRequestSchema.safeParse(rawRouting);
+      if (!parsed.success) {
+        const error = new TroupeError(
+          'EXTENSION_PARSE_ERROR',
+          `client-routing metadata on message ${message.messageId} is invalid: ${describeZodError(parsed.error)}`,
+        );
+        log.warn({ code: error.code }, error.message);
+        return encodeJson(error.toReply());
+      }
+      routing = parsed.data;
+    }
+
+    this.actor.send({ type: 'troupe.agent.received', messageId: message.messageId, threadId });
+    const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
+    const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
+    const streamTo = msg.headers[HEADERS.streamTo];
+    const artifactId = `${message.messageId}:stream`;
+    const stream = (text: string) => {
+      if (!streamTo || this.transport.closed) return;
+      const event: TaskArtifactUpdateEvent = {
+        kind: 'artifact-update',
+        taskId,
+        contextId,
+        artifact: { artifactId, parts: [{ kind: 'text', text }], metadata: { 'troupe/agent': this.agentId } },
+        append: true,
+        lastChunk: false,
+      };
+      this.transport.publish(streamTo, encodeJson(event));
+    };
+    const ctx: AgentContext = {
+      tenant: this.tenant,
+      threadId,
+      taskId,
+      contextId,
+      sender: msg.headers[HEADERS.sender] ?? routing?.sender ?? 'user',
+      hop: Number(msg.headers[HEADERS.hop] ?? 0),
+      text: textOf(message),
+      peers: routing?.agentCards ?? [],
+      ...(routing ? { routing } : {}),
+      signal: this.abort.signal,
+      log,
+      stream,
+    };
+
+    try {
+      const result = await this.run(message, ctx);
+      const replyMessage = this.toReply(result, message, ctx);
+      this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
+      log.debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
+      return encodeJson(replyMessage);
+    } catch (err) {
+      this.actor.send({ type: 'troupe.agent.failed', messageId: message.messageId });
+      const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
+      log.error({ err, code: error.code }, 'handler failed');
+      return encodeJson(error.toReply());
+    }
+  }
+
+  private async run(message: Message, ctx: AgentContext): Promise<AgentResult> {
+    const out = this.agent.handle(message, ctx);
+    if (out && typeof out === 'object' && Symbol.asyncIterator in out) {
+      const gen = out as AsyncGenerator<string, AgentResult | void, void>;
+      const chunks: string[] = [];
+      for (;;) {
+        const step = await gen.next();
+        if (step.done) return step.value ?? chunks.join('');
+        chunks.push(step.value);
+        ctx.stream(step.value);
+      }
+    }
+    return await (out as AgentResult | Promise<AgentResult>);
+  }
+
+  private toReply(result: AgentResult, request: Message, ctx: AgentContext): AgentReply {
+    const base = { messageId: randomUUID(), contextId: ctx.contextId, taskId: ctx.taskId };
+    if (typeof result === 'string') {
+      return { kind: 'message', role: 'agent', ...base, parts: [{ kind: 'text', text: result }] };
+    }
+    if (result.kind === 'reply') {
+      const routing = result.to ? { [CLIENT_ROUTING_URI]: { recipient: result.to, ...(result.reason ? { reason: result.reason } : {}) } } : {};
+      const metadata = { ...result.metadata, ...routing };
+      return {
+        kind: 'message',
+        role: 'agent',
+        ...base,
+        parts: [{ kind: 'text', text: result.text }],
+        ...(Object.keys(metadata).length ? { metadata } : {}),
+      };
+    }
+    if (result.kind === 'message') return { ...base, ...result, role: 'agent' };
+    void request;
+    return result;
+  }
+}

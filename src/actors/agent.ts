@@ -1,0 +1,93 @@
+/**
+ * What an agent author writes: a card and a handler. `defineAgent` checks the card once, up front.
+ *
+ *   export default defineAgent({
+ *     card: { id: 'echo', name: 'Echo', description: 'Repeats you' },
+ *     handle: (message, ctx) => reply(`you said ${ctx.text}`, { to: 'sender' }),
+ *   });
+ */
+import type { Logger } from 'pino';
+import {
+  AgentCardSchema,
+  CLIENT_ROUTING_URI,
+  type AgentCard,
+  type AgentCardInput,
+  type Message,
+  type Task,
+} from '../protocol/index.js';
+import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
+
+export interface AgentContext {
+  readonly tenant: string;
+  readonly threadId: string;
+  readonly taskId: string;
+  readonly contextId: string;
+  /** Who sent this message: `user` or an agent id. */
+  readonly sender: string;
+  readonly hop: number;
+  /** The message's text parts joined. */
+  readonly text: string;
+  /** The other agents this one may route to (present when the agent declares client routing). */
+  readonly peers: readonly SimplifiedAgentCard[];
+  readonly routing?: RoutingRequest;
+  /** Aborted when the host stops. */
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+  /** Publishes a chunk to the user at once (no-op when the caller did not ask for streaming). */
+  stream(text: string): void;
+}
+
+/** A reply in its simplest form: text and, optionally, who should get it next. */
+export interface ReplySpec {
+  kind: 'reply';
+  text: string;
+  to?: string;
+  reason?: string;
+  metadata?: Record<string, unknown>;
+}
+
+export type AgentResult = string | ReplySpec | Message | Task;
+
+/**
+ * A handler returns a result, or yields text chunks (streamed to the user as they come) and may
+ * return a final result; when it returns nothing, the chunks joined are the reply.
+ */
+export type AgentHandler = (
+  message: Message,
+  ctx: AgentContext,
+) => AgentResult | Promise<AgentResult> | AsyncGenerator<string, AgentResult | void, void>;
+
+export interface AgentDefinition {
+  card: AgentCard;
+  handle: AgentHandler;
+}
+
+export function defineAgent(def: { card: AgentCardInput & { routing?: boolean }; handle: AgentHandler }): AgentDefinition {
+  const { routing = true, ...cardInput } = def.card;
+  const card = AgentCardSchema.parse(cardInput);
+  if (routing && !(card.capabilities.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI)) {
+    card.capabilities = {
+      ...card.capabilities,
+      extensions: [
+        ...(card.capabilities.extensions ?? []),
+        { uri: CLIENT_ROUTING_URI, description: 'Names the next recipient of its replies', required: false },
+      ],
+    };
+  }
+  return { card, handle: def.handle };
+}
+
+/** Reply with text, optionally naming the next recipient (`user`, `sender` or an agent id). */
+export function reply(text: string, opts: { to?: string; reason?: string; metadata?: Record<string, unknown> } = {}): ReplySpec {
+  return { kind: 'reply', text, ...opts };
+}
+
+export function isAgentDefinition(value: unknown): value is AgentDefinition {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    'card' in value &&
+    'handle' in value &&
+    typeof (value as { handle: unknown }).handle === 'function'
+  );
+}

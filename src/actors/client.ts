@@ -1,0 +1,168 @@
+/**
+ * Talking to the mesh as a user or an operator: send into a thread and follow its stream, list actors,
+ * inspect one, cancel a thread. The CLI, the benchmark and the tests use this; so can any app.
+ */
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import type { RouteStep } from '../machines/thread.js';
+import {
+  ErrorReplySchema,
+  InspectReplySchema,
+  PsReplySchema,
+  ThreadAckSchema,
+  ThreadEventSchema,
+  TroupeError,
+  decode,
+  encodeJson,
+  type ErrorBody,
+  type InspectReply,
+  type Message,
+  type PsReply,
+  type TaskStatusUpdateEvent,
+  type ThreadEvent,
+} from '../protocol/index.js';
+import { subjects } from '../transport/subjects.js';
+import { TransportError, type Transport } from '../transport/types.js';
+
+export interface SendOptions {
+  threadId?: string;
+  /** Called for every event on the thread's output, as it arrives (chunks, route steps, final). */
+  onEvent?: (event: ThreadEvent) => void;
+  timeoutMs?: number;
+  metadata?: Record<string, unknown>;
+  messageId?: string;
+}
+
+export interface SendResult {
+  threadId: string;
+  final: TaskStatusUpdateEvent;
+  events: ThreadEvent[];
+  route: RouteStep[];
+  text: string;
+  error?: ErrorBody;
+}
+
+const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema]);
+const ThreadCtlReply = z.union([z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() }), ErrorReplySchema]);
+
+export function textOfMessage(message: Message | undefined): string {
+  return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
+}
+
+export function userMessage(text: string, opts: { messageId?: string; metadata?: Record<string, unknown> } = {}): Message {
+  return {
+    kind: 'message',
+    role: 'user',
+    messageId: opts.messageId ?? randomUUID(),
+    parts: [{ kind: 'text', text }],
+    ...(opts.metadata ? { metadata: opts.metadata } : {}),
+  };
+}
+
+export class TroupeClient {
+  constructor(
+    readonly transport: Transport,
+    readonly tenant = 'demo',
+  ) {}
+
+  /** Sends a user message into a thread and resolves with the turn's final status. */
+  async send(input: string | Message, opts: SendOptions = {}): Promise<SendResult> {
+    const threadId = opts.threadId ?? `t-${randomUUID()}`;
+    const message = typeof input === 'string' ? userMessage(input, { ...(opts.messageId ? { messageId: opts.messageId } : {}), ...(opts.metadata ? { metadata: opts.metadata } : {}) }) : input;
+    const timeoutMs = opts.timeoutMs ?? 60_000;
+    const events: ThreadEvent[] = [];
+    let settle!: (e: TaskStatusUpdateEvent) => void;
+    let fail!: (e: Error) => void;
+    const finalEvent = new Promise<TaskStatusUpdateEvent>((resolve, reject) => {
+      settle = resolve;
+      fail = reject;
+    });
+    const sub = this.transport.subscribe(subjects.threadOut(this.tenant, threadId), (msg) => {
+      let event: ThreadEvent;
+      try {
+        event = decode(ThreadEventSchema, msg.data, 'thread event');
+      } catch {
+        return;
+      }
+      events.push(event);
+      opts.onEvent?.(event);
+      if (event.kind === 'status-update' && event.final) settle(event);
+    });
+    const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
+    try {
+      await this.transport.flush();
+      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, threadId), encodeJson(message), Math.min(timeoutMs, 10_000));
+      const ack = decode(AckOrError, res, 'thread acknowledgement');
+      if (ack.kind === 'error') throw TroupeError.fromBody(ack.error);
+      const final = await finalEvent;
+      const route = events.flatMap((e) => {
+        const step = e.metadata?.['troupe/route'];
+        return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
+      });
+      const error = final.metadata?.['troupe/error'] as ErrorBody | undefined;
+      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}) };
+    } finally {
+      clearTimeout(timer);
+      sub.unsubscribe();
+    }
+  }
+
+  /** Every live actor on every node and agent process that answers within the window. */
+  async ps(windowMs = 500): Promise<PsReply[]> {
+    const replies = await this.transport.requestMany(subjects.ctl(this.tenant, 'ps'), new Uint8Array(), { timeoutMs: windowMs });
+    return replies.flatMap((r) => {
+      try {
+        return [decode(PsReplySchema, r.data, 'ps reply')];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  async inspect(actorId: string, windowMs = 500): Promise<InspectReply | undefined> {
+    const replies = await this.transport.requestMany(subjects.ctl(this.tenant, 'inspect'), encodeJson({ actorId }), { timeoutMs: windowMs });
+    for (const r of replies) {
+      const parsed = InspectReplySchema.safeParse(JSON.parse(new TextDecoder().decode(r.data)));
+      if (parsed.success && parsed.data.found) return parsed.data;
+    }
+    return undefined;
+  }
+
+  async cancel(threadId: string, reason?: string): Promise<string> {
+    return this.threadCtl('cancel', threadId, reason);
+  }
+
+  async rehydrate(threadId: string): Promise<string> {
+    return this.threadCtl('rehydrate', threadId);
+  }
+
+  private async threadCtl(verb: 'cancel' | 'rehydrate', threadId: string, reason?: string): Promise<string> {
+    const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson({ threadId, ...(reason ? { reason } : {}) }), 10_000);
+    const reply = decode(ThreadCtlReply, data, `${verb} reply`);
+    if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+    return reply.state;
+  }
+
+  /** Raw control request (threads, thread). */
+  async ctl(verb: string, body: unknown): Promise<unknown> {
+    const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson(body), 10_000);
+    const json: unknown = JSON.parse(new TextDecoder().decode(data));
+    const err = ErrorReplySchema.safeParse(json);
+    if (err.success) throw TroupeError.fromBody(err.data.error);
+    return json;
+  }
+
+  private async requestOrExplain(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
+    try {
+      return (await this.transport.request(subject, data, { timeoutMs })).data;
+    } catch (err) {
+      if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
+        throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\``);
+      }
+      if (err instanceof TransportError && err.code === 'TIMEOUT') {
+        throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`);
+      }
+      throw err;
+    }
+  }
+}

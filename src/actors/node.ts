@@ -1,0 +1,204 @@
+/**
+ * A Troupe node: the registry, the thread host (router and thread actors) and the control plane on one
+ * transport. One process or twenty run the same code; nodes find each other only through subjects.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { ThreadConfig } from '../machines/thread.js';
+import type { RouterPolicy } from '../machines/router-policy.js';
+import {
+  DEFAULT_MAX_PAYLOAD,
+  InspectRequestSchema,
+  MessageSchema,
+  TroupeError,
+  decode,
+  encodeJson,
+  type ActorInfo,
+  type InspectReply,
+  type PsReply,
+  type ThreadAck,
+} from '../protocol/index.js';
+import type { ThreadStore } from '../store/types.js';
+import { subjects } from '../transport/subjects.js';
+import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
+import { z } from 'zod';
+import { silentLogger } from './logger.js';
+import { Registry } from './registry.js';
+import { ThreadHost, redact } from './thread-host.js';
+
+export interface NodeOptions {
+  transport: Transport;
+  tenant?: string;
+  nodeId?: string;
+  store?: ThreadStore;
+  config?: Partial<ThreadConfig>;
+  policy?: RouterPolicy;
+  logger?: Logger;
+  idleMs?: number;
+  inspect?: boolean;
+  maxPayload?: number;
+}
+
+const ThreadCtlSchema = z.object({ threadId: z.string().min(1), reason: z.string().optional() });
+
+export class TroupeNode {
+  readonly nodeId: string;
+  readonly tenant: string;
+  readonly registry: Registry;
+  readonly threads: ThreadHost;
+  private readonly transport: Transport;
+  private readonly log: Logger;
+  private readonly maxPayload: number;
+  private subs: Subscription[] = [];
+  private readonly startedAt = Date.now();
+
+  constructor(opts: NodeOptions) {
+    this.transport = opts.transport;
+    this.tenant = opts.tenant ?? 'demo';
+    this.nodeId = opts.nodeId ?? `node-${randomUUID().slice(0, 8)}`;
+    this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: this.nodeId });
+    this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+    this.registry = new Registry(this.transport, this.tenant, { logger: opts.logger ?? silentLogger() });
+    this.threads = new ThreadHost({
+      transport: this.transport,
+      registry: this.registry,
+      tenant: this.tenant,
+      nodeId: this.nodeId,
+      ...(opts.store ? { store: opts.store } : {}),
+      ...(opts.config ? { config: opts.config } : {}),
+      ...(opts.policy ? { policy: opts.policy } : {}),
+      ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
+      ...(opts.inspect !== undefined ? { inspect: opts.inspect } : {}),
+      logger: opts.logger ?? silentLogger(),
+    });
+  }
+
+  async start(): Promise<this> {
+    this.threads.start();
+    await this.registry.start();
+    const t = this.transport;
+    // Queue group: with several nodes each message is handled once. Per-thread ownership across nodes
+    // (so one thread's messages always reach the same node) comes with durable inbound streams.
+    this.subs.push(t.subscribe(subjects.allThreadsIn(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.onPs(m)));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.onInspect(m)));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.onThreadCtl(m, 'cancel'), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
+    await t.flush();
+    this.log.info({ transport: t.name }, 'node started');
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.subs.map((s) => s.drain().catch(() => undefined)));
+    this.subs = [];
+    await this.threads.stop();
+    await this.registry.stop();
+    this.log.info('node stopped');
+  }
+
+  /** Every actor this node holds (for `troupe ps`). */
+  ps(): PsReply {
+    const { actors, passivated } = this.threads.list();
+    const node: ActorInfo = {
+      kind: 'node',
+      id: this.nodeId,
+      state: 'running',
+      node: this.nodeId,
+      status: 'live',
+      detail: { liveThreads: this.threads.liveCount(), passivatedThreads: passivated, uptimeS: Math.round((Date.now() - this.startedAt) / 1000) },
+    };
+    const registry: ActorInfo = {
+      kind: 'registry',
+      id: `${this.nodeId}/registry`,
+      state: `${this.registry.agents().length} agents`,
+      node: this.nodeId,
+      status: 'live',
+      detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`) },
+    };
+    return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
+  }
+
+  private async onThreadIn(msg: InboundMessage): Promise<void> {
+    const threadId = subjects.threadIdOf(msg.subject) ?? '';
+    const log = this.log.child({ thread: threadId });
+    try {
+      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxPayload);
+      const { duplicate } = await this.threads.deliver(threadId, message);
+      const ack: ThreadAck = { kind: 'ack', threadId, messageId: message.messageId, ...(duplicate ? { duplicate } : {}) };
+      msg.respond(encodeJson(ack));
+    } catch (err) {
+      const error = TroupeError.from(err, 'INVALID_MESSAGE');
+      log.warn({ code: error.code }, error.message);
+      if (!msg.respond(encodeJson(error.toReply()))) {
+        // A plain publish has nobody to answer; say it on the thread's output so it is not lost.
+        this.transport.publish(
+          subjects.threadOut(this.tenant, threadId || 'unknown'),
+          encodeJson({ kind: 'status-update', taskId: threadId, contextId: threadId, status: { state: 'rejected' }, final: false, metadata: { 'troupe/error': error.toBody() } }),
+        );
+      }
+    }
+  }
+
+  private onPs(msg: InboundMessage): void {
+    msg.respond(encodeJson(this.ps()));
+  }
+
+  private onInspect(msg: InboundMessage): void {
+    try {
+      const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request');
+      if (actorId === this.nodeId || actorId === `${this.nodeId}/registry`) {
+        const actor = this.ps().actors.find((a) => a.id === actorId);
+        const reply: InspectReply = { found: true, node: this.nodeId, ...(actor ? { actor } : {}), value: actor?.state, context: actor?.detail, events: [] };
+        msg.respond(encodeJson(reply));
+        return;
+      }
+      const found = this.threads.inspect(actorId);
+      // Only the node holding the actor answers; the CLI gathers answers from every node.
+      if (found) {
+        const reply: InspectReply = { found: true, node: this.nodeId, actor: found.actor, value: found.value, context: found.context, events: found.events };
+        msg.respond(encodeJson(reply));
+      }
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
+    }
+  }
+
+  private async onThreadCtl(msg: InboundMessage, verb: 'cancel' | 'rehydrate'): Promise<void> {
+    try {
+      const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`);
+      const state = verb === 'cancel' ? await this.threads.cancel(threadId, reason) : await this.threads.rehydrate(threadId);
+      msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.nodeId }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  private async onThreads(msg: InboundMessage): Promise<void> {
+    try {
+      const filter = msg.data.length ? decode(z.object({ state: z.string().optional() }), msg.data, 'threads request') : {};
+      const live = new Set(this.threads.list().actors.filter((a) => a.kind === 'thread').map((a) => a.id));
+      const rows = [];
+      for await (const entry of this.threads.store.list(this.tenant)) {
+        if (filter.state && entry.state !== filter.state) continue;
+        rows.push({ ...entry, live: live.has(entry.threadId) });
+      }
+      msg.respond(encodeJson({ kind: 'threads', threads: rows }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  private async onThread(msg: InboundMessage): Promise<void> {
+    try {
+      const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request');
+      const stored = await this.threads.store.get(this.tenant, threadId);
+      if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact({ ...stored.record, snapshot: undefined }) }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+}

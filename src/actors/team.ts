@@ -1,0 +1,36 @@
+/** A team: the agents a node starts in-process and the thread settings they run with. */
+import type { ThreadConfig } from '../machines/thread.js';
+import { isAgentDefinition, type AgentDefinition } from './agent.js';
+
+export interface TeamDefinition {
+  name: string;
+  agents: AgentDefinition[];
+  config?: Partial<ThreadConfig>;
+}
+
+export function defineTeam(team: TeamDefinition): TeamDefinition {
+  if (team.agents.length === 0) throw new Error(`team "${team.name}" has no agents`);
+  const ids = new Set<string>();
+  for (const a of team.agents) {
+    if (ids.has(a.card.id)) throw new Error(`team "${team.name}" has two agents with id "${a.card.id}"`);
+    ids.add(a.card.id);
+  }
+  const entry = team.config?.entryAgent ?? team.agents[0]!.card.id;
+  if (!ids.has(entry)) throw new Error(`team "${team.name}": entry agent "${entry}" is not one of its agents`);
+  return { ...team, config: { ...team.config, entryAgent: entry } };
+}
+
+/** Loads a team or a single agent from a module's default export (or named `team` / `agent`). */
+export async function loadModule(path: string): Promise<{ team?: TeamDefinition; agents: AgentDefinition[] }> {
+  const { pathToFileURL } = await import('node:url');
+  const { resolve } = await import('node:path');
+  const mod = (await import(pathToFileURL(resolve(path)).href)) as Record<string, unknown>;
+  const candidate = mod.default ?? mod.team ?? mod.agent;
+  if (isAgentDefinition(candidate)) return { agents: [candidate] };
+  if (Array.isArray(candidate) && candidate.every(isAgentDefinition)) return { agents: candidate };
+  if (candidate && typeof candidate === 'object' && 'agents' in candidate) {
+    const team = candidate as TeamDefinition;
+    return { team, agents: team.agents };
+  }
+  throw new Error(`${path} exports no agent or team: export default defineAgent({...}) or defineTeam({...})`);
+}

@@ -1,0 +1,423 @@
+/**
+ * Holds thread actors (in a Map, not as children of one parent: XState copies the children map on
+ * every spawn) and binds the pure thread machine to the mesh: agent calls go over the transport, status
+ * events go out on the thread's `.out` subject, and every state change is committed to the store with
+ * compare-and-set. Idle threads are passivated (snapshot committed, actor stopped) and rehydrated on
+ * their next message.
+ */
+import { createActor, fromPromise, type Actor, type InspectionEvent } from 'xstate';
+import type { Logger } from 'pino';
+import { agentCallMachine, type AgentRequestInput } from '../machines/agent-call.js';
+import { routerMachine, type PolicyInput } from '../machines/router.js';
+import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../machines/thread.js';
+import type { RouterPolicy } from '../machines/router-policy.js';
+import {
+  AgentReplySchema,
+  HEADERS,
+  TERMINAL_TASK_STATES,
+  TroupeError,
+  decode,
+  encodeJson,
+  supportsClientRouting,
+  withRoutingRequest,
+  type ActorInfo,
+  type AgentReply,
+  type Message,
+  type RouterDecision,
+  type Task,
+  type TaskState,
+  type TaskStatusUpdateEvent,
+} from '../protocol/index.js';
+import { MemoryThreadStore } from '../store/memory.js';
+import { mutate } from '../store/mutate.js';
+import type { ThreadRecord, ThreadStore } from '../store/types.js';
+import { subjects } from '../transport/subjects.js';
+import type { Transport } from '../transport/types.js';
+import { silentLogger } from './logger.js';
+import type { Registry } from './registry.js';
+
+type ThreadActor = Actor<typeof threadMachine>;
+
+interface LiveThread {
+  threadId: string;
+  actor: ThreadActor;
+  lastActive: number;
+  events: Array<{ at: string; type: string; summary?: string }>;
+  lastStatus?: ThreadStatusEmitted;
+  /** Serialises commits of this thread. */
+  commit: Promise<void>;
+  dirty: boolean;
+}
+
+export interface ThreadHostOptions {
+  transport: Transport;
+  registry: Registry;
+  tenant?: string;
+  nodeId: string;
+  store?: ThreadStore;
+  config?: Partial<ThreadConfig>;
+  policy?: RouterPolicy;
+  logger?: Logger;
+  /** Passivate threads idle this long (ms). 0 disables passivation. */
+  idleMs?: number;
+  /** Publish inspection events on `troupe.<tenant>.inspect.<actorId>`. */
+  inspect?: boolean;
+  now?: () => number;
+}
+
+const EVENT_LOG_LIMIT = 25;
+
+export class ThreadHost {
+  readonly tenant: string;
+  readonly store: ThreadStore;
+  private readonly threads = new Map<string, LiveThread>();
+  private readonly loading = new Map<string, Promise<LiveThread>>();
+  private readonly transport: Transport;
+  private readonly registry: Registry;
+  private readonly log: Logger;
+  private readonly config: ThreadConfig;
+  private readonly machine;
+  private readonly idleMs: number;
+  private readonly now: () => number;
+  private passivator?: NodeJS.Timeout;
+  private unsubscribeRegistry?: () => void;
+  private passivatedCount = 0;
+
+  constructor(private readonly opts: ThreadHostOptions) {
+    this.tenant = opts.tenant ?? 'demo';
+    this.transport = opts.transport;
+    this.registry = opts.registry;
+    this.store = opts.store ?? new MemoryThreadStore();
+    this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: opts.nodeId });
+    this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
+    this.idleMs = opts.idleMs ?? 5 * 60_000;
+    this.now = opts.now ?? Date.now;
+    this.machine = threadMachine.provide({
+      actors: {
+        agentCall: agentCallMachine.provide({
+          actors: { request: fromPromise<AgentReply, AgentRequestInput>(({ input, self }) => this.callAgent(input, self.system)) },
+        }),
+        router: routerMachine.provide({
+          actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.decide(input)) },
+        }),
+      },
+    });
+  }
+
+  start(): this {
+    this.unsubscribeRegistry = this.registry.onChange(() => {
+      const agents = this.registry.directory();
+      for (const t of this.threads.values()) t.actor.send({ type: 'troupe.agents', agents });
+    });
+    if (this.idleMs > 0) {
+      this.passivator = setInterval(() => void this.passivateIdle(), Math.min(this.idleMs, 30_000));
+      this.passivator.unref();
+    }
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    if (this.passivator) clearInterval(this.passivator);
+    this.unsubscribeRegistry?.();
+    await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
+  }
+
+  /**
+   * Accepts a user message into a thread: validates it, creates or rehydrates the thread, hands the
+   * message to its actor and commits the state that includes it before acknowledging.
+   */
+  async deliver(threadId: string, message: Message): Promise<{ duplicate: boolean }> {
+    if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
+    const live = await this.obtain(threadId, message.contextId);
+    const snap = live.actor.getSnapshot();
+    if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
+      throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
+    }
+    const ctx = snap.context;
+    if (ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
+      return { duplicate: true };
+    }
+    live.lastActive = this.now();
+    live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
+    await this.flushCommits(live);
+    return { duplicate: false };
+  }
+
+  async cancel(threadId: string, reason?: string): Promise<TaskState> {
+    const live = await this.obtain(threadId, undefined, false);
+    const state = taskStateOf(live.actor.getSnapshot().value);
+    if (TERMINAL_TASK_STATES.includes(state)) throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is already ${state}`);
+    live.actor.send({ type: 'troupe.cancel', ...(reason ? { reason } : {}), now: this.now() });
+    await this.flushCommits(live);
+    return taskStateOf(live.actor.getSnapshot().value);
+  }
+
+  /** Live and passivated counts, and one ActorInfo per live thread and its children. */
+  list(): { actors: ActorInfo[]; passivated: number } {
+    const actors: ActorInfo[] = [];
+    for (const t of this.threads.values()) {
+      const snap = t.actor.getSnapshot();
+      const turn = snap.context.turn;
+      actors.push({
+        kind: 'thread',
+        id: t.threadId,
+        state: stateString(snap.value),
+        node: this.opts.nodeId,
+        threadId: t.threadId,
+        hops: turn?.hops ?? 0,
+        status: 'live',
+        detail: { turns: snap.context.turns, history: snap.context.history.length, current: turn?.current },
+      });
+      for (const [childId, child] of Object.entries(snap.children)) {
+        if (!child) continue;
+        const childSnap = child.getSnapshot() as { value?: unknown; status?: string };
+        actors.push({
+          kind: childId === 'router' ? 'router' : childId === 'agentCall' ? 'agent-call' : (childId as ActorInfo['kind']),
+          id: `${t.threadId}/${childId}`,
+          state: stateString(childSnap.value ?? childSnap.status),
+          node: this.opts.nodeId,
+          threadId: t.threadId,
+          parent: t.threadId,
+          status: 'live',
+          ...(childId === 'agentCall' && turn ? { detail: { agent: turn.current } } : {}),
+        });
+      }
+    }
+    return { actors, passivated: this.passivatedCount };
+  }
+
+  /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
+  inspect(actorId: string): { actor: ActorInfo; value: unknown; context: unknown; events: LiveThread['events'] } | undefined {
+    const [threadId, childId] = actorId.split('/');
+    const live = threadId ? this.threads.get(threadId) : undefined;
+    if (!live) return undefined;
+    const info = this.list().actors.find((a) => a.id === actorId);
+    if (!info) return undefined;
+    const snap = live.actor.getSnapshot();
+    if (childId) {
+      const child = snap.children[childId as keyof typeof snap.children] as { getSnapshot(): { value?: unknown; context?: unknown } } | undefined;
+      const childSnap = child?.getSnapshot();
+      return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: [] };
+    }
+    return { actor: info, value: snap.value, context: redact(snap.context), events: live.events };
+  }
+
+  liveCount(): number {
+    return this.threads.size;
+  }
+
+  /** Drops the live actor (if any) and reloads the thread from the store. */
+  async rehydrate(threadId: string): Promise<TaskState> {
+    const live = this.threads.get(threadId);
+    if (live) await this.passivate(live);
+    const loaded = await this.obtain(threadId, undefined, false);
+    return taskStateOf(loaded.actor.getSnapshot().value);
+  }
+
+  /** Waits until the thread's latest state is committed. */
+  async flushCommits(live: LiveThread): Promise<void> {
+    while (live.dirty) await live.commit;
+    await live.commit;
+  }
+
+  private async obtain(threadId: string, contextId?: string, create = true): Promise<LiveThread> {
+    const live = this.threads.get(threadId);
+    if (live) return live;
+    let pending = this.loading.get(threadId);
+    if (!pending) {
+      pending = this.load(threadId, contextId, create).finally(() => this.loading.delete(threadId));
+      this.loading.set(threadId, pending);
+    }
+    return pending;
+  }
+
+  private async load(threadId: string, contextId: string | undefined, create: boolean): Promise<LiveThread> {
+    const stored = await this.store.get(this.tenant, threadId);
+    if (!stored && !create) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
+    const live: LiveThread = { threadId, actor: undefined as unknown as ThreadActor, lastActive: this.now(), events: [], commit: Promise.resolve(), dirty: false };
+    const inspect = (ev: InspectionEvent) => this.onInspection(live, ev);
+    live.actor = stored
+      ? createActor(this.machine, { snapshot: stored.record.snapshot as never, id: threadId, inspect, input: undefined as never })
+      : createActor(this.machine, {
+          id: threadId,
+          inspect,
+          input: {
+            threadId,
+            tenant: this.tenant,
+            ...(contextId ? { contextId } : {}),
+            config: this.config,
+            agents: this.registry.directory(),
+            now: this.now(),
+          },
+        });
+    live.actor.on('troupe.thread.status', (event) => this.publishStatus(live, event));
+    live.actor.subscribe({
+      next: () => this.scheduleCommit(live),
+      error: (err) => this.log.error({ err, thread: threadId }, 'thread actor failed'),
+    });
+    this.threads.set(threadId, live);
+    if (stored) {
+      this.passivatedCount = Math.max(0, this.passivatedCount - 1);
+      this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
+    }
+    live.actor.start();
+    live.actor.send({ type: 'troupe.tick', now: this.now() });
+    live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
+    return live;
+  }
+
+  private onInspection(live: LiveThread, ev: InspectionEvent): void {
+    if (ev.type !== '@xstate.event') return;
+    const type = ev.event.type;
+    if (type === 'troupe.tick' || type === 'troupe.agents' || type.startsWith('xstate.init')) return;
+    const isRoot = (ev.actorRef as { _parent?: unknown })._parent === undefined;
+    const actorPath = isRoot ? live.threadId : `${live.threadId}/${(ev.actorRef as { id?: string }).id ?? 'child'}`;
+    live.events.push({ at: new Date(this.now()).toISOString(), type, summary: isRoot ? undefined : actorPath });
+    if (live.events.length > EVENT_LOG_LIMIT) live.events.shift();
+    if (this.opts.inspect) {
+      const snapshot = ev.actorRef.getSnapshot() as { value?: unknown };
+      const actorToken = actorPath.replace(/[^A-Za-z0-9_-]/g, '_');
+      this.transport.publish(
+        subjects.inspect(this.tenant, actorToken),
+        encodeJson({ actorId: actorPath, event: type, state: snapshot.value, at: new Date(this.now()).toISOString() }),
+      );
+    }
+  }
+
+  private publishStatus(live: LiveThread, event: ThreadStatusEmitted): void {
+    live.lastStatus = event;
+    const ctx = live.actor.getSnapshot().context;
+    const update: TaskStatusUpdateEvent = {
+      kind: 'status-update',
+      taskId: live.threadId,
+      contextId: ctx.contextId,
+      status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: new Date(this.now()).toISOString() },
+      final: event.final,
+      ...(event.route || event.error ? { metadata: { ...(event.route ? { 'troupe/route': event.route } : {}), ...(event.error ? { 'troupe/error': event.error } : {}) } } : {}),
+    };
+    if (event.route) this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason }, 'routed');
+    if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code }, event.error.message);
+    this.transport.publish(subjects.threadOut(this.tenant, live.threadId), encodeJson(update));
+  }
+
+  /** Commits the thread's latest snapshot; concurrent changes coalesce into the next write. */
+  private scheduleCommit(live: LiveThread): void {
+    if (live.dirty) return;
+    live.dirty = true;
+    live.commit = live.commit.then(async () => {
+      live.dirty = false;
+      try {
+        const record = this.recordOf(live);
+        await mutate(this.store, this.tenant, live.threadId, () => record);
+      } catch (err) {
+        this.log.error({ err, thread: live.threadId }, 'could not commit thread state');
+      }
+    });
+  }
+
+  private recordOf(live: LiveThread): ThreadRecord {
+    const snap = live.actor.getSnapshot();
+    const ctx = snap.context;
+    const state = taskStateOf(snap.value);
+    const statusMessage = live.lastStatus?.final ? live.lastStatus.message : undefined;
+    const task: Task = {
+      kind: 'task',
+      id: live.threadId,
+      contextId: ctx.contextId,
+      status: { state, ...(statusMessage ? { message: statusMessage } : {}), timestamp: new Date(this.now()).toISOString() },
+      history: ctx.history,
+      artifacts: [],
+      metadata: {
+        'troupe/routes': ctx.routeLog,
+        ...(ctx.lastError ? { 'troupe/error': ctx.lastError } : {}),
+        'troupe/turns': ctx.turns,
+      },
+    };
+    return {
+      version: 1,
+      tenant: this.tenant,
+      threadId: live.threadId,
+      task,
+      snapshot: live.actor.getPersistedSnapshot(),
+      updatedAt: new Date(this.now()).toISOString(),
+      owner: this.opts.nodeId,
+    };
+  }
+
+  private async passivateIdle(): Promise<void> {
+    const cutoff = this.now() - this.idleMs;
+    for (const live of [...this.threads.values()]) {
+      const state = taskStateOf(live.actor.getSnapshot().value);
+      if (live.lastActive <= cutoff && state !== 'working') await this.passivate(live);
+    }
+  }
+
+  /** Commits the state, stops the actor and frees its memory. */
+  async passivate(live: LiveThread): Promise<void> {
+    this.scheduleCommit(live);
+    await this.flushCommits(live);
+    live.actor.stop();
+    if (this.threads.get(live.threadId) === live) {
+      this.threads.delete(live.threadId);
+      this.passivatedCount++;
+    }
+  }
+
+  private async callAgent(input: AgentRequestInput, _system: unknown): Promise<AgentReply> {
+    const threadId = input.message.taskId ?? '';
+    const card = this.registry.card(input.agentId);
+    const message =
+      card && supportsClientRouting(card)
+        ? withRoutingRequest(input.message, { agentCards: this.registry.peersOf(input.agentId), sender: input.sender })
+        : input.message;
+    const headers = {
+      [HEADERS.threadId]: threadId,
+      [HEADERS.tenant]: this.tenant,
+      [HEADERS.hop]: String(input.hop),
+      [HEADERS.sender]: input.sender,
+      [HEADERS.msgId]: input.message.messageId,
+      [HEADERS.taskId]: threadId,
+      [HEADERS.contextId]: input.message.contextId ?? threadId,
+      [HEADERS.streamTo]: subjects.threadOut(this.tenant, threadId),
+    };
+    const res = await this.transport.request(subjects.agentInbox(this.tenant, input.agentId), encodeJson(message), {
+      timeoutMs: input.timeoutMs,
+      headers,
+    });
+    try {
+      return decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`);
+    } catch (err) {
+      const error = TroupeError.from(err, 'AGENT_ERROR');
+      return { kind: 'error', error: { code: 'AGENT_ERROR', message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
+    }
+  }
+
+  private async decide(input: PolicyInput): Promise<RouterDecision> {
+    if (!this.opts.policy) throw new TroupeError('ROUTER_FAILURE', 'no router policy configured');
+    const agents = this.registry.agents().filter((a) => input.agentIds.includes(a.id));
+    return this.opts.policy.decide({ message: input.message, agents });
+  }
+}
+
+function stateString(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (value && typeof value === 'object') {
+    return Object.entries(value)
+      .map(([k, v]) => `${k}.${stateString(v)}`)
+      .join(',');
+  }
+  return String(value);
+}
+
+const SECRET_KEY = /(pass(word)?|secret|token|api[-_]?key|authorization|credential)/i;
+const SECRET_VALUE = /\b(sk-[A-Za-z0-9]{10,}|[0-9]{13,19})\b|[\w.+-]+@[\w-]+\.[\w.-]+/g;
+
+/** A copy with secret-looking keys and values (keys, card numbers, emails) masked, for diagnostics. */
+export function redact(value: unknown): unknown {
+  if (typeof value === 'string') return value.replace(SECRET_VALUE, '[redacted]');
+  if (Array.isArray(value)) return value.map(redact);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SECRET_KEY.test(k) ? '[redacted]' : redact(v)]));
+  }
+  return value;
+}
