@@ -1,0 +1,58 @@
+/** CLI output: tables and colours for people on a TTY, plain JSON for scripts (`--json`). */
+import Table from 'cli-table3';
+import pc from 'picocolors';
+import { ERROR_CODES, TroupeError } from '../protocol/errors.js';
+import { TransportError } from '../transport/types.js';
+
+export const color = pc.createColors(Boolean(process.stdout.isTTY) && !process.env.NO_COLOR);
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+export function table(head: string[], rows: Array<Array<string | number | undefined>>): string {
+  const t = new Table({
+    head: head.map((h) => color.bold(h)),
+    style: { head: [], border: [], compact: true },
+    chars: { top: '', 'top-mid': '', 'top-left': '', 'top-right': '', bottom: '', 'bottom-mid': '', 'bottom-left': '', 'bottom-right': '', left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '  ' },
+  });
+  for (const row of rows) t.push(row.map((c) => (c === undefined ? '' : String(c))));
+  return t.toString();
+}
+
+const STATE_COLORS: Record<string, (s: string) => string> = {
+  'input-required': color.yellow,
+  completed: color.green,
+  canceled: color.gray,
+  failed: color.red,
+  rejected: color.red,
+  running: color.green,
+};
+
+export function colorState(state: string): string {
+  const key = Object.keys(STATE_COLORS).find((k) => state.startsWith(k));
+  if (key) return STATE_COLORS[key]!(state);
+  if (state.startsWith('working') || state.includes('busy') || state.includes('calling')) return color.cyan(state);
+  return state;
+}
+
+/** Prints an error with what to do next and returns the exit code. */
+export function reportError(err: unknown, json: boolean): number {
+  let code = 'ERROR';
+  let message = err instanceof Error ? err.message : String(err);
+  let hint = '';
+  if (err instanceof TroupeError) {
+    code = err.code;
+    hint = ERROR_CODES[err.code].hint;
+  } else if (err instanceof TransportError) {
+    code = `TRANSPORT_${err.code}`;
+    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL and the credentials (--user, TROUPE_NATS_PASSWORD)';
+  }
+  if (json) {
+    process.stdout.write(`${JSON.stringify({ error: { code, message, ...(hint ? { hint } : {}) } })}\n`);
+  } else {
+    process.stderr.write(`${color.red(color.bold(`error ${code}`))}: ${message}\n`);
+    if (hint && !message.includes(hint)) process.stderr.write(`${color.dim(`  → ${hint}`)}\n`);
+  }
+  return 1;
+}
