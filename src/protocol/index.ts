@@ -4,3 +4,4 @@ export * from './routing.js';
 export * from './headers.js';
 export * from './codec.js';
 export * from './wire.js';
+export * from './handoff.js';
