@@ -23,20 +23,6 @@ async function waitFor(cond: () => boolean, what: string, timeoutMs = 3_000): Pr
   }
 }
 
-/**
- * Works around test/helpers/nats-server.ts drawing hex passwords that nats.conf's variable parser can
- * read as numbers (`…1e5…`, all digits) and then refuses to start. Drop once the helper prefixes its
- * secrets with a letter.
- */
-async function startNatsServerReliably(): Promise<NatsServerHandle> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startNatsServer();
-    } catch (err) {
-      if (attempt >= 8 || !/could not be parsed|interface conversion/.test(String(err))) throw err;
-    }
-  }
-}
 
 interface Reported {
   err: unknown;
@@ -54,7 +40,7 @@ describe('nats.conf permissions', () => {
   const open: NatsTransport[] = [];
 
   beforeAll(async () => {
-    server = await startNatsServerReliably();
+    server = await startNatsServer();
   });
   afterAll(() => server?.stop());
   afterEach(async () => {

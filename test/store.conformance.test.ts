@@ -22,24 +22,9 @@ let nats: NatsServerHandle;
 let nc: NatsConnection;
 let bucketSeq = 0;
 
-/**
- * Works around a flake in test/helpers/nats-server.ts: its random hex passwords reach nats.conf through
- * `$VAR` references, and one that begins like a number (digits then `e`, `k`, `m`, `g`..., or all digits)
- * is lexed as one, so the server refuses to start about half the time. Fresh passwords on each attempt;
- * drop this once the helper makes them start with a letter.
- */
-async function startNatsServerWithRetry(attempts = 8): Promise<NatsServerHandle> {
-  for (let i = 1; ; i++) {
-    try {
-      return await startNatsServer();
-    } catch (err) {
-      if (i >= attempts || !String(err).includes('could not be parsed')) throw err;
-    }
-  }
-}
 
 beforeAll(async () => {
-  nats = await startNatsServerWithRetry();
+  nats = await startNatsServer();
   nc = await connect({ servers: nats.url });
 });
 

@@ -10,20 +10,6 @@ import { TransportError, type InboundMessage, type Transport } from '../src/tran
 import type { HandlerErrorContext } from '../src/transport/memory.js';
 import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 
-/**
- * Works around test/helpers/nats-server.ts drawing hex passwords that nats.conf's variable parser can
- * read as numbers (`…1e5…`, all digits) and then refuses to start. Drop once the helper prefixes its
- * secrets with a letter.
- */
-async function startNatsServerReliably(): Promise<NatsServerHandle> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startNatsServer();
-    } catch (err) {
-      if (attempt >= 8 || !/could not be parsed|interface conversion/.test(String(err))) throw err;
-    }
-  }
-}
 
 interface Backend {
   readonly name: string;
@@ -50,7 +36,7 @@ function natsBackend(): Backend {
   return {
     name: 'nats',
     setup: async () => {
-      server = await startNatsServerReliably();
+      server = await startNatsServer();
     },
     teardown: async () => {
       await server?.stop();
