@@ -1,0 +1,77 @@
+/**
+ * The embedded default: node, agents and client on one in-memory bus, as `troupe` runs without NATS.
+ * Covers what the hosts add on top of the machines: streaming, ps/inspect, passivation and rehydration.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/actors/logger.js';
+import demoTeam from '../src/demo/team.js';
+
+let mesh: Awaited<ReturnType<typeof startEmbedded>>;
+
+beforeAll(async () => {
+  mesh = await startEmbedded(demoTeam, silentLogger());
+});
+afterAll(async () => {
+  await mesh.stop();
+});
+
+describe('embedded mesh with the demo team', () => {
+  it('routes triage -> researcher -> writer, streaming the writer before the final answer', async () => {
+    const kinds: string[] = [];
+    const result = await mesh.client.send('Write about otters', { onEvent: (e) => kinds.push(e.kind) });
+    expect(result.route.map((s) => s.to)).toEqual(['triage', 'researcher', 'writer']);
+    expect(result.text).toContain('Here is your piece.');
+    expect(result.final.status.state).toBe('input-required');
+    const firstChunk = kinds.indexOf('artifact-update');
+    expect(firstChunk).toBeGreaterThan(-1);
+    expect(firstChunk).toBeLessThan(kinds.length - 1);
+  });
+
+  it('continues a thread and keeps its history across turns', async () => {
+    const first = await mesh.client.send('Is the sea cold?');
+    expect(first.route.map((s) => s.to)).toEqual(['triage', 'researcher', 'triage']);
+    const second = await mesh.client.send('Write a poem', { threadId: first.threadId });
+    expect(second.threadId).toBe(first.threadId);
+    const info = mesh.node.threads.inspect(first.threadId);
+    const history = (info?.context as { history: unknown[] }).history;
+    expect(history.length).toBeGreaterThanOrEqual(6);
+  });
+
+  it('ps lists the node, registry, agents and live threads', async () => {
+    const replies = await mesh.client.ps(200);
+    const kinds = new Set(replies.flatMap((r) => r.actors.map((a) => a.kind)));
+    expect([...kinds]).toEqual(expect.arrayContaining(['node', 'registry', 'agent', 'thread']));
+    const agents = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'agent').map((a) => a.id));
+    expect(agents.sort()).toEqual(['researcher', 'triage', 'writer']);
+  });
+
+  it('a passivated thread is rehydrated from the store on its next message with its history', async () => {
+    const first = await mesh.client.send('Tell me about kelp');
+    const live = mesh.node.threads.list().actors.find((a) => a.id === first.threadId);
+    expect(live?.state).toBe('input-required');
+    await mesh.node.threads.rehydrate(first.threadId); // passivate + reload through the store
+    const stored = await mesh.node.threads.store.get('demo', first.threadId);
+    expect(stored?.record.task.history?.length).toBe(4);
+    const second = await mesh.client.send('More please', { threadId: first.threadId });
+    expect(second.text).toContain('Here is your piece.');
+    const after = await mesh.node.threads.store.get('demo', first.threadId);
+    expect(after?.record.task.history?.length).toBe(8);
+    expect(after!.revision).toBeGreaterThan(stored!.revision);
+  });
+
+  it('rejects a message with the wrong role and keeps serving', async () => {
+    const bad = mesh.client.send({ kind: 'message', role: 'agent', messageId: 'x-1', parts: [{ kind: 'text', text: 'hi' }] });
+    await expect(bad).rejects.toMatchObject({ code: 'INVALID_MESSAGE' });
+    const ok = await mesh.client.send('still there?');
+    expect(ok.final.status.state).toBe('input-required');
+  });
+
+  it('a duplicate message id is acknowledged once and not processed twice', async () => {
+    const first = await mesh.client.send('once', { messageId: 'dup-1' });
+    const again = mesh.client.send('once', { messageId: 'dup-1', threadId: first.threadId, timeoutMs: 500 });
+    await expect(again).rejects.toMatchObject({ code: 'AGENT_TIMEOUT' });
+    const stored = await mesh.node.threads.store.get('demo', first.threadId);
+    expect(stored?.record.task.history?.filter((m) => m.messageId === 'dup-1')).toHaveLength(1);
+  });
+});
