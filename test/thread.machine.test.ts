@@ -2,12 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, waitFor, type AnyStateMachine, type EventObject } from 'xstate';
 import { getShortestPaths, getSimplePaths } from 'xstate/graph';
 import type { Message } from '../src/protocol/a2a.js';
-import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
+import { CLIENT_ROUTING_URI, type RouterDecision } from '../src/protocol/routing.js';
 import type { AgentReply } from '../src/protocol/wire.js';
 import type { AgentCallOutput, AgentRequestInput } from '../src/machines/agent-call.js';
 import { agentCallMachine } from '../src/machines/agent-call.js';
 import type { RouteDecision } from '../src/machines/route.js';
 import { routerMachine } from '../src/machines/router.js';
+import { orchestrationMachine, type CallAgentInput } from '../src/machines/orchestration.js';
 import { META, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
 import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
 
@@ -36,7 +37,7 @@ const agents = {
 
 describe('thread machine: model-based coverage', () => {
   it('reaches every state and fires every transition', () => {
-    const stubbed = threadMachine.provide({ actors: { agentCall: never as never, router: never as never } }) as AnyStateMachine;
+    const stubbed = threadMachine.provide({ actors: { agentCall: never as never, router: never as never, orchestration: never as never } }) as AnyStateMachine;
     const toAgent = (agentId: string, mode: 'initial' | 'forward'): RouteDecision => ({ to: 'agent', agentId, mode, reason: 't' });
     const ok = (reply: AgentReply): AgentCallOutput => ({ ok: true, agentId: 'triage', reply, attempts: 1 });
     const events = (snap: { value: unknown }): EventObject[] => {
@@ -53,6 +54,19 @@ describe('thread machine: model-based coverage', () => {
           { type: 'xstate.done.actor.router', output: { to: 'clarify', reason: 'low', confidence: 0.2 } } as EventObject,
           { type: 'xstate.done.actor.router', output: { to: 'user', reason: 'x', error: { code: 'ROUTER_FAILURE', message: 'x' } } } as EventObject,
           { type: 'xstate.error.actor.router', error: new Error('boom') } as EventObject,
+          { type: 'xstate.done.actor.router', output: { ...toAgent('triage', 'initial'), additionalAgents: ['writer'] } } as EventObject,
+        );
+      }
+      if (v.includes('"orchestrating"')) {
+        base.push(
+          {
+            type: 'xstate.done.actor.orchestration',
+            output: {
+              message: agentMsg('both'),
+              metadata: { agents_used: ['triage', 'writer'], execution_time_ms: 5, task_state: 'completed', strategy: 'parallel', failures: [], cancelled: [], skipped: [] },
+            },
+          } as EventObject,
+          { type: 'xstate.error.actor.orchestration', error: new Error('boom') } as EventObject,
         );
       }
       if (v.includes('"calling"')) {
@@ -145,6 +159,18 @@ function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => 
             const agent = team[input.agentId];
             if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
             return agent(input.message, input);
+          }),
+        },
+      }),
+      orchestration: orchestrationMachine.provide({
+        actors: {
+          callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
+            const agent = team[input.agentId];
+            if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
+            const reply = await agent(input.message, { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt, timeoutMs: 100 });
+            if (reply.kind === 'error') throw Object.assign(new Error(reply.error.message), reply.error);
+            if (reply.kind !== 'message') throw new Error('expected a message');
+            return reply;
           }),
         },
       }),
@@ -282,6 +308,57 @@ describe('thread machine: routing behaviour', () => {
     actor.send({ type: 'troupe.cancel' });
     expect(actor.getSnapshot().value).toBe('canceled');
     expect(statuses.at(-1)?.state).toBe('canceled');
+  });
+
+  it('a user message addressed to an agent skips the entry agent', async () => {
+    const { actor, statuses, calls } = runThread({ triage: () => agentMsg('t'), writer: () => agentMsg('w') });
+    actor.send({ type: 'troupe.user.message', message: { ...userMsg('direct'), metadata: { [CLIENT_ROUTING_URI]: { recipient: 'writer' } } } });
+    await waitFor(actor, () => statuses.some((s) => s.final));
+    expect(calls.map((c) => c.agentId)).toEqual(['writer']);
+  });
+
+  it('a policy decision naming several agents fans out and aggregates, reporting partial failure', async () => {
+    const machine = threadMachine.provide({
+      actors: {
+        router: routerMachine.provide({
+          actors: { policy: fromPromise<RouterDecision>(async () => ({ agentId: 'researcher', confidence: 0.9, reasoning: 'both', additionalAgents: ['writer'] })) },
+        }),
+        orchestration: orchestrationMachine.provide({
+          actors: {
+            callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
+              if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
+              return agentMsg('the facts');
+            }),
+          },
+        }),
+      },
+    });
+    const statuses: ThreadStatusEmitted[] = [];
+    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', now: 0, agents, config: { usePolicy: true, retries: 0 } } });
+    actor.on('troupe.thread.status', (e) => statuses.push(e));
+    actor.start();
+    actor.send({ type: 'troupe.user.message', message: userMsg('facts and prose') });
+    await waitFor(actor, () => statuses.some((s) => s.final));
+    const final = statuses.find((s) => s.final)!;
+    expect(textOf(final.message)).toContain('the facts');
+    expect(textOf(final.message)).toContain('However');
+    expect(final.message?.metadata).toMatchObject({ agents_used: ['researcher'], task_state: 'completed' });
+    expect((final.message?.metadata?.failures as Array<{ agentId: string }>).map((f) => f.agentId)).toEqual(['writer']);
+  });
+
+  it('low router confidence asks the user to clarify', async () => {
+    const machine = threadMachine.provide({
+      actors: { router: routerMachine.provide({ actors: { policy: fromPromise<RouterDecision>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) } }) },
+    });
+    const statuses: ThreadStatusEmitted[] = [];
+    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', now: 0, agents, config: { usePolicy: true } } });
+    actor.on('troupe.thread.status', (e) => statuses.push(e));
+    actor.start();
+    actor.send({ type: 'troupe.user.message', message: userMsg('hmm') });
+    await waitFor(actor, () => statuses.some((s) => s.final));
+    const final = statuses.find((s) => s.final)!;
+    expect(final.state).toBe('input-required');
+    expect(final.message?.metadata?.['troupe/clarify']).toMatchObject({ confidence: 0.3 });
   });
 
   it('history is pruned to the configured length', async () => {

@@ -9,6 +9,7 @@ import { createActor, fromPromise, type Actor, type InspectionEvent } from 'xsta
 import type { Logger } from 'pino';
 import { agentCallMachine, type AgentRequestInput } from '../machines/agent-call.js';
 import { routerMachine, type PolicyInput } from '../machines/router.js';
+import { orchestrationMachine, type CallAgentInput } from '../machines/orchestration.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../machines/thread.js';
 import type { RouterPolicy } from '../machines/router-policy.js';
 import {
@@ -99,6 +100,28 @@ export class ThreadHost {
         }),
         router: routerMachine.provide({
           actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.decide(input)) },
+        }),
+        orchestration: orchestrationMachine.provide({
+          actors: {
+            callAgent: fromPromise<Message, CallAgentInput>(async ({ input, self }) => {
+              // The orchestration keeps time from ticks; one right before settling makes execution_time_ms exact.
+              const tick = () => (self as unknown as { _parent?: { send(e: unknown): void } })._parent?.send({ type: 'troupe.orchestration.tick', now: this.now() });
+              try {
+                const reply = await this.callAgent(
+                  { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs },
+                  undefined,
+                );
+                tick();
+                if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+                const message = reply.kind === 'task' ? reply.status.message : reply;
+                if (!message) throw new TroupeError('AGENT_ERROR', `agent "${input.agentId}" returned a task without a message`);
+                return { ...message, metadata: { ...message.metadata, 'troupe/agent': input.agentId } };
+              } catch (err) {
+                tick();
+                throw err;
+              }
+            }),
+          },
         }),
       },
     });

@@ -12,6 +12,7 @@ import { USER } from '../protocol/routing.js';
 import { agentCallMachine, type AgentCallOutput } from './agent-call.js';
 import type { AgentDirectory, RouteDecision } from './route.js';
 import { routerMachine, type RouterInput } from './router.js';
+import { orchestrationMachine, type OrchestrationOutput, type OrchestrationStrategy } from './orchestration.js';
 
 /** Metadata keys Troupe adds to messages it publishes. */
 export const META = {
@@ -33,6 +34,8 @@ export interface ThreadConfig {
   maxAttempts: number;
   fallbackAgent?: string;
   clarifyText: string;
+  /** How a decision naming several agents fans out. */
+  orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
 }
 
 export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
@@ -46,6 +49,7 @@ export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
   threshold: 0.7,
   maxAttempts: 3,
   clarifyText: "I'm not sure which of our agents should take this. Could you say a bit more about what you need?",
+  orchestration: { strategy: 'parallel', maxParallelAgents: 3 },
 };
 
 export interface ThreadInput {
@@ -176,10 +180,12 @@ export const threadSetup = setup({
   actors: {
     agentCall: agentCallMachine,
     router: routerMachine,
+    orchestration: orchestrationMachine,
   },
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
+    routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
     agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
@@ -268,6 +274,39 @@ export const threadSetup = setup({
         turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
         history: prune([...context.history, answer], context.config.historyLimit),
       };
+    }),
+    /** A fan-out's aggregated answer becomes the turn's answer, with its metadata. */
+    recordOrchestration: assign(({ context }, output: OrchestrationOutput) => {
+      const turn = context.turn;
+      if (!turn) return {};
+      const answer: Message = {
+        ...output.message,
+        contextId: context.contextId,
+        taskId: context.threadId,
+        metadata: { ...output.message.metadata, [META.agent]: output.metadata.agents_used.join('+') || 'troupe', ...output.metadata },
+      };
+      const failures = output.metadata.failures;
+      return {
+        turn: { ...turn, lastAnswer: answer, lastFrom: turn.current },
+        history: prune([...context.history, answer], context.config.historyLimit),
+        lastError:
+          output.metadata.task_state === 'failed'
+            ? { code: 'WORKFLOW_ERROR' as const, message: `every agent failed: ${failures.map((f) => `${f.agentId} (${f.code})`).join(', ')}` }
+            : undefined,
+      };
+    }),
+    /** Route steps for the extra agents of a fan-out (the primary was recorded by applyAgentRoute). */
+    applyFanOutRoute: assign(({ context }, decision: RouteDecision) => {
+      const turn = context.turn;
+      if (!turn || decision.to !== 'agent') return {};
+      const steps: RouteStep[] = (decision.additionalAgents ?? []).map((agentId) => ({
+        from: USER,
+        to: agentId,
+        hop: 0,
+        reason: `fan-out (${context.config.orchestration.strategy}) with ${decision.agentId}`,
+        at: context.now,
+      }));
+      return { turn: { ...turn, route: [...turn.route, ...steps] }, routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT) };
     }),
     recordCallError: assign({
       lastError: (_, output: AgentCallOutput) => {
@@ -367,6 +406,15 @@ export const threadMachine = threadSetup.createMachine({
             }),
             onDone: [
               {
+                guard: { type: 'routesToFanOut', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: 'orchestrating',
+                actions: [
+                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  { type: 'applyFanOutRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  'announceRoute',
+                ],
+              },
+              {
                 guard: { type: 'routesToAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
                 target: 'calling',
                 actions: [
@@ -432,6 +480,36 @@ export const threadMachine = threadSetup.createMachine({
                 actions: { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
               },
             ],
+          },
+        },
+        /** The router named several agents: fan out, then aggregate their answers into one. */
+        orchestrating: {
+          invoke: {
+            id: 'orchestration',
+            src: 'orchestration',
+            input: ({ context }) => {
+              const turn = context.turn;
+              const primary = turn?.route[0]?.to ?? turn?.current ?? '';
+              const extra = (turn?.route ?? []).slice(1).map((s) => s.to);
+              const o = context.config.orchestration;
+              return {
+                decision: { agentId: primary, confidence: turn?.route[0]?.confidence ?? 1, reasoning: turn?.route[0]?.reason ?? '', additionalAgents: extra },
+                message: turn?.outgoing ?? { kind: 'message' as const, role: 'user' as const, messageId: 'none', parts: [{ kind: 'text' as const, text: '' }] },
+                strategy: o.strategy,
+                maxParallelAgents: o.maxParallelAgents,
+                agentTimeoutMs: context.config.agentTimeoutMs,
+                retries: context.config.retries,
+                retryDelayMs: context.config.retryDelayMs,
+                startedAt: context.now,
+                ...(o.fallbackMessage ? { fallbackMessage: o.fallbackMessage } : {}),
+                ...(o.partialFailureTemplate ? { partialFailureTemplate: o.partialFailureTemplate } : {}),
+              };
+            },
+            onDone: {
+              target: 'answering',
+              actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+            },
+            onError: { target: 'answering' },
           },
         },
         /** The router decides where the agent's reply goes: the user, back to its sender, or another agent. */
