@@ -7,7 +7,7 @@ import type { AgentReply } from '../src/protocol/wire.js';
 import type { AgentCallOutput, AgentRequestInput } from '../src/machines/agent-call.js';
 import { agentCallMachine } from '../src/machines/agent-call.js';
 import type { RouteDecision } from '../src/machines/route.js';
-import { routerMachine } from '../src/machines/router.js';
+import { routerMachine, type PolicyInput } from '../src/machines/router.js';
 import { orchestrationMachine, type CallAgentInput } from '../src/machines/orchestration.js';
 import { META, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
 import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
@@ -321,7 +321,7 @@ describe('thread machine: routing behaviour', () => {
     const machine = threadMachine.provide({
       actors: {
         router: routerMachine.provide({
-          actors: { policy: fromPromise<RouterDecision>(async () => ({ agentId: 'researcher', confidence: 0.9, reasoning: 'both', additionalAgents: ['writer'] })) },
+          actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'researcher', confidence: 0.9, reasoning: 'both', additionalAgents: ['writer'] })) },
         }),
         orchestration: orchestrationMachine.provide({
           actors: {
@@ -348,7 +348,7 @@ describe('thread machine: routing behaviour', () => {
 
   it('low router confidence asks the user to clarify', async () => {
     const machine = threadMachine.provide({
-      actors: { router: routerMachine.provide({ actors: { policy: fromPromise<RouterDecision>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) } }) },
+      actors: { router: routerMachine.provide({ actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) } }) },
     });
     const statuses: ThreadStatusEmitted[] = [];
     const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', now: 0, agents, config: { usePolicy: true } } });
