@@ -60,6 +60,12 @@ describe('embedded mesh with the demo team', () => {
     expect(after!.revision).toBeGreaterThan(stored!.revision);
   });
 
+  it('several messages in flight on one thread each get their own answer, in order', async () => {
+    const threadId = 'concurrent-1';
+    const texts = await Promise.all(['a', 'b', 'c', 'd'].map((t) => mesh.client.send(`note ${t}`, { threadId }).then((r) => r.text)));
+    texts.forEach((text, i) => expect(text).toContain(`note ${'abcd'[i]}`));
+  });
+
   it('rejects a message with the wrong role and keeps serving', async () => {
     const bad = mesh.client.send({ kind: 'message', role: 'agent', messageId: 'x-1', parts: [{ kind: 'text', text: 'hi' }] });
     await expect(bad).rejects.toMatchObject({ code: 'INVALID_MESSAGE' });

@@ -86,7 +86,9 @@ export class TroupeClient {
       }
       events.push(event);
       opts.onEvent?.(event);
-      if (event.kind === 'status-update' && event.final) settle(event);
+      // Several sends may be in flight on one thread: a final answer names the message it answers.
+      const inReplyTo = event.kind === 'status-update' ? event.status.message?.metadata?.['troupe/inReplyTo'] : undefined;
+      if (event.kind === 'status-update' && event.final && (inReplyTo === undefined || inReplyTo === message.messageId)) settle(event);
     });
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
     try {

@@ -20,6 +20,8 @@ export const META = {
   route: 'troupe/route',
   error: 'troupe/error',
   hops: 'troupe/hops',
+  /** The user message a final answer answers, so a client with several messages in flight can match them. */
+  inReplyTo: 'troupe/inReplyTo',
 } as const;
 
 export interface ThreadConfig {
@@ -322,7 +324,12 @@ export const threadSetup = setup({
     answerUser: enqueueActions(({ context, enqueue }, params: { state: TaskState; reason?: string }) => {
       const turn = context.turn;
       const error = context.lastError;
-      const routeMeta = { [META.route]: turn?.route ?? [], [META.hops]: turn?.hops ?? 0, ...(error ? { [META.error]: error } : {}) };
+      const routeMeta = {
+        [META.route]: turn?.route ?? [],
+        [META.hops]: turn?.hops ?? 0,
+        ...(turn ? { [META.inReplyTo]: turn.userMessageId } : {}),
+        ...(error ? { [META.error]: error } : {}),
+      };
       let message: Message;
       if (turn?.lastAnswer) {
         message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta } };
@@ -340,6 +347,7 @@ export const threadSetup = setup({
       const reason = decision.to === 'clarify' ? decision.reason : '';
       const message = systemMessage(context, `${context.turn?.userMessageId ?? 'thread'}:clarify`, context.config.clarifyText, {
         'troupe/clarify': { reason, confidence: decision.to === 'clarify' ? decision.confidence : undefined },
+        ...(context.turn ? { [META.inReplyTo]: context.turn.userMessageId } : {}),
       });
       enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit), turn: undefined });
       enqueue.emit({ type: 'troupe.thread.status', state: 'input-required', final: true, message });

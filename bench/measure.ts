@@ -1,0 +1,127 @@
+/**
+ * Timing helpers for the benchmark: a sequential latency run, a fixed-concurrency throughput run and
+ * percentiles. Times come from `process.hrtime.bigint()` and are reported in microseconds.
+ */
+
+/** One operation; `worker` is the concurrent worker's index (0 in a sequential run), `i` its iteration. */
+export type Op = (worker: number, i: number) => Promise<unknown>;
+
+export interface LatencyStats {
+  count: number;
+  p50Us: number;
+  p99Us: number;
+  meanUs: number;
+  minUs: number;
+  maxUs: number;
+}
+
+export interface SequentialResult extends LatencyStats {
+  errors: number;
+  firstError?: string;
+}
+
+export interface ConcurrentResult {
+  concurrency: number;
+  /** Successful operations. */
+  ops: number;
+  errors: number;
+  firstError?: string;
+  seconds: number;
+  perSecond: number;
+  /** Latency of each operation while `concurrency` are in flight. */
+  latency: LatencyStats;
+}
+
+/** Nearest-rank percentile of an ascending array. */
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sorted.length);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
+}
+
+export function summarize(samplesUs: number[]): LatencyStats {
+  const sorted = Float64Array.from(samplesUs).sort();
+  const n = sorted.length;
+  let sum = 0;
+  for (const v of sorted) sum += v;
+  return {
+    count: n,
+    p50Us: percentile(sorted, 50),
+    p99Us: percentile(sorted, 99),
+    meanUs: n ? sum / n : Number.NaN,
+    minUs: n ? sorted[0]! : Number.NaN,
+    maxUs: n ? sorted[n - 1]! : Number.NaN,
+  };
+}
+
+const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
+
+function describe(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}
+
+/** Runs `op` `n` times, one after another, and reports the latency distribution of the successful ones. */
+export async function sequential(op: Op, n: number): Promise<SequentialResult> {
+  const samples: number[] = [];
+  let errors = 0;
+  let firstError: string | undefined;
+  for (let i = 0; i < n; i++) {
+    const start = process.hrtime.bigint();
+    try {
+      await op(0, i);
+      samples.push(elapsedUs(start));
+    } catch (err) {
+      errors++;
+      firstError ??= describe(err);
+    }
+  }
+  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
+}
+
+export interface ConcurrentOptions {
+  concurrency: number;
+  /** Stop starting new operations after this long. */
+  seconds: number;
+  /** ... or after this many were started, whichever comes first. */
+  maxOps?: number;
+}
+
+/**
+ * Keeps `concurrency` operations in flight: each worker starts its next one as soon as its last one
+ * settles. Throughput counts successful operations over the wall time until the last one settled.
+ */
+export async function concurrent(op: Op, opts: ConcurrentOptions): Promise<ConcurrentResult> {
+  const maxOps = opts.maxOps ?? Number.POSITIVE_INFINITY;
+  const samples: number[] = [];
+  let started = 0;
+  let errors = 0;
+  let firstError: string | undefined;
+  const begin = process.hrtime.bigint();
+  const deadline = begin + BigInt(Math.round(opts.seconds * 1e9));
+
+  const worker = async (w: number): Promise<void> => {
+    for (let i = 0; started < maxOps && process.hrtime.bigint() < deadline; i++) {
+      started++;
+      const start = process.hrtime.bigint();
+      try {
+        await op(w, i);
+        samples.push(elapsedUs(start));
+      } catch (err) {
+        errors++;
+        firstError ??= describe(err);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency }, (_, w) => worker(w)));
+
+  const seconds = elapsedUs(begin) / 1e6;
+  return {
+    concurrency: opts.concurrency,
+    ops: samples.length,
+    errors,
+    ...(firstError ? { firstError } : {}),
+    seconds,
+    perSecond: samples.length / seconds,
+    latency: summarize(samples),
+  };
+}
