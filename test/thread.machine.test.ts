@@ -37,7 +37,10 @@ const agents = {
 
 describe('thread machine: model-based coverage', () => {
   it('reaches every state and fires every transition', () => {
-    const stubbed = threadMachine.provide({ actors: { agentCall: never as never, router: never as never, orchestration: never as never } }) as AnyStateMachine;
+    const stubbed = threadMachine.provide({
+      actors: { agentCall: never as never, router: never as never, orchestration: never as never, handoff: never as never },
+    }) as AnyStateMachine;
+    const handoffReply = (slot: Record<string, unknown>) => ({ ...agentMsg('h'), metadata: { [CLIENT_ROUTING_URI]: slot } });
     const toAgent = (agentId: string, mode: 'initial' | 'forward'): RouteDecision => ({ to: 'agent', agentId, mode, reason: 't' });
     const ok = (reply: AgentReply): AgentCallOutput => ({ ok: true, agentId: 'triage', reply, attempts: 1 });
     const events = (snap: { value: unknown }): EventObject[] => {
@@ -47,6 +50,7 @@ describe('thread machine: model-based coverage', () => {
         { type: 'troupe.cancel' },
         { type: 'troupe.tick', now: 5 } as EventObject,
         { type: 'troupe.agents', agents } as EventObject,
+        { type: 'xstate.done.actor.handoff', output: { status: 'error', artifactsCreated: [], turns: 0, error: { code: 'AGENT_TIMEOUT', message: 'late' } } } as EventObject,
       ];
       if (v.includes('"routing"')) {
         base.push(
@@ -81,6 +85,12 @@ describe('thread machine: model-based coverage', () => {
             output: ok({ kind: 'task', id: 't', contextId: 'c', status: { state: 'failed', message: agentMsg('cannot') } }),
           } as EventObject,
           { type: 'xstate.done.actor.agentCall', output: ok({ kind: 'error', error: { code: 'INVALID_MESSAGE', message: 'bad' } }) } as EventObject,
+          {
+            type: 'xstate.done.actor.agentCall',
+            output: ok(handoffReply({ handoff: { targetAgentId: 'writer', contextSummary: 's', handoffReason: 'r' } })),
+          } as EventObject,
+          { type: 'xstate.done.actor.agentCall', output: ok(handoffReply({ handoff: { targetAgentId: 'nobody', contextSummary: 's', handoffReason: 'r' } })) } as EventObject,
+          { type: 'xstate.done.actor.agentCall', output: ok(handoffReply({ handoffReturn: { completionStatus: 'completed', resultSummary: 'done' } })) } as EventObject,
           { type: 'xstate.done.actor.agentCall', output: { ok: false, agentId: 'triage', error: { code: 'AGENT_TIMEOUT', message: 'late' }, attempts: 3 } } as EventObject,
         );
       }
@@ -96,9 +106,18 @@ describe('thread machine: model-based coverage', () => {
     const input = { threadId: 't1', tenant: 'demo', now: 0, agents };
     // A state is its value, whether messages are queued and the event that led there, so self-transitions count.
     // A node per (previous state, event, state): shortest paths then cover every edge, not only every state.
-    const serializeState = (s: { value: unknown; context: unknown }, e: EventObject | undefined, prev?: { value: unknown }) =>
-      JSON.stringify([prev?.value, e ? JSON.stringify(e) : '', s.value, (s.context as { pending: unknown[] }).pending.length > 0]);
-    const opts = { events, input, serializeState, limit: 20000 };
+    const serializeState = (s: { value: unknown; context: unknown }, e: EventObject | undefined, prev?: { value: unknown; context: unknown }) =>
+      JSON.stringify([
+        prev?.value,
+        (prev?.context as { turn?: { mode: string } } | undefined)?.turn?.mode,
+        (prev?.context as { handoff?: { phase: string } } | undefined)?.handoff?.phase,
+        e ? JSON.stringify(e) : '',
+        s.value,
+        (s.context as { pending: unknown[] }).pending.length > 0,
+        (s.context as { handoff?: { phase: string } }).handoff?.phase,
+        (s.context as { turn?: { mode: string } }).turn?.mode,
+      ]);
+    const opts = { events, input, serializeState, limit: 100000 };
     const paths = getShortestPaths(stubbed, opts);
     const cov = replayPaths(stubbed, paths, input);
     expect(missing(definedStates(threadMachine), cov.states)).toEqual([]);

@@ -25,6 +25,7 @@ import {
   type RegistryEvent,
   type TaskArtifactUpdateEvent,
 } from '../protocol/index.js';
+import { readHandoffRequest, type HandoffRequest } from '../protocol/handoff.js';
 import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from './agent.js';
@@ -46,6 +47,19 @@ export interface AgentHostOptions {
 
 function textOf(message: Message): string {
   return message.parts.flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
+}
+
+/** The handoff request and recent messages a thread attached, when this agent is a handoff target. */
+function handoffContext(message: Message): { handoff?: HandoffRequest; recentMessages?: Message[] } {
+  let handoff: HandoffRequest | undefined;
+  try {
+    handoff = readHandoffRequest(message);
+  } catch {
+    handoff = undefined;
+  }
+  const recent = message.metadata?.['troupe/recentMessages'];
+  const parsed = Array.isArray(recent) ? recent.flatMap((m) => { const r = MessageSchema.safeParse(m); return r.success ? [r.data] : []; }) : undefined;
+  return { ...(handoff ? { handoff } : {}), ...(parsed ? { recentMessages: parsed } : {}) };
 }
 
 export class AgentHost {
@@ -170,7 +184,10 @@ export class AgentHost {
     }
     const rawRouting = message.metadata?.[CLIENT_ROUTING_URI];
     let routing;
-    if (rawRouting !== undefined) {
+    // The slot may also carry handoff fields only; it is a routing request when it says who may be routed to.
+    const isRoutingRequest =
+      rawRouting !== undefined && (typeof rawRouting !== 'object' || rawRouting === null || 'agentCards' in rawRouting || 'sender' in rawRouting);
+    if (isRoutingRequest) {
       const parsed = RoutingRequestSchema.safeParse(rawRouting);
       if (!parsed.success) {
         const error = new TroupeError(
@@ -210,6 +227,7 @@ export class AgentHost {
       text: textOf(message),
       peers: routing?.agentCards ?? [],
       ...(routing ? { routing } : {}),
+      ...handoffContext(message),
       signal: this.abort.signal,
       log,
       stream,
@@ -250,7 +268,14 @@ export class AgentHost {
       return { kind: 'message', role: 'agent', ...base, parts: [{ kind: 'text', text: result }] };
     }
     if (result.kind === 'reply') {
-      const routing = result.to ? { [CLIENT_ROUTING_URI]: { recipient: result.to, ...(result.reason ? { reason: result.reason } : {}) } } : {};
+      const slot = {
+        ...(result.to ? { recipient: result.to } : {}),
+        ...(result.to && result.reason ? { reason: result.reason } : {}),
+        ...(result.handoff ? { handoff: result.handoff } : {}),
+        ...(result.handoffReturn ? { handoffReturn: { artifactsCreated: [], ...result.handoffReturn } } : {}),
+        ...(result.handoffAccept ? { handoffAccept: result.handoffAccept } : {}),
+      };
+      const routing = Object.keys(slot).length ? { [CLIENT_ROUTING_URI]: slot } : {};
       const metadata = { ...result.metadata, ...routing };
       return {
         kind: 'message',

@@ -16,6 +16,7 @@ import {
   type Task,
 } from '../protocol/index.js';
 import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
+import type { HandoffAccept, HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
 
 export interface AgentContext {
   readonly tenant: string;
@@ -30,6 +31,10 @@ export interface AgentContext {
   /** The other agents this one may route to (present when the agent declares client routing). */
   readonly peers: readonly SimplifiedAgentCard[];
   readonly routing?: RoutingRequest;
+  /** Set when this agent is the target of a handoff: who handed over, why, and the context summary. */
+  readonly handoff?: HandoffRequest;
+  /** Recent messages of the thread, sent along with a handoff. */
+  readonly recentMessages?: readonly Message[];
   /** Aborted when the host stops. */
   readonly signal: AbortSignal;
   readonly log: Logger;
@@ -38,12 +43,22 @@ export interface AgentContext {
 }
 
 /** A reply in its simplest form: text and, optionally, who should get it next. */
-export interface ReplySpec {
+export interface ReplySpec extends ReplyOptions {
   kind: 'reply';
   text: string;
+}
+
+export interface ReplyOptions {
+  /** Next recipient: `user`, `sender` or an agent id. */
   to?: string;
   reason?: string;
   metadata?: Record<string, unknown>;
+  /** Hand the conversation to another agent, which then talks to the user until it returns. */
+  handoff?: HandoffDirective;
+  /** As a handoff's target: give control back to the source with a result. */
+  handoffReturn?: HandoffReturnInput;
+  /** As a handoff's target, in the first reply: decline it (absent = accepted). */
+  handoffAccept?: HandoffAccept;
 }
 
 export type AgentResult = string | ReplySpec | Message | Task;
@@ -78,7 +93,7 @@ export function defineAgent(def: { card: AgentCardInput & { routing?: boolean };
 }
 
 /** Reply with text, optionally naming the next recipient (`user`, `sender` or an agent id). */
-export function reply(text: string, opts: { to?: string; reason?: string; metadata?: Record<string, unknown> } = {}): ReplySpec {
+export function reply(text: string, opts: ReplyOptions = {}): ReplySpec {
   return { kind: 'reply', text, ...opts };
 }
 

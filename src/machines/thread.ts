@@ -5,7 +5,7 @@
  * Pure: agent calls and the router policy are injected actors (`agentCall`, `router`), and everything
  * the outside world must see leaves as emitted `troupe.thread.status` events (the host publishes them).
  */
-import { assign, emit, enqueueActions, setup, type DoneActorEvent } from 'xstate';
+import { assign, emit, enqueueActions, sendTo, setup, type DoneActorEvent } from 'xstate';
 import type { Message, TaskState } from '../protocol/a2a.js';
 import type { ErrorBody } from '../protocol/errors.js';
 import { USER } from '../protocol/routing.js';
@@ -13,6 +13,15 @@ import { agentCallMachine, type AgentCallOutput } from './agent-call.js';
 import type { AgentDirectory, RouteDecision } from './route.js';
 import { routerMachine, type RouterInput } from './router.js';
 import { orchestrationMachine, type OrchestrationOutput, type OrchestrationStrategy } from './orchestration.js';
+import { handoffEventsForTargetReply, handoffFailedEvent, handoffMachine, type HandoffEvent, type HandoffOutput } from './handoff.js';
+import {
+  handoffRequestFromDirective,
+  readHandoffDirective,
+  readHandoffReturn,
+  withHandoffRequest,
+  type HandoffRequest,
+} from '../protocol/handoff.js';
+import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
 
 /** Metadata keys Troupe adds to messages it publishes. */
 export const META = {
@@ -36,6 +45,8 @@ export interface ThreadConfig {
   maxAttempts: number;
   fallbackAgent?: string;
   clarifyText: string;
+  /** Longest a handoff may hold the thread before control returns to its source. */
+  handoffMaxDurationMs: number;
   /** How a decision naming several agents fans out. */
   orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
 }
@@ -52,6 +63,7 @@ export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
   maxAttempts: 3,
   clarifyText: "I'm not sure which of our agents should take this. Could you say a bit more about what you need?",
   orchestration: { strategy: 'parallel', maxParallelAgents: 3 },
+  handoffMaxDurationMs: 10 * 60_000,
 };
 
 export interface ThreadInput {
@@ -88,6 +100,14 @@ export interface Turn {
   lastAnswer?: Message;
   lastFrom?: string;
   startedAt: number;
+  /** `handoffStart`: the message asks a target to take over; `handoffActive`: the user talks to the target. */
+  mode: 'normal' | 'handoffStart' | 'handoffActive';
+}
+
+/** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
+export interface ThreadHandoff {
+  request: HandoffRequest;
+  phase: 'pending' | 'active';
 }
 
 export interface ThreadContext {
@@ -105,13 +125,16 @@ export interface ThreadContext {
   lastError?: ErrorBody;
   now: number;
   turns: number;
+  handoff?: ThreadHandoff;
 }
 
 export type ThreadEvent =
   | { type: 'troupe.user.message'; message: Message; now?: number }
   | { type: 'troupe.agents'; agents: AgentDirectory }
   | { type: 'troupe.cancel'; reason?: string; now?: number }
-  | { type: 'troupe.tick'; now: number };
+  | { type: 'troupe.tick'; now: number }
+  /** The handoff child ended on its own (deadline) or after the thread ended it. */
+  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput };
 
 export interface ThreadStatusEmitted {
   type: 'troupe.thread.status';
@@ -172,6 +195,57 @@ function agentReplyMessage(output: Extract<AgentCallOutput, { ok: true }>): Mess
   return undefined;
 }
 
+/**
+ * What an agent's reply asks for by way of handoff: nothing, a valid request, or an error (malformed
+ * directive, handing off to itself or to an agent that is not live).
+ */
+function planHandoff(context: ThreadContext): { request: HandoffRequest } | { error: ErrorBody } | undefined {
+  const turn = context.turn;
+  const reply = turn?.lastAnswer;
+  if (!turn || !reply) return undefined;
+  let directive;
+  try {
+    directive = readHandoffDirective(reply);
+  } catch (err) {
+    return { error: { code: 'EXTENSION_PARSE_ERROR', message: err instanceof Error ? err.message : String(err) } };
+  }
+  if (!directive) return undefined;
+  const source = turn.lastFrom ?? turn.current;
+  if (!context.agents[directive.targetAgentId]) {
+    return { error: { code: 'AGENT_NOT_FOUND', message: `${source} asked to hand off to "${directive.targetAgentId}", which is not a live agent` } };
+  }
+  try {
+    return { request: handoffRequestFromDirective(directive, { threadId: context.threadId, tenantId: context.tenant, userId: 'user', sourceAgentId: source }) };
+  } catch (err) {
+    return { error: { code: 'INVALID_MESSAGE', message: err instanceof Error ? err.message : String(err) } };
+  }
+}
+
+/**
+ * The message that gives control back to the handoff's source agent: queued like a user message and
+ * addressed to the source, so the next turn resumes it with the result.
+ */
+function resumeMessage(context: ThreadContext, handoff: ThreadHandoff, status: string, summary: string): Message {
+  const { sourceAgentId, targetAgentId } = handoff.request;
+  return {
+    kind: 'message',
+    role: 'user',
+    messageId: `${context.threadId}:handoff:${context.turns}:${status}`,
+    contextId: context.contextId,
+    taskId: context.threadId,
+    parts: [{ kind: 'text', text: `Handoff to ${targetAgentId} ${status}: ${summary}` }],
+    metadata: {
+      [META.agent]: 'troupe',
+      [CLIENT_ROUTING_URI]: { recipient: sourceAgentId, handoffReturn: { completionStatus: status === 'completed' ? 'completed' : status === 'cancelled' ? 'cancelled' : 'error', resultSummary: summary, artifactsCreated: [] } },
+      'troupe/handoffResume': { targetAgentId, status },
+    },
+  };
+}
+
+function isResume(message: Message): boolean {
+  return message.metadata?.['troupe/handoffResume'] !== undefined;
+}
+
 export const threadSetup = setup({
   types: {
     input: {} as ThreadInput,
@@ -183,9 +257,24 @@ export const threadSetup = setup({
     agentCall: agentCallMachine,
     router: routerMachine,
     orchestration: orchestrationMachine,
+    handoff: handoffMachine,
   },
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
+    hasHandoff: ({ context }) => context.handoff !== undefined,
+    isHandoffStartReply: ({ context }) => context.turn?.mode === 'handoffStart' && context.handoff !== undefined,
+    isHandoffTargetReply: ({ context }) => context.turn?.mode === 'handoffActive' && context.handoff?.phase === 'active',
+    requestsHandoff: ({ context }) => {
+      const plan = planHandoff(context);
+      return plan !== undefined && 'request' in plan;
+    },
+    requestsHandoffWhileOpen: ({ context }) => context.handoff !== undefined && planHandoff(context) !== undefined,
+    hasMalformedHandoff: ({ context }) => {
+      const plan = planHandoff(context);
+      return plan !== undefined && 'error' in plan;
+    },
+    handoffCallFailed: ({ context }, output: AgentCallOutput) =>
+      context.handoff !== undefined && context.turn?.mode !== 'normal' && (!output.ok || output.reply.kind === 'error'),
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
     routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
@@ -223,8 +312,125 @@ export const threadSetup = setup({
           hops: 0,
           route: [],
           startedAt: context.now,
+          mode: context.handoff?.phase === 'active' && !isResume(userMessage) ? 'handoffActive' : 'normal',
         },
       };
+    }),
+    /** While a handoff is active the handoff actor counts the user's turns. */
+    notifyHandoffOfUserMessage: enqueueActions(({ context, enqueue }) => {
+      if (context.turn?.mode !== 'handoffActive') return;
+      const message = context.turn.outgoing;
+      enqueue.sendTo('handoff', { type: 'troupe.handoff.userMessage', message, now: context.now } satisfies HandoffEvent);
+    }),
+    tickHandoff: enqueueActions(({ context, enqueue }) => {
+      if (context.handoff) enqueue.sendTo('handoff', { type: 'troupe.handoff.tick', now: context.now } satisfies HandoffEvent);
+    }),
+    /** The source agent asked for a handoff: spawn the handoff actor and send the target the request. */
+    startHandoff: enqueueActions(({ context, enqueue }) => {
+      const turn = context.turn;
+      const plan = planHandoff(context);
+      if (!turn || !plan || !('request' in plan)) return;
+      const { request } = plan;
+      const source = turn.lastFrom ?? turn.current;
+      const userMessage = context.history.find((m) => m.messageId === turn.userMessageId) ?? turn.outgoing;
+      const recent = context.history.slice(-request.recentMessageCount);
+      const outgoing = withHandoffRequest(
+        {
+          ...messageFor(context, userMessage, `${turn.userMessageId}>handoff>${request.targetAgentId}`, source),
+          metadata: { ...messageFor(context, userMessage, 'x', source).metadata, 'troupe/recentMessages': recent, 'troupe/contextSummary': request.contextSummary },
+        },
+        request,
+      );
+      const step: RouteStep = { from: source, to: request.targetAgentId, hop: turn.hops + 1, reason: `handoff: ${request.handoffReason}`, at: context.now };
+      enqueue.spawnChild('handoff', { id: 'handoff', input: { request, now: context.now, maxDurationMs: context.config.handoffMaxDurationMs } });
+      enqueue.assign({
+        handoff: { request, phase: 'pending' },
+        turn: { ...turn, mode: 'handoffStart', current: request.targetAgentId, from: source, hops: turn.hops + 1, outgoing, route: [...turn.route, step] },
+        routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT),
+      });
+    }),
+    recordHandoffConflict: assign({
+      lastError: ({ context }) => ({
+        code: 'HANDOFF_CONFLICT' as const,
+        message: `thread ${context.threadId} already has an active handoff to ${context.handoff?.request.targetAgentId ?? 'another agent'}; finish or cancel it first`,
+      }),
+    }),
+    recordMalformedHandoff: assign({
+      lastError: ({ context }) => {
+        const plan = planHandoff(context);
+        return plan && 'error' in plan ? plan.error : context.lastError;
+      },
+    }),
+    /** The target's first answer: accept (it now talks to the user), reject (control stays), or return at once. */
+    applyTargetFirstReply: enqueueActions(({ context, enqueue }) => {
+      const turn = context.turn;
+      const handoff = context.handoff;
+      const reply = turn?.lastAnswer;
+      if (!turn || !handoff || !reply) return;
+      let events: HandoffEvent[];
+      try {
+        events = handoffEventsForTargetReply(reply, 'pending', context.now);
+      } catch (err) {
+        events = [handoffFailedEvent(err, context.now)];
+      }
+      for (const e of events) enqueue.sendTo('handoff', e);
+      const last = events.at(-1);
+      if (last?.type === 'troupe.handoff.rejected' || last?.type === 'troupe.handoff.failed') {
+        const why = last.type === 'troupe.handoff.rejected' ? (last.rejectionReason ?? 'no reason given') : last.error.message;
+        const text = `${handoff.request.targetAgentId} did not take over (${why}); ${handoff.request.sourceAgentId} keeps the conversation.`;
+        enqueue.assign({
+          handoff: undefined,
+          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { 'troupe/handoff': { status: 'rejected', reason: why } }) },
+        });
+      } else if (last?.type === 'troupe.handoff.returned') {
+        enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'completed', last.result.resultSummary ?? 'done'), ...context.pending] });
+      } else {
+        enqueue.assign({ handoff: { ...handoff, phase: 'active' } });
+      }
+    }),
+    /** A reply from the target during the handoff goes to the user; a return gives control back. */
+    applyTargetReply: enqueueActions(({ context, enqueue }) => {
+      const handoff = context.handoff;
+      const reply = context.turn?.lastAnswer;
+      if (!handoff || !reply) return;
+      let result;
+      try {
+        result = readHandoffReturn(reply);
+      } catch (err) {
+        enqueue.assign({ lastError: { code: 'EXTENSION_PARSE_ERROR', message: err instanceof Error ? err.message : String(err) } });
+        return;
+      }
+      if (!result) return;
+      enqueue.sendTo('handoff', { type: 'troupe.handoff.returned', result, now: context.now } satisfies HandoffEvent);
+      enqueue.assign({
+        handoff: undefined,
+        pending: [resumeMessage(context, handoff, result.completionStatus, result.resultSummary ?? 'no summary'), ...context.pending],
+      });
+    }),
+    /** The target failed or timed out: the handoff ends in error and control returns to the source. */
+    failHandoff: enqueueActions(({ context, enqueue }, output: AgentCallOutput) => {
+      const handoff = context.handoff;
+      if (!handoff) return;
+      const error = !output.ok ? output.error : output.reply.kind === 'error' ? output.reply.error : { code: 'AGENT_ERROR' as const, message: 'failed' };
+      enqueue.sendTo('handoff', handoffFailedEvent(error, context.now));
+      enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'failed', `${error.code}: ${error.message}`), ...context.pending] });
+    }),
+    /** The user cancels the handoff (not the thread): control returns to the source. */
+    cancelHandoff: enqueueActions(({ context, event, enqueue }) => {
+      const handoff = context.handoff;
+      if (!handoff) return;
+      const reason = event.type === 'troupe.cancel' && event.reason ? event.reason : 'cancelled by the user';
+      enqueue.sendTo('handoff', { type: 'troupe.handoff.cancel', reason, now: context.now } satisfies HandoffEvent);
+      enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'cancelled', reason), ...context.pending] });
+      enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: systemMessage(context, `${context.threadId}:handoff-cancel:${context.turns}`, `Handoff to ${handoff.request.targetAgentId} cancelled; back to ${handoff.request.sourceAgentId}.`, {}) });
+    }),
+    /** The handoff actor ended by itself (its deadline passed): control returns to the source. */
+    onHandoffEnded: enqueueActions(({ context, event, enqueue }) => {
+      const handoff = context.handoff;
+      if (!handoff || event.type !== 'xstate.done.actor.handoff') return;
+      const output = event.output;
+      const summary = output.error ? `${output.error.code}: ${output.error.message}` : (output.resultSummary ?? output.status);
+      enqueue.assign({ handoff: undefined, pending: [...context.pending, resumeMessage(context, handoff, output.status === 'error' ? 'failed' : output.status, summary)] });
     }),
     /** Applies a router decision that sends the message on to an agent. */
     applyAgentRoute: assign(({ context }, decision: RouteDecision) => {
@@ -380,7 +586,8 @@ export const threadMachine = threadSetup.createMachine({
   initial: 'submitted',
   on: {
     'troupe.agents': { actions: 'setAgents' },
-    'troupe.tick': { actions: 'setNow' },
+    'troupe.tick': { actions: ['setNow', 'tickHandoff'] },
+    'xstate.done.actor.handoff': { actions: 'onHandoffEnded' },
   },
   states: {
     submitted: {
@@ -390,10 +597,13 @@ export const threadMachine = threadSetup.createMachine({
       },
     },
     working: {
-      entry: ['startTurn', 'announceWorking'],
+      entry: ['startTurn', 'notifyHandoffOfUserMessage', 'announceWorking'],
       on: {
         'troupe.user.message': { actions: ['setNow', 'queueUserMessage'] },
-        'troupe.cancel': { target: 'canceled', actions: 'setNow' },
+        'troupe.cancel': [
+          { guard: 'hasHandoff', actions: ['setNow', 'cancelHandoff'] },
+          { target: 'canceled', actions: 'setNow' },
+        ],
       },
       initial: 'routing',
       states: {
@@ -407,6 +617,7 @@ export const threadMachine = threadSetup.createMachine({
               message: context.turn?.outgoing ?? { kind: 'message', role: 'user', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
               agents: context.agents,
               entryAgent: context.config.entryAgent,
+              ...(context.turn?.mode === 'handoffActive' && context.handoff ? { handoffTarget: context.handoff.request.targetAgentId } : {}),
               usePolicy: context.config.usePolicy,
               threshold: context.config.threshold,
               maxAttempts: context.config.maxAttempts,
@@ -480,8 +691,16 @@ export const threadMachine = threadSetup.createMachine({
               },
               {
                 guard: { type: 'callSucceeded', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
-                target: 'routingReply',
+                target: 'inspectingReply',
                 actions: { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+              },
+              {
+                guard: { type: 'handoffCallFailed', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: 'answering',
+                actions: [
+                  { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'failHandoff', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                ],
               },
               {
                 target: 'answering',
@@ -489,6 +708,17 @@ export const threadMachine = threadSetup.createMachine({
               },
             ],
           },
+        },
+        /** Handoffs first: a target's answer, a request to hand off; anything else goes to the router. */
+        inspectingReply: {
+          always: [
+            { guard: 'isHandoffStartReply', target: 'answering', actions: 'applyTargetFirstReply' },
+            { guard: 'requestsHandoffWhileOpen', target: 'answering', actions: 'recordHandoffConflict' },
+            { guard: 'isHandoffTargetReply', target: 'answering', actions: 'applyTargetReply' },
+            { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
+            { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
+            { target: 'routingReply' },
+          ],
         },
         /** The router named several agents: fan out, then aggregate their answers into one. */
         orchestrating: {
@@ -566,7 +796,10 @@ export const threadMachine = threadSetup.createMachine({
       always: { guard: 'hasPending', target: 'working' },
       on: {
         'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
-        'troupe.cancel': { target: 'canceled', actions: 'setNow' },
+        'troupe.cancel': [
+          { guard: 'hasHandoff', target: 'working', actions: ['setNow', 'cancelHandoff'] },
+          { target: 'canceled', actions: 'setNow' },
+        ],
       },
     },
     completed: { type: 'final' },

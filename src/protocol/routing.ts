@@ -67,12 +67,14 @@ export function readRoutingResponse(reply: Message): RoutingResponse | undefined
   return parsed.data;
 }
 
-/** Returns a copy of the message with the routing request for its receiver. */
+/** Returns a copy of the message with the routing request for its receiver (other fields in the slot, e.g. a handoff request, stay). */
 export function withRoutingRequest(message: Message, request: RoutingRequest): Message {
+  const slot = message.metadata?.[CLIENT_ROUTING_URI];
+  const rest = slot && typeof slot === 'object' && !Array.isArray(slot) ? slot : {};
   return {
     ...message,
     extensions: Array.from(new Set([...(message.extensions ?? []), CLIENT_ROUTING_URI])),
-    metadata: { ...message.metadata, [CLIENT_ROUTING_URI]: request },
+    metadata: { ...message.metadata, [CLIENT_ROUTING_URI]: { ...rest, ...request } },
   };
 }
 
