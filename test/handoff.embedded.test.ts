@@ -20,7 +20,9 @@ async function start(config = {}) {
 /** Every event published on a thread's output, for assertions on what the user saw. */
 function record(m: NonNullable<typeof mesh>, threadId: string): ThreadEvent[] {
   const events: ThreadEvent[] = [];
-  m.client.transport.subscribe(subjects.threadOut('demo', threadId), (msg) => events.push(decode(ThreadEventSchema, msg.data, 'event')));
+  m.client.transport.subscribe(subjects.threadOut('demo', threadId), (msg) => {
+    events.push(decode(ThreadEventSchema, msg.data, 'event'));
+  });
   return events;
 }
 
