@@ -4,7 +4,7 @@ import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/actors/logger.js';
 import { ThreadEventSchema, decode, type ThreadEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
-import { handoffTeam } from './fixtures/handoff-team.js';
+import { handoffTeam } from '../src/demo/handoff-team.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>> | undefined;
 afterEach(async () => {

@@ -97,10 +97,14 @@ export class TroupeClient {
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if (ack.kind === 'error') throw TroupeError.fromBody(ack.error);
       const final = await finalEvent;
-      const route = events.flatMap((e) => {
-        const step = e.metadata?.['troupe/route'];
-        return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
-      });
+      // The final answer carries the whole route; the streamed steps are the fallback.
+      const finalRoute = final.status.message?.metadata?.['troupe/route'];
+      const route = Array.isArray(finalRoute)
+        ? (finalRoute as RouteStep[])
+        : events.flatMap((e) => {
+            const step = e.metadata?.['troupe/route'];
+            return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
+          });
       const error = final.metadata?.['troupe/error'] as ErrorBody | undefined;
       return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}) };
     } finally {

@@ -1,11 +1,14 @@
 /** A team: the agents a node starts in-process and the thread settings they run with. */
 import type { ThreadConfig } from '../machines/thread.js';
+import type { RouterPolicy } from '../machines/router-policy.js';
 import { isAgentDefinition, type AgentDefinition } from './agent.js';
 
 export interface TeamDefinition {
   name: string;
   agents: AgentDefinition[];
   config?: Partial<ThreadConfig>;
+  /** Picks agents for messages nobody addressed (with `config.usePolicy`, the default when set). */
+  policy?: RouterPolicy;
 }
 
 export function defineTeam(team: TeamDefinition): TeamDefinition {

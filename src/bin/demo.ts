@@ -1,51 +1,128 @@
-/** `npm start`: the demo team on the embedded mesh, playing conversations that show the routing. */
+/** `npm start`: demo teams on the embedded mesh, playing conversations that show routing, fan-out and handoff. */
 import { startEmbedded } from '../actors/embedded.js';
 import { silentLogger } from '../actors/logger.js';
+import type { TeamDefinition } from '../actors/team.js';
+import { handoffTeam } from '../demo/handoff-team.js';
+import qaTeam from '../demo/qa-team.js';
 import demoTeam from '../demo/team.js';
 import type { RouteStep } from '../machines/thread.js';
+import { ThreadEventSchema, decode, type ThreadEvent } from '../protocol/index.js';
+import { subjects } from '../transport/subjects.js';
 import { color, printJson } from './output.js';
 
-const SCRIPT: Array<{ title: string; text: string }> = [
-  { title: 'A route through the team: triage → researcher → writer → user (writer streams)', text: 'Write a short note about sea otters' },
-  { title: 'A `sender` return: researcher answers triage, which answers the user', text: 'Do sea otters hold hands while sleeping?' },
-  { title: 'A loop between triage and writer, stopped by the hop limit', text: 'loop forever please' },
+interface Step {
+  title?: string;
+  text: string;
+  /** Steps with the same key share a thread. */
+  thread?: string;
+  /** Wait for this many extra final answers after the reply (e.g. the source agent resuming after a handoff). */
+  followUps?: number;
+}
+
+const SCENES: Array<{ team: TeamDefinition; intro: string; steps: Step[] }> = [
+  {
+    team: demoTeam,
+    intro: 'Team "demo" (triage, researcher, writer): agents name the next recipient with the client-routing extension',
+    steps: [
+      { title: 'A route through the team: triage → researcher → writer → user (writer streams)', text: 'Write a short note about sea otters' },
+      { title: 'A `sender` return: researcher answers triage, which answers the user', text: 'Do sea otters hold hands while sleeping?' },
+      { title: 'A loop between triage and writer, stopped by the hop limit', text: 'loop forever please' },
+    ],
+  },
+  {
+    team: qaTeam,
+    intro: 'Team "qa" (weather, travel, billing): no entry agent, the scoring router picks with a confidence',
+    steps: [
+      { title: 'Orchestrated: two questions fan out in parallel and the answers are aggregated', text: "What's the weather in Paris and can you book me a flight there?" },
+      { title: 'Partial failure: billing is down, the answer says so', text: 'Why was I charged twice, and will it be sunny in Rome?' },
+      { title: 'Low confidence: the router asks instead of guessing', text: 'hmm, not sure' },
+    ],
+  },
+  {
+    team: handoffTeam,
+    intro: 'Team "handoff" (main, skills): main hands the user to a specialist, which talks to them directly and returns',
+    steps: [
+      { title: 'main hands off to the skill builder', text: 'I want to create a skill', thread: 'h' },
+      { title: 'The user talks to the specialist directly (streamed)', text: 'It should summarise my inbox', thread: 'h' },
+      { title: 'The specialist returns; main resumes with the result', text: "That's all, I'm done", thread: 'h', followUps: 1 },
+    ],
+  },
 ];
 
+function text(e: ThreadEvent): string {
+  if (e.kind === 'artifact-update') return e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('');
+  return (e.status.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('');
+}
+
 export async function runDemo(json: boolean): Promise<void> {
-  const mesh = await startEmbedded(demoTeam, silentLogger());
   const out: unknown[] = [];
-  try {
-    if (!json) {
-      process.stdout.write(`${color.bold('Troupe demo')} — embedded mesh (in-memory transport), agents: ${demoTeam.agents.map((a) => a.card.id).join(', ')}\n`);
+  let n = 0;
+  for (const scene of SCENES) {
+    const mesh = await startEmbedded(scene.team, silentLogger());
+    const threads = new Map<string, string>();
+    try {
+      if (!json) process.stdout.write(`\n${color.bold(color.magenta(`▌ ${scene.intro}`))}\n`);
+      for (const step of scene.steps) {
+        n++;
+        if (!json) process.stdout.write(`\n${color.bold(`${n}. ${step.title ?? ''}`)}\n${color.green('user')}: ${step.text}\n`);
+        const threadId = step.thread ? (threads.get(step.thread) ?? `demo-${scene.team.name}-${step.thread}-${Date.now()}`) : undefined;
+        if (step.thread && threadId) threads.set(step.thread, threadId);
+        const followUps: ThreadEvent[] = [];
+        let seenOwnFinal = false;
+        const sub = threadId
+          ? mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), (msg) => {
+              const e = decode(ThreadEventSchema, msg.data, 'event');
+              if (e.kind === 'status-update' && e.final) {
+                if (seenOwnFinal) followUps.push(e);
+                seenOwnFinal = true;
+              }
+            })
+          : undefined;
+        let streaming = false;
+        const result = await mesh.client.send(step.text, {
+          ...(threadId ? { threadId } : {}),
+          onEvent: (e) => {
+            if (json) return;
+            if (e.kind === 'artifact-update') {
+              if (!streaming) process.stdout.write(color.dim('  ⋯ streaming: '));
+              streaming = true;
+              process.stdout.write(color.cyan(text(e)));
+              return;
+            }
+            if (streaming) process.stdout.write('\n');
+            streaming = false;
+            const route = e.metadata?.['troupe/route'] as RouteStep | undefined;
+            if (route) process.stdout.write(color.dim(`  ↳ hop ${route.hop}: ${route.from} → ${route.to}  (${route.reason})\n`));
+          },
+        });
+        const deadline = Date.now() + 5_000;
+        while (followUps.length < (step.followUps ?? 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+        sub?.unsubscribe();
+        const meta = result.final.status.message?.metadata ?? {};
+        out.push({
+          team: scene.team.name,
+          text: step.text,
+          answer: result.text,
+          route: result.route,
+          error: result.error,
+          state: result.final.status.state,
+          ...(meta.agents_used ? { agents_used: meta.agents_used, execution_time_ms: meta.execution_time_ms, task_state: meta.task_state } : {}),
+          followUps: followUps.map(text),
+        });
+        if (json) continue;
+        const from = String(meta['troupe/agent'] ?? 'agent');
+        process.stdout.write(`${color.bold(from)}: ${result.text.replace(/\n+/g, '\n    ')}\n`);
+        if (result.error) process.stdout.write(`${color.red(`${result.error.code}`)}: ${result.error.message}\n`);
+        const facts = [`route: ${result.route.map((s) => `${s.to}${s.confidence !== undefined ? ` (${s.confidence.toFixed(2)})` : ''}`).join(' → ') || '—'}`];
+        if (meta.agents_used) facts.push(`agents_used ${JSON.stringify(meta.agents_used)}`, `${String(meta.execution_time_ms)} ms`, `task_state ${String(meta.task_state)}`);
+        facts.push(`state ${result.final.status.state}`);
+        process.stdout.write(color.dim(`  ${facts.join('  ·  ')}\n`));
+        for (const f of followUps) process.stdout.write(`${color.bold(String(f.kind === 'status-update' ? (f.status.message?.metadata?.['troupe/agent'] ?? 'agent') : 'agent'))}: ${text(f)}\n`);
+      }
+    } finally {
+      await mesh.stop();
     }
-    for (const [i, step] of SCRIPT.entries()) {
-      if (!json) process.stdout.write(`\n${color.bold(`${i + 1}. ${step.title}`)}\n${color.green('user')}: ${step.text}\n`);
-      let streaming = false;
-      const result = await mesh.client.send(step.text, {
-        onEvent: (e) => {
-          if (json) return;
-          if (e.kind === 'artifact-update') {
-            if (!streaming) process.stdout.write(color.dim('  ⋯ streaming: '));
-            streaming = true;
-            process.stdout.write(color.cyan(e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('')));
-            return;
-          }
-          if (streaming) process.stdout.write('\n');
-          streaming = false;
-          const route = e.metadata?.['troupe/route'] as RouteStep | undefined;
-          if (route) process.stdout.write(color.dim(`  ↳ hop ${route.hop}: ${route.from} → ${route.to}  (${route.reason})\n`));
-        },
-      });
-      out.push({ title: step.title, text: step.text, answer: result.text, route: result.route, error: result.error, state: result.final.status.state });
-      if (json) continue;
-      const from = String(result.final.status.message?.metadata?.['troupe/agent'] ?? 'agent');
-      process.stdout.write(`${color.bold(from)}: ${result.text}\n`);
-      if (result.error) process.stdout.write(`${color.red(`${result.error.code}`)}: ${result.error.message}\n`);
-      process.stdout.write(color.dim(`  route: ${result.route.map((s) => s.to).join(' → ')}  ·  ${result.route.at(-1)?.hop ?? 0} hops  ·  state ${result.final.status.state}\n`));
-    }
-    if (json) printJson(out);
-    else process.stdout.write(`\n${color.dim('Next: run a mesh across processes on NATS — see README "Running on NATS".')}\n`);
-  } finally {
-    await mesh.stop();
   }
+  if (json) printJson(out);
+  else process.stdout.write(`\n${color.dim('Next: a mesh across processes on NATS — see README "Running on NATS". `troupe graph thread --format mermaid` draws the machines.')}\n`);
 }

@@ -101,6 +101,7 @@ program
       logger,
       store,
       ...(team?.config ? { config: team.config } : {}),
+      ...(team?.policy ? { policy: team.policy } : {}),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
     }).start();

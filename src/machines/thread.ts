@@ -513,6 +513,7 @@ export const threadSetup = setup({
         hop: 0,
         reason: `fan-out (${context.config.orchestration.strategy}) with ${decision.agentId}`,
         at: context.now,
+        ...(decision.confidence !== undefined ? { confidence: decision.confidence } : {}),
       }));
       return { turn: { ...turn, route: [...turn.route, ...steps] }, routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT) };
     }),
