@@ -8,9 +8,30 @@ function children(node: AnyStateNode): AnyStateNode[] {
   return Object.values(node.states) as AnyStateNode[];
 }
 
-/** The machine config as JSON (what `machine.toJSON()` gives; actions and guards appear by name). */
+/**
+ * The machine config as plain JSON, as the Stately editor imports it: actions, guards, actors and delays
+ * by name (they are all named in `setup()`), functions that compute context, inputs or params left out.
+ * `createMachine(machineJson(m))` rebuilds the same statechart.
+ */
 export function machineJson(machine: AnyStateMachine): unknown {
-  return JSON.parse(JSON.stringify(machine.toJSON()));
+  return toPlain(machine.config);
+}
+
+function toPlain(value: unknown): unknown {
+  if (typeof value === 'function') return undefined;
+  if (Array.isArray(value)) return value.map(toPlain).filter((v) => v !== undefined);
+  if (value && typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    // `{ type: 'name', params: fn }` -> 'name': the parameters are computed at run time.
+    if (typeof obj.type === 'string' && typeof obj.params === 'function' && Object.keys(obj).length === 2) return obj.type;
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(obj)) {
+      const plain = toPlain(v);
+      if (plain !== undefined) out[k] = plain;
+    }
+    return out;
+  }
+  return value;
 }
 
 function mermaidId(node: AnyStateNode): string {
