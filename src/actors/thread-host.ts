@@ -30,7 +30,6 @@ import {
   type TaskStatusUpdateEvent,
 } from '../protocol/index.js';
 import { MemoryThreadStore } from '../store/memory.js';
-import { mutate } from '../store/mutate.js';
 import type { ThreadRecord, ThreadStore } from '../store/types.js';
 import { subjects } from '../transport/subjects.js';
 import type { Transport } from '../transport/types.js';
@@ -48,6 +47,12 @@ interface LiveThread {
   /** Serialises commits of this thread. */
   commit: Promise<void>;
   dirty: boolean;
+  /** The store revision of the last commit (the record's etag); undefined until first written. */
+  revision?: number;
+  /** Set when a commit failed; the actor is dropped and the next message reloads the stored state. */
+  failed?: TroupeError;
+  /** Passivated: nothing more is committed from this actor. */
+  stopped?: boolean;
 }
 
 export interface ThreadHostOptions {
@@ -237,10 +242,11 @@ export class ThreadHost {
     return taskStateOf(loaded.actor.getSnapshot().value);
   }
 
-  /** Waits until the thread's latest state is committed. */
+  /** Waits until the thread's latest state is committed; throws when the commit failed. */
   async flushCommits(live: LiveThread): Promise<void> {
     while (live.dirty) await live.commit;
     await live.commit;
+    if (live.failed) throw live.failed;
   }
 
   private async obtain(threadId: string, contextId?: string, create = true): Promise<LiveThread> {
@@ -257,7 +263,15 @@ export class ThreadHost {
   private async load(threadId: string, contextId: string | undefined, create: boolean): Promise<LiveThread> {
     const stored = await this.store.get(this.tenant, threadId);
     if (!stored && !create) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
-    const live: LiveThread = { threadId, actor: undefined as unknown as ThreadActor, lastActive: this.now(), events: [], commit: Promise.resolve(), dirty: false };
+    const live: LiveThread = {
+      threadId,
+      actor: undefined as unknown as ThreadActor,
+      lastActive: this.now(),
+      events: [],
+      commit: Promise.resolve(),
+      dirty: false,
+      ...(stored ? { revision: stored.revision } : {}),
+    };
     const inspect = (ev: InspectionEvent) => this.onInspection(live, ev);
     live.actor = stored
       ? createActor(this.machine, { snapshot: stored.record.snapshot as never, id: threadId, inspect, input: undefined as never })
@@ -323,17 +337,26 @@ export class ThreadHost {
     this.transport.publish(subjects.threadOut(this.tenant, live.threadId), encodeJson(update));
   }
 
-  /** Commits the thread's latest snapshot; concurrent changes coalesce into the next write. */
+  /**
+   * Commits the thread's latest snapshot with compare-and-set on the revision it last wrote; concurrent
+   * changes coalesce into the next write. A conflict means someone else wrote the thread (another node
+   * took it over): the stored state wins — this actor is dropped, never written over it.
+   */
   private scheduleCommit(live: LiveThread): void {
-    if (live.dirty) return;
+    if (live.dirty || live.failed || live.stopped) return;
     live.dirty = true;
     live.commit = live.commit.then(async () => {
       live.dirty = false;
+      if (live.failed) return;
       try {
         const record = this.recordOf(live);
-        await mutate(this.store, this.tenant, live.threadId, () => record);
+        live.revision = live.revision === undefined ? await this.store.create(record) : await this.store.update(record, live.revision);
       } catch (err) {
-        this.log.error({ err, thread: live.threadId }, 'could not commit thread state');
+        const error = TroupeError.from(err, 'STORE_CONFLICT');
+        live.failed = error;
+        this.log.error({ err: error.message, code: error.code, thread: live.threadId }, 'could not commit thread state; dropping the live actor');
+        live.actor.stop();
+        if (this.threads.get(live.threadId) === live) this.threads.delete(live.threadId);
       }
     });
   }
@@ -378,7 +401,8 @@ export class ThreadHost {
   /** Commits the state, stops the actor and frees its memory. */
   async passivate(live: LiveThread): Promise<void> {
     this.scheduleCommit(live);
-    await this.flushCommits(live);
+    await this.flushCommits(live).catch(() => undefined);
+    live.stopped = true;
     live.actor.stop();
     if (this.threads.get(live.threadId) === live) {
       this.threads.delete(live.threadId);
