@@ -42,7 +42,10 @@ export interface SendResult {
   error?: ErrorBody;
 }
 
-const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema]);
+/** JetStream's answer when the thread's inbound stream took the message (durable mode). */
+const PubAckSchema = z.object({ stream: z.string(), seq: z.number(), duplicate: z.boolean().optional() });
+const JsErrorSchema = z.object({ error: z.object({ code: z.number(), description: z.string() }) });
+const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsErrorSchema]);
 const ThreadCtlReply = z.union([z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() }), ErrorReplySchema]);
 
 export function textOfMessage(message: Message | undefined): string {
@@ -93,10 +96,19 @@ export class TroupeClient {
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
     try {
       await this.transport.flush();
-      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, threadId), encodeJson(message), Math.min(timeoutMs, 10_000));
+      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, threadId), encodeJson(message), Math.min(timeoutMs, 10_000), {
+        // JetStream de-duplicates on this header: a re-sent message is stored once.
+        'Nats-Msg-Id': message.messageId,
+      });
       const ack = decode(AckOrError, res, 'thread acknowledgement');
-      if (ack.kind === 'error') throw TroupeError.fromBody(ack.error);
+      if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);
+      if ('error' in ack && !('kind' in ack)) {
+        throw new TroupeError('TRANSPORT_ERROR', `the thread stream refused the message: ${ack.error.description} (is a node running with durable ingress?)`);
+      }
       const final = await finalEvent;
+      // In durable mode a refused message comes back on the thread's output, not as the reply.
+      const refused = final.status.state === 'rejected' ? (final.metadata?.['troupe/error'] as ErrorBody | undefined) : undefined;
+      if (refused) throw TroupeError.fromBody(refused);
       // The final answer carries the whole route; the streamed steps are the fallback.
       const finalRoute = final.status.message?.metadata?.['troupe/route'];
       const route = Array.isArray(finalRoute)
@@ -158,9 +170,9 @@ export class TroupeClient {
     return json;
   }
 
-  private async requestOrExplain(subject: string, data: Uint8Array, timeoutMs: number): Promise<Uint8Array> {
+  private async requestOrExplain(subject: string, data: Uint8Array, timeoutMs: number, headers?: Record<string, string>): Promise<Uint8Array> {
     try {
-      return (await this.transport.request(subject, data, { timeoutMs })).data;
+      return (await this.transport.request(subject, data, { timeoutMs, ...(headers ? { headers } : {}) })).data;
     } catch (err) {
       if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
         throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\``);

@@ -48,11 +48,13 @@ function globals(cmd: Command): GlobalOpts {
   return cmd.optsWithGlobals<GlobalOpts>();
 }
 
-async function connect(g: GlobalOpts, name: string): Promise<NatsTransport> {
+async function connect(g: GlobalOpts, name: string, longLived = false): Promise<NatsTransport> {
   if (!g.nats) throw new Error('this command needs a NATS server: pass --nats nats://127.0.0.1:4222 or set TROUPE_NATS_URL');
   return NatsTransport.connect({
     servers: g.nats,
     name,
+    // A node or an agent rides out a NATS restart; a one-shot command fails fast.
+    ...(longLived ? { maxReconnectAttempts: -1 } : {}),
     ...(g.user ? { user: g.user } : {}),
     ...(g.password ? { pass: g.password } : {}),
   });
@@ -79,7 +81,10 @@ program
   .option('--no-agents', 'with --team: use only its settings, run no agents here')
   .option('--inspect', 'publish inspection events on troupe.<tenant>.inspect.<actorId>')
   .option('--idle <ms>', 'passivate threads idle this long', (v) => Number(v))
-  .action(async (opts: { team?: string; agents: boolean; inspect?: boolean; idle?: number }, cmd: Command) => {
+  .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
+  .option('--partitions <n>', 'thread partitions (must match the mapping in nats.conf)', (v) => Number(v), 8)
+  .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', (v) => Number(v), 5_000)
+  .action(async (opts: { team?: string; agents: boolean; inspect?: boolean; idle?: number; durable: boolean; partitions: number; leaseTtl: number }, cmd: Command) => {
     const g = globals(cmd);
     const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
     const loaded = opts.team ? await loadModule(opts.team) : undefined;
@@ -93,7 +98,7 @@ program
       onShutdown(mesh.stop);
       return;
     }
-    const transport = await connect(g, 'troupe-node');
+    const transport = await connect(g, 'troupe-node', true);
     const store = await KvThreadStore.open(transport.connection);
     const node = await new TroupeNode({
       transport,
@@ -104,6 +109,7 @@ program
       ...(team?.policy ? { policy: team.policy } : {}),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
+      ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl } } : {}),
     }).start();
     const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger }).start())) : [];
     process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant})\n`);
@@ -123,7 +129,7 @@ program
     const g = globals(cmd);
     const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
     const { agents } = await loadModule(modulePath);
-    const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`);
+    const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
     const hosts: AgentHost[] = [];
     for (const agent of agents as AgentDefinition[]) {
       for (let i = 0; i < Math.max(1, opts.replicas); i++) hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger }).start());

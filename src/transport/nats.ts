@@ -35,6 +35,8 @@ export interface NatsConnectOptions {
   timeoutMs?: number;
   /** Handler exceptions and asynchronous server errors (e.g. permission violations); default: stderr. */
   onError?: TransportErrorHandler;
+  /** Reconnect attempts after a lost connection; -1 = forever (long-lived nodes and agents). Default 10. */
+  maxReconnectAttempts?: number;
 }
 
 function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
@@ -183,6 +185,7 @@ export class NatsTransport implements Transport {
     if (opts.user !== undefined) options.user = opts.user;
     if (opts.pass !== undefined) options.pass = opts.pass;
     if (opts.name !== undefined) options.name = opts.name;
+    if (opts.maxReconnectAttempts !== undefined) options.maxReconnectAttempts = opts.maxReconnectAttempts;
     let nc: NatsConnection;
     try {
       nc = await connect(options);
