@@ -93,6 +93,8 @@ export class TroupeClient {
       const inReplyTo = event.kind === 'status-update' ? event.status.message?.metadata?.['troupe/inReplyTo'] : undefined;
       if (event.kind === 'status-update' && event.final && (inReplyTo === undefined || inReplyTo === message.messageId)) settle(event);
     });
+    // Handled here so a timeout before anything awaits the answer is not an unhandled rejection.
+    finalEvent.catch(() => undefined);
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
     try {
       await this.transport.flush();

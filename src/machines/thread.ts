@@ -378,11 +378,13 @@ export const threadSetup = setup({
       if (last?.type === 'troupe.handoff.rejected' || last?.type === 'troupe.handoff.failed') {
         const why = last.type === 'troupe.handoff.rejected' ? (last.rejectionReason ?? 'no reason given') : last.error.message;
         const text = `${handoff.request.targetAgentId} did not take over (${why}); ${handoff.request.sourceAgentId} keeps the conversation.`;
+        enqueue.stopChild('handoff');
         enqueue.assign({
           handoff: undefined,
           turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { 'troupe/handoff': { status: 'rejected', reason: why } }) },
         });
       } else if (last?.type === 'troupe.handoff.returned') {
+        enqueue.stopChild('handoff');
         enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'completed', last.result.resultSummary ?? 'done'), ...context.pending] });
       } else {
         enqueue.assign({ handoff: { ...handoff, phase: 'active' } });
@@ -402,6 +404,7 @@ export const threadSetup = setup({
       }
       if (!result) return;
       enqueue.sendTo('handoff', { type: 'troupe.handoff.returned', result, now: context.now } satisfies HandoffEvent);
+      enqueue.stopChild('handoff');
       enqueue.assign({
         handoff: undefined,
         pending: [resumeMessage(context, handoff, result.completionStatus, result.resultSummary ?? 'no summary'), ...context.pending],
@@ -413,6 +416,7 @@ export const threadSetup = setup({
       if (!handoff) return;
       const error = !output.ok ? output.error : output.reply.kind === 'error' ? output.reply.error : { code: 'AGENT_ERROR' as const, message: 'failed' };
       enqueue.sendTo('handoff', handoffFailedEvent(error, context.now));
+      enqueue.stopChild('handoff');
       enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'failed', `${error.code}: ${error.message}`), ...context.pending] });
     }),
     /** The user cancels the handoff (not the thread): control returns to the source. */
@@ -421,6 +425,7 @@ export const threadSetup = setup({
       if (!handoff) return;
       const reason = event.type === 'troupe.cancel' && event.reason ? event.reason : 'cancelled by the user';
       enqueue.sendTo('handoff', { type: 'troupe.handoff.cancel', reason, now: context.now } satisfies HandoffEvent);
+      enqueue.stopChild('handoff');
       enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'cancelled', reason), ...context.pending] });
       enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: systemMessage(context, `${context.threadId}:handoff-cancel:${context.turns}`, `Handoff to ${handoff.request.targetAgentId} cancelled; back to ${handoff.request.sourceAgentId}.`, {}) });
     }),
@@ -430,6 +435,7 @@ export const threadSetup = setup({
       if (!handoff || event.type !== 'xstate.done.actor.handoff') return;
       const output = event.output;
       const summary = output.error ? `${output.error.code}: ${output.error.message}` : (output.resultSummary ?? output.status);
+      enqueue.stopChild('handoff');
       enqueue.assign({ handoff: undefined, pending: [...context.pending, resumeMessage(context, handoff, output.status === 'error' ? 'failed' : output.status, summary)] });
     }),
     /** Applies a router decision that sends the message on to an agent. */
