@@ -241,12 +241,7 @@ describe('handoffs over NATS (handoff team)', () => {
     }
   });
 
-  // BUG (src/machines/thread.ts + src/actors/thread-host.ts): the thread never stops its `handoff` child
-  // once the handoff has ended (applyTargetReply / cancelHandoff / failHandoff / onHandoffEnded only clear
-  // `context.handoff`), and XState keeps a done child in `snapshot.children`. So `troupe ps` keeps listing
-  // `<threadId>/handoff` as a live actor in its final state ('completed', 'cancelled', 'error') until the
-  // thread's next handoff replaces it, `troupe inspect` still finds it, and it stays in the persisted snapshot.
-  // This assertion fails until that is fixed.
+  // A handoff that ended is stopped: it no longer shows as a live actor nor stays in the snapshot.
   it('after the handoff has ended, ps no longer lists <threadId>/handoff', async () => {
     const { client } = mesh;
     const threadId = newThreadId('ended');
