@@ -131,6 +131,7 @@ describe('thread machine: model-based coverage', () => {
       { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', handoffTarget: 'writer', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
       { kind: 'user', message: { ...userMsg('x'), metadata: { [CLIENT_ROUTING_URI]: { recipient: 'writer' } } }, agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
       { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
+      { kind: 'user', message: { ...userMsg('x'), metadata: { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } } }, agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
       { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', usePolicy: true, threshold: 0.7, maxAttempts: 2 },
     ];
     const events: EventObject[] = [

@@ -162,12 +162,31 @@ export class AgentHost {
         return;
       }
     }
-    const work = this.handle(msg);
+    const work = this.handle(msg).then((data) => this.fitReply(data));
     if (msgId) {
       this.replies.set(msgId, work);
       if (this.replies.size > this.cacheSize) this.replies.delete(this.replies.keys().next().value as string);
     }
-    msg.respond(await work);
+    const data = await work;
+    try {
+      msg.respond(data);
+    } catch (err) {
+      // Never leave the caller waiting for its timeout: say why the answer could not be sent.
+      this.log.error({ err: (err as Error).message }, 'could not send the reply');
+      msg.respond(encodeJson(new TroupeError('AGENT_ERROR', `agent "${this.agentId}" could not send its reply: ${(err as Error).message}`).toReply()));
+    }
+  }
+
+  /** A reply larger than the bus carries becomes a PAYLOAD_TOO_LARGE error the caller can read. */
+  private fitReply(data: Uint8Array): Uint8Array {
+    // Headroom for the reply subject and headers inside the server's max_payload.
+    if (data.byteLength <= this.maxPayload - 4096) return data;
+    const error = new TroupeError('PAYLOAD_TOO_LARGE', `agent "${this.agentId}" produced a ${data.byteLength}-byte reply; the limit is ${this.maxPayload - 4096}`, {
+      size: data.byteLength,
+      limit: this.maxPayload - 4096,
+    });
+    this.log.warn({ code: error.code, size: data.byteLength }, error.message);
+    return encodeJson(error.toReply());
   }
 
   /** Produces the encoded reply; never throws. */

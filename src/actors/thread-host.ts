@@ -108,14 +108,24 @@ export class ThreadHost {
         }),
         orchestration: orchestrationMachine.provide({
           actors: {
-            callAgent: fromPromise<Message, CallAgentInput>(async ({ input, self }) => {
+            callAgent: fromPromise<Message, CallAgentInput>(async ({ input, self, signal }) => {
               // The orchestration keeps time from ticks; one right before settling makes execution_time_ms exact.
-              const tick = () => (self as unknown as { _parent?: { send(e: unknown): void } })._parent?.send({ type: 'troupe.orchestration.tick', now: this.now() });
+              // A stopped call (first_success lost, timed out) ticks nobody.
+              const tick = () => {
+                if (!signal.aborted) (self as unknown as { _parent?: { send(e: unknown): void } })._parent?.send({ type: 'troupe.orchestration.tick', now: this.now() });
+              };
               try {
-                const reply = await this.callAgent(
+                const call = this.callAgent(
                   { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs },
                   undefined,
                 );
+                // Stop waiting as soon as the orchestration stops this call; the late reply is dropped.
+                const reply = await new Promise<AgentReply>((resolve, reject) => {
+                  const onAbort = () => reject(new TroupeError('WORKFLOW_ERROR', `call to ${input.agentId} was cancelled`));
+                  if (signal.aborted) return onAbort();
+                  signal.addEventListener('abort', onAbort, { once: true });
+                  call.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+                });
                 tick();
                 if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
                 const message = reply.kind === 'task' ? reply.status.message : reply;
@@ -232,6 +242,36 @@ export class ThreadHost {
 
   liveCount(): number {
     return this.threads.size;
+  }
+
+  /**
+   * After taking over threads (a partition of them), loads the ones that need an actor now: a turn in
+   * progress (its agent call re-runs with the same idempotency key and finishes the turn) or an open
+   * handoff (its deadline must keep running).
+   */
+  async resumeThreads(belongs: (threadId: string) => boolean): Promise<string[]> {
+    const resumed: string[] = [];
+    for await (const entry of this.store.list(this.tenant)) {
+      if (!belongs(entry.threadId) || this.threads.has(entry.threadId)) continue;
+      if (entry.state !== 'working' && entry.state !== 'input-required') continue;
+      if (entry.state === 'input-required') {
+        const stored = await this.store.get(this.tenant, entry.threadId).catch(() => undefined);
+        if (!stored?.record.task.metadata?.['troupe/handoff']) continue;
+      }
+      try {
+        await this.obtain(entry.threadId, undefined, false);
+        resumed.push(entry.threadId);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message, thread: entry.threadId }, 'could not resume a thread');
+      }
+    }
+    if (resumed.length) this.log.info({ threads: resumed.length }, 'resumed threads after takeover');
+    return resumed;
+  }
+
+  /** Commits and stops the live threads that another node now owns. */
+  async releaseThreads(belongs: (threadId: string) => boolean): Promise<void> {
+    await Promise.all([...this.threads.values()].filter((t) => belongs(t.threadId)).map((t) => this.passivate(t)));
   }
 
   /** Drops the live actor (if any) and reloads the thread from the store. */
@@ -376,6 +416,7 @@ export class ThreadHost {
       metadata: {
         'troupe/routes': ctx.routeLog,
         ...(ctx.lastError ? { 'troupe/error': ctx.lastError } : {}),
+        ...(ctx.handoff ? { 'troupe/handoff': { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
         'troupe/turns': ctx.turns,
       },
     };
@@ -393,8 +434,9 @@ export class ThreadHost {
   private async passivateIdle(): Promise<void> {
     const cutoff = this.now() - this.idleMs;
     for (const live of [...this.threads.values()]) {
-      const state = taskStateOf(live.actor.getSnapshot().value);
-      if (live.lastActive <= cutoff && state !== 'working') await this.passivate(live);
+      const snap = live.actor.getSnapshot();
+      // An open handoff keeps its actor live so its deadline fires on time.
+      if (live.lastActive <= cutoff && taskStateOf(snap.value) !== 'working' && !snap.context.handoff) await this.passivate(live);
     }
   }
 
@@ -431,6 +473,8 @@ export class ThreadHost {
       timeoutMs: input.timeoutMs,
       headers,
     });
+    // The thread's clock moves with its events; a reply is one, so route steps get their real time.
+    this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() });
     try {
       return decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`);
     } catch (err) {

@@ -67,6 +67,11 @@ export const routerSetup = setup({
       const id = addressedAgent(context.input.message);
       return id !== undefined && context.input.agents[id] !== undefined;
     },
+    userAddressedUnknownAgent: ({ context }) => {
+      if (context.input.kind !== 'user') return false;
+      const id = addressedAgent(context.input.message);
+      return id !== undefined && context.input.agents[id] === undefined;
+    },
     usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
     confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,
     canRetryPolicy: ({ context }) => context.attempts < userInput(context).maxAttempts,
@@ -90,6 +95,16 @@ export const routerSetup = setup({
       decision: ({ context }): RouteDecision => {
         const agentId = addressedAgent(userInput(context).message) ?? '';
         return { to: 'agent', agentId, mode: 'initial', reason: `the user addressed ${agentId}` };
+      },
+    }),
+    refuseUnknownAgent: assign({
+      decision: ({ context }): RouteDecision => {
+        const agentId = addressedAgent(userInput(context).message) ?? '';
+        return {
+          to: 'user',
+          reason: `the user addressed "${agentId}", which is not a live agent`,
+          error: { code: 'INVALID_RECIPIENT', message: `no live agent "${agentId}": list the agents with \`troupe ps\``, details: { recipient: agentId } },
+        };
       },
     }),
     routeToEntryAgent: assign({
@@ -145,6 +160,7 @@ export const routerMachine = routerSetup.createMachine({
         { guard: 'isReply', target: 'decided', actions: 'routeReply' },
         { guard: 'inHandoff', target: 'decided', actions: 'routeToHandoffTarget' },
         { guard: 'userAddressedAgent', target: 'decided', actions: 'routeToAddressedAgent' },
+        { guard: 'userAddressedUnknownAgent', target: 'decided', actions: 'refuseUnknownAgent' },
         { guard: 'usesPolicy', target: 'scoring' },
         { target: 'decided', actions: 'routeToEntryAgent' },
       ],
