@@ -139,7 +139,8 @@ describe('nats.conf permissions', () => {
     const client = await connectAs(creds.client.user, creds.client.pass, reported);
     const threadIn: string[] = [];
     const agentInbox: string[] = [];
-    node.subscribe('troupe.demo.thread.t1.in', (m) => void threadIn.push(text(m)));
+    // nats.conf partitions thread input: the server maps `...t1.in` to `...t1.in.<partition>`.
+    node.subscribe('troupe.demo.thread.t1.in.*', (m) => void threadIn.push(text(m)));
     node.subscribe('troupe.demo.agent.triage', (m) => {
       agentInbox.push(text(m));
       m.respond(bytes('should never be asked'));

@@ -22,6 +22,8 @@ import type { ThreadStore } from '../store/types.js';
 import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { z } from 'zod';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from './ingress.js';
 import { silentLogger } from './logger.js';
 import { Registry } from './registry.js';
 import { ThreadHost, redact } from './thread-host.js';
@@ -37,6 +39,11 @@ export interface NodeOptions {
   idleMs?: number;
   inspect?: boolean;
   maxPayload?: number;
+  /**
+   * Durable inbound messages: a JetStream stream partitioned by thread (nats.conf's mapping), one owner
+   * per partition through leases. Without it, `.in` is a plain queue-group subscription (embedded mode).
+   */
+  durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number };
 }
 
 const ThreadCtlSchema = z.object({ threadId: z.string().min(1), reason: z.string().optional() });
@@ -51,13 +58,16 @@ export class TroupeNode {
   private readonly maxPayload: number;
   private subs: Subscription[] = [];
   private readonly startedAt = Date.now();
+  private ingress?: JetStreamIngress;
+  private readonly partitions: number;
 
-  constructor(opts: NodeOptions) {
+  constructor(private readonly opts: NodeOptions) {
     this.transport = opts.transport;
     this.tenant = opts.tenant ?? 'demo';
     this.nodeId = opts.nodeId ?? `node-${randomUUID().slice(0, 8)}`;
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: this.nodeId });
     this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+    this.partitions = opts.durable?.partitions ?? 8;
     this.registry = new Registry(this.transport, this.tenant, { logger: opts.logger ?? silentLogger() });
     this.threads = new ThreadHost({
       transport: this.transport,
@@ -77,13 +87,31 @@ export class TroupeNode {
     this.threads.start();
     await this.registry.start();
     const t = this.transport;
-    // Queue group: with several nodes each message is handled once. Per-thread ownership across nodes
-    // (so one thread's messages always reach the same node) comes with durable inbound streams.
-    this.subs.push(t.subscribe(subjects.allThreadsIn(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
+    const durable = this.opts.durable;
+    if (durable) {
+      this.ingress = new JetStreamIngress({
+        nc: durable.nc,
+        tenant: this.tenant,
+        nodeId: this.nodeId,
+        partitions: this.partitions,
+        ...(durable.leaseTtlMs ? { leaseTtlMs: durable.leaseTtlMs } : {}),
+        handler: (m) => this.onDurableIn(m),
+        onPartitionAcquired: async (p) => {
+          await this.threads.resumeThreads((id) => partitionOf(id, this.partitions) === p);
+        },
+        onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),
+        ...(this.opts.logger ? { logger: this.opts.logger } : {}),
+      });
+      await this.ingress.start();
+    } else {
+      // One node in-process: a queue group delivers each message once.
+      this.subs.push(t.subscribe(subjects.allThreadsIn(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
+    }
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.onPs(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.onInspect(m)));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.onThreadCtl(m, 'cancel'), { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), { queue: 'troupe-ctl' }));
+    // Only the owner of a thread acts on it, so these reach every node and the owner answers.
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.onThreadCtl(m, 'cancel'), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
     await t.flush();
@@ -92,6 +120,7 @@ export class TroupeNode {
   }
 
   async stop(): Promise<void> {
+    await this.ingress?.stop();
     await Promise.all(this.subs.map((s) => s.drain().catch(() => undefined)));
     this.subs = [];
     await this.threads.stop();
@@ -108,7 +137,12 @@ export class TroupeNode {
       state: 'running',
       node: this.nodeId,
       status: 'live',
-      detail: { liveThreads: this.threads.liveCount(), passivatedThreads: passivated, uptimeS: Math.round((Date.now() - this.startedAt) / 1000) },
+      detail: {
+        liveThreads: this.threads.liveCount(),
+        passivatedThreads: passivated,
+        uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
+        ...(this.ingress ? { partitions: this.ingress.owned() } : {}),
+      },
     };
     const registry: ActorInfo = {
       kind: 'registry',
@@ -119,6 +153,56 @@ export class TroupeNode {
       detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`) },
     };
     return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
+  }
+
+  /** Whether this node owns the thread now (always, without durable ingress). */
+  ownsThread(threadId: string): boolean {
+    return !this.ingress || this.ingress.owned().includes(partitionOf(threadId, this.partitions));
+  }
+
+  /**
+   * A message from the durable stream: resolves once the thread state that includes it is committed
+   * (then the ingress acks it). A message that can never be accepted is refused on the thread's output
+   * and thrown as a client error, so it is not redelivered.
+   */
+  private async onDurableIn(msg: IngressMessage): Promise<void> {
+    const { threadId } = msg;
+    let messageId = msg.messageId;
+    try {
+      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxPayload);
+      messageId = message.messageId;
+      await this.threads.deliver(threadId, message);
+    } catch (err) {
+      const error = TroupeError.from(err, 'INVALID_MESSAGE');
+      if (CLIENT_ERROR_CODES.has(error.code)) this.publishRejection(threadId, messageId, error);
+      this.log.warn({ thread: threadId, code: error.code, redelivered: msg.redelivered }, error.message);
+      throw error;
+    }
+  }
+
+  /** Tells the sender on the thread's output that its message was refused (final for that message). */
+  private publishRejection(threadId: string, messageId: string | undefined, error: TroupeError): void {
+    const safeThread = /^[A-Za-z0-9_-]+$/.test(threadId) ? threadId : 'unknown';
+    this.transport.publish(
+      subjects.threadOut(this.tenant, safeThread),
+      encodeJson({
+        kind: 'status-update',
+        taskId: threadId,
+        contextId: threadId,
+        status: {
+          state: 'rejected',
+          message: {
+            kind: 'message',
+            role: 'agent',
+            messageId: `${messageId ?? 'unknown'}:rejected`,
+            parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+            metadata: { 'troupe/agent': 'troupe', 'troupe/error': error.toBody(), ...(messageId ? { 'troupe/inReplyTo': messageId } : {}) },
+          },
+        },
+        final: true,
+        metadata: { 'troupe/error': error.toBody() },
+      }),
+    );
   }
 
   private async onThreadIn(msg: InboundMessage): Promise<void> {
@@ -132,13 +216,8 @@ export class TroupeNode {
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
       log.warn({ code: error.code }, error.message);
-      if (!msg.respond(encodeJson(error.toReply()))) {
-        // A plain publish has nobody to answer; say it on the thread's output so it is not lost.
-        this.transport.publish(
-          subjects.threadOut(this.tenant, threadId || 'unknown'),
-          encodeJson({ kind: 'status-update', taskId: threadId, contextId: threadId, status: { state: 'rejected' }, final: false, metadata: { 'troupe/error': error.toBody() } }),
-        );
-      }
+      // A plain publish has nobody to answer; say it on the thread's output so it is not lost.
+      if (!msg.respond(encodeJson(error.toReply()))) this.publishRejection(threadId, undefined, error);
     }
   }
 
@@ -169,6 +248,7 @@ export class TroupeNode {
   private async onThreadCtl(msg: InboundMessage, verb: 'cancel' | 'rehydrate'): Promise<void> {
     try {
       const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`);
+      if (!this.ownsThread(threadId)) return; // the owner answers
       const state = verb === 'cancel' ? await this.threads.cancel(threadId, reason) : await this.threads.rehydrate(threadId);
       msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.nodeId }));
     } catch (err) {

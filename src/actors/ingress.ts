@@ -1,0 +1,597 @@
+/**
+ * Durable inbound thread messages (DESIGN §5): JetStream stream + partition leases.
+ *
+ * Clients publish to `troupe.<tenant>.thread.<threadId>.in` (a core request with `Nats-Msg-Id: <A2A
+ * messageId>`). The account's subject mapping in nats.conf rewrites that to `...in.<N>`, N =
+ * FNV-1a(threadId) mod 8 (`partitionOf`), and the stream `TROUPE_IN` (work-queue retention) stores it and
+ * answers the request with a PubAck (`{ stream, seq, duplicate? }`), de-duplicated on the message id for 2
+ * minutes. One node at a time holds the lease of a partition (PartitionLeases) and consumes it with a
+ * durable pull consumer `p<N>`.
+ *
+ * Ordering: a thread lives in one partition, a partition in one consumer, and the consumer delivers in
+ * stream order; here each thread's messages go through a FIFO promise chain (different threads run
+ * concurrently), and a message is acked only after the handler resolved, i.e. after the thread state that
+ * includes it was committed. On every (re)start of a partition the consumer is deleted and created afresh:
+ * with work-queue retention acked messages are gone, so a fresh consumer starts at the oldest unacked
+ * message of the partition and redelivers in order. An old consumer would redeliver its unacked messages
+ * only after ack_wait, behind newer ones. The same restart happens after a reconnect (messages in flight
+ * while disconnected would otherwise come back late) and when the consumer vanished.
+ *
+ * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
+ * and the handler already told the user on the thread's `.out`) is terminated. Anything else is nak'ed
+ * with exponential backoff, and the thread is held: its later messages are nak'ed too until the failed
+ * one comes back, so they cannot overtake it. After `maxDeliver` failed attempts the message is
+ * terminated and logged, so one poisoned message cannot stall its thread forever.
+ *
+ * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
+ * (`redelivered`); it de-duplicates on `messageId`.
+ */
+import {
+  AckPolicy,
+  DeliverPolicy,
+  jetstream,
+  jetstreamManager,
+  JetStreamApiCodes,
+  JetStreamApiError,
+  RetentionPolicy,
+  StorageType,
+  type ConsumerConfig,
+  type ConsumerMessages,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+  type StreamConfig,
+} from '@nats-io/jetstream';
+import type { MsgHdrs, NatsConnection, Status } from '@nats-io/transport-node';
+import { HEADERS } from '../protocol/headers.js';
+import { TroupeError, type ErrorCode } from '../protocol/errors.js';
+import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
+import { silentLogger, type Logger } from './logger.js';
+
+export const INGRESS_STREAM = 'TROUPE_IN';
+export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
+export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
+
+/** Codes that mean "this message can never succeed": terminate instead of redelivering. */
+export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'INVALID_MESSAGE',
+  'PAYLOAD_TOO_LARGE',
+  'THREAD_CLOSED',
+  'EXTENSION_PARSE_ERROR',
+  // A record that fails validation stays broken until someone repairs it: refuse, don't retry.
+  'STORE_CORRUPT',
+  'TENANT_FORBIDDEN',
+]);
+
+/**
+ * The partition nats-server's `{{partition(n,1)}}` mapping puts a thread in: FNV-1a 32-bit over the
+ * thread id's bytes, modulo n (checked against a real server in test/ingress.test.ts).
+ */
+export function partitionOf(threadId: string, partitions: number = DEFAULT_PARTITIONS): number {
+  return fnv1a32(threadId) % partitions;
+}
+
+export interface IngressMessage {
+  threadId: string;
+  partition: number;
+  /** `Nats-Msg-Id`: the A2A messageId. */
+  messageId: string | undefined;
+  data: Uint8Array;
+  headers: Record<string, string>;
+  /** Seen before by some node (redelivery after a failure, a takeover or a lost ack). */
+  redelivered: boolean;
+  deliveryCount: number;
+  /** Stream sequence. */
+  seq: number;
+  subject: string;
+}
+
+export interface IngressHandlerContext {
+  /** Aborted when this node lost the partition (another node may already be handling the thread). */
+  signal: AbortSignal;
+}
+
+export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void>;
+
+export interface JetStreamIngressOptions {
+  nc: NatsConnection;
+  tenant: string;
+  nodeId: string;
+  /** Must equal the partition count of the nats.conf mapping. Default 8. */
+  partitions?: number;
+  leaseTtlMs?: number;
+  /** Lease KV bucket; default `troupe_leases`. */
+  leaseBucket?: string;
+  /** Resolve after the thread state that includes the message is committed; throw to refuse or retry. */
+  handler: IngressHandler;
+  /** This node now consumes partition p (e.g. rehydrate its threads that were mid-turn). */
+  onPartitionAcquired?: (partition: number) => void | Promise<void>;
+  /** This node no longer consumes partition p and its handlers have finished (e.g. passivate its threads). */
+  onPartitionReleased?: (partition: number) => void | Promise<void>;
+  logger?: Logger;
+  /** Stream max age; default 24 h. */
+  maxAgeMs?: number;
+  /** Default 30 s: a message unacked this long (node stuck) is redelivered. */
+  ackWaitMs?: number;
+  /** Default 1000 per partition. */
+  maxAckPending?: number;
+  /** Failed attempts after which a message is terminated; default 10. */
+  maxDeliver?: number;
+  /** Nak backoff: `base * 2^(attempt-1)`, capped at `max`. Default 250 ms .. 30 s. */
+  retryDelayMs?: { base?: number; max?: number };
+  /**
+   * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
+   * aborted. Default 10 s. On a lost lease they are aborted at once.
+   */
+  releaseTimeoutMs?: number;
+}
+
+/** One consumption run of a partition; a restart makes a new one, and the old one's messages are dropped. */
+interface PartitionRun {
+  readonly partition: number;
+  readonly abort: AbortController;
+  /** Tail of each thread's FIFO chain. */
+  readonly chains: Map<string, Promise<void>>;
+  /** Every queued or running message, plus pending ack confirmations. */
+  readonly inflight: Set<Promise<unknown>>;
+  /** Threads held behind a nak'ed message: later messages wait until it comes back. */
+  readonly held: Map<string, { seq: number; until: number }>;
+  messages?: ConsumerMessages;
+  active: boolean;
+}
+
+export class JetStreamIngress {
+  readonly tenant: string;
+  readonly nodeId: string;
+  readonly partitions: number;
+  readonly stream = INGRESS_STREAM;
+  readonly #nc: NatsConnection;
+  readonly #opts: JetStreamIngressOptions;
+  readonly #log: Logger;
+  readonly #runs = new Map<number, PartitionRun>();
+  /** Per-partition chain of start/stop operations, so they never overlap. */
+  readonly #ops = new Map<number, Promise<void>>();
+  readonly #ackWaitMs: number;
+  readonly #maxAckPending: number;
+  readonly #maxDeliver: number;
+  readonly #retryBase: number;
+  readonly #retryMax: number;
+  readonly #releaseTimeoutMs: number;
+  #jsm?: JetStreamManager;
+  #js?: JetStreamClient;
+  #leases?: PartitionLeases;
+  #status?: AsyncIterable<Status> & { stop?: () => void };
+  #started = false;
+  #stopping = false;
+
+  constructor(opts: JetStreamIngressOptions) {
+    this.tenant = opts.tenant;
+    this.nodeId = opts.nodeId;
+    this.partitions = opts.partitions ?? DEFAULT_PARTITIONS;
+    this.#nc = opts.nc;
+    this.#opts = opts;
+    this.#log = (opts.logger ?? silentLogger()).child({ component: 'ingress', node: opts.nodeId, tenant: opts.tenant });
+    this.#ackWaitMs = opts.ackWaitMs ?? 30_000;
+    this.#maxAckPending = opts.maxAckPending ?? 1000;
+    this.#maxDeliver = opts.maxDeliver ?? 10;
+    this.#retryBase = opts.retryDelayMs?.base ?? 250;
+    this.#retryMax = opts.retryDelayMs?.max ?? 30_000;
+    this.#releaseTimeoutMs = opts.releaseTimeoutMs ?? 10_000;
+  }
+
+  /** Subjects the stream captures: every partition of every thread of the tenant. */
+  get streamSubject(): string {
+    return `troupe.${this.tenant}.thread.*.in.*`;
+  }
+
+  /** Partitions this node is consuming right now, ascending. */
+  owned(): number[] {
+    return [...this.#runs.values()].filter((r) => r.active && r.messages).map((r) => r.partition).sort((a, b) => a - b);
+  }
+
+  /** The lease manager (owned leases, live node count). */
+  get leases(): PartitionLeases | undefined {
+    return this.#leases;
+  }
+
+  async start(): Promise<this> {
+    if (this.#started) throw new Error('JetStreamIngress already started');
+    this.#started = true;
+    this.#jsm = await jetstreamManager(this.#nc);
+    this.#js = jetstream(this.#nc);
+    await this.#ensureStream(this.#jsm);
+    this.#watchStatus();
+    this.#leases = new PartitionLeases({
+      nc: this.#nc,
+      tenant: this.tenant,
+      nodeId: this.nodeId,
+      partitions: this.partitions,
+      leaseTtlMs: this.#opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS,
+      ...(this.#opts.leaseBucket ? { bucket: this.#opts.leaseBucket } : {}),
+      logger: this.#opts.logger ?? silentLogger(),
+      onAcquired: (p) => this.#op(p, () => this.#acquire(p)),
+      onLost: (p, reason) => this.#op(p, () => this.#release(p, reason)),
+    });
+    await this.#leases.start();
+    return this;
+  }
+
+  /** Gives every partition back (after in-flight handlers finish), so other nodes take over at once. */
+  async stop(): Promise<void> {
+    if (!this.#started || this.#stopping) return;
+    this.#stopping = true;
+    this.#status?.stop?.();
+    await this.#leases?.stop({ release: true });
+    // Anything the leases did not cover (e.g. a restart under way).
+    await Promise.all([...this.#runs.keys()].map((p) => this.#op(p, () => this.#release(p, 'released'))));
+    await Promise.all([...this.#ops.values()]);
+  }
+
+  // ---- stream and consumers -----------------------------------------------------------------------
+
+  async #ensureStream(jsm: JetStreamManager): Promise<void> {
+    const want: Partial<StreamConfig> & { name: string } = {
+      name: INGRESS_STREAM,
+      subjects: [this.streamSubject],
+      retention: RetentionPolicy.Workqueue,
+      storage: StorageType.File,
+      duplicate_window: msToNanos(INGRESS_DUPLICATE_WINDOW_MS),
+      max_age: msToNanos(this.#opts.maxAgeMs ?? DEFAULT_INGRESS_MAX_AGE_MS),
+      num_replicas: 1,
+    };
+    let info;
+    try {
+      info = await jsm.streams.info(INGRESS_STREAM);
+    } catch (err) {
+      if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
+      try {
+        await jsm.streams.add(want);
+        this.#log.info({ stream: INGRESS_STREAM, subjects: want.subjects }, 'created inbound stream');
+        return;
+      } catch (addErr) {
+        // Another node created it at the same moment.
+        info = await jsm.streams.info(INGRESS_STREAM).catch(() => {
+          throw addErr;
+        });
+      }
+    }
+    const cfg = info.config;
+    if (cfg.retention !== RetentionPolicy.Workqueue) {
+      throw new TroupeError(
+        'TRANSPORT_ERROR',
+        `stream ${INGRESS_STREAM} exists with ${cfg.retention} retention; it must be workqueue (the retention of a stream cannot change: delete it)`,
+      );
+    }
+    const subjectsOk = cfg.subjects?.length === 1 && cfg.subjects[0] === this.streamSubject;
+    if (!subjectsOk || cfg.max_age !== want.max_age || cfg.duplicate_window !== want.duplicate_window) {
+      await jsm.streams.update(INGRESS_STREAM, {
+        ...cfg,
+        subjects: want.subjects!,
+        max_age: want.max_age!,
+        duplicate_window: want.duplicate_window!,
+      });
+      this.#log.info({ stream: INGRESS_STREAM }, 'updated inbound stream configuration');
+    }
+  }
+
+  #consumerName(p: number): string {
+    return `p${p}`;
+  }
+
+  #consumerConfig(p: number): Partial<ConsumerConfig> {
+    return {
+      durable_name: this.#consumerName(p),
+      filter_subject: `troupe.${this.tenant}.thread.*.in.${p}`,
+      ack_policy: AckPolicy.Explicit,
+      // Work-queue streams only allow deliver-all; it means "from the oldest message still there".
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: msToNanos(this.#ackWaitMs),
+      max_ack_pending: this.#maxAckPending,
+      // Redelivery limits are ours (maxDeliver, then term), so the server never parks a message.
+      max_deliver: -1,
+    };
+  }
+
+  /** Deletes the partition's consumer (whoever made it) and creates it afresh. */
+  async #freshConsumer(p: number): Promise<void> {
+    const jsm = this.#jsm!;
+    try {
+      await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
+    } catch (err) {
+      if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    }
+    await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
+  }
+
+  // ---- partition lifecycle ------------------------------------------------------------------------
+
+  /** Runs `fn` after every earlier start/stop of partition p. */
+  #op(p: number, fn: () => Promise<void>): Promise<void> {
+    const prev = this.#ops.get(p) ?? Promise.resolve();
+    const next = prev.catch(() => undefined).then(fn);
+    const settled = next.catch(() => undefined);
+    this.#ops.set(p, settled);
+    void settled.then(() => {
+      if (this.#ops.get(p) === settled) this.#ops.delete(p);
+    });
+    return next;
+  }
+
+  /** Lease acquired: fresh consumer, host hook, then consume. A throw gives the lease back. */
+  async #acquire(p: number): Promise<void> {
+    if (this.#stopping) return;
+    await this.#freshConsumer(p);
+    await this.#opts.onPartitionAcquired?.(p);
+    try {
+      await this.#startRun(p);
+    } catch (err) {
+      // The host was told it has the partition: tell it it does not, then let the leases give it back.
+      await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
+      throw err;
+    }
+    this.#log.info({ partition: p }, 'consuming partition');
+  }
+
+  async #startRun(p: number): Promise<void> {
+    const run: PartitionRun = {
+      partition: p,
+      abort: new AbortController(),
+      chains: new Map(),
+      inflight: new Set(),
+      held: new Map(),
+      active: true,
+    };
+    this.#runs.set(p, run);
+    try {
+      const consumer = await this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p));
+      const messages = await consumer.consume({
+        max_messages: Math.min(this.#maxAckPending, 256),
+        callback: (m) => this.#onMessage(run, m),
+      });
+      run.messages = messages;
+      void this.#watchConsumer(run, messages);
+    } catch (err) {
+      run.active = false;
+      if (this.#runs.get(p) === run) this.#runs.delete(p);
+      throw err;
+    }
+  }
+
+  /** Lease lost or given back: stop consuming, let handlers finish (or abort them), tell the host. */
+  async #release(p: number, reason: LeaseLossReason): Promise<void> {
+    const run = this.#runs.get(p);
+    if (!run) return;
+    await this.#stopRun(run, reason === 'released' ? this.#releaseTimeoutMs : 0);
+    if (this.#runs.get(p) === run) this.#runs.delete(p);
+    this.#log.info({ partition: p, reason }, 'stopped consuming partition');
+    await this.#opts.onPartitionReleased?.(p);
+  }
+
+  /**
+   * Stops a run: no new pulls, queued messages dropped (not acked: the next consumer of the partition
+   * redelivers them), running handlers awaited for up to `graceMs`, then aborted and awaited again.
+   */
+  async #stopRun(run: PartitionRun, graceMs: number): Promise<void> {
+    run.active = false;
+    const messages = run.messages;
+    if (messages) {
+      messages.stop();
+      await withTimeout(messages.closed(), 2_000);
+    }
+    if (graceMs > 0 && run.inflight.size > 0) await withTimeout(Promise.allSettled([...run.inflight]), graceMs);
+    run.abort.abort(new TroupeError('TRANSPORT_ERROR', `partition ${run.partition} is no longer owned by ${this.nodeId}`));
+    while (run.inflight.size > 0) {
+      // Handlers ignoring the signal still get time; one that never settles is logged, not awaited forever.
+      const settled = await withTimeout(Promise.allSettled([...run.inflight]), Math.max(this.#releaseTimeoutMs, 1_000));
+      if (!settled) {
+        this.#log.error({ partition: run.partition, pending: run.inflight.size }, 'handlers did not finish after abort; giving up on them');
+        break;
+      }
+    }
+    // Acks sent so far reach the server before the next consumer is made.
+    if (!this.#nc.isClosed()) await this.#nc.flush().catch(() => undefined);
+  }
+
+  /**
+   * Restarts consumption of a partition this node still owns, from a fresh consumer (after a reconnect,
+   * or when the consumer vanished). The host hooks do not run: ownership did not change.
+   */
+  #restart(p: number, why: string): Promise<void> {
+    return this.#op(p, async () => {
+      const run = this.#runs.get(p);
+      if (!run || !run.active || this.#stopping) return;
+      if (!this.#leases?.owned().includes(p)) return;
+      this.#log.info({ partition: p, why }, 'restarting partition consumer');
+      await this.#stopRun(run, this.#releaseTimeoutMs);
+      if (this.#runs.get(p) === run) this.#runs.delete(p);
+      if (this.#stopping || !this.#leases?.owned().includes(p)) {
+        await this.#opts.onPartitionReleased?.(p);
+        return;
+      }
+      try {
+        await this.#freshConsumer(p);
+        await this.#startRun(p);
+      } catch (err) {
+        // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later).
+        this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
+        await this.#opts.onPartitionReleased?.(p);
+        this.#leases?.giveBack(p);
+      }
+    });
+  }
+
+  async #watchConsumer(run: PartitionRun, messages: ConsumerMessages): Promise<void> {
+    try {
+      for await (const s of messages.status()) {
+        if (!run.active) break;
+        if (s.type === 'consumer_deleted' || s.type === 'consumer_not_found') {
+          this.#log.warn({ partition: run.partition, event: s.type }, 'partition consumer vanished');
+          // Another node took the partition (then our lease is gone too) or someone deleted it.
+          await this.#leases?.refresh();
+          void this.#restart(run.partition, s.type);
+          break;
+        }
+        if (s.type === 'heartbeats_missed') this.#log.debug({ partition: run.partition, count: s.count }, 'consumer heartbeats missed');
+      }
+    } catch {
+      // status iterator closed
+    }
+  }
+
+  /** Pause on disconnect; on reconnect, check the leases and restart every partition from a fresh consumer. */
+  #watchStatus(): void {
+    const status = this.#nc.status() as AsyncIterable<Status> & { stop?: () => void };
+    this.#status = status;
+    void (async () => {
+      for await (const s of status) {
+        if (this.#stopping) break;
+        if (s.type === 'disconnect') {
+          // No more pulls until the leases are confirmed: a node cut off longer than the lease TTL must
+          // not pull from the consumer its successor made.
+          for (const run of this.#runs.values()) run.messages?.stop();
+        } else if (s.type === 'reconnect') {
+          await this.#leases?.refresh().catch(() => undefined);
+          for (const p of [...this.#runs.keys()]) void this.#restart(p, 'reconnect').catch(() => undefined);
+        }
+      }
+    })().catch(() => undefined);
+  }
+
+  // ---- messages -----------------------------------------------------------------------------------
+
+  #onMessage(run: PartitionRun, m: JsMsg): void {
+    if (!run.active) return; // the next consumer of the partition redelivers it
+    const threadId = threadIdOfSubject(m.subject);
+    if (threadId === undefined) {
+      this.#log.error({ subject: m.subject }, 'message on an unexpected subject; terminating it');
+      m.term();
+      return;
+    }
+    if (partitionOf(threadId, this.partitions) !== run.partition) {
+      // Published straight to a partition subject (a user allowed `...in.*`), or nats.conf and this node
+      // disagree on the partition count. Handled anyway (nothing is lost), but this thread may now be
+      // handled by two nodes: its store writes stay safe (compare-and-set), its order does not.
+      this.#log.error(
+        { subject: m.subject, threadId, partition: run.partition, expected: partitionOf(threadId, this.partitions), partitions: this.partitions },
+        'message in the wrong partition: check that nats.conf maps to as many partitions as the nodes use, and that no user may publish to thread.*.in.*',
+      );
+    }
+    const prev = run.chains.get(threadId) ?? Promise.resolve();
+    const next = prev
+      .then(() => this.#process(run, m, threadId))
+      .catch((err: unknown) => {
+        // #process handles handler errors itself; this is a bug guard that keeps the chain alive.
+        this.#log.error({ partition: run.partition, threadId, seq: m.seq, err: errText(err) }, 'processing a message failed');
+      });
+    run.chains.set(threadId, next);
+    run.inflight.add(next);
+    void next.then(() => {
+      run.inflight.delete(next);
+      if (run.chains.get(threadId) === next) run.chains.delete(threadId);
+    });
+  }
+
+  /** Handles one message; never rejects. */
+  async #process(run: PartitionRun, m: JsMsg, threadId: string): Promise<void> {
+    if (!run.active) return;
+    const seq = m.seq;
+    const hold = run.held.get(threadId);
+    if (hold) {
+      const now = Date.now();
+      // Give up holding if the failed message does not come back (e.g. someone terminated it).
+      const stale = now > hold.until + Math.max(5_000, this.#ackWaitMs);
+      if (seq > hold.seq && !stale) {
+        // Behind a failed message of the same thread: come back after it.
+        m.nak(Math.max(0, hold.until - now) + 50);
+        return;
+      }
+      if (seq >= hold.seq || stale) run.held.delete(threadId);
+    }
+    const info = m.info;
+    const deliveryCount = info.deliveryCount;
+    const msg: IngressMessage = {
+      threadId,
+      partition: run.partition,
+      messageId: m.headers?.get(HEADERS.msgId) || undefined,
+      data: m.data,
+      headers: headersToRecord(m.headers),
+      redelivered: info.redelivered || deliveryCount > 1,
+      deliveryCount,
+      seq,
+      subject: m.subject,
+    };
+    try {
+      await this.#opts.handler(msg, { signal: run.abort.signal });
+    } catch (err) {
+      this.#onHandlerError(run, m, msg, err);
+      return;
+    }
+    // Committed: ack, and keep the confirmation among the partition's in-flight work, so a release
+    // waits for it, without holding up the thread's next message.
+    const acked = m.ackAck({ timeout: 5_000 }).catch((err: unknown) => {
+      this.#log.debug({ partition: run.partition, seq, err: errText(err) }, 'ack not confirmed; the message may come again');
+    });
+    run.inflight.add(acked);
+    void acked.then(() => run.inflight.delete(acked));
+  }
+
+  #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): void {
+    const fields = { partition: run.partition, threadId: msg.threadId, messageId: msg.messageId, seq: msg.seq, deliveryCount: msg.deliveryCount };
+    if (err instanceof TroupeError && CLIENT_ERROR_CODES.has(err.code)) {
+      this.#log.info({ ...fields, code: err.code }, 'message refused; terminating it');
+      m.term();
+      return;
+    }
+    if (!run.active) {
+      // Lost the partition under the handler: the next owner redelivers; nothing to report here.
+      this.#log.debug({ ...fields, err: errText(err) }, 'handler failed after the partition was lost');
+      return;
+    }
+    if (msg.deliveryCount >= this.#maxDeliver) {
+      this.#log.error({ ...fields, err: errText(err) }, `handler failed ${msg.deliveryCount} times; terminating the message`);
+      m.term();
+      return;
+    }
+    const delay = Math.min(this.#retryMax, this.#retryBase * 2 ** Math.max(0, msg.deliveryCount - 1));
+    this.#log.warn({ ...fields, err: errText(err), retryInMs: delay }, 'handler failed; will retry');
+    m.nak(delay);
+    const hold = run.held.get(msg.threadId);
+    if (!hold || hold.seq >= msg.seq) run.held.set(msg.threadId, { seq: msg.seq, until: Date.now() + delay });
+  }
+}
+
+/** `troupe.<tenant>.thread.<threadId>.in.<N>` → threadId. */
+function threadIdOfSubject(subject: string): string | undefined {
+  const t = subject.split('.');
+  return t.length === 6 && t[2] === 'thread' && t[4] === 'in' && t[3] ? t[3] : undefined;
+}
+
+function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (!h) return out;
+  for (const k of h.keys()) out[k] = h.get(k);
+  return out;
+}
+
+function msToNanos(ms: number): number {
+  return ms * 1_000_000;
+}
+
+function isApiError(err: unknown, code: number): boolean {
+  return err instanceof JetStreamApiError && err.code === code;
+}
+
+function errText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** Resolves true when `p` settled within `ms`, false otherwise. */
+async function withTimeout(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((res) => (timer = setTimeout(() => res(false), ms)));
+  try {
+    return await Promise.race([p.then(() => true as const, () => true as const), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,627 @@
+/**
+ * Partition leases in a JetStream KV bucket (DESIGN §5: one owner per thread at a time).
+ *
+ * Inbound thread messages are split by the server into `partitions` partitions (nats.conf mapping);
+ * exactly one node at a time holds the lease of a partition and consumes it (src/actors/ingress.ts).
+ *
+ * Bucket `troupe_leases` (one per account, so per tenant), max age = the lease TTL, history 1:
+ *   `<tenant>.p<N>`          `{ nodeId, acquiredAt, renewedAt }` (epoch ms), the lease of partition N
+ *   `<tenant>.node.<nodeId>` `{ nodeId, at, held }`, the node's heartbeat, used to count live nodes
+ *
+ * A lease is never written blindly: it is taken with `kv.create` (succeeds only when the key is absent,
+ * deleted, or aged out of the bucket — on nats-server 2.9 an expired key simply vanishes), renewed with
+ * `kv.update` on the revision this node last wrote, and given back with a delete on that revision.
+ * A revision mismatch means someone else holds it now: the lease is lost.
+ *
+ * Every `ttl / 3` a node refreshes its heartbeat and renews its leases (one timer), and, on a second
+ * timer so a slow survey can never delay a renewal, counts live nodes and moves towards
+ * `ceil(partitions / liveNodes)` leases: it takes free partitions up to that target and gives back the
+ * ones above it, so a joining node gets its share without anyone crashing. The survey is one stream-info
+ * request (the bucket's subjects under `<tenant>.`) plus a get per key, no consumer. A KV watch on the
+ * tenant's keys runs the next balance round at once when a lease is given back or a node appears, so a
+ * clean stop is taken over in milliseconds; a crashed node's leases are taken over once they age out
+ * (ttl) plus at most one round.
+ *
+ * Self-fencing: a lease that could not be renewed for `ttl - ttl/10` (measured from the start of the
+ * last successful renewal, which precedes the server's timestamp) is dropped locally (`onLost` with
+ * reason `expired`) before the server lets anyone else take it.
+ *
+ * Callbacks (`onAcquired`, `onLost`) may be async; for one partition they never overlap and run in the
+ * order of the events. A partition given back voluntarily (rebalance, `stop`) is deleted from the bucket
+ * only after its `onLost` resolved, and it keeps being renewed meanwhile, so its consumer can finish
+ * in-flight work before the next owner starts.
+ */
+import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
+import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
+import { silentLogger, type Logger } from './logger.js';
+
+export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
+export const DEFAULT_PARTITIONS = 8;
+export const DEFAULT_LEASE_TTL_MS = 5_000;
+
+/**
+ * Why a node stopped holding a partition:
+ * - `conflict`: the lease key was written by someone else (renewal failed on the revision);
+ * - `expired`: it could not be renewed in time (disconnected, server slow) and was dropped locally;
+ * - `released`: this node gave it back (rebalance or `stop`), the lease is still held until `onLost` resolves.
+ */
+export type LeaseLossReason = 'conflict' | 'expired' | 'released';
+
+export interface PartitionLeasesOptions {
+  nc: NatsConnection;
+  tenant: string;
+  /** Unique per running process; a subject token (A-Z, a-z, 0-9, `_`, `-`). */
+  nodeId: string;
+  /** Must equal the partition count of the nats.conf mapping. Default 8. */
+  partitions?: number;
+  /**
+   * Lease time-to-live in ms, the bucket's max age. Default 5000. Applied when the bucket is created; an
+   * existing bucket keeps its own max age, which then wins (see `ttlMs`), so all nodes agree.
+   */
+  leaseTtlMs?: number;
+  /** KV bucket. Default `troupe_leases`. */
+  bucket?: string;
+  /** File (default) keeps leases over a server restart, so owners keep their partitions. */
+  storage?: 'file' | 'memory';
+  onAcquired?: (partition: number) => void | Promise<void>;
+  onLost?: (partition: number, reason: LeaseLossReason) => void | Promise<void>;
+  logger?: Logger;
+}
+
+interface HeldLease {
+  revision: number;
+  acquiredAt: number;
+  /** Local time after which the lease is no longer trusted (see self-fencing). */
+  validUntil: number;
+  /** Being given back: `onLost` is running; the key is deleted once `drained`. */
+  releasing: boolean;
+  drained: boolean;
+}
+
+const KEY_TOKEN = /^[A-Za-z0-9_-]+$/;
+
+export class PartitionLeases {
+  readonly tenant: string;
+  readonly nodeId: string;
+  readonly partitions: number;
+  readonly bucket: string;
+  readonly #nc: NatsConnection;
+  readonly #opts: PartitionLeasesOptions;
+  readonly #log: Logger;
+  #ttlMs: number;
+  #kv?: KV;
+  readonly #held = new Map<number, HeldLease>();
+  /** Partitions this node self-fenced, with the revision it last wrote: reclaimable while nobody wrote since. */
+  readonly #fenced = new Map<number, number>();
+  /** Per-partition callback chain. */
+  readonly #chains = new Map<number, Promise<void>>();
+  #liveNodes = 1;
+  #knownNodes = new Set<string>();
+  #started = false;
+  #stopping = false;
+  #jsm?: JetStreamManager;
+  #renewTimer?: NodeJS.Timeout;
+  #balanceTimer?: NodeJS.Timeout;
+  #fenceTimer?: NodeJS.Timeout;
+  #balancing?: Promise<void>;
+  #balanceAgain = false;
+  #renewing?: Promise<void>;
+  #watch?: QueuedIterator<KvWatchEntry>;
+  #status?: AsyncIterable<Status> & { stop?: () => void };
+
+  constructor(opts: PartitionLeasesOptions) {
+    if (!KEY_TOKEN.test(opts.tenant)) throw new RangeError(`invalid tenant "${opts.tenant}": use A-Z, a-z, 0-9, _ and -`);
+    if (!KEY_TOKEN.test(opts.nodeId)) throw new RangeError(`invalid nodeId "${opts.nodeId}": use A-Z, a-z, 0-9, _ and -`);
+    const partitions = opts.partitions ?? DEFAULT_PARTITIONS;
+    if (!Number.isSafeInteger(partitions) || partitions < 1) throw new RangeError(`partitions must be a whole number >= 1, got ${partitions}`);
+    const ttl = opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
+    if (!Number.isSafeInteger(ttl) || ttl < 100) throw new RangeError(`leaseTtlMs must be a whole number of ms >= 100, got ${ttl}`);
+    this.tenant = opts.tenant;
+    this.nodeId = opts.nodeId;
+    this.partitions = partitions;
+    this.bucket = opts.bucket ?? DEFAULT_LEASE_BUCKET;
+    this.#ttlMs = ttl;
+    this.#nc = opts.nc;
+    this.#opts = opts;
+    this.#log = (opts.logger ?? silentLogger()).child({ component: 'leases', node: opts.nodeId, tenant: opts.tenant });
+  }
+
+  /** The effective lease TTL: the bucket's max age. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** How often leases are renewed and the balance is checked. */
+  get renewIntervalMs(): number {
+    return Math.max(30, Math.floor(this.#ttlMs / 3));
+  }
+
+  /** Live nodes of the tenant as last counted (this one included). */
+  get liveNodes(): number {
+    return this.#liveNodes;
+  }
+
+  /** Partitions whose lease this node holds right now (including ones it is giving back), ascending. */
+  owned(): number[] {
+    return [...this.#held.keys()].sort((a, b) => a - b);
+  }
+
+  /** Runs a round now (renew, rebalance, acquire) and resolves when it is done. */
+  async refresh(): Promise<void> {
+    if (!this.#started || this.#stopping) return;
+    await this.#renewRound();
+    await this.#runBalance();
+  }
+
+  /**
+   * Gives partition p back as in a rebalance (`onLost(p, 'released')`, then the key is deleted), e.g.
+   * because this node cannot consume it. Another node, or this one in a later round, takes it.
+   */
+  giveBack(p: number): void {
+    this.#release(p);
+  }
+
+  async start(): Promise<this> {
+    if (this.#started) throw new Error('PartitionLeases already started');
+    this.#started = true;
+    // KV calls time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
+    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
+    const kv = await new Kvm(js).create(this.bucket, {
+      history: 1,
+      ttl: this.#ttlMs,
+      storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
+    });
+    const status = await kv.status();
+    if (status.ttl === 0) {
+      throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
+    }
+    if (status.ttl !== this.#ttlMs) {
+      this.#log.warn({ bucket: this.bucket, bucketTtlMs: status.ttl, leaseTtlMs: this.#ttlMs }, "lease bucket exists with another max age; using the bucket's");
+      this.#ttlMs = status.ttl;
+    }
+    this.#kv = kv;
+    this.#jsm = await js.jetstreamManager();
+    await this.#startWatch(kv);
+    this.#watchStatus();
+    await this.#renewRound();
+    await this.#runBalance();
+    this.#scheduleRenew();
+    this.#scheduleBalance();
+    return this;
+  }
+
+  /**
+   * Stops renewing. With `release` (default) every held partition goes through `onLost(p, 'released')`
+   * and is then deleted from the bucket, and the heartbeat too, so other nodes take over at once.
+   * Without it, `onLost` still runs (reason `released`) but the keys stay until they age out.
+   */
+  async stop(opts: { release?: boolean } = {}): Promise<void> {
+    if (!this.#started || this.#stopping) return;
+    this.#stopping = true;
+    const release = opts.release ?? true;
+    clearTimeout(this.#balanceTimer);
+    clearTimeout(this.#fenceTimer);
+    this.#watch?.stop();
+    this.#status?.stop?.();
+    await this.#balancing?.catch(() => undefined);
+    // The renewal timer keeps running while the callbacks drain, so leases cannot age out under
+    // in-flight work.
+    const waits: Promise<void>[] = [];
+    for (const [p, lease] of this.#held) {
+      // One being given back already has its onLost queued: wait for it rather than calling it twice.
+      if (lease.releasing) waits.push(this.#chains.get(p) ?? Promise.resolve());
+      else {
+        lease.releasing = true;
+        waits.push(this.#enqueue(p, () => this.#opts.onLost?.(p, 'released')));
+      }
+    }
+    await Promise.all(waits);
+    clearTimeout(this.#renewTimer);
+    this.#renewTimer = undefined;
+    await this.#renewing?.catch(() => undefined);
+    const kv = this.#kv;
+    if (release && kv && !this.#nc.isClosed()) {
+      // The heartbeat first: the others then count one node less when they see the leases go.
+      await kv.delete(this.#nodeKey()).catch(() => undefined);
+      await Promise.all(
+        [...this.#held.entries()].map(async ([p, lease]) => {
+          try {
+            await kv.delete(this.#leaseKey(p), { previousSeq: lease.revision });
+          } catch (err) {
+            if (!isWrongLastSequence(err)) this.#log.warn({ partition: p, err: errText(err) }, 'could not release lease');
+          }
+        }),
+      );
+    }
+    this.#held.clear();
+    this.#fenced.clear();
+    clearTimeout(this.#fenceTimer);
+    await Promise.all([...this.#chains.values()]);
+  }
+
+  // ---- renewal: heartbeat and held leases, on its own timer -----------------------------------------
+
+  #scheduleRenew(): void {
+    // A closed connection cannot renew anything: the fence timer drops the leases as they run out.
+    if (this.#nc.isClosed() || (this.#stopping && this.#renewTimer === undefined)) return;
+    this.#renewTimer = setTimeout(() => {
+      void this.#renewRound().finally(() => {
+        if (this.#renewTimer !== undefined) this.#scheduleRenew();
+      });
+    }, this.renewIntervalMs);
+  }
+
+  /** Refreshes the heartbeat and renews every held lease, all in parallel. */
+  async #renewRound(): Promise<void> {
+    const kv = this.#kv;
+    if (!kv || this.#nc.isClosed()) return;
+    const heartbeat = this.#stopping
+      ? Promise.resolve()
+      : kv.put(this.#nodeKey(), encode({ nodeId: this.nodeId, at: Date.now(), held: this.#held.size })).then(
+          () => undefined,
+          (err: unknown) => this.#log.debug({ err: errText(err) }, 'heartbeat failed'),
+        );
+    await Promise.all([heartbeat, this.#renewAll()]);
+  }
+
+  // ---- balance: count nodes, give back surplus, take free partitions ---------------------------------
+
+  #scheduleBalance(delayMs = this.renewIntervalMs): void {
+    if (this.#stopping || this.#nc.isClosed()) return;
+    clearTimeout(this.#balanceTimer);
+    this.#balanceTimer = setTimeout(() => void this.#runBalance().finally(() => this.#scheduleBalance()), delayMs);
+  }
+
+  /** Balances soon (a lease was given back, a node appeared, the connection came back). */
+  #kick(): void {
+    if (this.#stopping) return;
+    if (this.#balancing) {
+      this.#balanceAgain = true;
+      return;
+    }
+    this.#scheduleBalance(0);
+  }
+
+  /** One balance round at a time; a kick during a round runs another right after it. */
+  #runBalance(): Promise<void> {
+    if (this.#balancing) {
+      this.#balanceAgain = true;
+      return this.#balancing;
+    }
+    const run = (async () => {
+      do {
+        this.#balanceAgain = false;
+        try {
+          await this.#balance();
+        } catch (err) {
+          this.#log.warn({ err: errText(err) }, 'lease balance round failed');
+        }
+      } while (this.#balanceAgain && !this.#stopping);
+    })();
+    this.#balancing = run.finally(() => {
+      this.#balancing = undefined;
+    });
+    return this.#balancing;
+  }
+
+  /**
+   * Who is alive and which partitions are taken, from the server: one stream-info request listing the
+   * tenant's keys (subjects) in the bucket, then a get per key that might be a delete marker. No
+   * consumer is made (kv.keys() would make one per call, which a cluster's meta layer pays for).
+   */
+  async #survey(kv: KV): Promise<{ nodes: Set<string>; taken: Set<number> }> {
+    const stream = `KV_${this.bucket}`;
+    const prefix = `$KV.${this.bucket}.`;
+    const info = await this.#jsm!.streams.info(stream, { subjects_filter: `${prefix}${this.tenant}.>` });
+    const keys = Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length));
+    const nodePrefix = `${this.tenant}.node.`;
+    const nodes = new Set<string>([this.nodeId]);
+    const taken = new Set<number>();
+    await Promise.all(
+      keys.map(async (key) => {
+        const isNode = key.startsWith(nodePrefix);
+        const p = isNode ? undefined : this.#partitionOfKey(key);
+        if (!isNode && p === undefined) return;
+        if (p !== undefined && this.#held.has(p)) {
+          taken.add(p);
+          return;
+        }
+        // A deleted key keeps its delete marker until it ages out: only a PUT counts.
+        const entry = await kv.get(key);
+        if (!entry || entry.operation !== 'PUT') return;
+        if (isNode) nodes.add(key.slice(nodePrefix.length));
+        else taken.add(p!);
+      }),
+    );
+    return { nodes, taken };
+  }
+
+  async #balance(): Promise<void> {
+    const kv = this.#kv;
+    if (!kv || this.#stopping || this.#nc.isClosed()) return;
+    this.#fenceExpired();
+    await this.#finishReleases(kv);
+    let survey: { nodes: Set<string>; taken: Set<number> };
+    try {
+      survey = await this.#survey(kv);
+    } catch (err) {
+      this.#log.debug({ err: errText(err) }, 'lease survey failed');
+      return;
+    }
+    if (this.#stopping) return;
+    const { nodes, taken } = survey;
+    this.#knownNodes = nodes;
+    this.#liveNodes = nodes.size;
+    const target = Math.ceil(this.partitions / this.#liveNodes);
+
+    // Give back what is above the target, highest partitions first.
+    const keeping = [...this.#held.entries()].filter(([, l]) => !l.releasing).map(([p]) => p).sort((a, b) => b - a);
+    for (let surplus = keeping.length - target, i = 0; surplus > 0; surplus--, i++) this.#release(keeping[i]!);
+    let want = target - Math.min(keeping.length, target);
+    if (want <= 0) return;
+
+    // Partitions this node fenced itself off: reclaim on the revision it last wrote (nobody wrote since).
+    const reclaim = [...this.#fenced].filter(([p]) => !this.#held.has(p)).slice(0, want);
+    const reclaimed = await Promise.all(
+      reclaim.map(async ([p, revision]) => {
+        this.#fenced.delete(p);
+        const startedAt = Date.now();
+        try {
+          const rev = await kv.update(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }), revision);
+          this.#took(p, rev, startedAt);
+          return true;
+        } catch (err) {
+          if (!isWrongLastSequence(err)) this.#log.debug({ partition: p, err: errText(err) }, 'reclaim failed');
+          return false;
+        }
+      }),
+    );
+    want -= reclaimed.filter(Boolean).length;
+    if (want <= 0 || this.#stopping) return;
+
+    // Free partitions, starting at a node-specific offset so nodes starting together rarely collide.
+    const offset = fnv1a32(this.nodeId) % this.partitions;
+    const free: number[] = [];
+    for (let i = 0; i < this.partitions && free.length < want; i++) {
+      const p = (offset + i) % this.partitions;
+      if (!this.#held.has(p) && !taken.has(p)) free.push(p);
+    }
+    await Promise.all(
+      free.map(async (p) => {
+        const startedAt = Date.now();
+        try {
+          const rev = await kv.create(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }));
+          if (this.#stopping) {
+            // Stopped meanwhile: hand it straight back.
+            await kv.delete(this.#leaseKey(p), { previousSeq: rev }).catch(() => undefined);
+            return;
+          }
+          this.#fenced.delete(p);
+          this.#took(p, rev, startedAt);
+        } catch (err) {
+          // Someone else was faster: fine. Anything else: try again next round.
+          if (!isWrongLastSequence(err)) this.#log.debug({ partition: p, err: errText(err) }, 'acquire failed');
+        }
+      }),
+    );
+  }
+
+  #took(p: number, revision: number, startedAt: number): void {
+    this.#held.set(p, { revision, acquiredAt: startedAt, validUntil: startedAt + this.#validityMs(), releasing: false, drained: false });
+    this.#armFenceTimer();
+    this.#log.debug({ partition: p, revision }, 'lease acquired');
+    this.#enqueue(p, async () => {
+      try {
+        await this.#opts.onAcquired?.(p);
+      } catch (err) {
+        // Could not start on it: give it back so this node or another can try again.
+        this.#log.error({ partition: p, err: errText(err) }, 'onAcquired failed; giving the partition back');
+        const lease = this.#held.get(p);
+        if (lease && !lease.releasing) {
+          lease.releasing = true;
+          await this.#opts.onLost?.(p, 'released');
+          lease.drained = true;
+          this.#kick();
+        }
+      }
+    });
+  }
+
+  #release(p: number): void {
+    const lease = this.#held.get(p);
+    if (!lease || lease.releasing) return;
+    lease.releasing = true;
+    this.#log.debug({ partition: p, liveNodes: this.#liveNodes }, 'giving lease back');
+    void this.#enqueue(p, () => this.#opts.onLost?.(p, 'released')).then(() => {
+      lease.drained = true;
+      this.#kick();
+    });
+  }
+
+  /** Deletes the keys of partitions whose `onLost('released')` has finished, on the revision held. */
+  async #finishReleases(kv: KV): Promise<void> {
+    const done = [...this.#held.entries()].filter(([, l]) => l.releasing && l.drained);
+    await Promise.all(
+      done.map(async ([p, lease]) => {
+        try {
+          await kv.delete(this.#leaseKey(p), { previousSeq: lease.revision });
+          if (this.#held.get(p) === lease) this.#held.delete(p);
+        } catch (err) {
+          if (isWrongLastSequence(err)) {
+            if (this.#held.get(p) === lease) this.#held.delete(p);
+          } else this.#log.debug({ partition: p, err: errText(err) }, 'could not delete released lease; retrying next round');
+        }
+      }),
+    );
+  }
+
+  /** Renews every held lease in parallel (at most one renewal pass at a time). */
+  #renewAll(): Promise<void> {
+    this.#renewing ??= this.#renewAllOnce().finally(() => {
+      this.#renewing = undefined;
+    });
+    return this.#renewing;
+  }
+
+  async #renewAllOnce(): Promise<void> {
+    const kv = this.#kv;
+    if (!kv) return;
+    await Promise.all(
+      [...this.#held.entries()]
+        .filter(([, l]) => !(l.releasing && l.drained))
+        .map(async ([p, lease]) => {
+          const startedAt = Date.now();
+          try {
+            const rev = await kv.update(
+              this.#leaseKey(p),
+              encode({ nodeId: this.nodeId, acquiredAt: lease.acquiredAt, renewedAt: startedAt }),
+              lease.revision,
+            );
+            if (this.#held.get(p) !== lease) return;
+            lease.revision = rev;
+            lease.validUntil = startedAt + this.#validityMs();
+          } catch (err) {
+            if (this.#held.get(p) !== lease) return;
+            if (isWrongLastSequence(err)) this.#lose(p, 'conflict');
+            else this.#log.debug({ partition: p, err: errText(err) }, 'renewal failed');
+          }
+        }),
+    );
+    this.#fenceExpired();
+    this.#armFenceTimer();
+  }
+
+  #lose(p: number, reason: LeaseLossReason): void {
+    const lease = this.#held.get(p);
+    if (!lease) return;
+    this.#held.delete(p);
+    if (reason === 'expired') this.#fenced.set(p, lease.revision);
+    this.#log.warn({ partition: p, reason }, 'lease lost');
+    // A partition being given back already had its onLost; losing it only skips the delete.
+    if (!lease.releasing) void this.#enqueue(p, () => this.#opts.onLost?.(p, reason));
+  }
+
+  #validityMs(): number {
+    return this.#ttlMs - Math.max(10, Math.floor(this.#ttlMs / 10));
+  }
+
+  #fenceExpired(): void {
+    const now = Date.now();
+    for (const [p, lease] of [...this.#held]) if (now >= lease.validUntil) this.#lose(p, 'expired');
+  }
+
+  #armFenceTimer(): void {
+    clearTimeout(this.#fenceTimer);
+    if (this.#held.size === 0) return;
+    const next = Math.min(...[...this.#held.values()].map((l) => l.validUntil));
+    this.#fenceTimer = setTimeout(() => {
+      this.#fenceExpired();
+      this.#armFenceTimer();
+    }, Math.max(0, next - Date.now()) + 1);
+  }
+
+  /** Runs `fn` after every earlier callback of partition `p`; never rejects. */
+  #enqueue(p: number, fn: () => void | Promise<void>): Promise<void> {
+    const prev = this.#chains.get(p) ?? Promise.resolve();
+    const next = prev.then(fn).catch((err: unknown) => this.#log.error({ partition: p, err: errText(err) }, 'lease callback failed'));
+    this.#chains.set(p, next);
+    void next.then(() => {
+      if (this.#chains.get(p) === next) this.#chains.delete(p);
+    });
+    return next;
+  }
+
+  async #startWatch(kv: KV): Promise<void> {
+    try {
+      const watch = await kv.watch({ key: `${this.tenant}.>`, include: KvWatchInclude.UpdatesOnly });
+      this.#watch = watch;
+      void (async () => {
+        for await (const e of watch) {
+          if (e.operation !== 'PUT') {
+            // A lease (or heartbeat) given back: take it now rather than at the next round.
+            if (e.key !== this.#nodeKey()) this.#kick();
+            continue;
+          }
+          const nodePrefix = `${this.tenant}.node.`;
+          if (e.key.startsWith(nodePrefix)) {
+            // A new node: rebalance now.
+            if (!this.#knownNodes.has(e.key.slice(nodePrefix.length))) this.#kick();
+            continue;
+          }
+          const p = this.#partitionOfKey(e.key);
+          const lease = p === undefined ? undefined : this.#held.get(p);
+          // Someone else wrote a lease this node thinks it holds: renew now to find out.
+          if (lease && e.revision !== lease.revision && !isOwnWrite(e, this.nodeId)) void this.#renewAll();
+        }
+      })().catch((err: unknown) => this.#log.debug({ err: errText(err) }, 'lease watch ended'));
+    } catch (err) {
+      // The rounds alone are enough; the watch only makes takeovers faster.
+      this.#log.warn({ err: errText(err) }, 'could not watch the lease bucket');
+    }
+  }
+
+  /** After a reconnect, renew and rebalance at once instead of waiting for the next round. */
+  #watchStatus(): void {
+    const status = this.#nc.status() as AsyncIterable<Status> & { stop?: () => void };
+    this.#status = status;
+    void (async () => {
+      for await (const s of status) {
+        if (s.type !== 'reconnect') continue;
+        void this.#renewRound();
+        this.#kick();
+      }
+    })().catch(() => undefined);
+  }
+
+  #leaseKey(p: number): string {
+    return `${this.tenant}.p${p}`;
+  }
+
+  #nodeKey(): string {
+    return `${this.tenant}.node.${this.nodeId}`;
+  }
+
+  #partitionOfKey(key: string): number | undefined {
+    const prefix = `${this.tenant}.p`;
+    if (!key.startsWith(prefix)) return undefined;
+    const n = Number(key.slice(prefix.length));
+    return Number.isSafeInteger(n) && n >= 0 && n < this.partitions ? n : undefined;
+  }
+}
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+function encode(value: unknown): Uint8Array {
+  return enc.encode(JSON.stringify(value));
+}
+
+function isOwnWrite(e: KvWatchEntry, nodeId: string): boolean {
+  try {
+    return (JSON.parse(dec.decode(e.value)) as { nodeId?: unknown }).nodeId === nodeId;
+  } catch {
+    return false;
+  }
+}
+
+function isWrongLastSequence(err: unknown): boolean {
+  return (
+    err instanceof JetStreamApiError &&
+    (err.code === JetStreamApiCodes.StreamWrongLastSequence || err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+function errText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** FNV-1a 32-bit of a string's UTF-8 bytes (the hash nats-server's `partition()` mapping uses). */
+export function fnv1a32(s: string): number {
+  let h = 0x811c9dc5;
+  for (const b of enc.encode(s)) {
+    h ^= b;
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}

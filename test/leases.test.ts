@@ -1,0 +1,256 @@
+/**
+ * PartitionLeases against a real nats-server: one owner per partition, fair shares, takeover after a
+ * crash (lease TTL + one round) and after a clean stop (at once), and never two owners at a time.
+ */
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { PartitionLeases, type LeaseLossReason } from '../src/actors/leases.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+
+const TTL = 1_000;
+const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+async function waitFor(cond: () => boolean, what: string, timeoutMs = 5_000): Promise<number> {
+  const start = Date.now();
+  while (!cond()) {
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(5);
+  }
+  return Date.now() - start;
+}
+
+interface Event {
+  node: string;
+  partition: number;
+  kind: 'acquired' | 'lost';
+  reason?: LeaseLossReason;
+  start: number;
+  end: number;
+}
+
+describe('PartitionLeases', () => {
+  let server: NatsServerHandle;
+  const conns: NatsConnection[] = [];
+  const started: PartitionLeases[] = [];
+  let bucketN = 0;
+
+  beforeAll(async () => {
+    server = await startNatsServer();
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((l) => l.stop({ release: false }).catch(() => undefined)));
+    await Promise.all(conns.splice(0).map((c) => c.close().catch(() => undefined)));
+  });
+
+  const connectNode = async () => {
+    const nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+    conns.push(nc);
+    return nc;
+  };
+
+  /** A node with callbacks that take a little time, so overlapping callbacks would show. */
+  const makeNode = async (nodeId: string, bucket: string, events: Event[]) => {
+    const nc = await connectNode();
+    const leases = new PartitionLeases({
+      nc,
+      tenant: 'demo',
+      nodeId,
+      leaseTtlMs: TTL,
+      bucket,
+      onAcquired: async (p) => {
+        const start = Date.now();
+        await sleep(3);
+        events.push({ node: nodeId, partition: p, kind: 'acquired', start, end: Date.now() });
+      },
+      onLost: async (p, reason) => {
+        const start = Date.now();
+        await sleep(3);
+        events.push({ node: nodeId, partition: p, kind: 'lost', reason, start, end: Date.now() });
+      },
+    });
+    started.push(leases);
+    return { nc, leases };
+  };
+
+  /** Samples every node's owned() every few ms and records any partition held by two at once. */
+  const overlapSampler = (nodes: PartitionLeases[]) => {
+    const overlaps: string[] = [];
+    let samples = 0;
+    const timer = setInterval(() => {
+      samples++;
+      const seen = new Map<number, string>();
+      for (const n of nodes) {
+        for (const p of n.owned()) {
+          const other = seen.get(p);
+          if (other) overlaps.push(`p${p}: ${other} and ${n.nodeId}`);
+          seen.set(p, n.nodeId);
+        }
+      }
+    }, 2);
+    return {
+      overlaps,
+      get samples() {
+        return samples;
+      },
+      stop: () => clearInterval(timer),
+    };
+  };
+
+  /** Every callback of the nodes' current holdings has run: the net of the events matches owned(). */
+  const callbacksSettled = (events: Event[], nodes: PartitionLeases[]) =>
+    nodes.every((n) => {
+      const net = new Set<number>();
+      for (const e of events.filter((x) => x.node === n.nodeId).sort((x, y) => x.start - y.start)) {
+        if (e.kind === 'acquired') net.add(e.partition);
+        else net.delete(e.partition);
+      }
+      return [...net].sort().join() === n.owned().join();
+    });
+
+  /** For each partition, callbacks of one node never overlap and alternate acquired/lost. */
+  const expectSerializedCallbacks = (events: Event[], node: string) => {
+    for (const p of ALL) {
+      const mine = events.filter((e) => e.node === node && e.partition === p).sort((a, b) => a.start - b.start);
+      for (let i = 1; i < mine.length; i++) {
+        expect(mine[i]!.start).toBeGreaterThanOrEqual(mine[i - 1]!.end);
+        expect(mine[i]!.kind).not.toBe(mine[i - 1]!.kind);
+      }
+      if (mine.length > 0) expect(mine[0]!.kind).toBe('acquired');
+    }
+  };
+
+  it('gives a lone node every partition', async () => {
+    const events: Event[] = [];
+    const { leases } = await makeNode('solo', `leases_${++bucketN}`, events);
+    await leases.start();
+    await waitFor(() => leases.owned().length === 8, 'all 8 partitions');
+    expect(leases.owned()).toEqual(ALL);
+    expect(leases.ttlMs).toBe(TTL);
+    await waitFor(() => events.length === 8, 'the 8 onAcquired callbacks');
+    expect(events.map((e) => e.partition).sort()).toEqual(ALL);
+  });
+
+  it('shares 4/4 with a second node, 3/3/2 with a third, never two owners, takeover after crash and clean stop', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const events: Event[] = [];
+    const a = await makeNode('node-a', bucket, events);
+    const b = await makeNode('node-b', bucket, events);
+    await a.leases.start();
+    await waitFor(() => a.leases.owned().length === 8, 'node-a owning 8');
+
+    const sampler = overlapSampler([a.leases, b.leases]);
+    try {
+      const joinedAt = Date.now();
+      await b.leases.start();
+      await waitFor(() => a.leases.owned().length === 4 && b.leases.owned().length === 4, '4/4', 4 * TTL);
+      const converged = Date.now() - joinedAt;
+      console.log(`[leases] second node joined: 4/4 after ${converged} ms (ttl ${TTL} ms)`);
+      expect(converged).toBeLessThan(3 * TTL);
+      expect([...a.leases.owned(), ...b.leases.owned()].sort()).toEqual(ALL);
+
+      // A third node: ceil(8/3) = 3, so 3/3/2.
+      const c = await makeNode('node-c', bucket, events);
+      const sampler3 = overlapSampler([a.leases, b.leases, c.leases]);
+      await c.leases.start();
+      await waitFor(
+        () => {
+          const counts = [a, b, c].map((n) => n.leases.owned().length).sort();
+          return counts.join() === '2,3,3';
+        },
+        '3/3/2',
+        4 * TTL,
+      );
+      expect([...a.leases.owned(), ...b.leases.owned(), ...c.leases.owned()].sort()).toEqual(ALL);
+      // c leaves cleanly: back to 4/4.
+      await c.leases.stop({ release: true });
+      await waitFor(() => a.leases.owned().length === 4 && b.leases.owned().length === 4, '4/4 again', 4 * TTL);
+      sampler3.stop();
+      expect(sampler3.overlaps).toEqual([]);
+
+      // Let a few rounds pass: the balance is stable (no flapping).
+      await waitFor(() => callbacksSettled(events, [a.leases, b.leases]), 'callbacks to settle');
+      const before = events.length;
+      await sleep(2 * TTL);
+      expect(events.length).toBe(before);
+
+      // Crash node-b: its connection goes away without stop(); node-a takes over once b's leases age out.
+      // A random moment within the renewal period, so the measured time is not tied to one timer phase.
+      await sleep(Math.random() * b.leases.renewIntervalMs);
+      const bOwned = b.leases.owned();
+      const crashedAt = Date.now();
+      await b.nc.close();
+      const takeover = await waitFor(() => a.leases.owned().length === 8, 'node-a owning 8 after the crash', 3 * TTL);
+      console.log(
+        `[leases] crash takeover: node-a owns all 8 ${takeover} ms after node-b's connection closed ` +
+          `(ttl ${TTL} ms, renew every ${a.leases.renewIntervalMs} ms)`,
+      );
+      expect(takeover).toBeLessThanOrEqual(TTL + a.leases.renewIntervalMs + 250);
+      expect(takeover).toBeGreaterThan(TTL / 3); // not before b's leases could have run out
+      // node-b fenced itself (onLost 'expired') before node-a took each of its partitions.
+      await waitFor(() => callbacksSettled(events, [a.leases]), 'node-a callbacks to settle');
+      await waitFor(() => bOwned.every((p) => events.some((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)), 'node-b fencing');
+      for (const p of bOwned) {
+        const fenced = events.find((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)!;
+        const taken = events.find((e) => e.node === 'node-a' && e.partition === p && e.kind === 'acquired' && e.start >= crashedAt)!;
+        expect(fenced.reason).toBe('expired');
+        expect(fenced.start).toBeLessThan(taken.start);
+      }
+    } finally {
+      sampler.stop();
+    }
+    expect(sampler.samples).toBeGreaterThan(100);
+    expect(sampler.overlaps).toEqual([]);
+    expectSerializedCallbacks(events, 'node-a');
+    expectSerializedCallbacks(events, 'node-b');
+  });
+
+  it('hands over at once on a clean stop', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const events: Event[] = [];
+    const a = await makeNode('node-a', bucket, events);
+    const b = await makeNode('node-b', bucket, events);
+    await a.leases.start();
+    await b.leases.start();
+    await waitFor(() => a.leases.owned().length === 4 && b.leases.owned().length === 4, '4/4', 4 * TTL);
+    const sampler = overlapSampler([a.leases, b.leases]);
+    const stoppedAt = Date.now();
+    await b.leases.stop({ release: true });
+    const stopTook = Date.now() - stoppedAt;
+    expect(b.leases.owned()).toEqual([]);
+    const takeover = await waitFor(() => a.leases.owned().length === 8, 'node-a owning 8', TTL);
+    sampler.stop();
+    console.log(`[leases] clean stop: stop() took ${stopTook} ms, node-a owned all 8 ${takeover} ms later (ttl ${TTL} ms)`);
+    expect(stopTook + takeover).toBeLessThan(TTL / 2);
+    expect(sampler.overlaps).toEqual([]);
+    const released = events.filter((e) => e.node === 'node-b' && e.kind === 'lost' && e.start >= stoppedAt);
+    expect(released).toHaveLength(4);
+    expect(released.every((e) => e.reason === 'released')).toBe(true);
+    expectSerializedCallbacks(events, 'node-a');
+    expectSerializedCallbacks(events, 'node-b');
+  });
+
+  it('keeps its leases over a short server restart and resumes renewing', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const events: Event[] = [];
+    const a = await makeNode('node-a', bucket, events);
+    await a.leases.start();
+    await waitFor(() => a.leases.owned().length === 8, 'all 8');
+    const restartAt = Date.now();
+    await server.restart();
+    const restartTook = Date.now() - restartAt;
+    // Whether the leases survived the restart or were fenced and taken back, node-a ends up with all 8.
+    await waitFor(() => a.leases.owned().length === 8 && !a.nc.isClosed(), 'all 8 after the restart', 5 * TTL);
+    await waitFor(() => callbacksSettled(events, [a.leases]), 'callbacks to settle');
+    const lost = events.filter((e) => e.kind === 'lost' && e.start >= restartAt);
+    console.log(`[leases] server restart took ${restartTook} ms; leases lost meanwhile: ${lost.length} (${[...new Set(lost.map((e) => e.reason))].join() || 'none'})`);
+    const before = events.length;
+    await sleep(2 * TTL);
+    expect(a.leases.owned()).toEqual(ALL);
+    expect(events.length).toBe(before);
+    expectSerializedCallbacks(events, 'node-a');
+  });
+});
