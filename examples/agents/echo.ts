@@ -1,0 +1,17 @@
+/**
+ * `echo`: answers the user with `echo(<pid>): <text>`. The process id tells which replica (process)
+ * answered, so a test can check that replicas in different processes share the load.
+ *
+ *   troupe agent examples/agents/echo.ts --nats <url> [--user echo --password $TROUPE_AGENT_PASSWORD]
+ */
+import { defineAgent, reply } from '../../src/actors/agent.js';
+
+export default defineAgent({
+  card: {
+    id: 'echo',
+    name: 'Echo',
+    description: 'Repeats the message back to the user, tagged with the id of the process that answered',
+    skills: [{ id: 'echo', name: 'Echo', description: 'Repeats you', tags: ['echo', 'test'], examples: ['hello'] }],
+  },
+  handle: (_message, ctx) => reply(`echo(${process.pid}): ${ctx.text}`, { to: 'user', reason: 'echoed' }),
+});

@@ -1,0 +1,247 @@
+/**
+ * Child processes for end-to-end suites: the `troupe` CLI (and any other program, e.g. the Python agent)
+ * run as real processes from the repo root, with their output captured.
+ *
+ *   const procs = new ProcessGroup();
+ *   const node = await procs.spawnTroupe(['up', '--nats', url], nats.env);        // resolves once ready
+ *   const { code, stdout } = await runTroupe(['ps', '--nats', url, '--json'], nats.env);
+ *   afterAll(() => procs.stopAll());                                              // also after a failure
+ *
+ * The CLI runs as `node --import tsx src/bin/troupe.ts …` (no npx wrapper), so the child's pid is the
+ * troupe process itself and a signal sent to it reaches the runtime directly.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { REPO_ROOT } from './nats-server.js';
+
+export const TROUPE_ENTRY = 'src/bin/troupe.ts';
+
+export type Env = Record<string, string | undefined>;
+
+/** What the CLI prints on stderr once a long-running command is ready. */
+export const READY = {
+  up: /troupe node \S+ up on /,
+  agent: /agent instance\(s\) joined /,
+} as const;
+
+export interface SpawnOptions {
+  /** A label for error messages; default: the command. */
+  name?: string;
+  /** Resolve once stderr (or `readyOn`) matches; default for `up` and `agent`: their readiness line. */
+  ready?: RegExp;
+  readyOn?: 'stdout' | 'stderr';
+  /** How long readiness may take; default 20 s. */
+  readyTimeoutMs?: number;
+}
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** The environment a child gets: ours, no colours, plus the given variables (undefined removes one). */
+function childEnv(env: Env): NodeJS.ProcessEnv {
+  const out: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
+  // A URL or credentials from the outer shell must not leak into a test's child.
+  for (const key of ['TROUPE_NATS_URL', 'TROUPE_NATS_USER', 'TROUPE_NATS_PASSWORD', 'TROUPE_TENANT']) delete out[key];
+  for (const [k, v] of Object.entries(env)) {
+    if (v === undefined) delete out[k];
+    else out[k] = v;
+  }
+  return out;
+}
+
+function tail(text: string, max = 4_000): string {
+  return text.length > max ? `…${text.slice(-max)}` : text;
+}
+
+/** A running child with its output captured. */
+export class ManagedProcess {
+  readonly pid: number;
+  readonly exited: Promise<ExitInfo>;
+  private out = '';
+  private err = '';
+  private exit?: ExitInfo;
+  private readonly watchers = new Set<() => void>();
+
+  constructor(
+    readonly name: string,
+    readonly child: ChildProcess,
+  ) {
+    if (child.pid === undefined) throw new Error(`${name}: the process did not start`);
+    this.pid = child.pid;
+    child.stdout?.setEncoding('utf8');
+    child.stderr?.setEncoding('utf8');
+    child.stdout?.on('data', (d: string) => {
+      this.out += d;
+      this.notify();
+    });
+    child.stderr?.on('data', (d: string) => {
+      this.err += d;
+      this.notify();
+    });
+    this.exited = new Promise((resolve) => {
+      child.once('exit', (code, signal) => {
+        this.exit = { code, signal };
+        this.notify();
+        resolve(this.exit);
+      });
+    });
+  }
+
+  get stdout(): string {
+    return this.out;
+  }
+
+  get stderr(): string {
+    return this.err;
+  }
+
+  get running(): boolean {
+    return this.exit === undefined && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  private notify(): void {
+    for (const w of [...this.watchers]) w();
+  }
+
+  /** Resolves when the stream matches; rejects when the process exits first or the timeout passes. */
+  waitFor(pattern: RegExp, opts: { on?: 'stdout' | 'stderr'; timeoutMs?: number } = {}): Promise<void> {
+    const on = opts.on ?? 'stderr';
+    const timeoutMs = opts.timeoutMs ?? 20_000;
+    const text = () => (on === 'stdout' ? this.out : this.err);
+    return new Promise((resolve, reject) => {
+      const done = (err?: Error) => {
+        clearTimeout(timer);
+        this.watchers.delete(check);
+        if (err) reject(err);
+        else resolve();
+      };
+      const check = () => {
+        if (pattern.test(text())) done();
+        else if (this.exit) done(new Error(`${this.name} exited (${this.exit.code ?? this.exit.signal}) before ${pattern} on ${on}:\n${this.describe()}`));
+      };
+      const timer = setTimeout(() => done(new Error(`${this.name}: no ${pattern} on ${on} within ${timeoutMs} ms:\n${this.describe()}`)), timeoutMs);
+      this.watchers.add(check);
+      check();
+    });
+  }
+
+  /** Sends the signal and waits for the exit; escalates to SIGKILL after `graceMs`. */
+  async kill(signal: NodeJS.Signals = 'SIGTERM', graceMs = 5_000): Promise<ExitInfo> {
+    if (!this.running) return this.exit ?? (await this.exited);
+    this.child.kill(signal);
+    if (signal === 'SIGKILL') return this.exited;
+    const timer = setTimeout(() => {
+      if (this.running) this.child.kill('SIGKILL');
+    }, graceMs);
+    try {
+      return await this.exited;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The tail of its output, for failure messages. */
+  describe(): string {
+    return `--- ${this.name} (pid ${this.pid}) stderr ---\n${tail(this.err)}\n--- stdout ---\n${tail(this.out)}`;
+  }
+}
+
+export function spawnProcess(command: string, args: string[], env: Env, opts: SpawnOptions = {}): ManagedProcess {
+  const child = spawn(command, args, { cwd: REPO_ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  // Without a listener a failed spawn (ENOENT) would be an uncaught error in the test process.
+  let spawnError: Error | undefined;
+  child.once('error', (err) => (spawnError = err));
+  if (child.pid === undefined) throw new Error(`could not start ${command}: ${spawnError?.message ?? 'no pid'}`);
+  return new ManagedProcess(opts.name ?? [command, ...args].join(' ').slice(0, 80), child);
+}
+
+function troupeArgs(args: string[]): string[] {
+  return ['--import', 'tsx', TROUPE_ENTRY, ...args];
+}
+
+/** Starts `troupe <args>` (a long-running command) and resolves once it is ready. */
+export async function spawnTroupe(args: string[], env: Env, opts: SpawnOptions = {}, group?: ProcessGroup): Promise<ManagedProcess> {
+  const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: opts.name ?? `troupe ${args.slice(0, 2).join(' ')}`, ...opts });
+  group?.add(proc);
+  const ready = opts.ready ?? (args[0] === 'up' ? READY.up : args[0] === 'agent' ? READY.agent : undefined);
+  if (ready) await proc.waitFor(ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? 20_000 });
+  return proc;
+}
+
+/** Runs a one-shot `troupe <args>` and collects its output; kills it after `timeoutMs`. */
+export async function runTroupe(args: string[], env: Env, opts: { timeoutMs?: number } = {}): Promise<RunResult> {
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: `troupe ${args.slice(0, 2).join(' ')}` });
+  live.add(proc);
+  const timer = setTimeout(() => {
+    if (proc.running) proc.child.kill('SIGKILL');
+  }, timeoutMs);
+  try {
+    const exit = await proc.exited;
+    if (exit.signal === 'SIGKILL') throw new Error(`troupe ${args.join(' ')} did not finish within ${timeoutMs} ms:\n${proc.describe()}`);
+    return { code: exit.code, stdout: proc.stdout, stderr: proc.stderr };
+  } finally {
+    clearTimeout(timer);
+    live.delete(proc);
+  }
+}
+
+/** Runs `troupe <args>` with `--json` output expected on stdout; fails with its output when it is not JSON. */
+export async function runTroupeJson<T = unknown>(args: string[], env: Env, opts: { timeoutMs?: number; expectCode?: number } = {}): Promise<T> {
+  const res = await runTroupe(args, env, opts);
+  const expected = opts.expectCode ?? 0;
+  if (res.code !== expected) throw new Error(`troupe ${args.join(' ')} exited ${res.code} (expected ${expected}):\n${res.stderr}\n${res.stdout}`);
+  try {
+    return JSON.parse(res.stdout) as T;
+  } catch {
+    throw new Error(`troupe ${args.join(' ')} printed no JSON:\n${res.stdout}\n${res.stderr}`);
+  }
+}
+
+/** Children that must not outlive the test process, even when the worker exits without afterAll. */
+const live = new Set<ManagedProcess>();
+process.once('exit', () => {
+  for (const p of live) if (p.running) p.child.kill('SIGKILL');
+});
+
+/** The long-running children of one suite; `stopAll` in afterAll ends every one of them. */
+export class ProcessGroup {
+  private readonly procs: ManagedProcess[] = [];
+
+  add(proc: ManagedProcess): ManagedProcess {
+    this.procs.push(proc);
+    live.add(proc);
+    void proc.exited.then(() => live.delete(proc));
+    return proc;
+  }
+
+  spawnTroupe(args: string[], env: Env, opts: SpawnOptions = {}): Promise<ManagedProcess> {
+    return spawnTroupe(args, env, opts, this);
+  }
+
+  /** Starts any program (e.g. the Python agent); resolves once `opts.ready` matches, if given. */
+  async spawn(command: string, args: string[], env: Env, opts: SpawnOptions = {}): Promise<ManagedProcess> {
+    const proc = this.add(spawnProcess(command, args, env, opts));
+    if (opts.ready) await proc.waitFor(opts.ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? 20_000 });
+    return proc;
+  }
+
+  get all(): readonly ManagedProcess[] {
+    return this.procs;
+  }
+
+  /** SIGTERM to every child still running (they drain), SIGKILL to any that takes longer than `graceMs`. */
+  async stopAll(graceMs = 3_000): Promise<void> {
+    await Promise.all(this.procs.splice(0).map((p) => p.kill('SIGTERM', graceMs).catch(() => undefined)));
+  }
+}
+
+/** Alias of `runTroupe` for one-shot commands: `const { code, stdout, stderr } = await run(['ps', ...], env)`. */
+export const run = runTroupe;
