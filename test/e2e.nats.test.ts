@@ -245,12 +245,8 @@ describe('troupe end to end over NATS, one process per actor', () => {
       },
       (e: unknown) => ({ thrown: e instanceof Error ? `${e.name}: ${e.message}` : String(e) }),
     );
-    // BUG(nats.conf, `client` user permissions — not src/): nats-server 2.9 (installed here: v2.9.10)
-    // checks publish permissions on the MAPPED subject, so with the `mappings` entry for
-    // troupe.demo.thread.*.in the client's publish is refused as "Permissions Violation for Publish to
-    // troupe.demo.thread.<id>.in.<N>" and the request times out. The client's publish allow list needs
-    // "troupe.demo.thread.*.in.*" as well (nats.conf's own comment says so; the list does not have it
-    // yet; test/nats-permissions.test.ts fails the same way). Expected: the answer.
+    // nats-server 2.9 checks publish permissions on the mapped (partitioned) subject: nats.conf allows
+    // the client both `troupe.demo.thread.*.in` and `troupe.demo.thread.*.in.*`.
     expect(outcome).toEqual({ text: `Here is your piece. ${facts(topic)}`, error: undefined, streamed: true });
     expect((await asClient.ps(300)).some((r) => r.actors.some((a) => a.kind === 'node'))).toBe(true);
   });
@@ -427,10 +423,8 @@ describe('troupe end to end over NATS, one process per actor', () => {
       );
       const elapsed = Date.now() - started;
       await stillWorks('near-limit');
-      // BUG(src/actors/agent-host.ts AgentHost.onRequest): the echo reply is larger than the server's
-      // max_payload, so `msg.respond()` throws InvalidArgumentError inside the subscription handler; it is
-      // only logged on the agent's stderr and the caller waits for its whole timeout (TIMEOUT, or
-      // AGENT_TIMEOUT after every retry in a thread). Expected: a PAYLOAD_TOO_LARGE error reply.
+      // A reply larger than the server's max_payload becomes a PAYLOAD_TOO_LARGE error reply at once,
+      // instead of leaving the caller to its timeout.
       expect({ outcome, fast: elapsed < AGENT_TIMEOUT_MS }).toMatchObject({ outcome: { kind: 'error', error: { code: 'PAYLOAD_TOO_LARGE' } }, fast: true });
     });
   });
@@ -516,10 +510,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
       expect(textOf(stored.record.task.history[0])).toBe('Write about herons');
       const next = await send('Is it over?', { threadId });
       expect(next.text).toBe(`Checked with researcher: ${facts('Is it over?')}`);
-      // BUG(src/machines/router.ts, guard `userAddressedAgent`): a recipient that is not a live agent
-      // is ignored and the message silently goes to the entry agent (route "user->triage ..." with no
-      // error), so a user's typo reaches the wrong agent. Expected: INVALID_RECIPIENT (or
-      // AGENT_NOT_FOUND), as an error reply or attached to the answer like an agent's unknown recipient.
+      // A recipient that is not a live agent is refused (a typo must not reach the entry agent).
       expect(outcome.code, JSON.stringify(outcome)).toMatch(/^(INVALID_RECIPIENT|AGENT_NOT_FOUND)$/);
     });
   });
