@@ -49,6 +49,7 @@ describe('thread machine: model-based coverage', () => {
         { type: 'troupe.user.message', message: userMsg('hi') } as EventObject,
         { type: 'troupe.cancel' },
         { type: 'troupe.tick', now: 5 } as EventObject,
+        { type: 'troupe.restored', now: 6 } as EventObject,
         { type: 'troupe.agents', agents } as EventObject,
         { type: 'xstate.done.actor.handoff', output: { status: 'error', artifactsCreated: [], turns: 0, error: { code: 'AGENT_TIMEOUT', message: 'late' } } } as EventObject,
       ];
@@ -159,8 +160,14 @@ describe('thread machine: model-based coverage', () => {
       { type: 'xstate.error.actor.request', error: { code: 'NO_RESPONDERS', message: 'none' } } as EventObject,
       { type: 'xstate.after.callTimeout.agentCall.calling' } as EventObject,
       { type: 'xstate.after.retryDelay.agentCall.waiting' } as EventObject,
+      { type: 'troupe.agentCall.restored' } as EventObject,
     ];
-    const opts = { events, input, serializeState: (s: { value: unknown; context: unknown }) => JSON.stringify([s.value, (s.context as { attempt: number }).attempt]) };
+    const opts = {
+      events,
+      input,
+      serializeState: (s: { value: unknown; context: unknown }, e: EventObject | undefined) =>
+        JSON.stringify([s.value, (s.context as { attempt: number }).attempt, e?.type]),
+    };
     const cov = replayPaths(stubbed, getSimplePaths(stubbed, opts), input);
     expect(missing(definedStates(agentCallMachine), cov.states)).toEqual([]);
     expect(missing(definedTransitions(agentCallMachine), cov.transitions)).toEqual([]);

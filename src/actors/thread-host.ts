@@ -338,7 +338,8 @@ export class ThreadHost {
       this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
     }
     live.actor.start();
-    live.actor.send({ type: 'troupe.tick', now: this.now() });
+    // Timers (agent-call timeouts, retry delays, handoff deadlines) are not in a snapshot: re-arm them.
+    live.actor.send(stored ? { type: 'troupe.restored', now: this.now() } : { type: 'troupe.tick', now: this.now() });
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     return live;
   }
@@ -469,10 +470,17 @@ export class ThreadHost {
       [HEADERS.contextId]: input.message.contextId ?? threadId,
       [HEADERS.streamTo]: subjects.threadOut(this.tenant, threadId),
     };
-    const res = await this.transport.request(subjects.agentInbox(this.tenant, input.agentId), encodeJson(message), {
-      timeoutMs: input.timeoutMs,
-      headers,
-    });
+    this.log.debug({ thread: threadId, agent: input.agentId, attempt: input.attempt, messageId: input.message.messageId }, 'calling agent');
+    let res;
+    try {
+      res = await this.transport.request(subjects.agentInbox(this.tenant, input.agentId), encodeJson(message), {
+        timeoutMs: input.timeoutMs,
+        headers,
+      });
+    } catch (err) {
+      this.log.warn({ thread: threadId, agent: input.agentId, attempt: input.attempt, err: (err as Error).message }, 'agent call failed');
+      throw err;
+    }
     // The thread's clock moves with its events; a reply is one, so route steps get their real time.
     this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() });
     try {

@@ -59,6 +59,7 @@ export const agentCallSetup = setup({
     input: {} as AgentCallInput,
     context: {} as AgentCallContext,
     output: {} as AgentCallOutput,
+    events: {} as { type: 'troupe.agentCall.restored' },
   },
   actors: {
     request: fromPromise<AgentReply, AgentRequestInput>(async () => {
@@ -94,6 +95,8 @@ export const agentCallMachine = agentCallSetup.createMachine({
   context: ({ input }) => ({ ...input, attempt: 0, deadline: input.now + input.timeoutMs }),
   states: {
     calling: {
+      // After a restore: timers are not persisted, so start the attempt again (same idempotency key).
+      on: { 'troupe.agentCall.restored': { target: 'calling', reenter: true } },
       invoke: {
         id: 'request',
         src: 'request',
@@ -120,6 +123,8 @@ export const agentCallMachine = agentCallSetup.createMachine({
     },
     waiting: {
       after: { retryDelay: { target: 'calling', actions: 'nextAttempt' } },
+      // After a restore the retry delay is gone with the process that set it: retry now.
+      on: { 'troupe.agentCall.restored': { target: 'calling', actions: 'nextAttempt' } },
     },
     succeeded: { type: 'final' },
     failed: { type: 'final' },

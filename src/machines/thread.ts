@@ -133,6 +133,8 @@ export type ThreadEvent =
   | { type: 'troupe.agents'; agents: AgentDirectory }
   | { type: 'troupe.cancel'; reason?: string; now?: number }
   | { type: 'troupe.tick'; now: number }
+  /** Sent by the host right after restoring a snapshot: timers were not persisted, re-arm them. */
+  | { type: 'troupe.restored'; now: number }
   /** The handoff child ended on its own (deadline) or after the thread ended it. */
   | { type: 'xstate.done.actor.handoff'; output: HandoffOutput };
 
@@ -322,6 +324,8 @@ export const threadSetup = setup({
       const message = context.turn.outgoing;
       enqueue.sendTo('handoff', { type: 'troupe.handoff.userMessage', message, now: context.now } satisfies HandoffEvent);
     }),
+    rearmAgentCall: sendTo('agentCall', { type: 'troupe.agentCall.restored' }),
+    rearmOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.restored' as const, now: context.now })),
     tickHandoff: enqueueActions(({ context, enqueue }) => {
       if (context.handoff) enqueue.sendTo('handoff', { type: 'troupe.handoff.tick', now: context.now } satisfies HandoffEvent);
     }),
@@ -594,6 +598,7 @@ export const threadMachine = threadSetup.createMachine({
   on: {
     'troupe.agents': { actions: 'setAgents' },
     'troupe.tick': { actions: ['setNow', 'tickHandoff'] },
+    'troupe.restored': { actions: ['setNow', 'tickHandoff'] },
     'xstate.done.actor.handoff': { actions: 'onHandoffEnded' },
   },
   states: {
@@ -663,6 +668,7 @@ export const threadMachine = threadSetup.createMachine({
         },
         /** One agent holds the message; the call retries and times out on its own. */
         calling: {
+          on: { 'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmAgentCall'] } },
           invoke: {
             id: 'agentCall',
             src: 'agentCall',
@@ -729,6 +735,7 @@ export const threadMachine = threadSetup.createMachine({
         },
         /** The router named several agents: fan out, then aggregate their answers into one. */
         orchestrating: {
+          on: { 'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] } },
           invoke: {
             id: 'orchestration',
             src: 'orchestration',

@@ -1,0 +1,272 @@
+/**
+ * Fault tests for durable threads, with real processes and a real nats-server: nodes run as
+ * `troupe up --nats` processes (JetStream inbound stream, partition leases, KV thread store); agents and
+ * the client run in this process on their own connections.
+ */
+import { Kvm } from '@nats-io/kv';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { defineAgent, reply } from '../src/actors/agent.js';
+import { TroupeClient, userMessage } from '../src/actors/client.js';
+import { partitionOf } from '../src/actors/ingress.js';
+import { main, sloth } from '../src/demo/handoff-team.js';
+import { ThreadEventSchema, decode, encodeJson, type ActorInfo, type Message, type ThreadEvent } from '../src/protocol/index.js';
+import { KvThreadStore } from '../src/store/kv.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+
+const LEASE_TTL_MS = 1_500;
+const PARTITIONS = 8;
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('');
+
+async function waitUntil<T>(get: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await get();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+let nats: NatsServerHandle;
+const group = new ProcessGroup();
+const connections: NatsTransport[] = [];
+
+async function connectTransport(name: string): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ servers: nats.url, name, maxReconnectAttempts: -1 });
+  connections.push(t);
+  return t;
+}
+
+function startNode(team: string, name: string): Promise<ManagedProcess> {
+  return spawnTroupe(
+    ['up', '--nats', nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS)],
+    { ...nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
+    { name },
+    group,
+  );
+}
+
+/** The partitions each node process owns, from `ps`. */
+async function partitionsByNode(client: TroupeClient): Promise<Map<string, number[]>> {
+  const replies = await client.ps(300);
+  const nodes = replies.flatMap((r) => r.actors).filter((a: ActorInfo) => a.kind === 'node');
+  return new Map(nodes.map((n) => [n.id, ((n.detail?.partitions as number[] | undefined) ?? []).slice().sort()]));
+}
+
+/** Records every event on a thread's output. */
+function watch(t: NatsTransport, threadId: string): ThreadEvent[] {
+  const events: ThreadEvent[] = [];
+  t.subscribe(subjects.threadOut('demo', threadId), (m) => {
+    events.push(decode(ThreadEventSchema, m.data, 'event'));
+  });
+  return events;
+}
+
+const finalsFor = (events: ThreadEvent[], messageId: string) =>
+  events.filter((e) => e.kind === 'status-update' && e.final && e.status.message?.metadata?.['troupe/inReplyTo'] === messageId);
+
+beforeAll(async () => {
+  nats = await startNatsServer();
+});
+
+afterAll(async () => {
+  await group.stopAll();
+  await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
+  await nats?.stop();
+});
+
+describe('durable threads across node crashes and NATS restarts', () => {
+  /** Executions of the slow echo agent per messageId (a retried call with the same id is one execution). */
+  const executions = new Map<string, number>();
+  const requests = new Map<string, number>();
+  let client: TroupeClient;
+  let clientTransport: NatsTransport;
+  let nodeA: ManagedProcess;
+  let nodeB: ManagedProcess;
+
+  beforeAll(async () => {
+    const slowEcho = defineAgent({
+      card: { id: 'slowecho', name: 'Slow echo', description: 'Echoes, slowly when asked' },
+      handle: async (message, ctx) => {
+        executions.set(message.messageId, (executions.get(message.messageId) ?? 0) + 1);
+        const m = /^slow:(\d+)/.exec(ctx.text);
+        if (m) await sleep(Number(m[1]));
+        return reply(`echo: ${ctx.text}`, { to: 'user' });
+      },
+    });
+    const agentTransport = await connectTransport('slowecho');
+    // Count requests (including retries, which the host answers from its idempotency cache).
+    agentTransport.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {
+      const id = m.headers['Nats-Msg-Id'] ?? '';
+      requests.set(id, (requests.get(id) ?? 0) + 1);
+    });
+    await new AgentHost({ transport: agentTransport, agent: slowEcho, heartbeatMs: 500 }).start();
+    nodeA = await startNode('test/fixtures/durable-team.ts', 'node A');
+    nodeB = await startNode('test/fixtures/durable-team.ts', 'node B');
+    clientTransport = await connectTransport('client');
+    client = new TroupeClient(clientTransport);
+    // Both nodes hold partitions and the agent is known before the faults start.
+    await waitUntil(async () => {
+      const owned = await partitionsByNode(client);
+      const all = [...owned.values()].flat();
+      return owned.size === 2 && [...owned.values()].every((p) => p.length > 0) && all.length === PARTITIONS;
+    }, 'two nodes sharing the partitions');
+    const warm = await client.send('warm up', { timeoutMs: 15_000 });
+    expect(warm.text).toBe('echo: warm up');
+  }, 60_000);
+
+  afterAll(async () => {
+    // A clean stop releases the partitions at once for the next suite's node.
+    await Promise.all([nodeA, nodeB].map((n) => n?.kill('SIGTERM')));
+  });
+
+  it('kill -9 of the node in the middle of a turn: another node finishes it, the user gets exactly one answer', async () => {
+    const owned = await partitionsByNode(client);
+    const [victimId, victimParts] = [...owned.entries()].find(([, p]) => p.length > 0)!;
+    let threadId = '';
+    for (let i = 0; ; i++) {
+      threadId = `crash-${i}`;
+      if (victimParts.includes(partitionOf(threadId, PARTITIONS))) break;
+    }
+    const events = watch(clientTransport, threadId);
+    await clientTransport.flush();
+    const message = userMessage('slow:1500 crash me');
+    const answer = client.send(message, { threadId, timeoutMs: 30_000 });
+    await waitUntil(() => (executions.get(message.messageId) ?? 0) > 0, 'the agent to receive the call');
+    // Which process is the victim: the one whose node id `ps` reported.
+    const victim = [nodeA, nodeB].find((p) => p.stderr.includes(victimId))!;
+    expect(victim).toBeDefined();
+    await victim.kill('SIGKILL');
+    const killedAt = Date.now();
+
+    const result = await answer;
+    expect(result.text).toBe('echo: slow:1500 crash me');
+    const takeoverMs = Date.now() - killedAt;
+    console.log(`kill -9 mid-turn: answered ${takeoverMs} ms after the kill (lease ttl ${LEASE_TTL_MS} ms)`);
+    await sleep(1_000);
+    expect(finalsFor(events, message.messageId)).toHaveLength(1);
+    // The surviving node re-ran the call with the same idempotency key: the agent did the work once.
+    expect(executions.get(message.messageId)).toBe(1);
+    expect(requests.get(message.messageId)).toBeGreaterThanOrEqual(2);
+    // The survivor now owns every partition.
+    const after = await partitionsByNode(client);
+    expect([...after.values()].flat().sort()).toHaveLength(PARTITIONS);
+    // Bring a second node back for the next tests.
+    if (victim === nodeA) nodeA = await startNode('test/fixtures/durable-team.ts', 'node A2');
+    else nodeB = await startNode('test/fixtures/durable-team.ts', 'node B2');
+  }, 60_000);
+
+  it('stop and restart nats-server in the middle of a conversation: it continues and nothing is lost', async () => {
+    const threadId = 'restart-1';
+    const first = await client.send('before the restart', { threadId, timeoutMs: 15_000 });
+    expect(first.text).toBe('echo: before the restart');
+    const message = userMessage('slow:800 across the restart');
+    const answer = client.send(message, { threadId, timeoutMs: 45_000 });
+    await waitUntil(() => (executions.get(message.messageId) ?? 0) > 0, 'the agent to receive the call');
+    await nats.restart();
+    const mid = await answer.catch((err: unknown) => {
+      throw new Error(`${String(err)} requests=${requests.get(message.messageId)} executions=${executions.get(message.messageId)}\n${nodeA.describe()}\n${nodeB.describe()}`);
+    });
+    expect(mid.text).toBe('echo: slow:800 across the restart');
+    const last = await client.send('after the restart', { threadId, timeoutMs: 30_000 });
+    expect(last.text).toBe('echo: after the restart');
+    const store = await KvThreadStore.open(clientTransport.connection);
+    const record = await waitUntil(async () => {
+      const r = await store.get('demo', threadId);
+      return r && (r.record.task.history?.length ?? 0) >= 6 ? r : undefined;
+    }, 'the committed history');
+    expect(record.record.task.history?.map(textOf)).toEqual([
+      'before the restart',
+      'echo: before the restart',
+      'slow:800 across the restart',
+      'echo: slow:800 across the restart',
+      'after the restart',
+      'echo: after the restart',
+    ]);
+  }, 90_000);
+
+  it('two nodes, 200 threads, interleaved messages: each thread in order, no lost update', async () => {
+    const THREADS = 200;
+    const PER_THREAD = 3;
+    const ids = Array.from({ length: THREADS }, (_, i) => `many-${i}`);
+    const answered = new Map<string, number>();
+    const sub = clientTransport.subscribe('troupe.demo.thread.*.out', (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'event');
+      if (e.kind === 'status-update' && e.final) answered.set(e.taskId, (answered.get(e.taskId) ?? 0) + 1);
+    });
+    await clientTransport.flush();
+    // Each thread's messages go into the stream in order (each waits for its PubAck); threads interleave.
+    await Promise.all(
+      ids.map(async (threadId) => {
+        for (let n = 0; n < PER_THREAD; n++) {
+          const msg = userMessage(`${threadId} #${n}`, { messageId: `${threadId}-m${n}` });
+          await clientTransport.request(subjects.threadIn('demo', threadId), encodeJson(msg), {
+            timeoutMs: 10_000,
+            headers: { 'Nats-Msg-Id': msg.messageId },
+          });
+        }
+      }),
+    );
+    await waitUntil(() => ids.every((id) => (answered.get(id) ?? 0) >= PER_THREAD), `${THREADS * PER_THREAD} answers`, 60_000);
+    sub.unsubscribe();
+    const store = await KvThreadStore.open(clientTransport.connection);
+    for (const threadId of ids) {
+      const stored = await waitUntil(async () => {
+        const r = await store.get('demo', threadId);
+        return r && (r.record.task.history?.length ?? 0) >= PER_THREAD * 2 ? r : undefined;
+      }, `history of ${threadId}`);
+      const expected = Array.from({ length: PER_THREAD }, (_, n) => [`${threadId} #${n}`, `echo: ${threadId} #${n}`]).flat();
+      expect(stored.record.task.history?.map(textOf)).toEqual(expected);
+      expect(answered.get(threadId)).toBe(PER_THREAD);
+    }
+  }, 120_000);
+
+  it('a corrupted record: a clear error for that thread, the node keeps serving the others', async () => {
+    const kv = await new Kvm(clientTransport.connection).open('troupe_threads');
+    await kv.put('demo.corrupt-1', '{"version": 1, "this is": "not a thread record"');
+    await expect(client.send('hello?', { threadId: 'corrupt-1', timeoutMs: 15_000 })).rejects.toMatchObject({ code: 'STORE_CORRUPT' });
+    const ok = await client.send('still serving', { threadId: 'healthy-1', timeoutMs: 15_000 });
+    expect(ok.text).toBe('echo: still serving');
+  }, 60_000);
+});
+
+describe('an active handoff survives a node crash', () => {
+  it('the handoff is still active on the new node and its deadline still fires on time', async () => {
+    const agentTransport = await connectTransport('handoff-agents');
+    const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
+    const node = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node');
+    const clientT = await connectTransport('handoff-client');
+    const client = new TroupeClient(clientT);
+    const threadId = 'handoff-crash-1';
+    const events = watch(clientT, threadId);
+    await clientT.flush();
+    const startedAt = Date.now();
+    const first = await client.send('slow specialist please', { threadId, timeoutMs: 15_000 });
+    expect(first.text).toBe('sloth: accepted, thinking…');
+
+    await node.kill('SIGKILL');
+    const replacement = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node 2');
+    // On the new node the handoff is live and still active before its deadline.
+    const active = await waitUntil(async () => {
+      const replies = await client.ps(300);
+      return replies.flatMap((r) => r.actors).find((a) => a.id === `${threadId}/handoff`);
+    }, 'the handoff actor on the new node');
+    expect(active.state).toBe('active');
+    expect(Date.now() - startedAt).toBeLessThan(6_000);
+
+    // The deadline (6 s after the handoff started) ends it and main takes over again.
+    await waitUntil(() => events.some((e) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back (failed)')), 'the resume after the deadline', 20_000);
+    const elapsed = Date.now() - startedAt;
+    console.log(`handoff deadline fired ${elapsed} ms after the handoff started (deadline 6000 ms, node killed and replaced in between)`);
+    expect(elapsed).toBeGreaterThanOrEqual(5_500);
+    const resumed = events.find((e) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back'));
+    expect(textOf(resumed?.kind === 'status-update' ? resumed.status.message : undefined)).toContain('AGENT_TIMEOUT');
+    await replacement.kill('SIGTERM');
+    await Promise.all(hosts.map((h) => h.stop()));
+  }, 60_000);
+});
