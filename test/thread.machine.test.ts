@@ -155,13 +155,18 @@ describe('thread machine: model-based coverage', () => {
   it('agent call machine: every state and transition', () => {
     const stubbed = agentCallMachine.provide({ actors: { request: never as never } }) as AnyStateMachine;
     const input = { agentId: 'a', message: userMsg('x'), sender: 'user', hop: 0, timeoutMs: 10, retries: 1, retryDelayMs: 5, now: 0 };
-    const events: EventObject[] = [
-      { type: 'xstate.done.actor.request', output: agentMsg('ok') } as EventObject,
-      { type: 'xstate.error.actor.request', error: { code: 'NO_RESPONDERS', message: 'none' } } as EventObject,
-      { type: 'xstate.after.callTimeout.agentCall.calling' } as EventObject,
-      { type: 'xstate.after.retryDelay.agentCall.waiting' } as EventObject,
-      { type: 'troupe.agentCall.restored' } as EventObject,
-    ];
+    // Only events a state can receive: an unhandled actor error event would fail the actor.
+    const events = (snap: { value: unknown }): EventObject[] =>
+      snap.value === 'calling'
+        ? [
+            { type: 'xstate.done.actor.request', output: agentMsg('ok') } as EventObject,
+            { type: 'xstate.error.actor.request', error: { code: 'NO_RESPONDERS', message: 'none' } } as EventObject,
+            { type: 'xstate.after.callTimeout.agentCall.calling' } as EventObject,
+            { type: 'troupe.agentCall.restored' } as EventObject,
+          ]
+        : snap.value === 'waiting'
+          ? [{ type: 'xstate.after.retryDelay.agentCall.waiting' } as EventObject, { type: 'troupe.agentCall.restored' } as EventObject]
+          : [];
     const opts = {
       events,
       input,
