@@ -15,7 +15,7 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { ProcessGroup, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 
 const LEASE_TTL_MS = 1_500;
 const PARTITIONS = 8;
@@ -44,7 +44,7 @@ async function connectTransport(name: string): Promise<NatsTransport> {
 
 function startNode(team: string, name: string): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS)],
+    ['up', '--nats', nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500'],
     { ...nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
     { name },
     group,
@@ -225,6 +225,26 @@ describe('durable threads across node crashes and NATS restarts', () => {
       expect(answered.get(threadId)).toBe(PER_THREAD);
     }
   }, 120_000);
+
+  it('idle threads are passivated and rehydrated on their next message; threads / thread / rehydrate from the CLI', async () => {
+    const threadId = 'idle-1';
+    expect((await client.send('first', { threadId, timeoutMs: 15_000 })).text).toBe('echo: first');
+    const ps = await waitUntil(async () => {
+      const res = await runTroupeJson<{ actors: ActorInfo[]; live: number; passivated: number }>(['ps', '--nats', nats.url, '--json'], nats.env);
+      return res.actors.some((a) => a.id === threadId) ? undefined : res;
+    }, 'the idle thread to be passivated');
+    expect(ps.passivated).toBeGreaterThanOrEqual(1);
+    const threads = await runTroupeJson<Array<{ threadId: string; state: string; live: boolean }>>(['threads', '--nats', nats.url, '--json', '--state', 'input-required'], nats.env);
+    expect(threads.find((t) => t.threadId === threadId)).toMatchObject({ state: 'input-required', live: false });
+    const record = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', nats.url, '--json'], nats.env);
+    expect(record.record.task.history.map(textOf)).toEqual(['first', 'echo: first']);
+    // The next message rehydrates it with its history.
+    expect((await client.send('second', { threadId, timeoutMs: 15_000 })).text).toBe('echo: second');
+    const rehydrated = await runTroupeJson<{ threadId: string; state: string }>(['rehydrate', threadId, '--nats', nats.url, '--json'], nats.env);
+    expect(rehydrated).toEqual({ threadId, state: 'input-required' });
+    const after = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', nats.url, '--json'], nats.env);
+    expect(after.record.task.history.map(textOf)).toEqual(['first', 'echo: first', 'second', 'echo: second']);
+  }, 60_000);
 
   it('a corrupted record: a clear error for that thread, the node keeps serving the others', async () => {
     const kv = await new Kvm(clientTransport.connection).open('troupe_threads');

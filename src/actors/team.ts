@@ -11,8 +11,15 @@ export interface TeamDefinition {
   policy?: RouterPolicy;
 }
 
+/**
+ * Checks a team. A team may have no agents of its own (they run as separate processes) as long as it
+ * names its entry agent or uses a router policy.
+ */
 export function defineTeam(team: TeamDefinition): TeamDefinition {
-  if (team.agents.length === 0) throw new Error(`team "${team.name}" has no agents`);
+  if (team.agents.length === 0) {
+    if (!team.config?.entryAgent && !team.policy) throw new Error(`team "${team.name}" has no agents: name config.entryAgent or give it a policy`);
+    return team;
+  }
   const ids = new Set<string>();
   for (const a of team.agents) {
     if (ids.has(a.card.id)) throw new Error(`team "${team.name}" has two agents with id "${a.card.id}"`);

@@ -125,14 +125,17 @@ program
   .command('agent <module>')
   .description('run an agent module (default export defineAgent({...})) and join the mesh')
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', (v) => Number(v), 1)
-  .action(async (modulePath: string, opts: { replicas: number }, cmd: Command) => {
+  .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', (v) => Number(v), 5_000)
+  .action(async (modulePath: string, opts: { replicas: number; heartbeat: number }, cmd: Command) => {
     const g = globals(cmd);
     const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
     const { agents } = await loadModule(modulePath);
     const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
     const hosts: AgentHost[] = [];
     for (const agent of agents as AgentDefinition[]) {
-      for (let i = 0; i < Math.max(1, opts.replicas); i++) hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger }).start());
+      for (let i = 0; i < Math.max(1, opts.replicas); i++) {
+        hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3 }).start());
+      }
     }
     process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}\n`);
     onShutdown(async () => {
@@ -219,11 +222,16 @@ program
     const g = globals(cmd);
     const transport = await connect(g, 'troupe-cli');
     try {
-      const replies = await new TroupeClient(transport, g.tenant).ps(opts.window);
+      const client = new TroupeClient(transport, g.tenant);
+      const replies = await client.ps(opts.window);
       const actors = replies.flatMap((r) => r.actors);
-      const passivated = replies.reduce((n, r) => n + r.passivated, 0);
+      const live = actors.filter((a) => a.kind === 'thread').length;
+      // Passivated = persisted threads that are still open but have no live actor on any node.
+      const stored = (await client.ctl('threads', {}).catch(() => ({ threads: [] }))) as { threads: Array<{ threadId: string; state: string }> };
+      const liveIds = new Set(actors.filter((a) => a.kind === 'thread').map((a) => a.id));
+      const passivated = stored.threads.filter((t) => !liveIds.has(t.threadId) && !['completed', 'canceled', 'failed', 'rejected'].includes(t.state)).length;
       if (g.json) {
-        printJson({ actors, live: actors.filter((a) => a.kind === 'thread').length, passivated });
+        printJson({ actors, live, passivated });
         return;
       }
       if (!actors.length) {
@@ -238,7 +246,7 @@ program
           actors.map((a) => [a.kind, a.id, colorState(a.state), a.threadId, a.hops, a.node]),
         )}\n`,
       );
-      process.stdout.write(color.dim(`${actors.filter((a) => a.kind === 'thread').length} live threads, ${passivated} passivated, ${replies.length} processes\n`));
+      process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated, ${replies.length} processes\n`));
     } finally {
       await transport.drain();
     }
