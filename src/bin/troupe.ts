@@ -84,7 +84,8 @@ program
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
   .option('--partitions <n>', 'thread partitions (must match the mapping in nats.conf)', (v) => Number(v), 8)
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', (v) => Number(v), 5_000)
-  .action(async (opts: { team?: string; agents: boolean; inspect?: boolean; idle?: number; durable: boolean; partitions: number; leaseTtl: number }, cmd: Command) => {
+  .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', (v) => Number(v), 24 * 60 * 60_000)
+  .action(async (opts: { team?: string; agents: boolean; inspect?: boolean; idle?: number; durable: boolean; partitions: number; leaseTtl: number; threadTtl: number }, cmd: Command) => {
     const g = globals(cmd);
     const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
     const loaded = opts.team ? await loadModule(opts.team) : undefined;
@@ -99,7 +100,8 @@ program
       return;
     }
     const transport = await connect(g, 'troupe-node', true);
-    const store = await KvThreadStore.open(transport.connection);
+    const store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl });
+    if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
     const node = await new TroupeNode({
       transport,
       tenant: g.tenant,
