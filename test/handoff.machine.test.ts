@@ -4,11 +4,11 @@ import {
   getMicrosteps,
   type AnyMachineSnapshot,
   type AnyStateMachine,
-  type AnyStateNode,
   type AnyTransitionDefinition,
   type EventObject,
 } from 'xstate';
 import { getAdjacencyMap, getShortestPaths, type StatePath } from 'xstate/graph';
+import { definedStates, definedTransitions, missing, transitionKey } from './helpers/machine-coverage.js';
 import type { Message } from '../src/protocol/a2a.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import {
@@ -82,29 +82,6 @@ afterEach(() => {
 /* model-based coverage                                                                             */
 /* ---------------------------------------------------------------------------------------------- */
 
-function transitionKey(t: AnyTransitionDefinition): string {
-  const targets = t.target?.map((n: AnyStateNode) => n.id).join(',') ?? '(self)';
-  const guard = t.guard ? ` [${typeof t.guard === 'string' ? t.guard : ((t.guard as { type?: string }).type ?? 'inline')}]` : '';
-  return `${t.source.id} --${t.eventType || 'always'}--> ${targets}${guard}${t.reenter ? ' (reenter)' : ''}`;
-}
-function walk(node: AnyStateNode, visit: (n: AnyStateNode) => void): void {
-  visit(node);
-  for (const child of Object.values(node.states) as AnyStateNode[]) walk(child, visit);
-}
-function definedStates(machine: AnyStateMachine): Set<string> {
-  const ids = new Set<string>();
-  walk(machine.root, (n) => ids.add(n.id));
-  return ids;
-}
-function definedTransitions(machine: AnyStateMachine): Set<string> {
-  const keys = new Set<string>();
-  walk(machine.root, (n) => {
-    for (const list of n.transitions.values()) for (const t of list) keys.add(transitionKey(t));
-    for (const t of n.always ?? []) keys.add(transitionKey(t));
-  });
-  return keys;
-}
-const missing = (defined: Set<string>, covered: Set<string>) => [...defined].filter((k) => !covered.has(k)).sort();
 const eventsOf = <E extends EventObject>(path: StatePath<AnyMachineSnapshot, E>): E[] =>
   path.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
 
