@@ -8,20 +8,8 @@ import type { HandlerErrorContext } from '../src/transport/memory.js';
 import { NatsTransport, type NatsSubscription } from '../src/transport/nats.js';
 import { TransportError, type InboundMessage } from '../src/transport/types.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { bytes, sleep, text, waitFor } from './helpers/wait.js';
 
-const enc = new TextEncoder();
-const dec = new TextDecoder();
-const bytes = (s: string) => enc.encode(s);
-const text = (m: InboundMessage) => dec.decode(m.data);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
 
 
 interface Reported {

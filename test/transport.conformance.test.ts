@@ -9,6 +9,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { TransportError, type InboundMessage, type Transport } from '../src/transport/types.js';
 import type { HandlerErrorContext } from '../src/transport/memory.js';
 import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { bytes, sleep, text, waitFor } from './helpers/wait.js';
 
 
 interface Backend {
@@ -49,19 +50,6 @@ function natsBackend(): Backend {
   };
 }
 
-const enc = new TextEncoder();
-const dec = new TextDecoder();
-const bytes = (s: string) => enc.encode(s);
-const text = (m: InboundMessage) => dec.decode(m.data);
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 3_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
 
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   try {
