@@ -22,6 +22,12 @@ import { runDemo } from './demo.js';
 import { startEmbedded } from '../actors/embedded.js';
 import { registerGraphCommand } from './graph.js';
 
+// `troupe … | head` closes the pipe early: that is not an error.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code === 'EPIPE') process.exit(0);
+  throw err;
+});
+
 interface GlobalOpts {
   nats?: string;
   user?: string;
