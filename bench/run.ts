@@ -4,29 +4,63 @@
  *   1. raw NATS request-reply against an echo responder (`nc.subscribe` callback, `msg.respond`);
  *   2. one agent hop: an A2A message with a thread's headers, sent straight to an echo agent's inbox
  *      (AgentHost over NatsTransport), as a thread does;
- *   3. a full turn: TroupeClient.send -> thread (TroupeNode, memory store) -> echo agent -> user, in a
- *      thread per worker that lives on across turns, and again with a new thread for every turn.
+ *   3. a full turn as it runs in production: TroupeClient.send -> thread -> echo agent -> user on a durable
+ *      TroupeNode (tenant demo: nats.conf maps thread input into the JetStream stream TROUPE_IN, the node
+ *      consumes it through partition leases, commits the thread to the JetStream KV store and only then
+ *      acks), in a thread per worker that lives on across turns, and again with a new thread for every
+ *      turn; and the same turn on an in-process embedded mesh (MemoryBus, memory store: no NATS, nothing
+ *      durable), to show what the transport and durability cost;
+ *   4. patterns (bench/patterns.ts): handoff transition time and parallel fan-out overhead, in a second table;
+ *   5. durability (bench/durability.ts, bench/memory.ts): the durable turn against a "raw turn" of the same
+ *      NATS primitives, memory per live and passivated thread, and rehydrate latency, in a third part.
  *
- * Each is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations in flight
- * (throughput), after a warm-up. Prints a table and writes bench/results.json.
+ * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
+ * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
  *
- *   npm run bench                        # defaults: BENCH_N=2000 BENCH_SECONDS=3 BENCH_CONCURRENCY=64
- *   BENCH_N=500 BENCH_SECONDS=1 npm run bench
+ *   npm run bench        # defaults: BENCH_N=2000 BENCH_TURN_N=1000 BENCH_SECONDS=3 BENCH_CONCURRENCY=64
+ *                        #           BENCH_MEM_THREADS=2000 BENCH_REHYDRATE_N=500 (about 1 min on 2 cores)
+ *   BENCH_N=500 BENCH_TURN_N=200 BENCH_SECONDS=1 npm run bench
+ *
+ *   BENCH_N            sequential runs of the raw and agent-hop rows
+ *   BENCH_TURN_N       sequential runs of the full-turn rows and of the raw turn
+ *   BENCH_SECONDS      length of each concurrent run; BENCH_CONCURRENCY operations in flight
+ *   BENCH_MEM_THREADS  threads created for the memory measurement (child process)
+ *   BENCH_REHYDRATE_N  passivated threads for the rehydrate rows
+ *   BENCH_PATTERN_HANDOFF_N, BENCH_PATTERN_ORCH_N: see bench/patterns.ts
  */
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { availableParallelism, cpus } from 'node:os';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection, Subscription } from '@nats-io/transport-node';
 import { defineAgent, reply } from '../src/actors/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeClient, textOfMessage } from '../src/actors/client.js';
+import { TroupeClient, textOfMessage, userMessage } from '../src/actors/client.js';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/actors/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
+import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
-import { concurrent, sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import {
+  attempt,
+  durabilityErrors,
+  meanRecordBytes,
+  renderDurabilityReport,
+  runMemoryChild,
+  runRehydrateBench,
+  startRawTurn,
+  streamCounters,
+  unackedInbound,
+  type DurabilityResults,
+  type RawTurn,
+  type StreamCounters,
+} from './durability.js';
+import { concurrent, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { renderPatternReport, runPatternBench } from './patterns.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 // ---------------------------------------------------------------------------------------------------
@@ -43,12 +77,19 @@ function envNumber(name: string, fallback: number, { integer = false } = {}): nu
 }
 
 const N = envNumber('BENCH_N', 2_000, { integer: true });
+const TURN_N = envNumber('BENCH_TURN_N', 1_000, { integer: true });
 const SECONDS = envNumber('BENCH_SECONDS', 3);
 const CONCURRENCY = envNumber('BENCH_CONCURRENCY', 64, { integer: true });
+const MEM_THREADS = envNumber('BENCH_MEM_THREADS', 2_000, { integer: true });
+const REHYDRATE_N = envNumber('BENCH_REHYDRATE_N', 500, { integer: true });
 const WARMUP_N = Math.max(100, Math.round(N / 10));
+const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
+const PARTITIONS = 8;
 const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
 const TIMEOUT_MS = 10_000;
 const TENANT = 'demo';
+/** A tenant nats.conf does not map into TROUPE_IN: a plain node serves it over queue-group ingress. */
+const PLAIN_TENANT = 'bench';
 const AGENT_ID = 'echo';
 const RAW_SUBJECT = 'bench.raw.echo';
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
@@ -58,10 +99,13 @@ const RESULTS_FILE = join(import.meta.dirname, 'results.json');
 // Scenarios
 
 interface Scenario {
-  key: 'raw' | 'agentHop' | 'fullTurn' | 'fullTurnNewThread';
+  key: 'raw' | 'agentHop' | 'fullTurn' | 'fullTurnNewThread' | 'fullTurnPlain' | 'fullTurnEmbedded' | 'rawTurn';
   name: string;
   description: string;
   op: Op;
+  /** Sequential runs (default BENCH_N) and warm-up runs. */
+  n?: number;
+  warmupN?: number;
 }
 
 interface ScenarioResult {
@@ -119,11 +163,28 @@ function agentCall(node: TroupeNode, threadId: string): { data: Uint8Array; head
 }
 
 async function runScenario(s: Scenario): Promise<ScenarioResult> {
+  const n = s.n ?? N;
   process.stderr.write(`  ${s.name}: warm-up…`);
-  await sequential(s.op, WARMUP_N);
+  // One operation first: a scenario that cannot work (e.g. nobody consumes the stream) is reported
+  // with its error at once instead of timing out thousands of times.
+  try {
+    await s.op(0, 0);
+  } catch (err) {
+    const firstError = `preflight: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
+    process.stderr.write(` FAILED (${firstError}); skipped\n`);
+    const none = summarize([]);
+    return {
+      key: s.key,
+      name: s.name,
+      description: s.description,
+      sequential: { ...none, errors: 1, firstError },
+      concurrent: { concurrency: CONCURRENCY, ops: 0, errors: 0, seconds: 0, perSecond: Number.NaN, latency: none },
+    };
+  }
+  await sequential(s.op, s.warmupN ?? WARMUP_N);
   await concurrent(s.op, { concurrency: CONCURRENCY, seconds: WARMUP_SECONDS });
-  process.stderr.write(` sequential ×${N}…`);
-  const seq = await sequential(s.op, N);
+  process.stderr.write(` sequential ×${n}…`);
+  const seq = await sequential(s.op, n);
   process.stderr.write(` ${CONCURRENCY} in flight for ${SECONDS} s…`);
   const conc = await concurrent(s.op, { concurrency: CONCURRENCY, seconds: SECONDS });
   process.stderr.write(' done\n');
@@ -180,12 +241,15 @@ function report(meta: Record<string, unknown>, results: ScenarioResult[], header
   );
   return [
     header,
-    `sequential: ${N} requests after ${WARMUP_N} warm-up; concurrent: ${CONCURRENCY} in flight for ${SECONDS} s after ${WARMUP_SECONDS.toFixed(2)} s warm-up; ` +
-      `agent request ${String(meta.agentRequestBytes)} B (raw echo sends the same bytes)`,
+    `sequential: ${N} requests after ${WARMUP_N} warm-up (full turns: ${TURN_N} after ${TURN_WARMUP_N}); concurrent: ${CONCURRENCY} in flight for ${SECONDS} s ` +
+      `after ${WARMUP_SECONDS.toFixed(2)} s warm-up; agent request ${String(meta.agentRequestBytes)} B (raw echo sends the same bytes)`,
     '',
     table,
     `p50, p99: one request at a time; @${CONCURRENCY}: ${CONCURRENCY} in flight. p50/raw, p99/raw: latency ÷ raw latency; ` +
       'tput/raw: req/s ÷ raw req/s; slowdown: raw req/s ÷ req/s.',
+    `durable: tenant demo, node with durable ingress (TROUPE_IN, ${PARTITIONS} partitions) and the JetStream KV store, ` +
+      `stream message acked after the commit; not durable: tenant ${PLAIN_TENANT}, queue-group ingress, memory store; ` +
+      'embedded: node, agent and client on one MemoryBus, memory store, no NATS.',
     '',
     'vs raw NATS request-reply:',
     ...summary,
@@ -198,6 +262,17 @@ function report(meta: Record<string, unknown>, results: ScenarioResult[], header
 // ---------------------------------------------------------------------------------------------------
 // Main
 
+/** Waits until the durable node consumes every partition (it holds all the leases). */
+async function waitForPartitions(node: TroupeNode, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const owned = (node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? [];
+    if (owned.length === PARTITIONS) return;
+    if (Date.now() > deadline) throw new Error(`the durable node consumes partitions [${owned.join(', ')}] after ${timeoutMs} ms, expected all ${PARTITIONS}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 async function main(): Promise<void> {
   const server: NatsServerHandle = await startNatsServer();
   const transports: NatsTransport[] = [];
@@ -208,6 +283,11 @@ async function main(): Promise<void> {
   };
   let host: AgentHost | undefined;
   let node: TroupeNode | undefined;
+  let plainHost: AgentHost | undefined;
+  let plainNode: TroupeNode | undefined;
+  let store: KvThreadStore | undefined;
+  let embedded: Awaited<ReturnType<typeof startEmbedded>> | undefined;
+  let rawTurn: RawTurn | undefined;
   let rawSub: Subscription | undefined;
   try {
     // One connection per role, each as the nats.conf user that role runs as in production.
@@ -225,10 +305,29 @@ async function main(): Promise<void> {
       handle: (_message, ctx) => reply(ctx.text, { to: 'user' }),
     });
     host = await new AgentHost({ transport: agentT, agent: echo, tenant: TENANT }).start();
-    node = await new TroupeNode({ transport: nodeT, tenant: TENANT, config: { entryAgent: AGENT_ID } }).start();
+    // As in production: durable ingress from TROUPE_IN on the node's connection, threads in JetStream KV.
+    store = await KvThreadStore.open(nodeT.connection);
+    node = await new TroupeNode({
+      transport: nodeT,
+      tenant: TENANT,
+      store,
+      durable: { nc: nodeT.connection, partitions: PARTITIONS },
+      config: { entryAgent: AGENT_ID },
+    }).start();
     await node.registry.waitFor([AGENT_ID]);
+    await waitForPartitions(node);
     const client = new TroupeClient(clientT, TENANT);
     const troupeNode = node;
+    // The same turn over NATS without durability: plain node (queue-group ingress, memory store). nats.conf
+    // has no agent or client user for this tenant, so every role connects as `node`, on its own connection.
+    plainHost = await new AgentHost({ transport: await connect('bench-plain-agent', server.creds.node), agent: echo, tenant: PLAIN_TENANT }).start();
+    plainNode = await new TroupeNode({ transport: await connect('bench-plain-node', server.creds.node), tenant: PLAIN_TENANT, config: { entryAgent: AGENT_ID } }).start();
+    await plainNode.registry.waitFor([AGENT_ID]);
+    const plainClient = new TroupeClient(await connect('bench-plain-client', server.creds.node), PLAIN_TENANT);
+    // The same team on an in-process mesh: MemoryBus transport, memory store.
+    embedded = await startEmbedded({ name: 'bench-embedded', agents: [echo], config: { entryAgent: AGENT_ID } }, silentLogger(), TENANT);
+    const embeddedClient = embedded.client;
+    const jsm = await jetstreamManager(rawRequester.connection);
 
     const rawPayload = agentCall(troupeNode, 'bench-hop').data;
     const header =
@@ -236,11 +335,12 @@ async function main(): Promise<void> {
       `${availableParallelism()} CPUs (${cpus()[0]?.model.trim() ?? 'unknown'}) · ${new Date().toISOString()}`;
     process.stderr.write(`${header}\n`);
 
-    const turn = async (threadId: string) => {
-      const res = await client.send(TEXT, { threadId, timeoutMs: TIMEOUT_MS });
+    const turnOn = async (c: TroupeClient, threadId: string) => {
+      const res = await c.send(TEXT, { threadId, timeoutMs: TIMEOUT_MS });
       if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
       if (res.text !== TEXT) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
     };
+    const turn = (threadId: string) => turnOn(client, threadId);
 
     const scenarios: Scenario[] = [
       {
@@ -267,22 +367,113 @@ async function main(): Promise<void> {
       },
       {
         key: 'fullTurn',
-        name: 'Troupe full turn',
+        name: 'Troupe full turn, durable',
         description:
-          'TroupeClient.send -> thread (TroupeNode, memory store) -> echo agent -> user; each worker keeps one thread ' +
-          '(one turn in flight per thread), so its history grows to the 50-message limit',
+          'TroupeClient.send -> TROUPE_IN -> thread (durable TroupeNode, KV store, ack after commit) -> echo agent -> user; ' +
+          'each worker keeps one thread (one turn in flight per thread), so its history grows to the 50-message limit',
         op: (w) => turn(`bench-turn-${w}`),
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
       },
       {
         key: 'fullTurnNewThread',
-        name: 'Troupe full turn, new thread',
-        description: 'as above, but every turn opens a new thread (creates the thread actor and its store record)',
+        name: 'Troupe full turn, durable, new thread',
+        description: 'as above, but every turn opens a new thread (creates the thread actor and its KV record)',
         op: () => turn(`bench-new-${randomUUID()}`),
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
+        key: 'fullTurnPlain',
+        name: 'Troupe full turn, NATS, not durable',
+        description: `the long-lived-thread turn on a plain node (tenant ${PLAIN_TENANT}: queue-group ingress, memory store): NATS transport, no JetStream`,
+        op: (w) => turnOn(plainClient, `bench-plain-${w}`),
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
+        key: 'fullTurnEmbedded',
+        name: 'Troupe full turn, embedded (in-process)',
+        description: 'the long-lived-thread turn on an embedded mesh (startEmbedded: MemoryBus transport, memory store; no NATS, not durable)',
+        op: (w) => turnOn(embeddedClient, `bench-emb-${w}`),
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
       },
     ];
 
     const results: ScenarioResult[] = [];
-    for (const s of scenarios) results.push(await runScenario(s));
+    const footprints: Partial<Record<Scenario['key'], { messages: number; kvWrites: number }>> = {};
+    for (const s of scenarios) {
+      const durable = s.key === 'fullTurn' || s.key === 'fullTurnNewThread';
+      const before: StreamCounters | undefined = durable ? await streamCounters(jsm) : undefined;
+      results.push(await runScenario(s));
+      if (before) {
+        const after = await streamCounters(jsm);
+        footprints[s.key] = { messages: after.inSeq - before.inSeq, kvWrites: after.kvSeq - before.kvSeq };
+      }
+    }
+    await embedded.stop();
+    embedded = undefined;
+    await plainHost.stop();
+    plainHost = undefined;
+    await plainNode.stop();
+    plainNode = undefined;
+    const unacked = await unackedInbound(jsm);
+
+    const patterns = await runPatternBench({ url: server.url, creds: server.creds, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
+
+    // ---- durability ----
+    process.stderr.write('durability:\n');
+    const byKey = (k: Scenario['key']) => results.find((r) => r.key === k)!;
+    const longLived = Array.from({ length: CONCURRENCY }, (_, w) => `bench-turn-${w}`);
+    const recordBytes = await meanRecordBytes(rawRequester.connection, TENANT, longLived);
+    const messageBytes = encodeJson(userMessage(TEXT)).length;
+    rawTurn = await startRawTurn(rawRequester.connection, {
+      echoSubject: RAW_SUBJECT,
+      request: rawPayload,
+      valueBytes: recordBytes,
+      messageBytes,
+      workers: CONCURRENCY,
+      timeoutMs: TIMEOUT_MS,
+    });
+    const rawTurnResult = await runScenario({
+      key: 'rawTurn',
+      name: 'raw turn (js.publish + kv.update + request)',
+      description: 'JetStream publish to a scratch work-queue stream + KV compare-and-set update of the worker\'s key + core request to the echo responder',
+      op: rawTurn.op,
+      n: TURN_N,
+      warmupN: TURN_WARMUP_N,
+    });
+    const fp = footprints.fullTurn ?? { messages: 0, kvWrites: 0 };
+    const log = (text: string) => process.stderr.write(text);
+    const rehydrate = await attempt('rehydrate', () => runRehydrateBench({
+      node: troupeNode,
+      client,
+      nc: rawRequester.connection,
+      tenant: TENANT,
+      text: TEXT,
+      n: REHYDRATE_N,
+      timeoutMs: TIMEOUT_MS,
+      log,
+    }), log);
+    const memory = await attempt('memory', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_THREADS) }), log);
+    const durability: DurabilityResults = {
+      throughput: {
+        rawTurn: rawTurnResult,
+        durableTurn: byKey('fullTurn'),
+        others: [byKey('fullTurnPlain'), byKey('fullTurnEmbedded')],
+        footprint: {
+          messages: fp.messages,
+          kvWrites: fp.kvWrites,
+          kvWritesPerTurn: fp.messages ? fp.kvWrites / fp.messages : Number.NaN,
+          recordBytes,
+          messageBytes,
+          unacked,
+        },
+      },
+      memory,
+      rehydrate,
+    };
 
     const raw = results[0]!;
     const meta = {
@@ -292,20 +483,46 @@ async function main(): Promise<void> {
       cpus: availableParallelism(),
       cpuModel: cpus()[0]?.model.trim() ?? null,
       platform: `${process.platform}-${process.arch}`,
-      config: { n: N, warmupN: WARMUP_N, seconds: SECONDS, warmupSeconds: WARMUP_SECONDS, concurrency: CONCURRENCY, timeoutMs: TIMEOUT_MS },
+      config: {
+        n: N,
+        warmupN: WARMUP_N,
+        turnN: TURN_N,
+        turnWarmupN: TURN_WARMUP_N,
+        seconds: SECONDS,
+        warmupSeconds: WARMUP_SECONDS,
+        concurrency: CONCURRENCY,
+        timeoutMs: TIMEOUT_MS,
+        memThreads: MEM_THREADS,
+        rehydrateN: REHYDRATE_N,
+        partitions: PARTITIONS,
+      },
       agentRequestBytes: rawPayload.length,
     };
     const json = {
       meta,
-      units: { latency: 'µs', throughput: 'operations/s' },
+      units: { latency: 'µs', throughput: 'operations/s', memory: 'bytes' },
       scenarios: results.map((r) => ({ ...r, ...(r.key === 'raw' ? {} : { vsRaw: vsRaw(r, raw) }) })),
+      patterns,
+      durability: { ...durability, footprints },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
-    process.stdout.write(`\n${report(meta, results, header)}\n`);
+    process.stdout.write(
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n`,
+    );
+    const failed =
+      results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
+      [patterns.handoff.transition, patterns.handoff.direct, patterns.orchestration.fanOut, patterns.orchestration.slowestAlone].reduce((n, r) => n + r.errors, 0) +
+      durabilityErrors(durability);
+    if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();
+    await rawTurn?.stop().catch(() => undefined);
+    await embedded?.stop().catch(() => undefined);
+    await plainHost?.stop().catch(() => undefined);
+    await plainNode?.stop().catch(() => undefined);
     await host?.stop().catch((err: unknown) => console.error('agent host stop failed:', err));
     await node?.stop().catch((err: unknown) => console.error('node stop failed:', err));
+    await store?.close().catch(() => undefined);
     await Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
     await server.stop();
   }

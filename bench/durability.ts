@@ -1,0 +1,534 @@
+/**
+ * The durability section of the bench (issue "Durable threads"), over the bench's nats-server:
+ *
+ *   a. durable turn throughput: the "Troupe full turn" of bench/run.ts (user -> thread -> echo agent ->
+ *      user on a durable node: JetStream ingress, KV store, the stream message acked only after the KV
+ *      commit), next to a "raw turn" of the same primitives done directly with the NATS client: a
+ *      JetStream publish to a scratch stream + a KV compare-and-set update (`kv.update(key, value,
+ *      revision)`) on a scratch bucket + a core request-reply to an echo responder, same concurrency;
+ *   b. memory per idle thread, live and passivated (bench/memory.ts, in a child process with gc());
+ *   c. rehydrate latency: a turn on a passivated thread (state in JetStream KV) against a turn on a live
+ *      one, `ThreadHost.rehydrate` alone, and a raw KV get of the record.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import {
+  DiscardPolicy,
+  jetstream,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type JetStreamClient,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { NatsConnection } from '@nats-io/transport-node';
+import type { TroupeClient } from '../src/actors/client.js';
+import type { TroupeNode } from '../src/actors/node.js';
+import { INGRESS_STREAM } from '../src/actors/ingress.js';
+import { DEFAULT_THREAD_BUCKET } from '../src/store/kv.js';
+import { summarize, type ConcurrentResult, type LatencyStats, type Op, type SequentialResult } from './measure.js';
+import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
+
+const BENCH_DIR = import.meta.dirname;
+const REPO_ROOT = join(BENCH_DIR, '..');
+const nanos = (ms: number) => ms * 1_000_000;
+const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
+const describe = (err: unknown) => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
+
+export interface Measured {
+  name: string;
+  sequential: SequentialResult;
+  concurrent: ConcurrentResult;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// a. Raw turn and the durable turn's footprint in JetStream
+
+export const SCRATCH_STREAM = 'BENCH_SCRATCH';
+export const SCRATCH_BUCKET = 'bench_scratch';
+
+/** What a durable turn costs in JetStream, from the stream sequences before and after a run. */
+export interface StreamCounters {
+  /** TROUPE_IN last sequence: one stored message per user message. */
+  inSeq: number;
+  /** KV_troupe_threads last sequence: one per thread-record write (create or update). */
+  kvSeq: number;
+}
+
+/** NaN when a stream is missing (then the durable rows failed, and say why). */
+export async function streamCounters(jsm: JetStreamManager): Promise<StreamCounters> {
+  const seq = (stream: string) => jsm.streams.info(stream).then((i) => i.state.last_seq, () => Number.NaN);
+  const [inSeq, kvSeq] = await Promise.all([seq(INGRESS_STREAM), seq(`KV_${DEFAULT_THREAD_BUCKET}`)]);
+  return { inSeq, kvSeq };
+}
+
+/** Messages still in TROUPE_IN (work queue: acked ones are removed), after waiting up to `ms` for acks; NaN without the stream. */
+export async function unackedInbound(jsm: JetStreamManager, ms = 3_000): Promise<number> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const n = await jsm.streams.info(INGRESS_STREAM).then((i) => i.state.messages, () => Number.NaN);
+    if (n === 0 || Number.isNaN(n) || Date.now() > deadline) return n;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Mean encoded size of the stored records of `threadIds` (the KV entry's value length). */
+export async function meanRecordBytes(nc: NatsConnection, tenant: string, threadIds: string[]): Promise<number> {
+  const kv = await new Kvm(nc).open(DEFAULT_THREAD_BUCKET);
+  let total = 0;
+  let n = 0;
+  for (const id of threadIds) {
+    const e = await kv.get(`${tenant}.${id}`);
+    if (e?.operation !== 'PUT') continue;
+    total += e.length;
+    n++;
+  }
+  return n ? total / n : Number.NaN;
+}
+
+export interface RawTurn {
+  op: Op;
+  js: JetStreamClient;
+  kv: KV;
+  stop(): Promise<void>;
+}
+
+/**
+ * The raw turn: JetStream publish (with a message id, to a work-queue stream configured like TROUPE_IN)
+ * + KV compare-and-set update of the worker's key (a bucket configured like the thread store) + a core
+ * request to an echo responder. `valueBytes`: the KV value; `messageBytes`: the published message.
+ */
+export async function startRawTurn(
+  nc: NatsConnection,
+  opts: { echoSubject: string; request: Uint8Array; valueBytes: number; messageBytes: number; workers: number; timeoutMs: number },
+): Promise<RawTurn> {
+  const jsm = await jetstreamManager(nc);
+  const js = jetstream(nc);
+  await jsm.streams.add({
+    name: SCRATCH_STREAM,
+    subjects: ['bench.scratch.>'],
+    retention: RetentionPolicy.Workqueue,
+    storage: StorageType.File,
+    duplicate_window: nanos(2 * 60_000),
+    max_age: nanos(24 * 60 * 60_000),
+    // Nobody consumes it: keep it from growing without bound on long runs.
+    max_msgs: 100_000,
+    discard: DiscardPolicy.Old,
+    num_replicas: 1,
+  });
+  const kv = await new Kvm(nc).create(SCRATCH_BUCKET, { history: 1, ttl: 24 * 60 * 60_000, replicas: 1, storage: StorageType.File });
+  const value = new Uint8Array(Math.max(1, Math.round(opts.valueBytes))).fill(0x61);
+  const message = new Uint8Array(Math.max(1, Math.round(opts.messageBytes))).fill(0x62);
+  const revisions: number[] = [];
+  for (let w = 0; w < opts.workers; w++) revisions[w] = await kv.put(`w${w}`, value);
+  const op: Op = async (w) => {
+    const ack = await js.publish(`bench.scratch.${w}`, message, { msgID: randomUUID(), timeout: opts.timeoutMs });
+    if (ack.duplicate || ack.stream !== SCRATCH_STREAM) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
+    const rev = revisions[w];
+    if (rev === undefined) throw new Error(`no revision for worker ${w}`);
+    revisions[w] = await kv.update(`w${w}`, value, rev);
+    const res = await nc.request(opts.echoSubject, opts.request, { timeout: opts.timeoutMs });
+    if (res.data.length !== opts.request.length) throw new Error(`echo returned ${res.data.length} bytes, sent ${opts.request.length}`);
+  };
+  return {
+    op,
+    js,
+    kv,
+    stop: async () => {
+      await jsm.streams.delete(SCRATCH_STREAM).catch(() => undefined);
+      await kv.destroy().catch(() => undefined);
+    },
+  };
+}
+
+export interface TurnFootprint {
+  /** User messages stored in TROUPE_IN during the durable full-turn rows. */
+  messages: number;
+  /** Thread-record writes to KV during those rows. */
+  kvWrites: number;
+  kvWritesPerTurn: number;
+  /** Mean size of the records of the 64 long-lived threads (history at its limit). */
+  recordBytes: number;
+  /** The published user message. */
+  messageBytes: number;
+  /** Messages left unacked in TROUPE_IN after the runs (0: every message was committed and acked). */
+  unacked: number;
+}
+
+export interface ThroughputResults {
+  rawTurn: Measured;
+  durableTurn: Measured;
+  /** For comparison: the same turn without durability (NATS queue-group ingress, memory store; embedded mesh). */
+  others: Measured[];
+  footprint: TurnFootprint;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// c. Rehydrate
+
+export interface RehydrateRow extends LatencyStats {
+  errors: number;
+  firstError?: string;
+}
+
+export interface RehydrateResults {
+  threads: number;
+  /** Record size of these one-turn threads in KV. */
+  recordBytes: number;
+  liveTurn: RehydrateRow;
+  passivatedTurn: RehydrateRow;
+  rehydrate: RehydrateRow;
+  kvGet: RehydrateRow;
+  /** Thread-record writes to KV per thread: passivating an idle live thread, and `rehydrate()` (the load). */
+  kvWritesPerPassivation: number;
+  kvWritesPerRehydrate: number;
+}
+
+async function timed(n: number, op: (i: number) => Promise<void>): Promise<RehydrateRow> {
+  const samples: number[] = [];
+  let errors = 0;
+  let firstError: string | undefined;
+  for (let i = 0; i < n; i++) {
+    const start = process.hrtime.bigint();
+    try {
+      await op(i);
+      samples.push(elapsedUs(start));
+    } catch (err) {
+      errors++;
+      firstError ??= describe(err);
+    }
+  }
+  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
+}
+
+/** Passivates every live thread of the node and checks none is left. */
+async function passivateAll(node: TroupeNode): Promise<void> {
+  await node.threads.releaseThreads(() => true);
+  const left = node.threads.liveCount();
+  if (left !== 0) throw new Error(`${left} threads still live after passivating all`);
+}
+
+/**
+ * On a durable node (KV store): `n` threads with one completed turn each, passivated; then, one thread at
+ * a time: `ThreadHost.rehydrate` (KV get + restore the actor), passivate again, a turn on each passivated
+ * thread, a turn on each (now live) thread, and a raw `kv.get` of each record.
+ */
+export async function runRehydrateBench(opts: {
+  node: TroupeNode;
+  client: TroupeClient;
+  nc: NatsConnection;
+  tenant: string;
+  text: string;
+  n: number;
+  timeoutMs: number;
+  log: (s: string) => void;
+}): Promise<RehydrateResults> {
+  const { node, client, tenant, text, n, timeoutMs, log } = opts;
+  const ids = Array.from({ length: n }, () => `bench-rh-${randomUUID()}`);
+  const turn = async (threadId: string) => {
+    const res = await client.send(text, { threadId, timeoutMs });
+    if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
+    if (res.text !== text) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
+  };
+  const jsm = await jetstreamManager(opts.nc);
+  const kvSeq = async () => (await jsm.streams.info(`KV_${DEFAULT_THREAD_BUCKET}`)).state.last_seq;
+  log(`  rehydrate (${n} threads on KV): create…`);
+  // Threads left live by earlier rows go first, so the write counts below are about these threads only.
+  await passivateAll(node);
+  // Created 16 at a time; each must succeed, or the rows below would measure something else.
+  for (let i = 0; i < ids.length; i += 16) await Promise.all(ids.slice(i, i + 16).map(turn));
+  // The final answer goes out before the commit of the final state: let those commits land first.
+  await new Promise((r) => setTimeout(r, 300));
+  const beforePassivate = await kvSeq();
+  await passivateAll(node);
+  const kvWritesPerPassivation = ((await kvSeq()) - beforePassivate) / n;
+  const kv = await new Kvm(opts.nc).open(DEFAULT_THREAD_BUCKET);
+  const recordBytes = await meanRecordBytes(opts.nc, tenant, ids);
+  const storedState = async (id: string) => (await node.threads.store.get(tenant, id))?.record.task.status.state;
+  const expected = await storedState(ids[0]!);
+
+  log(' rehydrate()…');
+  const beforeRehydrate = await kvSeq();
+  const rehydrate = await timed(n, async (i) => {
+    const state = await node.threads.rehydrate(ids[i]!);
+    if (state !== expected) throw new Error(`rehydrated thread is ${state}, stored as ${expected}`);
+  });
+  if (node.threads.liveCount() !== n - rehydrate.errors) throw new Error(`${node.threads.liveCount()} live threads after rehydrating ${n}`);
+  // rehydrate() resolves once the actor is restored; commits it schedules land right after.
+  await new Promise((r) => setTimeout(r, 200));
+  const kvWritesPerRehydrate = ((await kvSeq()) - beforeRehydrate) / n;
+  await passivateAll(node);
+
+  log(' turn on passivated…');
+  const passivatedTurn = await timed(n, (i) => turn(ids[i]!));
+  log(' turn on live…');
+  const liveTurn = await timed(n, (i) => turn(ids[i]!));
+  log(' kv.get…');
+  const kvGet = await timed(n, async (i) => {
+    const e = await kv.get(`${tenant}.${ids[i]!}`);
+    if (e?.operation !== 'PUT' || e.length === 0) throw new Error(`no record for ${ids[i]}`);
+  });
+  log(' done\n');
+  return { threads: n, recordBytes, liveTurn, passivatedTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// b. Memory (child process)
+
+export interface MemorySample {
+  heapUsed: number;
+  arrayBuffers: number;
+  external: number;
+  rss: number;
+}
+
+export interface MemoryResults {
+  mesh: string;
+  threads: number;
+  liveCount: number;
+  liveAfterPassivate: number;
+  records: number;
+  recordStates: Record<string, number>;
+  recordBytesPerThread: number;
+  createMs: number;
+  errors: number;
+  firstError?: string;
+  samples: { baseline: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
+}
+
+/** Runs bench/memory.ts in `node --expose-gc --import tsx` and returns its JSON. */
+export function runMemoryChild(env: Record<string, string> = {}): Promise<MemoryResults> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(BENCH_DIR, 'memory.ts'), '--json'], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      if (code !== 0) return reject(new Error(`bench/memory.ts exited with ${code ?? signal}`));
+      const line = out.trim().split('\n').pop() ?? '';
+      try {
+        resolve(JSON.parse(line) as MemoryResults);
+      } catch (err) {
+        reject(new Error(`bench/memory.ts printed no JSON result: ${describe(err)}\n${out}`));
+      }
+    });
+  });
+}
+
+const HEAP_BUDGET = 2 * 1024 ** 3;
+
+function formatBytes(bytes: number): string {
+  if (!Number.isFinite(bytes)) return '-';
+  const sign = bytes < 0 ? '-' : '';
+  const b = Math.abs(bytes);
+  if (b < 1024) return `${sign}${b.toFixed(0)} B`;
+  if (b < 1024 ** 2) return `${sign}${(b / 1024).toFixed(1)} KiB`;
+  return `${sign}${(b / 1024 ** 2).toFixed(1)} MiB`;
+}
+
+interface MemoryRow {
+  name: string;
+  heap: number;
+  buffers: number;
+}
+
+export interface MemoryDerived {
+  liveEmbedded: MemoryRow;
+  liveNode: MemoryRow;
+  passivatedEmbedded: MemoryRow;
+  passivatedNode: MemoryRow;
+  store: MemoryRow;
+  /** Live threads in 2 GiB (heapUsed + arrayBuffers per thread). */
+  liveThreadsIn2GiB: { embedded: number; node: number };
+}
+
+export function deriveMemory(r: MemoryResults): MemoryDerived {
+  const { baseline: b, live, passivated: p, storeEmptied: e } = r.samples;
+  const per = (x: MemorySample, y: MemorySample) => ({ heap: (x.heapUsed - y.heapUsed) / r.threads, buffers: (x.arrayBuffers - y.arrayBuffers) / r.threads });
+  const store = per(p, e);
+  const liveAll = per(live, b);
+  const liveNode = { heap: liveAll.heap - store.heap, buffers: liveAll.buffers - store.buffers };
+  const total = (m: { heap: number; buffers: number }) => m.heap + m.buffers;
+  return {
+    liveEmbedded: { name: 'live, embedded (actor + memory-store record)', ...liveAll },
+    liveNode: { name: 'live, durable node (actor; record in KV)', ...liveNode },
+    passivatedEmbedded: { name: 'passivated, embedded (memory-store record + host residue)', ...per(p, b) },
+    passivatedNode: { name: 'passivated, durable node (host residue)', ...per(e, b) },
+    store: { name: 'memory store footprint (record + slot)', ...store },
+    liveThreadsIn2GiB: { embedded: HEAP_BUDGET / total(liveAll), node: HEAP_BUDGET / total(liveNode) },
+  };
+}
+
+export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): string {
+  const d = deriveMemory(r);
+  const total = (m: MemoryRow) => m.heap + m.buffers;
+  const liveOf = (m: MemoryRow) => (m === d.passivatedNode || m === d.liveNode ? d.liveNode : d.liveEmbedded);
+  const row = (m: MemoryRow) => [
+    m.name,
+    formatBytes(m.heap),
+    formatBytes(m.buffers),
+    formatBytes(total(m)),
+    formatRatio(total(m) / total(liveOf(m))),
+    m === d.liveEmbedded || m === d.liveNode ? formatRate(HEAP_BUDGET / total(m)) : '-',
+  ];
+  const table = renderTable(
+    ['thread', 'heap/thread', 'buffers/thread', 'total/thread', 'vs live', 'live threads in 2 GiB'],
+    [row(d.liveEmbedded), row(d.liveNode), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
+    ['left', 'right', 'right', 'right', 'right', 'right'],
+  );
+  const s = r.samples;
+  const states = Object.entries(r.recordStates)
+    .map(([k, v]) => `${v} ${k}`)
+    .join(', ');
+  return [
+    `b. memory per idle thread — ${r.mesh}; ${r.threads} threads, one completed turn each (created in ${(r.createMs / 1000).toFixed(1)} s, ` +
+      `${r.errors} errors); gc() before each sample`,
+    '',
+    table,
+    `heap: V8 heapUsed; buffers: arrayBuffers (the memory store's record bytes are Uint8Arrays, off the V8 heap); ` +
+      'vs live: ÷ the live row of the same mode; 2 GiB ÷ total/thread.',
+    `live threads: ${r.liveCount} before passivation, ${r.liveAfterPassivate} after (ThreadHost.releaseThreads); ` +
+      `records: ${r.records} (${states}), ${formatBytes(r.recordBytesPerThread)} encoded per thread in the memory store` +
+      (kvRecordBytes !== undefined ? `, ${formatBytes(kvRecordBytes)} per one-turn thread in the JetStream KV bucket (rehydrate threads below)` : ''),
+    `heapUsed: baseline ${formatBytes(s.baseline.heapUsed)}, live ${formatBytes(s.live.heapUsed)}, passivated ${formatBytes(s.passivated.heapUsed)}, ` +
+      `store emptied ${formatBytes(s.storeEmptied.heapUsed)}; rss live ${formatBytes(s.live.rss)}`,
+    `one node holds ~${formatRate(d.liveThreadsIn2GiB.node)} live idle threads in 2 GiB with the KV store ` +
+      `(~${formatRate(d.liveThreadsIn2GiB.embedded)} embedded, records in process); a passivated thread costs the durable node ` +
+      `${formatBytes(total(d.passivatedNode))} (ThreadHost keeps only a counter; the residue is compiled code and GC noise, not thread objects)`,
+    ...(r.firstError ? ['', `first error: ${r.firstError}`] : []),
+  ].join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Report
+
+/** A part that could not run: why. */
+export interface Failed {
+  failed: string;
+}
+
+export interface DurabilityResults {
+  throughput: ThroughputResults;
+  memory: MemoryResults | Failed;
+  rehydrate: RehydrateResults | Failed;
+}
+
+const isFailed = (x: object): x is Failed => 'failed' in x;
+
+/** Runs a part of the section; a failure is reported in its place instead of ending the bench. */
+export async function attempt<T>(what: string, fn: () => Promise<T>, log: (s: string) => void): Promise<T | Failed> {
+  try {
+    return await fn();
+  } catch (err) {
+    log(` FAILED: ${describe(err)}\n`);
+    return { failed: `${what}: ${describe(err)}` };
+  }
+}
+
+/** Errors of the section's parts (0 when all ran clean). */
+export function durabilityErrors(r: DurabilityResults): number {
+  const m = (x: Measured) => x.sequential.errors + x.concurrent.errors;
+  let n = m(r.throughput.rawTurn);
+  n += isFailed(r.memory) ? 1 : r.memory.errors;
+  n += isFailed(r.rehydrate) ? 1 : [r.rehydrate.liveTurn, r.rehydrate.passivatedTurn, r.rehydrate.rehydrate, r.rehydrate.kvGet].reduce((a, s) => a + s.errors, 0);
+  return n;
+}
+
+function renderThroughput(t: ThroughputResults, concurrency: number): string {
+  const raw = t.rawTurn;
+  const row = (m: Measured) => {
+    const tput = m.concurrent.perSecond / raw.concurrent.perSecond;
+    return [
+      m.name,
+      formatUs(m.sequential.p50Us),
+      formatUs(m.sequential.p99Us),
+      formatRatio(m.sequential.p50Us / raw.sequential.p50Us),
+      formatRate(m.concurrent.perSecond),
+      formatUs(m.concurrent.latency.p50Us),
+      formatUs(m.concurrent.latency.p99Us),
+      formatRatio(m.concurrent.latency.p99Us / raw.concurrent.latency.p99Us),
+      formatRatio(tput),
+      formatRatio(1 / tput),
+      String(m.sequential.errors + m.concurrent.errors),
+    ];
+  };
+  const rows = [raw, t.durableTurn, ...t.others];
+  const table = renderTable(
+    ['turn', 'p50', 'p99', 'p50/raw', `turns/s @${concurrency}`, `p50 @${concurrency}`, `p99 @${concurrency}`, `p99@${concurrency}/raw`, 'tput/raw', 'slowdown', 'errors'],
+    rows.map(row),
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+  );
+  const errors = rows.flatMap((m) =>
+    [m.sequential.firstError, m.concurrent.firstError].filter((e): e is string => e !== undefined).map((e) => `  ${m.name}: ${e}`),
+  );
+  const f = t.footprint;
+  const d = t.durableTurn;
+  return [
+    'durable threads — a. turn throughput (tenant demo: JetStream ingress TROUPE_IN + KV store, ack after commit)',
+    '',
+    table,
+    `p50, p99: one turn at a time; @${concurrency}: ${concurrency} threads with one turn in flight each. ` +
+      'raw turn = js.publish (work-queue stream, msg id) + kv.update(key, value, revision) + nc.request to an echo responder, ' +
+      `one connection, KV value ${formatBytes(f.recordBytes)} (the mean record of the long-lived threads), message ${formatBytes(f.messageBytes)}.`,
+    `durable Troupe turn = the "Troupe full turn, durable" row above (same run): ${f.messages} user messages stored in ${INGRESS_STREAM}, ` +
+      `${f.kvWrites} thread-record writes to KV (${f.kvWritesPerTurn.toFixed(2)} per turn, vs 1 in the raw turn); ` +
+      `${f.unacked} messages left unacked in ${INGRESS_STREAM} after the durable rows (0 = every message was committed, then acked).`,
+    `  durable turn: ${formatRatio(d.concurrent.perSecond / raw.concurrent.perSecond)} raw-turn throughput ` +
+      `(${formatRate(d.concurrent.perSecond)} vs ${formatRate(raw.concurrent.perSecond)} turns/s), ` +
+      `${formatRatio(d.sequential.p50Us / raw.sequential.p50Us)} raw-turn latency at p50`,
+    ...(errors.length ? ['', 'first errors:', ...errors] : []),
+  ].join('\n');
+}
+
+function renderRehydrate(h: RehydrateResults): string {
+  const base = h.liveTurn;
+  const rhRow = (name: string, s: RehydrateRow) => [
+    name,
+    String(s.count),
+    formatUs(s.p50Us),
+    formatUs(s.p99Us),
+    formatRatio(s.p50Us / base.p50Us),
+    formatRatio(s.p99Us / base.p99Us),
+    String(s.errors),
+  ];
+  const rows = [
+    ['turn on a live thread', h.liveTurn],
+    ['turn on a passivated thread (state in KV)', h.passivatedTurn],
+    ['ThreadHost.rehydrate() alone (KV get + restore)', h.rehydrate],
+    ['raw kv.get of the record', h.kvGet],
+  ] as const;
+  const table = renderTable(
+    ['operation', 'runs', 'p50', 'p99', 'p50 vs live turn', 'p99 vs live turn', 'errors'],
+    rows.map(([name, s]) => rhRow(name, s)),
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
+  );
+  const errors = rows.flatMap(([name, s]) => (s.firstError ? [`  ${name}: ${s.firstError}`] : []));
+  return [
+    `c. rehydrate latency — durable node, ${h.threads} threads with one completed turn, passivated (state in JetStream KV); one at a time`,
+    '',
+    table,
+    `a turn on a passivated thread costs ${formatUs(h.passivatedTurn.p50Us - h.liveTurn.p50Us)} more at p50 ` +
+      `(${formatRatio(h.passivatedTurn.p50Us / h.liveTurn.p50Us)}); rehydrate() alone ${formatUs(h.rehydrate.p50Us)} p50 / ${formatUs(h.rehydrate.p99Us)} p99, ` +
+      `of which the KV get ${formatUs(h.kvGet.p50Us)} p50`,
+    `KV writes per thread: ${h.kvWritesPerPassivation.toFixed(2)} to passivate an idle live thread whose state was already committed, ` +
+      `${h.kvWritesPerRehydrate.toFixed(2)} for rehydrate() (no message delivered)`,
+    ...(errors.length ? ['', 'first errors:', ...errors] : []),
+  ].join('\n');
+}
+
+export function renderDurabilityReport(r: DurabilityResults, concurrency: number): string {
+  const kvRecordBytes = isFailed(r.rehydrate) ? undefined : r.rehydrate.recordBytes;
+  return [
+    renderThroughput(r.throughput, concurrency),
+    '',
+    isFailed(r.memory) ? `b. memory per idle thread — FAILED: ${r.memory.failed}` : renderMemoryReport(r.memory, kvRecordBytes),
+    '',
+    isFailed(r.rehydrate) ? `c. rehydrate latency — FAILED: ${r.rehydrate.failed}` : renderRehydrate(r.rehydrate),
+  ].join('\n');
+}

@@ -1,0 +1,169 @@
+/**
+ * Memory per idle thread, live and passivated, on an in-process embedded mesh (MemoryBus transport,
+ * MemoryThreadStore; no NATS). Runs in its own process so the heap holds nothing but this mesh and gc()
+ * can be called:
+ *
+ *   node --expose-gc --import tsx bench/memory.ts            # prints a table
+ *   node --expose-gc --import tsx bench/memory.ts --json     # one JSON line (bench/run.ts uses this)
+ *   BENCH_MEM_THREADS=5000 node --expose-gc --import tsx bench/memory.ts
+ *
+ * Steps: warm up (500 threads, then passivated and deleted), gc, baseline; N threads with one completed
+ * turn each (64 in flight), gc, measure ("live"); passivate every thread (ThreadHost.releaseThreads, the
+ * path a node takes when it gives up a partition; liveCount() must reach 0), gc, measure ("passivated":
+ * the node's residue plus the memory store's records, which in embedded mode live in this process);
+ * measure the encoded record sizes; delete every record from the store, gc, measure ("store emptied": what
+ * the host itself keeps per passivated thread). The memory store keeps records as Uint8Array, whose bytes
+ * are off the V8 heap (`arrayBuffers`), so both heapUsed and arrayBuffers are reported.
+ *
+ * With durable nodes the store is JetStream KV, in nats-server: a node's cost per live thread is then
+ * the live cost minus the store's footprint, and a passivated thread costs it only the residue.
+ *
+ * The echo agent runs in this process too; its idempotency cache is sized 1 so it does not grow with N
+ * (in production it lives in the agent's process, capped at 1000 replies).
+ */
+import { randomUUID } from 'node:crypto';
+import { defineAgent, reply } from '../src/actors/agent.js';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { TroupeClient } from '../src/actors/client.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { encodeRecord } from '../src/store/codec.js';
+import { MemoryThreadStore } from '../src/store/memory.js';
+import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
+import { concurrent } from './measure.js';
+import { renderMemoryReport, type MemoryResults, type MemorySample } from './durability.js';
+
+const TENANT = 'demo';
+const AGENT_ID = 'echo';
+const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
+const WARMUP_THREADS = 500;
+const CONCURRENCY = 64;
+
+function envInt(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, not "${raw}"`);
+  return n;
+}
+
+const gc = (globalThis as { gc?: () => void }).gc;
+
+async function settle(): Promise<MemorySample> {
+  if (!gc) throw new Error('run with node --expose-gc (gc() is not available)');
+  // Several rounds with turns of the event loop in between, so finalizers and weak callbacks run.
+  for (let i = 0; i < 6; i++) {
+    gc();
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const m = process.memoryUsage();
+  return { heapUsed: m.heapUsed, arrayBuffers: m.arrayBuffers, external: m.external, rss: m.rss };
+}
+
+async function main(): Promise<MemoryResults> {
+  const threads = envInt('BENCH_MEM_THREADS', 2_000);
+  const log = (s: string) => process.stderr.write(s);
+  const bus = new MemoryBus();
+  const store = new MemoryThreadStore();
+  const echo = defineAgent({
+    card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' },
+    handle: (_message, ctx) => reply(ctx.text, { to: 'user' }),
+  });
+  // idleMs 0: no passivator, threads stay live until passivated below.
+  const node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: TENANT, store, idleMs: 0, config: { entryAgent: AGENT_ID } }).start();
+  const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo, tenant: TENANT, idempotencyCacheSize: 1 }).start();
+  await node.registry.waitFor([AGENT_ID]);
+  const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
+
+  let errors = 0;
+  let firstError: string | undefined;
+  const turn = async (threadId: string) => {
+    const res = await client.send(TEXT, { threadId, timeoutMs: 10_000 });
+    if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
+    if (res.text !== TEXT) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
+  };
+  /** One turn on each of `ids`, CONCURRENCY in flight. */
+  const oneTurnEach = async (ids: string[]) => {
+    let next = 0;
+    const r = await concurrent(
+      async () => {
+        const id = ids[next++];
+        if (id !== undefined) await turn(id);
+      },
+      { concurrency: Math.min(CONCURRENCY, ids.length), seconds: 600, maxOps: ids.length },
+    );
+    errors += r.errors;
+    firstError ??= r.firstError;
+  };
+  const dropAll = async (ids: string[]) => {
+    await node.threads.releaseThreads(() => true);
+    for (const id of ids) await store.delete(TENANT, id);
+  };
+
+  try {
+    log(`  memory (embedded mesh, ${threads} threads): warm-up…`);
+    const warm = Array.from({ length: WARMUP_THREADS }, (_, i) => `mem-warm-${i}`);
+    await oneTurnEach(warm);
+    await dropAll(warm);
+    const baseline = await settle();
+
+    log(` ${threads} threads × 1 turn…`);
+    const ids = Array.from({ length: threads }, () => `mem-${randomUUID()}`);
+    const created = Date.now();
+    await oneTurnEach(ids);
+    const createMs = Date.now() - created;
+    const liveCount = node.threads.liveCount();
+    const live = await settle();
+
+    log(' passivate…');
+    await node.threads.releaseThreads(() => true);
+    const liveAfterPassivate = node.threads.liveCount();
+    if (liveAfterPassivate !== 0) throw new Error(`${liveAfterPassivate} threads still live after passivating all`);
+    const passivated = await settle();
+
+    // Store bytes: the encoded record of each thread, exactly what the memory store (and KV) holds.
+    let recordBytes = 0;
+    let records = 0;
+    const states = new Map<string, number>();
+    for (const id of ids) {
+      const stored = await store.get(TENANT, id);
+      if (!stored) continue;
+      records++;
+      recordBytes += encodeRecord(stored.record).data.byteLength;
+      const state = stored.record.task.status.state;
+      states.set(state, (states.get(state) ?? 0) + 1);
+    }
+    log(' empty the store…');
+    for (const id of ids) await store.delete(TENANT, id);
+    const storeEmptied = await settle();
+    log(' done\n');
+
+    return {
+      mesh: 'embedded (MemoryBus transport, MemoryThreadStore), one process',
+      threads,
+      liveCount,
+      liveAfterPassivate,
+      records,
+      recordStates: Object.fromEntries(states),
+      recordBytesPerThread: records ? recordBytes / records : Number.NaN,
+      createMs,
+      errors,
+      ...(firstError ? { firstError } : {}),
+      samples: { baseline, live, passivated, storeEmptied },
+    };
+  } finally {
+    await host.stop().catch(() => undefined);
+    await node.stop().catch(() => undefined);
+  }
+}
+
+main().then(
+  (r) => {
+    if (process.argv.includes('--json')) process.stdout.write(`${JSON.stringify(r)}\n`);
+    else process.stdout.write(`\n${renderMemoryReport(r)}\n`);
+  },
+  (err: unknown) => {
+    console.error(err);
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,380 @@
+/**
+ * Pattern benchmarks over the bench's nats-server (called from bench/run.ts), each actor on its own
+ * connection, one run at a time, a new thread per run:
+ *
+ *   a. handoff transition: from publishing the user message that triggers a handoff to the first chunk
+ *      the target streams on the thread's `.out` (user -> node -> source agent, which hands off at once
+ *      -> node -> target, which streams one chunk at once -> `.out`). Baseline: the same first chunk
+ *      when the user addresses the target directly (no source hop, no handoff).
+ *   b. orchestration overhead: one message the scoring policy fans out in parallel to 3 agents taking
+ *      20 / 30 / 40 ms, against a message routed to the 40 ms agent alone (full turns, TroupeClient.send).
+ *      Overhead ratio = fan-out p50 / slowest-alone p50.
+ *
+ *   BENCH_PATTERN_HANDOFF_N (default 200), BENCH_PATTERN_ORCH_N (default 80) runs, after a warm-up.
+ *
+ * Tenant `patterns` (not `demo`): nats.conf maps `troupe.demo.thread.*.in` into the durable TROUPE_IN
+ * stream; these numbers are about the patterns once a message is in a thread, over plain queue-group
+ * ingress, and the ratios compare like with like.
+ */
+import { randomUUID } from 'node:crypto';
+import { defineAgent, reply, type AgentDefinition } from '../src/actors/agent.js';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { TroupeClient, textOfMessage, userMessage } from '../src/actors/client.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { ScoringPolicy } from '../src/machines/router-policy.js';
+import type { ThreadConfig } from '../src/machines/thread.js';
+import {
+  CLIENT_ROUTING_URI,
+  ErrorReplySchema,
+  ThreadAckSchema,
+  ThreadEventSchema,
+  decode,
+  encodeJson,
+  type Message,
+  type ThreadEvent,
+} from '../src/protocol/index.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import type { NatsCredentials } from '../test/helpers/nats-server.js';
+import { sequential, summarize, type LatencyStats } from './measure.js';
+import { formatRatio, formatUs, renderTable } from './table.js';
+import { z } from 'zod';
+
+export interface PatternBenchOptions {
+  url: string;
+  creds: NatsCredentials;
+  /**
+   * Default `patterns`: a tenant nats.conf does not map into the durable TROUPE_IN stream, so a plain
+   * node (queue-group ingress) serves it next to whatever serves `demo`. No other node may serve it.
+   */
+  tenant?: string;
+  handoffRuns?: number;
+  orchestrationRuns?: number;
+  timeoutMs?: number;
+  /** Progress output (stderr in bench/run.ts). */
+  log?: (text: string) => void;
+}
+
+export interface PatternRow extends LatencyStats {
+  errors: number;
+  firstError?: string;
+}
+
+export interface PatternResults {
+  config: { tenant: string; handoffRuns: number; orchestrationRuns: number; warmupRuns: number; agentDelaysMs: Record<string, number> };
+  handoff: {
+    /** User message sent -> first chunk from the handoff target on `.out`. */
+    transition: PatternRow;
+    /** User message sent -> first chunk when the user addresses the target directly. */
+    direct: PatternRow;
+    /** transition / direct. */
+    vsDirect: { p50: number; p99: number };
+  };
+  orchestration: {
+    /** Full turn, parallel fan-out to the three agents. */
+    fanOut: PatternRow;
+    /** Full turn routed to the slowest agent alone. */
+    slowestAlone: PatternRow;
+    /** fanOut / slowestAlone. */
+    overhead: { p50: number; p99: number };
+  };
+}
+
+/** A signed difference: +1.20 ms, -85 µs. */
+const formatDeltaUs = (us: number): string => (us < 0 ? `-${formatUs(-us)}` : `+${formatUs(us)}`);
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
+const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema]);
+
+function envRuns(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name} must be a positive integer, not "${raw}"`);
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Agents
+
+const SOURCE = 'desk';
+const TARGET = 'specialist';
+const CHUNK = 'on it';
+
+/** Hands every conversation to the specialist at once. */
+const desk = defineAgent({
+  card: { id: SOURCE, name: 'Front desk', description: 'Greets users and hands them to a specialist' },
+  handle: (_m, ctx) => reply('desk: passing you on', { handoff: { targetAgentId: TARGET, contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }),
+});
+
+/** Streams one chunk at once, then answers (accepting the handoff when there is one). */
+const specialist = defineAgent({
+  card: { id: TARGET, name: 'Specialist', description: 'Takes over conversations', capabilities: { streaming: true } },
+  async *handle() {
+    yield CHUNK;
+    return reply('specialist: here');
+  },
+});
+
+/** The fan-out agents: the scoring policy gives each a clause of FAN_OUT_TEXT. */
+const DELAYS_MS = { forecast: 20, flights: 30, refunds: 40 } as const;
+const SLOWEST = 'refunds';
+const FAN_OUT_TEXT = 'What is the weather in Rome, book me a flight to Rome, and refund my last invoice';
+const SLOWEST_TEXT = 'Please refund my last invoice';
+
+function delayedAgent(card: { id: keyof typeof DELAYS_MS; name: string; description: string; skill: string; tags: string[] }): AgentDefinition {
+  const delay = DELAYS_MS[card.id];
+  return defineAgent({
+    card: { id: card.id, name: card.name, description: card.description, skills: [{ id: card.id, name: card.skill, description: card.description, tags: card.tags }] },
+    handle: async (_m, ctx) => {
+      await sleep(delay);
+      return reply(`${card.id} (${delay} ms): ${ctx.text.length} chars`, { to: 'user' });
+    },
+  });
+}
+
+const fanOutAgents = [
+  delayedAgent({ id: 'forecast', name: 'Forecast', description: 'Weather forecasts for any city', skill: 'Weather', tags: ['weather', 'forecast', 'rain', 'temperature'] }),
+  delayedAgent({ id: 'flights', name: 'Flights', description: 'Books flights and plane tickets', skill: 'Flight booking', tags: ['flight', 'book', 'ticket', 'plane'] }),
+  delayedAgent({ id: 'refunds', name: 'Refunds', description: 'Refunds invoices and charges', skill: 'Refunds', tags: ['refund', 'invoice', 'charge', 'billing'] }),
+];
+
+// ---------------------------------------------------------------------------------------------------
+// Mesh
+
+interface Mesh {
+  node: TroupeNode;
+  client: TroupeClient;
+  clientT: NatsTransport;
+  stop(): Promise<void>;
+}
+
+async function startMesh(
+  opts: PatternBenchOptions & { tenant: string },
+  name: string,
+  agents: AgentDefinition[],
+  config: Partial<ThreadConfig>,
+  policy?: ScoringPolicy,
+): Promise<Mesh> {
+  const transports: NatsTransport[] = [];
+  const hosts: AgentHost[] = [];
+  let node: TroupeNode | undefined;
+  // nats.conf has no users for these agents or this tenant (`client` may only use troupe.demo.*): every
+  // role connects as the DEMO account's `node` user, each on its own connection.
+  const connect = async (conn: string, creds: { user: string; pass: string }) => {
+    const t = await NatsTransport.connect({ servers: opts.url, name: `bench-${name}-${conn}`, ...creds });
+    transports.push(t);
+    return t;
+  };
+  const stop = async () => {
+    await Promise.all(hosts.map((h) => h.stop().catch(() => undefined)));
+    await node?.stop().catch(() => undefined);
+    await Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
+  };
+  try {
+    node = await new TroupeNode({
+      transport: await connect('node', opts.creds.node),
+      tenant: opts.tenant,
+      config,
+      ...(policy ? { policy } : {}),
+      idleMs: 0,
+    }).start();
+    for (const agent of agents) hosts.push(await new AgentHost({ transport: await connect(agent.card.id, opts.creds.node), agent, tenant: opts.tenant }).start());
+    await node.registry.waitFor(agents.map((a) => a.card.id));
+    const clientT = await connect('client', opts.creds.node);
+    return { node, client: new TroupeClient(clientT, opts.tenant), clientT, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// a. Handoff transition
+
+/**
+ * Publishes one user message into a new thread and resolves with the µs from the publish to the first
+ * chunk `from` streamed on the thread's `.out`, once the turn's final answer is in.
+ */
+async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Message, from: string, expectRoute: string, timeoutMs: number): Promise<number> {
+  const threadId = `bench-pat-${randomUUID()}`;
+  let firstChunkUs: number | undefined;
+  let start = 0n;
+  let settle!: (e: ThreadEvent) => void;
+  let fail!: (e: Error) => void;
+  const final = new Promise<ThreadEvent>((resolve, reject) => {
+    settle = resolve;
+    fail = reject;
+  });
+  // Handled here so a timeout before the ack cannot become an unhandled rejection.
+  final.catch(() => undefined);
+  const sub = mesh.clientT.subscribe(subjects.threadOut(tenant, threadId), (msg) => {
+    const event = decode(ThreadEventSchema, msg.data, 'thread event');
+    if (event.kind === 'artifact-update' && firstChunkUs === undefined && event.artifact.metadata?.['troupe/agent'] === from) {
+      firstChunkUs = elapsedUs(start);
+    }
+    if (event.kind === 'status-update' && event.final) settle(event);
+  });
+  const timer = setTimeout(() => fail(new Error(`no final answer on ${threadId} within ${timeoutMs} ms`)), timeoutMs);
+  try {
+    await mesh.clientT.flush();
+    start = process.hrtime.bigint();
+    const ack = decode(AckOrError, (await mesh.clientT.request(subjects.threadIn(tenant, threadId), encodeJson(message), { timeoutMs })).data, 'ack');
+    if (ack.kind === 'error') throw new Error(`${ack.error.code}: ${ack.error.message}`);
+    const end = await final;
+    if (end.kind !== 'status-update') throw new Error('unexpected final event');
+    const route = (end.status.message?.metadata?.['troupe/route'] as Array<{ from: string; to: string }> | undefined)?.map((s) => `${s.from}>${s.to}`).join(',');
+    if (route !== expectRoute) throw new Error(`route ${route ?? '(none)'}, expected ${expectRoute}: "${textOfMessage(end.status.message)}"`);
+    if (firstChunkUs === undefined) throw new Error(`no chunk from ${from} before the final answer`);
+    return firstChunkUs;
+  } finally {
+    clearTimeout(timer);
+    sub.unsubscribe();
+  }
+}
+
+/** Runs `sample` `n` times after `warmup`; the samples are what it returns (µs), not its duration. */
+async function sampled(sample: () => Promise<number>, n: number, warmup: number): Promise<PatternRow> {
+  for (let i = 0; i < warmup; i++) await sample().catch(() => undefined);
+  const samples: number[] = [];
+  let errors = 0;
+  let firstError: string | undefined;
+  for (let i = 0; i < n; i++) {
+    try {
+      samples.push(await sample());
+    } catch (err) {
+      errors++;
+      firstError ??= err instanceof Error ? err.message : String(err);
+    }
+  }
+  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Run
+
+export async function runPatternBench(options: PatternBenchOptions): Promise<PatternResults> {
+  const opts = { ...options, tenant: options.tenant ?? 'patterns' };
+  const log = opts.log ?? (() => undefined);
+  const timeoutMs = opts.timeoutMs ?? 10_000;
+  const handoffRuns = opts.handoffRuns ?? envRuns('BENCH_PATTERN_HANDOFF_N', 200);
+  const orchestrationRuns = opts.orchestrationRuns ?? envRuns('BENCH_PATTERN_ORCH_N', 80);
+  const warmupRuns = 10;
+
+  // a. Handoffs. The thread stays in the handoff after each run; every run is a new thread.
+  log('  handoff transition: ');
+  const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
+  let transition: PatternRow;
+  let direct: PatternRow;
+  try {
+    log(`warm-up… ×${handoffRuns} via handoff…`);
+    transition = await sampled(
+      () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
+      handoffRuns,
+      warmupRuns,
+    );
+    log(` ×${handoffRuns} addressed directly…`);
+    direct = await sampled(
+      () =>
+        timeToFirstChunk(
+          handoffMesh,
+          opts.tenant,
+          userMessage('I need the specialist', { metadata: { [CLIENT_ROUTING_URI]: { recipient: TARGET } } }),
+          TARGET,
+          `user>${TARGET}`,
+          timeoutMs,
+        ),
+      handoffRuns,
+      warmupRuns,
+    );
+    log(' done\n');
+  } finally {
+    await handoffMesh.stop();
+  }
+
+  // b. Orchestration.
+  log('  orchestration overhead: ');
+  const policy = new ScoringPolicy();
+  const orchMesh = await startMesh(
+    opts,
+    'orchestration',
+    fanOutAgents,
+    { entryAgent: SLOWEST, usePolicy: true, agentTimeoutMs: timeoutMs, retries: 0, orchestration: { strategy: 'parallel', maxParallelAgents: 3 } },
+    policy,
+  );
+  let fanOut: PatternRow;
+  let slowestAlone: PatternRow;
+  try {
+    const decision = await policy.decide({ message: userMessage(FAN_OUT_TEXT), agents: fanOutAgents.map((a) => a.card) });
+    const fanned = [decision.agentId, ...(decision.additionalAgents ?? [])].sort().join(',');
+    if (fanned !== Object.keys(DELAYS_MS).sort().join(',')) throw new Error(`the policy fans out to ${fanned}, expected all three agents`);
+    const turn = async (text: string, expectAgents: string[]) => {
+      const res = await orchMesh.client.send(text, { threadId: `bench-orch-${randomUUID()}`, timeoutMs });
+      if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
+      const used = res.final.status.message?.metadata?.['agents_used'] ?? [res.final.status.message?.metadata?.['troupe/agent']];
+      if ([...(used as string[])].sort().join(',') !== [...expectAgents].sort().join(',')) throw new Error(`answered by ${JSON.stringify(used)}: "${res.text}"`);
+    };
+    log(`warm-up… ×${orchestrationRuns} fan-out…`);
+    for (let i = 0; i < warmupRuns; i++) await turn(FAN_OUT_TEXT, Object.keys(DELAYS_MS)).catch(() => undefined);
+    fanOut = await sequential(() => turn(FAN_OUT_TEXT, Object.keys(DELAYS_MS)), orchestrationRuns);
+    log(` ×${orchestrationRuns} slowest alone…`);
+    for (let i = 0; i < warmupRuns; i++) await turn(SLOWEST_TEXT, [SLOWEST]).catch(() => undefined);
+    slowestAlone = await sequential(() => turn(SLOWEST_TEXT, [SLOWEST]), orchestrationRuns);
+    log(' done\n');
+  } finally {
+    await orchMesh.stop();
+  }
+
+  return {
+    config: { tenant: opts.tenant, handoffRuns, orchestrationRuns, warmupRuns, agentDelaysMs: { ...DELAYS_MS } },
+    handoff: { transition, direct, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us } },
+    orchestration: { fanOut, slowestAlone, overhead: { p50: fanOut.p50Us / slowestAlone.p50Us, p99: fanOut.p99Us / slowestAlone.p99Us } },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Report
+
+export function renderPatternReport(r: PatternResults): string {
+  const { handoff: h, orchestration: o } = r;
+  const delays = Object.entries(r.config.agentDelaysMs)
+    .map(([id, ms]) => `${id} ${ms} ms`)
+    .join(', ');
+  const line = (name: string, s: PatternRow, base: string, p50: number, p99: number) => [
+    name,
+    String(s.count),
+    formatUs(s.p50Us),
+    formatUs(s.p99Us),
+    base,
+    formatRatio(p50),
+    formatRatio(p99),
+    String(s.errors),
+  ];
+  const table = renderTable(
+    ['pattern', 'runs', 'p50', 'p99', 'vs', 'p50 ratio', 'p99 ratio', 'errors'],
+    [
+      line('handoff: message -> first chunk from target', h.transition, 'direct', h.vsDirect.p50, h.vsDirect.p99),
+      line('direct: message -> first chunk (addressed)', h.direct, 'direct', 1, 1),
+      line(`fan-out to 3 agents (${Object.values(r.config.agentDelaysMs).join('/')} ms), parallel`, o.fanOut, 'slowest', o.overhead.p50, o.overhead.p99),
+      line(`slowest agent alone (${r.config.agentDelaysMs[SLOWEST]} ms)`, o.slowestAlone, 'slowest', 1, 1),
+    ],
+    ['left', 'right', 'right', 'right', 'left', 'right', 'right', 'right'],
+  );
+  const errors = [
+    ['handoff', h.transition],
+    ['direct', h.direct],
+    ['fan-out', o.fanOut],
+    ['slowest alone', o.slowestAlone],
+  ].flatMap(([name, s]) => ((s as PatternRow).firstError ? [`  ${name as string}: ${(s as PatternRow).firstError}`] : []));
+  return [
+    `patterns (tenant ${r.config.tenant}, queue-group ingress): one run at a time, a new thread per run, after ${r.config.warmupRuns} warm-up runs; fan-out agents: ${delays}`,
+    '',
+    table,
+    '',
+    `handoff transition: ${formatUs(h.transition.p50Us)} p50 / ${formatUs(h.transition.p99Us)} p99 from the user message to the target's first chunk ` +
+      `(${formatRatio(h.vsDirect.p50)} the direct first chunk, ${formatDeltaUs(h.transition.p50Us - h.direct.p50Us)} at p50: the source agent's hop and the handoff)`,
+    `orchestration overhead: fan-out p50 / slowest-alone p50 = ${formatRatio(o.overhead.p50)} ` +
+      `(${formatDeltaUs(o.fanOut.p50Us - o.slowestAlone.p50Us)}; p99 ${formatRatio(o.overhead.p99)}); full turns via TroupeClient.send`,
+    ...(errors.length ? ['', 'first errors:', ...errors] : []),
+  ].join('\n');
+}
