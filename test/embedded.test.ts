@@ -6,6 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/actors/logger.js';
 import demoTeam from '../src/demo/team.js';
+import { ThreadEventSchema, decode } from '../src/protocol/index.js';
+import { subjects } from '../src/transport/subjects.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 
@@ -64,6 +66,45 @@ describe('embedded mesh with the demo team', () => {
     const threadId = 'concurrent-1';
     const texts = await Promise.all(['a', 'b', 'c', 'd'].map((t) => mesh.client.send(`note ${t}`, { threadId }).then((r) => r.text)));
     texts.forEach((text, i) => expect(text).toContain(`note ${'abcd'[i]}`));
+  });
+
+  it('publishes a final answer only after the state that includes it is committed', async () => {
+    const threadId = 'commit-order-1';
+    const seen: string[] = [];
+    mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), async (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'event');
+      if (e.kind === 'status-update' && e.final) seen.push((await mesh.node.threads.store.get('demo', threadId))?.record.task.status.state ?? 'none');
+    });
+    await mesh.client.send('order check', { threadId });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(seen).toEqual(['input-required']);
+  });
+
+  it("an answer committed by a node that died before publishing it is published when the thread is reloaded", async () => {
+    const threadId = 'outbox-1';
+    await mesh.client.send('first', { threadId });
+    expect(await mesh.node.threads.passivateThread(threadId)).toBe(true);
+    const store = mesh.node.threads.store;
+    const stored = (await store.get('demo', threadId))!;
+    expect(stored.record.outbox).toBeUndefined(); // a clean passivation leaves no outbox
+    const lost = { kind: 'status-update', taskId: threadId, contextId: threadId, status: { state: 'input-required' }, final: true, metadata: { marker: 'unpublished' } };
+    await store.update({ ...stored.record, outbox: [lost] }, stored.revision);
+    const republished: unknown[] = [];
+    mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'event');
+      if (e.metadata?.marker) republished.push(e);
+    });
+    await mesh.client.transport.flush();
+    await mesh.node.threads.rehydrate(threadId);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(republished).toHaveLength(1);
+    // The next write replaces the outbox (it then holds that turn's answer until the write after), so a
+    // lost answer is published once per crash, not on every reload; a clean passivation empties it.
+    await mesh.client.send('second', { threadId });
+    const outbox = ((await store.get('demo', threadId))?.record.outbox ?? []) as Array<{ metadata?: Record<string, unknown> }>;
+    expect(outbox.some((e) => e.metadata?.marker)).toBe(false);
+    await mesh.node.threads.passivateThread(threadId);
+    expect((await store.get('demo', threadId))?.record.outbox).toBeUndefined();
   });
 
   it('rejects a message with the wrong role and keeps serving', async () => {

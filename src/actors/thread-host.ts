@@ -53,6 +53,12 @@ interface LiveThread {
   failed?: TroupeError;
   /** Passivated: nothing more is committed from this actor. */
   stopped?: boolean;
+  /** The state changed since the last commit. */
+  changed: boolean;
+  /** Final status events waiting for the commit that includes them; published right after it. */
+  outbox: TaskStatusUpdateEvent[];
+  /** Events the last written record carries in its outbox (cleared by the next write). */
+  written: number;
 }
 
 export interface ThreadHostOptions {
@@ -310,6 +316,9 @@ export class ThreadHost {
       events: [],
       commit: Promise.resolve(),
       dirty: false,
+      changed: false,
+      outbox: [],
+      written: stored?.record.outbox?.length ?? 0,
       ...(stored ? { revision: stored.revision } : {}),
     };
     const inspect = (ev: InspectionEvent) => this.onInspection(live, ev);
@@ -328,8 +337,14 @@ export class ThreadHost {
           },
         });
     live.actor.on('troupe.thread.status', (event) => this.publishStatus(live, event));
+    let restoring = Boolean(stored);
     live.actor.subscribe({
-      next: () => this.scheduleCommit(live),
+      next: () => {
+        // Re-arming timers on restore changes nothing worth a write.
+        if (restoring) return;
+        live.changed = true;
+        this.scheduleCommit(live);
+      },
       error: (err) => this.log.error({ err, thread: threadId }, 'thread actor failed'),
     });
     this.threads.set(threadId, live);
@@ -341,6 +356,11 @@ export class ThreadHost {
     // Timers (agent-call timeouts, retry delays, handoff deadlines) are not in a snapshot: re-arm them.
     live.actor.send(stored ? { type: 'troupe.restored', now: this.now() } : { type: 'troupe.tick', now: this.now() });
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
+    restoring = false;
+    // Answers committed by a node that died before publishing them go out now (at least once).
+    for (const event of (stored?.record.outbox ?? []) as TaskStatusUpdateEvent[]) {
+      this.transport.publish(subjects.threadOut(this.tenant, threadId), encodeJson(event));
+    }
     return live;
   }
 
@@ -375,7 +395,15 @@ export class ThreadHost {
     };
     if (event.route) this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason }, 'routed');
     if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code }, event.error.message);
-    this.transport.publish(subjects.threadOut(this.tenant, live.threadId), encodeJson(update));
+    if (!event.final) {
+      this.transport.publish(subjects.threadOut(this.tenant, live.threadId), encodeJson(update));
+      return;
+    }
+    // A final answer goes out after the state that includes it is committed: whoever reads the store
+    // on receiving it sees that state, and a crash in between is covered by the record's outbox.
+    live.outbox.push(update);
+    live.changed = true;
+    this.scheduleCommit(live);
   }
 
   /**
@@ -389,9 +417,15 @@ export class ThreadHost {
     live.commit = live.commit.then(async () => {
       live.dirty = false;
       if (live.failed) return;
+      // Nothing new, and no outbox left in the stored record to clear: no write.
+      if (!live.changed && live.outbox.length === 0 && live.written === 0 && live.revision !== undefined) return;
+      const outbox = live.outbox.splice(0);
+      live.changed = false;
       try {
-        const record = this.recordOf(live);
+        const record = this.recordOf(live, outbox);
         live.revision = live.revision === undefined ? await this.store.create(record) : await this.store.update(record, live.revision);
+        live.written = outbox.length;
+        for (const event of outbox) this.transport.publish(subjects.threadOut(this.tenant, live.threadId), encodeJson(event));
       } catch (err) {
         const error = TroupeError.from(err, 'STORE_CONFLICT');
         live.failed = error;
@@ -402,7 +436,7 @@ export class ThreadHost {
     });
   }
 
-  private recordOf(live: LiveThread): ThreadRecord {
+  private recordOf(live: LiveThread, outbox: TaskStatusUpdateEvent[]): ThreadRecord {
     const snap = live.actor.getSnapshot();
     const ctx = snap.context;
     const state = taskStateOf(snap.value);
@@ -429,6 +463,7 @@ export class ThreadHost {
       snapshot: live.actor.getPersistedSnapshot(),
       updatedAt: new Date(this.now()).toISOString(),
       owner: this.opts.nodeId,
+      ...(outbox.length ? { outbox } : {}),
     };
   }
 
@@ -442,7 +477,15 @@ export class ThreadHost {
   }
 
   /** Commits the state, stops the actor and frees its memory. */
-  async passivate(live: LiveThread): Promise<void> {
+  /** Passivates one live thread by id; false when it is not live here. */
+  async passivateThread(threadId: string): Promise<boolean> {
+    const live = this.threads.get(threadId);
+    if (!live) return false;
+    await this.passivate(live);
+    return true;
+  }
+
+  private async passivate(live: LiveThread): Promise<void> {
     this.scheduleCommit(live);
     await this.flushCommits(live).catch(() => undefined);
     live.stopped = true;

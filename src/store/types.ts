@@ -18,6 +18,12 @@ export const ThreadRecordSchema = z.object({
   updatedAt: z.iso.datetime({ offset: true }),
   /** Node holding the thread right now, when ownership is tracked in the record. */
   owner: z.string().optional(),
+  /**
+   * Final status events committed with this state and published after the write (an outbox). A node
+   * that reloads the record publishes them again, so a crash between the write and the publish loses no
+   * answer (a client may see one twice: events name the message they answer).
+   */
+  outbox: z.array(z.unknown()).optional(),
 });
 export type ThreadRecord = z.infer<typeof ThreadRecordSchema>;
 
