@@ -323,7 +323,7 @@ export class ThreadHost {
     };
     const inspect = (ev: InspectionEvent) => this.onInspection(live, ev);
     live.actor = stored
-      ? createActor(this.machine, { snapshot: stored.record.snapshot as never, id: threadId, inspect, input: undefined as never })
+      ? createActor(this.machine, { snapshot: fullSnapshot(stored.record) as never, id: threadId, inspect, input: undefined as never })
       : createActor(this.machine, {
           id: threadId,
           inspect,
@@ -460,7 +460,7 @@ export class ThreadHost {
       tenant: this.tenant,
       threadId: live.threadId,
       task,
-      snapshot: live.actor.getPersistedSnapshot(),
+      snapshot: slimSnapshot(live.actor.getPersistedSnapshot()),
       updatedAt: new Date(this.now()).toISOString(),
       owner: this.opts.nodeId,
       ...(outbox.length ? { outbox } : {}),
@@ -540,6 +540,27 @@ export class ThreadHost {
     return this.opts.policy.decide({ message: input.message, agents });
   }
 }
+
+/**
+ * The record keeps the thread's history and route log once, in the Task; the snapshot's copies are
+ * left out on write and put back on read (they are the largest part of a record).
+ */
+function slimSnapshot(snapshot: unknown): unknown {
+  const snap = snapshot as { context?: Record<string, unknown> };
+  if (!snap?.context) return snapshot;
+  const { history: _h, routeLog: _r, ...context } = snap.context;
+  return { ...snap, context: { ...context, [SLIM]: true } };
+}
+
+function fullSnapshot(record: ThreadRecord): unknown {
+  const snap = record.snapshot as { context?: Record<string, unknown> };
+  if (!snap?.context?.[SLIM]) return record.snapshot;
+  const { [SLIM]: _s, ...context } = snap.context;
+  const routes = record.task.metadata?.['troupe/routes'];
+  return { ...snap, context: { ...context, history: record.task.history ?? [], routeLog: Array.isArray(routes) ? routes : [] } };
+}
+
+const SLIM = 'troupe/slim';
 
 function stateString(value: unknown): string {
   if (typeof value === 'string') return value;
