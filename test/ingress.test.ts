@@ -10,20 +10,12 @@ import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, typ
 import { createLogger } from '../src/actors/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { sleep, waitFor } from './helpers/wait.js';
 
 const TTL = 1_200;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 5_000): Promise<number> {
-  const start = Date.now();
-  while (!cond()) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(5);
-  }
-  return Date.now() - start;
-}
 
 interface PubAck {
   stream: string;

@@ -6,19 +6,11 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/actors/leases.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { sleep, waitFor } from './helpers/wait.js';
 
 const TTL = 1_000;
 const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 5_000): Promise<number> {
-  const start = Date.now();
-  while (!cond()) {
-    if (Date.now() - start > timeoutMs) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(5);
-  }
-  return Date.now() - start;
-}
 
 interface Event {
   node: string;
