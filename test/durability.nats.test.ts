@@ -16,21 +16,11 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { sleep, waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_500;
 const PARTITIONS = 8;
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('');
-
-async function waitUntil<T>(get: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await get();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 let nats: NatsServerHandle;
 const group = new ProcessGroup();
@@ -115,7 +105,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
       const owned = await partitionsByNode(client);
       const all = [...owned.values()].flat();
       return owned.size === 2 && [...owned.values()].every((p) => p.length > 0) && all.length === PARTITIONS;
-    }, 'two nodes sharing the partitions');
+    }, 'two nodes sharing the partitions', 15_000);
     const warm = await client.send('warm up', { timeoutMs: 15_000 });
     expect(warm.text).toBe('echo: warm up');
   }, 60_000);

@@ -29,6 +29,7 @@ import { subjects } from '../src/transport/subjects.js';
 import type { InboundMessage } from '../src/transport/types.js';
 import { REPO_ROOT, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupeJson, type Env, type ManagedProcess } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
 const ECHO_INBOX = subjects.agentInbox(TENANT, 'echo');
@@ -43,18 +44,6 @@ const REGISTRY_TTL_MS = 15_000;
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Polls `get` every `intervalMs` until it returns something other than undefined. */
-async function waitUntil<T>(get: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 10_000, intervalMs = 100): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await get();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(intervalMs);
-  }
-}
 
 const json = (m: InboundMessage): unknown => JSON.parse(dec.decode(m.data));
 const agentReply = (m: InboundMessage): AgentReply => AgentReplySchema.parse(json(m));

@@ -5,6 +5,7 @@ import { silentLogger } from '../src/actors/logger.js';
 import { ThreadEventSchema, decode, type ThreadEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import { handoffTeam } from '../src/demo/handoff-team.js';
+import { waitFor } from './helpers/wait.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>> | undefined;
 afterEach(async () => {
@@ -24,14 +25,6 @@ function record(m: NonNullable<typeof mesh>, threadId: string): ThreadEvent[] {
     events.push(decode(ThreadEventSchema, msg.data, 'event'));
   });
   return events;
-}
-
-async function until(check: () => boolean, timeoutMs = 3_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 const finalTexts = (events: ThreadEvent[]) =>
@@ -60,7 +53,7 @@ describe('handoff on the embedded mesh', () => {
 
     const done = await m.client.send("I'm done", { threadId });
     expect(done.text).toBe('Skill saved.');
-    await until(() => finalTexts(events).some((t) => t.startsWith('main: welcome back')));
+    await waitFor(() => finalTexts(events).some((t) => t.startsWith('main: welcome back')), 'main to resume');
     const resumed = finalTexts(events).find((t) => t.startsWith('main: welcome back'))!;
     expect(resumed).toContain('(completed)');
     expect(resumed).toContain('created a skill in 4 steps');
@@ -75,7 +68,7 @@ describe('handoff on the embedded mesh', () => {
     const events = record(m, threadId);
     await m.client.send('build a skill', { threadId });
     await m.client.cancel(threadId, 'changed my mind');
-    await until(() => finalTexts(events).some((t) => t.includes('welcome back (cancelled)')));
+    await waitFor(() => finalTexts(events).some((t) => t.includes('welcome back (cancelled)')), 'main to resume after the cancel');
     expect(finalTexts(events).at(-1)).toContain('changed my mind');
     const next = await m.client.send('hello again', { threadId });
     expect(next.text).toBe('main: hello again');
@@ -89,7 +82,7 @@ describe('handoff on the embedded mesh', () => {
     expect(first.text).toBe('crashy: I am on it');
     const failed = await m.client.send('go on', { threadId });
     expect(failed.error?.code).toBe('AGENT_ERROR');
-    await until(() => finalTexts(events).some((t) => t.includes('welcome back (failed)')));
+    await waitFor(() => finalTexts(events).some((t) => t.includes('welcome back (failed)')), 'main to resume after the failure');
     expect(finalTexts(events).at(-1)).toContain('crashy fell over');
   });
 
@@ -98,7 +91,7 @@ describe('handoff on the embedded mesh', () => {
     const threadId = 'slow-1';
     const events = record(m, threadId);
     await m.client.send('slow please', { threadId });
-    await until(() => finalTexts(events).some((t) => t.includes('welcome back (failed)')), 3_000);
+    await waitFor(() => finalTexts(events).some((t) => t.includes('welcome back (failed)')), 'the resume after the deadline', 3_000);
     expect(finalTexts(events).at(-1)).toContain('AGENT_TIMEOUT');
   });
 

@@ -17,3 +17,19 @@ export async function waitFor(cond: () => boolean, what: string, timeoutMs = 5_0
   }
   return Date.now() - start;
 }
+
+/** Polls `get` until it returns something other than undefined or false; throws naming `what` after `timeoutMs`. */
+export async function waitUntil<T>(
+  get: () => Promise<T | undefined | false> | T | undefined | false,
+  what: string,
+  timeoutMs = 10_000,
+  intervalMs = 50,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await get();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
