@@ -254,7 +254,7 @@ export class AgentHost {
 
     try {
       const result = await this.run(message, ctx);
-      const replyMessage = this.toReply(result, message, ctx);
+      const replyMessage = this.toReply(result, ctx);
       this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
       log.debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
       return encodeJson(replyMessage);
@@ -281,7 +281,7 @@ export class AgentHost {
     return await (out as AgentResult | Promise<AgentResult>);
   }
 
-  private toReply(result: AgentResult, request: Message, ctx: AgentContext): AgentReply {
+  private toReply(result: AgentResult, ctx: AgentContext): AgentReply {
     const base = { messageId: randomUUID(), contextId: ctx.contextId, taskId: ctx.taskId };
     if (typeof result === 'string') {
       return { kind: 'message', role: 'agent', ...base, parts: [{ kind: 'text', text: result }] };
@@ -305,7 +305,6 @@ export class AgentHost {
       };
     }
     if (result.kind === 'message') return { ...base, ...result, role: 'agent' };
-    void request;
     return result;
   }
 }

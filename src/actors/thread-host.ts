@@ -107,7 +107,7 @@ export class ThreadHost {
     this.machine = threadMachine.provide({
       actors: {
         agentCall: agentCallMachine.provide({
-          actors: { request: fromPromise<AgentReply, AgentRequestInput>(({ input, self }) => this.callAgent(input, self.system)) },
+          actors: { request: fromPromise<AgentReply, AgentRequestInput>(({ input }) => this.callAgent(input)) },
         }),
         router: routerMachine.provide({
           actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.decide(input)) },
@@ -123,7 +123,6 @@ export class ThreadHost {
               try {
                 const call = this.callAgent(
                   { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs },
-                  undefined,
                 );
                 // Stop waiting as soon as the orchestration stops this call; the late reply is dropped.
                 const reply = await new Promise<AgentReply>((resolve, reject) => {
@@ -496,7 +495,7 @@ export class ThreadHost {
     }
   }
 
-  private async callAgent(input: AgentRequestInput, _system: unknown): Promise<AgentReply> {
+  private async callAgent(input: AgentRequestInput): Promise<AgentReply> {
     const threadId = input.message.taskId ?? '';
     const card = this.registry.card(input.agentId);
     const message =

@@ -153,9 +153,6 @@ function prune<T>(items: T[], limit: number): T[] {
   return items.length > limit ? items.slice(items.length - limit) : items;
 }
 
-function textOf(message: Message | undefined): string {
-  return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
-}
 
 /** An agent-authored message from Troupe itself (errors, clarification). */
 function systemMessage(context: ThreadContext, id: string, text: string, metadata: Record<string, unknown>): Message {
@@ -829,4 +826,3 @@ export function taskStateOf(value: unknown): TaskState {
   return 'unknown';
 }
 
-export { textOf };
