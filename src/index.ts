@@ -19,3 +19,4 @@ export { orchestrationMachine, aggregate } from './machines/orchestration.js';
 export { machineJson, machineMermaid } from './machines/graph.js';
 export { connectTransport, MemoryBus, MemoryTransport, NatsTransport, subjects, TransportError, type Transport } from './transport/index.js';
 export { KvThreadStore, MemoryThreadStore, mutate, type ThreadStore, type ThreadRecord } from './store/index.js';
+export { startGateway } from './gateway/index.js';

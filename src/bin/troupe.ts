@@ -21,6 +21,7 @@ import { color, colorState, printJson, reportError, table } from './output.js';
 import { runDemo } from './demo.js';
 import { startEmbedded } from '../actors/embedded.js';
 import { registerGraphCommand } from './graph.js';
+import { loadTokens, skillsOfAgents, startGateway } from '../gateway/index.js';
 
 // `troupe … | head` closes the pipe early: that is not an error.
 process.stdout.on('error', (err: NodeJS.ErrnoException) => {
@@ -377,6 +378,62 @@ program
   .description('run the demo team in-process and play scripted conversations (what `npm start` does)')
   .action(async (_opts: unknown, cmd: Command) => {
     await runDemo(Boolean(globals(cmd).json));
+  });
+
+program
+  .command('gateway')
+  .description('serve the mesh to A2A clients (JSON-RPC + SSE over HTTP); without --nats, an in-process mesh with the demo team')
+  .option('--port <n>', 'port to listen on (0: any free port)', (v) => Number(v), 8080)
+  .option('--host <host>', 'address to listen on', '127.0.0.1')
+  .option('--tokens <file>', 'JSON {"<token>": "<tenant>"}: requests then need Authorization: Bearer <token>')
+  .option('--public-url <url>', 'the URL clients reach the gateway at, for the agent card (behind a proxy)')
+  .action(async (opts: { port: number; host: string; tokens?: string; publicUrl?: string }, cmd: Command) => {
+    const g = globals(cmd);
+    const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
+    const tokens = opts.tokens ? loadTokens(opts.tokens) : undefined;
+    const clients: Record<string, TroupeClient> = {};
+    const stops: Array<() => Promise<void>> = [];
+    // The gateway first, so no request reaches a mesh that is going away.
+    const stopAll = async () => {
+      for (const stop of stops) await stop();
+    };
+    try {
+      if (g.nats) {
+        // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
+        const transport = await connect(g, 'troupe-gateway', true);
+        clients[g.tenant] = new TroupeClient(transport, g.tenant);
+        stops.push(() => transport.drain());
+      } else {
+        // Embedded: one demo mesh per tenant the tokens name, so tenancy can be tried without NATS.
+        for (const tenant of new Set([g.tenant, ...Object.values(tokens ?? {})])) {
+          const mesh = await startEmbedded(demoTeam, logger, tenant);
+          clients[tenant] = mesh.client;
+          stops.push(mesh.stop);
+        }
+      }
+      const gateway = await startGateway({
+        clients,
+        defaultTenant: g.tenant,
+        port: opts.port,
+        host: opts.host,
+        logger,
+        ...(tokens ? { tokens } : {}),
+        card: {
+          ...(opts.publicUrl ? { url: opts.publicUrl } : {}),
+          ...(g.nats ? {} : { name: 'Troupe demo', skills: skillsOfAgents(demoTeam.agents.map((a) => a.card)) }),
+        },
+      });
+      stops.unshift(() => gateway.close());
+      if (g.json) printJson({ url: gateway.url, card: `${gateway.url}/.well-known/agent-card.json`, tenants: Object.keys(clients) });
+      process.stderr.write(
+        `${color.green('troupe')} gateway listening on ${gateway.url} (${g.nats ?? 'embedded demo mesh'}; ${tokens ? 'bearer tokens' : `no auth, tenant ${g.tenant}`})\n` +
+          `${color.dim(`agent card: ${gateway.url}/.well-known/agent-card.json`)}\n`,
+      );
+    } catch (err) {
+      await stopAll().catch(() => undefined);
+      throw err;
+    }
+    onShutdown(stopAll);
   });
 
 registerGraphCommand(program);
