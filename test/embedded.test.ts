@@ -8,6 +8,8 @@ import { silentLogger } from '../src/actors/logger.js';
 import demoTeam from '../src/demo/team.js';
 import { ThreadEventSchema, decode } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
+import type { MessageHandler, SubscribeOptions, Transport } from '../src/transport/types.js';
+import { TroupeClient } from '../src/actors/client.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 
@@ -105,6 +107,24 @@ describe('embedded mesh with the demo team', () => {
     expect(outbox.some((e) => e.metadata?.marker)).toBe(false);
     await mesh.node.threads.passivateThread(threadId);
     expect((await store.get('demo', threadId))?.record.outbox).toBeUndefined();
+  });
+
+  it('an answer whose publish the client missed (e.g. while reconnecting) is found in the stored thread', async () => {
+    // A transport that loses every final answer on the thread's output, as a reconnecting subscriber would.
+    const inner = mesh.client.transport;
+    const lossy: Transport = Object.assign(Object.create(inner) as Transport, {
+      subscribe: (subject: string, handler: MessageHandler, opts?: SubscribeOptions) =>
+        inner.subscribe(subject, (m) => (subject.endsWith('.out') && new TextDecoder().decode(m.data).includes('"final":true') ? undefined : handler(m)), opts),
+    });
+    const client = new TroupeClient(lossy);
+    const started = Date.now();
+    const result = await client.send('find me in the store', { recheckMs: 100, timeoutMs: 5_000 });
+    expect(result.text).toContain('find me in the store');
+    expect(Date.now() - started).toBeLessThan(2_000);
+  });
+
+  it('refuses a thread id that is not a subject token, with a typed error', async () => {
+    await expect(mesh.client.send('x', { threadId: 'a.b' })).rejects.toMatchObject({ code: 'INVALID_MESSAGE' });
   });
 
   it('rejects a message with the wrong role and keeps serving', async () => {

@@ -11,6 +11,7 @@ import {
   PsReplySchema,
   ThreadAckSchema,
   ThreadEventSchema,
+  TaskSchema,
   TroupeError,
   decode,
   encodeJson,
@@ -21,11 +22,17 @@ import {
   type TaskStatusUpdateEvent,
   type ThreadEvent,
 } from '../protocol/index.js';
-import { subjects } from '../transport/subjects.js';
+import { isSubjectToken, subjects } from '../transport/subjects.js';
 import { TransportError, type Transport } from '../transport/types.js';
 
 export interface SendOptions {
   threadId?: string;
+  /**
+   * The output subject is plain pub/sub: an answer published while this connection was reconnecting is
+   * missed. After this many ms without a final answer (and as often again), the stored thread is asked
+   * whether it already answered this message. Default 2000; 0 turns it off.
+   */
+  recheckMs?: number;
   /** Called for every event on the thread's output, as it arrives (chunks, route steps, final). */
   onEvent?: (event: ThreadEvent) => void;
   timeoutMs?: number;
@@ -46,6 +53,7 @@ export interface SendResult {
 const PubAckSchema = z.object({ stream: z.string(), seq: z.number(), duplicate: z.boolean().optional() });
 const JsErrorSchema = z.object({ error: z.object({ code: z.number(), description: z.string() }) });
 const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsErrorSchema]);
+const StoredTaskReply = z.object({ kind: z.literal('thread'), record: z.object({ task: TaskSchema }) });
 const ThreadCtlReply = z.union([z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() }), ErrorReplySchema]);
 
 export function textOfMessage(message: Message | undefined): string {
@@ -71,6 +79,7 @@ export class TroupeClient {
   /** Sends a user message into a thread and resolves with the turn's final status. */
   async send(input: string | Message, opts: SendOptions = {}): Promise<SendResult> {
     const threadId = opts.threadId ?? `t-${randomUUID()}`;
+    if (!isSubjectToken(threadId)) throw new TroupeError('INVALID_MESSAGE', `thread id "${threadId}" may only use A-Z, a-z, 0-9, _ and -`);
     const message = typeof input === 'string' ? userMessage(input, { ...(opts.messageId ? { messageId: opts.messageId } : {}), ...(opts.metadata ? { metadata: opts.metadata } : {}) }) : input;
     const timeoutMs = opts.timeoutMs ?? 60_000;
     const events: ThreadEvent[] = [];
@@ -107,7 +116,14 @@ export class TroupeClient {
       if ('error' in ack && !('kind' in ack)) {
         throw new TroupeError('TRANSPORT_ERROR', `the thread stream refused the message: ${ack.error.description} (is a node running with durable ingress?)`);
       }
-      const final = await finalEvent;
+      const recheckMs = opts.recheckMs ?? 2_000;
+      const recheck = recheckMs > 0 ? setInterval(() => void this.storedAnswer(threadId, message.messageId).then((e) => e && settle(e)), recheckMs) : undefined;
+      let final: TaskStatusUpdateEvent;
+      try {
+        final = await finalEvent;
+      } finally {
+        if (recheck) clearInterval(recheck);
+      }
       // In durable mode a refused message comes back on the thread's output, not as the reply.
       const refused = final.status.state === 'rejected' ? (final.metadata?.['troupe/error'] as ErrorBody | undefined) : undefined;
       if (refused) throw TroupeError.fromBody(refused);
@@ -124,6 +140,27 @@ export class TroupeClient {
     } finally {
       clearTimeout(timer);
       sub.unsubscribe();
+    }
+  }
+
+  /** The stored thread's final status when it answers `messageId` (a missed publish), else undefined. */
+  private async storedAnswer(threadId: string, messageId: string): Promise<TaskStatusUpdateEvent | undefined> {
+    try {
+      const res = StoredTaskReply.safeParse(await this.ctl('thread', { threadId, redact: false }));
+      if (!res.success) return undefined;
+      const { task } = res.data.record;
+      if (task.status.message?.metadata?.['troupe/inReplyTo'] !== messageId) return undefined;
+      const error = task.status.message.metadata?.['troupe/error'];
+      return {
+        kind: 'status-update',
+        taskId: task.id,
+        contextId: task.contextId,
+        status: task.status,
+        final: true,
+        ...(error ? { metadata: { 'troupe/error': error } } : {}),
+      };
+    } catch {
+      return undefined;
     }
   }
 

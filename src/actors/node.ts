@@ -46,7 +46,12 @@ export interface NodeOptions {
   durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number };
 }
 
-const ThreadCtlSchema = z.object({ threadId: z.string().min(1), reason: z.string().optional() });
+const ThreadCtlSchema = z.object({
+  threadId: z.string().min(1),
+  reason: z.string().optional(),
+  /** `thread` only: false returns the record as stored (the gateway, a client finding its answer); default true for diagnostics. */
+  redact: z.boolean().optional(),
+});
 
 export class TroupeNode {
   readonly nodeId: string;
@@ -273,10 +278,11 @@ export class TroupeNode {
 
   private async onThread(msg: InboundMessage): Promise<void> {
     try {
-      const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request');
+      const { threadId, redact: masked = true } = decode(ThreadCtlSchema, msg.data, 'thread request');
       const stored = await this.threads.store.get(this.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact({ ...stored.record, snapshot: undefined }) }));
+      const record = { ...stored.record, snapshot: undefined, outbox: undefined };
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: masked ? redact(record) : record }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

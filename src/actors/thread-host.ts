@@ -150,7 +150,7 @@ export class ThreadHost {
   start(): this {
     this.unsubscribeRegistry = this.registry.onChange(() => {
       const agents = this.registry.directory();
-      for (const t of this.threads.values()) t.actor.send({ type: 'troupe.agents', agents });
+      for (const t of this.threads.values()) if (t.actor.getSnapshot().status === 'active') t.actor.send({ type: 'troupe.agents', agents });
     });
     if (this.idleMs > 0) {
       this.passivator = setInterval(() => void this.passivateIdle(), Math.min(this.idleMs, 30_000));
