@@ -66,6 +66,16 @@ async function connect(g: GlobalOpts, name: string, longLived = false): Promise<
   });
 }
 
+/** Runs a one-shot command with a client on its own NATS connection, drained afterwards. */
+async function withClient(g: GlobalOpts, fn: (client: TroupeClient) => Promise<void>): Promise<void> {
+  const transport = await connect(g, 'troupe-cli');
+  try {
+    await fn(new TroupeClient(transport, g.tenant));
+  } finally {
+    await transport.drain();
+  }
+}
+
 function onShutdown(fn: () => Promise<void>): void {
   let stopping = false;
   const handler = (signal: string) => {
@@ -228,9 +238,7 @@ program
   .option('--window <ms>', 'how long to gather answers', (v) => Number(v), 500)
   .action(async (opts: { window: number }, cmd: Command) => {
     const g = globals(cmd);
-    const transport = await connect(g, 'troupe-cli');
-    try {
-      const client = new TroupeClient(transport, g.tenant);
+    await withClient(g, async (client) => {
       const replies = await client.ps(opts.window);
       const actors = replies.flatMap((r) => r.actors);
       const live = actors.filter((a) => a.kind === 'thread').length;
@@ -243,7 +251,7 @@ program
         return;
       }
       if (!actors.length) {
-        process.stdout.write(`no actors answered on ${transport.name} (tenant ${g.tenant}): start a node with \`troupe up --nats ${g.nats}\`\n`);
+        process.stdout.write(`no actors answered on ${client.transport.name} (tenant ${g.tenant}): start a node with \`troupe up --nats ${g.nats}\`\n`);
         return;
       }
       const order = ['node', 'registry', 'agent', 'thread', 'router', 'agent-call', 'handoff', 'orchestration'];
@@ -255,9 +263,7 @@ program
         )}\n`,
       );
       process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated, ${replies.length} processes\n`));
-    } finally {
-      await transport.drain();
-    }
+    });
   });
 
 program
@@ -265,9 +271,8 @@ program
   .description("one actor's state value, context (secrets redacted) and recent events")
   .action(async (actorId: string, _opts: unknown, cmd: Command) => {
     const g = globals(cmd);
-    const transport = await connect(g, 'troupe-cli');
-    try {
-      const found = await new TroupeClient(transport, g.tenant).inspect(actorId);
+    await withClient(g, async (client) => {
+      const found = await client.inspect(actorId);
       if (!found) {
         if (g.json) printJson({ found: false, actorId });
         else process.stdout.write(`no live actor "${actorId}": list them with \`troupe ps\` (a passivated thread shows with \`troupe thread ${actorId}\`)\n`);
@@ -284,9 +289,7 @@ program
       if (found.events.length) {
         process.stdout.write(`recent events:\n${table(['AT', 'EVENT', 'ACTOR'], found.events.map((e) => [e.at, e.type, e.summary]))}\n`);
       }
-    } finally {
-      await transport.drain();
-    }
+    });
   });
 
 program
@@ -314,9 +317,8 @@ program
   .option('--state <state>', 'only threads in this task state')
   .action(async (opts: { state?: string }, cmd: Command) => {
     const g = globals(cmd);
-    const transport = await connect(g, 'troupe-cli');
-    try {
-      const res = (await new TroupeClient(transport, g.tenant).ctl('threads', opts.state ? { state: opts.state } : {})) as {
+    await withClient(g, async (client) => {
+      const res = (await client.ctl('threads', opts.state ? { state: opts.state } : {})) as {
         threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; live: boolean; corrupt?: string }>;
       };
       if (g.json) printJson(res.threads);
@@ -327,9 +329,7 @@ program
             res.threads.map((t) => [t.threadId, t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state), t.updatedAt, t.revision, t.live ? 'live' : 'passivated']),
           )}\n${color.dim(`${res.threads.length} threads`)}\n`,
         );
-    } finally {
-      await transport.drain();
-    }
+    });
   });
 
 program
@@ -337,9 +337,8 @@ program
   .description('show a persisted thread record (redacted)')
   .action(async (id: string, _opts: unknown, cmd: Command) => {
     const g = globals(cmd);
-    const transport = await connect(g, 'troupe-cli');
-    try {
-      const res = (await new TroupeClient(transport, g.tenant).ctl('thread', { threadId: id })) as {
+    await withClient(g, async (client) => {
+      const res = (await client.ctl('thread', { threadId: id })) as {
         revision: number;
         record: { task: { status: { state: string }; history?: Array<{ role: string; parts: Array<{ kind: string; text?: string }>; metadata?: Record<string, unknown> }> }; updatedAt: string; owner?: string };
       };
@@ -353,9 +352,7 @@ program
         const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
         process.stdout.write(`  ${color.bold(who.padEnd(12))} ${m.parts.map((p) => p.text ?? `[${p.kind}]`).join(' ')}\n`);
       }
-    } finally {
-      await transport.drain();
-    }
+    });
   });
 
 program
@@ -363,14 +360,11 @@ program
   .description('drop the live actor of a thread and reload it from the store')
   .action(async (id: string, _opts: unknown, cmd: Command) => {
     const g = globals(cmd);
-    const transport = await connect(g, 'troupe-cli');
-    try {
-      const state = await new TroupeClient(transport, g.tenant).rehydrate(id);
+    await withClient(g, async (client) => {
+      const state = await client.rehydrate(id);
       if (g.json) printJson({ threadId: id, state });
       else process.stdout.write(`thread ${id} rehydrated: ${colorState(state)}\n`);
-    } finally {
-      await transport.drain();
-    }
+    });
   });
 
 program
