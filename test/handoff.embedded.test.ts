@@ -45,6 +45,10 @@ describe('handoff on the embedded mesh', () => {
     for (const n of [2, 3, 4]) {
       const r = await m.client.send(`step ${n} details`, { threadId });
       expect(r.text).toContain(`Skill builder step ${n}`);
+      // Every message to the specialist carries the context summary and the recent messages (at most
+      // recentMessageCount = 5): before step 2 the thread holds 3 earlier messages, later at least 5.
+      expect(r.text).toContain('summary: The user said: I want to create a skill');
+      expect(r.text).toContain(`[recent: ${n === 2 ? 3 : 5}]`);
       expect(r.route.map((s) => s.to)).toEqual(['skills']); // straight to the specialist
     }
     // Chunks of the specialist reached the thread's output before each final answer.

@@ -220,6 +220,15 @@ function planHandoff(context: ThreadContext): { request: HandoffRequest } | { er
   }
 }
 
+/** A message for a handoff's target: the request (with its context summary) and the recent messages. */
+function withHandoffContext(context: ThreadContext, message: Message, request: HandoffRequest): Message {
+  const recent = context.history.filter((m) => m.messageId !== message.messageId).slice(-request.recentMessageCount);
+  return withHandoffRequest(
+    { ...message, metadata: { ...message.metadata, 'troupe/recentMessages': recent, 'troupe/contextSummary': request.contextSummary } },
+    request,
+  );
+}
+
 /**
  * The message that gives control back to the handoff's source agent: queued like a user message and
  * addressed to the source, so the next turn resumes it with the result.
@@ -334,14 +343,7 @@ export const threadSetup = setup({
       const { request } = plan;
       const source = turn.lastFrom ?? turn.current;
       const userMessage = context.history.find((m) => m.messageId === turn.userMessageId) ?? turn.outgoing;
-      const recent = context.history.slice(-request.recentMessageCount);
-      const outgoing = withHandoffRequest(
-        {
-          ...messageFor(context, userMessage, `${turn.userMessageId}>handoff>${request.targetAgentId}`, source),
-          metadata: { ...messageFor(context, userMessage, 'x', source).metadata, 'troupe/recentMessages': recent, 'troupe/contextSummary': request.contextSummary },
-        },
-        request,
-      );
+      const outgoing = withHandoffContext(context, messageFor(context, userMessage, `${turn.userMessageId}>handoff>${request.targetAgentId}`, source), request);
       const step: RouteStep = { from: source, to: request.targetAgentId, hop: turn.hops + 1, reason: `handoff: ${request.handoffReason}`, at: context.now };
       enqueue.spawnChild('handoff', { id: 'handoff', input: { request, now: context.now, maxDurationMs: context.config.handoffMaxDurationMs } });
       enqueue.assign({
@@ -465,7 +467,12 @@ export const threadSetup = setup({
           hops: hop,
           senderStack,
           route: [...turn.route, step],
-          outgoing: decision.mode === 'initial' ? source : messageFor(context, source, outgoingId, from),
+          outgoing:
+            decision.mode !== 'initial'
+              ? messageFor(context, source, outgoingId, from)
+              : turn.mode === 'handoffActive' && context.handoff
+                ? withHandoffContext(context, source, context.handoff.request)
+                : source,
         },
         routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT),
       };
