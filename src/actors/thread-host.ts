@@ -413,7 +413,8 @@ export class ThreadHost {
   private scheduleCommit(live: LiveThread): void {
     if (live.dirty || live.failed || live.stopped) return;
     live.dirty = true;
-    live.commit = live.commit.then(async () => {
+    // One macrotask of slack lets the changes of one step (a reply, its routing, the answer) share a write.
+    live.commit = live.commit.then(() => new Promise<void>((resolve) => setImmediate(resolve))).then(async () => {
       live.dirty = false;
       if (live.failed) return;
       // Nothing new, and no outbox left in the stored record to clear: no write.
