@@ -39,7 +39,7 @@ export function colorState(state: string): string {
 /** Prints an error with what to do next and returns the exit code. */
 export function reportError(err: unknown, json: boolean): number {
   let code = 'ERROR';
-  let message = err instanceof Error ? err.message : String(err);
+  const message = err instanceof Error ? err.message : String(err);
   let hint = '';
   if (err instanceof TroupeError) {
     code = err.code;

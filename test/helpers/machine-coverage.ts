@@ -6,6 +6,7 @@
 import {
   createActor,
   type AnyActorLogic,
+  type AnyMachineSnapshot,
   type AnyStateMachine,
   type AnyStateNode,
   type AnyTransitionDefinition,
@@ -51,7 +52,7 @@ export interface Coverage {
 /** Replays each path's events on a fresh actor and records the states entered and transitions taken. */
 export function replayPaths<TEvent extends EventObject>(
   machine: AnyStateMachine,
-  paths: Array<StatePath<any, TEvent>>,
+  paths: Array<StatePath<AnyMachineSnapshot, TEvent>>,
   input: unknown,
 ): Coverage {
   const coverage: Coverage = { states: new Set(), transitions: new Set() };
