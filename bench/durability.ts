@@ -28,13 +28,12 @@ import type { TroupeClient } from '../src/actors/client.js';
 import type { TroupeNode } from '../src/actors/node.js';
 import { INGRESS_STREAM } from '../src/actors/ingress.js';
 import { DEFAULT_THREAD_BUCKET } from '../src/store/kv.js';
-import { summarize, type ConcurrentResult, type LatencyStats, type Op, type SequentialResult } from './measure.js';
+import { sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 const BENCH_DIR = import.meta.dirname;
 const REPO_ROOT = join(BENCH_DIR, '..');
 const nanos = (ms: number) => ms * 1_000_000;
-const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
 const describe = (err: unknown) => (err instanceof Error ? `${err.name}: ${err.message}` : String(err));
 
 export interface Measured {
@@ -168,10 +167,7 @@ export interface ThroughputResults {
 // ---------------------------------------------------------------------------------------------------
 // c. Rehydrate
 
-export interface RehydrateRow extends LatencyStats {
-  errors: number;
-  firstError?: string;
-}
+export type RehydrateRow = SequentialResult;
 
 export interface RehydrateResults {
   threads: number;
@@ -186,22 +182,8 @@ export interface RehydrateResults {
   kvWritesPerRehydrate: number;
 }
 
-async function timed(n: number, op: (i: number) => Promise<void>): Promise<RehydrateRow> {
-  const samples: number[] = [];
-  let errors = 0;
-  let firstError: string | undefined;
-  for (let i = 0; i < n; i++) {
-    const start = process.hrtime.bigint();
-    try {
-      await op(i);
-      samples.push(elapsedUs(start));
-    } catch (err) {
-      errors++;
-      firstError ??= describe(err);
-    }
-  }
-  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
-}
+/** One operation at a time, `n` times: the latency of each (measure.ts's `sequential`). */
+const timed = (n: number, op: (i: number) => Promise<unknown>): Promise<RehydrateRow> => sequential((_worker, i) => op(i), n);
 
 /** Passivates every live thread of the node and checks none is left. */
 async function passivateAll(node: TroupeNode): Promise<void> {
