@@ -148,9 +148,15 @@ export class ThreadHost {
   }
 
   start(): this {
+    // Only a turn in progress (or an open handoff, whose deadline can start one) routes with the catalog;
+    // an idle thread gets it with its next message (deliver), so an agent joining does not rewrite every
+    // live thread's record.
     this.unsubscribeRegistry = this.registry.onChange(() => {
       const agents = this.registry.directory();
-      for (const t of this.threads.values()) if (t.actor.getSnapshot().status === 'active') t.actor.send({ type: 'troupe.agents', agents });
+      for (const t of this.threads.values()) {
+        const snap = t.actor.getSnapshot();
+        if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff)) t.actor.send({ type: 'troupe.agents', agents });
+      }
     });
     if (this.idleMs > 0) {
       this.passivator = setInterval(() => void this.passivateIdle(), Math.min(this.idleMs, 30_000));
@@ -181,6 +187,7 @@ export class ThreadHost {
       return { duplicate: true };
     }
     live.lastActive = this.now();
+    live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
     await this.flushCommits(live);
     return { duplicate: false };
