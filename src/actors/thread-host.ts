@@ -204,11 +204,15 @@ export class ThreadHost {
 
   /** Live and passivated counts, and one ActorInfo per live thread and its children. */
   list(): { actors: ActorInfo[]; passivated: number } {
-    const actors: ActorInfo[] = [];
-    for (const t of this.threads.values()) {
-      const snap = t.actor.getSnapshot();
-      const turn = snap.context.turn;
-      actors.push({
+    return { actors: [...this.threads.values()].flatMap((t) => this.actorsOf(t)), passivated: this.passivatedCount };
+  }
+
+  /** One live thread and its children as `ps` shows them. */
+  private actorsOf(t: LiveThread): ActorInfo[] {
+    const snap = t.actor.getSnapshot();
+    const turn = snap.context.turn;
+    const actors: ActorInfo[] = [
+      {
         kind: 'thread',
         id: t.threadId,
         state: stateString(snap.value),
@@ -217,23 +221,23 @@ export class ThreadHost {
         hops: turn?.hops ?? 0,
         status: 'live',
         detail: { turns: snap.context.turns, history: snap.context.history.length, current: turn?.current },
+      },
+    ];
+    for (const [childId, child] of Object.entries(snap.children)) {
+      if (!child) continue;
+      const childSnap = child.getSnapshot() as { value?: unknown; status?: string };
+      actors.push({
+        kind: childId === 'router' ? 'router' : childId === 'agentCall' ? 'agent-call' : (childId as ActorInfo['kind']),
+        id: `${t.threadId}/${childId}`,
+        state: stateString(childSnap.value ?? childSnap.status),
+        node: this.opts.nodeId,
+        threadId: t.threadId,
+        parent: t.threadId,
+        status: 'live',
+        ...(childId === 'agentCall' && turn ? { detail: { agent: turn.current } } : {}),
       });
-      for (const [childId, child] of Object.entries(snap.children)) {
-        if (!child) continue;
-        const childSnap = child.getSnapshot() as { value?: unknown; status?: string };
-        actors.push({
-          kind: childId === 'router' ? 'router' : childId === 'agentCall' ? 'agent-call' : (childId as ActorInfo['kind']),
-          id: `${t.threadId}/${childId}`,
-          state: stateString(childSnap.value ?? childSnap.status),
-          node: this.opts.nodeId,
-          threadId: t.threadId,
-          parent: t.threadId,
-          status: 'live',
-          ...(childId === 'agentCall' && turn ? { detail: { agent: turn.current } } : {}),
-        });
-      }
     }
-    return { actors, passivated: this.passivatedCount };
+    return actors;
   }
 
   /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
@@ -241,7 +245,7 @@ export class ThreadHost {
     const [threadId, childId] = actorId.split('/');
     const live = threadId ? this.threads.get(threadId) : undefined;
     if (!live) return undefined;
-    const info = this.list().actors.find((a) => a.id === actorId);
+    const info = this.actorsOf(live).find((a) => a.id === actorId);
     if (!info) return undefined;
     const snap = live.actor.getSnapshot();
     if (childId) {
