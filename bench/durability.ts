@@ -24,9 +24,9 @@ import {
 } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
-import type { TroupeClient } from '../src/actors/client.js';
+import type { TroupeClient } from '../src/sdk/client.js';
 import type { TroupeNode } from '../src/actors/node.js';
-import { INGRESS_STREAM } from '../src/actors/ingress.js';
+import { INGRESS_STREAM } from '../src/transport/jetstream/ingress.js';
 import { DEFAULT_THREAD_BUCKET } from '../src/store/kv.js';
 import { sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';

@@ -22,9 +22,9 @@
  * (in production it lives in the agent's process, capped at 1000 replies).
  */
 import { randomUUID } from 'node:crypto';
-import { defineAgent, reply } from '../src/actors/agent.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeClient } from '../src/actors/client.js';
+import { TroupeClient } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { encodeRecord } from '../src/store/codec.js';
 import { MemoryThreadStore } from '../src/store/memory.js';

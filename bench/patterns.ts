@@ -17,11 +17,11 @@
  * ingress, and the ratios compare like with like.
  */
 import { randomUUID } from 'node:crypto';
-import { defineAgent, reply, type AgentDefinition } from '../src/actors/agent.js';
+import { defineAgent, reply, type AgentDefinition } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeClient, textOfMessage, userMessage } from '../src/actors/client.js';
+import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { ScoringPolicy } from '../src/machines/router-policy.js';
+import { ScoringPolicy } from '../src/routing/scoring.js';
 import type { ThreadConfig } from '../src/machines/thread.js';
 import {
   CLIENT_ROUTING_URI,

@@ -1,16 +1,16 @@
 /** Troupe's public API. Everything else is internal. */
 export * from './protocol/index.js';
-export { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentHandler, type AgentResult, type ReplyOptions } from './actors/agent.js';
-export { defineTeam, loadModule, type TeamDefinition } from './actors/team.js';
+export { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentHandler, type AgentResult, type ReplyOptions } from './sdk/agent.js';
+export { defineTeam, loadModule, type TeamDefinition } from './sdk/team.js';
 export { AgentHost, type AgentHostOptions } from './actors/agent-host.js';
 export { TroupeNode, type NodeOptions } from './actors/node.js';
-export { TroupeClient, userMessage, textOfMessage, type SendOptions, type SendResult } from './actors/client.js';
+export { TroupeClient, userMessage, textOfMessage, type SendOptions, type SendResult } from './sdk/client.js';
 export { Registry } from './actors/registry.js';
 export { ThreadHost, type ThreadHostOptions } from './actors/thread-host.js';
 export { startEmbedded } from './actors/embedded.js';
-export { createLogger } from './actors/logger.js';
-export { LlmRouterPolicy } from './actors/llm-policy.js';
-export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './machines/router-policy.js';
+export { createLogger } from './observability/logger.js';
+export { LlmRouterPolicy } from './routing/llm-policy.js';
+export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';
 export { threadMachine, DEFAULT_THREAD_CONFIG, type ThreadConfig, type RouteStep } from './machines/thread.js';
 export { routerMachine } from './machines/router.js';
 export { agentCallMachine } from './machines/agent-call.js';

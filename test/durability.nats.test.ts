@@ -6,10 +6,10 @@
 import { Kvm } from '@nats-io/kv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { defineAgent, reply } from '../src/actors/agent.js';
-import { TroupeClient, userMessage } from '../src/actors/client.js';
-import { partitionOf } from '../src/actors/ingress.js';
-import { main, sloth } from '../src/demo/handoff-team.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeClient, userMessage } from '../src/sdk/client.js';
+import { partitionOf } from '../src/transport/jetstream/ingress.js';
+import { main, sloth } from '../src/bin/demo/handoff-team.js';
 import { ThreadEventSchema, decode, encodeJson, type ActorInfo, type Message, type ThreadEvent } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';

@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TroupeClient, userMessage, type SendResult } from '../src/actors/client.js';
+import { TroupeClient, userMessage, type SendResult } from '../src/sdk/client.js';
 import type { RouteStep } from '../src/machines/thread.js';
 import {
   AgentReplySchema,

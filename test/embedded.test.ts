@@ -4,12 +4,12 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
-import { silentLogger } from '../src/actors/logger.js';
-import demoTeam from '../src/demo/team.js';
+import { silentLogger } from '../src/observability/logger.js';
+import demoTeam from '../src/bin/demo/team.js';
 import { ThreadEventSchema, decode } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { MessageHandler, SubscribeOptions, Transport } from '../src/transport/types.js';
-import { TroupeClient } from '../src/actors/client.js';
+import { TroupeClient } from '../src/sdk/client.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 

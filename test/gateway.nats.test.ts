@@ -6,9 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeClient } from '../src/actors/client.js';
+import { TroupeClient } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
-import demoTeam from '../src/demo/team.js';
+import demoTeam from '../src/bin/demo/team.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { TaskSchema, ThreadEventSchema, type Message, type Task } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';

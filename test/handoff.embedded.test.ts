@@ -1,10 +1,10 @@
 /** Handoffs through the real hosts on the embedded mesh: control passes to a specialist and comes back. */
 import { afterEach, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
-import { silentLogger } from '../src/actors/logger.js';
+import { silentLogger } from '../src/observability/logger.js';
 import { ThreadEventSchema, decode, type ThreadEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
-import { handoffTeam } from '../src/demo/handoff-team.js';
+import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import { waitFor } from './helpers/wait.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>> | undefined;

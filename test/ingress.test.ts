@@ -6,8 +6,8 @@
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, PermissionViolationError, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/actors/ingress.js';
-import { createLogger } from '../src/actors/logger.js';
+import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
+import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { sleep, waitFor } from './helpers/wait.js';

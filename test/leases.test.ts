@@ -4,7 +4,7 @@
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PartitionLeases, type LeaseLossReason } from '../src/actors/leases.js';
+import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { sleep, waitFor } from './helpers/wait.js';
 

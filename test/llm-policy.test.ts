@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { LlmRouterPolicy, parseDecision, type LlmRouterPolicyOptions } from '../src/actors/llm-policy.js';
+import { LlmRouterPolicy, parseDecision, type LlmRouterPolicyOptions } from '../src/routing/llm-policy.js';
 import { TroupeError, type Message } from '../src/protocol/index.js';
 import { ROUTING_TEAM } from './fixtures/routing-team.js';
 

@@ -8,14 +8,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent, reply, type AgentDefinition, type AgentHandler } from '../src/actors/agent.js';
+import { defineAgent, reply, type AgentDefinition, type AgentHandler } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeClient, textOfMessage, userMessage, type SendResult } from '../src/actors/client.js';
+import { TroupeClient, textOfMessage, userMessage, type SendResult } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
-import type { TeamDefinition } from '../src/actors/team.js';
-import { handoffTeam } from '../src/demo/handoff-team.js';
-import qaTeam, { billing, travel, weather } from '../src/demo/qa-team.js';
-import { ScoringPolicy } from '../src/machines/router-policy.js';
+import type { TeamDefinition } from '../src/sdk/team.js';
+import { handoffTeam } from '../src/bin/demo/handoff-team.js';
+import qaTeam, { billing, travel, weather } from '../src/bin/demo/qa-team.js';
+import { ScoringPolicy } from '../src/routing/scoring.js';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from '../src/machines/thread.js';
 import { ThreadEventSchema, decode, type TaskStatusUpdateEvent, type ThreadEvent } from '../src/protocol/index.js';
 import { NatsTransport } from '../src/transport/nats.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { redact } from '../src/actors/thread-host.js';
+import { redact } from '../src/observability/redact.js';
 
 describe('redact (what inspect and thread show)', () => {
   it('masks secret-looking keys and values, keeps the rest', () => {

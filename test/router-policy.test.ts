@@ -7,7 +7,7 @@ import {
   splitClauses,
   stem,
   tokenize,
-} from '../src/machines/router-policy.js';
+} from '../src/routing/scoring.js';
 import { AgentCardSchema, RouterDecisionSchema, TroupeError, type Message, type RouterDecision } from '../src/protocol/index.js';
 import {
   HOLDOUT_MESSAGES,

@@ -28,8 +28,8 @@ import {
 import { readHandoffRequest, type HandoffRequest } from '../protocol/handoff.js';
 import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import type { AgentContext, AgentDefinition, AgentResult } from './agent.js';
-import { silentLogger } from './logger.js';
+import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
+import { silentLogger } from '../observability/logger.js';
 
 export interface AgentHostOptions {
   transport: Transport;

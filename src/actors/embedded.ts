@@ -1,9 +1,9 @@
 /** An in-process mesh: a node and a team's agents on one memory bus (the embedded default). */
 import { AgentHost } from './agent-host.js';
-import { TroupeClient } from './client.js';
-import type { Logger } from './logger.js';
+import { TroupeClient } from '../sdk/client.js';
+import type { Logger } from '../observability/logger.js';
 import { TroupeNode } from './node.js';
-import type { TeamDefinition } from './team.js';
+import type { TeamDefinition } from '../sdk/team.js';
 import { MemoryBus, MemoryTransport } from '../transport/memory.js';
 
 export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant = 'demo') {

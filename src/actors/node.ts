@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ThreadConfig } from '../machines/thread.js';
-import type { RouterPolicy } from '../machines/router-policy.js';
+import type { RouterPolicy } from '../routing/scoring.js';
 import {
   DEFAULT_MAX_PAYLOAD,
   InspectRequestSchema,
@@ -23,10 +23,11 @@ import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { z } from 'zod';
 import type { NatsConnection } from '@nats-io/transport-node';
-import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from './ingress.js';
-import { silentLogger } from './logger.js';
+import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { silentLogger } from '../observability/logger.js';
 import { Registry } from './registry.js';
-import { ThreadHost, redact } from './thread-host.js';
+import { ThreadHost } from './thread-host.js';
+import { redact } from '../observability/redact.js';
 
 export interface NodeOptions {
   transport: Transport;

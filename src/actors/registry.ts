@@ -8,7 +8,7 @@ import type { AgentDirectory } from '../machines/route.js';
 import { RegistryEventSchema, decode, simplifyCard, supportsClientRouting, type AgentCard, type SimplifiedAgentCard } from '../protocol/index.js';
 import { subjects } from '../transport/subjects.js';
 import type { Subscription, Transport } from '../transport/types.js';
-import { silentLogger } from './logger.js';
+import { silentLogger } from '../observability/logger.js';
 
 interface Instance {
   card: AgentCard;

@@ -11,7 +11,7 @@ import { agentCallMachine, type AgentRequestInput } from '../machines/agent-call
 import { routerMachine, type PolicyInput } from '../machines/router.js';
 import { orchestrationMachine, type CallAgentInput } from '../machines/orchestration.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../machines/thread.js';
-import type { RouterPolicy } from '../machines/router-policy.js';
+import type { RouterPolicy } from '../routing/scoring.js';
 import {
   AgentReplySchema,
   HEADERS,
@@ -33,7 +33,8 @@ import { MemoryThreadStore } from '../store/memory.js';
 import type { ThreadRecord, ThreadStore } from '../store/types.js';
 import { subjects } from '../transport/subjects.js';
 import type { Transport } from '../transport/types.js';
-import { silentLogger } from './logger.js';
+import { redact } from '../observability/redact.js';
+import { silentLogger } from '../observability/logger.js';
 import type { Registry } from './registry.js';
 
 type ThreadActor = Actor<typeof threadMachine>;
@@ -581,17 +582,4 @@ function stateString(value: unknown): string {
       .join(',');
   }
   return String(value);
-}
-
-const SECRET_KEY = /(pass(word)?|secret|token|api[-_]?key|authorization|credential)/i;
-const SECRET_VALUE = /\b(sk-[A-Za-z0-9]{10,}|[0-9]{13,19})\b|[\w.+-]+@[\w-]+\.[\w.-]+/g;
-
-/** A copy with secret-looking keys and values (keys, card numbers, emails) masked, for diagnostics. */
-export function redact(value: unknown): unknown {
-  if (typeof value === 'string') return value.replace(SECRET_VALUE, '[redacted]');
-  if (Array.isArray(value)) return value.map(redact);
-  if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SECRET_KEY.test(k) ? '[redacted]' : redact(v)]));
-  }
-  return value;
 }

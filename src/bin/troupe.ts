@@ -5,12 +5,12 @@
  */
 import { Command, Option } from 'commander';
 import { AgentHost } from '../actors/agent-host.js';
-import type { AgentDefinition } from '../actors/agent.js';
-import { TroupeClient, textOfMessage } from '../actors/client.js';
-import { createLogger, silentLogger } from '../actors/logger.js';
+import type { AgentDefinition } from '../sdk/agent.js';
+import { TroupeClient, textOfMessage } from '../sdk/client.js';
+import { createLogger, silentLogger } from '../observability/logger.js';
 import { TroupeNode } from '../actors/node.js';
-import { loadModule, type TeamDefinition } from '../actors/team.js';
-import demoTeam from '../demo/team.js';
+import { loadModule, type TeamDefinition } from '../sdk/team.js';
+import demoTeam from './demo/team.js';
 import type { RouteStep } from '../machines/thread.js';
 import type { ThreadEvent } from '../protocol/a2a.js';
 import { KvThreadStore } from '../store/kv.js';
@@ -18,7 +18,7 @@ import { NatsTransport } from '../transport/nats.js';
 import { subjects } from '../transport/subjects.js';
 import type { Transport } from '../transport/types.js';
 import { color, colorState, printJson, reportError, table } from './output.js';
-import { runDemo } from './demo.js';
+import { runDemo } from './demo/run.js';
 import { startEmbedded } from '../actors/embedded.js';
 import { registerGraphCommand } from './graph.js';
 import { loadTokens, skillsOfAgents, startGateway } from '../gateway/index.js';

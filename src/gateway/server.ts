@@ -12,8 +12,8 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { z } from 'zod';
-import type { TroupeClient } from '../actors/client.js';
-import { silentLogger, type Logger } from '../actors/logger.js';
+import type { TroupeClient } from '../sdk/client.js';
+import { silentLogger, type Logger } from '../observability/logger.js';
 import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, describeZodError } from '../protocol/index.js';
 import { gatewayCard, type GatewayCard, type GatewayCardOptions } from './card.js';
 import {

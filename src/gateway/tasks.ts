@@ -4,8 +4,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { TroupeClient } from '../actors/client.js';
-import type { Logger } from '../actors/logger.js';
+import type { TroupeClient } from '../sdk/client.js';
+import type { Logger } from '../observability/logger.js';
 import {
   TERMINAL_TASK_STATES,
   TaskSchema,

@@ -2,9 +2,9 @@
  * A Q&A team routed by the scoring policy (no LLM): a message that asks two things fans out to both
  * agents in parallel and the answers are aggregated; a vague one gets a clarifying question.
  */
-import { defineAgent, reply } from '../actors/agent.js';
-import { defineTeam } from '../actors/team.js';
-import { ScoringPolicy } from '../machines/router-policy.js';
+import { defineAgent, reply } from '../../sdk/agent.js';
+import { defineTeam } from '../../sdk/team.js';
+import { ScoringPolicy } from '../../routing/scoring.js';
 
 export const weather = defineAgent({
   card: {

@@ -1,14 +1,14 @@
 /** `npm start`: demo teams on the embedded mesh, playing conversations that show routing, fan-out and handoff. */
-import { startEmbedded } from '../actors/embedded.js';
-import { silentLogger } from '../actors/logger.js';
-import type { TeamDefinition } from '../actors/team.js';
-import { handoffTeam } from '../demo/handoff-team.js';
-import qaTeam from '../demo/qa-team.js';
-import demoTeam from '../demo/team.js';
-import type { RouteStep } from '../machines/thread.js';
-import { ThreadEventSchema, decode, type ThreadEvent } from '../protocol/index.js';
-import { subjects } from '../transport/subjects.js';
-import { color, printJson } from './output.js';
+import { startEmbedded } from '../../actors/embedded.js';
+import { silentLogger } from '../../observability/logger.js';
+import type { TeamDefinition } from '../../sdk/team.js';
+import { handoffTeam } from './handoff-team.js';
+import qaTeam from './qa-team.js';
+import demoTeam from './team.js';
+import type { RouteStep } from '../../machines/thread.js';
+import { ThreadEventSchema, decode, type ThreadEvent } from '../../protocol/index.js';
+import { subjects } from '../../transport/subjects.js';
+import { color, printJson } from '../output.js';
 
 interface Step {
   title?: string;

@@ -5,8 +5,8 @@
  * - researcher gathers "facts" and passes them to writer.
  * - writer streams a short answer to the user.
  */
-import { defineAgent, reply } from '../actors/agent.js';
-import { defineTeam } from '../actors/team.js';
+import { defineAgent, reply } from '../../sdk/agent.js';
+import { defineTeam } from '../../sdk/team.js';
 
 const INTENT = 'demo/intent';
 

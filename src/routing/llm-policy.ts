@@ -9,7 +9,7 @@
  * that a retry cannot fix (400, 401, 403, 404, 422...), the policy throws ROUTER_FAILURE saying what went wrong.
  */
 import { RouterDecisionSchema, TroupeError, describeZodError, type AgentCard, type RouterDecision } from '../protocol/index.js';
-import { messageText, requireAgents, type RouterPolicy, type RouterPolicyInput } from '../machines/router-policy.js';
+import { messageText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './scoring.js';
 
 export interface LlmRouterPolicyOptions {
   /** Base URL of the API, up to and including the version: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`. */

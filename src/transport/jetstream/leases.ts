@@ -34,7 +34,7 @@
 import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
-import { silentLogger, type Logger } from './logger.js';
+import { silentLogger, type Logger } from '../../observability/logger.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;

@@ -1,6 +1,6 @@
 /** A team: the agents a node starts in-process and the thread settings they run with. */
 import type { ThreadConfig } from '../machines/thread.js';
-import type { RouterPolicy } from '../machines/router-policy.js';
+import type { RouterPolicy } from '../routing/scoring.js';
 import { isAgentDefinition, type AgentDefinition } from './agent.js';
 
 export interface TeamDefinition {

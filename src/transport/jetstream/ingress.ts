@@ -43,10 +43,10 @@ import {
   type StreamConfig,
 } from '@nats-io/jetstream';
 import type { MsgHdrs, NatsConnection, Status } from '@nats-io/transport-node';
-import { HEADERS } from '../protocol/headers.js';
-import { TroupeError, type ErrorCode } from '../protocol/errors.js';
+import { HEADERS } from '../../protocol/headers.js';
+import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
-import { silentLogger, type Logger } from './logger.js';
+import { silentLogger, type Logger } from '../../observability/logger.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
