@@ -16,6 +16,6 @@ export default tseslint.config(
   },
   {
     files: ['bin/**/*.js', 'examples/**/*.js'],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
+    languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
   },
 );

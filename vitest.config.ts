@@ -1,6 +1,14 @@
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
+  resolve: {
+    // `import … from 'troupe'` (examples, fixtures) resolves to the sources, as `--conditions=source` does for tsx.
+    alias: [
+      { find: /^troupe$/, replacement: fileURLToPath(new URL('./src/index.ts', import.meta.url)) },
+      { find: /^troupe\/demo$/, replacement: fileURLToPath(new URL('./src/bin/demo/index.ts', import.meta.url)) },
+    ],
+  },
   test: {
     include: ['test/**/*.test.ts'],
     testTimeout: 30_000,

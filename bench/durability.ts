@@ -283,7 +283,7 @@ export interface MemoryResults {
 /** Runs bench/memory.ts in `node --expose-gc --import tsx` and returns its JSON. */
 export function runMemoryChild(env: Record<string, string> = {}): Promise<MemoryResults> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(BENCH_DIR, 'memory.ts'), '--json'], {
+    const child = spawn(process.execPath, ['--expose-gc', '--conditions=source', '--import', 'tsx', join(BENCH_DIR, 'memory.ts'), '--json'], {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'inherit'],

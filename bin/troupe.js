@@ -1,5 +1,14 @@
 #!/usr/bin/env node
-// Runs the TypeScript CLI through tsx so `npx troupe` works from a checkout without a build step.
-import { register } from 'tsx/esm/api';
-register();
-await import('../src/bin/troupe.ts');
+// The installed CLI runs the compiled JavaScript in dist/ (built by `npm run build`, which `npm ci` runs
+// through `prepare`). A checkout without dist/ falls back to the TypeScript sources through tsx.
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const compiled = new URL('../dist/bin/troupe.js', import.meta.url);
+if (existsSync(fileURLToPath(compiled))) {
+  await import(compiled.href);
+} else {
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import('../src/bin/troupe.ts');
+}

@@ -1,22 +1,29 @@
-/** Troupe's public API. Everything else is internal. */
-export * from './protocol/index.js';
-export { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentHandler, type AgentResult, type ReplyOptions } from './sdk/agent.js';
-export { defineTeam, loadModule, type TeamDefinition } from './sdk/team.js';
-export { AgentHost, type AgentHostOptions } from './actors/agent-host.js';
+/**
+ * Troupe's public API: what an agent author, a client application or someone hosting the mesh in their
+ * own process needs. Everything else is internal and may change without notice.
+ */
+// Writing agents and talking to the mesh.
+export * from './sdk/index.js';
+
+// Hosting the mesh in a process of your own.
 export { TroupeNode, type NodeOptions } from './actors/node.js';
-export { TroupeClient, userMessage, textOfMessage, type SendOptions, type SendResult } from './sdk/client.js';
-export { Registry } from './actors/registry.js';
-export { ThreadHost, type ThreadHostOptions } from './actors/thread-host.js';
+export { AgentHost, type AgentHostOptions } from './actors/agent-host.js';
 export { startEmbedded } from './actors/embedded.js';
-export { createLogger } from './observability/logger.js';
-export { LlmRouterPolicy } from './routing/llm-policy.js';
-export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';
-export { threadMachine, DEFAULT_THREAD_CONFIG, type ThreadConfig, type RouteStep } from './machines/thread.js';
-export { routerMachine } from './machines/router.js';
-export { agentCallMachine } from './machines/agent-call.js';
-export { handoffMachine } from './machines/handoff.js';
-export { orchestrationMachine, aggregate } from './machines/orchestration.js';
-export { machineJson, machineMermaid } from './machines/graph.js';
-export { connectTransport, MemoryBus, MemoryTransport, NatsTransport, subjects, TransportError, type Transport } from './transport/index.js';
-export { KvThreadStore, MemoryThreadStore, mutate, type ThreadStore, type ThreadRecord } from './store/index.js';
+export { NatsTransport, type NatsConnectOptions } from './transport/nats.js';
+export { MemoryBus, MemoryTransport } from './transport/memory.js';
+export type { Transport } from './transport/types.js';
+export { KvThreadStore } from './store/kv.js';
+export { MemoryThreadStore } from './store/memory.js';
+export type { ThreadStore } from './store/types.js';
 export { startGateway } from './gateway/index.js';
+export { createLogger } from './observability/logger.js';
+
+// Router policies.
+export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';
+export { LlmRouterPolicy } from './routing/llm-policy.js';
+export type { ThreadConfig, RouteStep } from './machines/thread.js';
+
+// The wire: errors and the A2A types an agent sees.
+export { TroupeError, ERROR_CODES, type ErrorCode, type ErrorBody } from './protocol/errors.js';
+export { CLIENT_ROUTING_URI, USER, SENDER, type SimplifiedAgentCard } from './protocol/routing.js';
+export type { AgentCard, Message, Part, Task, TaskState, ThreadEvent } from './protocol/a2a.js';

@@ -539,7 +539,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
     expect(found.context.config).toMatchObject({ entryAgent: 'triage', maxHops: MAX_HOPS, agentTimeoutMs: AGENT_TIMEOUT_MS });
     expect(found.events.length).toBeGreaterThan(0);
 
-    const missing = await runTroupeJson<{ found: boolean }>(['inspect', 't-no-such-thread', ...natsArgs, '--json'], cliEnv, { expectCode: 2 });
+    const missing = await runTroupeJson<{ found: boolean }>(['inspect', 't-no-such-thread', ...natsArgs, '--json'], cliEnv, { expectCode: 1 });
     expect(missing.found).toBe(false);
   });
 

@@ -2,7 +2,7 @@
 import { execFileSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { createMachine, type AnyStateMachine } from 'xstate';
-import { MACHINES } from '../src/bin/graph.js';
+import { MACHINES } from '../src/bin/commands/graph.js';
 import { machineJson, machineMermaid } from '../src/machines/graph.js';
 import { definedStates, definedTransitions } from './helpers/machine-coverage.js';
 
@@ -38,7 +38,7 @@ describe.each(Object.entries(MACHINES))('machine %s', (name, machine) => {
 
 describe('troupe graph', () => {
   it('prints JSON and Mermaid from the CLI', () => {
-    const run = (args: string[]) => execFileSync(process.execPath, ['--import', 'tsx', 'src/bin/troupe.ts', ...args], { encoding: 'utf8' });
+    const run = (args: string[]) => execFileSync(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/bin/troupe.ts', ...args], { encoding: 'utf8' });
     expect(JSON.parse(run(['graph', 'thread'])).id).toBe('thread');
     expect(run(['graph', 'handoff', '--format', 'mermaid'])).toContain('handoff_active');
   });

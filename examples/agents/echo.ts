@@ -4,7 +4,7 @@
  *
  *   troupe agent examples/agents/echo.ts --nats <url> [--user echo --password $TROUPE_AGENT_PASSWORD]
  */
-import { defineAgent, reply } from '../../src/sdk/agent.js';
+import { defineAgent, reply } from 'troupe';
 
 export default defineAgent({
   card: {

@@ -1,2 +1,2 @@
 /** The demo researcher agent on its own: `troupe agent examples/agents/researcher.ts --nats <url>`. */
-export { researcher as default } from '../../src/bin/demo/team.js';
+export { researcher as default } from 'troupe/demo';

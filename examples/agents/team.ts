@@ -4,7 +4,7 @@
  * `defineTeam` refuses a team without agents; `troupe up --team` only needs an `agents` key (see
  * `loadModule`), so this is a plain TeamDefinition.
  */
-import type { TeamDefinition } from '../../src/sdk/team.js';
+import type { TeamDefinition } from 'troupe';
 
 const team: TeamDefinition = {
   name: 'e2e',

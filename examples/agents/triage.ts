@@ -1,2 +1,2 @@
 /** The demo triage agent on its own: `troupe agent examples/agents/triage.ts --nats <url>`. */
-export { triage as default } from '../../src/bin/demo/team.js';
+export { triage as default } from 'troupe/demo';

@@ -1,2 +1,2 @@
 /** The demo writer agent (streams its answer) on its own: `troupe agent examples/agents/writer.ts --nats <url>`. */
-export { writer as default } from '../../src/bin/demo/team.js';
+export { writer as default } from 'troupe/demo';

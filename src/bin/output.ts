@@ -36,23 +36,32 @@ export function colorState(state: string): string {
   return state;
 }
 
-/** Prints an error with what to do next and returns the exit code. */
+/** Prints an error with what to do next and returns the exit code (2 for bad usage, 1 otherwise). */
 export function reportError(err: unknown, json: boolean): number {
-  let code = 'ERROR';
-  const message = err instanceof Error ? err.message : String(err);
+  let code: string | undefined;
+  let message = err instanceof Error ? err.message : String(err);
   let hint = '';
+  let exit = 1;
   if (err instanceof TroupeError) {
     code = err.code;
     hint = ERROR_CODES[err.code].hint;
   } else if (err instanceof TransportError) {
     code = `TRANSPORT_${err.code}`;
-    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL and the credentials (--user, TROUPE_NATS_PASSWORD)';
+    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL and the credentials (--creds, --user, TROUPE_NATS_PASSWORD)';
+  } else if (err instanceof Error && err.name === 'UsageError') {
+    code = 'USAGE';
+    exit = 2;
+  } else if (err instanceof Error && /permissions? violation/i.test(err.message)) {
+    code = 'PERMISSION_DENIED';
+    message = err.message.split('\n')[0] ?? message;
+    hint = 'these NATS credentials may not do this; use credentials of the right role (see README "Security")';
   }
   if (json) {
-    process.stdout.write(`${JSON.stringify({ error: { code, message, ...(hint ? { hint } : {}) } })}\n`);
+    process.stdout.write(`${JSON.stringify({ error: { code: code ?? 'ERROR', message, ...(hint ? { hint } : {}) } })}\n`);
   } else {
-    process.stderr.write(`${color.red(color.bold(`error ${code}`))}: ${message}\n`);
+    const head = code ? `error ${code}` : 'error';
+    process.stderr.write(`${color.red(color.bold(head))}: ${message}\n`);
     if (hint && !message.includes(hint)) process.stderr.write(`${color.dim(`  → ${hint}`)}\n`);
   }
-  return 1;
+  return exit;
 }

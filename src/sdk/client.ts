@@ -164,6 +164,17 @@ export class TroupeClient {
     }
   }
 
+  /** Whether the thread has a stored record (false for an id never used, or one that expired). */
+  async exists(threadId: string): Promise<boolean> {
+    try {
+      await this.ctl('thread', { threadId });
+      return true;
+    } catch (err) {
+      if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') return false;
+      throw err;
+    }
+  }
+
   /** Every live actor on every node and agent process that answers within the window. */
   async ps(windowMs = 500): Promise<PsReply[]> {
     const replies = await this.transport.requestMany(subjects.ctl(this.tenant, 'ps'), new Uint8Array(), { timeoutMs: windowMs });

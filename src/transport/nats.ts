@@ -4,6 +4,7 @@
  */
 import {
   connect,
+  credsAuthenticator,
   errors,
   headers as createHeaders,
   type Msg,
@@ -29,6 +30,8 @@ export interface NatsConnectOptions {
   servers: string | string[];
   user?: string;
   pass?: string;
+  /** Path of a NATS credentials file (user JWT + seed), as `troupe creds` writes them. */
+  creds?: string;
   /** Client name shown by the server's monitoring (`nats server report connections`). */
   name?: string;
   /** How long the first connect may take; default 5000 ms. */
@@ -184,6 +187,10 @@ export class NatsTransport implements Transport {
     };
     if (opts.user !== undefined) options.user = opts.user;
     if (opts.pass !== undefined) options.pass = opts.pass;
+    if (opts.creds !== undefined) {
+      const { readFileSync } = await import('node:fs');
+      options.authenticator = credsAuthenticator(readFileSync(opts.creds));
+    }
     if (opts.name !== undefined) options.name = opts.name;
     if (opts.maxReconnectAttempts !== undefined) options.maxReconnectAttempts = opts.maxReconnectAttempts;
     let nc: NatsConnection;
@@ -193,7 +200,7 @@ export class NatsTransport implements Transport {
       const cause = err instanceof Error ? err.message : String(err);
       const e =
         err instanceof errors.AuthorizationError
-          ? new TransportError('CONNECT', `NATS at ${url} refused user "${opts.user ?? '(no_auth_user)'}": ${cause}`)
+          ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`)
           : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
       e.cause = err;
       throw e;

@@ -7,7 +7,7 @@
  *   const { code, stdout } = await runTroupe(['ps', '--nats', url, '--json'], nats.env);
  *   afterAll(() => procs.stopAll());                                              // also after a failure
  *
- * The CLI runs as `node --import tsx src/bin/troupe.ts …` (no npx wrapper), so the child's pid is the
+ * The CLI runs as `node --conditions=source --import tsx src/bin/troupe.ts …` (no npx wrapper), so the child's pid is the
  * troupe process itself and a signal sent to it reaches the runtime directly.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -163,7 +163,7 @@ export function spawnProcess(command: string, args: string[], env: Env, opts: Sp
 }
 
 function troupeArgs(args: string[]): string[] {
-  return ['--import', 'tsx', TROUPE_ENTRY, ...args];
+  return ['--conditions=source', '--import', 'tsx', TROUPE_ENTRY, ...args];
 }
 
 /** Starts `troupe <args>` (a long-running command) and resolves once it is ready. */

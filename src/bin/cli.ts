@@ -1,0 +1,85 @@
+/**
+ * What every `troupe` command shares: global options, connecting to NATS, one-shot clients, shutdown on
+ * signals, and option parsers that refuse bad values with exit code 2 (commander's usage errors).
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+import type { TroupeClient } from '../sdk/client.js';
+import type { NatsTransport } from '../transport/nats.js';
+import { color } from './output.js';
+
+export interface GlobalOpts {
+  nats?: string;
+  user?: string;
+  password?: string;
+  creds?: string;
+  tenant: string;
+  json?: boolean;
+  logLevel?: string;
+}
+
+export function globals(cmd: Command): GlobalOpts {
+  return cmd.optsWithGlobals<GlobalOpts>();
+}
+
+/** Connects to the NATS servers named by --nats (a comma-separated list reconnects across them). */
+export async function connect(g: GlobalOpts, name: string, longLived = false): Promise<NatsTransport> {
+  if (!g.nats) throw new UsageError('this command needs a NATS server: pass --nats nats://127.0.0.1:4222 or set TROUPE_NATS_URL');
+  const { NatsTransport } = await import('../transport/nats.js');
+  return NatsTransport.connect({
+    servers: g.nats.split(',').map((s) => s.trim()).filter(Boolean),
+    name,
+    // A node or an agent rides out a NATS restart; a one-shot command fails fast.
+    ...(longLived ? { maxReconnectAttempts: -1 } : {}),
+    ...(g.user ? { user: g.user } : {}),
+    ...(g.password ? { pass: g.password } : {}),
+    ...(g.creds ? { creds: g.creds } : {}),
+  });
+}
+
+/** Runs a one-shot command with a client on its own NATS connection, drained afterwards. */
+export async function withClient(g: GlobalOpts, fn: (client: TroupeClient) => Promise<void>): Promise<void> {
+  const transport = await connect(g, 'troupe-cli');
+  const { TroupeClient } = await import('../sdk/client.js');
+  try {
+    await fn(new TroupeClient(transport, g.tenant));
+  } finally {
+    await transport.drain().catch(() => undefined);
+  }
+}
+
+/**
+ * Keeps the process up until SIGINT/SIGTERM, then runs `fn`. A second signal exits at once. The interval
+ * keeps the event loop alive for meshes that hold no socket (the embedded one).
+ */
+export function onShutdown(fn: () => Promise<void>): void {
+  let stopping = false;
+  const keepAlive = setInterval(() => undefined, 1 << 30);
+  const handler = (signal: string) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    process.stderr.write(color.dim(`\n${signal}: draining…\n`));
+    fn()
+      .then(() => {
+        clearInterval(keepAlive);
+        process.exit(0);
+      })
+      .catch(() => process.exit(1));
+  };
+  process.on('SIGINT', () => handler('SIGINT'));
+  process.on('SIGTERM', () => handler('SIGTERM'));
+}
+
+/** A mistake in how the command was called: exit code 2. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/** An integer option in [min, max]; anything else is refused before the command runs. */
+export function int(min: number, max = Number.MAX_SAFE_INTEGER): (value: string) => number {
+  return (value: string) => {
+    if (!/^-?\d+$/.test(value.trim())) throw new InvalidArgumentError(`"${value}" is not a whole number.`);
+    const n = Number(value);
+    if (n < min || n > max) throw new InvalidArgumentError(`${n} is out of range (${min}..${max}).`);
+    return n;
+  };
+}

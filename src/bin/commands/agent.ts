@@ -1,0 +1,25 @@
+/** `troupe agent <module>`: run agent modules and join the mesh. */
+import type { Command } from 'commander';
+import { AgentHost } from '../../actors/agent-host.js';
+import { createLogger } from '../../observability/logger.js';
+import { loadModule } from '../../sdk/team.js';
+import { connect, globals, onShutdown } from '../cli.js';
+import { color } from '../output.js';
+
+export async function agent(modulePath: string, opts: { replicas: number; heartbeat: number }, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
+  const { agents } = await loadModule(modulePath);
+  const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
+  const hosts: AgentHost[] = [];
+  for (const def of agents) {
+    for (let i = 0; i < opts.replicas; i++) {
+      hosts.push(await new AgentHost({ transport, agent: def, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3 }).start());
+    }
+  }
+  process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}\n`);
+  onShutdown(async () => {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await transport.drain();
+  });
+}

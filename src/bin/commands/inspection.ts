@@ -1,0 +1,122 @@
+/** Read-only views of the live mesh and the store: `ps`, `inspect`, `watch`, `threads`, `thread`, `rehydrate`. */
+import type { Command } from 'commander';
+import { subjects } from '../../transport/subjects.js';
+import { connect, globals, onShutdown, withClient } from '../cli.js';
+import { color, colorState, printJson, table } from '../output.js';
+
+const FINISHED = new Set(['completed', 'canceled', 'failed', 'rejected']);
+
+export async function ps(opts: { window: number }, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const replies = await client.ps(opts.window);
+    const actors = replies.flatMap((r) => r.actors);
+    const live = actors.filter((a) => a.kind === 'thread').length;
+    // Passivated = persisted threads that are still open but have no live actor on any node.
+    const stored = (await client.ctl('threads', {}).catch(() => ({ threads: [] }))) as { threads: Array<{ threadId: string; state: string }> };
+    const liveIds = new Set(actors.filter((a) => a.kind === 'thread').map((a) => a.id));
+    const passivated = stored.threads.filter((t) => !liveIds.has(t.threadId) && !FINISHED.has(t.state)).length;
+    if (g.json) {
+      printJson({ actors, live, passivated, processes: replies.length });
+      return;
+    }
+    if (!actors.length) {
+      process.stdout.write(`no actors answered on ${client.transport.name} (tenant ${g.tenant}): start a node with \`troupe up --nats ${g.nats}\`\n`);
+      return;
+    }
+    const order = ['node', 'registry', 'agent', 'thread', 'router', 'agent-call', 'handoff', 'orchestration'];
+    actors.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind) || a.id.localeCompare(b.id));
+    process.stdout.write(
+      `${table(
+        ['KIND', 'ID', 'STATE', 'THREAD', 'HOPS', 'NODE'],
+        actors.map((a) => [a.kind, a.id, colorState(a.state), a.threadId, a.hops, a.node]),
+      )}\n`,
+    );
+    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated, ${replies.length} processes\n`));
+  });
+}
+
+export async function inspect(actorId: string, _opts: unknown, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const found = await client.inspect(actorId);
+    if (!found) {
+      if (g.json) printJson({ found: false, actorId });
+      else process.stdout.write(`no live actor "${actorId}": list them with \`troupe ps\` (a passivated thread shows with \`troupe thread ${actorId}\`)\n`);
+      process.exitCode = 1;
+      return;
+    }
+    if (g.json) {
+      printJson(found);
+      return;
+    }
+    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}\n`);
+    process.stdout.write(`state: ${colorState(JSON.stringify(found.value))}\n`);
+    process.stdout.write(`context:\n${JSON.stringify(found.context, null, 2)}\n`);
+    if (found.events.length) {
+      process.stdout.write(`recent events:\n${table(['AT', 'EVENT', 'ACTOR'], found.events.map((e) => [e.at, e.type, e.summary]))}\n`);
+    }
+  });
+}
+
+export async function watch(actorId: string, _opts: unknown, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  const transport = await connect(g, 'troupe-cli');
+  const subject = subjects.inspect(g.tenant, actorId === '*' || actorId === '>' ? '*' : actorId.replace(/[^A-Za-z0-9_-]/g, '_'));
+  transport.subscribe(subject.replace(/\.\*$/, '.>'), (msg) => {
+    const line = new TextDecoder().decode(msg.data);
+    if (g.json) process.stdout.write(`${line}\n`);
+    else {
+      const e = JSON.parse(line) as { at: string; actorId: string; event: string; state: unknown };
+      process.stdout.write(`${color.dim(e.at)} ${e.actorId} ${color.cyan(e.event)} → ${colorState(JSON.stringify(e.state))}\n`);
+    }
+  });
+  process.stderr.write(color.dim(`watching ${subject} on ${transport.name}\n`));
+  onShutdown(() => transport.drain());
+}
+
+export async function threads(opts: { state?: string }, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const res = (await client.ctl('threads', opts.state ? { state: opts.state } : {})) as {
+      threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; live: boolean; corrupt?: string }>;
+    };
+    if (g.json) printJson(res.threads);
+    else
+      process.stdout.write(
+        `${table(
+          ['THREAD', 'STATE', 'UPDATED', 'REV', 'LIVE'],
+          res.threads.map((t) => [t.threadId, t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state), t.updatedAt, t.revision, t.live ? 'live' : 'passivated']),
+        )}\n${color.dim(`${res.threads.length} threads`)}\n`,
+      );
+  });
+}
+
+export async function thread(id: string, _opts: unknown, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const res = (await client.ctl('thread', { threadId: id })) as {
+      revision: number;
+      record: { task: { status: { state: string }; history?: Array<{ role: string; parts: Array<{ kind: string; text?: string }>; metadata?: Record<string, unknown> }> }; updatedAt: string; owner?: string };
+    };
+    if (g.json) {
+      printJson(res);
+      return;
+    }
+    const { task } = res.record;
+    process.stdout.write(`thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  owner ${res.record.owner ?? '-'}\n`);
+    for (const m of task.history ?? []) {
+      const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
+      process.stdout.write(`  ${color.bold(who.padEnd(12))} ${m.parts.map((p) => p.text ?? `[${p.kind}]`).join(' ')}\n`);
+    }
+  });
+}
+
+export async function rehydrate(id: string, _opts: unknown, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const state = await client.rehydrate(id);
+    if (g.json) printJson({ threadId: id, state });
+    else process.stdout.write(`thread ${id} rehydrated: ${colorState(state)}\n`);
+  });
+}

@@ -1,0 +1,60 @@
+/** `troupe up`: a node (router + threads); without --nats, an in-process mesh with a team. */
+import type { Command } from 'commander';
+import { AgentHost } from '../../actors/agent-host.js';
+import { startEmbedded } from '../../actors/embedded.js';
+import { TroupeNode } from '../../actors/node.js';
+import { createLogger } from '../../observability/logger.js';
+import { loadModule, type TeamDefinition } from '../../sdk/team.js';
+import { KvThreadStore } from '../../store/kv.js';
+import { connect, globals, onShutdown } from '../cli.js';
+import demoTeam from '../demo/team.js';
+import { color } from '../output.js';
+
+export interface UpOptions {
+  team?: string;
+  agents: boolean;
+  inspect?: boolean;
+  idle?: number;
+  durable: boolean;
+  partitions: number;
+  leaseTtl: number;
+  threadTtl: number;
+}
+
+export async function up(opts: UpOptions, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
+  const loaded = opts.team ? await loadModule(opts.team) : undefined;
+  const team: TeamDefinition | undefined = loaded?.team ?? (loaded ? { name: opts.team ?? 'team', agents: loaded.agents } : undefined);
+  if (!g.nats) {
+    const mesh = await startEmbedded(team ?? demoTeam, logger, g.tenant);
+    process.stderr.write(
+      `${color.green('troupe')} embedded mesh up (in-memory) with ${(team ?? demoTeam).agents.map((a) => a.card.id).join(', ')}. Ctrl-C to stop.\n` +
+        `${color.dim('This mesh lives in this process only. To talk to it from other processes run nats-server and pass --nats.')}\n`,
+    );
+    onShutdown(mesh.stop);
+    return;
+  }
+  const transport = await connect(g, 'troupe-node', true);
+  const store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl });
+  if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
+  const node = await new TroupeNode({
+    transport,
+    tenant: g.tenant,
+    logger,
+    store,
+    ...(team?.config ? { config: team.config } : {}),
+    ...(team?.policy ? { policy: team.policy } : {}),
+    ...(opts.inspect ? { inspect: true } : {}),
+    ...(opts.idle ? { idleMs: opts.idle } : {}),
+    ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl } } : {}),
+  }).start();
+  const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger }).start())) : [];
+  process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant})\n`);
+  onShutdown(async () => {
+    await Promise.all(hosts.map((h) => h.stop()));
+    await node.stop();
+    await store.close();
+    await transport.drain();
+  });
+}

@@ -1,0 +1,47 @@
+/**
+ * The package as users get it: `import … from 'troupe'` resolves through package.json `exports` (in this
+ * checkout by self-reference, and from an installed tarball), and the installed `troupe` bin runs the
+ * compiled JavaScript without tsx.
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const root = new URL('..', import.meta.url).pathname;
+const IMPORT_CHECK = `import { defineAgent, reply, TroupeClient, TroupeNode, AgentHost, TroupeError } from 'troupe';
+import { demoTeam } from 'troupe/demo';
+const a = defineAgent({ card: { id: 'x', name: 'X', description: 'x' }, handle: () => reply('hi') });
+console.log(JSON.stringify({ id: a.card.id, client: typeof TroupeClient, node: typeof TroupeNode, host: typeof AgentHost, err: new TroupeError('AGENT_ERROR', 'e').code, demo: demoTeam.agents.length }));`;
+
+describe('package', () => {
+  let dir: string;
+  beforeAll(() => {
+    // `npm ci` builds dist/ through `prepare`; build again so the check runs on the sources under test.
+    execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe' });
+    dir = mkdtempSync(join(tmpdir(), 'troupe-pkg-'));
+  }, 120_000);
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("resolves 'troupe' by self-reference in a checkout, from dist/ (no tsx, no source condition)", () => {
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', IMPORT_CHECK], { cwd: root, encoding: 'utf8' });
+    expect(JSON.parse(out)).toEqual({ id: 'x', client: 'function', node: 'function', host: 'function', err: 'AGENT_ERROR', demo: 3 });
+  });
+
+  it('installs from a packed tarball: the import works and the bin runs from dist', () => {
+    execFileSync('npm', ['pack', '--pack-destination', dir, '--ignore-scripts'], { cwd: root, stdio: 'pipe' });
+    const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
+    expect(tarball).toBeDefined();
+    const app = join(dir, 'app');
+    execFileSync('mkdir', ['-p', app]);
+    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', type: 'module', private: true }));
+    execFileSync('npm', ['install', join(dir, tarball!), '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts'], { cwd: app, stdio: 'pipe' });
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', IMPORT_CHECK], { cwd: app, encoding: 'utf8' });
+    expect(JSON.parse(out).id).toBe('x');
+    const help = execFileSync(join(app, 'node_modules/.bin/troupe'), ['graph', 'router', '--format', 'mermaid'], { cwd: app, encoding: 'utf8' });
+    expect(help).toContain('stateDiagram-v2');
+    // No TypeScript in the installed package: the bin ran the compiled CLI.
+    expect(readdirSync(join(app, 'node_modules/troupe'))).not.toContain('src');
+  }, 180_000);
+});
