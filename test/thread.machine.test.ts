@@ -9,7 +9,8 @@ import { agentCallMachine } from '../src/machines/agent-call.js';
 import type { RouteDecision } from '../src/machines/route.js';
 import { routerMachine, type PolicyInput } from '../src/machines/router.js';
 import { orchestrationMachine, type CallAgentInput } from '../src/machines/orchestration.js';
-import { META, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
+import { threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
+import { META } from '../src/protocol/metadata.js';
 import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
 
 const never = fromPromise<never, unknown>(() => new Promise<never>(() => {}));

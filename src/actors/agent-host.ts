@@ -30,6 +30,7 @@ import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
 import { silentLogger } from '../observability/logger.js';
+import { META } from '../protocol/metadata.js';
 
 export interface AgentHostOptions {
   transport: Transport;
@@ -57,7 +58,7 @@ function handoffContext(message: Message): { handoff?: HandoffRequest; recentMes
   } catch {
     handoff = undefined;
   }
-  const recent = message.metadata?.['troupe/recentMessages'];
+  const recent = message.metadata?.[META.recentMessages];
   const parsed = Array.isArray(recent) ? recent.flatMap((m) => { const r = MessageSchema.safeParse(m); return r.success ? [r.data] : []; }) : undefined;
   return { ...(handoff ? { handoff } : {}), ...(parsed ? { recentMessages: parsed } : {}) };
 }
@@ -230,7 +231,7 @@ export class AgentHost {
         kind: 'artifact-update',
         taskId,
         contextId,
-        artifact: { artifactId, parts: [{ kind: 'text', text }], metadata: { 'troupe/agent': this.agentId } },
+        artifact: { artifactId, parts: [{ kind: 'text', text }], metadata: { [META.agent]: this.agentId } },
         append: true,
         lastChunk: false,
       };

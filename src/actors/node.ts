@@ -28,6 +28,7 @@ import { silentLogger } from '../observability/logger.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './thread-host.js';
 import { redact } from '../observability/redact.js';
+import { META } from '../protocol/metadata.js';
 
 export interface NodeOptions {
   transport: Transport;
@@ -202,11 +203,11 @@ export class TroupeNode {
             role: 'agent',
             messageId: `${messageId ?? 'unknown'}:rejected`,
             parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
-            metadata: { 'troupe/agent': 'troupe', 'troupe/error': error.toBody(), ...(messageId ? { 'troupe/inReplyTo': messageId } : {}) },
+            metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(messageId ? { [META.inReplyTo]: messageId } : {}) },
           },
         },
         final: true,
-        metadata: { 'troupe/error': error.toBody() },
+        metadata: { [META.error]: error.toBody() },
       }),
     );
   }

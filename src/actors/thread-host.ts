@@ -36,6 +36,7 @@ import type { Transport } from '../transport/types.js';
 import { redact } from '../observability/redact.js';
 import { silentLogger } from '../observability/logger.js';
 import type { Registry } from './registry.js';
+import { META } from '../protocol/metadata.js';
 
 type ThreadActor = Actor<typeof threadMachine>;
 
@@ -136,7 +137,7 @@ export class ThreadHost {
                 if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
                 const message = reply.kind === 'task' ? reply.status.message : reply;
                 if (!message) throw new TroupeError('AGENT_ERROR', `agent "${input.agentId}" returned a task without a message`);
-                return { ...message, metadata: { ...message.metadata, 'troupe/agent': input.agentId } };
+                return { ...message, metadata: { ...message.metadata, [META.agent]: input.agentId } };
               } catch (err) {
                 tick();
                 throw err;
@@ -273,7 +274,7 @@ export class ThreadHost {
       if (entry.state !== 'working' && entry.state !== 'input-required') continue;
       if (entry.state === 'input-required') {
         const stored = await this.store.get(this.tenant, entry.threadId).catch(() => undefined);
-        if (!stored?.record.task.metadata?.['troupe/handoff']) continue;
+        if (!stored?.record.task.metadata?.[META.handoff]) continue;
       }
       try {
         await this.obtain(entry.threadId, undefined, false);
@@ -402,7 +403,7 @@ export class ThreadHost {
       contextId: ctx.contextId,
       status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: new Date(this.now()).toISOString() },
       final: event.final,
-      ...(event.route || event.error ? { metadata: { ...(event.route ? { 'troupe/route': event.route } : {}), ...(event.error ? { 'troupe/error': event.error } : {}) } } : {}),
+      ...(event.route || event.error ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } } : {}),
     };
     if (event.route) this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason }, 'routed');
     if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code }, event.error.message);
@@ -461,10 +462,10 @@ export class ThreadHost {
       history: ctx.history,
       artifacts: [],
       metadata: {
-        'troupe/routes': ctx.routeLog,
-        ...(ctx.lastError ? { 'troupe/error': ctx.lastError } : {}),
-        ...(ctx.handoff ? { 'troupe/handoff': { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
-        'troupe/turns': ctx.turns,
+        [META.routes]: ctx.routeLog,
+        ...(ctx.lastError ? { [META.error]: ctx.lastError } : {}),
+        ...(ctx.handoff ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
+        [META.turns]: ctx.turns,
       },
     };
     return {
@@ -568,7 +569,7 @@ function fullSnapshot(record: ThreadRecord): unknown {
   const snap = record.snapshot as { context?: Record<string, unknown> };
   if (!snap?.context?.[SLIM]) return record.snapshot;
   const { [SLIM]: _s, ...context } = snap.context;
-  const routes = record.task.metadata?.['troupe/routes'];
+  const routes = record.task.metadata?.[META.routes];
   return { ...snap, context: { ...context, history: record.task.history ?? [], routeLog: Array.isArray(routes) ? routes : [] } };
 }
 

@@ -22,16 +22,9 @@ import {
   type HandoffRequest,
 } from '../protocol/handoff.js';
 import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
+import { META, type RouteStep } from '../protocol/metadata.js';
 
-/** Metadata keys Troupe adds to messages it publishes. */
-export const META = {
-  agent: 'troupe/agent',
-  route: 'troupe/route',
-  error: 'troupe/error',
-  hops: 'troupe/hops',
-  /** The user message a final answer answers, so a client with several messages in flight can match them. */
-  inReplyTo: 'troupe/inReplyTo',
-} as const;
+export type { RouteStep };
 
 export interface ThreadConfig {
   entryAgent: string;
@@ -73,16 +66,6 @@ export interface ThreadInput {
   config?: Partial<ThreadConfig>;
   agents?: AgentDirectory;
   now: number;
-}
-
-/** One step of a turn's route, kept in the task metadata and shown by `troupe send`. */
-export interface RouteStep {
-  from: string;
-  to: string;
-  hop: number;
-  reason: string;
-  at: number;
-  confidence?: number;
 }
 
 export interface Turn {
@@ -224,7 +207,7 @@ function planHandoff(context: ThreadContext): { request: HandoffRequest } | { er
 function withHandoffContext(context: ThreadContext, message: Message, request: HandoffRequest): Message {
   const recent = context.history.filter((m) => m.messageId !== message.messageId).slice(-request.recentMessageCount);
   return withHandoffRequest(
-    { ...message, metadata: { ...message.metadata, 'troupe/recentMessages': recent, 'troupe/contextSummary': request.contextSummary } },
+    { ...message, metadata: { ...message.metadata, [META.recentMessages]: recent, [META.contextSummary]: request.contextSummary } },
     request,
   );
 }
@@ -245,13 +228,13 @@ function resumeMessage(context: ThreadContext, handoff: ThreadHandoff, status: s
     metadata: {
       [META.agent]: 'troupe',
       [CLIENT_ROUTING_URI]: { recipient: sourceAgentId, handoffReturn: { completionStatus: status === 'completed' ? 'completed' : status === 'cancelled' ? 'cancelled' : 'error', resultSummary: summary, artifactsCreated: [] } },
-      'troupe/handoffResume': { targetAgentId, status },
+      [META.handoffResume]: { targetAgentId, status },
     },
   };
 }
 
 function isResume(message: Message): boolean {
-  return message.metadata?.['troupe/handoffResume'] !== undefined;
+  return message.metadata?.[META.handoffResume] !== undefined;
 }
 
 export const threadSetup = setup({
@@ -384,7 +367,7 @@ export const threadSetup = setup({
         enqueue.stopChild('handoff');
         enqueue.assign({
           handoff: undefined,
-          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { 'troupe/handoff': { status: 'rejected', reason: why } }) },
+          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { [META.handoff]: { status: 'rejected', reason: why } }) },
         });
       } else if (last?.type === 'troupe.handoff.returned') {
         enqueue.stopChild('handoff');
@@ -567,7 +550,7 @@ export const threadSetup = setup({
     askToClarify: enqueueActions(({ context, enqueue }, decision: RouteDecision) => {
       const reason = decision.to === 'clarify' ? decision.reason : '';
       const message = systemMessage(context, `${context.turn?.userMessageId ?? 'thread'}:clarify`, context.config.clarifyText, {
-        'troupe/clarify': { reason, confidence: decision.to === 'clarify' ? decision.confidence : undefined },
+        [META.clarify]: { reason, confidence: decision.to === 'clarify' ? decision.confidence : undefined },
         ...(context.turn ? { [META.inReplyTo]: context.turn.userMessageId } : {}),
       });
       enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit), turn: undefined });

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
-import type { RouteStep } from '../machines/thread.js';
+import { META, type RouteStep } from '../protocol/metadata.js';
 import {
   ErrorReplySchema,
   InspectReplySchema,
@@ -99,7 +99,7 @@ export class TroupeClient {
       events.push(event);
       opts.onEvent?.(event);
       // Several sends may be in flight on one thread: a final answer names the message it answers.
-      const inReplyTo = event.kind === 'status-update' ? event.status.message?.metadata?.['troupe/inReplyTo'] : undefined;
+      const inReplyTo = event.kind === 'status-update' ? event.status.message?.metadata?.[META.inReplyTo] : undefined;
       if (event.kind === 'status-update' && event.final && (inReplyTo === undefined || inReplyTo === message.messageId)) settle(event);
     });
     // Handled here so a timeout before anything awaits the answer is not an unhandled rejection.
@@ -125,17 +125,17 @@ export class TroupeClient {
         if (recheck) clearInterval(recheck);
       }
       // In durable mode a refused message comes back on the thread's output, not as the reply.
-      const refused = final.status.state === 'rejected' ? (final.metadata?.['troupe/error'] as ErrorBody | undefined) : undefined;
+      const refused = final.status.state === 'rejected' ? (final.metadata?.[META.error] as ErrorBody | undefined) : undefined;
       if (refused) throw TroupeError.fromBody(refused);
       // The final answer carries the whole route; the streamed steps are the fallback.
-      const finalRoute = final.status.message?.metadata?.['troupe/route'];
+      const finalRoute = final.status.message?.metadata?.[META.route];
       const route = Array.isArray(finalRoute)
         ? (finalRoute as RouteStep[])
         : events.flatMap((e) => {
-            const step = e.metadata?.['troupe/route'];
+            const step = e.metadata?.[META.route];
             return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
           });
-      const error = final.metadata?.['troupe/error'] as ErrorBody | undefined;
+      const error = final.metadata?.[META.error] as ErrorBody | undefined;
       return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}) };
     } finally {
       clearTimeout(timer);
@@ -149,15 +149,15 @@ export class TroupeClient {
       const res = StoredTaskReply.safeParse(await this.ctl('thread', { threadId, redact: false }));
       if (!res.success) return undefined;
       const { task } = res.data.record;
-      if (task.status.message?.metadata?.['troupe/inReplyTo'] !== messageId) return undefined;
-      const error = task.status.message.metadata?.['troupe/error'];
+      if (task.status.message?.metadata?.[META.inReplyTo] !== messageId) return undefined;
+      const error = task.status.message.metadata?.[META.error];
       return {
         kind: 'status-update',
         taskId: task.id,
         contextId: task.contextId,
         status: task.status,
         final: true,
-        ...(error ? { metadata: { 'troupe/error': error } } : {}),
+        ...(error ? { metadata: { [META.error]: error } } : {}),
       };
     } catch {
       return undefined;

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { subjects } from '../../transport/subjects.js';
 import { connect, globals, onShutdown, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
+import { META } from '../../protocol/metadata.js';
 
 const FINISHED = new Set(['completed', 'canceled', 'failed', 'rejected']);
 
@@ -106,7 +107,7 @@ export async function thread(id: string, _opts: unknown, cmd: Command): Promise<
     const { task } = res.record;
     process.stdout.write(`thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  owner ${res.record.owner ?? '-'}\n`);
     for (const m of task.history ?? []) {
-      const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
+      const who = m.role === 'user' ? 'user' : String(m.metadata?.[META.agent] ?? 'agent');
       process.stdout.write(`  ${color.bold(who.padEnd(12))} ${m.parts.map((p) => p.text ?? `[${p.kind}]`).join(' ')}\n`);
     }
   });

@@ -1,7 +1,7 @@
 /** `troupe send <text>`: one turn as the user, with the streamed answer and the route it took. */
 import type { Command } from 'commander';
 import { startEmbedded } from '../../actors/embedded.js';
-import type { RouteStep } from '../../machines/thread.js';
+import { META, type RouteStep } from '../../protocol/metadata.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { ThreadEvent } from '../../protocol/a2a.js';
 import { CLIENT_ROUTING_URI } from '../../protocol/routing.js';
@@ -21,7 +21,7 @@ function printEvent(event: ThreadEvent): void {
     process.stdout.write(color.cyan(text));
     return;
   }
-  const step = event.metadata?.['troupe/route'] as RouteStep | undefined;
+  const step = event.metadata?.[META.route] as RouteStep | undefined;
   if (step) process.stdout.write(`${color.dim(`  ↳ hop ${step.hop}: ${step.from} → ${step.to}  (${step.reason})`)}\n`);
 }
 
@@ -76,10 +76,10 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
       printJson({ threadId: result.threadId, state: result.final.status.state, text: result.text, route: result.route, error: result.error, message: result.final.status.message });
       return;
     }
-    const from = (result.final.status.message?.metadata?.['troupe/agent'] as string | undefined) ?? 'agent';
+    const from = (result.final.status.message?.metadata?.[META.agent] as string | undefined) ?? 'agent';
     process.stdout.write(`\n${color.bold(from)}: ${textOfMessage(result.final.status.message)}\n`);
     if (result.error) process.stdout.write(`${color.red(`${result.error.code}: ${result.error.message}`)}\n`);
-    const hops = result.final.status.message?.metadata?.['troupe/hops'];
+    const hops = result.final.status.message?.metadata?.[META.hops];
     process.stdout.write(
       color.dim(`route: ${describeRoute(result.route)}  ·  hops: ${typeof hops === 'number' ? hops : (result.route.at(-1)?.hop ?? 0)}  ·  state: ${result.final.status.state}  ·  thread: ${result.threadId}\n`),
     );

@@ -5,7 +5,7 @@ import type { TeamDefinition } from '../../sdk/team.js';
 import { handoffTeam } from './handoff-team.js';
 import qaTeam from './qa-team.js';
 import demoTeam from './team.js';
-import type { RouteStep } from '../../machines/thread.js';
+import { META, type RouteStep } from '../../protocol/metadata.js';
 import { ThreadEventSchema, decode, type ThreadEvent } from '../../protocol/index.js';
 import { subjects } from '../../transport/subjects.js';
 import { color, printJson } from '../output.js';
@@ -91,7 +91,7 @@ export async function runDemo(json: boolean): Promise<void> {
             }
             if (streaming) process.stdout.write('\n');
             streaming = false;
-            const route = e.metadata?.['troupe/route'] as RouteStep | undefined;
+            const route = e.metadata?.[META.route] as RouteStep | undefined;
             if (route) process.stdout.write(color.dim(`  ↳ hop ${route.hop}: ${route.from} → ${route.to}  (${route.reason})\n`));
           },
         });
@@ -110,14 +110,14 @@ export async function runDemo(json: boolean): Promise<void> {
           followUps: followUps.map(text),
         });
         if (json) continue;
-        const from = String(meta['troupe/agent'] ?? 'agent');
+        const from = String(meta[META.agent] ?? 'agent');
         process.stdout.write(`${color.bold(from)}: ${result.text.replace(/\n+/g, '\n    ')}\n`);
         if (result.error) process.stdout.write(`${color.red(`${result.error.code}`)}: ${result.error.message}\n`);
         const facts = [`route: ${result.route.map((s) => `${s.to}${s.confidence !== undefined ? ` (${s.confidence.toFixed(2)})` : ''}`).join(' → ') || '—'}`];
         if (meta.agents_used) facts.push(`agents_used ${JSON.stringify(meta.agents_used)}`, `${String(meta.execution_time_ms)} ms`, `task_state ${String(meta.task_state)}`);
         facts.push(`state ${result.final.status.state}`);
         process.stdout.write(color.dim(`  ${facts.join('  ·  ')}\n`));
-        for (const f of followUps) process.stdout.write(`${color.bold(String(f.kind === 'status-update' ? (f.status.message?.metadata?.['troupe/agent'] ?? 'agent') : 'agent'))}: ${text(f)}\n`);
+        for (const f of followUps) process.stdout.write(`${color.bold(String(f.kind === 'status-update' ? (f.status.message?.metadata?.[META.agent] ?? 'agent') : 'agent'))}: ${text(f)}\n`);
       }
     } finally {
       await mesh.stop();

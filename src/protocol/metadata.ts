@@ -1,0 +1,43 @@
+/**
+ * Every `troupe/*` key Troupe puts in A2A metadata (messages, status events, the stored Task), in one
+ * place, with what it carries. Agents in other languages read the same names (README, wire contract).
+ */
+export const META = {
+  /** Message: the agent that wrote it (`troupe` for messages of the runtime itself). */
+  agent: 'troupe/agent',
+  /** Status event: one route step; final message: the whole route of the turn (RouteStep[]). */
+  route: 'troupe/route',
+  /** Final message / status event: the typed error the turn ended with (ErrorBody). */
+  error: 'troupe/error',
+  /** Final message: agent-to-agent hops of the turn. */
+  hops: 'troupe/hops',
+  /** Final message: the user messageId it answers (several messages may be in flight on one thread). */
+  inReplyTo: 'troupe/inReplyTo',
+  /** Stored Task: the route log across turns (RouteStep[]). */
+  routes: 'troupe/routes',
+  /** Stored Task: turns so far. */
+  turns: 'troupe/turns',
+  /** Stored Task: who owns the thread (`<principal>` or `<principal>/<user>`). */
+  owner: 'troupe/owner',
+  /** Stored Task / message: the open handoff or what became of one ({ targetAgentId, sourceAgentId, phase } / { status, reason }). */
+  handoff: 'troupe/handoff',
+  /** Message to a handoff's source when control comes back ({ targetAgentId, status }). */
+  handoffResume: 'troupe/handoffResume',
+  /** Message to a handoff's target: the last messages of the thread (Message[]). */
+  recentMessages: 'troupe/recentMessages',
+  /** Message to a handoff's target: the source's summary. */
+  contextSummary: 'troupe/contextSummary',
+  /** Clarification message: why the router asked ({ reason, confidence }). */
+  clarify: 'troupe/clarify',
+} as const;
+export type MetaKey = (typeof META)[keyof typeof META];
+
+/** One step of a turn's route, kept in the task metadata and shown by `troupe send`. */
+export interface RouteStep {
+  from: string;
+  to: string;
+  hop: number;
+  reason: string;
+  at: number;
+  confidence?: number;
+}
