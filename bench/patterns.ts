@@ -208,7 +208,7 @@ async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Message, fr
   });
   // Handled here so a timeout before the ack cannot become an unhandled rejection.
   final.catch(() => undefined);
-  const sub = mesh.clientT.subscribe(subjects.threadOut(tenant, threadId), (msg) => {
+  const sub = mesh.clientT.subscribe(subjects.threadOut(tenant, 'local', threadId), (msg) => {
     const event = decode(ThreadEventSchema, msg.data, 'thread event');
     if (event.kind === 'artifact-update' && firstChunkUs === undefined && event.artifact.metadata?.['troupe/agent'] === from) {
       firstChunkUs = elapsedUs(start);
@@ -219,7 +219,7 @@ async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Message, fr
   try {
     await mesh.clientT.flush();
     start = process.hrtime.bigint();
-    const ack = decode(AckOrError, (await mesh.clientT.request(subjects.threadIn(tenant, threadId), encodeJson(message), { timeoutMs })).data, 'ack');
+    const ack = decode(AckOrError, (await mesh.clientT.request(subjects.threadIn(tenant, 'local', threadId), encodeJson(message), { timeoutMs })).data, 'ack');
     if (ack.kind === 'error') throw new Error(`${ack.error.code}: ${ack.error.message}`);
     const end = await final;
     if (end.kind !== 'status-update') throw new Error('unexpected final event');

@@ -154,10 +154,9 @@ function agentCall(node: TroupeNode, threadId: string): { data: Uint8Array; head
       [HEADERS.tenant]: TENANT,
       [HEADERS.hop]: '0',
       [HEADERS.sender]: 'user',
-      [HEADERS.msgId]: message.messageId,
+      [HEADERS.callId]: `${threadId}/${message.messageId}`,
       [HEADERS.taskId]: threadId,
       [HEADERS.contextId]: threadId,
-      [HEADERS.streamTo]: subjects.threadOut(TENANT, threadId),
     },
   };
 }
@@ -277,7 +276,7 @@ async function main(): Promise<void> {
   const server: NatsServerHandle = await startNatsServer();
   const transports: NatsTransport[] = [];
   const connect = async (name: string, creds?: { user: string; pass: string }) => {
-    const t = await NatsTransport.connect({ servers: server.url, name, ...(creds ?? {}) });
+    const t = await NatsTransport.connect({ ...server.asNode, name, ...(creds ?? {}) });
     transports.push(t);
     return t;
   };

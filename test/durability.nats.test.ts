@@ -14,6 +14,7 @@ import { ThreadEventSchema, decode, encodeJson, type ActorInfo, type Message, ty
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
+import { HEADERS } from '../src/protocol/headers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
@@ -27,7 +28,7 @@ const group = new ProcessGroup();
 const connections: NatsTransport[] = [];
 
 async function connectTransport(name: string): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ servers: nats.url, name, maxReconnectAttempts: -1 });
+  const t = await NatsTransport.connect({ ...nats.asNode, name, maxReconnectAttempts: -1 });
   connections.push(t);
   return t;
 }
@@ -51,7 +52,7 @@ async function partitionsByNode(client: TroupeClient): Promise<Map<string, numbe
 /** Records every event on a thread's output. */
 function watch(t: NatsTransport, threadId: string): ThreadEvent[] {
   const events: ThreadEvent[] = [];
-  t.subscribe(subjects.threadOut('demo', threadId), (m) => {
+  t.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
     events.push(decode(ThreadEventSchema, m.data, 'event'));
   });
   return events;
@@ -92,7 +93,8 @@ describe('durable threads across node crashes and NATS restarts', () => {
     const agentTransport = await connectTransport('slowecho');
     // Count requests (including retries, which the host answers from its idempotency cache).
     agentTransport.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {
-      const id = m.headers['Nats-Msg-Id'] ?? '';
+      // Troupe-Call-Id is `<threadId>/<messageId>`: count by the messageId.
+      const id = (m.headers[HEADERS.callId] ?? '').split('/').slice(1).join('/');
       requests.set(id, (requests.get(id) ?? 0) + 1);
     });
     await new AgentHost({ transport: agentTransport, agent: slowEcho, heartbeatMs: 500 }).start();
@@ -185,7 +187,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
     const PER_THREAD = 3;
     const ids = Array.from({ length: THREADS }, (_, i) => `many-${i}`);
     const answered = new Map<string, number>();
-    const sub = clientTransport.subscribe('troupe.demo.thread.*.out', (m) => {
+    const sub = clientTransport.subscribe('troupe.demo.out.local.*', (m) => {
       const e = decode(ThreadEventSchema, m.data, 'event');
       if (e.kind === 'status-update' && e.final) answered.set(e.taskId, (answered.get(e.taskId) ?? 0) + 1);
     });
@@ -195,7 +197,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
       ids.map(async (threadId) => {
         for (let n = 0; n < PER_THREAD; n++) {
           const msg = userMessage(`${threadId} #${n}`, { messageId: `${threadId}-m${n}` });
-          await clientTransport.request(subjects.threadIn('demo', threadId), encodeJson(msg), {
+          await clientTransport.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), {
             timeoutMs: 10_000,
             headers: { 'Nats-Msg-Id': msg.messageId },
           });

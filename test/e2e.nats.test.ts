@@ -129,6 +129,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     natsArgs = ['--nats', nats.url];
+    Object.assign(cliEnv, { TROUPE_NATS_USER: nats.creds.node.user, TROUPE_NATS_PASSWORD: nats.creds.node.pass });
     await procs.spawnTroupe(['up', ...natsArgs, '--team', 'examples/agents/team.ts'], nats.env, { name: 'node' });
     const echoArgs = ['agent', 'examples/agents/echo.ts', '--replicas', '1', ...natsArgs, '--user', 'echo', '--password', nats.creds.agentPassword];
     const started = await Promise.all([
@@ -143,8 +144,8 @@ describe('troupe end to end over NATS, one process per actor', () => {
     ]);
     writer = started[2]!;
     echoes = [started[3]!, started[4]!];
-    nodeT = await NatsTransport.connect({ servers: nats.url, name: 'e2e-node-user' });
-    clientT = await NatsTransport.connect({ servers: nats.url, user: nats.creds.client.user, pass: nats.creds.client.pass, name: 'e2e-client' });
+    nodeT = await NatsTransport.connect({ ...nats.asNode, name: 'e2e-node-user' });
+    clientT = await NatsTransport.connect({ servers: nats.url, user: nats.creds.client.user, pass: nats.creds.client.pass, inboxPrefix: '_INBOX_client', name: 'e2e-client' });
     client = new TroupeClient(nodeT, TENANT);
     const want: Record<string, number> = { triage: 1, researcher: 1, writer: 1, echo: 2, ...(HAS_PYTHON_AGENT ? { pyecho: 1 } : {}) };
     await waitUntil(
@@ -224,8 +225,8 @@ describe('troupe end to end over NATS, one process per actor', () => {
     expect(next.text).toBe(`Checked with researcher: ${facts('Is it night?')}`);
   });
 
-  it('the restricted `client` user of nats.conf can drive a thread: send, streamed chunks, answer, ps', async () => {
-    const asClient = new TroupeClient(clientT, TENANT);
+  it('the restricted `client` user of nats.conf can drive its own thread (send, streamed chunks, answer) but not control the mesh', async () => {
+    const asClient = new TroupeClient(clientT, { tenant: TENANT, principal: 'client' });
     const topic = 'Write about cranes';
     const outcome = await asClient.send(topic, { timeoutMs: 5_000 }).then(
       (res) => {
@@ -235,9 +236,11 @@ describe('troupe end to end over NATS, one process per actor', () => {
       (e: unknown) => ({ thrown: e instanceof Error ? `${e.name}: ${e.message}` : String(e) }),
     );
     // nats-server 2.9 checks publish permissions on the mapped (partitioned) subject: nats.conf allows
-    // the client both `troupe.demo.thread.*.in` and `troupe.demo.thread.*.in.*`.
+    // the client both `troupe.demo.in.client.*` and `troupe.demo.in.client.*.*`.
     expect(outcome).toEqual({ text: `Here is your piece. ${facts(topic)}`, error: undefined, streamed: true });
-    expect((await asClient.ps(300)).some((r) => r.actors.some((a) => a.kind === 'node'))).toBe(true);
+    // Control is for operators: the broker refuses the client's ps request.
+    const ps = await asClient.ps(300).then(() => 'answered', (e: unknown) => (e as Error).message);
+    expect(ps).toMatch(/Permissions Violation for Publish to "troupe\.demo\.(ctl\.ps|hello)"/);
   });
 
   it('returns to the `sender`: triage -> researcher -> back to triage -> user', async () => {
@@ -299,8 +302,8 @@ describe('troupe end to end over NATS, one process per actor', () => {
 
     const ids = Array.from({ length: 20 }, (_, i) => `t-e2e-load-${i}-${Date.now()}`);
     const finals = new Map<string, TaskStatusUpdateEvent[]>();
-    const watch = nodeT.subscribe(`troupe.${TENANT}.thread.*.out`, (msg) => {
-      const threadId = subjects.threadIdOf(msg.subject) ?? '';
+    const watch = nodeT.subscribe(`troupe.${TENANT}.out.*.*`, (msg) => {
+      const threadId = msg.subject.split('.')[4] ?? '';
       const event = ThreadEventSchema.parse(json(msg));
       if (event.kind === 'status-update' && event.final) finals.set(threadId, [...(finals.get(threadId) ?? []), event]);
     });
@@ -427,14 +430,14 @@ describe('troupe end to end over NATS, one process per actor', () => {
      */
     const threadError = async (data: Uint8Array): Promise<{ code: string; message: string; via: 'reply' | 'out' }> => {
       const routed: ErrorBody[] = [];
-      const out = nodeT.subscribe(subjects.threadOut(TENANT, threadId), (m) => {
+      const out = nodeT.subscribe(subjects.threadOut(TENANT, 'local', threadId), (m) => {
         const event = ThreadEventSchema.safeParse(json(m));
         const error = event.success ? event.data.metadata?.['troupe/error'] : undefined;
         if (error) routed.push(error as ErrorBody);
       });
       try {
         await nodeT.flush();
-        const reply = json(await nodeT.request(subjects.threadIn(TENANT, threadId), data, { timeoutMs: 5_000 }));
+        const reply = json(await nodeT.request(subjects.threadIn(TENANT, 'local', threadId), data, { timeoutMs: 5_000 }));
         const typed = ErrorReplySchema.safeParse(reply);
         if (typed.success) return { ...typed.data.error, via: 'reply' };
         const error = await waitUntil(() => routed[0], `an error on the .out of ${threadId} after the ack ${JSON.stringify(reply)}`, 5_000, 20);

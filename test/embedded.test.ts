@@ -73,7 +73,7 @@ describe('embedded mesh with the demo team', () => {
   it('publishes a final answer only after the state that includes it is committed', async () => {
     const threadId = 'commit-order-1';
     const seen: string[] = [];
-    mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), async (m) => {
+    mesh.client.transport.subscribe(subjects.threadOut('demo', 'local', threadId), async (m) => {
       const e = decode(ThreadEventSchema, m.data, 'event');
       if (e.kind === 'status-update' && e.final) seen.push((await mesh.node.threads.store.get('demo', threadId))?.record.task.status.state ?? 'none');
     });
@@ -92,7 +92,7 @@ describe('embedded mesh with the demo team', () => {
     const lost = { kind: 'status-update', taskId: threadId, contextId: threadId, status: { state: 'input-required' }, final: true, metadata: { marker: 'unpublished' } };
     await store.update({ ...stored.record, outbox: [lost] }, stored.revision);
     const republished: unknown[] = [];
-    mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), (m) => {
+    mesh.client.transport.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
       const e = decode(ThreadEventSchema, m.data, 'event');
       if (e.metadata?.marker) republished.push(e);
     });

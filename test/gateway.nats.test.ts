@@ -28,7 +28,7 @@ const transports: NatsTransport[] = [];
 const group = new ProcessGroup();
 
 async function connect(name: string, creds: { user: string; pass: string }): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ servers: nats.url, name, ...creds });
+  const t = await NatsTransport.connect({ servers: nats.url, name, ...creds, inboxPrefix: `_INBOX_${creds.user}` });
   transports.push(t);
   return t;
 }
@@ -45,7 +45,7 @@ beforeAll(async () => {
   await node.registry.waitFor(demoTeam.agents.map((a) => a.card.id));
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
   const clientT = await connect('gateway-test-client', nats.creds.client);
-  gateway = await startGateway({ clients: { demo: new TroupeClient(clientT, 'demo') }, turnTimeoutMs: 15_000 });
+  gateway = await startGateway({ clients: { demo: new TroupeClient(clientT, { tenant: 'demo', principal: 'client' }) }, turnTimeoutMs: 15_000 });
 });
 
 afterAll(async () => {

@@ -297,11 +297,15 @@ describe('bearer tokens and tenants', () => {
     expect(await demo.node.threads.store.get('demo', demoTask.id)).toBeDefined();
     expect(await acme.node.threads.store.get('acme', demoTask.id)).toBeUndefined();
 
-    const forbidden = { code: -32001, data: { code: 'TENANT_FORBIDDEN' } };
-    expect((await rpc(guarded, 'tasks/get', { id: demoTask.id }, 'acme-token-1')).error).toMatchObject(forbidden);
-    expect((await rpc(guarded, 'tasks/cancel', { id: demoTask.id }, 'acme-token-1')).error).toMatchObject(forbidden);
+    // Another tenant's task answers exactly like one that does not exist: nobody can probe which ids exist.
+    const notFound = { code: -32001, data: { code: 'THREAD_NOT_FOUND' } };
+    const missing = await rpc(guarded, 'tasks/get', { id: 't-never-existed' }, 'acme-token-1');
+    const foreign = await rpc(guarded, 'tasks/get', { id: demoTask.id }, 'acme-token-1');
+    expect(foreign.error).toMatchObject(notFound);
+    expect(foreign.error?.message.replace(demoTask.id, 'ID')).toBe(missing.error?.message.replace('t-never-existed', 'ID'));
+    expect((await rpc(guarded, 'tasks/cancel', { id: demoTask.id }, 'acme-token-1')).error).toMatchObject(notFound);
     const cont = await rpc(guarded, 'message/send', { message: userMessage('mine now', { taskId: demoTask.id }) }, 'acme-token-1');
-    expect(cont.error).toMatchObject(forbidden);
+    expect(cont.error).toMatchObject(notFound);
     expect(cont.error?.message).not.toContain('demo');
 
     // Nothing happened to demo's task; acme has its own tasks.
@@ -310,7 +314,7 @@ describe('bearer tokens and tenants', () => {
     expect(stillDemo.history).toHaveLength(4);
     const acmeTask = await task(guarded, 'message/send', { message: userMessage('Write about badgers') }, 'acme-token-1');
     expect(await acme.node.threads.store.get('acme', acmeTask.id)).toBeDefined();
-    expect((await rpc(guarded, 'tasks/get', { id: acmeTask.id }, 'demo-token-1')).error).toMatchObject(forbidden);
+    expect((await rpc(guarded, 'tasks/get', { id: acmeTask.id }, 'demo-token-1')).error).toMatchObject({ code: -32001, data: { code: "THREAD_NOT_FOUND" } });
     // Unknown everywhere is still "not found", not "forbidden".
     expect((await rpc(guarded, 'tasks/get', { id: 'nowhere' }, 'acme-token-1')).error).toMatchObject({ code: -32001, data: { code: 'THREAD_NOT_FOUND' } });
   });

@@ -21,7 +21,7 @@ async function start(config = {}) {
 /** Every event published on a thread's output, for assertions on what the user saw. */
 function record(m: NonNullable<typeof mesh>, threadId: string): ThreadEvent[] {
   const events: ThreadEvent[] = [];
-  m.client.transport.subscribe(subjects.threadOut('demo', threadId), (msg) => {
+  m.client.transport.subscribe(subjects.threadOut('demo', 'local', threadId), (msg) => {
     events.push(decode(ThreadEventSchema, msg.data, 'event'));
   });
   return events;

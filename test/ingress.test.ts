@@ -1,6 +1,6 @@
 /**
  * JetStreamIngress against a real nats-server with the repo's nats.conf: the account mapping partitions
- * `troupe.demo.thread.<id>.in`, the TROUPE_IN work-queue stream stores and de-duplicates, one node per
+ * `troupe.demo.in.<principal>.<thread>`, the TROUPE_IN work-queue stream stores and de-duplicates, one node per
  * partition consumes, per-thread order holds through failures, crashes and a server restart.
  */
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
@@ -23,11 +23,11 @@ interface PubAck {
   duplicate?: boolean;
 }
 
-/** What a gateway or client does: a core request with the A2A messageId as Nats-Msg-Id. */
-async function send(nc: NatsConnection, threadId: string, messageId: string, body: string, timeoutMs = 2_000): Promise<PubAck> {
+/** What a gateway or client does: a core request with a de-duplication id as Nats-Msg-Id. */
+async function send(nc: NatsConnection, threadId: string, messageId: string, body: string, timeoutMs = 2_000, principal = 'local'): Promise<PubAck> {
   const h = natsHeaders();
   h.set('Nats-Msg-Id', messageId);
-  const reply = await nc.request(`troupe.demo.thread.${threadId}.in`, enc.encode(body), { headers: h, timeout: timeoutMs });
+  const reply = await nc.request(`troupe.demo.in.${principal}.${threadId}`, enc.encode(body), { headers: h, timeout: timeoutMs });
   return JSON.parse(dec.decode(reply.data)) as PubAck;
 }
 
@@ -73,7 +73,7 @@ describe('JetStreamIngress', () => {
 
   beforeAll(async () => {
     server = await startNatsServer();
-    admin = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+    admin = await connect({ ...server.asNode, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
     jsm = await jetstreamManager(admin);
   });
   afterAll(async () => {
@@ -91,7 +91,7 @@ describe('JetStreamIngress', () => {
   });
 
   const connectNode = async () => {
-    const nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100, timeout: 2_000 });
+    const nc = await connect({ ...server.asNode, maxReconnectAttempts: -1, reconnectTimeWait: 100, timeout: 2_000 });
     conns.push(nc);
     return nc;
   };
@@ -120,17 +120,17 @@ describe('JetStreamIngress', () => {
   it('partitionOf matches the server mapping (FNV-1a mod 8) for 200 random thread ids', async () => {
     const nc = await connectNode();
     const seen = new Map<string, number>();
-    const sub = nc.subscribe('troupe.demo.thread.*.in.*', {
+    const sub = nc.subscribe('troupe.demo.in.*.*.*', {
       callback: (_err, m) => {
         const t = m.subject.split('.');
-        seen.set(t[3]!, Number(t[5]));
+        seen.set(t[4]!, Number(t[5]));
       },
     });
     await nc.flush();
     const ids = new Set<string>(['abc']);
     while (ids.size < 200) ids.add(randomId());
     const pub = await connectNode();
-    for (const id of ids) pub.publish(`troupe.demo.thread.${id}.in`, enc.encode('x'));
+    for (const id of ids) pub.publish(`troupe.demo.in.local.${id}`, enc.encode('x'));
     await pub.flush();
     await waitFor(() => seen.size === ids.size, 'every mapped message');
     sub.unsubscribe();
@@ -146,12 +146,12 @@ describe('JetStreamIngress', () => {
     const got: IngressMessage[] = [];
     const { ingress } = await startIngress('node-a', (m) => void got.push(m));
     await waitFor(() => ingress.owned().length === 8, 'consuming');
-    const client = await connect({ servers: server.url, user: server.creds.client.user, pass: server.creds.client.pass });
+    const client = await connect({ ...server.asNode, user: server.creds.client.user, pass: server.creds.client.pass, inboxPrefix: '_INBOX_client' });
     conns.push(client);
-    const ack = await send(client, 'perm-thread', 'perm-1', 'x', 2_000);
+    const ack = await send(client, 'perm-thread', 'perm-1', 'x', 2_000, 'client');
     expect(ack).toEqual({ stream: INGRESS_STREAM, seq: expect.any(Number) });
     await waitFor(() => got.length === 1, 'the delivery');
-    expect(got[0]?.partition).toBe(partitionOf('perm-thread'));
+    expect(got[0]).toMatchObject({ partition: partitionOf('perm-thread'), principal: 'client', threadId: 'perm-thread' });
     // Still no way into an agent's inbox.
     const refused: string[] = [];
     void (async () => {
@@ -184,11 +184,12 @@ describe('JetStreamIngress', () => {
     const [m1] = got;
     expect(m1).toMatchObject({
       threadId: 'dup-thread',
+      principal: 'local',
       partition: partitionOf('dup-thread'),
       messageId: 'msg-1',
       redelivered: false,
       deliveryCount: 1,
-      subject: `troupe.demo.thread.dup-thread.in.${partitionOf('dup-thread')}`,
+      subject: `troupe.demo.in.local.dup-thread.${partitionOf('dup-thread')}`,
     });
     expect(dec.decode(m1!.data)).toBe('hello');
     expect(m1!.headers['Nats-Msg-Id']).toBe('msg-1');

@@ -39,7 +39,7 @@ describe('PartitionLeases', () => {
   });
 
   const connectNode = async () => {
-    const nc = await connect({ servers: server.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+    const nc = await connect({ ...server.asNode, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
     conns.push(nc);
     return nc;
   };

@@ -24,7 +24,7 @@ import type { Subscription } from '../src/transport/types.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 
 /**
- * A tenant nats.conf does not map: it maps `troupe.demo.thread.*.in` (and acme's) into the durable
+ * A tenant nats.conf does not map: it maps `troupe.demo.in.*.*` (and acme's) into the durable
  * TROUPE_IN stream, which only a node started with `durable` consumes. These scenarios are about what
  * happens once a message is in a thread, so they use the plain queue-group ingress; everything else
  * (agent requests, replies, streamed chunks, `.out`, control plane) is the same subjects as any tenant.
@@ -61,7 +61,7 @@ interface Mesh {
 async function startMesh(team: TeamDefinition, config: Partial<ThreadConfig> = {}): Promise<Mesh> {
   const transports: NatsTransport[] = [];
   const connect = async (name: string) => {
-    const t = await NatsTransport.connect({ servers: nats.url, name });
+    const t = await NatsTransport.connect({ ...nats.asNode, name });
     transports.push(t);
     return t;
   };
@@ -123,7 +123,7 @@ class ThreadWatch {
 
   static async open(client: TroupeClient, threadId: string): Promise<ThreadWatch> {
     const w = new ThreadWatch(threadId);
-    w.sub = client.transport.subscribe(subjects.threadOut(TENANT, threadId), (msg) => {
+    w.sub = client.transport.subscribe(subjects.threadOut(TENANT, 'local', threadId), (msg) => {
       w.events.push(decode(ThreadEventSchema, msg.data, 'thread event'));
       for (const wake of [...w.waiters]) wake();
     });

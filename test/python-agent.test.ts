@@ -1,7 +1,8 @@
 /**
  * The stdlib-only Python agent in examples/python-agent speaks the mesh contract against a real
- * nats-server: registry announce/goodbye, request/reply with headers, streamed chunks, typed errors,
- * client routing and `ps`. The test side is the node user, through NatsTransport.
+ * nats-server: registry announce/goodbye on its own subject, request/reply with headers, chunks
+ * streamed on the reply subject, typed errors, client routing, idempotent retries and the hello. The
+ * test side is the node user, through NatsTransport.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -53,7 +54,7 @@ function requestHeaders(message: Message, threadId: string, extra: Headers = {})
     [HEADERS.threadId]: threadId,
     [HEADERS.hop]: '1',
     [HEADERS.sender]: 'user',
-    [HEADERS.msgId]: message.messageId,
+    [HEADERS.callId]: `${threadId}/${message.messageId}`,
     [HEADERS.traceparent]: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
     ...extra,
   };
@@ -68,14 +69,15 @@ describe('python agent (examples/python-agent)', () => {
   let exited: Promise<number | null>;
 
   const ask = async (body: Uint8Array, headers: Headers): Promise<AgentReply> => {
-    const reply = await node.request(INBOX, body, { timeoutMs: 3_000, headers });
+    // Chunks come first on the reply subject; the answer is the first reply without Troupe-Chunk.
+    const reply = await node.requestStream(INBOX, body, { timeoutMs: 3_000, headers, chunkHeader: HEADERS.chunk, onChunk: () => undefined });
     return AgentReplySchema.parse(json(reply));
   };
 
   beforeAll(async () => {
     server = await startNatsServer();
-    node = await NatsTransport.connect({ servers: server.url, user: server.creds.node.user, pass: server.creds.node.pass });
-    node.subscribe(subjects.registry(TENANT), (m) => {
+    node = await NatsTransport.connect({ ...server.asNode, user: server.creds.node.user, pass: server.creds.node.pass });
+    node.subscribe(subjects.registry(TENANT, 'pyecho'), (m) => {
       registry.push(RegistryEventSchema.parse(json(m)));
     });
     await node.flush();
@@ -127,24 +129,20 @@ describe('python agent (examples/python-agent)', () => {
     expect(JSON.parse(line ?? '{}')).toMatchObject({ msg: 'handled', thread: 'th-echo', agentId: 'pyecho', tenant: 'demo' });
   });
 
-  it('streams artifact-update chunks to Troupe-Stream-To before the reply', async () => {
+  it('streams artifact-update chunks on the reply subject, marked Troupe-Chunk, before the reply', async () => {
     const threadId = 'th-stream';
-    const streamTo = subjects.threadOut(TENANT, threadId);
-    const events: { at: number; body: unknown }[] = [];
-    const sub = node.subscribe(streamTo, (m) => {
-      events.push({ at: Date.now(), body: json(m) });
-    });
-    await node.flush();
+    const events: unknown[] = [];
     const message = userMessage('stream these words please');
-    const reply = await ask(
-      enc.encode(JSON.stringify(message)),
-      requestHeaders(message, threadId, { [HEADERS.streamTo]: streamTo, [HEADERS.taskId]: 'task-s', [HEADERS.contextId]: 'ctx-s' }),
-    );
-    const repliedAt = Date.now();
-    sub.unsubscribe();
+    const res = await node.requestStream(INBOX, enc.encode(JSON.stringify(message)), {
+      timeoutMs: 3_000,
+      headers: requestHeaders(message, threadId, { [HEADERS.taskId]: 'task-s', [HEADERS.contextId]: 'ctx-s' }),
+      chunkHeader: HEADERS.chunk,
+      onChunk: (m) => events.push(json(m)),
+    });
+    const reply = AgentReplySchema.parse(json(res));
+    // Every chunk came before the answer (requestStream resolves on the first reply without the header).
     expect(events.length).toBeGreaterThanOrEqual(2);
-    const chunks = events.map((e) => TaskArtifactUpdateEventSchema.parse(e.body));
-    for (const e of events) expect(e.at).toBeLessThanOrEqual(repliedAt);
+    const chunks = events.map((e) => TaskArtifactUpdateEventSchema.parse(e));
     for (const c of chunks) expect(c).toMatchObject({ taskId: 'task-s', contextId: 'ctx-s', append: true, lastChunk: false });
     expect(new Set(chunks.map((c) => c.artifact.artifactId)).size).toBe(1);
     const streamed = chunks.map((c) => c.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('')).join('');
@@ -191,8 +189,21 @@ describe('python agent (examples/python-agent)', () => {
     expect(back.metadata?.[CLIENT_ROUTING_URI]).toMatchObject({ recipient: 'sender' });
   });
 
-  it('lists itself on troupe.demo.ctl.ps', async () => {
-    const replies = await node.requestMany(subjects.ctl(TENANT, 'ps'), enc.encode('{}'), { timeoutMs: 2_000, maxReplies: 1 });
+  it('answers a retried call (same Troupe-Call-Id) with the same answer, and another thread\'s reuse of the messageId afresh', async () => {
+    const message = userMessage('once only');
+    const first = await ask(enc.encode(JSON.stringify(message)), requestHeaders(message, 'th-retry'));
+    const again = await ask(enc.encode(JSON.stringify(message)), requestHeaders(message, 'th-retry'));
+    const elsewhere = await ask(enc.encode(JSON.stringify(message)), requestHeaders(message, 'th-retry-2'));
+    if (first.kind !== 'message' || again.kind !== 'message' || elsewhere.kind !== 'message') throw new Error('expected messages');
+    expect(again.messageId).toBe(first.messageId);
+    expect(elsewhere.messageId).not.toBe(first.messageId);
+    await waitFor(() => (agentLog.includes('"msg": "answered again"') ? true : undefined), 'the cached answer log line');
+  });
+
+  it('announces and lists itself when a hello is a request (troupe ps)', async () => {
+    const before = registry.length;
+    const replies = await node.requestMany(subjects.hello(TENANT), enc.encode(''), { timeoutMs: 2_000, maxReplies: 1 });
+    await waitFor(() => (registry.length > before ? true : undefined), 'an announce after the hello');
     expect(replies).toHaveLength(1);
     const ps = PsReplySchema.parse(json(replies[0]!));
     const announce = registry.find((e) => e.kind === 'announce');
@@ -208,7 +219,7 @@ describe('python agent (examples/python-agent)', () => {
     agent.kill('SIGTERM');
     expect(await exited).toBe(0);
     const goodbye = await waitFor(() => registry.find((e) => e.kind === 'goodbye'), 'the goodbye', 2_000);
-    expect(goodbye).toEqual({ kind: 'goodbye', agentId: 'pyecho', instanceId: announce.instanceId });
+    expect(goodbye).toEqual({ kind: 'goodbye', instanceId: announce.instanceId });
     expect(agentLog).toMatch(/"msg": "left"/);
   });
 });

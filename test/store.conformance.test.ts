@@ -25,7 +25,7 @@ let bucketSeq = 0;
 
 beforeAll(async () => {
   nats = await startNatsServer();
-  nc = await connect({ servers: nats.url });
+  nc = await connect({ ...nats.asNode });
 });
 
 afterAll(async () => {
@@ -71,7 +71,7 @@ function record(tenant: string, threadId: string, state: TaskState = 'submitted'
     task: { kind: 'task', id: threadId, contextId: `ctx-${threadId}`, status: { state }, history },
     snapshot: { status: 'active', value: state, context: { hops: 0, nested: { list: [1, 2, 3] } } },
     updatedAt: new Date().toISOString(),
-    owner: 'node-1',
+    node: 'node-1',
   };
 }
 
@@ -225,14 +225,14 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
     const err = await expectError(
       mutate(meddling, 'demo', 'busy', (current) => {
         calls++;
-        return { ...current!, owner: 'loser' };
+        return { ...current!, node: 'loser' };
       }, { maxAttempts: 3 }),
       'STORE_CONFLICT',
     );
     expect(err.message).toContain('3 attempts');
     expect(calls).toBe(3);
     const final = await store.get('demo', 'busy');
-    expect(final?.record.owner).toBe('node-1');
+    expect(final?.record.node).toBe('node-1');
     expect(final?.record.task.status.state).toBe('working');
   });
 
@@ -377,7 +377,7 @@ describe('KvThreadStore on nats-server', () => {
 
   it('keeps records across a nats-server restart', async () => {
     const bucket = `restart_${process.pid}`;
-    const conn = await connect({ servers: nats.url });
+    const conn = await connect({ ...nats.asNode });
     const before = await KvThreadStore.open(conn, { bucket });
     const rec = record('demo', 'durable', 'input-required', [message('m1')]);
     const revision = await before.create(rec);
@@ -386,12 +386,12 @@ describe('KvThreadStore on nats-server', () => {
 
     await nats.restart();
     // The suite connection reconnects on its own; wait for it so later tests are not disturbed.
-    const after = await connect({ servers: nats.url });
+    const after = await connect({ ...nats.asNode });
     try {
       const store = await KvThreadStore.open(after, { bucket });
       expect(await store.get('demo', 'durable')).toEqual({ record: rec, revision });
       // CAS continues from the persisted revision.
-      const next = await store.update({ ...rec, owner: 'node-2' }, revision);
+      const next = await store.update({ ...rec, node: 'node-2' }, revision);
       expect(next).toBeGreaterThan(revision);
     } finally {
       await after.close();

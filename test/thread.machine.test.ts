@@ -105,7 +105,7 @@ describe('thread machine: model-based coverage', () => {
       }
       return base;
     };
-    const input = { threadId: 't1', tenant: 'demo', now: 0, agents };
+    const input = { threadId: 't1', tenant: 'demo', owner: 'local', now: 0, agents };
     // A state is its value, whether messages are queued and the event that led there, so self-transitions count.
     // A node per (previous state, event, state): shortest paths then cover every edge, not only every state.
     const serializeState = (s: { value: unknown; context: unknown }, e: EventObject | undefined, prev?: { value: unknown; context: unknown }) =>
@@ -211,7 +211,7 @@ function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => 
   });
   const statuses: ThreadStatusEmitted[] = [];
   const actor = createActor(machine, {
-    input: { threadId: 't1', tenant: 'demo', now: 0, agents, config: { retries: 0, agentTimeoutMs: 200, ...config } },
+    input: { threadId: 't1', tenant: 'demo', owner: 'local', now: 0, agents, config: { retries: 0, agentTimeoutMs: 200, ...config } },
   });
   actor.on('troupe.thread.status', (e) => statuses.push(e));
   actor.start();
@@ -367,7 +367,7 @@ describe('thread machine: routing behaviour', () => {
       },
     });
     const statuses: ThreadStatusEmitted[] = [];
-    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', now: 0, agents, config: { usePolicy: true, retries: 0 } } });
+    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', owner: 'local', now: 0, agents, config: { usePolicy: true, retries: 0 } } });
     actor.on('troupe.thread.status', (e) => statuses.push(e));
     actor.start();
     actor.send({ type: 'troupe.user.message', message: userMsg('facts and prose') });
@@ -384,7 +384,7 @@ describe('thread machine: routing behaviour', () => {
       actors: { router: routerMachine.provide({ actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) } }) },
     });
     const statuses: ThreadStatusEmitted[] = [];
-    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', now: 0, agents, config: { usePolicy: true } } });
+    const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', owner: 'local', now: 0, agents, config: { usePolicy: true } } });
     actor.on('troupe.thread.status', (e) => statuses.push(e));
     actor.start();
     actor.send({ type: 'troupe.user.message', message: userMsg('hmm') });

@@ -45,7 +45,7 @@ function natsBackend(): Backend {
     connect: async (onError) => {
       if (!server) throw new Error('nats-server not started');
       // No credentials: nats.conf maps anonymous connections to the demo node user.
-      return NatsTransport.connect({ servers: server.url, name: 'conformance', ...(onError ? { onError } : {}) });
+      return NatsTransport.connect({ ...server.asNode, name: 'conformance', ...(onError ? { onError } : {}) });
     },
   };
 }

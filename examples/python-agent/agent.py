@@ -5,9 +5,14 @@ pyecho: a Troupe agent in plain Python (standard library only, no NATS client li
 It speaks the NATS text protocol over a TCP socket and Troupe's wire contract in JSON:
   * serves A2A v0.3 messages on troupe.<tenant>.agent.<id>, queue group agent-<id> (replicas share load)
   * echoes the text upper-cased and picks the next recipient with the client-routing extension
-  * streams artifact-update chunks to the Troupe-Stream-To subject when the caller asks for them
-  * announces its agent card on troupe.<tenant>.registry, says goodbye on SIGTERM/SIGINT
-  * answers `troupe ps` on troupe.<tenant>.ctl.ps
+  * streams artifact-update chunks back on the request's reply subject (header Troupe-Chunk: 1) before
+    the answer; the node relays them to the user (an agent never publishes into a thread itself)
+  * announces its agent card on troupe.<tenant>.registry.<id> (the broker lets only this agent publish
+    there), says goodbye on SIGTERM/SIGINT
+  * answers a node's hello on troupe.<tenant>.hello: announces at once, and when the hello is a request
+    (`troupe ps`) replies with its status
+  * remembers answers by Troupe-Call-Id (the idempotency key, scoped to the thread), so a retried call
+    gets the same answer
 
 Run:  TROUPE_AGENT_PASSWORD=... python3 agent.py --nats nats://127.0.0.1:4222
 """
@@ -238,8 +243,10 @@ class EchoAgent:
         self.nc, self.agent_id, self.tenant = None, agent_id, tenant
         self.instance_id = str(uuid.uuid4())
         self.node = f"{agent_id}-{self.instance_id[:8]}"
-        self.registry = f"troupe.{tenant}.registry"
+        self.registry = f"troupe.{tenant}.registry.{agent_id}"
         self.inflight, self.lock = 0, threading.Lock()
+        self.answers = {}  # Troupe-Call-Id -> reply body, oldest first out
+        self.handled = 0
         self.exit_code = None  # set by a signal (0) or a lost connection (1)
 
     def card(self):
@@ -258,7 +265,7 @@ class EchoAgent:
         self.nc, nc.on_lost = nc, self.on_lost
         inbox = self.nc.subscribe(f"troupe.{self.tenant}.agent.{self.agent_id}", self.on_request,
                                   queue=f"agent-{self.agent_id}")
-        self.nc.subscribe(f"troupe.{self.tenant}.ctl.ps", self.on_ps)
+        self.nc.subscribe(f"troupe.{self.tenant}.hello", self.on_hello)
         self.nc.flush()  # subscriptions are in place before anyone learns about us
         self.announce()
         log("joined", agentId=self.agent_id, tenant=self.tenant, instanceId=self.instance_id, node=self.node)
@@ -275,8 +282,7 @@ class EchoAgent:
                 deadline = time.monotonic() + 5
                 while self.inflight and time.monotonic() < deadline:
                     time.sleep(0.02)
-                self.nc.publish(self.registry, to_json({"kind": "goodbye", "agentId": self.agent_id,
-                                                        "instanceId": self.instance_id}))
+                self.nc.publish(self.registry, to_json({"kind": "goodbye", "instanceId": self.instance_id}))
                 self.nc.flush()
                 log("left", agentId=self.agent_id, tenant=self.tenant, instanceId=self.instance_id)
             except OSError as err:
@@ -286,8 +292,9 @@ class EchoAgent:
 
     def announce(self):
         try:
+            status = {"state": "busy" if self.inflight else "idle", "inFlight": self.inflight, "handled": self.handled}
             self.nc.publish(self.registry, to_json({"kind": "announce", "instanceId": self.instance_id,
-                                                    "ttlMs": TTL_MS, "card": self.card()}))
+                                                    "ttlMs": TTL_MS, "card": self.card(), "status": status}))
         except OSError as err:
             self.on_lost(str(err))
 
@@ -298,7 +305,8 @@ class EchoAgent:
         log("disconnected", agentId=self.agent_id, error=reason)
         self.exit_code = 1
 
-    def on_ps(self, msg):
+    def on_hello(self, msg):
+        self.announce()
         if msg.reply:
             state = "busy" if self.inflight else "idle"
             actor = {"kind": "agent", "id": self.agent_id, "state": state, "node": self.node, "status": "live"}
@@ -313,6 +321,18 @@ class EchoAgent:
     def handle(self, msg):
         started, thread = time.monotonic(), msg.header("Troupe-Thread")
         outcome = {}
+        call_id = msg.header("Troupe-Call-Id")
+        with self.lock:
+            cached = self.answers.get(call_id) if call_id else None
+        if cached is not None:  # a retried call: the same answer, without doing the work again
+            try:
+                if msg.reply:
+                    self.nc.publish(msg.reply, cached, headers=self.reply_headers(msg))
+            finally:
+                with self.lock:
+                    self.inflight -= 1
+            log("answered again", thread=thread, agentId=self.agent_id, callId=call_id)
+            return
         try:
             message = parse_message(msg.data)
             reply = self.answer(msg, message)
@@ -324,6 +344,11 @@ class EchoAgent:
             body, outcome = error_reply(err.code, str(err)), {"error": err.code}
         except Exception as err:  # a bug in the agent: say so rather than leave the caller waiting
             body, outcome = error_reply("AGENT_ERROR", f"{self.agent_id} failed: {err!r}"), {"error": "AGENT_ERROR"}
+        if call_id and len(call_id) <= 512:
+            with self.lock:
+                self.answers[call_id] = body
+                if len(self.answers) > 1000:
+                    self.answers.pop(next(iter(self.answers)))
         try:
             if msg.reply:
                 self.nc.publish(msg.reply, body, headers=self.reply_headers(msg))
@@ -334,6 +359,7 @@ class EchoAgent:
         finally:
             with self.lock:
                 self.inflight -= 1
+                self.handled += 1
         log("handled", thread=thread, agentId=self.agent_id, tenant=self.tenant, hop=msg.header("Troupe-Hop"),
             sender=msg.header("Troupe-Sender"), ms=round((time.monotonic() - started) * 1000, 1), **outcome)
 
@@ -343,10 +369,9 @@ class EchoAgent:
         recipient, reason = self.route(text, message)
         task_id = msg.header("Troupe-Task") or message.get("taskId")
         context_id = msg.header("Troupe-Context") or message.get("contextId")
-        stream_to = msg.header("Troupe-Stream-To")
-        if stream_to:
+        if msg.reply:
             thread = msg.header("Troupe-Thread")
-            self.stream(msg, stream_to, out, task_id or thread or message["messageId"],
+            self.stream(msg, out, task_id or thread or message["messageId"],
                         context_id or thread or task_id or message["messageId"])
         reply = {"kind": "message", "role": "agent", "messageId": str(uuid.uuid4()),
                  "parts": [{"kind": "text", "text": out}],
@@ -368,17 +393,18 @@ class EchoAgent:
                 return mention, f"the message mentions @{mention}"
         return "sender", "echoed back to the sender"
 
-    def stream(self, msg, subject, text, task_id, context_id):
-        """Publishes the reply text as artifact-update chunks (at least two) before the final reply."""
+    def stream(self, msg, text, task_id, context_id):
+        """Sends the reply text as artifact-update chunks (at least two) on the reply subject, marked
+        Troupe-Chunk, before the final reply."""
         pieces = re.findall(r"\S+\s*", text)
         if len(pieces) < 2:
             pieces = [text[: len(text) // 2], text[len(text) // 2:]]
         artifact_id = str(uuid.uuid4())
         for piece in pieces:
-            self.nc.publish(subject, to_json({
+            self.nc.publish(msg.reply, to_json({
                 "kind": "artifact-update", "taskId": task_id, "contextId": context_id,
                 "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": piece}]},
-                "append": True, "lastChunk": False}), headers=self.reply_headers(msg))
+                "append": True, "lastChunk": False}), headers={**self.reply_headers(msg), "Troupe-Chunk": "1"})
             time.sleep(0.01)  # a real agent would be waiting for its model here
 
     def reply_headers(self, msg):

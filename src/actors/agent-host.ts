@@ -1,8 +1,9 @@
 /**
  * Joins an agent to the mesh: answers requests on its inbox (queue group per agent id, so replicas share
- * the load), announces its card on the registry subject on start and on a heartbeat, streams chunks to
- * the thread's `.out` subject, and validates everything that arrives. Bad input gets a typed error
- * reply; the host keeps serving.
+ * the load), announces its card on its own registry subject on start, on a heartbeat and when a node
+ * says hello, streams chunks back on the request's reply subject (the node relays them to the user; an
+ * agent never publishes into a thread itself), and validates everything that arrives. Bad input gets a
+ * typed error reply; the host keeps serving.
  */
 import { randomUUID } from 'node:crypto';
 import { createActor, type Actor } from 'xstate';
@@ -12,6 +13,7 @@ import {
   CLIENT_ROUTING_URI,
   DEFAULT_MAX_PAYLOAD,
   HEADERS,
+  LIMITS,
   MessageSchema,
   RoutingRequestSchema,
   TroupeError,
@@ -21,6 +23,7 @@ import {
   type ActorInfo,
   type AgentReply,
   type Message,
+  type AgentStatus,
   type PsReply,
   type RegistryEvent,
   type TaskArtifactUpdateEvent,
@@ -75,6 +78,7 @@ export class AgentHost {
   private readonly ttlMs: number;
   private readonly maxPayload: number;
   private readonly cacheSize: number;
+  /** Answers by idempotency key (`Troupe-Call-Id`, scoped to the thread), so a retried call is not redone. */
   private readonly replies = new Map<string, Promise<Uint8Array>>();
   private readonly abort = new AbortController();
   private subs: Subscription[] = [];
@@ -97,9 +101,9 @@ export class AgentHost {
     this.actor.start();
     const inbox = subjects.agentInbox(this.tenant, this.agentId);
     this.subs.push(this.transport.subscribe(inbox, (msg) => this.onRequest(msg), { queue: subjects.agentQueue(this.agentId) }));
-    this.subs.push(this.transport.subscribe(subjects.ctl(this.tenant, 'ps'), (msg) => this.onPs(msg)));
-    // A node that starts asks every agent to announce at once instead of waiting for the heartbeat.
-    this.subs.push(this.transport.subscribe(subjects.ctl(this.tenant, 'announce'), () => this.announce()));
+    // A node that starts asks every agent to announce at once instead of waiting for the heartbeat; an
+    // operator's `troupe ps` asks the same way and gets this instance's status as the reply.
+    this.subs.push(this.transport.subscribe(subjects.hello(this.tenant), (msg) => this.onHello(msg)));
     await this.transport.flush();
     this.announce();
     this.heartbeat = setInterval(() => this.announce(), this.heartbeatMs);
@@ -114,8 +118,8 @@ export class AgentHost {
     if (this.heartbeat) clearInterval(this.heartbeat);
     this.actor.send({ type: 'troupe.agent.leave' });
     if (!this.transport.closed) {
-      const goodbye: RegistryEvent = { kind: 'goodbye', agentId: this.agentId, instanceId: this.instanceId };
-      this.transport.publish(subjects.registry(this.tenant), encodeJson(goodbye));
+      const goodbye: RegistryEvent = { kind: 'goodbye', instanceId: this.instanceId };
+      this.transport.publish(subjects.registry(this.tenant, this.agentId), encodeJson(goodbye));
       await Promise.all(this.subs.map((s) => s.drain().catch(() => undefined)));
       await this.transport.flush().catch(() => undefined);
     }
@@ -138,34 +142,44 @@ export class AgentHost {
     };
   }
 
+  private status(): AgentStatus {
+    const info = this.info('');
+    const ctx = this.actor.getSnapshot().context;
+    return { state: info.state, inFlight: ctx.inFlight, handled: ctx.handled, failed: ctx.failed };
+  }
+
   private announce(): void {
     if (this.transport.closed) return;
-    const event: RegistryEvent = { kind: 'announce', card: this.agent.card, instanceId: this.instanceId, ttlMs: this.ttlMs };
+    const event: RegistryEvent = { kind: 'announce', card: this.agent.card, instanceId: this.instanceId, ttlMs: this.ttlMs, status: this.status() };
     try {
-      this.transport.publish(subjects.registry(this.tenant), encodeJson(event));
+      this.transport.publish(subjects.registry(this.tenant, this.agentId), encodeJson(event));
     } catch (err) {
       this.log.warn({ err }, 'could not announce the agent card');
     }
   }
 
-  private onPs(msg: InboundMessage): void {
+  /** Announces, and answers a hello that is a request (`troupe ps`) with this instance as an actor. */
+  private onHello(msg: InboundMessage): void {
+    this.announce();
+    if (!msg.reply) return;
     const node = `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`;
     const reply: PsReply = { node, actors: [this.info(node)], passivated: 0 };
     msg.respond(encodeJson(reply));
   }
 
   private async onRequest(msg: InboundMessage): Promise<void> {
-    const msgId = msg.headers[HEADERS.msgId];
-    if (msgId) {
-      const cached = this.replies.get(msgId);
+    const callId = msg.headers[HEADERS.callId];
+    const key = callId && callId.length <= 512 ? callId : undefined;
+    if (key) {
+      const cached = this.replies.get(key);
       if (cached) {
         msg.respond(await cached);
         return;
       }
     }
     const work = this.handle(msg).then((data) => this.fitReply(data));
-    if (msgId) {
-      this.replies.set(msgId, work);
+    if (key) {
+      this.replies.set(key, work);
       if (this.replies.size > this.cacheSize) this.replies.delete(this.replies.keys().next().value as string);
     }
     const data = await work;
@@ -178,13 +192,13 @@ export class AgentHost {
     }
   }
 
-  /** A reply larger than the bus carries becomes a PAYLOAD_TOO_LARGE error the caller can read. */
+  /** A reply larger than a thread can store becomes a PAYLOAD_TOO_LARGE error the caller can read. */
   private fitReply(data: Uint8Array): Uint8Array {
-    // Headroom for the reply subject and headers inside the server's max_payload.
-    if (data.byteLength <= this.maxPayload - 4096) return data;
-    const error = new TroupeError('PAYLOAD_TOO_LARGE', `agent "${this.agentId}" produced a ${data.byteLength}-byte reply; the limit is ${this.maxPayload - 4096}`, {
+    const limit = Math.min(LIMITS.agentReplyBytes, this.maxPayload - 4096);
+    if (data.byteLength <= limit) return data;
+    const error = new TroupeError('PAYLOAD_TOO_LARGE', `agent "${this.agentId}" produced a ${data.byteLength}-byte reply; the limit is ${limit}`, {
       size: data.byteLength,
-      limit: this.maxPayload - 4096,
+      limit,
     });
     this.log.warn({ code: error.code, size: data.byteLength }, error.message);
     return encodeJson(error.toReply());
@@ -223,10 +237,10 @@ export class AgentHost {
     this.actor.send({ type: 'troupe.agent.received', messageId: message.messageId, threadId });
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
-    const streamTo = msg.headers[HEADERS.streamTo];
     const artifactId = `${message.messageId}:stream`;
+    // Chunks go back on the reply subject, marked as chunks; the caller relays them to the user.
     const stream = (text: string) => {
-      if (!streamTo || this.transport.closed) return;
+      if (!msg.reply || this.transport.closed || text.length === 0) return;
       const event: TaskArtifactUpdateEvent = {
         kind: 'artifact-update',
         taskId,
@@ -235,7 +249,7 @@ export class AgentHost {
         append: true,
         lastChunk: false,
       };
-      this.transport.publish(streamTo, encodeJson(event));
+      msg.respond(encodeJson(event), { [HEADERS.chunk]: '1' });
     };
     const ctx: AgentContext = {
       tenant: this.tenant,

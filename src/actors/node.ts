@@ -1,34 +1,50 @@
 /**
  * A Troupe node: the registry, the thread host (router and thread actors) and the control plane on one
  * transport. One process or twenty run the same code; nodes find each other only through subjects.
+ *
+ * Edges, each validated here before anything else sees it:
+ * - `in.<P>.<T>` (durable: the TROUPE_IN stream; else a queue subscription): a user message of
+ *   principal P into thread T. The owner of a thread is P, or `P/<user>` when P names a user in the
+ *   `Troupe-User` header (the gateway serves many users on one principal).
+ * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, cancel).
+ * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, dlq).
+ * Every bad input gets a typed error on the requester's reply or on its `out` subject; none can end the
+ * process.
  */
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
+import { v7 as uuidv7 } from 'uuid';
+import { z } from 'zod';
+import type { NatsConnection } from '@nats-io/transport-node';
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/scoring.js';
 import {
-  DEFAULT_MAX_PAYLOAD,
+  ClientThreadRequestSchema,
+  HEADERS,
   InspectRequestSchema,
+  LIMITS,
+  META,
   MessageSchema,
+  ThreadCtlSchema,
+  ThreadsRequestSchema,
   TroupeError,
   decode,
   encodeJson,
+  isValidId,
   type ActorInfo,
   type InspectReply,
   type PsReply,
+  type TaskStatusUpdateEvent,
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
-import { subjects } from '../transport/subjects.js';
+import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import { z } from 'zod';
-import type { NatsConnection } from '@nats-io/transport-node';
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { silentLogger } from '../observability/logger.js';
-import { Registry } from './registry.js';
-import { ThreadHost } from './thread-host.js';
 import { redact } from '../observability/redact.js';
-import { META } from '../protocol/metadata.js';
+import { Registry } from './registry.js';
+import { ThreadHost } from './threads/host.js';
+import { listDeadLetters } from './dead-letters.js';
 
 export interface NodeOptions {
   transport: Transport;
@@ -42,18 +58,11 @@ export interface NodeOptions {
   inspect?: boolean;
   maxPayload?: number;
   /**
-   * Durable inbound messages: a JetStream stream partitioned by thread (nats.conf's mapping), one owner
-   * per partition through leases. Without it, `.in` is a plain queue-group subscription (embedded mode).
+   * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
+   * per partition through leases. Without it, `in` is a plain queue-group subscription (embedded mode).
    */
-  durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number };
+  durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number; replicas?: number };
 }
-
-const ThreadCtlSchema = z.object({
-  threadId: z.string().min(1),
-  reason: z.string().optional(),
-  /** `thread` only: false returns the record as stored (the gateway, a client finding its answer); default true for diagnostics. */
-  redact: z.boolean().optional(),
-});
 
 export class TroupeNode {
   readonly nodeId: string;
@@ -62,7 +71,7 @@ export class TroupeNode {
   readonly threads: ThreadHost;
   private readonly transport: Transport;
   private readonly log: Logger;
-  private readonly maxPayload: number;
+  private readonly maxMessageBytes: number;
   private subs: Subscription[] = [];
   private readonly startedAt = Date.now();
   private ingress?: JetStreamIngress;
@@ -71,9 +80,9 @@ export class TroupeNode {
   constructor(private readonly opts: NodeOptions) {
     this.transport = opts.transport;
     this.tenant = opts.tenant ?? 'demo';
-    this.nodeId = opts.nodeId ?? `node-${randomUUID().slice(0, 8)}`;
+    this.nodeId = opts.nodeId ?? `node-${uuidv7().slice(-12)}`;
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: this.nodeId });
-    this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
+    this.maxMessageBytes = Math.min(opts.maxPayload ?? LIMITS.userMessageBytes, LIMITS.userMessageBytes);
     this.partitions = opts.durable?.partitions ?? 8;
     this.registry = new Registry(this.transport, this.tenant, { logger: opts.logger ?? silentLogger() });
     this.threads = new ThreadHost({
@@ -102,18 +111,32 @@ export class TroupeNode {
         nodeId: this.nodeId,
         partitions: this.partitions,
         ...(durable.leaseTtlMs ? { leaseTtlMs: durable.leaseTtlMs } : {}),
+        ...(durable.replicas ? { replicas: durable.replicas } : {}),
         handler: (m) => this.onDurableIn(m),
         onPartitionAcquired: async (p) => {
           await this.threads.resumeThreads((id) => partitionOf(id, this.partitions) === p);
         },
         onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),
+        onRefused: (m) => {
+          if (m.principal && m.threadId) this.publishRejection(m.principal, m.threadId, bareMessageId(m.threadId, m.messageId), m.error);
+        },
+        onDeadLetter: (m, error) =>
+          this.publishRejection(
+            m.principal,
+            m.threadId,
+            bareMessageId(m.threadId, m.messageId),
+            new TroupeError('WORKFLOW_ERROR', `your message could not be handled after ${m.deliveryCount} attempts and was set aside (${error.code}: ${error.message})`, { deadLettered: true }),
+          ),
         ...(this.opts.logger ? { logger: this.opts.logger } : {}),
       });
       await this.ingress.start();
     } else {
       // One node in-process: a queue group delivers each message once.
-      this.subs.push(t.subscribe(subjects.allThreadsIn(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
+      this.subs.push(t.subscribe(subjects.threadInAll(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
     }
+    // Reads come from the store: any node may answer. Changes go to the node that owns the thread.
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'task'), (m) => this.onClientRequest(m, 'task'), { queue: 'troupe-req' }));
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.onPs(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.onInspect(m)));
     // Only the owner of a thread acts on it, so these reach every node and the owner answers.
@@ -121,6 +144,7 @@ export class TroupeNode {
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
+    if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
     await t.flush();
     this.log.info({ transport: t.name }, 'node started');
     return this;
@@ -135,7 +159,7 @@ export class TroupeNode {
     this.log.info('node stopped');
   }
 
-  /** Every actor this node holds (for `troupe ps`). */
+  /** Every actor this node holds, and the agents its registry sees (for `troupe ps`). */
   ps(): PsReply {
     const { actors, passivated } = this.threads.list();
     const node: ActorInfo = {
@@ -157,7 +181,7 @@ export class TroupeNode {
       state: `${this.registry.agents().length} agents`,
       node: this.nodeId,
       status: 'live',
-      detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`) },
+      detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`), refused: this.registry.refusedCount },
     };
     return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
   }
@@ -167,66 +191,118 @@ export class TroupeNode {
     return !this.ingress || this.ingress.owned().includes(partitionOf(threadId, this.partitions));
   }
 
+  // ---- user messages ---------------------------------------------------------------------------------
+
+  /** The owner a message speaks for: its principal, and the user the principal names (if a valid one). */
+  private ownerOf(principal: string, headers: Record<string, string>): string | TroupeError {
+    const user = headers[HEADERS.user];
+    if (user === undefined) return principal;
+    if (!isValidId('user', user)) return new TroupeError('INVALID_MESSAGE', `header ${HEADERS.user} is not a valid user id`);
+    return `${principal}/${user}`;
+  }
+
   /**
    * A message from the durable stream: resolves once the thread state that includes it is committed
-   * (then the ingress acks it). A message that can never be accepted is refused on the thread's output
-   * and thrown as a client error, so it is not redelivered.
+   * (then the ingress acks it). A message that can never be accepted is refused on the sender's `out`
+   * subject and thrown as a client error, so it is not redelivered.
    */
   private async onDurableIn(msg: IngressMessage): Promise<void> {
-    const { threadId } = msg;
-    let messageId = msg.messageId;
+    const { threadId, principal } = msg;
+    let messageId = bareMessageId(threadId, msg.messageId);
     try {
-      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxPayload);
+      const owner = this.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
       messageId = message.messageId;
-      await this.threads.deliver(threadId, message);
+      await this.threads.deliver(threadId, message, owner);
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
-      if (CLIENT_ERROR_CODES.has(error.code)) this.publishRejection(threadId, messageId, error);
+      if (CLIENT_ERROR_CODES.has(error.code) || error.code === 'THREAD_NOT_FOUND') {
+        this.publishRejection(principal, threadId, messageId, error);
+        this.log.warn({ thread: threadId, code: error.code, redelivered: msg.redelivered }, error.message);
+        // Terminal for this message: the ingress terminates it instead of redelivering.
+        throw error.code === 'THREAD_NOT_FOUND' ? new TroupeError('INVALID_MESSAGE', error.message) : error;
+      }
       this.log.warn({ thread: threadId, code: error.code, redelivered: msg.redelivered }, error.message);
       throw error;
     }
   }
 
-  /** Tells the sender on the thread's output that its message was refused (final for that message). */
-  private publishRejection(threadId: string, messageId: string | undefined, error: TroupeError): void {
-    const safeThread = /^[A-Za-z0-9_-]+$/.test(threadId) ? threadId : 'unknown';
-    this.transport.publish(
-      subjects.threadOut(this.tenant, safeThread),
-      encodeJson({
-        kind: 'status-update',
-        taskId: threadId,
-        contextId: threadId,
-        status: {
-          state: 'rejected',
-          message: {
-            kind: 'message',
-            role: 'agent',
-            messageId: `${messageId ?? 'unknown'}:rejected`,
-            parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
-            metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(messageId ? { [META.inReplyTo]: messageId } : {}) },
-          },
+  /** Tells the sender on its `out` subject for the thread that its message was refused (final for that message). */
+  private publishRejection(principal: string, threadId: string, messageId: string | undefined, error: TroupeError): void {
+    if (!isValidId('principal', principal) || !isValidId('thread', threadId)) return;
+    const event: TaskStatusUpdateEvent = {
+      kind: 'status-update',
+      taskId: threadId,
+      contextId: threadId,
+      status: {
+        state: 'rejected',
+        message: {
+          kind: 'message',
+          role: 'agent',
+          messageId: `${isValidId('message', messageId) ? messageId : 'unknown'}:rejected`.slice(0, 256),
+          parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+          metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(isValidId('message', messageId) ? { [META.inReplyTo]: messageId } : {}) },
         },
-        final: true,
-        metadata: { [META.error]: error.toBody() },
-      }),
-    );
+      },
+      final: true,
+      metadata: { [META.error]: error.toBody() },
+    };
+    try {
+      this.transport.publish(subjects.threadOut(this.tenant, principal, threadId), encodeJson(event));
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'could not publish a rejection');
+    }
   }
 
+  /** Without durable ingress: a request on `in.<P>.<T>`, answered with an ack or a typed error. */
   private async onThreadIn(msg: InboundMessage): Promise<void> {
-    const threadId = subjects.threadIdOf(msg.subject) ?? '';
-    const log = this.log.child({ thread: threadId });
+    const parsed = parseThreadIn(msg.subject);
+    if ('problem' in parsed) {
+      msg.respond(encodeJson(new TroupeError('INVALID_MESSAGE', `refused a message on a malformed subject: ${parsed.problem}`).toReply()));
+      return;
+    }
+    const { threadId, principal } = parsed;
     try {
-      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxPayload);
-      const { duplicate } = await this.threads.deliver(threadId, message);
+      const owner = this.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
+      const { duplicate } = await this.threads.deliver(threadId, message, owner);
       const ack: ThreadAck = { kind: 'ack', threadId, messageId: message.messageId, ...(duplicate ? { duplicate } : {}) };
       msg.respond(encodeJson(ack));
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
-      log.warn({ code: error.code }, error.message);
-      // A plain publish has nobody to answer; say it on the thread's output so it is not lost.
-      if (!msg.respond(encodeJson(error.toReply()))) this.publishRejection(threadId, undefined, error);
+      this.log.warn({ thread: threadId, code: error.code }, error.message);
+      // A plain publish has nobody to answer; say it on the sender's output so it is not lost.
+      if (!msg.respond(encodeJson(error.toReply()))) this.publishRejection(principal, threadId, undefined, error);
     }
   }
+
+  // ---- a client's requests about its threads ------------------------------------------------------------
+
+  private async onClientRequest(msg: InboundMessage, verb: 'task' | 'cancel'): Promise<void> {
+    try {
+      const principal = principalOfRequest(msg.subject);
+      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
+      const owner = this.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const req = decode(ClientThreadRequestSchema, msg.data, `${verb} request`, 4096);
+      if (verb === 'task') {
+        const { task, revision } = await this.threads.task(req.threadId, owner);
+        const n = req.historyLength;
+        const trimmed = n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) };
+        msg.respond(encodeJson({ kind: 'task', task: trimmed, revision }));
+        return;
+      }
+      if (!this.ownsThread(req.threadId)) return; // the owning node answers
+      const state = await this.threads.cancel(req.threadId, req.reason, owner);
+      msg.respond(encodeJson({ kind: 'ok', threadId: req.threadId, state, node: this.nodeId }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  // ---- operator control --------------------------------------------------------------------------------
 
   private onPs(msg: InboundMessage): void {
     msg.respond(encodeJson(this.ps()));
@@ -234,10 +310,24 @@ export class TroupeNode {
 
   private onInspect(msg: InboundMessage): void {
     try {
-      const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request');
+      const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request', 4096);
       if (actorId === this.nodeId || actorId === `${this.nodeId}/registry`) {
         const actor = this.ps().actors.find((a) => a.id === actorId);
         const reply: InspectReply = { found: true, node: this.nodeId, ...(actor ? { actor } : {}), value: actor?.state, context: actor?.detail, events: [] };
+        msg.respond(encodeJson(reply));
+        return;
+      }
+      const card = isValidId('agent', actorId) ? this.registry.card(actorId) : undefined;
+      if (card) {
+        // An agent: its card and its instances as this node's registry sees them.
+        const reply: InspectReply = {
+          found: true,
+          node: this.nodeId,
+          actor: { kind: 'agent', id: actorId, state: `${this.registry.instanceCount(actorId)} instance(s)`, node: this.nodeId, status: 'live' },
+          value: this.registry.statuses(actorId).map((s) => s.status?.state ?? 'unknown'),
+          context: redact({ card, instances: this.registry.statuses(actorId) }),
+          events: [],
+        };
         msg.respond(encodeJson(reply));
         return;
       }
@@ -254,7 +344,7 @@ export class TroupeNode {
 
   private async onThreadCtl(msg: InboundMessage, verb: 'cancel' | 'rehydrate'): Promise<void> {
     try {
-      const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`);
+      const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`, 4096);
       if (!this.ownsThread(threadId)) return; // the owner answers
       const state = verb === 'cancel' ? await this.threads.cancel(threadId, reason) : await this.threads.rehydrate(threadId);
       msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.nodeId }));
@@ -265,14 +355,17 @@ export class TroupeNode {
 
   private async onThreads(msg: InboundMessage): Promise<void> {
     try {
-      const filter = msg.data.length ? decode(z.object({ state: z.string().optional() }), msg.data, 'threads request') : {};
-      const live = new Set(this.threads.list().actors.filter((a) => a.kind === 'thread').map((a) => a.id));
+      const filter = msg.data.length ? decode(ThreadsRequestSchema, msg.data, 'threads request', 4096) : {};
+      const limit = filter.limit ?? 1_000;
       const rows = [];
       for await (const entry of this.threads.store.list(this.tenant)) {
         if (filter.state && entry.state !== filter.state) continue;
-        rows.push({ ...entry, live: live.has(entry.threadId) });
+        // Whether a live actor holds it: asked of the node that owns its partition, which is the only one
+        // that can; `troupe threads` merges the answers of every node.
+        rows.push({ ...entry, live: this.threads.isLive(entry.threadId), node: this.ownsThread(entry.threadId) ? this.nodeId : undefined });
+        if (rows.length >= limit) break;
       }
-      msg.respond(encodeJson({ kind: 'threads', threads: rows }));
+      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
@@ -280,13 +373,29 @@ export class TroupeNode {
 
   private async onThread(msg: InboundMessage): Promise<void> {
     try {
-      const { threadId, redact: masked = true } = decode(ThreadCtlSchema, msg.data, 'thread request');
+      const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request', 4096);
       const stored = await this.threads.store.get(this.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
       const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: masked ? redact(record) : record }));
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact(record) }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
   }
+
+  private async onDeadLetters(msg: InboundMessage, nc: NatsConnection): Promise<void> {
+    try {
+      const req = msg.data.length ? decode(z.object({ limit: z.number().int().min(1).max(1000).optional() }), msg.data, 'dlq request', 1024) : {};
+      const entries = await listDeadLetters(nc, req.limit ?? 100);
+      msg.respond(encodeJson({ kind: 'dlq', entries: redact(entries) }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+}
+
+/** The client's messageId out of a de-duplication id `<threadId>/<messageId>`. */
+function bareMessageId(threadId: string, scoped: string | undefined): string | undefined {
+  if (!scoped) return undefined;
+  return scoped.startsWith(`${threadId}/`) ? scoped.slice(threadId.length + 1) : scoped;
 }

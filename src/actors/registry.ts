@@ -1,21 +1,48 @@
 /**
- * The catalog of live agents, built from the cards agents announce on `troupe.<tenant>.registry`.
- * An agent is live while at least one of its instances has announced within its ttl; one that stops
- * heartbeating leaves the catalog on the next sweep.
+ * The catalog of live agents, built from the cards agents announce on `troupe.<tenant>.registry.<id>`.
+ * The broker lets only agent A publish on `registry.A`, so the agent id comes from the subject, never
+ * from the payload: a card claiming another id is refused, and a goodbye can only remove the sender's
+ * own instances. An agent is live while at least one of its instances has announced within its ttl
+ * (capped at 60 s); one that stops heartbeating leaves the catalog on the next sweep. The number of
+ * agents, instances and the size of a card are capped, so a flood of announcements costs bounded memory
+ * and bounded work per event.
  */
 import type { Logger } from 'pino';
 import type { AgentDirectory } from '../machines/route.js';
-import { RegistryEventSchema, decode, simplifyCard, supportsClientRouting, type AgentCard, type SimplifiedAgentCard } from '../protocol/index.js';
-import { subjects } from '../transport/subjects.js';
-import type { Subscription, Transport } from '../transport/types.js';
+import {
+  LIMITS,
+  RegistryEventSchema,
+  TroupeError,
+  decode,
+  simplifyCard,
+  supportsClientRouting,
+  type AgentCard,
+  type AgentStatus,
+  type RegistryEvent,
+  type SimplifiedAgentCard,
+} from '../protocol/index.js';
+import { agentOfRegistrySubject, subjects } from '../transport/subjects.js';
+import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { silentLogger } from '../observability/logger.js';
 
 interface Instance {
   card: AgentCard;
   expiresAt: number;
+  status?: AgentStatus;
 }
 
 export type RegistryListener = (agents: AgentCard[]) => void;
+
+export interface RegistryOptions {
+  logger?: Logger;
+  sweepMs?: number;
+  now?: () => number;
+  maxAgents?: number;
+  maxInstancesPerAgent?: number;
+}
+
+/** Longest description a peer card carries in agent requests. */
+const PEER_DESCRIPTION_CHARS = 300;
 
 export class Registry {
   private readonly instances = new Map<string, Map<string, Instance>>();
@@ -23,31 +50,31 @@ export class Registry {
   private sub?: Subscription;
   private sweeper?: NodeJS.Timeout;
   private readonly log: Logger;
+  private readonly sweepMs: number;
+  private readonly now: () => number;
+  private readonly maxAgents: number;
+  private readonly maxInstances: number;
+  /** Derived views, rebuilt only when the catalog changes (every turn reads them). */
+  private cache?: { agents: AgentCard[]; directory: AgentDirectory; peers: SimplifiedAgentCard[] };
+  private refused = 0;
 
   constructor(
     private readonly transport: Transport,
     readonly tenant: string,
-    opts: { logger?: Logger; sweepMs?: number; now?: () => number } = {},
+    opts: RegistryOptions = {},
   ) {
     this.log = (opts.logger ?? silentLogger()).child({ tenant, actor: 'registry' });
     this.sweepMs = opts.sweepMs ?? 1_000;
     this.now = opts.now ?? Date.now;
+    this.maxAgents = opts.maxAgents ?? LIMITS.agentsPerTenant;
+    this.maxInstances = opts.maxInstancesPerAgent ?? LIMITS.instancesPerAgent;
   }
 
-  private readonly sweepMs: number;
-  private readonly now: () => number;
-
   async start(): Promise<this> {
-    this.sub = this.transport.subscribe(subjects.registry(this.tenant), (msg) => {
-      try {
-        this.apply(decode(RegistryEventSchema, msg.data, 'registry event'));
-      } catch (err) {
-        this.log.warn({ err: (err as Error).message }, 'ignored an invalid registry event');
-      }
-    });
+    this.sub = this.transport.subscribe(subjects.registryAll(this.tenant), (msg) => this.onEvent(msg));
     await this.transport.flush();
     // Ask agents already on the mesh to announce now rather than at their next heartbeat.
-    this.transport.publish(subjects.ctl(this.tenant, 'announce'), new Uint8Array());
+    this.transport.publish(subjects.hello(this.tenant), new Uint8Array());
     this.sweeper = setInterval(() => this.sweep(), this.sweepMs);
     this.sweeper.unref();
     return this;
@@ -56,6 +83,11 @@ export class Registry {
   async stop(): Promise<void> {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sub?.unsubscribe();
+  }
+
+  /** Announcements refused so far (wrong id, too large, over a cap, malformed). */
+  get refusedCount(): number {
+    return this.refused;
   }
 
   /** Resolves once every named agent is live (or rejects after the timeout). */
@@ -84,10 +116,7 @@ export class Registry {
   }
 
   agents(): AgentCard[] {
-    return [...this.instances.values()].flatMap((byInstance) => {
-      const first = byInstance.values().next().value as Instance | undefined;
-      return first ? [first.card] : [];
-    });
+    return this.views().agents;
   }
 
   card(agentId: string): AgentCard | undefined {
@@ -99,37 +128,83 @@ export class Registry {
     return this.instances.get(agentId)?.size ?? 0;
   }
 
+  /** Last reported status of each live instance of an agent. */
+  statuses(agentId: string): Array<{ instanceId: string; status?: AgentStatus }> {
+    return [...(this.instances.get(agentId) ?? new Map<string, Instance>())].map(([instanceId, i]) => ({ instanceId, ...(i.status ? { status: i.status } : {}) }));
+  }
+
+  /** What the router knows of each live agent (a null-prototype object: ids are external strings). */
   directory(): AgentDirectory {
-    return Object.fromEntries(this.agents().map((card) => [card.id, { supportsClientRouting: supportsClientRouting(card) }]));
+    return this.views().directory;
   }
 
-  /** The cards an agent may route to: every live agent but itself. */
+  /** The simplified cards an agent may route to: every live agent but itself, capped in number and size. */
   peersOf(agentId: string): SimplifiedAgentCard[] {
-    return this.agents()
-      .filter((card) => card.id !== agentId)
-      .map(simplifyCard);
+    return this.views()
+      .peers.filter((card) => card.id !== agentId)
+      .slice(0, LIMITS.peersPerRequest);
   }
 
-  private apply(event: ReturnType<typeof RegistryEventSchema.parse>): void {
+  private views(): NonNullable<Registry['cache']> {
+    if (!this.cache) {
+      const agents = [...this.instances.values()].flatMap((byInstance) => {
+        const first = byInstance.values().next().value as Instance | undefined;
+        return first ? [first.card] : [];
+      });
+      const directory: AgentDirectory = Object.create(null) as AgentDirectory;
+      for (const card of agents) directory[card.id] = { supportsClientRouting: supportsClientRouting(card) };
+      const peers = agents.map((card) => {
+        const simple = simplifyCard(card);
+        return simple.description.length > PEER_DESCRIPTION_CHARS ? { ...simple, description: `${simple.description.slice(0, PEER_DESCRIPTION_CHARS)}…` } : simple;
+      });
+      this.cache = { agents, directory, peers };
+    }
+    return this.cache;
+  }
+
+  private onEvent(msg: InboundMessage): void {
+    const agentId = agentOfRegistrySubject(msg.subject);
+    try {
+      if (!agentId) throw new TroupeError('INVALID_MESSAGE', `registry event on an unexpected subject`);
+      this.apply(agentId, decode(RegistryEventSchema, msg.data, `registry event of ${agentId}`, LIMITS.cardBytes));
+    } catch (err) {
+      this.refused++;
+      // Rate of these is bounded by the broker (only A publishes on registry.A); log at debug after the first few.
+      this.log[this.refused <= 20 ? 'warn' : 'debug']({ agent: agentId, err: (err as Error).message }, 'refused a registry event');
+    }
+  }
+
+  private apply(agentId: string, event: RegistryEvent): void {
     if (event.kind === 'announce') {
-      let byInstance = this.instances.get(event.card.id);
+      if (event.card.id !== agentId) {
+        throw new TroupeError('INVALID_MESSAGE', `agent ${agentId} announced a card for "${event.card.id}"; an agent may only announce itself`);
+      }
+      let byInstance = this.instances.get(agentId);
       const isNew = !byInstance;
       if (!byInstance) {
+        if (this.instances.size >= this.maxAgents) throw new TroupeError('PAYLOAD_TOO_LARGE', `the registry holds ${this.maxAgents} agents, its limit`);
         byInstance = new Map();
-        this.instances.set(event.card.id, byInstance);
+        this.instances.set(agentId, byInstance);
       }
-      byInstance.set(event.instanceId, { card: event.card, expiresAt: this.now() + event.ttlMs });
+      if (!byInstance.has(event.instanceId) && byInstance.size >= this.maxInstances) {
+        throw new TroupeError('PAYLOAD_TOO_LARGE', `agent ${agentId} has ${this.maxInstances} instances, the limit`);
+      }
+      const previous = byInstance.get(event.instanceId);
+      byInstance.set(event.instanceId, { card: event.card, expiresAt: this.now() + event.ttlMs, ...(event.status ? { status: event.status } : {}) });
       if (isNew) {
-        this.log.info({ agent: event.card.id }, 'agent joined');
-        this.emit();
+        this.log.info({ agent: agentId }, 'agent joined');
+        this.changed();
+      } else if (previous && byInstance.values().next().value === byInstance.get(event.instanceId) && JSON.stringify(previous.card) !== JSON.stringify(event.card)) {
+        // The card the catalog shows changed (a redeploy with new skills).
+        this.changed();
       }
       return;
     }
-    const byInstance = this.instances.get(event.agentId);
+    const byInstance = this.instances.get(agentId);
     if (byInstance?.delete(event.instanceId) && byInstance.size === 0) {
-      this.instances.delete(event.agentId);
-      this.log.info({ agent: event.agentId }, 'agent left');
-      this.emit();
+      this.instances.delete(agentId);
+      this.log.info({ agent: agentId }, 'agent left');
+      this.changed();
     }
   }
 
@@ -144,10 +219,11 @@ export class Registry {
         changed = true;
       }
     }
-    if (changed) this.emit();
+    if (changed) this.changed();
   }
 
-  private emit(): void {
+  private changed(): void {
+    this.cache = undefined;
     const agents = this.agents();
     for (const listener of [...this.listeners]) listener(agents);
   }

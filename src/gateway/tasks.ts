@@ -3,14 +3,12 @@
  * message/send is one turn, the stored Task comes from the thread record. No HTTP here.
  */
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import type { TroupeClient } from '../sdk/client.js';
 import type { Logger } from '../observability/logger.js';
 import {
   TERMINAL_TASK_STATES,
-  TaskSchema,
+
   TroupeError,
-  parseWith,
   type Message,
   type Task,
   type TaskStatusUpdateEvent,
@@ -27,8 +25,6 @@ export interface CallContext {
   turnTimeoutMs: number;
 }
 
-/** The reply of `ctl thread`: the stored record (redacted by the node), of which the gateway needs the Task. */
-const StoredThreadSchema = z.object({ kind: z.literal('thread'), record: z.object({ task: TaskSchema }) });
 
 /** A2A `message/send`: one turn; resolves with the Task once the turn's final status is out. */
 export async function sendMessage(ctx: CallContext, params: MessageSendParams): Promise<Task> {
@@ -66,7 +62,10 @@ export async function cancelTask(ctx: CallContext, params: TaskIdParams): Promis
     if (err instanceof TroupeError && err.code === 'THREAD_CLOSED') {
       throw new TroupeError('THREAD_CLOSED', `Task cannot be canceled: ${err.message}`);
     }
-    throw await explainMissing(ctx, params.id, err);
+    if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') {
+      throw new TroupeError('THREAD_NOT_FOUND', `Task not found: no task ${params.id} here; start one with message/send without taskId`);
+    }
+    throw err;
   }
   return storedTask(ctx, params.id);
 }
@@ -98,24 +97,14 @@ async function taskAfterTurn(ctx: CallContext, threadId: string, final: TaskStat
 
 async function storedTask(ctx: CallContext, taskId: string): Promise<Task> {
   try {
-    return parseWith(StoredThreadSchema, await ctx.client.ctl('thread', { threadId: taskId, redact: false }), `stored task ${taskId}`).record.task;
+    return await ctx.client.task(taskId);
   } catch (err) {
-    throw await explainMissing(ctx, taskId, err);
+    // Another tenant's task and no task at all get the same answer: a caller cannot probe which ids exist.
+    if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') {
+      throw new TroupeError('THREAD_NOT_FOUND', `Task not found: no task ${taskId} here; start one with message/send without taskId`);
+    }
+    throw err;
   }
-}
-
-/**
- * A thread missing from the caller's tenant: TENANT_FORBIDDEN when another tenant has it (DESIGN §6: a
- * request for another tenant's thread is refused), A2A's "Task not found" otherwise. Other errors pass.
- */
-async function explainMissing(ctx: CallContext, taskId: string, err: unknown): Promise<unknown> {
-  if (!(err instanceof TroupeError) || err.code !== 'THREAD_NOT_FOUND') return err;
-  const found = await Promise.all(ctx.otherTenants.map((c) => c.ctl('thread', { threadId: taskId }).then(() => true, () => false)));
-  if (found.includes(true)) {
-    ctx.log.warn({ thread: taskId }, 'refused a request for another tenant\'s task');
-    return new TroupeError('TENANT_FORBIDDEN', `task ${taskId} belongs to another tenant: use a task id your own requests created`);
-  }
-  return new TroupeError('THREAD_NOT_FOUND', `Task not found: no task ${taskId} here; start one with message/send without taskId`);
 }
 
 function withHistory(task: Task, historyLength?: number): Task {

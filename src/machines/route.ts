@@ -12,6 +12,14 @@ export interface AgentDirectoryEntry {
 }
 export type AgentDirectory = Record<string, AgentDirectoryEntry>;
 
+/**
+ * The directory entry of a live agent. Ids are external strings (an agent may name `constructor` or
+ * `__proto__`), and a directory restored from a snapshot is a plain object: only own keys count.
+ */
+export function liveAgent(agents: AgentDirectory, id: string): AgentDirectoryEntry | undefined {
+  return Object.hasOwn(agents, id) ? agents[id] : undefined;
+}
+
 export interface ReplyRouteInput {
   reply: Message;
   /** The agent that produced the reply. */
@@ -52,7 +60,7 @@ export function routeReply(input: ReplyRouteInput): RouteDecision {
   const why = response?.reason ? `: ${response.reason}` : '';
 
   if (recipient === undefined) {
-    const supports = agents[from]?.supportsClientRouting ?? false;
+    const supports = liveAgent(agents, from)?.supportsClientRouting ?? false;
     return {
       to: 'user',
       reason: supports ? `${from} named no recipient; policy answers the user` : `${from} does not use client routing; it answers the user`,
@@ -76,7 +84,7 @@ export function routeReply(input: ReplyRouteInput): RouteDecision {
         error: { code: 'ROUTING_LOOP', message: `agent "${from}" routed a message to itself`, details: { reason: 'self', agentId: from } },
       };
     }
-    if (!agents[target]) {
+    if (!liveAgent(agents, target)) {
       return {
         to: 'user',
         reason: `${from} named an unknown agent "${target}"`,

@@ -7,7 +7,7 @@
 import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../protocol/routing.js';
-import { routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from './route.js';
+import { liveAgent, routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from './route.js';
 
 export interface UserRouteInput {
   message: Message;
@@ -65,12 +65,12 @@ export const routerSetup = setup({
     userAddressedAgent: ({ context }) => {
       if (context.input.kind !== 'user') return false;
       const id = addressedAgent(context.input.message);
-      return id !== undefined && context.input.agents[id] !== undefined;
+      return id !== undefined && liveAgent(context.input.agents, id) !== undefined;
     },
     userAddressedUnknownAgent: ({ context }) => {
       if (context.input.kind !== 'user') return false;
       const id = addressedAgent(context.input.message);
-      return id !== undefined && context.input.agents[id] === undefined;
+      return id !== undefined && liveAgent(context.input.agents, id) === undefined;
     },
     usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
     confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,

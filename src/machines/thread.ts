@@ -10,7 +10,7 @@ import type { Message, TaskState } from '../protocol/a2a.js';
 import type { ErrorBody } from '../protocol/errors.js';
 import { USER } from '../protocol/routing.js';
 import { agentCallMachine, type AgentCallOutput } from './agent-call.js';
-import type { AgentDirectory, RouteDecision } from './route.js';
+import { liveAgent, type AgentDirectory, type RouteDecision } from './route.js';
 import { routerMachine, type RouterInput } from './router.js';
 import { orchestrationMachine, type OrchestrationOutput, type OrchestrationStrategy } from './orchestration.js';
 import { handoffEventsForTargetReply, handoffFailedEvent, handoffMachine, type HandoffEvent, type HandoffOutput } from './handoff.js';
@@ -62,6 +62,8 @@ export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
 export interface ThreadInput {
   threadId: string;
   tenant: string;
+  /** Who may use the thread: `<principal>` or `<principal>/<user>` (set once, by the first message). */
+  owner: string;
   contextId?: string;
   config?: Partial<ThreadConfig>;
   agents?: AgentDirectory;
@@ -96,6 +98,7 @@ export interface ThreadHandoff {
 export interface ThreadContext {
   threadId: string;
   tenant: string;
+  owner: string;
   contextId: string;
   config: ThreadConfig;
   agents: AgentDirectory;
@@ -193,11 +196,11 @@ function planHandoff(context: ThreadContext): { request: HandoffRequest } | { er
   }
   if (!directive) return undefined;
   const source = turn.lastFrom ?? turn.current;
-  if (!context.agents[directive.targetAgentId]) {
+  if (!liveAgent(context.agents, directive.targetAgentId)) {
     return { error: { code: 'AGENT_NOT_FOUND', message: `${source} asked to hand off to "${directive.targetAgentId}", which is not a live agent` } };
   }
   try {
-    return { request: handoffRequestFromDirective(directive, { threadId: context.threadId, tenantId: context.tenant, userId: 'user', sourceAgentId: source }) };
+    return { request: handoffRequestFromDirective(directive, { threadId: context.threadId, tenantId: context.tenant, userId: userOf(context.owner), sourceAgentId: source }) };
   } catch (err) {
     return { error: { code: 'INVALID_MESSAGE', message: err instanceof Error ? err.message : String(err) } };
   }
@@ -231,6 +234,12 @@ function resumeMessage(context: ThreadContext, handoff: ThreadHandoff, status: s
       [META.handoffResume]: { targetAgentId, status },
     },
   };
+}
+
+/** The end user of an owner `<principal>/<user>`, or the principal itself. */
+export function userOf(owner: string): string {
+  const slash = owner.indexOf('/');
+  return slash < 0 ? owner : owner.slice(slash + 1);
 }
 
 function isResume(message: Message): boolean {
@@ -572,6 +581,7 @@ export const threadMachine = threadSetup.createMachine({
   context: ({ input }) => ({
     threadId: input.threadId,
     tenant: input.tenant,
+    owner: input.owner,
     contextId: input.contextId ?? input.threadId,
     config: { ...DEFAULT_THREAD_CONFIG, ...input.config },
     agents: input.agents ?? {},

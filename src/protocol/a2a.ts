@@ -3,6 +3,8 @@
  * `@a2a-js/sdk` types are mapped at the gateway.
  */
 import { z } from 'zod';
+import { idSchema } from './ids.js';
+import { LIMITS } from './limits.js';
 
 export const TASK_STATES = [
   'submitted',
@@ -61,10 +63,10 @@ export type Role = z.infer<typeof RoleSchema>;
 export const MessageSchema = z.object({
   kind: z.literal('message'),
   role: RoleSchema,
-  parts: z.array(PartSchema).min(1, 'a message needs at least one part'),
-  messageId: z.string().min(1),
-  contextId: z.string().optional(),
-  taskId: z.string().optional(),
+  parts: z.array(PartSchema).min(1, 'a message needs at least one part').max(LIMITS.parts, `a message may have at most ${LIMITS.parts} parts`),
+  messageId: idSchema('message'),
+  contextId: z.string().max(256).optional(),
+  taskId: z.string().max(256).optional(),
   referenceTaskIds: z.array(z.string()).optional(),
   extensions: z.array(z.string()).optional(),
   metadata: Metadata.optional(),

@@ -1,9 +1,10 @@
 /** Encoding and validated decoding of wire payloads. Every boundary goes through `decode`. */
 import type { z } from 'zod';
 import { TroupeError, describeZodError } from './errors.js';
+import { LIMITS, checkDepth } from './limits.js';
 
 /** Default largest payload the mesh accepts (NATS' own default max_payload is 1 MiB). */
-export const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
+export const DEFAULT_MAX_PAYLOAD = LIMITS.payloadBytes;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -38,6 +39,8 @@ export function decode<S extends z.ZodType>(
   } catch (err) {
     throw new TroupeError('INVALID_MESSAGE', `${what} is not valid JSON: ${(err as Error).message}`);
   }
+  // JSON.parse copes with any nesting; what comes after (zod, JSON.stringify, structuredClone) recurses.
+  checkDepth(json, what);
   return parseWith(schema, json, what);
 }
 

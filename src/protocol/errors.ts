@@ -43,8 +43,9 @@ export class TroupeError extends Error {
     readonly code: ErrorCode,
     message: string,
     readonly details?: Record<string, unknown>,
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super(message, options);
   }
 
   /** What to do next, for humans. */
@@ -68,11 +69,11 @@ export class TroupeError extends Error {
     return new TroupeError(body.code, body.message, body.details);
   }
 
-  /** Wraps anything thrown into a TroupeError, keeping one that already is. */
+  /** Wraps anything thrown into a TroupeError (keeping the original as `cause`), or returns one that already is. */
   static from(err: unknown, fallback: ErrorCode = 'WORKFLOW_ERROR'): TroupeError {
     if (err instanceof TroupeError) return err;
     const message = err instanceof Error ? err.message : String(err);
-    return new TroupeError(fallback, message);
+    return new TroupeError(fallback, message, undefined, { cause: err });
   }
 }
 

@@ -1,17 +1,30 @@
-/** Header names carried on every mesh message. One place, so every language reads the same names. */
+/** Header names carried on mesh messages. One place, so every language reads the same names. */
 export const HEADERS = {
   threadId: 'Troupe-Thread',
   tenant: 'Troupe-Tenant',
   hop: 'Troupe-Hop',
   sender: 'Troupe-Sender',
-  /** Subject an agent publishes streamed chunks to (the thread's `.out`), when the caller wants streaming. */
-  streamTo: 'Troupe-Stream-To',
-  /** Task and context ids for chunk events an agent publishes. */
+  /** Task and context ids of the thread, for agents that build A2A events. */
   taskId: 'Troupe-Task',
   contextId: 'Troupe-Context',
-  /** Idempotency key of an agent call; equals the A2A messageId. */
+  /**
+   * Idempotency key of an agent call, `<threadId>/<messageId>`: a retried call carries the same key and
+   * should get the same answer. Scoped to the thread, so a client reusing a messageId in another thread
+   * is a different call.
+   */
+  callId: 'Troupe-Call-Id',
+  /** On a reply to an agent request: this message is a streamed chunk, the answer comes later. */
+  chunk: 'Troupe-Chunk',
+  /** The end user a principal acts for (the gateway serves many); owner = `<principal>/<user>`. */
+  user: 'Troupe-User',
+  /** JetStream de-duplication id of an inbound message: `<threadId>/<messageId>`, never the bare messageId. */
   msgId: 'Nats-Msg-Id',
   traceparent: 'traceparent',
 } as const;
 
 export type HeaderMap = Record<string, string>;
+
+/** The de-duplication / idempotency key of a message within a thread. */
+export function scopedMessageKey(threadId: string, messageId: string): string {
+  return `${threadId}/${messageId}`;
+}

@@ -5,3 +5,7 @@ export * from './headers.js';
 export * from './codec.js';
 export * from './wire.js';
 export * from './handoff.js';
+export * from './ctl.js';
+export * from './ids.js';
+export * from './limits.js';
+export * from './metadata.js';

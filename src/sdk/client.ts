@@ -1,32 +1,58 @@
 /**
- * Talking to the mesh as a user or an operator: send into a thread and follow its stream, list actors,
- * inspect one, cancel a thread. The CLI, the benchmark and the tests use this; so can any app.
+ * Talking to the mesh as a user (send into a thread and follow its stream, read or cancel your threads)
+ * and as an operator (ps, inspect, threads, dead letters). The CLI, the gateway, the benchmark and the
+ * tests use this; so can any app.
+ *
+ * A client is a principal: the broker lets it publish only under `in.<principal>` and `req.<principal>`
+ * and receive only `out.<principal>` and its own inbox (src/security/roles.ts), so what it may touch is
+ * enforced by NATS, not by this class. A principal that fronts many users (the gateway) names the user
+ * per call; threads then belong to `<principal>/<user>` and one user cannot see another's.
  */
-import { randomUUID } from 'node:crypto';
+import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
-import { META, type RouteStep } from '../protocol/metadata.js';
 import {
   ErrorReplySchema,
+  HEADERS,
   InspectReplySchema,
+  META,
+  OkReplySchema,
   PsReplySchema,
+  TaskReplySchema,
   ThreadAckSchema,
   ThreadEventSchema,
-  TaskSchema,
   TroupeError,
+  checkId,
   decode,
   encodeJson,
+  scopedMessageKey,
   type ErrorBody,
   type InspectReply,
   type Message,
   type PsReply,
+  type RouteStep,
+  type Task,
   type TaskStatusUpdateEvent,
   type ThreadEvent,
 } from '../protocol/index.js';
-import { isSubjectToken, subjects } from '../transport/subjects.js';
-import { TransportError, type Transport } from '../transport/types.js';
+import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
+import { subjects } from '../transport/subjects.js';
+import { TransportError, type Subscription, type Transport } from '../transport/types.js';
+
+export interface ClientOptions {
+  tenant?: string;
+  /**
+   * Who this connection is on the mesh (its NATS user name). Default `local`, the principal of the
+   * in-process mesh. On NATS the broker refuses anything outside this principal's subjects.
+   */
+  principal?: string;
+}
 
 export interface SendOptions {
   threadId?: string;
+  /** The end user this call acts for (a principal serving many users, such as the gateway). */
+  user?: string;
+  /** Address an agent directly instead of the entry agent or the router. */
+  to?: string;
   /**
    * The output subject is plain pub/sub: an answer published while this connection was reconnecting is
    * missed. After this many ms without a final answer (and as often again), the stored thread is asked
@@ -47,40 +73,58 @@ export interface SendResult {
   route: RouteStep[];
   text: string;
   error?: ErrorBody;
+  /** The message was a duplicate of one the thread already had; `final` is its original answer. */
+  duplicate?: boolean;
 }
 
 /** JetStream's answer when the thread's inbound stream took the message (durable mode). */
 const PubAckSchema = z.object({ stream: z.string(), seq: z.number(), duplicate: z.boolean().optional() });
 const JsErrorSchema = z.object({ error: z.object({ code: z.number(), description: z.string() }) });
 const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsErrorSchema]);
-const StoredTaskReply = z.object({ kind: z.literal('thread'), record: z.object({ task: TaskSchema }) });
-const ThreadCtlReply = z.union([z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() }), ErrorReplySchema]);
+const OkOrError = z.union([OkReplySchema, ErrorReplySchema]);
+const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
 
 export function textOfMessage(message: Message | undefined): string {
   return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
 }
 
+/** A user message with a time-ordered id (UUID v7: ids sort in creation order). */
 export function userMessage(text: string, opts: { messageId?: string; metadata?: Record<string, unknown> } = {}): Message {
   return {
     kind: 'message',
     role: 'user',
-    messageId: opts.messageId ?? randomUUID(),
+    messageId: opts.messageId ?? uuidv7(),
     parts: [{ kind: 'text', text }],
     ...(opts.metadata ? { metadata: opts.metadata } : {}),
   };
 }
 
+/** A new thread id: time-ordered, so the thread bucket lists threads in the order they were started. */
+export function newThreadId(): string {
+  return `t-${uuidv7()}`;
+}
+
 export class TroupeClient {
+  readonly tenant: string;
+  readonly principal: string;
+
   constructor(
     readonly transport: Transport,
-    readonly tenant = 'demo',
-  ) {}
+    opts: string | ClientOptions = {},
+  ) {
+    const o = typeof opts === 'string' ? { tenant: opts } : opts;
+    this.tenant = checkId('tenant', o.tenant ?? 'demo');
+    this.principal = checkId('principal', o.principal ?? 'local');
+  }
 
   /** Sends a user message into a thread and resolves with the turn's final status. */
   async send(input: string | Message, opts: SendOptions = {}): Promise<SendResult> {
-    const threadId = opts.threadId ?? `t-${randomUUID()}`;
-    if (!isSubjectToken(threadId)) throw new TroupeError('INVALID_MESSAGE', `thread id "${threadId}" may only use A-Z, a-z, 0-9, _ and -`);
-    const message = typeof input === 'string' ? userMessage(input, { ...(opts.messageId ? { messageId: opts.messageId } : {}), ...(opts.metadata ? { metadata: opts.metadata } : {}) }) : input;
+    const threadId = checkId('thread', opts.threadId ?? newThreadId());
+    const user = opts.user !== undefined ? checkId('user', opts.user) : undefined;
+    const metadata = opts.to ? { ...opts.metadata, [CLIENT_ROUTING_URI]: { recipient: checkId('agent', opts.to) } } : opts.metadata;
+    const message =
+      typeof input === 'string' ? userMessage(input, { ...(opts.messageId ? { messageId: opts.messageId } : {}), ...(metadata ? { metadata } : {}) }) : input;
+    checkId('message', message.messageId);
     const timeoutMs = opts.timeoutMs ?? 60_000;
     const events: ThreadEvent[] = [];
     let settle!: (e: TaskStatusUpdateEvent) => void;
@@ -89,13 +133,7 @@ export class TroupeClient {
       settle = resolve;
       fail = reject;
     });
-    const sub = this.transport.subscribe(subjects.threadOut(this.tenant, threadId), (msg) => {
-      let event: ThreadEvent;
-      try {
-        event = decode(ThreadEventSchema, msg.data, 'thread event');
-      } catch {
-        return;
-      }
+    const sub = this.follow(threadId, (event) => {
       events.push(event);
       opts.onEvent?.(event);
       // Several sends may be in flight on one thread: a final answer names the message it answers.
@@ -105,24 +143,30 @@ export class TroupeClient {
     // Handled here so a timeout before anything awaits the answer is not an unhandled rejection.
     finalEvent.catch(() => undefined);
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
+    let duplicate = false;
     try {
       await this.transport.flush();
-      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, threadId), encodeJson(message), Math.min(timeoutMs, 10_000), {
-        // JetStream de-duplicates on this header: a re-sent message is stored once.
-        'Nats-Msg-Id': message.messageId,
+      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, this.principal, threadId), encodeJson(message), Math.min(timeoutMs, 10_000), {
+        // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
+        [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
+        ...(user ? { [HEADERS.user]: user } : {}),
       });
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);
       if ('error' in ack && !('kind' in ack)) {
         throw new TroupeError('TRANSPORT_ERROR', `the thread stream refused the message: ${ack.error.description} (is a node running with durable ingress?)`);
       }
+      duplicate = 'duplicate' in ack && ack.duplicate === true;
       const recheckMs = opts.recheckMs ?? 2_000;
-      const recheck = recheckMs > 0 ? setInterval(() => void this.storedAnswer(threadId, message.messageId).then((e) => e && settle(e)), recheckMs) : undefined;
+      const recheck = () => void this.storedAnswer(threadId, message.messageId, user).then((e) => e && settle(e));
+      // A duplicate's original answer may be stored already: look at once.
+      if (duplicate) recheck();
+      const interval = recheckMs > 0 ? setInterval(recheck, recheckMs) : undefined;
       let final: TaskStatusUpdateEvent;
       try {
         final = await finalEvent;
       } finally {
-        if (recheck) clearInterval(recheck);
+        if (interval) clearInterval(interval);
       }
       // In durable mode a refused message comes back on the thread's output, not as the reply.
       const refused = final.status.state === 'rejected' ? (final.metadata?.[META.error] as ErrorBody | undefined) : undefined;
@@ -135,27 +179,76 @@ export class TroupeClient {
             const step = e.metadata?.[META.route];
             return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
           });
-      const error = final.metadata?.[META.error] as ErrorBody | undefined;
-      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}) };
+      const error = (final.metadata?.[META.error] ?? final.status.message?.metadata?.[META.error]) as ErrorBody | undefined;
+      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}), ...(duplicate ? { duplicate } : {}) };
     } finally {
       clearTimeout(timer);
       sub.unsubscribe();
     }
   }
 
-  /** The stored thread's final status when it answers `messageId` (a missed publish), else undefined. */
-  private async storedAnswer(threadId: string, messageId: string): Promise<TaskStatusUpdateEvent | undefined> {
+  /** Every event of one of this principal's threads, as it comes, until unsubscribed. */
+  follow(threadId: string, onEvent: (event: ThreadEvent) => void): Subscription {
+    return this.transport.subscribe(subjects.threadOut(this.tenant, this.principal, checkId('thread', threadId)), (msg) => {
+      let event: ThreadEvent;
+      try {
+        event = decode(ThreadEventSchema, msg.data, 'thread event');
+      } catch {
+        return;
+      }
+      onEvent(event);
+    });
+  }
+
+  /** The stored Task of one of your threads. THREAD_NOT_FOUND when it does not exist or is not yours. */
+  async task(threadId: string, opts: { user?: string; historyLength?: number } = {}): Promise<Task> {
+    const data = await this.requestOrExplain(
+      subjects.clientRequest(this.tenant, this.principal, 'task'),
+      encodeJson({ threadId: checkId('thread', threadId), ...(opts.historyLength !== undefined ? { historyLength: opts.historyLength } : {}) }),
+      10_000,
+      opts.user !== undefined ? { [HEADERS.user]: checkId('user', opts.user) } : undefined,
+    );
+    const reply = decode(TaskOrError, data, 'task reply');
+    if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+    return reply.task;
+  }
+
+  /** Whether one of your threads exists (false for an id never used, expired, or someone else's). */
+  async exists(threadId: string, opts: { user?: string } = {}): Promise<boolean> {
     try {
-      const res = StoredTaskReply.safeParse(await this.ctl('thread', { threadId, redact: false }));
-      if (!res.success) return undefined;
-      const { task } = res.data.record;
-      if (task.status.message?.metadata?.[META.inReplyTo] !== messageId) return undefined;
-      const error = task.status.message.metadata?.[META.error];
+      await this.task(threadId, { ...opts, historyLength: 0 });
+      return true;
+    } catch (err) {
+      if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') return false;
+      throw err;
+    }
+  }
+
+  /** Cancels one of your threads; returns its state after. */
+  async cancel(threadId: string, reason?: string, opts: { user?: string } = {}): Promise<string> {
+    const data = await this.requestOrExplain(
+      subjects.clientRequest(this.tenant, this.principal, 'cancel'),
+      encodeJson({ threadId: checkId('thread', threadId), ...(reason ? { reason } : {}) }),
+      10_000,
+      opts.user !== undefined ? { [HEADERS.user]: checkId('user', opts.user) } : undefined,
+    );
+    const reply = decode(OkOrError, data, 'cancel reply');
+    if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+    return reply.state;
+  }
+
+  /** The stored final status when the thread answered `messageId` already (a missed publish), else undefined. */
+  private async storedAnswer(threadId: string, messageId: string, user: string | undefined): Promise<TaskStatusUpdateEvent | undefined> {
+    try {
+      const task = await this.task(threadId, user !== undefined ? { user } : {});
+      const answer = [...(task.history ?? [])].reverse().find((m) => m.role === 'agent' && m.metadata?.[META.inReplyTo] === messageId);
+      if (!answer) return undefined;
+      const error = answer.metadata?.[META.error];
       return {
         kind: 'status-update',
         taskId: task.id,
         contextId: task.contextId,
-        status: task.status,
+        status: { ...task.status, message: answer },
         final: true,
         ...(error ? { metadata: { [META.error]: error } } : {}),
       };
@@ -164,21 +257,15 @@ export class TroupeClient {
     }
   }
 
-  /** Whether the thread has a stored record (false for an id never used, or one that expired). */
-  async exists(threadId: string): Promise<boolean> {
-    try {
-      await this.ctl('thread', { threadId });
-      return true;
-    } catch (err) {
-      if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') return false;
-      throw err;
-    }
-  }
+  // ---- operator views (need operator credentials on a secured mesh) --------------------------------
 
-  /** Every live actor on every node and agent process that answers within the window. */
+  /** Every live actor on every node, and every agent instance, that answers within the window. */
   async ps(windowMs = 500): Promise<PsReply[]> {
-    const replies = await this.transport.requestMany(subjects.ctl(this.tenant, 'ps'), new Uint8Array(), { timeoutMs: windowMs });
-    return replies.flatMap((r) => {
+    const [nodes, agents] = await Promise.all([
+      this.transport.requestMany(subjects.ctl(this.tenant, 'ps'), new Uint8Array(), { timeoutMs: windowMs }),
+      this.transport.requestMany(subjects.hello(this.tenant), new Uint8Array(), { timeoutMs: windowMs }),
+    ]);
+    return [...nodes, ...agents].flatMap((r) => {
       try {
         return [decode(PsReplySchema, r.data, 'ps reply')];
       } catch {
@@ -190,13 +277,18 @@ export class TroupeClient {
   async inspect(actorId: string, windowMs = 500): Promise<InspectReply | undefined> {
     const replies = await this.transport.requestMany(subjects.ctl(this.tenant, 'inspect'), encodeJson({ actorId }), { timeoutMs: windowMs });
     for (const r of replies) {
-      const parsed = InspectReplySchema.safeParse(JSON.parse(new TextDecoder().decode(r.data)));
-      if (parsed.success && parsed.data.found) return parsed.data;
+      try {
+        const parsed = decode(InspectReplySchema, r.data, 'inspect reply');
+        if (parsed.found) return parsed;
+      } catch {
+        // not an inspect reply (an error from a node that does not hold it)
+      }
     }
     return undefined;
   }
 
-  async cancel(threadId: string, reason?: string): Promise<string> {
+  /** Operator cancel of any thread of the tenant. */
+  async cancelAny(threadId: string, reason?: string): Promise<string> {
     return this.threadCtl('cancel', threadId, reason);
   }
 
@@ -206,12 +298,12 @@ export class TroupeClient {
 
   private async threadCtl(verb: 'cancel' | 'rehydrate', threadId: string, reason?: string): Promise<string> {
     const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson({ threadId, ...(reason ? { reason } : {}) }), 10_000);
-    const reply = decode(ThreadCtlReply, data, `${verb} reply`);
+    const reply = decode(OkOrError, data, `${verb} reply`);
     if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
     return reply.state;
   }
 
-  /** Raw control request (threads, thread). */
+  /** Raw control request (threads, thread, dlq). */
   async ctl(verb: string, body: unknown): Promise<unknown> {
     const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson(body), 10_000);
     const json: unknown = JSON.parse(new TextDecoder().decode(data));
@@ -225,10 +317,10 @@ export class TroupeClient {
       return (await this.transport.request(subject, data, { timeoutMs, ...(headers ? { headers } : {}) })).data;
     } catch (err) {
       if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
-        throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\``);
+        throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\``, undefined, { cause: err });
       }
       if (err instanceof TransportError && err.code === 'TIMEOUT') {
-        throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`);
+        throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`, undefined, { cause: err });
       }
       throw err;
     }

@@ -16,8 +16,8 @@ export const ThreadRecordSchema = z.object({
   /** XState persisted snapshot. Opaque here: the thread machine validates it when it restores. */
   snapshot: z.unknown(),
   updatedAt: z.iso.datetime({ offset: true }),
-  /** Node holding the thread right now, when ownership is tracked in the record. */
-  owner: z.string().optional(),
+  /** The node that wrote this revision (diagnostics; the thread's owner — who may use it — is in the Task metadata). */
+  node: z.string().optional(),
   /**
    * Final status events committed with this state and published after the write (an outbox). A node
    * that reloads the record publishes them again, so a crash between the write and the publish loses no

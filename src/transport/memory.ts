@@ -11,6 +11,7 @@ import {
   type MessageHandler,
   type RequestManyOptions,
   type RequestOptions,
+  type RequestStreamOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -396,6 +397,20 @@ export class MemoryTransport implements Transport {
       data,
       opts,
       (msg, done) => done(msg),
+      (_done, fail) => fail(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)),
+      (_done, fail) => fail(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`)),
+    );
+  }
+
+  requestStream(subject: string, data: Uint8Array, opts: RequestStreamOptions): Promise<InboundMessage> {
+    return this.gather<InboundMessage>(
+      subject,
+      data,
+      opts,
+      (msg, done) => {
+        if (msg.headers[opts.chunkHeader] === undefined) done(msg);
+        else opts.onChunk(msg);
+      },
       (_done, fail) => fail(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)),
       (_done, fail) => fail(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`)),
     );

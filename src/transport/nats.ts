@@ -4,6 +4,7 @@
  */
 import {
   connect,
+  createInbox,
   credsAuthenticator,
   errors,
   headers as createHeaders,
@@ -21,6 +22,7 @@ import {
   type MessageHandler,
   type RequestManyOptions,
   type RequestOptions,
+  type RequestStreamOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -32,6 +34,11 @@ export interface NatsConnectOptions {
   pass?: string;
   /** Path of a NATS credentials file (user JWT + seed), as `troupe creds` writes them. */
   creds?: string;
+  /**
+   * Prefix of this connection's reply inboxes. A client principal P may only subscribe below
+   * `_INBOX_P` (src/security/roles.ts), so its connection must use that prefix.
+   */
+  inboxPrefix?: string;
   /** Client name shown by the server's monitoring (`nats server report connections`). */
   name?: string;
   /** How long the first connect may take; default 5000 ms. */
@@ -170,6 +177,7 @@ export class NatsTransport implements Transport {
     readonly connection: NatsConnection,
     name: string,
     private readonly onError: TransportErrorHandler,
+    private readonly inboxPrefix: string | undefined,
   ) {
     this.name = name;
     void this.watchServerErrors();
@@ -192,6 +200,7 @@ export class NatsTransport implements Transport {
       options.authenticator = credsAuthenticator(readFileSync(opts.creds));
     }
     if (opts.name !== undefined) options.name = opts.name;
+    if (opts.inboxPrefix !== undefined) options.inboxPrefix = opts.inboxPrefix;
     if (opts.maxReconnectAttempts !== undefined) options.maxReconnectAttempts = opts.maxReconnectAttempts;
     let nc: NatsConnection;
     try {
@@ -205,7 +214,7 @@ export class NatsTransport implements Transport {
       e.cause = err;
       throw e;
     }
-    return new NatsTransport(nc, url, opts.onError ?? logTransportError);
+    return new NatsTransport(nc, url, opts.onError ?? logTransportError, opts.inboxPrefix);
   }
 
   /**
@@ -290,6 +299,43 @@ export class NatsTransport implements Transport {
     } catch (err) {
       throw this.mapError(err, subject, opts.timeoutMs);
     }
+  }
+
+  requestStream(subject: string, data: Uint8Array, opts: RequestStreamOptions): Promise<InboundMessage> {
+    if (this.state !== 'open') return Promise.reject(this.closedError('send a request to', subject));
+    const nc = this.connection;
+    const inbox = createInbox(this.inboxPrefix);
+    return new Promise<InboundMessage>((resolve, reject) => {
+      let finished = false;
+      const finish = (err: unknown, msg?: InboundMessage) => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
+        sub.unsubscribe();
+        if (err) reject(err);
+        else resolve(msg!);
+      };
+      const sub = nc.subscribe(inbox, {
+        callback: (err, msg) => {
+          if (err) return finish(this.mapError(err, subject, opts.timeoutMs));
+          // The server answers a request nobody listens to with a 503 status message on the inbox.
+          if (msg.headers?.hasError && msg.headers.code === 503) return finish(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`));
+          const inbound = new NatsInbound(this, msg);
+          if (msg.headers?.has(opts.chunkHeader)) {
+            if (!finished) opts.onChunk(inbound);
+            return;
+          }
+          finish(undefined, inbound);
+        },
+      });
+      const timer = setTimeout(() => finish(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)), opts.timeoutMs);
+      try {
+        const headers = toNatsHeaders(opts.headers);
+        nc.publish(subject, data, { reply: inbox, ...(headers ? { headers } : {}) });
+      } catch (err) {
+        finish(this.mapError(err, subject));
+      }
+    });
   }
 
   async requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]> {

@@ -1,30 +1,85 @@
-/** The one place subject names are built. Tenants and ids are single subject tokens. */
-const TOKEN = /^[A-Za-z0-9_-]+$/;
+/**
+ * The one place subject names are built and read (DESIGN §3). Every token is an id checked by
+ * `protocol/ids.ts`; a builder given a bad id throws a typed INVALID_MESSAGE (never a plain Error), and
+ * ids are meant to be checked where they enter, so inside the mesh that never happens.
+ *
+ * Who may publish and subscribe to which of these is the broker's business (src/security/roles.ts):
+ * a client principal P only ever touches `in.P.*`, `out.P.>`, `req.P.*` and its own `_INBOX_P.>`; an
+ * agent A only its inbox, `registry.A`, `hello` and replies to the requests it received.
+ */
+import { checkId, idProblem, isValidId } from '../protocol/ids.js';
 
 export const SUBJECT_PREFIX = 'troupe';
 
-function token(kind: string, value: string): string {
-  if (!TOKEN.test(value)) throw new Error(`invalid ${kind} "${value}": use A-Z, a-z, 0-9, _ and -`);
-  return value;
-}
-
-export function isSubjectToken(value: string): boolean {
-  return TOKEN.test(value);
-}
+const t = (tenant: string) => `${SUBJECT_PREFIX}.${checkId('tenant', tenant)}`;
 
 export const subjects = {
-  agentInbox: (tenant: string, agentId: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.agent.${token('agent id', agentId)}`,
+  /** A user message into thread T from principal P. The server maps it to `…in.P.T.<partition>`. */
+  threadIn: (tenant: string, principal: string, threadId: string) => `${t(tenant)}.in.${checkId('principal', principal)}.${checkId('thread', threadId)}`,
+  /** Every inbound partition subject (the TROUPE_IN stream's subject). */
+  threadInStream: (tenant: string) => `${t(tenant)}.in.*.*.*`,
+  /** The inbound messages of one partition (a consumer's filter). */
+  threadInPartition: (tenant: string, partition: number) => `${t(tenant)}.in.*.*.${partition}`,
+  /** Without durable ingress (embedded, `--no-durable`): what a node subscribes to. */
+  threadInAll: (tenant: string) => `${t(tenant)}.in.*.*`,
+  /** Every event of thread T, for its owner P (status updates, route steps, streamed chunks, the answer). */
+  threadOut: (tenant: string, principal: string, threadId: string) => `${t(tenant)}.out.${checkId('principal', principal)}.${checkId('thread', threadId)}`,
+  /** Owner-checked requests of principal P about its threads (`task`, `cancel`). */
+  clientRequest: (tenant: string, principal: string, verb: string) => `${t(tenant)}.req.${checkId('principal', principal)}.${checkId('agent', verb)}`,
+  clientRequestAll: (tenant: string, verb: string) => `${t(tenant)}.req.*.${checkId('agent', verb)}`,
+  agentInbox: (tenant: string, agentId: string) => `${t(tenant)}.agent.${checkId('agent', agentId)}`,
   /** Queue group shared by replicas of one agent. */
-  agentQueue: (agentId: string) => `agent-${agentId}`,
-  threadIn: (tenant: string, threadId: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.thread.${token('thread id', threadId)}.in`,
-  threadOut: (tenant: string, threadId: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.thread.${token('thread id', threadId)}.out`,
-  allThreadsIn: (tenant: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.thread.*.in`,
-  registry: (tenant: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.registry`,
-  ctl: (tenant: string, verb: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.ctl.${token('verb', verb)}`,
-  inspect: (tenant: string, actorId: string) => `${SUBJECT_PREFIX}.${token('tenant', tenant)}.inspect.${token('actor id', actorId)}`,
-  /** Thread id out of a `...thread.<id>.in|out` subject. */
-  threadIdOf: (subject: string): string | undefined => {
-    const parts = subject.split('.');
-    return parts[2] === 'thread' ? parts[3] : undefined;
-  },
+  agentQueue: (agentId: string) => `agent-${checkId('agent', agentId)}`,
+  /** Agent A's announcements; the broker lets only A publish here, so the id comes from the subject. */
+  registry: (tenant: string, agentId: string) => `${t(tenant)}.registry.${checkId('agent', agentId)}`,
+  registryAll: (tenant: string) => `${t(tenant)}.registry.*`,
+  /** A node starting up asks every agent to announce now. */
+  hello: (tenant: string) => `${t(tenant)}.hello`,
+  ctl: (tenant: string, verb: string) => `${t(tenant)}.ctl.${checkId('agent', verb)}`,
+  inspect: (tenant: string, actorToken: string) => `${t(tenant)}.inspect.${checkId('thread', actorToken)}`,
+  /** Dead-lettered inbound messages (stream TROUPE_DLQ), by thread. */
+  deadLetter: (tenant: string, threadId: string) => `${t(tenant)}.dlq.${isValidId('thread', threadId) ? threadId : '_invalid'}`,
+  deadLetterAll: (tenant: string) => `${t(tenant)}.dlq.>`,
 } as const;
+
+/** A connection's private reply inbox prefix: the broker lets principal P subscribe only below it. */
+export function inboxPrefixOf(principal: string): string {
+  return `_INBOX_${checkId('principal', principal)}`;
+}
+
+export interface ParsedThreadIn {
+  principal: string;
+  threadId: string;
+  /** Present on a partition subject (`…in.P.T.<n>`). */
+  partition?: number;
+}
+
+/**
+ * Reads `troupe.<tenant>.in.<P>.<T>[.<n>]`. Undefined when the subject does not have that shape or a
+ * token is not a valid id: the caller answers with a typed error instead of building subjects from it.
+ */
+export function parseThreadIn(subject: string): ParsedThreadIn | { problem: string } {
+  const parts = subject.split('.');
+  if (parts.length !== 5 && parts.length !== 6) return { problem: `unexpected inbound subject shape` };
+  if (parts[0] !== SUBJECT_PREFIX || parts[2] !== 'in') return { problem: `not an inbound thread subject` };
+  const [, , , principal, threadId, partition] = parts;
+  if (!isValidId('principal', principal)) return { problem: `invalid principal in the subject` };
+  if (!isValidId('thread', threadId)) return { problem: idProblem('thread', threadId) ?? 'invalid thread id' };
+  if (partition === undefined) return { principal, threadId };
+  if (!/^\d{1,4}$/.test(partition)) return { problem: 'invalid partition token' };
+  return { principal, threadId, partition: Number(partition) };
+}
+
+/** The principal of an `…req.<P>.<verb>` subject, or undefined. */
+export function principalOfRequest(subject: string): string | undefined {
+  const parts = subject.split('.');
+  const p = parts[3];
+  return parts.length === 5 && parts[2] === 'req' && isValidId('principal', p) ? p : undefined;
+}
+
+/** The agent id of a `…registry.<A>` subject, or undefined. */
+export function agentOfRegistrySubject(subject: string): string | undefined {
+  const parts = subject.split('.');
+  const a = parts[3];
+  return parts.length === 4 && parts[2] === 'registry' && isValidId('agent', a) ? a : undefined;
+}

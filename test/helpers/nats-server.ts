@@ -16,6 +16,7 @@ const NATS_BIN = process.env.NATS_SERVER_BIN ?? 'nats-server';
 export interface NatsCredentials {
   node: { user: string; pass: string };
   client: { user: string; pass: string };
+  operator: { user: string; pass: string };
   /** Password shared by the per-agent users (triage, researcher, writer, echo, pyecho). */
   agentPassword: string;
   acme: { user: string; pass: string };
@@ -23,11 +24,16 @@ export interface NatsCredentials {
 
 export interface NatsServerHandle {
   readonly port: number;
-  /** `nats://127.0.0.1:<port>`; connecting without credentials acts as the demo node (no_auth_user). */
+  /** `nats://127.0.0.1:<port>`. Every connection must authenticate: spread `asNode` or pass a user. */
   readonly url: string;
+  /** Connection options of the demo node user: `NatsTransport.connect({ ...nats.asNode, name })`. */
+  readonly asNode: { servers: string; user: string; pass: string };
   readonly storeDir: string;
   readonly creds: NatsCredentials;
-  /** Environment holding the passwords nats.conf reads; give it to child processes. */
+  /**
+   * Environment holding the passwords nats.conf reads; give it to child processes. It also makes a
+   * `troupe` child connect as the node user (TROUPE_NATS_USER / TROUPE_NATS_PASSWORD) unless told otherwise.
+   */
   readonly env: Record<string, string>;
   /** Stops the server (SIGTERM, then SIGKILL), keeping the store dir. */
   shutdown(): Promise<void>;
@@ -80,12 +86,17 @@ export async function startNatsServer(): Promise<NatsServerHandle> {
   const creds: NatsCredentials = {
     node: { user: 'node', pass: secret() },
     client: { user: 'client', pass: secret() },
+    operator: { user: 'operator', pass: secret() },
     agentPassword: secret(),
     acme: { user: 'acme-node', pass: secret() },
   };
   const env = {
     TROUPE_NODE_PASSWORD: creds.node.pass,
     TROUPE_CLIENT_PASSWORD: creds.client.pass,
+    TROUPE_OPERATOR_PASSWORD: creds.operator.pass,
+    TROUPE_SYS_PASSWORD: secret(),
+    TROUPE_NATS_USER: creds.node.user,
+    TROUPE_NATS_PASSWORD: creds.node.pass,
     TROUPE_AGENT_PASSWORD: creds.agentPassword,
     TROUPE_ACME_PASSWORD: creds.acme.pass,
   };
@@ -122,6 +133,7 @@ export async function startNatsServer(): Promise<NatsServerHandle> {
   return {
     port,
     url: `nats://127.0.0.1:${port}`,
+    asNode: { servers: `nats://127.0.0.1:${port}`, user: creds.node.user, pass: creds.node.pass },
     storeDir,
     creds,
     env,

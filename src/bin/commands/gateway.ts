@@ -4,7 +4,7 @@ import { startEmbedded } from '../../actors/embedded.js';
 import { loadTokens, skillsOfAgents, startGateway } from '../../gateway/index.js';
 import { createLogger } from '../../observability/logger.js';
 import { TroupeClient } from '../../sdk/client.js';
-import { connect, globals, onShutdown } from '../cli.js';
+import { connect, globals, onShutdown, principalOf } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, printJson } from '../output.js';
 
@@ -22,7 +22,7 @@ export async function gateway(opts: { port: number; host: string; tokens?: strin
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
       const transport = await connect(g, 'troupe-gateway', true);
-      clients[g.tenant] = new TroupeClient(transport, g.tenant);
+      clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: principalOf(g) });
       stops.push(() => transport.drain());
     } else {
       // Embedded: one demo mesh per tenant the tokens name, so tenancy can be tried without NATS.

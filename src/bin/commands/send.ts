@@ -4,10 +4,9 @@ import { startEmbedded } from '../../actors/embedded.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { ThreadEvent } from '../../protocol/a2a.js';
-import { CLIENT_ROUTING_URI } from '../../protocol/routing.js';
 import { TroupeClient, textOfMessage } from '../../sdk/client.js';
 import type { Transport } from '../../transport/types.js';
-import { UsageError, connect, globals } from '../cli.js';
+import { UsageError, connect, globals, principalOf } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, colorState, printJson } from '../output.js';
 
@@ -40,7 +39,7 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
   let client: TroupeClient;
   if (g.nats) {
     transport = await connect(g, 'troupe-cli');
-    client = new TroupeClient(transport, g.tenant);
+    client = new TroupeClient(transport, { tenant: g.tenant, principal: principalOf(g) });
   } else {
     embedded = await startEmbedded(demoTeam, silentLogger(), g.tenant);
     client = embedded.client;
@@ -58,7 +57,7 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
     let streamed = false;
     const result = await client.send(text, {
       ...(opts.thread ? { threadId: opts.thread } : {}),
-      ...(opts.to ? { metadata: { [CLIENT_ROUTING_URI]: { recipient: opts.to } } } : {}),
+      ...(opts.to ? { to: opts.to } : {}),
       timeoutMs: opts.timeout,
       onEvent: (e) => {
         if (g.json) return;

@@ -6,8 +6,7 @@ import { handoffTeam } from './handoff-team.js';
 import qaTeam from './qa-team.js';
 import demoTeam from './team.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
-import { ThreadEventSchema, decode, type ThreadEvent } from '../../protocol/index.js';
-import { subjects } from '../../transport/subjects.js';
+import type { ThreadEvent } from '../../protocol/index.js';
 import { color, printJson } from '../output.js';
 
 interface Step {
@@ -70,8 +69,7 @@ export async function runDemo(json: boolean): Promise<void> {
         const followUps: ThreadEvent[] = [];
         let seenOwnFinal = false;
         const sub = threadId
-          ? mesh.client.transport.subscribe(subjects.threadOut('demo', threadId), (msg) => {
-              const e = decode(ThreadEventSchema, msg.data, 'event');
+          ? mesh.client.follow(threadId, (e) => {
               if (e.kind === 'status-update' && e.final) {
                 if (seenOwnFinal) followUps.push(e);
                 seenOwnFinal = true;

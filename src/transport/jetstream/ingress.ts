@@ -1,12 +1,15 @@
 /**
  * Durable inbound thread messages (DESIGN §5): JetStream stream + partition leases.
  *
- * Clients publish to `troupe.<tenant>.thread.<threadId>.in` (a core request with `Nats-Msg-Id: <A2A
- * messageId>`). The account's subject mapping in nats.conf rewrites that to `...in.<N>`, N =
- * FNV-1a(threadId) mod 8 (`partitionOf`), and the stream `TROUPE_IN` (work-queue retention) stores it and
- * answers the request with a PubAck (`{ stream, seq, duplicate? }`), de-duplicated on the message id for 2
- * minutes. One node at a time holds the lease of a partition (PartitionLeases) and consumes it with a
- * durable pull consumer `p<N>`.
+ * Client principal P publishes to `troupe.<tenant>.in.<P>.<threadId>` (a core request with
+ * `Nats-Msg-Id: <threadId>/<messageId>`). The account's subject mapping rewrites that to `...<threadId>.<N>`,
+ * N = FNV-1a(threadId) mod partitions (`partitionOf`), and the stream `TROUPE_IN` (work-queue retention)
+ * stores it and answers the request with a PubAck (`{ stream, seq, duplicate? }`), de-duplicated on that
+ * id for 2 minutes (scoped to the thread: a messageId reused in another thread is another message). One
+ * node at a time holds the lease of a partition (PartitionLeases) and consumes it with a durable pull
+ * consumer `p<N>`. The principal is a subject token the broker checked (a client may only publish under
+ * its own), so it is who sent the message; a message whose subject is malformed, or that sits in another
+ * partition than its thread's (published straight to a partition subject), is refused.
  *
  * Ordering: a thread lives in one partition, a partition in one consumer, and the consumer delivers in
  * stream order; here each thread's messages go through a FIFO promise chain (different threads run
@@ -18,10 +21,13 @@
  * while disconnected would otherwise come back late) and when the consumer vanished.
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
- * and the handler already told the user on the thread's `.out`) is terminated. Anything else is nak'ed
+ * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
  * with exponential backoff, and the thread is held: its later messages are nak'ed too until the failed
- * one comes back, so they cannot overtake it. After `maxDeliver` failed attempts the message is
- * terminated and logged, so one poisoned message cannot stall its thread forever.
+ * one comes back, so they cannot overtake it. After `maxDeliver` failed attempts the message is moved to
+ * the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
+ * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
+ * stall its thread forever. Attempts are counted here too, not only by the consumer: a consumer made
+ * afresh (after a reconnect) starts its delivery counts at 1 again.
  *
  * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
  * (`redelivered`); it de-duplicates on `messageId`.
@@ -29,6 +35,7 @@
 import {
   AckPolicy,
   DeliverPolicy,
+  DiscardPolicy,
   jetstream,
   jetstreamManager,
   JetStreamApiCodes,
@@ -42,15 +49,26 @@ import {
   type JsMsg,
   type StreamConfig,
 } from '@nats-io/jetstream';
-import type { MsgHdrs, NatsConnection, Status } from '@nats-io/transport-node';
+import { headers as jsHeaders, type MsgHdrs, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { parseThreadIn, subjects } from '../subjects.js';
 import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
+export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
+/** Headers of a dead-lettered message (the original headers are kept too). */
+export const DEAD_LETTER_HEADERS = {
+  code: 'Troupe-Error-Code',
+  message: 'Troupe-Error',
+  subject: 'Troupe-Original-Subject',
+  seq: 'Troupe-Original-Seq',
+  attempts: 'Troupe-Attempts',
+} as const;
 export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
 export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
+const ATTEMPTS_TRACKED = 10_000;
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -73,6 +91,8 @@ export function partitionOf(threadId: string, partitions: number = DEFAULT_PARTI
 
 export interface IngressMessage {
   threadId: string;
+  /** The broker-checked principal that published the message. */
+  principal: string;
   partition: number;
   /** `Nats-Msg-Id`: the A2A messageId. */
   messageId: string | undefined;
@@ -108,6 +128,10 @@ export interface JetStreamIngressOptions {
   onPartitionAcquired?: (partition: number) => void | Promise<void>;
   /** This node no longer consumes partition p and its handlers have finished (e.g. passivate its threads). */
   onPartitionReleased?: (partition: number) => void | Promise<void>;
+  /** A message was refused before the handler saw it (malformed subject, wrong partition). */
+  onRefused?: (msg: { subject: string; principal?: string; threadId?: string; messageId?: string; error: TroupeError }) => void;
+  /** A message failed `maxDeliver` times and was dead-lettered. */
+  onDeadLetter?: (msg: IngressMessage, error: TroupeError) => void;
   logger?: Logger;
   /** Stream max age; default 24 h. */
   maxAgeMs?: number;
@@ -119,6 +143,8 @@ export interface JetStreamIngressOptions {
   maxDeliver?: number;
   /** Nak backoff: `base * 2^(attempt-1)`, capped at `max`. Default 250 ms .. 30 s. */
   retryDelayMs?: { base?: number; max?: number };
+  /** Replicas of the streams this creates (TROUPE_IN, TROUPE_DLQ). Default 1. */
+  replicas?: number;
   /**
    * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
    * aborted. Default 10 s. On a lost lease they are aborted at once.
@@ -163,6 +189,8 @@ export class JetStreamIngress {
   #status?: AsyncIterable<Status> & { stop?: () => void };
   #started = false;
   #stopping = false;
+  /** Failed attempts per stream sequence, across consumers of this node. */
+  readonly #attempts = new Map<number, number>();
 
   constructor(opts: JetStreamIngressOptions) {
     this.tenant = opts.tenant;
@@ -181,7 +209,7 @@ export class JetStreamIngress {
 
   /** Subjects the stream captures: every partition of every thread of the tenant. */
   get streamSubject(): string {
-    return `troupe.${this.tenant}.thread.*.in.*`;
+    return subjects.threadInStream(this.tenant);
   }
 
   /** Partitions this node is consuming right now, ascending. */
@@ -200,6 +228,7 @@ export class JetStreamIngress {
     this.#jsm = await jetstreamManager(this.#nc);
     this.#js = jetstream(this.#nc);
     await this.#ensureStream(this.#jsm);
+    await this.#ensureDeadLetterStream(this.#jsm);
     this.#watchStatus();
     this.#leases = new PartitionLeases({
       nc: this.#nc,
@@ -237,7 +266,7 @@ export class JetStreamIngress {
       storage: StorageType.File,
       duplicate_window: msToNanos(INGRESS_DUPLICATE_WINDOW_MS),
       max_age: msToNanos(this.#opts.maxAgeMs ?? DEFAULT_INGRESS_MAX_AGE_MS),
-      num_replicas: 1,
+      num_replicas: this.#opts.replicas ?? 1,
     };
     let info;
     try {
@@ -274,6 +303,32 @@ export class JetStreamIngress {
     }
   }
 
+  async #ensureDeadLetterStream(jsm: JetStreamManager): Promise<void> {
+    try {
+      await jsm.streams.info(DEAD_LETTER_STREAM);
+    } catch (err) {
+      if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
+      try {
+        await jsm.streams.add({
+          name: DEAD_LETTER_STREAM,
+          subjects: [subjects.deadLetterAll(this.tenant)],
+          retention: RetentionPolicy.Limits,
+          storage: StorageType.File,
+          max_age: msToNanos(7 * DEFAULT_INGRESS_MAX_AGE_MS),
+          max_msgs: 10_000,
+          max_bytes: 256 * 1024 * 1024,
+          discard: DiscardPolicy.Old,
+          num_replicas: this.#opts.replicas ?? 1,
+        });
+      } catch (addErr) {
+        // Another node created it at the same moment.
+        await jsm.streams.info(DEAD_LETTER_STREAM).catch(() => {
+          throw addErr;
+        });
+      }
+    }
+  }
+
   #consumerName(p: number): string {
     return `p${p}`;
   }
@@ -281,7 +336,7 @@ export class JetStreamIngress {
   #consumerConfig(p: number): Partial<ConsumerConfig> {
     return {
       durable_name: this.#consumerName(p),
-      filter_subject: `troupe.${this.tenant}.thread.*.in.${p}`,
+      filter_subject: subjects.threadInPartition(this.tenant, p),
       ack_policy: AckPolicy.Explicit,
       // Work-queue streams only allow deliver-all; it means "from the oldest message still there".
       deliver_policy: DeliverPolicy.All,
@@ -461,24 +516,33 @@ export class JetStreamIngress {
 
   #onMessage(run: PartitionRun, m: JsMsg): void {
     if (!run.active) return; // the next consumer of the partition redelivers it
-    const threadId = threadIdOfSubject(m.subject);
-    if (threadId === undefined) {
-      this.#log.error({ subject: m.subject }, 'message on an unexpected subject; terminating it');
-      m.term();
+    const parsed = parseThreadIn(m.subject);
+    const messageId = m.headers?.get(HEADERS.msgId) || undefined;
+    if ('problem' in parsed) {
+      this.#refuse(m, { subject: m.subject, error: new TroupeError('INVALID_MESSAGE', `refused a message on a malformed subject: ${parsed.problem}`) });
       return;
     }
-    if (partitionOf(threadId, this.partitions) !== run.partition) {
-      // Published straight to a partition subject (a user allowed `...in.*`), or nats.conf and this node
-      // disagree on the partition count. Handled anyway (nothing is lost), but this thread may now be
-      // handled by two nodes: its store writes stay safe (compare-and-set), its order does not.
+    const { threadId, principal } = parsed;
+    if (parsed.partition !== run.partition || partitionOf(threadId, this.partitions) !== run.partition) {
+      // Published straight to a partition subject, or the server's mapping and this node disagree on the
+      // partition count. Handling it here could let two nodes run one thread: refuse it instead.
+      const expected = partitionOf(threadId, this.partitions);
       this.#log.error(
-        { subject: m.subject, threadId, partition: run.partition, expected: partitionOf(threadId, this.partitions), partitions: this.partitions },
-        'message in the wrong partition: check that nats.conf maps to as many partitions as the nodes use, and that no user may publish to thread.*.in.*',
+        { subject: m.subject, threadId, partition: run.partition, expected, partitions: this.partitions },
+        'message in the wrong partition: check that the server maps to as many partitions as the nodes use (troupe up --partitions)',
       );
+      this.#refuse(m, {
+        subject: m.subject,
+        principal,
+        threadId,
+        ...(messageId ? { messageId } : {}),
+        error: new TroupeError('INVALID_MESSAGE', `message for thread ${threadId} arrived in partition ${run.partition}, not ${expected}; publish to the thread's subject, not a partition`),
+      });
+      return;
     }
     const prev = run.chains.get(threadId) ?? Promise.resolve();
     const next = prev
-      .then(() => this.#process(run, m, threadId))
+      .then(() => this.#process(run, m, threadId, principal))
       .catch((err: unknown) => {
         // #process handles handler errors itself; this is a bug guard that keeps the chain alive.
         this.#log.error({ partition: run.partition, threadId, seq: m.seq, err: errText(err) }, 'processing a message failed');
@@ -492,7 +556,7 @@ export class JetStreamIngress {
   }
 
   /** Handles one message; never rejects. */
-  async #process(run: PartitionRun, m: JsMsg, threadId: string): Promise<void> {
+  async #process(run: PartitionRun, m: JsMsg, threadId: string, principal: string): Promise<void> {
     if (!run.active) return;
     const seq = m.seq;
     const hold = run.held.get(threadId);
@@ -508,9 +572,11 @@ export class JetStreamIngress {
       if (seq >= hold.seq || stale) run.held.delete(threadId);
     }
     const info = m.info;
-    const deliveryCount = info.deliveryCount;
+    // A fresh consumer counts from 1 again; our own count survives it (bounded map, oldest first out).
+    const deliveryCount = Math.max(info.deliveryCount, (this.#attempts.get(seq) ?? 0) + 1);
     const msg: IngressMessage = {
       threadId,
+      principal,
       partition: run.partition,
       messageId: m.headers?.get(HEADERS.msgId) || undefined,
       data: m.data,
@@ -526,6 +592,7 @@ export class JetStreamIngress {
       this.#onHandlerError(run, m, msg, err);
       return;
     }
+    this.#attempts.delete(seq);
     // Committed: ack, and keep the confirmation among the partition's in-flight work, so a release
     // waits for it, without holding up the thread's next message.
     const acked = m.ackAck({ timeout: 5_000 }).catch((err: unknown) => {
@@ -533,6 +600,42 @@ export class JetStreamIngress {
     });
     run.inflight.add(acked);
     void acked.then(() => run.inflight.delete(acked));
+  }
+
+  #countAttempt(seq: number, count: number): void {
+    this.#attempts.delete(seq);
+    this.#attempts.set(seq, count);
+    if (this.#attempts.size > ATTEMPTS_TRACKED) this.#attempts.delete(this.#attempts.keys().next().value as number);
+  }
+
+  /** A message refused before any handler: tell the host (it answers the sender), dead-letter it, terminate it. */
+  #refuse(m: JsMsg, refused: { subject: string; principal?: string; threadId?: string; messageId?: string; error: TroupeError }): void {
+    this.#log.warn({ subject: refused.subject.slice(0, 200), code: refused.error.code }, refused.error.message);
+    try {
+      this.#opts.onRefused?.(refused);
+    } catch (err) {
+      this.#log.error({ err: errText(err) }, 'onRefused failed');
+    }
+    void this.#deadLetter(m, refused.error, m.info.deliveryCount).finally(() => m.term());
+  }
+
+  /** Copies a message to the dead-letter stream with its error; never throws. */
+  async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<void> {
+    const parsed = parseThreadIn(m.subject);
+    const h = jsHeaders();
+    for (const [k, v] of Object.entries(headersToRecord(m.headers))) h.set(k, v);
+    h.set(DEAD_LETTER_HEADERS.code, error.code);
+    h.set(DEAD_LETTER_HEADERS.message, error.message.replace(/[\r\n]+/g, ' ').slice(0, 1000));
+    h.set(DEAD_LETTER_HEADERS.subject, m.subject.slice(0, 1000));
+    h.set(DEAD_LETTER_HEADERS.seq, String(m.seq));
+    h.set(DEAD_LETTER_HEADERS.attempts, String(attempts));
+    // The copy has no de-duplication id: it must not be dropped as a duplicate of anything.
+    h.delete(HEADERS.msgId);
+    try {
+      await this.#js!.publish(subjects.deadLetter(this.tenant, 'problem' in parsed ? '_invalid' : parsed.threadId), m.data, { headers: h, timeout: 5_000 });
+    } catch (err) {
+      this.#log.error({ seq: m.seq, err: errText(err) }, 'could not dead-letter a message; it is dropped');
+    }
   }
 
   #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): void {
@@ -547,9 +650,19 @@ export class JetStreamIngress {
       this.#log.debug({ ...fields, err: errText(err) }, 'handler failed after the partition was lost');
       return;
     }
+    this.#countAttempt(msg.seq, msg.deliveryCount);
     if (msg.deliveryCount >= this.#maxDeliver) {
-      this.#log.error({ ...fields, err: errText(err) }, `handler failed ${msg.deliveryCount} times; terminating the message`);
-      m.term();
+      const error = TroupeError.from(err, 'WORKFLOW_ERROR');
+      this.#log.error({ ...fields, err: error.message }, `handler failed ${msg.deliveryCount} times; moving the message to ${DEAD_LETTER_STREAM}`);
+      void this.#deadLetter(m, error, msg.deliveryCount).finally(() => {
+        m.term();
+        this.#attempts.delete(msg.seq);
+        try {
+          this.#opts.onDeadLetter?.(msg, error);
+        } catch (hookErr) {
+          this.#log.error({ ...fields, err: errText(hookErr) }, 'onDeadLetter failed');
+        }
+      });
       return;
     }
     const delay = Math.min(this.#retryMax, this.#retryBase * 2 ** Math.max(0, msg.deliveryCount - 1));
@@ -560,11 +673,6 @@ export class JetStreamIngress {
   }
 }
 
-/** `troupe.<tenant>.thread.<threadId>.in.<N>` → threadId. */
-function threadIdOfSubject(subject: string): string | undefined {
-  const t = subject.split('.');
-  return t.length === 6 && t[2] === 'thread' && t[4] === 'in' && t[3] ? t[3] : undefined;
-}
 
 function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
   const out: Record<string, string> = {};

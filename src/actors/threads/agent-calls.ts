@@ -1,0 +1,103 @@
+/**
+ * The wire call from a thread to an agent: one request on the agent's inbox with the thread's headers,
+ * streamed chunks coming back on the reply subject (relayed by the host to the thread's owner), then
+ * the answer. Everything an agent sends back is validated here, at the edge: size, nesting, schema.
+ * A reply that fails is turned into a typed error reply, never thrown into the thread machine.
+ */
+import type { Logger } from 'pino';
+import type { AgentRequestInput } from '../../machines/agent-call.js';
+import type { PolicyInput } from '../../machines/router.js';
+import type { RouterPolicy } from '../../routing/scoring.js';
+import { TaskArtifactUpdateEventSchema, type TaskArtifactUpdateEvent } from '../../protocol/a2a.js';
+import { TroupeError } from '../../protocol/errors.js';
+import { HEADERS, scopedMessageKey } from '../../protocol/headers.js';
+import { LIMITS } from '../../protocol/limits.js';
+import { META } from '../../protocol/metadata.js';
+import { supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
+import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
+import { decode, encodeJson } from '../../protocol/codec.js';
+import { subjects } from '../../transport/subjects.js';
+import type { InboundMessage, Transport } from '../../transport/types.js';
+import type { Registry } from '../registry.js';
+
+export interface AgentCallerOptions {
+  tenant: string;
+  transport: Transport;
+  registry: Registry;
+  log: Logger;
+  policy?: RouterPolicy;
+  /** A validated chunk for the thread's owner. */
+  relayChunk: (threadId: string, event: TaskArtifactUpdateEvent) => void;
+  /** The agent answered (the thread's clock moves with its events). */
+  onReply: (threadId: string) => void;
+}
+
+export class AgentCaller {
+  /** Chunks refused at the edge (too large, malformed), for diagnostics. */
+  refusedChunks = 0;
+
+  constructor(private readonly opts: AgentCallerOptions) {}
+
+  async call(input: AgentRequestInput): Promise<AgentReply> {
+    const { tenant, transport, registry, log } = this.opts;
+    const threadId = input.message.taskId ?? '';
+    const card = registry.card(input.agentId);
+    const message =
+      card && supportsClientRouting(card) ? withRoutingRequest(input.message, { agentCards: registry.peersOf(input.agentId), sender: input.sender }) : input.message;
+    const headers = {
+      [HEADERS.threadId]: threadId,
+      [HEADERS.tenant]: tenant,
+      [HEADERS.hop]: String(input.hop),
+      [HEADERS.sender]: input.sender,
+      [HEADERS.callId]: scopedMessageKey(threadId, input.message.messageId),
+      [HEADERS.taskId]: threadId,
+      [HEADERS.contextId]: input.message.contextId ?? threadId,
+    };
+    log.debug({ thread: threadId, agent: input.agentId, attempt: input.attempt, messageId: input.message.messageId }, 'calling agent');
+    let res: InboundMessage;
+    try {
+      res = await transport.requestStream(subjects.agentInbox(tenant, input.agentId), encodeJson(message), {
+        timeoutMs: input.timeoutMs,
+        headers,
+        chunkHeader: HEADERS.chunk,
+        onChunk: (chunk) => this.relay(threadId, input.agentId, input.message.contextId ?? threadId, chunk),
+      });
+    } catch (err) {
+      log.warn({ thread: threadId, agent: input.agentId, attempt: input.attempt, err: (err as Error).message }, 'agent call failed');
+      throw err;
+    }
+    this.opts.onReply(threadId);
+    try {
+      return decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`, LIMITS.agentReplyBytes);
+    } catch (err) {
+      const error = TroupeError.from(err, 'AGENT_ERROR');
+      const code = error.code === 'PAYLOAD_TOO_LARGE' ? 'PAYLOAD_TOO_LARGE' : 'AGENT_ERROR';
+      log.warn({ thread: threadId, agent: input.agentId, code }, error.message);
+      return { kind: 'error', error: { code, message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
+    }
+  }
+
+  /** Validates a streamed chunk and hands it on with the thread's own ids (an agent cannot aim it elsewhere). */
+  private relay(threadId: string, agentId: string, contextId: string, chunk: InboundMessage): void {
+    let event: TaskArtifactUpdateEvent;
+    try {
+      event = decode(TaskArtifactUpdateEventSchema, chunk.data, `chunk from agent "${agentId}"`, LIMITS.chunkBytes);
+    } catch (err) {
+      this.refusedChunks++;
+      this.opts.log.warn({ thread: threadId, agent: agentId, err: (err as Error).message }, 'refused a streamed chunk');
+      return;
+    }
+    this.opts.relayChunk(threadId, {
+      ...event,
+      taskId: threadId,
+      contextId,
+      artifact: { ...event.artifact, metadata: { ...event.artifact.metadata, [META.agent]: agentId } },
+    });
+  }
+
+  async decide(input: PolicyInput): Promise<RouterDecision> {
+    if (!this.opts.policy) throw new TroupeError('ROUTER_FAILURE', 'no router policy configured');
+    const agents = this.opts.registry.agents().filter((a) => input.agentIds.includes(a.id));
+    return this.opts.policy.decide({ message: input.message, agents });
+  }
+}

@@ -1,0 +1,526 @@
+/**
+ * Holds thread actors (in a Map, not as children of one parent: XState copies the children map on every
+ * spawn) and binds the pure thread machine to the mesh. The concerns live next door: `committer.ts`
+ * (compare-and-set writes and the outbox), `agent-calls.ts` (the wire call to agents and the relay of
+ * their chunks), `record.ts` (the stored form), `views.ts` (what ps and inspect show).
+ *
+ * Every thread has an owner (`<principal>` or `<principal>/<user>`, from the broker-checked subject the
+ * first message came on); its events go to that principal only, and a message, a cancel or a read from
+ * anyone else is answered exactly like one about a thread that does not exist.
+ *
+ * Idle threads are passivated (state committed, actor stopped) and rehydrated on their next message.
+ * Nothing an actor does can take the process down: listener and actor failures are caught here, logged
+ * with the thread, and the thread is dropped and reloaded from its stored state.
+ */
+import { createActor, fromPromise, type AnyActorRef, type InspectionEvent } from 'xstate';
+import type { Logger } from 'pino';
+import { agentCallMachine, type AgentRequestInput } from '../../machines/agent-call.js';
+import { routerMachine, type PolicyInput } from '../../machines/router.js';
+import { orchestrationMachine, type CallAgentInput } from '../../machines/orchestration.js';
+import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
+import type { RouterPolicy } from '../../routing/scoring.js';
+import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import { TroupeError } from '../../protocol/errors.js';
+import { META } from '../../protocol/metadata.js';
+import type { ActorInfo } from '../../protocol/ctl.js';
+import type { RouterDecision } from '../../protocol/routing.js';
+import type { AgentReply } from '../../protocol/wire.js';
+import { encodeJson } from '../../protocol/codec.js';
+import { MemoryThreadStore } from '../../store/memory.js';
+import type { ThreadStore } from '../../store/types.js';
+import { subjects } from '../../transport/subjects.js';
+import type { Transport } from '../../transport/types.js';
+import { silentLogger } from '../../observability/logger.js';
+import type { Registry } from '../registry.js';
+import { AgentCaller } from './agent-calls.js';
+import { Committer } from './committer.js';
+import type { LiveThread, RecentEvent, ThreadActor } from './live.js';
+import { fullSnapshot, ownerOfRecord } from './record.js';
+import { actorsOf, inspectThread } from './views.js';
+
+export interface ThreadHostOptions {
+  transport: Transport;
+  registry: Registry;
+  tenant?: string;
+  nodeId: string;
+  store?: ThreadStore;
+  config?: Partial<ThreadConfig>;
+  policy?: RouterPolicy;
+  logger?: Logger;
+  /** Passivate threads idle this long (ms). 0 disables passivation. */
+  idleMs?: number;
+  /** Publish inspection events on `troupe.<tenant>.inspect.<actorId>`. */
+  inspect?: boolean;
+  now?: () => number;
+}
+
+const EVENT_LOG_LIMIT = 25;
+
+/** The principal of an owner `<principal>[/<user>]`: whose `out` subject the thread's events go to. */
+export function principalOf(owner: string): string {
+  const slash = owner.indexOf('/');
+  return slash < 0 ? owner : owner.slice(0, slash);
+}
+
+export class ThreadHost {
+  readonly tenant: string;
+  readonly store: ThreadStore;
+  private readonly threads = new Map<string, LiveThread>();
+  private readonly loading = new Map<string, Promise<LiveThread>>();
+  private readonly transport: Transport;
+  private readonly registry: Registry;
+  private readonly log: Logger;
+  private readonly config: ThreadConfig;
+  private readonly machine;
+  private readonly idleMs: number;
+  private readonly now: () => number;
+  private readonly committer: Committer;
+  private readonly caller: AgentCaller;
+  private passivator?: NodeJS.Timeout;
+  private unsubscribeRegistry?: () => void;
+  private passivatedCount = 0;
+
+  constructor(private readonly opts: ThreadHostOptions) {
+    this.tenant = opts.tenant ?? 'demo';
+    this.transport = opts.transport;
+    this.registry = opts.registry;
+    this.store = opts.store ?? new MemoryThreadStore();
+    this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: opts.nodeId });
+    this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
+    this.idleMs = opts.idleMs ?? 5 * 60_000;
+    this.now = opts.now ?? Date.now;
+    this.committer = new Committer({
+      tenant: this.tenant,
+      nodeId: opts.nodeId,
+      store: this.store,
+      now: this.now,
+      log: this.log,
+      publish: (live, event) => this.publishToOwner(live, event),
+      drop: (live, error) => this.drop(live, error),
+    });
+    this.caller = new AgentCaller({
+      tenant: this.tenant,
+      transport: this.transport,
+      registry: this.registry,
+      log: this.log,
+      ...(opts.policy ? { policy: opts.policy } : {}),
+      relayChunk: (threadId, event) => {
+        const live = this.threads.get(threadId);
+        if (live) this.publishToOwner(live, event);
+      },
+      onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
+    });
+    this.machine = threadMachine.provide({
+      actors: {
+        agentCall: agentCallMachine.provide({
+          actors: { request: fromPromise<AgentReply, AgentRequestInput>(({ input }) => this.caller.call(input)) },
+        }),
+        router: routerMachine.provide({
+          actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.caller.decide(input)) },
+        }),
+        orchestration: orchestrationMachine.provide({
+          actors: { callAgent: fromPromise<Message, CallAgentInput>(({ input, signal }) => this.callForOrchestration(input, signal)) },
+        }),
+      },
+    });
+  }
+
+  start(): this {
+    // Only a turn in progress (or an open handoff, whose deadline can start one) routes with the catalog;
+    // an idle thread gets it with its next message (deliver), so an agent joining does not rewrite every
+    // live thread's record.
+    this.unsubscribeRegistry = this.registry.onChange(() => {
+      const agents = this.registry.directory();
+      for (const t of this.threads.values()) {
+        const snap = t.actor.getSnapshot();
+        if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff)) t.actor.send({ type: 'troupe.agents', agents });
+      }
+    });
+    if (this.idleMs > 0) {
+      this.passivator = setInterval(() => void this.passivateIdle().catch((err: unknown) => this.log.error({ err }, 'passivation failed')), Math.min(this.idleMs, 30_000));
+      this.passivator.unref();
+    }
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    if (this.passivator) clearInterval(this.passivator);
+    this.unsubscribeRegistry?.();
+    await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
+    this.committer.stop();
+  }
+
+  /**
+   * Accepts a user message into a thread: creates or rehydrates the thread, hands the message to its
+   * actor and commits the state that includes it before resolving (the caller acks after that). A
+   * message the thread already has is a duplicate: its answer, when there is one, goes out again.
+   */
+  async deliver(threadId: string, message: Message, owner: string): Promise<{ duplicate: boolean }> {
+    if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
+    const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
+    const snap = live.actor.getSnapshot();
+    this.checkOwner(snap.context.owner, owner, threadId);
+    if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
+      throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
+    }
+    const ctx = snap.context;
+    if (ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
+      this.answerDuplicate(live, message.messageId);
+      return { duplicate: true };
+    }
+    live.lastActive = this.now();
+    live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
+    live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
+    await this.committer.flush(live);
+    return { duplicate: false };
+  }
+
+  /** Cancels a thread; with an `owner`, only that owner's (anyone else gets THREAD_NOT_FOUND). */
+  async cancel(threadId: string, reason?: string, owner?: string): Promise<TaskState> {
+    const live = await this.obtain(threadId);
+    if (owner !== undefined) this.checkOwner(live.actor.getSnapshot().context.owner, owner, threadId);
+    const state = taskStateOf(live.actor.getSnapshot().value);
+    if (TERMINAL_TASK_STATES.includes(state)) throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is already ${state}`);
+    live.actor.send({ type: 'troupe.cancel', ...(reason ? { reason } : {}), now: this.now() });
+    await this.committer.flush(live);
+    return taskStateOf(live.actor.getSnapshot().value);
+  }
+
+  /** The stored Task of a thread; with an `owner`, only that owner's. */
+  async task(threadId: string, owner?: string): Promise<{ task: Task; revision: number }> {
+    const live = this.threads.get(threadId);
+    if (live) await this.committer.flush(live).catch(() => undefined);
+    const stored = await this.store.get(this.tenant, threadId);
+    if (!stored || (owner !== undefined && ownerOfRecord(stored.record) !== owner)) throw this.notFound(threadId);
+    return { task: stored.record.task, revision: stored.revision };
+  }
+
+  /** Live and passivated counts, and one ActorInfo per live thread and its children. */
+  list(): { actors: ActorInfo[]; passivated: number } {
+    return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedCount };
+  }
+
+  /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
+  inspect(actorId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } | undefined {
+    const slash = actorId.indexOf('/');
+    const live = this.threads.get(slash < 0 ? actorId : actorId.slice(0, slash));
+    return live ? inspectThread(live, actorId, this.opts.nodeId) : undefined;
+  }
+
+  liveCount(): number {
+    return this.threads.size;
+  }
+
+  isLive(threadId: string): boolean {
+    return this.threads.has(threadId);
+  }
+
+  /**
+   * After taking over threads (a partition of them), loads the ones that need an actor now: a turn in
+   * progress (its agent call re-runs with the same idempotency key and finishes the turn) or an open
+   * handoff (its deadline must keep running).
+   */
+  async resumeThreads(belongs: (threadId: string) => boolean): Promise<string[]> {
+    const resumed: string[] = [];
+    for await (const entry of this.store.list(this.tenant)) {
+      if (!belongs(entry.threadId) || this.threads.has(entry.threadId)) continue;
+      if (entry.state !== 'working' && entry.state !== 'input-required') continue;
+      if (entry.state === 'input-required') {
+        const stored = await this.store.get(this.tenant, entry.threadId).catch(() => undefined);
+        if (!stored?.record.task.metadata?.[META.handoff]) continue;
+      }
+      try {
+        await this.obtain(entry.threadId);
+        resumed.push(entry.threadId);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message, thread: entry.threadId }, 'could not resume a thread');
+      }
+    }
+    if (resumed.length) this.log.info({ threads: resumed.length }, 'resumed threads after takeover');
+    return resumed;
+  }
+
+  /** Commits and stops the live threads that another node now owns. */
+  async releaseThreads(belongs: (threadId: string) => boolean): Promise<void> {
+    await Promise.all([...this.threads.values()].filter((t) => belongs(t.threadId)).map((t) => this.passivate(t)));
+  }
+
+  /** Drops the live actor (if any) and reloads the thread from the store. */
+  async rehydrate(threadId: string): Promise<TaskState> {
+    const live = this.threads.get(threadId);
+    if (live) await this.passivate(live);
+    const loaded = await this.obtain(threadId);
+    return taskStateOf(loaded.actor.getSnapshot().value);
+  }
+
+  /** Passivates one live thread by id; false when it is not live here. */
+  async passivateThread(threadId: string): Promise<boolean> {
+    const live = this.threads.get(threadId);
+    if (!live) return false;
+    await this.passivate(live);
+    return true;
+  }
+
+  /** Waits until the thread's latest state is committed; throws when the commit failed. */
+  async flushCommits(threadId: string): Promise<void> {
+    const live = this.threads.get(threadId);
+    if (live) await this.committer.flush(live);
+  }
+
+  // ---- loading and owning --------------------------------------------------------------------------
+
+  private notFound(threadId: string): TroupeError {
+    return new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
+  }
+
+  /** "Not yours" looks exactly like "does not exist". */
+  private checkOwner(actual: string, claimed: string, threadId: string): void {
+    if (actual !== claimed) throw this.notFound(threadId);
+  }
+
+  private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
+    const live = this.threads.get(threadId);
+    if (live) return live;
+    let pending = this.loading.get(threadId);
+    if (!pending) {
+      pending = this.load(threadId, opts.create).finally(() => this.loading.delete(threadId));
+      this.loading.set(threadId, pending);
+    }
+    return pending;
+  }
+
+  private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
+    const stored = await this.store.get(this.tenant, threadId);
+    if (!stored && !create) throw this.notFound(threadId);
+    const live: LiveThread = {
+      threadId,
+      actor: undefined as unknown as ThreadActor,
+      lastActive: this.now(),
+      events: [],
+      commit: Promise.resolve(),
+      dirty: false,
+      changed: false,
+      outbox: [],
+      written: stored?.record.outbox?.length ?? 0,
+      historyTrimmed: 0,
+      ...(stored ? { revision: stored.revision } : {}),
+    };
+    const inspect = (ev: InspectionEvent) => {
+      try {
+        this.onInspection(live, ev);
+      } catch (err) {
+        this.log.error({ err, thread: threadId }, 'inspection hook failed');
+      }
+    };
+    live.actor = stored
+      ? createActor(this.machine, { snapshot: fullSnapshot(stored.record) as never, id: threadId, inspect, input: undefined as never })
+      : createActor(this.machine, {
+          id: threadId,
+          inspect,
+          input: {
+            threadId,
+            tenant: this.tenant,
+            owner: create!.owner,
+            ...(create?.contextId ? { contextId: create.contextId } : {}),
+            config: this.config,
+            agents: this.registry.directory(),
+            now: this.now(),
+          },
+        });
+    live.actor.on('troupe.thread.status', (event) => {
+      try {
+        this.publishStatus(live, event);
+      } catch (err) {
+        this.log.error({ err, thread: threadId }, 'publishing a thread status failed');
+      }
+    });
+    let restoring = Boolean(stored);
+    live.actor.subscribe({
+      next: () => {
+        // Re-arming timers on restore changes nothing worth a write.
+        if (restoring) return;
+        live.changed = true;
+        this.committer.schedule(live);
+      },
+      error: (err) => {
+        const error = new TroupeError('WORKFLOW_ERROR', `thread ${threadId} failed: ${err instanceof Error ? err.message : String(err)}`);
+        this.log.error({ err, thread: threadId }, 'thread actor failed; dropping it (its stored state reloads with the next message)');
+        this.drop(live, error);
+      },
+    });
+    this.threads.set(threadId, live);
+    if (stored) {
+      this.passivatedCount = Math.max(0, this.passivatedCount - 1);
+      this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
+    }
+    live.actor.start();
+    // Timers (agent-call timeouts, retry delays, handoff deadlines) are not in a snapshot: re-arm them.
+    live.actor.send(stored ? { type: 'troupe.restored', now: this.now() } : { type: 'troupe.tick', now: this.now() });
+    live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
+    restoring = false;
+    // Answers committed by a node that died before it could record that it published them go out now
+    // (at least once; clients take one final answer per message).
+    for (const event of (stored?.record.outbox ?? []) as TaskStatusUpdateEvent[]) this.publishToOwner(live, event);
+    if (live.written > 0) this.committer.schedule(live);
+    return live;
+  }
+
+  /** Drops a live actor whose state could not be kept; the user hears why unless the stored state simply won. */
+  private drop(live: LiveThread, error: TroupeError): void {
+    live.failed ??= error;
+    live.stopped = true;
+    try {
+      live.actor.stop();
+    } catch {
+      // already stopped
+    }
+    if (this.threads.get(live.threadId) === live) this.threads.delete(live.threadId);
+    if (error.code === 'STORE_CONFLICT') return;
+    const ctx = live.actor.getSnapshot().context;
+    const inReplyTo = ctx.turn?.userMessageId;
+    this.publishToOwner(live, {
+      kind: 'status-update',
+      taskId: live.threadId,
+      contextId: ctx.contextId,
+      status: {
+        state: 'input-required',
+        message: {
+          kind: 'message',
+          role: 'agent',
+          messageId: `${inReplyTo ?? live.threadId}:failed`,
+          contextId: ctx.contextId,
+          taskId: live.threadId,
+          parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+          metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(inReplyTo ? { [META.inReplyTo]: inReplyTo } : {}) },
+        },
+        timestamp: new Date(this.now()).toISOString(),
+      },
+      final: true,
+      metadata: { [META.error]: error.toBody() },
+    });
+  }
+
+  // ---- what goes out -------------------------------------------------------------------------------
+
+  private publishToOwner(live: LiveThread, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent): void {
+    if (this.transport.closed) return;
+    const owner = live.actor.getSnapshot().context.owner;
+    try {
+      this.transport.publish(subjects.threadOut(this.tenant, principalOf(owner), live.threadId), encodeJson(event));
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message, thread: live.threadId }, 'could not publish a thread event');
+    }
+  }
+
+  /** A message the thread already has: its final answer again (if it has one yet), at once. */
+  private answerDuplicate(live: LiveThread, messageId: string): void {
+    const ctx = live.actor.getSnapshot().context;
+    const answer = [...ctx.history].reverse().find((m) => m.role === 'agent' && m.metadata?.[META.inReplyTo] === messageId);
+    if (!answer) return; // still being answered: the answer will come
+    this.publishToOwner(live, {
+      kind: 'status-update',
+      taskId: live.threadId,
+      contextId: ctx.contextId,
+      status: { state: taskStateOf(live.actor.getSnapshot().value), message: answer, timestamp: new Date(this.now()).toISOString() },
+      final: true,
+      ...(answer.metadata?.[META.error] ? { metadata: { [META.error]: answer.metadata[META.error] } } : {}),
+    });
+  }
+
+  private publishStatus(live: LiveThread, event: ThreadStatusEmitted): void {
+    live.lastStatus = event;
+    const ctx = live.actor.getSnapshot().context;
+    const update: TaskStatusUpdateEvent = {
+      kind: 'status-update',
+      taskId: live.threadId,
+      contextId: ctx.contextId,
+      status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: new Date(this.now()).toISOString() },
+      final: event.final,
+      ...(event.route || event.error ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } } : {}),
+    };
+    if (event.route) this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason }, 'routed');
+    if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code }, event.error.message);
+    if (!event.final) {
+      this.publishToOwner(live, update);
+      return;
+    }
+    // A final answer goes out after the state that includes it is committed: whoever reads the store
+    // on receiving it sees that state, and a crash in between is covered by the record's outbox.
+    live.outbox.push(update);
+    live.changed = true;
+    this.committer.schedule(live);
+  }
+
+  private onInspection(live: LiveThread, ev: InspectionEvent): void {
+    if (ev.type !== '@xstate.event' || !live.actor) return;
+    const type = ev.event.type;
+    if (type === 'troupe.tick' || type === 'troupe.agents' || type.startsWith('xstate.init')) return;
+    const isRoot = ev.actorRef === live.actor;
+    const actorPath = isRoot ? live.threadId : `${live.threadId}/${(ev.actorRef as AnyActorRef).id}`;
+    live.events.push({ at: new Date(this.now()).toISOString(), type, ...(isRoot ? {} : { summary: actorPath }) });
+    if (live.events.length > EVENT_LOG_LIMIT) live.events.shift();
+    if (this.opts.inspect) {
+      const snapshot = ev.actorRef.getSnapshot() as { value?: unknown };
+      const actorToken = actorPath.replace(/[^A-Za-z0-9_-]/g, '_');
+      this.transport.publish(
+        subjects.inspect(this.tenant, actorToken),
+        encodeJson({ actorId: actorPath, event: type, state: snapshot.value, at: new Date(this.now()).toISOString() }),
+      );
+    }
+  }
+
+  // ---- passivation -----------------------------------------------------------------------------------
+
+  private async passivateIdle(): Promise<void> {
+    const cutoff = this.now() - this.idleMs;
+    for (const live of [...this.threads.values()]) {
+      const snap = live.actor.getSnapshot();
+      // An open handoff keeps its actor live so its deadline fires on time.
+      if (live.lastActive <= cutoff && taskStateOf(snap.value) !== 'working' && !snap.context.handoff) await this.passivate(live);
+    }
+  }
+
+  /** Commits the state, stops the actor and frees its memory. */
+  private async passivate(live: LiveThread): Promise<void> {
+    this.committer.schedule(live);
+    await this.committer.flush(live).catch(() => undefined);
+    live.stopped = true;
+    live.actor.stop();
+    if (this.threads.get(live.threadId) === live) {
+      this.threads.delete(live.threadId);
+      this.passivatedCount++;
+    }
+  }
+
+  // ---- fan-out ---------------------------------------------------------------------------------------
+
+  /** One call of a fan-out, through the same wire call as any agent call. */
+  private async callForOrchestration(input: CallAgentInput, signal: AbortSignal): Promise<Message> {
+    const threadId = input.message.taskId ?? '';
+    // The orchestration keeps time from ticks; one right before settling makes execution_time_ms exact.
+    // A stopped call (first_success lost, timed out) ticks nobody.
+    const tick = () => {
+      if (signal.aborted) return;
+      const orchestration = this.threads.get(threadId)?.actor.getSnapshot().children.orchestration as AnyActorRef | undefined;
+      orchestration?.send({ type: 'troupe.orchestration.tick', now: this.now() });
+    };
+    try {
+      const call = this.caller.call({ agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs });
+      // Stop waiting as soon as the orchestration stops this call; the late reply is dropped.
+      const reply = await new Promise<AgentReply>((resolve, reject) => {
+        const onAbort = () => reject(new TroupeError('WORKFLOW_ERROR', `call to ${input.agentId} was cancelled`));
+        if (signal.aborted) return onAbort();
+        signal.addEventListener('abort', onAbort, { once: true });
+        call.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+      });
+      tick();
+      if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+      const message = reply.kind === 'task' ? reply.status.message : reply;
+      if (!message) throw new TroupeError('AGENT_ERROR', `agent "${input.agentId}" returned a task without a message`);
+      return { ...message, metadata: { ...message.metadata, [META.agent]: input.agentId } };
+    } catch (err) {
+      tick();
+      throw err;
+    }
+  }
+}

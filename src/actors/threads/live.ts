@@ -1,0 +1,43 @@
+/** A thread actor held by a ThreadHost, with the bookkeeping of its commits. */
+import type { Actor } from 'xstate';
+import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
+import type { TroupeError } from '../../protocol/errors.js';
+import type { TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+
+export type ThreadActor = Actor<typeof threadMachine>;
+
+export interface RecentEvent {
+  at: string;
+  type: string;
+  summary?: string;
+}
+
+export interface LiveThread {
+  threadId: string;
+  actor: ThreadActor;
+  lastActive: number;
+  /** The last events, for `troupe inspect` (bounded). */
+  events: RecentEvent[];
+  lastStatus?: ThreadStatusEmitted;
+  /** Serialises commits of this thread. */
+  commit: Promise<void>;
+  /** A commit is scheduled and has not started yet. */
+  dirty: boolean;
+  /** The store revision of the last commit (the record's etag); undefined until first written. */
+  revision?: number;
+  /** Set when a commit lost a compare-and-set: the stored state wins, this actor is dropped. */
+  failed?: TroupeError;
+  /** Passivated or dropped: nothing more is committed from this actor. */
+  stopped?: boolean;
+  /** The state changed since the last commit. */
+  changed: boolean;
+  /** Final status events waiting for the commit that includes them; published right after it. */
+  outbox: TaskStatusUpdateEvent[];
+  /**
+   * Events the last written record still carries in its outbox. They have been published; a later
+   * write clears them (soon, see `Committer`), so a reload after that never publishes them again.
+   */
+  written: number;
+  /** History entries left out of the record because it would not fit in one store value. */
+  historyTrimmed: number;
+}

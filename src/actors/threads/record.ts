@@ -1,0 +1,75 @@
+/**
+ * The stored form of a thread: the A2A Task (history, route log, owner) plus the persisted XState
+ * snapshot. History and route log are kept once, in the Task, and left out of the snapshot (they are
+ * the largest part of a record); `fullSnapshot` puts them back on read.
+ */
+import { taskStateOf } from '../../machines/thread.js';
+import { META } from '../../protocol/metadata.js';
+import type { Task, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { ThreadRecord } from '../../store/types.js';
+import type { LiveThread } from './live.js';
+
+const SLIM = 'troupe/slim';
+
+export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number; outbox: TaskStatusUpdateEvent[] }): ThreadRecord {
+  const snap = live.actor.getSnapshot();
+  const ctx = snap.context;
+  const state = taskStateOf(snap.value);
+  const statusMessage = live.lastStatus?.final ? live.lastStatus.message : undefined;
+  const at = new Date(opts.now).toISOString();
+  const history = live.historyTrimmed > 0 ? ctx.history.slice(Math.min(live.historyTrimmed, ctx.history.length - 1)) : ctx.history;
+  const task: Task = {
+    kind: 'task',
+    id: live.threadId,
+    contextId: ctx.contextId,
+    status: { state, ...(statusMessage ? { message: statusMessage } : {}), timestamp: at },
+    history,
+    artifacts: [],
+    metadata: {
+      [META.owner]: ctx.owner,
+      [META.routes]: ctx.routeLog,
+      ...(ctx.lastError ? { [META.error]: ctx.lastError } : {}),
+      ...(ctx.handoff ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
+      [META.turns]: ctx.turns,
+    },
+  };
+  return {
+    version: 1,
+    tenant: opts.tenant,
+    threadId: live.threadId,
+    task,
+    snapshot: slimSnapshot(live.actor.getPersistedSnapshot()),
+    updatedAt: at,
+    node: opts.node,
+    ...(opts.outbox.length ? { outbox: opts.outbox } : {}),
+  };
+}
+
+/** The owner recorded with a stored thread (threads written before owners existed belong to `local`). */
+export function ownerOfRecord(record: ThreadRecord): string {
+  const owner = record.task.metadata?.[META.owner];
+  return typeof owner === 'string' ? owner : 'local';
+}
+
+function slimSnapshot(snapshot: unknown): unknown {
+  const snap = snapshot as { context?: Record<string, unknown> };
+  if (!snap?.context) return snapshot;
+  const { history: _h, routeLog: _r, ...context } = snap.context;
+  return { ...snap, context: { ...context, [SLIM]: true } };
+}
+
+export function fullSnapshot(record: ThreadRecord): unknown {
+  const snap = record.snapshot as { context?: Record<string, unknown> };
+  if (!snap?.context?.[SLIM]) return record.snapshot;
+  const { [SLIM]: _s, ...context } = snap.context;
+  const routes = record.task.metadata?.[META.routes];
+  return {
+    ...snap,
+    context: {
+      ...context,
+      owner: typeof context.owner === 'string' ? context.owner : ownerOfRecord(record),
+      history: record.task.history ?? [],
+      routeLog: Array.isArray(routes) ? routes : [],
+    },
+  };
+}

@@ -1,0 +1,67 @@
+/**
+ * Control requests and replies: operator verbs on `troupe.<t>.ctl.<verb>` (ps, inspect, threads, thread,
+ * rehydrate, cancel, dlq) and a client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` (task,
+ * cancel). The node, the CLI, the client SDK and the gateway all read these schemas.
+ */
+import { z } from 'zod';
+import { TaskSchema } from './a2a.js';
+import { idSchema } from './ids.js';
+
+/** One live actor as listed by `troupe ps`. */
+export const ActorInfoSchema = z.object({
+  kind: z.enum(['node', 'thread', 'router', 'agent', 'handoff', 'orchestration', 'agent-call', 'registry', 'llm-agent']),
+  id: z.string(),
+  state: z.string(),
+  node: z.string(),
+  threadId: z.string().optional(),
+  hops: z.number().optional(),
+  parent: z.string().optional(),
+  status: z.enum(['live', 'passivated']).default('live'),
+  detail: z.record(z.string(), z.unknown()).optional(),
+});
+export type ActorInfo = z.infer<typeof ActorInfoSchema>;
+
+export const PsReplySchema = z.object({ node: z.string(), actors: z.array(ActorInfoSchema), passivated: z.number().default(0) });
+export type PsReply = z.infer<typeof PsReplySchema>;
+
+export const InspectRequestSchema = z.object({ actorId: z.string().min(1).max(300) });
+export const InspectReplySchema = z.object({
+  found: z.boolean(),
+  node: z.string(),
+  actor: ActorInfoSchema.optional(),
+  value: z.unknown().optional(),
+  context: z.unknown().optional(),
+  events: z.array(z.object({ at: z.string(), type: z.string(), summary: z.string().optional() })).default([]),
+});
+export type InspectReply = z.infer<typeof InspectReplySchema>;
+
+/** Operator requests about one thread (cancel, rehydrate, thread). */
+export const ThreadCtlSchema = z.object({
+  threadId: idSchema('thread'),
+  reason: z.string().max(500).optional(),
+});
+
+export const ThreadsRequestSchema = z.object({
+  state: z.string().max(32).optional(),
+  limit: z.number().int().min(1).max(10_000).optional(),
+});
+
+/** A client's owner-checked request about one of its threads. The user comes from the Troupe-User header. */
+export const ClientThreadRequestSchema = z.object({
+  threadId: idSchema('thread'),
+  reason: z.string().max(500).optional(),
+  /** `task`: trim the history to the last N messages. */
+  historyLength: z.number().int().min(0).max(1000).optional(),
+});
+
+export const OkReplySchema = z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() });
+export const TaskReplySchema = z.object({ kind: z.literal('task'), task: TaskSchema, revision: z.number() });
+
+/** Accepted reply to a message sent into a thread without durable ingress. Errors come back as ErrorReply. */
+export const ThreadAckSchema = z.object({
+  kind: z.literal('ack'),
+  threadId: z.string(),
+  messageId: z.string(),
+  duplicate: z.boolean().optional(),
+});
+export type ThreadAck = z.infer<typeof ThreadAckSchema>;
