@@ -12,6 +12,8 @@ export interface GlobalOpts {
   user?: string;
   password?: string;
   creds?: string;
+  /** CA file to trust for tls:// servers (`<dir>/tls/ca.pem` from `troupe creds init --tls`). */
+  tlsCa?: string;
   tenant: string;
   json?: boolean;
   logLevel?: string;
@@ -33,6 +35,7 @@ export async function connect(g: GlobalOpts, name: string, longLived = false): P
     ...(g.user ? { user: g.user } : {}),
     ...(g.password ? { pass: g.password } : {}),
     ...(g.creds ? { creds: g.creds } : {}),
+    ...(g.tlsCa ? { tls: { caFile: g.tlsCa } } : {}),
   });
 }
 

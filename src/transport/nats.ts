@@ -40,6 +40,12 @@ export interface NatsConnectOptions {
   onError?: TransportErrorHandler;
   /** Reconnect attempts after a lost connection; -1 = forever (long-lived nodes and agents). Default 10. */
   maxReconnectAttempts?: number;
+  /**
+   * TLS: the CA to trust (a server certificate from `troupe creds init --tls`), and a client certificate
+   * and key where the server asks for one. Use `tls://` URLs; without this a server that requires TLS is
+   * checked against the system's CAs.
+   */
+  tls?: { caFile?: string; certFile?: string; keyFile?: string };
 }
 
 function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
@@ -193,6 +199,10 @@ export class NatsTransport implements Transport {
     }
     if (opts.name !== undefined) options.name = opts.name;
     if (opts.maxReconnectAttempts !== undefined) options.maxReconnectAttempts = opts.maxReconnectAttempts;
+    if (opts.tls) {
+      const { caFile, certFile, keyFile } = opts.tls;
+      options.tls = { ...(caFile ? { caFile } : {}), ...(certFile ? { certFile } : {}), ...(keyFile ? { keyFile } : {}) };
+    }
     let nc: NatsConnection;
     try {
       nc = await connect(options);
