@@ -85,6 +85,26 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect((statSync(join(dir, 'creds/tenants/demo/users')).mode & 0o777).toString(8)).toBe('700');
   });
 
+  it('`creds init --tls` writes a CA, a server certificate for the given hosts and a tls block', async () => {
+    const tlsDir = join(dir, 'with-tls');
+    const res = await runTroupeJson<{ url: string; caFile: string; serverConfig: string }>(
+      ['creds', 'init', '--dir', tlsDir, '--tls', '--tls-hosts', 'nats.internal,10.0.0.7', '--agents', '', '--json'],
+      {},
+    );
+    expect(res.url).toBe('tls://127.0.0.1:4222');
+    expect(res.caFile).toBe(join(tlsDir, 'tls', 'ca.pem'));
+    const conf = readFileSync(res.serverConfig, 'utf8');
+    expect(conf).toContain(`cert_file: "${join(tlsDir, 'tls', 'server.pem')}"`);
+    const { X509Certificate } = await import('node:crypto');
+    const cert = new X509Certificate(readFileSync(join(tlsDir, 'tls', 'server.pem')));
+    expect(cert.subjectAltName).toBe('DNS:nats.internal, IP Address:10.0.0.7');
+    expect(cert.verify(new X509Certificate(readFileSync(res.caFile)).publicKey)).toBe(true);
+    expect((statSync(join(tlsDir, 'tls', 'server-key.pem')).mode & 0o777).toString(8)).toBe('600');
+    // --agents '' makes no agents.
+    const users = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', tlsDir, '--json'], {});
+    expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'client']);
+  });
+
   it('refuses a connection without credentials or with a password', async () => {
     await expect(connect({ servers: url, reconnect: false })).rejects.toThrow(errors.AuthorizationError);
     await expect(connect({ servers: url, user: 'node', pass: 'node', reconnect: false })).rejects.toThrow(errors.AuthorizationError);
@@ -165,6 +185,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect(unknownTenant.code).toBe(1);
     expect(unknownTenant.stderr).toContain('tenants: demo, acme');
 
+    expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'y'), '--tls-hosts', 'example.org'], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'add-agent', '--dir', dir], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'x'), '--partitions', '0'], {})).code).toBe(2);
   });
@@ -353,6 +374,7 @@ describe('TLS', () => {
   it('refuses a client that does not trust the CA, and a plain-text connection', async () => {
     const creds = readFileSync(nats.creds('demo', 'node'));
     await expect(connect({ servers: nats.url, authenticator: credsAuthenticator(creds), reconnect: false })).rejects.toThrow(/certificate/i);
+    await expect(NatsTransport.connect({ servers: nats.url, creds: nats.creds('demo', 'node') })).rejects.toThrow(/TLS with NATS .* --tls-ca/);
     // Plain text: the server announces TLS, and a CONNECT in the clear never gets a PONG.
     const plain = await new Promise<{ info: string; rest: string }>((resolve, reject) => {
       const sock = netConnect(nats.port, '127.0.0.1');

@@ -208,10 +208,14 @@ export class NatsTransport implements Transport {
       nc = await connect(options);
     } catch (err) {
       const cause = err instanceof Error ? err.message : String(err);
+      // A server that requires TLS, and a certificate this client does not trust, fail before any NATS.
+      const tlsFailure = /certificate|\bTLS\b|\bSSL\b/i.test(cause) || (opts.tls !== undefined && /doesn't exist/.test(cause));
       const e =
         err instanceof errors.AuthorizationError
           ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`)
-          : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
+          : tlsFailure
+            ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`)
+            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
       e.cause = err;
       throw e;
     }
