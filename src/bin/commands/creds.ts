@@ -4,6 +4,7 @@
  * without touching the server; `revoke` cuts a user off on the running server; `push` re-sends every
  * account JWT (after the server was down during a revoke); `list` shows who exists.
  */
+import { isAbsolute, relative } from 'node:path';
 import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
 import {
@@ -38,10 +39,16 @@ function list(value: string | undefined): string[] | undefined {
     .filter(Boolean);
 }
 
+/** A path as short as it can be: relative to the working directory when it is inside it. */
+function shortPath(path: string): string {
+  const rel = relative(process.cwd(), path);
+  return rel && !rel.startsWith('..') && !isAbsolute(rel) ? rel : path;
+}
+
 function usersTable(users: UserInfo[]): string {
   return table(
     ['name', 'role', 'tenant', 'public key', 'revoked', 'creds'],
-    users.map((u) => [u.name, u.role, u.tenant, u.publicKey, u.revoked ? color.red('yes') : 'no', u.credsFile]),
+    users.map((u) => [u.name, u.role, u.tenant, u.publicKey, u.revoked ? color.red('yes') : 'no', shortPath(u.credsFile)]),
   );
 }
 
