@@ -79,6 +79,18 @@ async function probeAll(prober: Prober, publisher: NatsConnection): Promise<Resu
   return out;
 }
 
+describe('the roles table', () => {
+  it('follows the one id rule (protocol/ids.ts) and needs explicit agent response limits', () => {
+    expect(() => rolePermissions('agent', 'demo', 'a'.repeat(65))).toThrow(/limit is 64/);
+    expect(() => rolePermissions('client', 'demo', 'x.y')).toThrow(/A-Z, a-z, 0-9, _ and -/);
+    expect(() => rolePermissions('node', 't'.repeat(33), 'node')).toThrow(/tenant/);
+    // 0 in a JWT means the server default (one reply in two minutes), not unlimited.
+    expect(() => rolePermissions('agent', 'demo', 'echo', { responses: { max: 0, ttlMs: 1_000 } })).toThrow(/max >= 1/);
+    expect(rolePermissions('agent', 'demo', 'echo').resp).toEqual({ max: 10_000, ttlMs: 600_000 });
+    expect(rolePermissions('client', 'demo', 'cli').resp).toBeUndefined();
+  });
+});
+
 describe('roles enforced by nats-server (operator mode)', () => {
   let nats: SecureNatsServerHandle;
   let observer: Observer;

@@ -37,7 +37,8 @@ import { z } from 'zod';
 import { describeZodError, TroupeError } from '../protocol/errors.js';
 import { DEFAULT_PARTITIONS } from '../transport/jetstream/leases.js';
 import { SUBJECT_PREFIX } from '../transport/subjects.js';
-import { inboxPrefix, isValidId, rolePermissions, ROLES, type AnyRole, type ResponseRules, type Role, type RolePermissions } from './roles.js';
+import { idProblem, idSchema, isValidId } from '../protocol/ids.js';
+import { idKindOf, inboxPrefix, rolePermissions, ROLES, type AnyRole, type ResponseRules, type Role, type RolePermissions } from './roles.js';
 import { renderServerConfig } from './server-config.js';
 import { createCertificates } from './tls.js';
 
@@ -70,7 +71,6 @@ export const DEFAULT_JETSTREAM_LIMITS: JetStreamAccountLimits = { memoryBytes: 2
 // What the store files hold. Everything read back is validated: a damaged file is a typed error.
 // ---------------------------------------------------------------------------------------------------
 
-const Id = z.string().refine((v) => isValidId(v), 'must be 1..128 of A-Z, a-z, 0-9, _ and -');
 const Seed = (prefix: string) => z.string().regex(new RegExp(`^S${prefix}[A-Z2-7]{56}$`), `must be an nkey seed starting S${prefix}`);
 const PublicKey = (prefix: string) => z.string().regex(new RegExp(`^${prefix}[A-Z2-7]{55}$`), `must be an nkey public key starting ${prefix}`);
 const Jwt = z.string().regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/, 'must be a JWT');
@@ -79,7 +79,7 @@ const SettingsSchema = z.object({
   version: z.literal(1),
   host: z.string().min(1).max(253),
   port: z.number().int().min(0).max(65_535),
-  tenants: z.array(Id).min(1).max(MAX_TENANTS),
+  tenants: z.array(idSchema('tenant')).min(1).max(MAX_TENANTS),
   jetstream: z.object({ memoryBytes: z.number().int().min(1), diskBytes: z.number().int().min(1) }),
   tls: z.object({ caFile: z.string(), caKeyFile: z.string(), certFile: z.string(), keyFile: z.string() }).optional(),
 });
@@ -88,7 +88,7 @@ type Settings = z.infer<typeof SettingsSchema>;
 const OperatorSchema = z.object({ name: z.string().min(1).max(128), publicKey: PublicKey('O'), seed: Seed('O'), jwt: Jwt });
 const SystemSchema = z.object({ publicKey: PublicKey('A'), seed: Seed('A'), jwt: Jwt });
 const AccountSchema = z.object({
-  tenant: Id,
+  tenant: idSchema('tenant'),
   publicKey: PublicKey('A'),
   seed: Seed('A'),
   signingKey: z.object({ publicKey: PublicKey('A'), seed: Seed('A') }),
@@ -99,9 +99,10 @@ const AccountSchema = z.object({
 });
 type AccountRecord = z.infer<typeof AccountSchema>;
 const UserSchema = z.object({
-  name: Id,
+  // Agent ids and principals share one rule and cap (protocol/ids.ts).
+  name: idSchema('principal'),
   role: z.enum(ROLES),
-  tenant: Id,
+  tenant: idSchema('tenant'),
   publicKey: PublicKey('U'),
   createdAt: z.string(),
   responses: z.object({ max: z.number().int().min(1), ttlMs: z.number().int().min(1) }).optional(),
@@ -187,7 +188,8 @@ const nowSeconds = () => Math.floor(Date.now() / 1000);
 
 /** The account JWT's subject mappings that partition a tenant's inbound thread messages (see header). */
 export function partitionMappings(tenant: string, partitions: number): Record<string, Array<{ subject: string; weight: number }>> {
-  if (!isValidId(tenant)) throw new RangeError(`invalid tenant "${tenant}"`);
+  const problem = idProblem('tenant', tenant);
+  if (problem) throw new RangeError(problem);
   if (!Number.isInteger(partitions) || partitions < 1 || partitions > MAX_PARTITIONS) throw new RangeError(`partitions must be 1..${MAX_PARTITIONS}`);
   const t = `${SUBJECT_PREFIX}.${tenant}`;
   // No spaces inside {{…}}: the JWT library refuses subjects with spaces. partition(N,2) hashes the
@@ -273,7 +275,8 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
   const tenants = opts.tenants?.length ? opts.tenants : ['demo'];
   const lower = new Set<string>();
   for (const t of tenants) {
-    if (!isValidId(t)) throw new TroupeError('CREDENTIALS_INVALID', `invalid tenant "${t}": use 1..128 of A-Z, a-z, 0-9, _ and -`);
+    const problem = idProblem('tenant', t);
+    if (problem) throw new TroupeError('CREDENTIALS_INVALID', `invalid tenant: ${problem}`);
     // Tenant directories must not collide on case-insensitive file systems.
     if (lower.has(t.toLowerCase())) throw new TroupeError('CREDENTIALS_CONFLICT', `tenant "${t}" is given twice`);
     lower.add(t.toLowerCase());
@@ -449,7 +452,7 @@ export class CredentialStore {
 
   credsFile(tenant: string, name: string): string {
     this.checkTenant(tenant);
-    if (!isValidId(name)) throw new TroupeError('CREDENTIALS_NOT_FOUND', `invalid user name "${name}"`);
+    if (!isValidId('principal', name)) throw new TroupeError('CREDENTIALS_NOT_FOUND', `no user "${name}" can exist: ${idProblem('principal', name)}`);
     return join(this.paths.users(tenant), `${name}.creds`);
   }
 
@@ -459,7 +462,7 @@ export class CredentialStore {
     const out: UserRecord[] = [];
     for (const file of names) {
       const name = file.slice(0, -'.json'.length);
-      if (!isValidId(name)) continue;
+      if (!isValidId('principal', name)) continue;
       out.push(await readJson(join(dir, file), UserSchema, `user "${name}" of tenant "${tenant}"`));
     }
     return out;
@@ -514,9 +517,8 @@ export class CredentialStore {
         if (!taken.has(candidate)) name = candidate;
       }
     }
-    if (!isValidId(name, role)) {
-      throw new TroupeError('CREDENTIALS_INVALID', `invalid ${role} name "${name}": use 1..${role === 'agent' ? 64 : 128} of A-Z, a-z, 0-9, _ and -`);
-    }
+    const problem = idProblem(idKindOf(role), name);
+    if (problem) throw new TroupeError('CREDENTIALS_INVALID', `invalid ${role} name: ${problem}`);
     const clash = existing.find((u) => u.name.toLowerCase() === name.toLowerCase());
     if (clash && !clash.revoked) {
       throw new TroupeError('CREDENTIALS_CONFLICT', `tenant "${tenant}" already has ${clash.role} "${clash.name}" (${clash.credsFile})`, { name: clash.name, role: clash.role });
@@ -693,6 +695,6 @@ export async function readCredsIdentity(file: string): Promise<CredsIdentity> {
     account: parsed.aid,
     ...(knownRole ? { role: knownRole } : {}),
     ...(tenant ? { tenant } : {}),
-    ...((knownRole === 'client' || knownRole === 'operator') && isValidId(name) ? { inboxPrefix: inboxPrefix(name) } : {}),
+    ...((knownRole === 'client' || knownRole === 'operator') && isValidId('principal', name) ? { inboxPrefix: inboxPrefix(name) } : {}),
   };
 }

@@ -20,7 +20,8 @@
  * `troupe.t.in.*.*.*` onto the right partition (creds.ts `partitionMappings`). test/permissions.roles.test.ts
  * checks every role against every subject class on a real server.
  */
-import { isSubjectToken, SUBJECT_PREFIX } from '../transport/subjects.js';
+import { idProblem, type IdKind } from '../protocol/ids.js';
+import { SUBJECT_PREFIX } from '../transport/subjects.js';
 
 /** Roles a tenant's users have. `system` is the one user of the system account (claims updates). */
 export const ROLES = ['node', 'agent', 'client', 'operator'] as const;
@@ -55,19 +56,14 @@ export interface RolePermissions {
  */
 export const AGENT_RESPONSES: ResponseRules = { max: 10_000, ttlMs: 10 * 60_000 };
 
-const MAX_ID_LENGTH = 128;
-const MAX_AGENT_ID_LENGTH = 64;
-
-/** An id is one subject token of `[A-Za-z0-9_-]`, at most 128 characters (agent ids at most 64). */
-export function isValidId(value: string, role?: AnyRole): boolean {
-  return isSubjectToken(value) && value.length <= (role === 'agent' ? MAX_AGENT_ID_LENGTH : MAX_ID_LENGTH);
+/** Which id rule (protocol/ids.ts) a role's user name follows: agents are agent ids, the rest principals. */
+export function idKindOf(role: AnyRole): IdKind {
+  return role === 'agent' ? 'agent' : 'principal';
 }
 
-function checkId(kind: string, value: string, role?: AnyRole): string {
-  if (!isValidId(value, role)) {
-    const max = role === 'agent' ? MAX_AGENT_ID_LENGTH : MAX_ID_LENGTH;
-    throw new RangeError(`invalid ${kind} "${value}": use 1..${max} of A-Z, a-z, 0-9, _ and -`);
-  }
+function checkId(kind: IdKind, value: string): string {
+  const problem = idProblem(kind, value);
+  if (problem) throw new RangeError(problem);
   return value;
 }
 
@@ -116,7 +112,7 @@ export interface RolePermissionOptions {
   responses?: ResponseRules;
 }
 
-/** The permissions of user `id` with `role` in `tenant`. Throws a RangeError for an invalid id or tenant. */
+/** The permissions of user `id` with `role` in `tenant`. Throws a RangeError for an invalid id or tenant (protocol/ids.ts). */
 export function rolePermissions(role: AnyRole, tenant: string, id: string, opts: RolePermissionOptions = {}): RolePermissions {
   const t = `${SUBJECT_PREFIX}.${checkId('tenant', tenant)}`;
   const rules = TABLE[role];
@@ -125,5 +121,5 @@ export function rolePermissions(role: AnyRole, tenant: string, id: string, opts:
   if (!Number.isSafeInteger(responses.max) || responses.max < 1 || !Number.isSafeInteger(responses.ttlMs) || responses.ttlMs < 1) {
     throw new RangeError('agent responses need max >= 1 and ttlMs >= 1 (0 would mean the server default of one reply)');
   }
-  return rules({ t, id: checkId(`${role} id`, id, role), responses });
+  return rules({ t, id: checkId(idKindOf(role), id), responses });
 }
