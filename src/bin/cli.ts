@@ -15,6 +15,8 @@ export interface GlobalOpts {
   user?: string;
   password?: string;
   creds?: string;
+  /** CA file to trust for tls:// servers (`<dir>/tls/ca.pem` from `troupe creds init --tls`). */
+  tlsCa?: string;
   tenant: string;
   json?: boolean;
   logLevel?: string;
@@ -63,6 +65,7 @@ export async function connect(g: GlobalOpts, name: string, longLived = false): P
     ...(g.user ? { user: g.user } : {}),
     ...(g.password ? { pass: g.password } : {}),
     ...(g.creds ? { creds: g.creds } : {}),
+    ...(g.tlsCa ? { tls: { caFile: g.tlsCa } } : {}),
   });
 }
 

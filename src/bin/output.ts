@@ -47,7 +47,7 @@ export function reportError(err: unknown, json: boolean): number {
     hint = ERROR_CODES[err.code].hint;
   } else if (err instanceof TransportError) {
     code = `TRANSPORT_${err.code}`;
-    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL and the credentials (--creds, --user, TROUPE_NATS_PASSWORD)';
+    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';
   } else if (err instanceof Error && err.name === 'UsageError') {
     code = 'USAGE';
     exit = 2;

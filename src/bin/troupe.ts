@@ -25,6 +25,7 @@ program
   .addOption(new Option('--user <user>', 'NATS user').env('TROUPE_NATS_USER'))
   .addOption(new Option('--password <password>', 'NATS password').env('TROUPE_NATS_PASSWORD'))
   .addOption(new Option('--creds <file>', 'NATS credentials file (from `troupe creds`)').env('TROUPE_NATS_CREDS'))
+  .addOption(new Option('--tls-ca <file>', 'CA certificate to trust for tls:// NATS servers (from `troupe creds init --tls`)').env('TROUPE_NATS_TLS_CA'))
   .addOption(new Option('--tenant <tenant>', 'tenant (a NATS account)').env('TROUPE_TENANT').default('demo'))
   .addOption(new Option('--log-level <level>', 'pino log level').env('TROUPE_LOG_LEVEL'))
   .option('--json', 'machine-readable output')
@@ -115,6 +116,38 @@ program
   .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration)")
   .addOption(new Option('--format <format>', 'json (imports into the Stately editor) or mermaid').choices(['json', 'mermaid']).default('json'))
   .action(async (...args: unknown[]) => (await import('./commands/graph.js')).graph(...(args as Parameters<typeof import('./commands/graph.js').graph>)));
+
+// `troupe creds …`: per-user NATS credentials (operator mode). Each subcommand takes --dir (the store).
+type CredsCommands = typeof import('./commands/creds.js');
+const credsAction =
+  <K extends keyof CredsCommands>(name: K) =>
+  async (...args: unknown[]) =>
+    ((await import('./commands/creds.js'))[name] as (...a: unknown[]) => Promise<void>)(...args);
+const credsDir = () => new Option('--dir <dir>', 'credential store directory').env('TROUPE_CREDS_DIR').default('.troupe');
+const creds = program.command('creds').description('per-agent NATS credentials: create, list, revoke (NATS operator mode, no server restarts)');
+creds
+  .command('init')
+  .description('create the store: operator, one account per tenant, server.conf, creds for a node, an operator, the client "cli" and the demo agents')
+  .addOption(credsDir())
+  .option('--tenants <list>', 'tenants (NATS accounts), comma-separated', 'demo')
+  .option('--partitions <n>', 'ingress partitions per tenant (must match the nodes\' --partitions)', int(1, 1024), 8)
+  .option('--host <host>', 'address the server listens on', '127.0.0.1')
+  .option('--port <n>', 'port the server listens on', int(1, 65_535), 4222)
+  .option('--tls', 'make a CA and a server certificate and require TLS (clients: tls://… --tls-ca <dir>/tls/ca.pem)')
+  .option('--tls-hosts <list>', 'with --tls: names and IPs in the server certificate (default localhost,127.0.0.1)')
+  .option('--agents <list>', 'agents to make credentials for in each tenant (default: the demo agents)')
+  .action(credsAction('init'));
+creds.command('add-agent <id>').description('credentials for one more agent in --tenant').addOption(credsDir()).action(credsAction('addAgent'));
+creds.command('add-client <principal>').description('credentials for a client principal in --tenant (its threads, answers and inbox _INBOX_<principal>)').addOption(credsDir()).action(credsAction('addClient'));
+creds.command('add-node [name]').description('credentials for another node in --tenant (default name node-2, node-3, …)').addOption(credsDir()).action(credsAction('addNode'));
+creds.command('add-operator [name]').description('credentials for an operator in --tenant (ctl and inspection)').addOption(credsDir()).action(credsAction('addOperator'));
+creds.command('list').description('every user: name, role, tenant, public key, revoked').addOption(credsDir()).action(credsAction('listUsers'));
+creds
+  .command('revoke <name>')
+  .description('revoke a user of --tenant and push the account to the server (--nats, default: the address in server.conf); it is disconnected at once')
+  .addOption(credsDir())
+  .action(credsAction('revoke'));
+creds.command('push').description('send every account JWT to the server again (after it was down during a revoke)').addOption(credsDir()).action(credsAction('push'));
 
 program.parseAsync(process.argv).catch(async (err: unknown) => {
   const { reportError } = await import('./output.js');

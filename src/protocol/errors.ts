@@ -22,6 +22,11 @@ export const ERROR_CODES = {
   STORE_CONFLICT: { jsonRpc: -32603, hint: 'the thread record changed under us; retry' },
   STORE_CORRUPT: { jsonRpc: -32603, hint: 'the stored thread record is invalid; inspect it with `troupe thread <id>`' },
   TRANSPORT_ERROR: { jsonRpc: -32603, hint: 'the message bus failed; check the NATS connection' },
+  CREDENTIALS_NOT_FOUND: { jsonRpc: -32001, hint: 'list what exists with `troupe creds list`; create a store with `troupe creds init`' },
+  CREDENTIALS_CONFLICT: { jsonRpc: -32602, hint: 'pick another name, or revoke the existing credentials first (`troupe creds revoke <name>`)' },
+  CREDENTIALS_INVALID: { jsonRpc: -32603, hint: 'the credential store or file is damaged or not readable: check --dir and the file named, or start over with `troupe creds init --dir <new dir>`' },
+  CLAIMS_UPDATE_FAILED: { jsonRpc: -32603, hint: 'the change is saved in the store and server.conf: start the server (`nats-server -c <dir>/server.conf`) or pass --nats, then run `troupe creds push`' },
+  TLS_SETUP_FAILED: { jsonRpc: -32603, hint: 'certificates are made with the openssl command: install it (apt-get install openssl) and retry' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

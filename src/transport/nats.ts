@@ -47,6 +47,12 @@ export interface NatsConnectOptions {
   onError?: TransportErrorHandler;
   /** Reconnect attempts after a lost connection; -1 = forever (long-lived nodes and agents). Default 10. */
   maxReconnectAttempts?: number;
+  /**
+   * TLS: the CA to trust (a server certificate from `troupe creds init --tls`), and a client certificate
+   * and key where the server asks for one. Use `tls://` URLs; without this a server that requires TLS is
+   * checked against the system's CAs.
+   */
+  tls?: { caFile?: string; certFile?: string; keyFile?: string };
 }
 
 function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
@@ -202,15 +208,23 @@ export class NatsTransport implements Transport {
     if (opts.name !== undefined) options.name = opts.name;
     if (opts.inboxPrefix !== undefined) options.inboxPrefix = opts.inboxPrefix;
     if (opts.maxReconnectAttempts !== undefined) options.maxReconnectAttempts = opts.maxReconnectAttempts;
+    if (opts.tls) {
+      const { caFile, certFile, keyFile } = opts.tls;
+      options.tls = { ...(caFile ? { caFile } : {}), ...(certFile ? { certFile } : {}), ...(keyFile ? { keyFile } : {}) };
+    }
     let nc: NatsConnection;
     try {
       nc = await connect(options);
     } catch (err) {
       const cause = err instanceof Error ? err.message : String(err);
+      // A server that requires TLS, and a certificate this client does not trust, fail before any NATS.
+      const tlsFailure = /certificate|\bTLS\b|\bSSL\b/i.test(cause) || (opts.tls !== undefined && /doesn't exist/.test(cause));
       const e =
         err instanceof errors.AuthorizationError
           ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`)
-          : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
+          : tlsFailure
+            ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`)
+            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
       e.cause = err;
       throw e;
     }
