@@ -12,7 +12,7 @@
  *
  *   BENCH_PATTERN_HANDOFF_N (default 200), BENCH_PATTERN_ORCH_N (default 80) runs, after a warm-up.
  *
- * Tenant `patterns` (not `demo`): nats.conf maps `troupe.demo.thread.*.in` into the durable TROUPE_IN
+ * Tenant `patterns` (not `demo`): the account maps `troupe.demo.in.*.*` into the durable TROUPE_IN
  * stream; these numbers are about the patterns once a message is in a thread, over plain queue-group
  * ingress, and the ratios compare like with like.
  */
@@ -35,16 +35,17 @@ import {
 } from '../src/protocol/index.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
-import type { NatsCredentials } from '../test/helpers/nats-server.js';
+import type { UserConnectOptions } from '../test/helpers/nats-server.js';
 import { sequential, summarize, type LatencyStats } from './measure.js';
 import { formatRatio, formatUs, renderTable } from './table.js';
 import { z } from 'zod';
 
 export interface PatternBenchOptions {
   url: string;
-  creds: NatsCredentials;
+  /** The demo node user (every role of the pattern bench connects as it: its tenant has no users of its own). */
+  asNode: UserConnectOptions;
   /**
-   * Default `patterns`: a tenant nats.conf does not map into the durable TROUPE_IN stream, so a plain
+   * Default `patterns`: a tenant the account does not map into the durable TROUPE_IN stream, so a plain
    * node (queue-group ingress) serves it next to whatever serves `demo`. No other node may serve it.
    */
   tenant?: string;
@@ -159,10 +160,10 @@ async function startMesh(
   const transports: NatsTransport[] = [];
   const hosts: AgentHost[] = [];
   let node: TroupeNode | undefined;
-  // nats.conf has no users for these agents or this tenant (`client` may only use troupe.demo.*): every
+  // The account has no users for these agents or this tenant (`client` may only use troupe.demo.*): every
   // role connects as the DEMO account's `node` user, each on its own connection.
-  const connect = async (conn: string, creds: { user: string; pass: string }) => {
-    const t = await NatsTransport.connect({ servers: opts.url, name: `bench-${name}-${conn}`, ...creds });
+  const connect = async (conn: string) => {
+    const t = await NatsTransport.connect({ ...opts.asNode, name: `bench-${name}-${conn}` });
     transports.push(t);
     return t;
   };
@@ -173,15 +174,15 @@ async function startMesh(
   };
   try {
     node = await new TroupeNode({
-      transport: await connect('node', opts.creds.node),
+      transport: await connect('node'),
       tenant: opts.tenant,
       config,
       ...(policy ? { policy } : {}),
       idleMs: 0,
     }).start();
-    for (const agent of agents) hosts.push(await new AgentHost({ transport: await connect(agent.card.id, opts.creds.node), agent, tenant: opts.tenant }).start());
+    for (const agent of agents) hosts.push(await new AgentHost({ transport: await connect(agent.card.id), agent, tenant: opts.tenant }).start());
     await node.registry.waitFor(agents.map((a) => a.card.id));
-    const clientT = await connect('client', opts.creds.node);
+    const clientT = await connect('client');
     return { node, client: new TroupeClient(clientT, opts.tenant), clientT, stop };
   } catch (err) {
     await stop();

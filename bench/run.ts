@@ -1,11 +1,11 @@
 /**
- * Troupe vs raw NATS, on one freshly started nats-server (the repo's nats.conf, real users per role):
+ * Troupe vs raw NATS, on one freshly started nats-server (operator mode as `troupe creds init` makes it, a user per role):
  *
  *   1. raw NATS request-reply against an echo responder (`nc.subscribe` callback, `msg.respond`);
  *   2. one agent hop: an A2A message with a thread's headers, sent straight to an echo agent's inbox
  *      (AgentHost over NatsTransport), as a thread does;
  *   3. a full turn as it runs in production: TroupeClient.send -> thread -> echo agent -> user on a durable
- *      TroupeNode (tenant demo: nats.conf maps thread input into the JetStream stream TROUPE_IN, the node
+ *      TroupeNode (tenant demo: the account mapping puts thread input into the JetStream stream TROUPE_IN, the node
  *      consumes it through partition leases, commits the thread to the JetStream KV store and only then
  *      acks), in a thread per worker that lives on across turns, and again with a new thread for every
  *      turn; and the same turn on an in-process embedded mesh (MemoryBus, memory store: no NATS, nothing
@@ -88,7 +88,7 @@ const PARTITIONS = 8;
 const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
 const TIMEOUT_MS = 10_000;
 const TENANT = 'demo';
-/** A tenant nats.conf does not map into TROUPE_IN: a plain node serves it over queue-group ingress. */
+/** A tenant the account does not map into TROUPE_IN: a plain node serves it over queue-group ingress. */
 const PLAIN_TENANT = 'bench';
 const AGENT_ID = 'echo';
 const RAW_SUBJECT = 'bench.raw.echo';
@@ -275,8 +275,8 @@ async function waitForPartitions(node: TroupeNode, timeoutMs = 15_000): Promise<
 async function main(): Promise<void> {
   const server: NatsServerHandle = await startNatsServer();
   const transports: NatsTransport[] = [];
-  const connect = async (name: string, creds?: { user: string; pass: string }) => {
-    const t = await NatsTransport.connect({ ...server.asNode, name, ...(creds ?? {}) });
+  const connect = async (name: string, user = 'node') => {
+    const t = await NatsTransport.connect({ ...server.as(user), name });
     transports.push(t);
     return t;
   };
@@ -289,12 +289,12 @@ async function main(): Promise<void> {
   let rawTurn: RawTurn | undefined;
   let rawSub: Subscription | undefined;
   try {
-    // One connection per role, each as the nats.conf user that role runs as in production.
-    const rawResponder = await connect('bench-raw-responder', server.creds.node);
-    const rawRequester = await connect('bench-raw-requester', server.creds.node);
-    const agentT = await connect('bench-agent-echo', { user: AGENT_ID, pass: server.creds.agentPassword });
-    const nodeT = await connect('bench-node', server.creds.node);
-    const clientT = await connect('bench-client', server.creds.client);
+    // One connection per role, each as the user that role runs as in production.
+    const rawResponder = await connect('bench-raw-responder', 'node');
+    const rawRequester = await connect('bench-raw-requester', 'node');
+    const agentT = await connect('bench-agent-echo', AGENT_ID);
+    const nodeT = await connect('bench-node', 'node');
+    const clientT = await connect('bench-client', 'client');
 
     rawSub = rawEchoResponder(rawResponder.connection);
     await rawResponder.flush();
@@ -315,14 +315,14 @@ async function main(): Promise<void> {
     }).start();
     await node.registry.waitFor([AGENT_ID]);
     await waitForPartitions(node);
-    const client = new TroupeClient(clientT, TENANT);
+    const client = new TroupeClient(clientT, { tenant: TENANT, principal: 'client' });
     const troupeNode = node;
-    // The same turn over NATS without durability: plain node (queue-group ingress, memory store). nats.conf
+    // The same turn over NATS without durability: plain node (queue-group ingress, memory store). The account
     // has no agent or client user for this tenant, so every role connects as `node`, on its own connection.
-    plainHost = await new AgentHost({ transport: await connect('bench-plain-agent', server.creds.node), agent: echo, tenant: PLAIN_TENANT }).start();
-    plainNode = await new TroupeNode({ transport: await connect('bench-plain-node', server.creds.node), tenant: PLAIN_TENANT, config: { entryAgent: AGENT_ID } }).start();
+    plainHost = await new AgentHost({ transport: await connect('bench-plain-agent', 'node'), agent: echo, tenant: PLAIN_TENANT }).start();
+    plainNode = await new TroupeNode({ transport: await connect('bench-plain-node', 'node'), tenant: PLAIN_TENANT, config: { entryAgent: AGENT_ID } }).start();
     await plainNode.registry.waitFor([AGENT_ID]);
-    const plainClient = new TroupeClient(await connect('bench-plain-client', server.creds.node), PLAIN_TENANT);
+    const plainClient = new TroupeClient(await connect('bench-plain-client', 'node'), PLAIN_TENANT);
     // The same team on an in-process mesh: MemoryBus transport, memory store.
     embedded = await startEmbedded({ name: 'bench-embedded', agents: [echo], config: { entryAgent: AGENT_ID } }, silentLogger(), TENANT);
     const embeddedClient = embedded.client;
@@ -419,7 +419,7 @@ async function main(): Promise<void> {
     plainNode = undefined;
     const unacked = await unackedInbound(jsm);
 
-    const patterns = await runPatternBench({ url: server.url, creds: server.creds, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
+    const patterns = await runPatternBench({ url: server.url, asNode: server.asNode, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
 
     // ---- durability ----
     process.stderr.write('durability:\n');

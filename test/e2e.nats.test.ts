@@ -129,23 +129,24 @@ describe('troupe end to end over NATS, one process per actor', () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     natsArgs = ['--nats', nats.url];
-    Object.assign(cliEnv, { TROUPE_NATS_USER: nats.creds.node.user, TROUPE_NATS_PASSWORD: nats.creds.node.pass });
+    // The CLI in this suite acts as the operator-capable node user; each agent has its own credentials.
+    Object.assign(cliEnv, nats.env);
     await procs.spawnTroupe(['up', ...natsArgs, '--team', 'examples/agents/team.ts'], nats.env, { name: 'node' });
-    const echoArgs = ['agent', 'examples/agents/echo.ts', '--replicas', '1', ...natsArgs, '--user', 'echo', '--password', nats.creds.agentPassword];
+    const agentArgs = (id: string, module = `examples/agents/${id}.ts`) => ['agent', module, ...natsArgs, '--creds', nats.credsFile(id)];
     const started = await Promise.all([
-      procs.spawnTroupe(['agent', 'examples/agents/triage.ts', ...natsArgs], nats.env, { name: 'triage' }),
-      procs.spawnTroupe(['agent', 'examples/agents/researcher.ts', ...natsArgs], nats.env, { name: 'researcher' }),
-      procs.spawnTroupe(['agent', 'examples/agents/writer.ts', ...natsArgs], nats.env, { name: 'writer' }),
-      procs.spawnTroupe(echoArgs, nats.env, { name: 'echo-1' }),
-      procs.spawnTroupe(echoArgs, nats.env, { name: 'echo-2' }),
+      procs.spawnTroupe(agentArgs('triage'), {}, { name: 'triage' }),
+      procs.spawnTroupe(agentArgs('researcher'), {}, { name: 'researcher' }),
+      procs.spawnTroupe(agentArgs('writer'), {}, { name: 'writer' }),
+      procs.spawnTroupe([...agentArgs('echo'), '--replicas', '1'], {}, { name: 'echo-1' }),
+      procs.spawnTroupe([...agentArgs('echo'), '--replicas', '1'], {}, { name: 'echo-2' }),
       ...(HAS_PYTHON_AGENT
-        ? [procs.spawn(PYTHON, [PY_AGENT, ...natsArgs], { TROUPE_AGENT_PASSWORD: nats.creds.agentPassword }, { name: 'pyecho', ready: /"msg": "joined"/ })]
+        ? [procs.spawn(PYTHON, [PY_AGENT, ...natsArgs, '--creds', nats.credsFile('pyecho')], {}, { name: 'pyecho', ready: /"msg": "joined"/ })]
         : []),
     ]);
     writer = started[2]!;
     echoes = [started[3]!, started[4]!];
     nodeT = await NatsTransport.connect({ ...nats.asNode, name: 'e2e-node-user' });
-    clientT = await NatsTransport.connect({ servers: nats.url, user: nats.creds.client.user, pass: nats.creds.client.pass, inboxPrefix: '_INBOX_client', name: 'e2e-client' });
+    clientT = await NatsTransport.connect({ ...nats.as('client'), name: 'e2e-client' });
     client = new TroupeClient(nodeT, TENANT);
     const want: Record<string, number> = { triage: 1, researcher: 1, writer: 1, echo: 2, ...(HAS_PYTHON_AGENT ? { pyecho: 1 } : {}) };
     await waitUntil(
@@ -225,7 +226,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
     expect(next.text).toBe(`Checked with researcher: ${facts('Is it night?')}`);
   });
 
-  it('the restricted `client` user of nats.conf can drive its own thread (send, streamed chunks, answer) but not control the mesh', async () => {
+  it('the restricted `client` principal can drive its own thread (send, streamed chunks, answer) but not control the mesh', async () => {
     const asClient = new TroupeClient(clientT, { tenant: TENANT, principal: 'client' });
     const topic = 'Write about cranes';
     const outcome = await asClient.send(topic, { timeoutMs: 5_000 }).then(
@@ -235,7 +236,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
       },
       (e: unknown) => ({ thrown: e instanceof Error ? `${e.name}: ${e.message}` : String(e) }),
     );
-    // nats-server 2.9 checks publish permissions on the mapped (partitioned) subject: nats.conf allows
+    // nats-server 2.9 checks publish permissions on the mapped (partitioned) subject: the client role allows
     // the client both `troupe.demo.in.client.*` and `troupe.demo.in.client.*.*`.
     expect(outcome).toEqual({ text: `Here is your piece. ${facts(topic)}`, error: undefined, streamed: true });
     // Control is for operators: the broker refuses the client's ps request.

@@ -27,24 +27,24 @@ const hosts: AgentHost[] = [];
 const transports: NatsTransport[] = [];
 const group = new ProcessGroup();
 
-async function connect(name: string, creds: { user: string; pass: string }): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ servers: nats.url, name, ...creds, inboxPrefix: `_INBOX_${creds.user}` });
+async function connect(name: string, user: string): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ ...nats.as(user), name });
   transports.push(t);
   return t;
 }
 
 beforeAll(async () => {
   nats = await startNatsServer();
-  const nodeT = await connect('gateway-test-node', nats.creds.node);
+  const nodeT = await connect('gateway-test-node', 'node');
   store = await KvThreadStore.open(nodeT.connection);
   node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: PARTITIONS }, ...(demoTeam.config ? { config: demoTeam.config } : {}) }).start();
   for (const agent of demoTeam.agents) {
-    const t = await connect(`gateway-test-${agent.card.id}`, { user: agent.card.id, pass: nats.creds.agentPassword });
+    const t = await connect(`gateway-test-${agent.card.id}`, agent.card.id);
     hosts.push(await new AgentHost({ transport: t, agent }).start());
   }
   await node.registry.waitFor(demoTeam.agents.map((a) => a.card.id));
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
-  const clientT = await connect('gateway-test-client', nats.creds.client);
+  const clientT = await connect('gateway-test-client', 'client');
   gateway = await startGateway({ clients: { demo: new TroupeClient(clientT, { tenant: 'demo', principal: 'client' }) }, turnTimeoutMs: 15_000 });
 });
 
@@ -115,7 +115,7 @@ describe('A2A gateway over NATS with a durable node', () => {
   });
 
   it('`troupe gateway --nats` serves the mesh as the restricted client user', async () => {
-    const env = { TROUPE_NATS_USER: nats.creds.client.user, TROUPE_NATS_PASSWORD: nats.creds.client.pass };
+    const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
     const proc = await group.spawnTroupe(['gateway', '--nats', nats.url, '--port', '0', '--log-level', 'warn'], env, { ready: /gateway listening on http:\/\/\S+/ });
     const url = /gateway listening on (http:\/\/\S+)/.exec(proc.stderr)![1]!;
     const t = await task('message/send', { message: userMessage('Write about plovers') }, url);

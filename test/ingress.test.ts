@@ -1,5 +1,5 @@
 /**
- * JetStreamIngress against a real nats-server with the repo's nats.conf: the account mapping partitions
+ * JetStreamIngress against a real nats-server with the shipped operator-mode setup (troupe creds init): the account mapping partitions
  * `troupe.demo.in.<principal>.<thread>`, the TROUPE_IN work-queue stream stores and de-duplicates, one node per
  * partition consumes, per-thread order holds through failures, crashes and a server restart.
  */
@@ -140,13 +140,13 @@ describe('JetStreamIngress', () => {
     expect(partitionOf('abc', 8)).toBe(3);
   });
 
-  it('lets the client user publish into a thread (nats-server 2.9 checks the mapped subject, which nats.conf allows)', async () => {
+  it('lets the client user publish into a thread (nats-server 2.9 checks the mapped subject, which the client role allows)', async () => {
     // nats-server 2.9.10 checks publish permissions after the account mapping added the partition token,
-    // newer servers on the subject as published: nats.conf allows the client both forms.
+    // newer servers on the subject as published: the client role allows both forms.
     const got: IngressMessage[] = [];
     const { ingress } = await startIngress('node-a', (m) => void got.push(m));
     await waitFor(() => ingress.owned().length === 8, 'consuming');
-    const client = await connect({ ...server.asNode, user: server.creds.client.user, pass: server.creds.client.pass, inboxPrefix: '_INBOX_client' });
+    const client = await connect(server.as('client'));
     conns.push(client);
     const ack = await send(client, 'perm-thread', 'perm-1', 'x', 2_000, 'client');
     expect(ack).toEqual({ stream: INGRESS_STREAM, seq: expect.any(Number) });

@@ -24,7 +24,7 @@ import type { Subscription } from '../src/transport/types.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 
 /**
- * A tenant nats.conf does not map: it maps `troupe.demo.in.*.*` (and acme's) into the durable
+ * A tenant the account does not map: it maps `troupe.demo.in.*.*` (and acme's) into the durable
  * TROUPE_IN stream, which only a node started with `durable` consumes. These scenarios are about what
  * happens once a message is in a thread, so they use the plain queue-group ingress; everything else
  * (agent requests, replies, streamed chunks, `.out`, control plane) is the same subjects as any tenant.

@@ -32,7 +32,7 @@ const TABLE: Row[] = [
   { what: 'own agent inbox', pub: `${T}.agent.echo`, pubBy: ['node'], sub: { subject: `${T}.agent.echo`, literal: `${T}.agent.echo` }, subBy: ['node', 'agent'] },
   { what: "another agent's inbox", pub: `${T}.agent.writer`, pubBy: ['node'], sub: { subject: `${T}.agent.writer`, literal: `${T}.agent.writer` }, subBy: ['node'] },
   { what: 'every agent inbox', sub: { subject: `${T}.agent.*`, literal: `${T}.agent.writer` }, subBy: ['node'] },
-  { what: 'hello', pub: `${T}.hello`, pubBy: ['node'], sub: { subject: `${T}.hello`, literal: `${T}.hello` }, subBy: ['node', 'agent'] },
+  { what: 'hello', pub: `${T}.hello`, pubBy: ['node', 'operator'], sub: { subject: `${T}.hello`, literal: `${T}.hello` }, subBy: ['node', 'agent'] },
   { what: 'the shared _INBOX', pub: '_INBOX.n1.1', pubBy: ['node'], sub: { subject: '_INBOX.>', literal: '_INBOX.n1.1' }, subBy: ['node'] },
   { what: "client cli's inbox", pub: '_INBOX_cli.a.1', pubBy: ['node'], sub: { subject: '_INBOX_cli.>', literal: '_INBOX_cli.a.1' }, subBy: ['node', 'client'] },
   { what: "another principal's inbox", pub: '_INBOX_bob.a.1', pubBy: ['node'], sub: { subject: '_INBOX_bob.>', literal: '_INBOX_bob.a.1' }, subBy: ['node'] },

@@ -76,13 +76,13 @@ describe('python agent (examples/python-agent)', () => {
 
   beforeAll(async () => {
     server = await startNatsServer();
-    node = await NatsTransport.connect({ ...server.asNode, user: server.creds.node.user, pass: server.creds.node.pass });
+    node = await NatsTransport.connect({ ...server.asNode });
     node.subscribe(subjects.registry(TENANT, 'pyecho'), (m) => {
       registry.push(RegistryEventSchema.parse(json(m)));
     });
     await node.flush();
-    agent = spawn(PYTHON, [AGENT, '--nats', server.url], {
-      env: { ...process.env, ...server.env },
+    agent = spawn(PYTHON, [AGENT, '--nats', server.url, '--creds', server.credsFile('pyecho')], {
+      env: { ...process.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     agent.stdout?.on('data', (d: Buffer) => (agentLog += d.toString()));

@@ -44,7 +44,6 @@ function natsBackend(): Backend {
     },
     connect: async (onError) => {
       if (!server) throw new Error('nats-server not started');
-      // No credentials: nats.conf maps anonymous connections to the demo node user.
       return NatsTransport.connect({ ...server.asNode, name: 'conformance', ...(onError ? { onError } : {}) });
     },
   };
@@ -385,7 +384,7 @@ describe('connecting', () => {
     const started = Date.now();
     const err = await rejection(connectTransport({ natsUrl: url }));
     expectTransportError(err, 'CONNECT');
-    expect((err as Error).message).toContain(`no NATS at ${url}: start one with \`nats-server -c nats.conf\``);
+    expect((err as Error).message).toContain(`no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\``);
     expect((err as Error).cause).toBeInstanceOf(Error);
     expect(Date.now() - started).toBeLessThan(2_000);
   });

@@ -14,9 +14,13 @@ It speaks the NATS text protocol over a TCP socket and Troupe's wire contract in
   * remembers answers by Troupe-Call-Id (the idempotency key, scoped to the thread), so a retried call
     gets the same answer
 
-Run:  TROUPE_AGENT_PASSWORD=... python3 agent.py --nats nats://127.0.0.1:4222
+Run:  python3 agent.py --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/pyecho.creds
+      (credentials from `troupe creds init` / `troupe creds add-agent pyecho`; nkeys.py signs with them)
 """
 import argparse, json, os, re, signal, socket, sys, threading, time, uuid
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nkeys  # noqa: E402  (standard library only, next to this file)
 
 CLIENT_ROUTING_URI = "https://ranch.woi.dev/extensions/client-routing/v1"
 MAX_PAYLOAD = 1024 * 1024  # the mesh's payload limit (1 MiB)
@@ -64,7 +68,7 @@ class NatsConnection:
     """One connection: synchronous handshake, then a reader thread that dispatches MSG/HMSG by sid.
     Callbacks run on the reader thread, so they must hand slow work to another thread."""
 
-    def __init__(self, url, user=None, password=None, name="python-agent", timeout=5.0):
+    def __init__(self, url, user=None, password=None, name="python-agent", timeout=5.0, creds=None):
         hostport = url.split("://", 1)[-1].rsplit("@", 1)[-1]  # credentials come from user/password
         host, _, port = hostport.partition(":")
         self.sock = socket.create_connection((host or "127.0.0.1", int(port or 4222)), timeout=timeout)
@@ -81,7 +85,9 @@ class NatsConnection:
         self.info = json.loads(line[5:])
         connect = {"verbose": False, "pedantic": False, "lang": "python", "version": "0.1.0",
                    "protocol": 1, "headers": True, "no_responders": True, "name": name}
-        if user is not None:
+        if creds is not None:  # JWT auth: sign the server's nonce with the user's nkey
+            connect.update(nkeys.connect_fields(creds, self.info.get("nonce", "")))
+        elif user is not None:
             connect.update(user=user, **{"pass": password or ""})
         # A PONG to this PING means the server accepted CONNECT; a bad password gets -ERR instead.
         self._send(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
@@ -420,21 +426,23 @@ def main():
     ap.add_argument("--nats", default=os.environ.get("TROUPE_NATS_URL", "nats://127.0.0.1:4222"))
     ap.add_argument("--tenant", default=os.environ.get("TROUPE_TENANT", "demo"))
     ap.add_argument("--id", default="pyecho", help="agent id (its inbox subject token)")
-    ap.add_argument("--user", default="pyecho", help="NATS user (nats.conf has one per agent id)")
-    ap.add_argument("--password", default=os.environ.get("TROUPE_AGENT_PASSWORD"))
+    ap.add_argument("--creds", default=os.environ.get("TROUPE_NATS_CREDS"),
+                    help="the agent's .creds file (troupe creds add-agent <id>)")
+    ap.add_argument("--user", default=None, help="NATS user, for a server configured with passwords")
+    ap.add_argument("--password", default=os.environ.get("TROUPE_NATS_PASSWORD"))
     args = ap.parse_args()
     for what, value in (("tenant", args.tenant), ("agent id", args.id)):
         if not TOKEN.match(value):
             ap.error(f'invalid {what} "{value}": use A-Z, a-z, 0-9, _ and -')
-    if args.password is None:
-        ap.error("no password: set TROUPE_AGENT_PASSWORD or pass --password")
+    if args.creds is None and args.user is None:
+        ap.error("no credentials: pass --creds <file> (or set TROUPE_NATS_CREDS), or --user/--password")
     agent = EchoAgent(args.id, args.tenant)
     signal.signal(signal.SIGTERM, agent.stop)  # before connecting, so no early signal is lost
     signal.signal(signal.SIGINT, agent.stop)
     try:
-        nc = NatsConnection(args.nats, args.user, args.password, name=f"troupe-agent-{args.id}")
+        nc = NatsConnection(args.nats, args.user, args.password, name=f"troupe-agent-{args.id}", creds=args.creds)
     except (OSError, ValueError) as err:
-        log("connect failed", server=args.nats, user=args.user, error=str(err))
+        log("connect failed", server=args.nats, user=args.user, creds=args.creds, error=str(err))
         return 1
     return agent.run(nc)
 

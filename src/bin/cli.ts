@@ -2,7 +2,6 @@
  * What every `troupe` command shares: global options, connecting to NATS, one-shot clients, shutdown on
  * signals, and option parsers that refuse bad values with exit code 2 (commander's usage errors).
  */
-import { readFileSync } from 'node:fs';
 import { InvalidArgumentError, type Command } from 'commander';
 import { isValidId } from '../protocol/ids.js';
 import { inboxPrefixOf } from '../transport/subjects.js';
@@ -27,29 +26,17 @@ export function globals(cmd: Command): GlobalOpts {
 }
 
 /**
- * Who this process is on the mesh: the name in its credentials file (a user JWT's `name`), else its
+ * Who this process is on the mesh: the name in its credentials file (the user JWT's `name`), else its
  * NATS user, else `cli`. The broker decides what that identity may do; this only picks the subjects and
  * the inbox prefix it has to use.
  */
-export function principalOf(g: GlobalOpts): string {
+export async function principalOf(g: GlobalOpts): Promise<string> {
   if (g.creds) {
-    const name = jwtNameOf(readFileSync(g.creds, 'utf8'));
-    if (name) return name;
+    const { readCredsIdentity } = await import('../security/creds.js');
+    const id = await readCredsIdentity(g.creds);
+    if (isValidId('principal', id.name)) return id.name;
   }
   return g.user ?? 'cli';
-}
-
-/** The `name` claim of the user JWT in a `.creds` file, if it is a valid principal. */
-function jwtNameOf(creds: string): string | undefined {
-  const jwt = /-----BEGIN NATS USER JWT-----\s*([A-Za-z0-9_.-]+)\s*------END NATS USER JWT------/.exec(creds)?.[1];
-  const payload = jwt?.split('.')[1];
-  if (!payload) return undefined;
-  try {
-    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { name?: unknown };
-    return typeof claims.name === 'string' && isValidId('principal', claims.name) ? claims.name : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Connects to the NATS servers named by --nats (a comma-separated list reconnects across them). */
@@ -59,7 +46,7 @@ export async function connect(g: GlobalOpts, name: string, longLived = false): P
   return NatsTransport.connect({
     servers: g.nats.split(',').map((s) => s.trim()).filter(Boolean),
     name,
-    inboxPrefix: inboxPrefixOf(principalOf(g)),
+    inboxPrefix: inboxPrefixOf(await principalOf(g)),
     // A node or an agent rides out a NATS restart; a one-shot command fails fast.
     ...(longLived ? { maxReconnectAttempts: -1 } : {}),
     ...(g.user ? { user: g.user } : {}),
@@ -74,7 +61,7 @@ export async function withClient(g: GlobalOpts, fn: (client: TroupeClient) => Pr
   const transport = await connect(g, 'troupe-cli');
   const { TroupeClient } = await import('../sdk/client.js');
   try {
-    await fn(new TroupeClient(transport, { tenant: g.tenant, principal: principalOf(g) }));
+    await fn(new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) }));
   } finally {
     await transport.drain().catch(() => undefined);
   }

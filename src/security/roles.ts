@@ -98,9 +98,10 @@ const TABLE: { readonly [R in AnyRole]: (s: Scope) => RolePermissions } = {
     pub: only(`${t}.in.${id}.*`, `${t}.in.${id}.*.*`, `${t}.req.${id}.*`),
     sub: only(`${t}.out.${id}.*`, `${inboxPrefix(id)}.>`),
   }),
-  // Diagnostics and control: ctl requests out, inspection events and the replies to its requests in.
+  // Diagnostics and control: ctl requests out (and `hello`, which agents answer with their status for
+  // `troupe ps`), inspection events and the replies to its requests in.
   operator: ({ t, id }) => ({
-    pub: only(`${t}.ctl.>`),
+    pub: only(`${t}.ctl.>`, `${t}.hello`),
     sub: only(`${t}.inspect.>`, `${inboxPrefix(id)}.>`),
   }),
   // The system account's user: pushes account JWTs ($SYS.REQ.CLAIMS.UPDATE) and reads server events.

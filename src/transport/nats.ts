@@ -8,6 +8,7 @@ import {
   credsAuthenticator,
   errors,
   headers as createHeaders,
+  type Authenticator,
   type Msg,
   type MsgHdrs,
   type NatsConnection,
@@ -34,6 +35,8 @@ export interface NatsConnectOptions {
   pass?: string;
   /** Path of a NATS credentials file (user JWT + seed), as `troupe creds` writes them. */
   creds?: string;
+  /** Any nats.js authenticator (e.g. `credsAuthenticator(bytes)`); `creds` is the usual way. */
+  authenticator?: Authenticator;
   /**
    * Prefix of this connection's reply inboxes. A client principal P may only subscribe below
    * `_INBOX_P` (src/security/roles.ts), so its connection must use that prefix.
@@ -201,6 +204,7 @@ export class NatsTransport implements Transport {
     };
     if (opts.user !== undefined) options.user = opts.user;
     if (opts.pass !== undefined) options.pass = opts.pass;
+    if (opts.authenticator !== undefined) options.authenticator = opts.authenticator;
     if (opts.creds !== undefined) {
       const { readFileSync } = await import('node:fs');
       options.authenticator = credsAuthenticator(readFileSync(opts.creds));
@@ -224,7 +228,7 @@ export class NatsTransport implements Transport {
           ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`)
           : tlsFailure
             ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`)
-            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`nats-server -c nats.conf\` (${cause})`);
+            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\` (${cause})`);
       e.cause = err;
       throw e;
     }

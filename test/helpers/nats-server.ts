@@ -1,17 +1,16 @@
 /**
  * Starts real nats-servers on free ports with their own store dirs. One per suite, in beforeAll/afterAll:
  *
- *   startNatsServer()                 the repo's nats.conf (users with passwords)
- *   startSecureNatsServer({ tenants }) operator mode as `troupe creds init` makes it (src/security/creds.ts):
- *                                     per-user JWT credentials, the roles of src/security/roles.ts, optional TLS
+ *   startNatsServer()                  the shipped setup: operator mode with tenants demo and acme and a user
+ *                                      per role and agent (creds by name: `nats.as('echo')`, `nats.credsFile('cli')`)
+ *   startSecureNatsServer({ tenants }) the same, configurable (tenants, partitions, TLS, users)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { connect as natsConnect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from '@nats-io/transport-node';
+import { connect as natsConnect, credsAuthenticator, type Authenticator, type NatsConnection, type NodeConnectionOptions } from '@nats-io/transport-node';
 import {
   CredentialStore,
   initCredentialStore,
@@ -22,31 +21,37 @@ import {
 import { inboxPrefix } from '../../src/security/roles.js';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
-export const NATS_CONF = join(REPO_ROOT, 'nats.conf');
 const NATS_BIN = process.env.NATS_SERVER_BIN ?? 'nats-server';
 
-export interface NatsCredentials {
-  node: { user: string; pass: string };
-  client: { user: string; pass: string };
-  operator: { user: string; pass: string };
-  /** Password shared by the per-agent users (triage, researcher, writer, echo, pyecho). */
-  agentPassword: string;
-  acme: { user: string; pass: string };
+/** Connection options for one user: spread into `NatsTransport.connect` or nats.js `connect`. */
+export interface UserConnectOptions {
+  servers: string;
+  authenticator: Authenticator;
+  /** Clients and operators may only receive below `_INBOX_<name>`. */
+  inboxPrefix?: string;
 }
 
 export interface NatsServerHandle {
   readonly port: number;
-  /** `nats://127.0.0.1:<port>`. Every connection must authenticate: spread `asNode` or pass a user. */
+  /** `nats://127.0.0.1:<port>`. Every connection must authenticate (no anonymous user, no passwords). */
   readonly url: string;
-  /** Connection options of the demo node user: `NatsTransport.connect({ ...nats.asNode, name })`. */
-  readonly asNode: { servers: string; user: string; pass: string };
+  /** The JetStream store dir (kept across `restart`). */
   readonly storeDir: string;
-  readonly creds: NatsCredentials;
+  /** The demo node user: `NatsTransport.connect({ ...nats.asNode, name })`. */
+  readonly asNode: UserConnectOptions;
+  /** Connection options of any user of a tenant (default demo): `node`, `client`, `cli`, `operator`, agents, `acme`'s `node`. */
+  as(name: string, tenant?: string): UserConnectOptions;
+  /** The `.creds` file of a user (for `troupe … --creds`, the Python agent). */
+  credsFile(name: string, tenant?: string): string;
   /**
-   * Environment holding the passwords nats.conf reads; give it to child processes. It also makes a
-   * `troupe` child connect as the node user (TROUPE_NATS_USER / TROUPE_NATS_PASSWORD) unless told otherwise.
+   * Environment for `troupe` child processes: connects them as the demo node (TROUPE_NATS_CREDS) unless
+   * they are given other credentials.
    */
   readonly env: Record<string, string>;
+  /** `creds add-*` on the running server. */
+  addUser(opts: AddUserOptions): Promise<UserInfo>;
+  /** `creds revoke`: revokes the user and pushes the account to this server. */
+  revoke(name: string, tenant?: string): Promise<void>;
   /** Stops the server (SIGTERM, then SIGKILL), keeping the store dir. */
   shutdown(): Promise<void>;
   /** Starts it again on the same port with the same store dir. */
@@ -118,46 +123,42 @@ function natsProcess(args: string[], port: number, env: Record<string, string> =
   return { launch, shutdown, log: () => output };
 }
 
-export async function startNatsServer(): Promise<NatsServerHandle> {
-  const port = await freePort();
-  const storeDir = mkdtempSync(join(tmpdir(), 'troupe-nats-'));
-  // A leading letter: nats.conf variables that look like numbers ("1e5...") would be parsed as numbers.
-  const secret = () => `p${randomBytes(12).toString('hex')}`;
-  const creds: NatsCredentials = {
-    node: { user: 'node', pass: secret() },
-    client: { user: 'client', pass: secret() },
-    operator: { user: 'operator', pass: secret() },
-    agentPassword: secret(),
-    acme: { user: 'acme-node', pass: secret() },
+/** The agent users of the demo tenant (the demo team, the examples, the Python agent, the tests' own). */
+const TEST_AGENTS = ['triage', 'researcher', 'writer', 'echo', 'pyecho', 'slowecho', 'main', 'skills', 'crashy', 'picky', 'sloth', 'weather', 'travel', 'billing'];
+
+/**
+ * A nats-server exactly as shipped: operator mode from `troupe creds init` (tenants demo and acme, the
+ * roles of src/security/roles.ts), on a free port with its own store dir.
+ */
+export async function startNatsServer(opts: { partitions?: number } = {}): Promise<NatsServerHandle> {
+  const secure = await startSecureNatsServer({ tenants: ['demo', 'acme'], agents: TEST_AGENTS, clients: ['client', 'cli'], ...(opts.partitions ? { partitions: opts.partitions } : {}) });
+  const roles = new Map((await secure.store.users()).map((u) => [`${u.tenant}/${u.name}`, u.role]));
+  const as = (name: string, tenant = 'demo'): UserConnectOptions => {
+    const role = roles.get(`${tenant}/${name}`);
+    if (!role) throw new Error(`no test user "${name}" in tenant "${tenant}"`);
+    return {
+      servers: secure.url,
+      authenticator: credsAuthenticator(readFileSync(secure.creds(tenant, name))),
+      ...(role === 'client' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
+    };
   };
-  const env = {
-    TROUPE_NODE_PASSWORD: creds.node.pass,
-    TROUPE_CLIENT_PASSWORD: creds.client.pass,
-    TROUPE_OPERATOR_PASSWORD: creds.operator.pass,
-    TROUPE_SYS_PASSWORD: secret(),
-    TROUPE_NATS_USER: creds.node.user,
-    TROUPE_NATS_PASSWORD: creds.node.pass,
-    TROUPE_AGENT_PASSWORD: creds.agentPassword,
-    TROUPE_ACME_PASSWORD: creds.acme.pass,
-  };
-  const { launch, shutdown } = natsProcess(['-c', NATS_CONF, '-a', '127.0.0.1', '-p', String(port), '-sd', storeDir], port, env);
-  await launch();
   return {
-    port,
-    url: `nats://127.0.0.1:${port}`,
-    asNode: { servers: `nats://127.0.0.1:${port}`, user: creds.node.user, pass: creds.node.pass },
-    storeDir,
-    creds,
-    env,
-    shutdown,
-    restart: async () => {
-      await shutdown();
-      await launch();
+    port: secure.port,
+    url: secure.url,
+    storeDir: join(secure.dir, 'nats'),
+    asNode: as('node'),
+    as,
+    credsFile: (name, tenant = 'demo') => secure.creds(tenant, name),
+    env: { TROUPE_NATS_CREDS: secure.creds('demo', 'node') },
+    addUser: async (o) => {
+      const user = await secure.addUser(o);
+      roles.set(`${user.tenant}/${user.name}`, user.role);
+      return user;
     },
-    stop: async () => {
-      await shutdown();
-      rmSync(storeDir, { recursive: true, force: true });
-    },
+    revoke: (name, tenant = 'demo') => secure.revoke(tenant, name),
+    shutdown: secure.shutdown,
+    restart: secure.restart,
+    stop: secure.stop,
   };
 }
 

@@ -22,7 +22,7 @@ export async function gateway(opts: { port: number; host: string; tokens?: strin
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
       const transport = await connect(g, 'troupe-gateway', true);
-      clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: principalOf(g) });
+      clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
       stops.push(() => transport.drain());
     } else {
       // Embedded: one demo mesh per tenant the tokens name, so tenancy can be tried without NATS.

@@ -39,7 +39,7 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
   let client: TroupeClient;
   if (g.nats) {
     transport = await connect(g, 'troupe-cli');
-    client = new TroupeClient(transport, { tenant: g.tenant, principal: principalOf(g) });
+    client = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
   } else {
     embedded = await startEmbedded(demoTeam, silentLogger(), g.tenant);
     client = embedded.client;

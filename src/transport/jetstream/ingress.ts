@@ -117,7 +117,7 @@ export interface JetStreamIngressOptions {
   nc: NatsConnection;
   tenant: string;
   nodeId: string;
-  /** Must equal the partition count of the nats.conf mapping. Default 8. */
+  /** Must equal the partition count of the server's mapping. Default 8. */
   partitions?: number;
   leaseTtlMs?: number;
   /** Lease KV bucket; default `troupe_leases`. */
@@ -316,7 +316,7 @@ export class JetStreamIngress {
           storage: StorageType.File,
           max_age: msToNanos(7 * DEFAULT_INGRESS_MAX_AGE_MS),
           max_msgs: 10_000,
-          max_bytes: 256 * 1024 * 1024,
+          max_bytes: 32 * 1024 * 1024,
           discard: DiscardPolicy.Old,
           num_replicas: this.#opts.replicas ?? 1,
         });

@@ -1,7 +1,7 @@
 /**
  * Partition leases in a JetStream KV bucket (DESIGN §5: one owner per thread at a time).
  *
- * Inbound thread messages are split by the server into `partitions` partitions (nats.conf mapping);
+ * Inbound thread messages are split by the server into `partitions` partitions (the account mapping `troupe creds init` writes);
  * exactly one node at a time holds the lease of a partition and consumes it (src/actors/ingress.ts).
  *
  * Bucket `troupe_leases` (one per account, so per tenant), max age = the lease TTL, history 1:
@@ -53,7 +53,7 @@ export interface PartitionLeasesOptions {
   tenant: string;
   /** Unique per running process; a subject token (A-Z, a-z, 0-9, `_`, `-`). */
   nodeId: string;
-  /** Must equal the partition count of the nats.conf mapping. Default 8. */
+  /** Must equal the partition count of the server's mapping. Default 8. */
   partitions?: number;
   /**
    * Lease time-to-live in ms, the bucket's max age. Default 5000. Applied when the bucket is created; an
