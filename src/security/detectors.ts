@@ -61,6 +61,8 @@ function isSpace(c: number): boolean {
   );
 }
 
+/** Spaces that copy-paste from web forms puts between digit groups: no-break, figure, thin, narrow no-break. */
+const isGroupSpace = (c: number) => c === 32 || c === 0xa0 || c === 0x2007 || c === 0x2009 || c === 0x202f;
 const PLUS = 43, MINUS = 45, DOT = 46, SLASH = 47, COLON = 58, EQUALS = 61, AT = 64, SPACE = 32;
 const OPEN_PAREN = 40, CLOSE_PAREN = 41, COMMA = 44, GREATER = 62;
 
@@ -149,6 +151,7 @@ const MIN_KEY_LENGTH = Math.min(...KEY_FORMATS.map((f) => f.prefix.length + f.mi
 export const detectApiKeys: Detector = (text, work) => {
   const spans: Span[] = [];
   forEachRun(text, work, isTokenChar, (start, end) => {
+    if (end - start === 2) return sendGridKeyAt(text, start, end, spans, work);
     if (end - start < MIN_KEY_LENGTH) return;
     for (const format of KEY_FORMATS_BY_FIRST.get(text.charCodeAt(start)) ?? []) {
       if (!startsWithAt(text, format.prefix, start, work)) continue;
@@ -165,8 +168,48 @@ export const detectApiKeys: Detector = (text, work) => {
       return;
     }
   });
-  return spans;
+  return mergeSorted(spans, detectWebhookUrls(text, work));
 };
+
+/** SendGrid: `SG.` then 22 and 43 base64url characters, dot-separated. Returns the cursor past it. */
+function sendGridKeyAt(text: string, start: number, end: number, spans: Span[], work: Work): number | void {
+  if (text.charCodeAt(start) !== 83 || text.charCodeAt(start + 1) !== 71 || text.charCodeAt(end) !== DOT) return;
+  let i = end + 1;
+  while (i < text.length && i - end <= 23 && isTokenChar(text.charCodeAt(i))) i++;
+  if (i - end - 1 !== 22 || text.charCodeAt(i) !== DOT) return;
+  const second = i + 1;
+  i = second;
+  while (i < text.length && i - second <= 43 && isTokenChar(text.charCodeAt(i))) i++;
+  work.steps += i - end;
+  if (i - second !== 43) return;
+  spans.push({ start, end: i, detector: 'apiKey' });
+  return i;
+}
+
+/** Webhook URLs whose path is the credential (anyone holding it can post): Slack, Discord. */
+const WEBHOOK_PREFIXES = ['hooks.slack.com/services/', 'hooks.slack.com/workflows/', 'discord.com/api/webhooks/', 'discordapp.com/api/webhooks/'];
+const isWebhookPathChar = (c: number) => isTokenChar(c) || c === SLASH;
+
+function detectWebhookUrls(text: string, work: Work): Span[] {
+  let spans: Span[] = [];
+  for (const prefix of WEBHOOK_PREFIXES) {
+    const found: Span[] = [];
+    let from = 0;
+    while (from < text.length) {
+      const at = text.indexOf(prefix, from);
+      work.steps += (at < 0 ? text.length : at) - from + 1;
+      if (at < 0) break;
+      const start = at + prefix.length;
+      let i = start;
+      while (i < text.length && isWebhookPathChar(text.charCodeAt(i))) i++;
+      work.steps += i - start;
+      if (i - start >= 20) found.push({ start, end: i, detector: 'apiKey' });
+      from = i > at ? i : at + 1;
+    }
+    spans = mergeSorted(spans, found);
+  }
+  return spans;
+}
 
 // ---- JSON Web Tokens ----
 
@@ -271,6 +314,8 @@ export const detectPrivateKeys: Detector = (text, work) => {
 const SECRET_LAST_WORDS = new Set([
   'password', 'passwd', 'pwd', 'pass', 'passphrase', 'secret', 'secrets', 'token', 'credential', 'credentials',
   'authorization', 'cookie', 'apikey', 'privatekey', 'accesstoken', 'refreshtoken', 'authtoken', 'secretkey',
+  // Some other languages' words for password (ASCII spellings).
+  'passwort', 'kennwort', 'wachtwoord', 'passord', 'senha', 'salasana', 'jelszo', 'heslo', 'sifre', 'parola', 'contrasena',
 ]);
 /** Two last words that name a secret: `api key`, `private_key`, `AWS_SECRET_ACCESS_KEY`, … */
 const SECRET_LAST_PAIRS = new Set(['api key', 'private key', 'access key', 'secret key', 'signing key', 'encryption key', 'master key', 'session key', 'client secret']);
@@ -326,6 +371,17 @@ const EMPTY_SET: ReadonlySet<string> = new Set();
 
 /** Values after a secret name that are not secrets: placeholders and references. */
 const NOT_SECRET_VALUES = new Set(['null', 'none', 'nil', 'undefined', 'true', 'false', 'required', 'optional', 'n/a', 'redacted', 'hidden', 'empty', 'unset']);
+/**
+ * English function words: a value that is one of these and is followed by more words is prose
+ * (`Password: must be at least 12 characters`, `Token: a unit of text`), not a secret.
+ */
+const PROSE_WORDS = new Set([
+  'a', 'an', 'the', 'must', 'should', 'will', 'can', 'is', 'are', 'be', 'at', 'not', 'no', 'only', 'any', 'see', 'use', 'enter',
+  'your', 'my', 'our', 'their', 'this', 'that', 'it', 'has', 'have', 'was', 'were', 'of', 'in', 'on', 'for', 'to', 'and', 'or', 'if',
+  'what', 'which', 'how', 'when', 'where', 'please', 'minimum', 'maximum', 'min', 'max', 'same', 'too', 'very', 'never', 'always',
+]);
+/** Words that may stand between a secret's name and its colon: `password is now: …`, `password was: …`. */
+const FILLER_WORDS = new Set(['is', 'was', 'now', 'are', 'here', 'below', 'again', 'then', 'still', 'will', 'be', 'new']);
 const AUTH_SCHEMES = new Set(['bearer', 'basic', 'token', 'digest', 'negotiate', 'apikey']);
 const VALUE_STOP = new Set([34, 39, 96, 60, 62]); // " ' ` < >
 const AMPERSAND = 38;
@@ -339,6 +395,22 @@ function parameterFollows(text: string, amp: number, work: Work): boolean {
 }
 /** Sentence punctuation after a value; `!`, `?` and `:` stay (passwords end with them more often than sentences do). */
 const TRAILING_PUNCTUATION = new Set([DOT, COMMA, 59, CLOSE_PAREN, 93, 125]); // . , ; ) ] }
+
+/** The character at `at` closes a bracket opened inside the value (`[secret]`, `f(x)`): it belongs to the value. */
+function closesBracket(text: string, start: number, at: number, work: Work): boolean {
+  const close = text.charCodeAt(at);
+  const open = close === 93 ? 91 : close === CLOSE_PAREN ? OPEN_PAREN : close === 125 ? 123 : -1;
+  if (open < 0) return false;
+  work.steps += at - start;
+  for (let i = start; i < at; i++) if (text.charCodeAt(i) === open) return true;
+  return false;
+}
+
+/** The value at `start` is a prose word followed by another word. */
+function isProse(text: string, start: number, end: number): boolean {
+  if (end - start > 8 || !isSpace(text.charCodeAt(end)) || !isAlpha(text.charCodeAt(end + 1))) return false;
+  return PROSE_WORDS.has(text.slice(start, end).toLowerCase());
+}
 
 function isPlaceholder(value: string): boolean {
   if (value.length <= 12 && NOT_SECRET_VALUES.has(value.toLowerCase())) return true;
@@ -357,25 +429,68 @@ export const detectSecretValues: Detector = (text, work, options) => {
   forEachRun(text, work, isTokenChar, (start, end) => {
     if (end - start > MAX_NAME_LENGTH) return;
     // The separator first (cheap, and most words have none), then the name.
-    let i = end;
-    const q = text.charCodeAt(i);
-    if (q === 34 || q === 39) i++; // the closing quote of a quoted name: "password": …
-    for (let s = 0; s < 4 && isHorizontalSpace(text.charCodeAt(i)); s++) i++;
-    const sep = text.charCodeAt(i);
-    if (sep !== COLON && sep !== EQUALS) return;
+    const separator = separatorAfter(text, end, work);
+    if (!separator) return;
+    let i = separator.at;
     const name = text.slice(start, end);
-    work.steps += name.length + i - end;
+    work.steps += name.length;
     if (!isSecretName(name, options.secretWords)) return;
-    i++;
-    if (text.charCodeAt(i) === EQUALS || text.charCodeAt(i) === GREATER) i++; // := => ==
-    for (let s = 0; s < 4 && isHorizontalSpace(text.charCodeAt(i)); s++) i++;
+    if (!separator.soft) {
+      i++;
+      if (text.charCodeAt(i) === EQUALS || text.charCodeAt(i) === GREATER) i++; // := => ==
+      for (let s = 0; s < 4 && isHorizontalSpace(text.charCodeAt(i)); s++) i++;
+    }
     const value = secretValueAt(text, i, isSecretAuthorizationName(name), work);
     if (!value) return i;
-    if (!isPlaceholder(text.slice(value.start, value.end))) pairs.push({ start: value.start, end: value.end, detector: 'secret' });
-    return value.next;
+    // Without a colon (`password is …`), only a value that looks like a password: `…is sunflower77`, not `…is incorrect`.
+    const prose = isProse(text, value.start, value.end) || (separator.soft && !looksLikePassword(text, value.start, value.end));
+    if (!prose && !isPlaceholder(text.slice(value.start, value.end))) pairs.push({ start: value.start, end: value.end, detector: 'secret' });
+    return prose ? value.start : value.next;
   });
   return mergeSorted(pairs, detectUrlPasswords(text, work));
 };
+
+/**
+ * Where the `:` or `=` after a name is: after an optional closing quote and up to 4 spaces, or after up
+ * to three filler words (`password is now: …`). Without a colon, `is`/`was` themselves separate softly
+ * (`the wifi password is sunflower77`): `at` is then the value's start. Looks at most ~60 characters.
+ */
+function separatorAfter(text: string, end: number, work: Work): { at: number; soft: boolean } | undefined {
+  let i = end;
+  const q = text.charCodeAt(i);
+  if (q === 34 || q === 39) i++; // the closing quote of a quoted name: "password": …
+  for (let s = 0; s < 4 && isHorizontalSpace(text.charCodeAt(i)); s++) i++;
+  let c = text.charCodeAt(i);
+  let lastFiller = '';
+  for (let words = 0; words < 3 && i > end && isAlpha(c); words++) {
+    let j = i;
+    while (j < text.length && j - i < 7 && isAlpha(text.charCodeAt(j))) j++;
+    work.steps += j - i;
+    const word = text.slice(i, j).toLowerCase();
+    if (isAlpha(text.charCodeAt(j)) || !FILLER_WORDS.has(word)) break;
+    lastFiller = word;
+    i = j;
+    for (let s = 0; s < 4 && isHorizontalSpace(text.charCodeAt(i)); s++) i++;
+    c = text.charCodeAt(i);
+  }
+  work.steps += i - end + 1;
+  if (c === COLON || c === EQUALS) return { at: i, soft: false };
+  if ((lastFiller === 'is' || lastFiller === 'was' || lastFiller === 'now') && i > end && !isSpace(c) && !Number.isNaN(c)) return { at: i, soft: true };
+  return undefined;
+}
+
+/** 6+ characters with a digit, a symbol, or both cases: what a password looks like and an adjective does not. */
+function looksLikePassword(text: string, start: number, end: number): boolean {
+  if (end - start < 6) return false;
+  let upper = false, lower = false;
+  for (let i = start; i < end; i++) {
+    const c = text.charCodeAt(i);
+    if (isDigit(c) || !isAlnum(c)) return true;
+    upper ||= isUpper(c);
+    lower ||= isLower(c);
+  }
+  return upper && lower;
+}
 
 function isSecretAuthorizationName(name: string): boolean {
   const words = nameWords(name);
@@ -415,7 +530,7 @@ function secretValueAt(text: string, i: number, authorization: boolean, work: Wo
     }
   }
   let end = j;
-  while (end > i && TRAILING_PUNCTUATION.has(text.charCodeAt(end - 1))) {
+  while (end > i && TRAILING_PUNCTUATION.has(text.charCodeAt(end - 1)) && !closesBracket(text, i, end - 1, work)) {
     end--;
     work.steps++;
   }
@@ -551,12 +666,13 @@ export const detectCards: Detector = (text, work) => {
       while (j < n && isDigit(text.charCodeAt(j))) j++;
       work.steps += j - start + 1;
       const sepCode = text.charCodeAt(j);
-      const sep = (sepCode === SPACE || sepCode === MINUS) && isDigit(text.charCodeAt(j + 1)) ? sepCode : END;
+      const sep = (isGroupSpace(sepCode) || sepCode === MINUS) && isDigit(text.charCodeAt(j + 1)) ? (sepCode === MINUS ? MINUS : SPACE) : END;
       groups.push(start, j, sep);
       if (sep === END) break;
       j++;
     }
-    const lastGlued = gluedAfter(text, j);
+    // A card number may be followed by its expiry (`…1111/12/26`); other glue as for any number.
+    const lastGlued = text.charCodeAt(j) !== SLASH && gluedAfter(text, j);
     let k = 0;
     while (k < groups.count) {
       const best = bestCardWindow(text, groups, k, lastGlued, work);
@@ -730,7 +846,7 @@ export const detectEmails: Detector = (text, work) => {
     }
     if (at - start > 64) continue;
     while (start < at && text.charCodeAt(start) === DOT) start++;
-    if (start === at) continue;
+    if (start === at || inUrlUserinfo(text, start, work)) continue;
     let end = at + 1;
     while (end < text.length && end - at <= 254 && isDomainChar(text.charCodeAt(end))) {
       end++;
@@ -739,7 +855,10 @@ export const detectEmails: Detector = (text, work) => {
     if (end - at > 254) continue;
     while (end > at + 1 && (text.charCodeAt(end - 1) === DOT || text.charCodeAt(end - 1) === MINUS)) end--;
     work.steps += end - at;
-    if (!validDomain(text, at + 1, end)) continue;
+    end = domainEnd(text, at + 1, end);
+    if (end < 0) continue;
+    // `git@github.com:org/repo.git` and `user@host:/path` are remote paths (scp syntax), not addresses.
+    if (text.charCodeAt(end) === COLON && (isWord(text.charCodeAt(end + 1)) || text.charCodeAt(end + 1) === SLASH)) continue;
     spans.push({ start, end, detector: 'email' });
     lastEnd = end;
     from = end;
@@ -748,12 +867,37 @@ export const detectEmails: Detector = (text, work) => {
 };
 
 /** File extensions that follow an `@` in names like `icon@2x.png` and are no top-level domains. */
-const FILE_EXTENSIONS = new Set(['png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'ico', 'bmp', 'json', 'yaml', 'yml', 'css', 'scss', 'js', 'mjs', 'cjs', 'ts', 'tsx', 'jsx', 'txt', 'log', 'lock', 'html', 'xml', 'tgz', 'zip']);
+const FILE_EXTENSIONS = new Set([
+  'png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'ico', 'bmp', 'pdf', 'doc', 'docx', 'xls', 'xlsx', 'csv', 'json', 'yaml', 'yml', 'css',
+  'scss', 'js', 'mjs', 'cjs', 'ts', 'tsx', 'jsx', 'txt', 'log', 'lock', 'html', 'xml', 'tgz',
+]);
 
-/** Labels of 1-63 characters not starting with `-`, at least two, the last 2-63 letters and no file extension. */
-function validDomain(text: string, start: number, end: number): boolean {
+/** `https://user:password@host`: the local part follows `:` inside an authority that starts with `//` (within 256 characters). */
+function inUrlUserinfo(text: string, start: number, work: Work): boolean {
+  if (text.charCodeAt(start - 1) !== COLON) return false;
+  let i = start - 2;
+  while (i >= 0 && start - i <= 256) {
+    const c = text.charCodeAt(i);
+    if (c === SLASH) {
+      work.steps += start - i;
+      return text.charCodeAt(i - 1) === SLASH;
+    }
+    if (isSpace(c) || c === AT) break;
+    i--;
+  }
+  work.steps += start - i;
+  return false;
+}
+
+/**
+ * Where a valid domain in [start, end) ends: labels of 1-63 characters not starting with `-`, at least
+ * two, the last of 2-63 letters. A file extension is no top-level domain: `ada@example.com.pdf` ends
+ * before `.pdf`, `icon@2x.png` has no domain. -1 when there is none.
+ */
+function domainEnd(text: string, start: number, end: number): number {
   let labels = 0;
   let labelStart = start;
+  let previousDot = -1;
   let tldAlpha = true;
   for (let i = start; i <= end; i++) {
     const c = i < end ? text.charCodeAt(i) : DOT;
@@ -762,13 +906,18 @@ function validDomain(text: string, start: number, end: number): boolean {
       continue;
     }
     const length = i - labelStart;
-    if (length === 0 || length > 63 || text.charCodeAt(labelStart) === MINUS) return false;
+    if (length === 0 || length > 63 || text.charCodeAt(labelStart) === MINUS) return -1;
     labels++;
-    if (i === end) return labels >= 2 && length >= 2 && tldAlpha && (length > 5 || !FILE_EXTENSIONS.has(text.slice(labelStart, end).toLowerCase()));
+    if (i === end) {
+      if (labels < 2 || length < 2 || !tldAlpha) return -1;
+      if (length <= 5 && FILE_EXTENSIONS.has(text.slice(labelStart, end).toLowerCase())) return labels > 2 ? domainEnd(text, start, previousDot) : -1;
+      return end;
+    }
+    previousDot = i;
     labelStart = i + 1;
     tldAlpha = true;
   }
-  return false;
+  return -1;
 }
 
 // ---- phone numbers ----
@@ -823,7 +972,7 @@ export const detectPhones: Detector = (text, work) => {
       }
       // The separator: a space, dash or dot; after `)` a space, a dash or nothing.
       const s = text.charCodeAt(j);
-      const sep = s === SPACE || s === MINUS || (s === DOT && !paren) ? s : paren ? PAREN_ONLY : END;
+      const sep = isGroupSpace(s) ? SPACE : s === MINUS || (s === DOT && !paren) ? s : paren ? PAREN_ONLY : END;
       const next = sep === END || sep === PAREN_ONLY ? j : j + 1;
       const more = isDigit(text.charCodeAt(next)) || (text.charCodeAt(next) === OPEN_PAREN && isDigit(text.charCodeAt(next + 1)));
       if (sep !== END && more) {
@@ -867,10 +1016,14 @@ function bestPhoneWindow(
   for (let j = k; j < groups.count && j < k + 7; j++) {
     digits += groups.length(j);
     work.steps += j - k + 1;
-    if (digits > 15) break;
+    if (digits > 17) break;
     if (j === groups.count - 1 ? lastGlued : groups.sep[j] !== SPACE) continue;
-    let ok = plus ? digits >= 8 && text.charCodeAt(groups.start[k]!) !== 48 : northAmerican(text, groups, k, j) || nationalTrunk(text, groups, k, j, digits);
-    if (!ok && digits >= 7 && simpleLayout(groups, k, j)) {
+    // A national number is a whole sequence: inside a longer one (`DE89 3704 0044 0532 0130 01`) its shape is chance.
+    const whole = k === 0 && j === groups.count - 1;
+    let ok = plus
+      ? digits >= 8 && digits <= 15 && text.charCodeAt(groups.start[k]!) !== 48
+      : (digits <= 15 && northAmerican(text, groups, k, j)) || (whole && (nationalTrunk(text, groups, k, j, digits) || internationalZeroZero(text, groups, k, j, digits)));
+    if (!ok && digits >= 7 && digits <= 15 && simpleLayout(groups, k, j)) {
       keyword ??= keywordBefore();
       ok = keyword;
     }
@@ -902,6 +1055,15 @@ function nationalTrunk(text: string, groups: DigitGroups, k: number, j: number, 
   return true;
 }
 
+/** `0033 6 12 34 56 78`: the international prefix 00 instead of `+`, then 8-15 digits in 2+ groups. */
+function internationalZeroZero(text: string, groups: DigitGroups, k: number, j: number, digits: number): boolean {
+  const at = groups.start[k]!;
+  if (j === k || groups.length(k) < 3 || text.charCodeAt(at) !== 48 || text.charCodeAt(at + 1) !== 48 || text.charCodeAt(at + 2) === 48) return false;
+  if (digits - 2 < 8 || digits - 2 > 15) return false;
+  for (let g = k; g < j; g++) if (groups.sep[g] !== SPACE && groups.sep[g] !== MINUS) return false;
+  return true;
+}
+
 /** One run, or groups joined by spaces or dashes, and not a date (4-2-2, 2-2-4). */
 function simpleLayout(groups: DigitGroups, k: number, j: number): boolean {
   if (j === k) return !groups.paren[k];
@@ -925,12 +1087,18 @@ class PhoneKeywords {
     private readonly work: Work,
   ) {}
 
-  /** A keyword ends within 32 characters before `start`. */
+  /**
+   * A keyword ends within 32 characters before `start`, with no digit in between (a number in between
+   * is the one the keyword was about: `Tel. +43 1 234 5678, Rechnung 2024-0815`).
+   */
   before(start: number): boolean {
     this.ends ??= this.find();
     while (this.cursor < this.ends.length && this.ends[this.cursor]! <= start) this.cursor++;
     const last = this.ends[this.cursor - 1];
-    return last !== undefined && start - last <= KEYWORD_LOOKBACK;
+    if (last === undefined || start - last > KEYWORD_LOOKBACK) return false;
+    this.work.steps += start - last;
+    for (let i = last; i < start; i++) if (isDigit(this.text.charCodeAt(i))) return false;
+    return true;
   }
 
   private find(): number[] {
@@ -963,6 +1131,8 @@ export const detectHighEntropy: Detector = (text, work) => {
     while (e > s && text.charCodeAt(e - 1) === SLASH) e--;
     const length = e - s;
     if (length < 32 || length > 512) return;
+    // Publishable keys are public by design (Stripe's pk_…).
+    if (text.startsWith('pk_live_', s) || text.startsWith('pk_test_', s)) return;
     let upper = false, lower = false, digit = false, allHex = true;
     const touched: number[] = [];
     for (let i = s; i < e; i++) {

@@ -44,7 +44,7 @@ export const DEFAULT_LABELS: Readonly<Record<DetectorId, string>> = {
 
 export const SanitiserLimitsSchema = z
   .object({
-    /** Containers nested deeper than this are replaced by `[omitted]`. */
+    /** Containers nested deeper than this (the top-level value is at depth 1) are replaced by `[omitted]`. */
     maxDepth: z.number().int().min(1).max(1000).default(64),
     /** Values (strings, numbers, containers) visited at most. */
     maxNodes: z.number().int().min(1).max(10_000_000).default(200_000),
@@ -190,10 +190,14 @@ class Run {
   /** A JSON-like value: strings scanned, values under secret-looking keys masked whole. */
   value(value: unknown, depth: number): unknown {
     if (typeof value === 'string') return this.text(value);
-    if (value === null || typeof value !== 'object') {
-      return this.budget(1, 0, depth) ? value : OMITTED;
+    // A card or phone number stored as a number (`{ card: 4242424242424242 }`) is masked like one in text.
+    if ((typeof value === 'number' && Number.isInteger(value) && Math.abs(value) >= 1e6) || typeof value === 'bigint') {
+      const digits = String(value);
+      const masked = this.text(digits);
+      return masked === digits ? value : masked;
     }
-    if (!this.budget(1, 0, depth)) return OMITTED;
+    if (value === null || typeof value !== 'object') return this.budget(1, 0, 0) ? value : OMITTED;
+    if (!this.budget(1, 0, depth + 1)) return OMITTED;
     if (this.ancestors.has(value)) {
       this.omitted++;
       return '[circular]';
@@ -242,7 +246,7 @@ class Run {
     return Object.fromEntries(out);
   }
 
-  /** Charges one value of `chars` characters at `depth`; false (or a throw) when a cap is reached. */
+  /** Charges one value of `chars` characters, a container at `depth` (0 for leaves); false (or a throw) when a cap is reached. */
   budget(nodes: number, chars: number, depth: number): boolean {
     this.nodes += nodes;
     this.chars += chars;
