@@ -598,10 +598,10 @@ export function luhn(digits: string): boolean {
  * after it — a character code, PAREN_ONLY for `)` directly followed by the next group, END after the last.
  */
 class DigitGroups {
-  readonly start: number[] = [];
-  readonly end: number[] = [];
-  readonly sep: number[] = [];
-  readonly paren: boolean[] = [];
+  start = new Int32Array(64);
+  end = new Int32Array(64);
+  sep = new Int32Array(64);
+  paren = new Uint8Array(64);
   count = 0;
 
   reset(): void {
@@ -609,15 +609,28 @@ class DigitGroups {
   }
 
   push(start: number, end: number, sep: number, paren = false): void {
+    if (this.count === this.start.length) this.grow();
     const k = this.count++;
     this.start[k] = start;
     this.end[k] = end;
     this.sep[k] = sep;
-    this.paren[k] = paren;
+    this.paren[k] = paren ? 1 : 0;
   }
 
   length(k: number): number {
     return this.end[k]! - this.start[k]!;
+  }
+
+  private grow(): void {
+    const size = this.start.length * 2;
+    const grown = <T extends Int32Array | Uint8Array>(a: T, b: T): T => {
+      b.set(a);
+      return b;
+    };
+    this.start = grown(this.start, new Int32Array(size));
+    this.end = grown(this.end, new Int32Array(size));
+    this.sep = grown(this.sep, new Int32Array(size));
+    this.paren = grown(this.paren, new Uint8Array(size));
   }
 }
 const END = -1;
@@ -989,7 +1002,7 @@ export const detectPhones: Detector = (text, work) => {
     let k = 0;
     while (k < groups.count) {
       const windowStart = k === 0 ? i : groups.start[k]! - (groups.paren[k] ? 1 : 0);
-      const best = bestPhoneWindow(text, groups, k, k === 0 && plus, lastGlued, () => keywords.before(windowStart), work);
+      const best = bestPhoneWindow(text, groups, k, k === 0 && plus, lastGlued, keywords.before(windowStart), work);
       if (best !== undefined) spans.push({ start: windowStart, end: groups.end[best]! + (groups.paren[best] ? 1 : 0), detector: 'phone' });
       // The next window starts after a space.
       k = best === undefined ? k + 1 : best + 1;
@@ -1007,26 +1020,25 @@ function bestPhoneWindow(
   k: number,
   plus: boolean,
   lastGlued: boolean,
-  keywordBefore: () => boolean,
+  keyword: boolean,
   work: Work,
 ): number | undefined {
   let digits = 0;
   let best: number | undefined;
-  let keyword: boolean | undefined;
-  for (let j = k; j < groups.count && j < k + 7; j++) {
+  // Past four groups only an international number, a whole national one or one after a keyword fits.
+  const last = Math.min(groups.count - 1, plus || keyword || k === 0 ? k + 6 : k + 3);
+  for (let j = k; j <= last; j++) {
     digits += groups.length(j);
     work.steps += j - k + 1;
     if (digits > 17) break;
     if (j === groups.count - 1 ? lastGlued : groups.sep[j] !== SPACE) continue;
     // A national number is a whole sequence: inside a longer one (`DE89 3704 0044 0532 0130 01`) its shape is chance.
     const whole = k === 0 && j === groups.count - 1;
-    let ok = plus
+    const ok = plus
       ? digits >= 8 && digits <= 15 && text.charCodeAt(groups.start[k]!) !== 48
-      : (digits <= 15 && northAmerican(text, groups, k, j)) || (whole && (nationalTrunk(text, groups, k, j, digits) || internationalZeroZero(text, groups, k, j, digits)));
-    if (!ok && digits >= 7 && digits <= 15 && simpleLayout(groups, k, j)) {
-      keyword ??= keywordBefore();
-      ok = keyword;
-    }
+      : (digits <= 15 && northAmerican(text, groups, k, j)) ||
+        (whole && (nationalTrunk(text, groups, k, j, digits) || internationalZeroZero(text, groups, k, j, digits))) ||
+        (keyword && digits >= 7 && digits <= 15 && simpleLayout(groups, k, j));
     if (ok) best = j;
   }
   return best;
@@ -1093,6 +1105,7 @@ class PhoneKeywords {
    */
   before(start: number): boolean {
     this.ends ??= this.find();
+    if (this.ends.length === 0) return false;
     while (this.cursor < this.ends.length && this.ends[this.cursor]! <= start) this.cursor++;
     const last = this.ends[this.cursor - 1];
     if (last === undefined || start - last > KEYWORD_LOOKBACK) return false;
