@@ -11,8 +11,8 @@
  * number of passes is fixed. Every pass counts the characters it examines in `work.steps`, which is how
  * the tests prove linearity on adversarial 1 MB inputs without looking at a clock.
  *
- * Each detector returns disjoint spans in increasing order; `sanitiser.ts` merges the lists of all
- * detectors and decides overlaps by the priority order of DETECTORS.
+ * Each detector returns its spans sorted by start; `sanitiser.ts` merges the lists of all detectors and
+ * resolves overlaps by the priority order of DETECTORS.
  */
 
 /** Detector ids, highest priority first (the winner when spans of two detectors overlap). */
@@ -135,10 +135,6 @@ const KEY_FORMATS: readonly KeyFormat[] = [
   { prefix: 'hf_', min: 30, max: 64 }, // Hugging Face
 ];
 
-/**
- * A run of key characters that starts with a vendor prefix and has a body of the vendor's length. The
- * body must hold a digit or an upper-case letter: random keys always do, words like `sk-learn-…` do not.
- */
 /** The formats by the first character of their prefix, so a run is compared only with formats it could match. */
 const KEY_FORMATS_BY_FIRST = new Map<number, KeyFormat[]>();
 for (const format of KEY_FORMATS) {
@@ -148,6 +144,11 @@ for (const format of KEY_FORMATS) {
 
 const MIN_KEY_LENGTH = Math.min(...KEY_FORMATS.map((f) => f.prefix.length + f.min));
 
+/**
+ * A run of key characters that starts with a vendor prefix and has a body of the vendor's length (the
+ * body must hold a digit or an upper-case letter: random keys always do, words like `sk-learn-…` do not);
+ * a SendGrid key; a Slack or Discord webhook URL's secret path.
+ */
 export const detectApiKeys: Detector = (text, work) => {
   const spans: Span[] = [];
   forEachRun(text, work, isTokenChar, (start, end) => {
