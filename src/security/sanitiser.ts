@@ -21,7 +21,9 @@
  *       - { agent: billing, detectors: [card, iban] }
  */
 import { z } from 'zod';
-import { AgentIdSchema, TroupeError, type Message, type Part } from '../protocol/index.js';
+import { TroupeError, type Message, type Part } from '../protocol/index.js';
+import { idSchema } from '../protocol/ids.js';
+import { META } from '../protocol/metadata.js';
 import { DETECTORS, DETECTOR_FUNCTIONS, isSecretName, type DetectorId, type Span, type Work } from './detectors.js';
 
 export { DETECTORS, isSecretName, type DetectorId } from './detectors.js';
@@ -56,7 +58,7 @@ export const SanitiserLimitsSchema = z
 export const SanitiserAllowRuleSchema = z
   .object({
     /** The receiving agent this rule lets see what the detectors below would mask. */
-    agent: AgentIdSchema,
+    agent: idSchema('agent'),
     detectors: z.array(DetectorIdSchema).min(1),
   })
   .strict();
@@ -388,7 +390,8 @@ export function findSensitiveSpans(text: string, options: SanitiseOptions): Sani
 /**
  * Sanitises an A2A message for the agent about to receive it, keeping its shape (so it still validates):
  * text parts, data parts, file names and URIs, and metadata (a handoff's `troupe/recentMessages` are
- * messages again, the rest JSON). Ids, roles and file bytes are left as they are.
+ * messages again, the rest JSON). Ids, roles and file bytes are left as they are: sanitising a file's
+ * contents would need a parser per file type.
  */
 export function sanitiseMessage(message: Message, options: SanitiseOptions): SanitiseResult<Message> {
   const run = new Run(compile(options.policy), options.recipientAgentId, options.onLimit ?? 'omit');
@@ -400,7 +403,7 @@ function messageOf(run: Run, message: Message, depth: number): Message {
   const out: Message = { ...message, parts: message.parts.map((p) => partOf(run, p, depth + 1)) };
   if (message.metadata) {
     out.metadata = run.object(message.metadata, (v, key) =>
-      key === RECENT_MESSAGES_KEY && Array.isArray(v)
+      key === META.recentMessages && Array.isArray(v)
         ? v.map((m: unknown) => (looksLikeMessage(m) ? messageOf(run, m, depth + 2) : run.value(m, depth + 2)))
         : run.value(v, depth + 1),
     );
@@ -423,9 +426,6 @@ function partOf(run: Run, part: Part, depth: number): Part {
     }
   }
 }
-
-/** The metadata key under which a handoff's target receives the thread's recent messages. */
-export const RECENT_MESSAGES_KEY = 'troupe/recentMessages';
 
 /** Whether a value has the shape of an A2A message (the recent messages of a handoff). */
 function looksLikeMessage(v: unknown): v is Message {
