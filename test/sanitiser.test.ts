@@ -7,6 +7,7 @@ import {
   DIAGNOSTICS_POLICY,
   OMITTED,
   SanitiserPolicySchema,
+  appliesTo,
   findSensitiveSpans,
   isSecretName,
   parseSanitiserPolicy,
@@ -141,11 +142,16 @@ describe('policy', () => {
   it('parses the shape a team.yaml would hold, with defaults', () => {
     const p = parseSanitiserPolicy({ labels: { card: '[card]' }, allow: [{ agent: 'billing', detectors: ['card'] }] });
     expect(p.detectors).toEqual([...DETECTORS]);
+    expect(p.applyTo).toEqual(['routed', 'handoff', 'fanOut']);
+    expect(appliesTo(p, 'handoff')).toBe(true);
+    expect(appliesTo(p, 'entry')).toBe(false);
+    expect(appliesTo(parseSanitiserPolicy({ applyTo: ['entry', 'handoff'] }), 'entry')).toBe(true);
     expect(p.limits).toEqual({ maxDepth: 64, maxNodes: 200_000, maxChars: 16 * 1024 * 1024 });
   });
 
   it.each([
     ['an unknown detector', { detectors: ['ssn'] }],
+    ['an unknown path', { applyTo: ['broadcast'] }],
     ['an unknown field', { detector: ['card'] }],
     ['a bad agent id', { allow: [{ agent: 'billing.team', detectors: ['card'] }] }],
     ['an allow rule without detectors', { allow: [{ agent: 'billing', detectors: [] }] }],

@@ -15,6 +15,7 @@
  * The policy is a zod schema so a team's configuration (team.yaml) can embed it:
  *
  *   sanitiser:
+ *     applyTo: [routed, handoff, fanOut]
  *     detectors: [email, phone, card, iban, apiKey, jwt, bearer, privateKey, secret, highEntropy]
  *     labels: { card: "[card number]" }
  *     allow:
@@ -63,8 +64,19 @@ export const SanitiserAllowRuleSchema = z
   })
   .strict();
 
+/**
+ * The paths between participants a policy covers (the hosts decide which path a message takes):
+ * `entry` what a user sends to the agent that first answers, `routed` one agent's reply forwarded to
+ * another, `handoff` what a handoff target receives (summary, recent messages), `fanOut` the input of
+ * each agent of a fan-out. Diagnostics always redact, with their own policy.
+ */
+export const SANITISER_FLOWS = ['entry', 'routed', 'handoff', 'fanOut'] as const;
+export type SanitiserFlow = (typeof SANITISER_FLOWS)[number];
+
 export const SanitiserPolicySchema = z
   .object({
+    /** The paths the policy applies to; by default everything one agent passes to another, not the user's own first message. */
+    applyTo: z.array(z.enum(SANITISER_FLOWS)).default(['routed', 'handoff', 'fanOut']),
     /** The detectors that run; all of them by default. */
     detectors: z.array(DetectorIdSchema).default([...DETECTORS]),
     /** Replacement text per detector (default `[email]`, `[card]`, …). */
@@ -89,8 +101,14 @@ export const DEFAULT_SANITISER_POLICY: SanitiserPolicy = SanitiserPolicySchema.p
 
 /** What diagnostics use (inspect, thread records): everything masked, as `[redacted]`. */
 export const DIAGNOSTICS_POLICY: SanitiserPolicy = SanitiserPolicySchema.parse({
+  applyTo: [...SANITISER_FLOWS],
   labels: Object.fromEntries(DETECTORS.map((d) => [d, '[redacted]'])),
 });
+
+/** Whether the policy covers this path (see SANITISER_FLOWS). */
+export function appliesTo(policy: SanitiserPolicy, flow: SanitiserFlow): boolean {
+  return policy.applyTo.includes(flow);
+}
 
 /** Validates a policy from configuration; a bad one is an INVALID_MESSAGE error that lists the problems. */
 export function parseSanitiserPolicy(input: unknown): SanitiserPolicy {
