@@ -100,6 +100,17 @@ describe('sanitiser work is linear in the input', () => {
     expect(big.steps / small.steps).toBeGreaterThan(3.6);
     expect(big.steps / small.steps).toBeLessThan(4.4);
   });
+
+  it('keeps 40,000 keys that all mask to [email] distinct, in linear work', () => {
+    const keyed = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`user${i}@example.com`, i]));
+    const big = sanitise(keyed(40_000), { policy: DEFAULT_SANITISER_POLICY });
+    const small = sanitise(keyed(10_000), { policy: DEFAULT_SANITISER_POLICY });
+    const out = big.value as Record<string, number>;
+    expect(Object.keys(out)).toHaveLength(40_000);
+    expect(out['[email] (40000)']).toBe(39_999);
+    expect(big.steps / small.steps).toBeGreaterThan(3.6);
+    expect(big.steps / small.steps).toBeLessThan(4.4);
+  });
 });
 
 describe('redact on what broke the node in issue 7', () => {

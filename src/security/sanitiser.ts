@@ -240,13 +240,19 @@ class Run {
   object(value: Record<string, unknown>, inner: (v: unknown, key: string) => unknown): Record<string, unknown> {
     const out: Array<[string, unknown]> = [];
     const seen = new Set<string>();
+    // The next suffix to try per masked name, so many keys masking alike cost linear work, not quadratic.
+    const nextSuffix = new Map<string, number>();
     const maskKeys = this.policy.detectors.includes('secret');
     for (const [key, v] of Object.entries(value)) {
       this.work.steps += key.length + 1;
       let name = this.text(key);
       if (seen.has(name)) {
-        let n = 2;
-        while (seen.has(`${name} (${n})`)) n++;
+        let n = nextSuffix.get(name) ?? 2;
+        while (seen.has(`${name} (${n})`)) {
+          n++;
+          this.work.steps++;
+        }
+        nextSuffix.set(name, n + 1);
         name = `${name} (${n})`;
       }
       seen.add(name);
