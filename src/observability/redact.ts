@@ -1,13 +1,12 @@
-/** Masks secrets in diagnostics (inspect, thread records shown to operators). */
-const SECRET_KEY = /(pass(word)?|secret|token|api[-_]?key|authorization|credential)/i;
-const SECRET_VALUE = /\b(sk-[A-Za-z0-9]{10,}|[0-9]{13,19})\b|[\w.+-]+@[\w-]+\.[\w.-]+/g;
+/**
+ * Masks secrets and personal data in diagnostics (inspect, thread records shown to operators): the
+ * context sanitiser with the diagnostics policy — every detector on, everything shown as `[redacted]`,
+ * no allow rules. Linear in the size of the value (the old pattern was quadratic on long word runs,
+ * issue 7), and capped in depth, node count and characters: past a cap a value shows as `[omitted]`.
+ */
+import { DIAGNOSTICS_POLICY, sanitise } from '../security/sanitiser.js';
 
-/** A copy with secret-looking keys and values (keys, card numbers, emails) masked, for diagnostics. */
+/** A copy with secret-looking keys and values (keys, tokens, cards, IBANs, e-mails, phones) masked, for diagnostics. */
 export function redact(value: unknown): unknown {
-  if (typeof value === 'string') return value.replace(SECRET_VALUE, '[redacted]');
-  if (Array.isArray(value)) return value.map(redact);
-  if (value && typeof value === 'object') {
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, SECRET_KEY.test(k) ? '[redacted]' : redact(v)]));
-  }
-  return value;
+  return sanitise(value, { policy: DIAGNOSTICS_POLICY }).value;
 }
