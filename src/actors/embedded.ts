@@ -3,13 +3,13 @@ import { AgentHost } from './agent-host.js';
 import { TroupeClient } from '../sdk/client.js';
 import type { Logger } from '../observability/logger.js';
 import { TroupeNode } from './node.js';
-import type { TeamDefinition } from '../sdk/team.js';
+import { nodeOptionsOf, type TeamDefinition } from '../sdk/team.js';
 import { MemoryBus, MemoryTransport } from '../transport/memory.js';
 
 export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant = 'demo') {
   const bus = new MemoryBus();
   const nodeTransport = new MemoryTransport({ bus });
-  const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...(team.config ? { config: team.config } : {}), ...(team.policy ? { policy: team.policy } : {}) }).start();
+  const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...nodeOptionsOf(team) }).start();
   const hosts = await Promise.all(team.agents.map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger }).start()));
   await node.registry.waitFor(team.agents.map((a) => a.card.id));
   const client = new TroupeClient(new MemoryTransport({ bus }), tenant);

@@ -37,6 +37,7 @@ import {
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
+import type { SanitiserPolicy } from '../security/sanitiser.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
@@ -56,6 +57,8 @@ export interface NodeOptions {
   logger?: Logger;
   idleMs?: number;
   inspect?: boolean;
+  /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
+  sanitiser?: SanitiserPolicy | false;
   maxPayload?: number;
   /**
    * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
@@ -95,6 +98,7 @@ export class TroupeNode {
       ...(opts.policy ? { policy: opts.policy } : {}),
       ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
       ...(opts.inspect !== undefined ? { inspect: opts.inspect } : {}),
+      ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       logger: opts.logger ?? silentLogger(),
     });
   }

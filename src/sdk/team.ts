@@ -1,6 +1,7 @@
 /** A team: the agents a node starts in-process and the thread settings they run with. */
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/scoring.js';
+import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../security/sanitiser.js';
 import { isAgentDefinition, type AgentDefinition } from './agent.js';
 
 export interface TeamDefinition {
@@ -9,6 +10,11 @@ export interface TeamDefinition {
   config?: Partial<ThreadConfig>;
   /** Picks agents for messages nobody addressed (with `config.usePolicy`, the default when set). */
   policy?: RouterPolicy;
+  /**
+   * What agents may see of what other agents pass them (routed messages, handoffs, fan-out inputs):
+   * a policy (src/security/sanitiser.ts), `false` for none. Default: mask every detector on those paths.
+   */
+  sanitiser?: SanitiserPolicyInput | false;
 }
 
 /**
@@ -28,6 +34,16 @@ export function defineTeam(team: TeamDefinition): TeamDefinition {
   const entry = team.config?.entryAgent ?? team.agents[0]!.card.id;
   if (!ids.has(entry)) throw new Error(`team "${team.name}": entry agent "${entry}" is not one of its agents`);
   return { ...team, config: { ...team.config, entryAgent: entry } };
+}
+
+/** What a node takes from a team: thread settings, the router policy and the sanitiser policy (validated). */
+export function nodeOptionsOf(team: TeamDefinition | undefined): { config?: Partial<ThreadConfig>; policy?: RouterPolicy; sanitiser?: SanitiserPolicy | false } {
+  if (!team) return {};
+  return {
+    ...(team.config ? { config: team.config } : {}),
+    ...(team.policy ? { policy: team.policy } : {}),
+    ...(team.sanitiser === false ? { sanitiser: false as const } : team.sanitiser ? { sanitiser: parseSanitiserPolicy(team.sanitiser) } : {}),
+  };
 }
 
 /** Loads a team or a single agent from a module's default export (or named `team` / `agent`). */

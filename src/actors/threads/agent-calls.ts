@@ -13,7 +13,9 @@ import { TroupeError } from '../../protocol/errors.js';
 import { HEADERS, scopedMessageKey } from '../../protocol/headers.js';
 import { LIMITS } from '../../protocol/limits.js';
 import { META } from '../../protocol/metadata.js';
-import { supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
+import { USER, supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
+import type { Message } from '../../protocol/a2a.js';
+import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../security/sanitiser.js';
 import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { subjects } from '../../transport/subjects.js';
@@ -30,6 +32,12 @@ export interface AgentCallerOptions {
   relayChunk: (threadId: string, event: TaskArtifactUpdateEvent) => void;
   /** The agent answered (the thread's clock moves with its events). */
   onReply: (threadId: string) => void;
+  /**
+   * What one agent passes to another (routed messages, handoff requests with their recent messages,
+   * fan-out inputs) goes through this policy; the thread keeps the original. Default: every detector
+   * on those three paths. `false` turns it off.
+   */
+  sanitiser?: SanitiserPolicy | false;
 }
 
 export class AgentCaller {
@@ -38,12 +46,14 @@ export class AgentCaller {
 
   constructor(private readonly opts: AgentCallerOptions) {}
 
-  async call(input: AgentRequestInput): Promise<AgentReply> {
+  /** Calls an agent; `fanOut` marks one call of a fan-out (the sanitiser's `fanOut` path). */
+  async call(input: AgentRequestInput, opts: { fanOut?: boolean } = {}): Promise<AgentReply> {
     const { tenant, transport, registry, log } = this.opts;
     const threadId = input.message.taskId ?? '';
     const card = registry.card(input.agentId);
+    const outgoing = this.sanitise(input, opts.fanOut === true, threadId);
     const message =
-      card && supportsClientRouting(card) ? withRoutingRequest(input.message, { agentCards: registry.peersOf(input.agentId), sender: input.sender }) : input.message;
+      card && supportsClientRouting(card) ? withRoutingRequest(outgoing, { agentCards: registry.peersOf(input.agentId), sender: input.sender }) : outgoing;
     const headers = {
       [HEADERS.threadId]: threadId,
       [HEADERS.tenant]: tenant,
@@ -75,6 +85,18 @@ export class AgentCaller {
       log.warn({ thread: threadId, agent: input.agentId, code }, error.message);
       return { kind: 'error', error: { code, message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
     }
+  }
+
+  /** The copy of the message the agent may see, under the team's sanitiser policy. */
+  private sanitise(input: AgentRequestInput, fanOut: boolean, threadId: string): Message {
+    const policy = this.opts.sanitiser === undefined ? DEFAULT_SANITISER_POLICY : this.opts.sanitiser;
+    if (!policy) return input.message;
+    const flow = fanOut ? 'fanOut' : input.message.metadata?.[META.recentMessages] !== undefined ? 'handoff' : input.sender !== USER ? 'routed' : 'entry';
+    if (!appliesTo(policy, flow)) return input.message;
+    const result = sanitiseMessage(input.message, { policy, recipientAgentId: input.agentId });
+    const masked = Object.entries(result.counts).filter(([, n]) => n > 0);
+    if (masked.length) this.opts.log.info({ thread: threadId, agent: input.agentId, flow, masked: Object.fromEntries(masked) }, 'sanitised context passed to an agent');
+    return result.value;
   }
 
   /** Validates a streamed chunk and hands it on with the thread's own ids (an agent cannot aim it elsewhere). */

@@ -31,6 +31,7 @@ import type { ThreadStore } from '../../store/types.js';
 import { subjects } from '../../transport/subjects.js';
 import type { Transport } from '../../transport/types.js';
 import { silentLogger } from '../../observability/logger.js';
+import type { SanitiserPolicy } from '../../security/sanitiser.js';
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
@@ -51,6 +52,8 @@ export interface ThreadHostOptions {
   idleMs?: number;
   /** Publish inspection events on `troupe.<tenant>.inspect.<actorId>`. */
   inspect?: boolean;
+  /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
+  sanitiser?: SanitiserPolicy | false;
   now?: () => number;
 }
 
@@ -104,6 +107,7 @@ export class ThreadHost {
       registry: this.registry,
       log: this.log,
       ...(opts.policy ? { policy: opts.policy } : {}),
+      ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       relayChunk: (threadId, event) => {
         const live = this.threads.get(threadId);
         if (live) this.publishToOwner(live, event);
@@ -505,7 +509,10 @@ export class ThreadHost {
       orchestration?.send({ type: 'troupe.orchestration.tick', now: this.now() });
     };
     try {
-      const call = this.caller.call({ agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs });
+      const call = this.caller.call(
+        { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs },
+        { fanOut: true },
+      );
       // Stop waiting as soon as the orchestration stops this call; the late reply is dropped.
       const reply = await new Promise<AgentReply>((resolve, reject) => {
         const onAbort = () => reject(new TroupeError('WORKFLOW_ERROR', `call to ${input.agentId} was cancelled`));

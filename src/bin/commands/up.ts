@@ -4,7 +4,7 @@ import { AgentHost } from '../../actors/agent-host.js';
 import { startEmbedded } from '../../actors/embedded.js';
 import { TroupeNode } from '../../actors/node.js';
 import { createLogger } from '../../observability/logger.js';
-import { loadModule, type TeamDefinition } from '../../sdk/team.js';
+import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../sdk/team.js';
 import { KvThreadStore } from '../../store/kv.js';
 import { connect, globals, onShutdown } from '../cli.js';
 import demoTeam from '../demo/team.js';
@@ -43,8 +43,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     tenant: g.tenant,
     logger,
     store,
-    ...(team?.config ? { config: team.config } : {}),
-    ...(team?.policy ? { policy: team.policy } : {}),
+    ...nodeOptionsOf(team),
     ...(opts.inspect ? { inspect: true } : {}),
     ...(opts.idle ? { idleMs: opts.idle } : {}),
     ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl } } : {}),
