@@ -2,7 +2,7 @@
  * `echo`: answers the user with `echo(<pid>): <text>`. The process id tells which replica (process)
  * answered, so a test can check that replicas in different processes share the load.
  *
- *   troupe agent examples/agents/echo.ts --nats <url> [--user echo --password $TROUPE_AGENT_PASSWORD]
+ *   troupe agent examples/agents/echo.ts --nats <url> --creds .troupe/creds/tenants/demo/users/echo.creds
  */
 import { defineAgent, reply } from 'troupe';
 

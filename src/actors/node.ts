@@ -149,6 +149,7 @@ export class TroupeNode {
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
     if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'memory'), (m) => this.onMemory(m)));
     await t.flush();
     this.log.info({ transport: t.name }, 'node started');
     return this;
@@ -176,6 +177,8 @@ export class TroupeNode {
         liveThreads: this.threads.liveCount(),
         passivatedThreads: passivated,
         uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
+        rssBytes: process.memoryUsage.rss(),
+        heapUsedBytes: process.memoryUsage().heapUsed,
         ...(this.ingress ? { partitions: this.ingress.owned() } : {}),
       },
     };
@@ -384,6 +387,23 @@ export class TroupeNode {
       msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact(record) }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  /**
+   * This process's memory. With `{ gc: true }` and a process started with `--expose-gc` (NODE_OPTIONS),
+   * after a full collection first: what the process holds, not what it has yet to collect.
+   */
+  private onMemory(msg: InboundMessage): void {
+    try {
+      const req = msg.data.length ? decode(z.object({ gc: z.boolean().optional() }), msg.data, 'memory request', 256) : {};
+      const gc = (globalThis as { gc?: () => void }).gc;
+      const collected = req.gc === true && typeof gc === 'function';
+      if (collected) gc();
+      const m = process.memoryUsage();
+      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount() }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
     }
   }
 

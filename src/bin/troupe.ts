@@ -98,6 +98,12 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).rehydrate(...(args as Parameters<typeof import('./commands/inspection.js').rehydrate>)));
 
 program
+  .command('dlq')
+  .description('messages set aside after failing every attempt (the dead-letter stream), newest first')
+  .option('--limit <n>', 'how many', int(1, 1000), 50)
+  .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).dlq(...(args as Parameters<typeof import('./commands/inspection.js').dlq>)));
+
+program
   .command('demo')
   .description('run the demo teams in-process and play scripted conversations (what `npm start` does)')
   .action(async (_opts: unknown, cmd: Command) => (await import('./demo/run.js')).runDemo(Boolean(cmd.optsWithGlobals<{ json?: boolean }>().json)));

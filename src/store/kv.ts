@@ -15,6 +15,7 @@ import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, Thr
 
 export const DEFAULT_THREAD_BUCKET = 'troupe_threads';
 export const DEFAULT_THREAD_TTL_MS = 24 * 60 * 60 * 1000;
+const LIST_BATCH = 64;
 
 export interface KvThreadStoreOptions {
   /** Bucket name (letters, digits, `-`, `_`). Default `troupe_threads`; the stream is `KV_<bucket>`. */
@@ -111,11 +112,16 @@ export class KvThreadStore implements ThreadStore {
       for await (const key of await this.#kv.keys(`${prefix}>`)) found.push(key);
       return found;
     });
-    for (const key of keys) {
-      const entry = await this.#call(`get ${key}`, () => this.#kv.get(key));
-      if (!entry || entry.operation !== 'PUT') continue; // deleted or expired since the key listing
-      const item = listEntry(entry.value, tenant, key.slice(prefix.length), entry.revision, entry.created);
-      if (matchesFilter(item, filter)) yield item;
+    // Gets in pipelined batches: one round trip per batch, not per thread.
+    for (let i = 0; i < keys.length; i += LIST_BATCH) {
+      const batch = keys.slice(i, i + LIST_BATCH);
+      const entries = await Promise.all(batch.map((key) => this.#call(`get ${key}`, () => this.#kv.get(key))));
+      for (let j = 0; j < batch.length; j++) {
+        const entry = entries[j];
+        if (!entry || entry.operation !== 'PUT') continue; // deleted or expired since the key listing
+        const item = listEntry(entry.value, tenant, batch[j]!.slice(prefix.length), entry.revision, entry.created);
+        if (matchesFilter(item, filter)) yield item;
+      }
     }
   }
 

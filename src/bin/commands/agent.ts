@@ -2,6 +2,7 @@
 import type { Command } from 'commander';
 import { AgentHost } from '../../actors/agent-host.js';
 import { createLogger } from '../../observability/logger.js';
+import { installProcessGuards } from '../../observability/guard.js';
 import { loadModule } from '../../sdk/team.js';
 import { connect, globals, onShutdown } from '../cli.js';
 import { color } from '../output.js';
@@ -9,6 +10,7 @@ import { color } from '../output.js';
 export async function agent(modulePath: string, opts: { replicas: number; heartbeat: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
+  installProcessGuards(logger);
   const { agents } = await loadModule(modulePath);
   const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
   const hosts: AgentHost[] = [];

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { startEmbedded } from '../../actors/embedded.js';
 import { loadTokens, skillsOfAgents, startGateway } from '../../gateway/index.js';
 import { createLogger } from '../../observability/logger.js';
+import { installProcessGuards } from '../../observability/guard.js';
 import { TroupeClient } from '../../sdk/client.js';
 import { connect, globals, onShutdown, principalOf } from '../cli.js';
 import demoTeam from '../demo/team.js';
@@ -11,6 +12,7 @@ import { color, printJson } from '../output.js';
 export async function gateway(opts: { port: number; host: string; tokens?: string; publicUrl?: string }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
+  installProcessGuards(logger);
   const tokens = opts.tokens ? loadTokens(opts.tokens) : undefined;
   const clients: Record<string, TroupeClient> = {};
   const stops: Array<() => Promise<void>> = [];

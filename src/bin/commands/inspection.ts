@@ -121,3 +121,26 @@ export async function rehydrate(id: string, _opts: unknown, cmd: Command): Promi
     else process.stdout.write(`thread ${id} rehydrated: ${colorState(state)}\n`);
   });
 }
+
+export async function dlq(opts: { limit: number }, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const res = (await client.ctl('dlq', { limit: opts.limit })) as {
+      entries: Array<{ seq: number; at: string; subject: string; code: string; error: string; attempts: number }>;
+    };
+    if (g.json) {
+      printJson(res.entries);
+      return;
+    }
+    if (!res.entries.length) {
+      process.stdout.write('no dead-lettered messages\n');
+      return;
+    }
+    process.stdout.write(
+      `${table(
+        ['SEQ', 'AT', 'CODE', 'TRIES', 'SUBJECT', 'ERROR'],
+        res.entries.map((e) => [e.seq, e.at, color.red(e.code), e.attempts, e.subject.length > 60 ? `${e.subject.slice(0, 60)}…` : e.subject, e.error.slice(0, 80)]),
+      )}\n${color.dim(`${res.entries.length} dead-lettered messages (newest first)`)}\n`,
+    );
+  });
+}

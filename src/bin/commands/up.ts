@@ -4,6 +4,7 @@ import { AgentHost } from '../../actors/agent-host.js';
 import { startEmbedded } from '../../actors/embedded.js';
 import { TroupeNode } from '../../actors/node.js';
 import { createLogger } from '../../observability/logger.js';
+import { installProcessGuards } from '../../observability/guard.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../sdk/team.js';
 import { KvThreadStore } from '../../store/kv.js';
 import { connect, globals, onShutdown } from '../cli.js';
@@ -24,6 +25,7 @@ export interface UpOptions {
 export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
+  installProcessGuards(logger);
   const loaded = opts.team ? await loadModule(opts.team) : undefined;
   const team: TeamDefinition | undefined = loaded?.team ?? (loaded ? { name: opts.team ?? 'team', agents: loaded.agents } : undefined);
   if (!g.nats) {

@@ -1,0 +1,252 @@
+/**
+ * Nothing a participant sends can crash, stall or poison a node (issue 7), on a real nats-server in the
+ * shipped operator-mode setup, with the node as its own process: more than 10,000 generated hostile
+ * inputs at every NATS ingress —
+ *   - messages into threads as a client principal (bad ids, broken JSON, schema violations, hostile
+ *     nesting and sizes, prototype-named recipients, reused message ids, bad user headers),
+ *   - owner-checked client requests (task, cancel) with junk,
+ *   - agent replies and streamed chunks from a hostile entry agent (garbage, 900 KB replies, 50,000-deep
+ *     metadata, lies in routing and handoff metadata, silence),
+ *   - registry events from that agent (cards for other ids, floods of instances, huge cards, endless ttl),
+ *   - control requests as the operator (junk on every verb)
+ * — while a control conversation with a healthy agent runs throughout. It asserts: the node never exits,
+ * the control conversation never fails, no thread is left working, every message into a thread with a
+ * valid id got a final event (an answer or a typed error) and every other one was refused by the client
+ * library, the broker or the dead-letter stream, and the node's heap comes back down. Counts are printed.
+ * The generator is seeded (FUZZ_SEED) so a failure can be replayed.
+ */
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import echo from '../examples/agents/echo.js';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { ErrorReplySchema, HEADERS, LIMITS, ThreadEventSchema, isValidId } from '../src/protocol/index.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { DEAD_LETTER_STREAM } from '../src/transport/jetstream/ingress.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { agentReplyBody, chunkBody, ctlBody, int, pick, registryBody, rng, threadIdCandidate, userMessageBody } from './helpers/fuzz.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
+
+const SEED = Number(process.env.FUZZ_SEED ?? 20261126);
+const N = { inbound: 4_000, requests: 1_000, registry: 2_000, ctl: 2_000 };
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const T = 'troupe.demo';
+
+describe('fuzz: every NATS ingress of a node', () => {
+  const procs = new ProcessGroup();
+  let nats: NatsServerHandle;
+  let node: ManagedProcess;
+  const conns: NatsConnection[] = [];
+  const transports: NatsTransport[] = [];
+  let echoHost: AgentHost;
+
+  const open = async (user: string) => {
+    const nc = await connect({ ...nats.as(user), name: `fuzz-${user}` });
+    conns.push(nc);
+    return nc;
+  };
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    // --expose-gc: `ctl memory` can then measure what the node holds after a full collection.
+    node = await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/fuzz-team.ts', '--idle', '2000', '--log-level', 'error'], { ...nats.env, NODE_OPTIONS: '--expose-gc' }, { name: 'node' });
+    const echoT = await NatsTransport.connect({ ...nats.as('echo'), name: 'fuzz-echo' });
+    transports.push(echoT);
+    echoHost = await new AgentHost({ transport: echoT, agent: echo, heartbeatMs: 1_000 }).start();
+  }, 60_000);
+
+  afterAll(async () => {
+    await echoHost?.stop().catch(() => undefined);
+    await Promise.all(transports.map((t) => t.close()));
+    await Promise.all(conns.map((c) => c.close()));
+    await procs.stopAll();
+    await nats?.stop();
+  });
+
+  it(`survives ${Object.values(N).reduce((a, b) => a + b, 0)}+ hostile inputs with a control conversation running throughout`, async () => {
+    const r = rng(SEED);
+    const started = performance.now();
+    const counts = { inboundPublished: 0, inboundRefusedByClient: 0, jsDuplicates: 0, agentCalls: 0, agentReplies: 0, chunks: 0, registry: 0, ctl: 0, ctlTyped: 0, ctlOther: 0, ctlInspectUnheld: 0, requests: 0, requestsTyped: 0, requestsAnswered: 0 };
+
+    // --- the hostile entry agent `triage` and its registry lies ---
+    const triage = await open('triage');
+    const card = JSON.stringify({ kind: 'announce', instanceId: 'fuzz-triage', ttlMs: 15_000, card: { id: 'triage', name: 'Triage', description: 'hostile' } });
+    triage.publish(`${T}.registry.triage`, card);
+    const announcer = setInterval(() => triage.publish(`${T}.registry.triage`, card), 1_000);
+    triage.subscribe(`${T}.agent.triage`, {
+      queue: 'agent-triage',
+      callback: (_err, m) => {
+        counts.agentCalls++;
+        if (r() < 0.05) return; // silence: the call times out
+        for (let i = int(r, 4); i > 0; i--) {
+          counts.chunks++;
+          const h = natsHeaders();
+          h.set(HEADERS.chunk, '1');
+          m.respond(enc.encode(chunkBody(r)), { headers: h });
+        }
+        counts.agentReplies++;
+        const body = agentReplyBody(r);
+        try {
+          m.respond(enc.encode(body));
+        } catch {
+          // over max_payload: the client library refuses; the call times out, which is its answer
+        }
+      },
+    });
+
+    // --- the control conversation: one thread, a healthy agent, running throughout ---
+    const cliT = await NatsTransport.connect({ ...nats.as('cli'), name: 'fuzz-control' });
+    transports.push(cliT);
+    const cli = new TroupeClient(cliT, { principal: 'cli' });
+    await waitUntil(async () => (await cli.send('warm up', { to: 'echo', timeoutMs: 10_000 }).then((x) => x.text.includes('warm up'), () => false)) || undefined, 'the mesh to answer', 30_000);
+    const operatorT = await NatsTransport.connect({ ...nats.as('operator'), name: 'fuzz-operator' });
+    transports.push(operatorT);
+    const operator = new TroupeClient(operatorT, { principal: 'operator' });
+    const nodeStats = async () => (await operator.ctl('memory', { gc: true })) as { collected: boolean; heapUsedBytes: number; rssBytes: number; liveThreads: number };
+    const baseline = await nodeStats();
+    const control = { ok: 0, failed: [] as string[] };
+    let storming = true;
+    const controlLoop = (async () => {
+      for (let i = 0; storming; i++) {
+        const text = `control ${i}`;
+        try {
+          const res = await cli.send(text, { threadId: 't-control', to: 'echo', timeoutMs: 30_000 });
+          if (res.text.endsWith(text) && !res.error) control.ok++;
+          else control.failed.push(`${text}: ${res.text} ${JSON.stringify(res.error)}`);
+        } catch (err) {
+          control.failed.push(`${text}: ${(err as Error).message}`);
+        }
+      }
+    })();
+
+    // --- messages into threads, as the client principal ---
+    const client = await open('client');
+    const finals = new Map<string, number>();
+    client.subscribe(`${T}.out.client.*`, {
+      callback: (_err, m) => {
+        const parsed = ThreadEventSchema.safeParse(JSON.parse(dec.decode(m.data)));
+        if (parsed.success && parsed.data.kind === 'status-update' && parsed.data.final) finals.set(parsed.data.taskId, (finals.get(parsed.data.taskId) ?? 0) + 1);
+      },
+    });
+    const expected = new Map<string, number>();
+    let invalidStored = 0;
+    const inbound = async (i: number) => {
+      const threadId = threadIdCandidate(r);
+      const body = userMessageBody(r);
+      const h = natsHeaders();
+      h.set(HEADERS.msgId, `${threadId.slice(0, 64)}/${i}`);
+      if (r() < 0.1) h.set(HEADERS.user, pick(r, ['bob', 'x'.repeat(500), 'has space', '__proto__']));
+      try {
+        const ack = JSON.parse(dec.decode((await client.request(`${T}.in.client.${threadId}`, enc.encode(body), { headers: h, timeout: 10_000 })).data)) as { duplicate?: boolean; error?: unknown };
+        counts.inboundPublished++;
+        if (ack.duplicate) counts.jsDuplicates++;
+        else if (isValidId('thread', threadId)) expected.set(threadId, (expected.get(threadId) ?? 0) + 1);
+        else invalidStored++;
+      } catch {
+        counts.inboundRefusedByClient++; // over max_payload, or a subject the client library refuses
+      }
+    };
+    // --- owner-checked requests, registry lies, control junk ---
+    const request = async () => {
+      counts.requests++;
+      const verb = pick(r, ['task', 'cancel', 'nope']);
+      const answered = await client.request(`${T}.req.client.${verb}`, enc.encode(ctlBody(r)), { timeout: 10_000 }).then(
+        // A typed error, or the thread's task / new state when the junk happened to name one of its own threads.
+        (m) => {
+          const json = JSON.parse(dec.decode(m.data)) as { kind?: string };
+          if (ErrorReplySchema.safeParse(json).success) counts.requestsTyped++;
+          return json.kind === 'error' || json.kind === 'task' || json.kind === 'ok';
+        },
+        (err: unknown) => verb === 'nope' && /no responders/i.test(String(err)), // an unknown verb: the broker answers
+      );
+      if (answered) counts.requestsAnswered++;
+    };
+    const registry = () => {
+      counts.registry++;
+      triage.publish(`${T}.registry.triage`, enc.encode(registryBody(r, 'triage')));
+    };
+    const operatorNc = await open('operator');
+    const unanswered: string[] = [];
+    const ctl = async () => {
+      counts.ctl++;
+      // Listing verbs read the whole store: rare, as from an operator; the rest as often as junk can come.
+      const verb = r() < 0.04 ? pick(r, ['threads', 'dlq']) : pick(r, ['ps', 'inspect', 'thread', 'rehydrate', 'cancel', 'memory']);
+      const body = ctlBody(r);
+      // Scatter-gather (inspect): only a node holding the actor answers, so a short window, as the CLI uses.
+      const m = await operatorNc.request(`${T}.ctl.${verb}`, enc.encode(body), { timeout: verb === 'inspect' ? 1_000 : 10_000 }).catch(() => undefined);
+      if (!m) {
+        // A well-formed inspect of an actor no node holds gets no answer, by design.
+        if (verb === 'inspect') counts.ctlInspectUnheld++;
+        else unanswered.push(`${verb} ${body.slice(0, 200)}`);
+        return;
+      }
+      const json = JSON.parse(dec.decode(m.data)) as unknown;
+      if (ErrorReplySchema.safeParse(json).success) counts.ctlTyped++;
+      else counts.ctlOther++; // ps and memory answer whatever the body
+    };
+
+    const phase = (what: string) => console.log(`[fuzz] ${what} at ${Math.round(performance.now() - started)} ms`);
+    const work: Array<() => Promise<void> | void> = [
+      ...Array.from({ length: N.inbound }, (_, i) => () => inbound(i)),
+      ...Array.from({ length: N.requests }, () => request),
+      ...Array.from({ length: N.registry }, () => registry),
+      ...Array.from({ length: N.ctl }, () => ctl),
+    ].sort(() => r() - 0.5);
+    // 64 at a time, each worker taking the next input as soon as its last one is answered.
+    let next = 0;
+    await Promise.all(Array.from({ length: 64 }, async () => {
+      while (next < work.length) await work[next++]!();
+    }));
+    phase('storm sent');
+
+    // Every turn of the storm ends: nothing stays working.
+    // A working thread is always live (only idle threads passivate), so ps sees every one.
+    await waitUntil(async () => {
+      const actors = (await operator.ps(500)).flatMap((p) => p.actors);
+      return actors.some((a) => a.kind === 'node') && !actors.some((a) => a.kind === 'thread' && a.state.startsWith('working')) ? true : undefined;
+    }, 'no thread left working', 60_000);
+    phase('no thread working');
+    // Every accepted message into a valid thread got its final event (an answer or a typed error).
+    await waitUntil(() => [...expected].every(([id, n]) => (finals.get(id) ?? 0) >= n) || undefined, 'a final event for every accepted message', 60_000);
+    storming = false;
+    await controlLoop;
+    clearInterval(announcer);
+
+    const jsm = await jetstreamManager(await open('node'));
+    // Every message ever stored there (the stream keeps the newest within its size limit).
+    const deadLettered = (await jsm.streams.info(DEAD_LETTER_STREAM)).state.last_seq;
+    // Idle threads passivate (--idle 2000); then what the node holds, after a full collection.
+    const after = await waitUntil(async () => {
+      const s = await nodeStats();
+      return s.liveThreads <= 1 ? s : undefined;
+    }, 'idle threads to passivate', 30_000);
+    expect(after.collected).toBe(true);
+    const total = N.inbound + N.requests + N.registry + N.ctl + counts.agentReplies + counts.chunks;
+    console.log(
+      `[fuzz] seed ${SEED}: ${total} hostile inputs — ${JSON.stringify(counts)}; accepted into valid threads ${[...expected.values()].reduce((a, b) => a + b, 0)}, ` +
+        `stored with invalid ids ${invalidStored}, dead-lettered ${deadLettered}; control conversation ${control.ok} turns ok, ${control.failed.length} failed; ` +
+        `node heap ${Math.round(baseline.heapUsedBytes / 1e6)} MB before, ${Math.round(after.heapUsedBytes / 1e6)} MB after (rss ${Math.round(baseline.rssBytes / 1e6)} → ${Math.round(after.rssBytes / 1e6)} MB)`,
+    );
+
+    expect(node.running, `the node exited:\n${node.stderr.slice(-3_000)}`).toBe(true);
+    expect(control.failed).toEqual([]);
+    expect(control.ok).toBeGreaterThan(0);
+    expect(total).toBeGreaterThanOrEqual(10_000);
+    // Messages whose thread id is not valid never reach a thread: the node dead-letters them.
+    expect(deadLettered).toBeGreaterThanOrEqual(invalidStored);
+    expect(counts.requestsAnswered).toBe(counts.requests);
+    expect(unanswered).toEqual([]);
+    expect(counts.ctlTyped + counts.ctlOther + counts.ctlInspectUnheld).toBe(counts.ctl);
+    // The registry kept its caps: the liar is one agent, with a bounded number of instances.
+    const ps = (await operator.ps(300)).find((p) => p.actors.some((a) => a.kind === 'registry'));
+    const reg = ps?.actors.find((a) => a.kind === 'registry')?.detail as { agents: string[]; refused: number };
+    expect(reg.agents.every((a) => /^(echo|triage)×\d+$/.test(a))).toBe(true);
+    expect(Number(reg.agents.find((a) => a.startsWith('triage'))?.split('×')[1] ?? 0)).toBeLessThanOrEqual(LIMITS.instancesPerAgent);
+    expect(reg.refused).toBeGreaterThan(0);
+    // The heap came back down after the storm (passivated threads hold nothing).
+    expect(after.heapUsedBytes).toBeLessThan(baseline.heapUsedBytes + 64 * 1024 * 1024);
+  }, 600_000);
+});
