@@ -118,7 +118,7 @@ program
 
 program
   .command('graph <machine>')
-  .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration)")
+  .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration, llm-agent, llm-tool-call)")
   .addOption(new Option('--format <format>', 'json (imports into the Stately editor) or mermaid').choices(['json', 'mermaid']).default('json'))
   .action(async (...args: unknown[]) => (await import('./commands/graph.js')).graph(...(args as Parameters<typeof import('./commands/graph.js').graph>)));
 
