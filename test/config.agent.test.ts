@@ -85,6 +85,8 @@ describe('valid agent.yaml files', () => {
       'faq:vectorstore',
       'notes:vectorstore',
     ]);
+    // `${NAME:-default}`: the default when unset, the variable when set.
+    expect(loadAgentConfig(join(VALID, 'full.yaml'), { ...ENV, FIXTURE_BASE_URL: 'https://models.example.com/v1' }).config.model.base_url).toBe('https://models.example.com/v1');
     const remote = config.tools?.[4];
     expect(remote?.type === 'mcp' && remote.config?.headers).toEqual({ Authorization: 'Bearer tok-123456' });
     expect(config.evaluations?.metrics.map((m) => [m.metric, m.enabled, m.fail_on_error])).toEqual([

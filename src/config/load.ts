@@ -7,7 +7,7 @@
  * The pipeline is the same for every kind of configuration (agent.yaml here, team.yaml later):
  *
  *   1. read (size-capped) and parse with `yaml`, keeping node positions (a syntax error stops here);
- *   2. resolve `${VAR}` in every string from the environment (an unset variable is a problem, and
+ *   2. resolve `${VAR}` (or `${VAR:-default}`) in every string from the environment (an unset variable is a problem, and
  *      messages quote the `${VAR}` text rather than its value, which may be a secret);
  *   3. validate with the kind's zod schema (types, enums, ranges, patterns);
  *   4. run the kind's document checks (mutual exclusivity, references to other fields and to files on
@@ -156,12 +156,15 @@ function resolveEnv(
   } else if (isScalar(node) && typeof node.value === 'string' && node.value.includes('${')) {
     const text = node.value;
     const missing: string[] = [];
-    const resolved = text.replace(ENV_REF, (whole, name: string) => {
+    const resolved = text.replace(ENV_REF, (whole, inner: string) => {
+      // `${NAME}`, or `${NAME:-default}` for a value used when NAME is unset.
+      const split = inner.indexOf(':-');
+      const name = split === -1 ? inner : inner.slice(0, split);
       if (!ENV_NAME.test(name)) {
         missing.push(`"${whole}" is not a valid variable reference (use \${NAME} with letters, digits and _)`);
         return whole;
       }
-      const value = env[name];
+      const value = env[name] ?? (split === -1 ? undefined : inner.slice(split + 2));
       if (value === undefined) {
         missing.push(`environment variable ${name} is not set`);
         return whole;
