@@ -110,7 +110,8 @@ export async function importModule(file: string): Promise<Record<string, unknown
     const { register } = await import('tsx/esm/api');
     register();
     tsxRegistered = true;
-    return (await import(url)) as Record<string, unknown>;
+    // Node caches the failed load under the plain URL: ask again under another one.
+    return (await import(`${url}?typescript`)) as Record<string, unknown>;
   }
 }
 
