@@ -1,7 +1,7 @@
 /**
- * Agents from agent.yaml over a real nats-server, every agent its own `troupe agent` process, the model a
- * scripted local server speaking the OpenAI chat-completions wire format (SSE streaming, tool-call
- * deltas). A YAML agent routes to a TS agent with the `route` tool, hands off with the `handoff` tool and
+ * Agents from agent.yaml over a real nats-server, every agent its own `troupe agent` process, the models
+ * scripted local servers speaking the OpenAI chat-completions and Anthropic messages wire formats (SSE
+ * streaming, tool-call deltas). A YAML agent routes to a TS agent with the `route` tool, hands off with the `handoff` tool and
  * gets control back, is itself a handoff target that returns; its deltas stream in order; a failing tool,
  * a provider 500 and a model that never stops calling tools are survived or end in typed errors;
  * `ps` / `inspect` show where its loop is without the key; the example support agent runs its TS, Python
@@ -13,7 +13,7 @@ import { CLIENT_ROUTING_URI, RegistryEventSchema, ThreadEventSchema, decode, typ
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
-import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
+import { AnthropicScriptedServer, OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupe, runTroupeJson, type Env } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
@@ -42,6 +42,7 @@ const addressedTo = (recipient: string) => ({ [CLIENT_ROUTING_URI]: { recipient 
 describe('agents from agent.yaml over NATS', () => {
   let nats: NatsServerHandle;
   const openai = new OpenAIScriptedServer();
+  const anthropic = new AnthropicScriptedServer();
   const procs = new ProcessGroup();
   let transport: NatsTransport;
   let client: TroupeClient;
@@ -67,8 +68,9 @@ describe('agents from agent.yaml over NATS', () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     await openai.start();
+    await anthropic.start();
     natsArgs = ['--nats', nats.url];
-    modelEnv = { ...nats.env, OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: SECRET };
+    modelEnv = { ...nats.env, OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: SECRET, ANTHROPIC_BASE_URL: anthropic.baseURL, ANTHROPIC_API_KEY: SECRET };
     await procs.spawnTroupe(['up', ...natsArgs, '--team', 'test/fixtures/yaml-team.ts'], nats.env, { name: 'node' });
     await Promise.all([
       procs.spawnTroupe(['agent', 'test/fixtures/yaml-peers.ts', ...natsArgs], nats.env, { name: 'ts peers' }),
@@ -94,6 +96,7 @@ describe('agents from agent.yaml over NATS', () => {
     await transport?.close().catch(() => undefined);
     await procs.stopAll();
     await openai.stop();
+    await anthropic.stop();
     await nats?.stop();
   });
 
@@ -238,29 +241,31 @@ describe('agents from agent.yaml over NATS', () => {
     openai.reset();
   });
 
-  it('as a handoff target, gets the handoff context in its prompt and gives control back with return_handoff', async () => {
+  it('as a handoff target (on Anthropic), gets the handoff context in its prompt and gives control back with return_handoff', async () => {
     const threadId = `target-${Date.now()}`;
     const events = watch(threadId);
-    openai.scriptFor(
+    anthropic.scriptFor(
       RETURNER,
-      { text: 'Returner here: what do you need?' },
+      { chunks: ['Returner here: ', 'what do you need?'] },
       { text: 'All sorted; handing you back.', toolCalls: [{ name: 'return_handoff', arguments: { status: 'completed', summary: 'sorted the visitor out' } }] },
     );
-    const first = await send('I need the returner', { threadId, metadata: addressedTo('desk') });
+    const streamed: ThreadEvent[] = [];
+    const first = await send('I need the returner', { threadId, metadata: addressedTo('desk'), onEvent: (e) => streamed.push(e) });
     expect(first.text).toBe('Returner here: what do you need?');
-    const [req] = openai.requestsFor(RETURNER);
-    const system = messagesOf(req!)[0]!.content!;
+    expect(streamed.flatMap((e) => (e.kind === 'artifact-update' ? e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')) : []))).toEqual(['Returner here: ', 'what do you need?']);
+    const [req] = anthropic.requestsFor(RETURNER);
+    const system = req!.body.system as string;
     expect(system).toContain('Agent "desk" handed this conversation to you (needs the returner).');
     expect(system).toContain('What it told you: The visitor said: I need the returner');
     expect(system).toContain('The conversation so far:\nuser: I need the returner\ndesk: desk: let me get the returner');
     // A target may route or give control back, but not start a second handoff.
-    expect(toolsOf(req!).map((t) => t.name)).toEqual(['route', 'return_handoff']);
+    expect((req!.body.tools as Array<{ name: string }>).map((t) => t.name)).toEqual(['route', 'return_handoff']);
 
     const back = await send('that is all', { threadId });
     expect(back.text).toBe('All sorted; handing you back.');
     await waitUntil(() => finals(events).some((t) => t.startsWith('desk: welcome back (completed)')), 'the desk to resume');
     expect(finals(events).at(-1)).toBe('desk: welcome back (completed) — Handoff to returner completed: sorted the visitor out');
-    openai.reset();
+    anthropic.reset();
   });
 
   it('ps and inspect show where the loop is, with the model but never the key', async () => {

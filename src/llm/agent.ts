@@ -162,6 +162,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     try {
       actor.start();
       const output = await toPromise(actor);
+      // Stopped before it finished (the host is stopping): there is no answer to give.
+      if (!output) throw new TroupeError('AGENT_ERROR', `agent "${config.name}" stopped before the model answered`);
       opts.onTurn?.({ threadId: ctx.threadId, ok: output.ok, modelMs, modelCalls, rounds: output.rounds, toolCalls: output.toolCalls });
       if (!output.ok) {
         ctx.log.warn({ code: output.error.code, rounds: output.rounds }, output.error.message);
