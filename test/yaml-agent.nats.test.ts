@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RouteStep } from '../src/machines/thread.js';
-import { CLIENT_ROUTING_URI, RegistryEventSchema, ThreadEventSchema, decode, type ActorInfo, type AgentCard, type ThreadEvent } from '../src/protocol/index.js';
+import { CLIENT_ROUTING_URI, RegistryEventSchema, decode, type ActorInfo, type AgentCard, type ThreadEvent } from '../src/protocol/index.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
@@ -54,9 +54,7 @@ describe('agents from agent.yaml over NATS', () => {
   /** Every event on a thread's output, as the user sees them. */
   const watch = (threadId: string): ThreadEvent[] => {
     const events: ThreadEvent[] = [];
-    transport.subscribe(subjects.threadOut(TENANT, threadId), (m) => {
-      events.push(decode(ThreadEventSchema, m.data, 'thread event'));
-    });
+    client.follow(threadId, (e) => events.push(e));
     return events;
   };
   const finals = (events: ThreadEvent[]) =>
@@ -78,7 +76,7 @@ describe('agents from agent.yaml over NATS', () => {
       procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs], modelEnv, { name: 'returner' }),
       procs.spawnTroupe(['agent', 'examples/yaml-agents/support/agent.yaml', ...natsArgs], modelEnv, { name: 'support' }),
     ]);
-    transport = await NatsTransport.connect({ servers: nats.url, name: 'yaml-e2e' });
+    transport = await NatsTransport.connect({ ...nats.asNode, name: 'yaml-e2e' });
     client = new TroupeClient(transport, TENANT);
     const want = ['concierge', 'returner', 'support', 'ledger', 'specialist', 'desk'];
     await waitUntil(
@@ -102,13 +100,13 @@ describe('agents from agent.yaml over NATS', () => {
 
   it('announces a card built from the agent.yaml: tools as skills, streaming, client routing', async () => {
     const cards: AgentCard[] = [];
-    const sub = transport.subscribe(subjects.registry(TENANT), (m) => {
+    const sub = transport.subscribe(subjects.registryAll(TENANT), (m) => {
       const event = decode(RegistryEventSchema, m.data, 'registry event');
       if (event.kind === 'announce' && event.card.id === 'concierge') cards.push(event.card);
     });
     await transport.flush();
     // A node that starts asks every agent to announce at once: do the same.
-    transport.publish(subjects.ctl(TENANT, 'announce'), new Uint8Array());
+    transport.publish(subjects.hello(TENANT), new Uint8Array());
     const card = await waitUntil(() => cards[0], 'the concierge to announce its card');
     sub.unsubscribe();
     expect(card).toMatchObject({
@@ -272,30 +270,31 @@ describe('agents from agent.yaml over NATS', () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     openai.scriptFor(CONCIERGE, { gate, then: { text: 'Thanks for waiting.' } });
-    const pending = send('take your time');
-    const busy = await waitUntil(async () => {
-      const a = await agentActor('concierge');
-      return a?.state.startsWith('ready.busy') ? a : undefined;
-    }, 'the concierge to be busy');
-    expect(busy.state).toBe('ready.busy (thinking)');
-    const work = busy.detail?.work as { loops: Array<Record<string, unknown>>; model: Record<string, unknown> };
-    expect(work.loops).toHaveLength(1);
-    expect(work.loops[0]).toMatchObject({ state: 'thinking', round: 0, attempt: 0, tools: [] });
+    const threadId = `ps-loop-${process.pid}`; // no 13-digit run: redaction would mask it as a card number
+    const pending = send('take your time', { threadId });
+    // `ps` lists the model loop as an actor under the agent, with its thread.
+    const loop = await waitUntil(async () => (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'llm-agent'), 'the loop in ps');
+    expect(loop).toMatchObject({ kind: 'llm-agent', id: `concierge/${threadId}`, state: 'thinking', threadId, parent: 'concierge', detail: { round: 0, attempt: 0, tools: [] } });
+    expect((await agentActor('concierge'))?.state).toBe('ready.busy');
 
-    const inspected = await runTroupeJson<{ found: boolean; actor: ActorInfo; context: { work: { model: unknown; loops: unknown[] } } }>(
-      ['inspect', 'concierge', ...natsArgs, '--json'],
-      nats.env,
-    );
-    expect(inspected.found).toBe(true);
-    expect(inspected.context.work.model).toEqual({ provider: 'openai', name: CONCIERGE, endpoint: openai.baseURL });
-    expect(inspected.context.work.loops).toHaveLength(1);
+    // `inspect` shows what the agent last announced (a `ps` makes it announce): its loops and its model.
+    type Inspected = { found: boolean; context: { instances: Array<{ status?: { state: string; detail?: { model: unknown; loops: Array<Record<string, unknown>> } } }> } };
+    const inspected = await waitUntil(async () => {
+      const res = await runTroupeJson<Inspected>(['inspect', 'concierge', ...natsArgs, '--json'], nats.env);
+      return res.context.instances[0]?.status?.detail?.loops.length === 1 ? res : undefined;
+    }, 'inspect to show the running loop');
+    const status = inspected.context.instances[0]!.status!;
+    expect(status.state).toBe('ready.busy');
+    expect(status.detail!.model).toEqual({ provider: 'openai', name: CONCIERGE, endpoint: openai.baseURL });
+    expect(status.detail!.loops[0]).toMatchObject({ threadId, state: 'thinking', round: 0 });
     const ps = await runTroupe(['ps', ...natsArgs], nats.env);
-    expect(ps.stdout).toMatch(/agent\s+concierge\s+ready\.busy \(thinking\)/);
+    expect(ps.stdout).toMatch(new RegExp(`llm-agent\\s+concierge/${threadId}\\s+thinking\\s+${threadId}`));
     expect(JSON.stringify(inspected) + ps.stdout).not.toContain(SECRET);
 
     release();
     expect((await pending).text).toBe('Thanks for waiting.');
     await waitUntil(async () => (await agentActor('concierge'))?.state === 'ready.idle', 'the concierge to be idle again');
+    expect((await client.ps(300)).flatMap((r) => r.actors).filter((a) => a.kind === 'llm-agent')).toEqual([]);
     openai.reset();
   });
 
