@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
 import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
-import { describeLoop, llmAgentLogic, type LlmAgentActor } from '../machines/llm-agent.js';
+import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import type { Message } from '../protocol/a2a.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
@@ -26,7 +26,7 @@ import { createProvider, type ProviderOptions } from './providers/index.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
-import type { ChatMessage, ModelProvider } from './types.js';
+import type { ChatMessage, Completion, ModelProvider } from './types.js';
 
 export interface LlmAgentOptions {
   env?: NodeJS.ProcessEnv;
@@ -47,6 +47,12 @@ export interface TurnStats {
   modelCalls: number;
   rounds: number;
   toolCalls: number;
+}
+
+/** What one turn's loop calls out to. */
+interface TurnIO {
+  callModel: (input: ModelCallInput, signal: AbortSignal) => Promise<Completion>;
+  runTool: (input: ToolRunInput, signal: AbortSignal) => Promise<string>;
 }
 
 interface RunningLoop {
@@ -116,6 +122,18 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const toolTimeouts = Object.fromEntries(tools.flatMap((t) => (t.timeoutMs !== undefined ? [[t.definition.name, t.timeoutMs]] : [])));
   const loops = new Set<RunningLoop>();
   const model = { provider: provider.provider, name: provider.model, endpoint: provider.endpoint };
+  /** The I/O of each turn in flight, by turn id: the loop's logic is built once and looks its turn up here. */
+  const turns = new Map<string, TurnIO>();
+  const turnOf = (turnId: string): TurnIO => {
+    const io = turns.get(turnId);
+    if (!io) throw new Error(`turn ${turnId} has ended`);
+    return io;
+  };
+  const logic = llmAgentLogic({
+    callModel: (input, signal) => turnOf(input.turnId).callModel(input, signal),
+    runTool: (input, signal) => turnOf(input.turnId).runTool(input, signal),
+  });
+  let turnSeq = 0;
 
   async function handle(message: Message, ctx: AgentContext): Promise<AgentResult> {
     const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
@@ -125,7 +143,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     ];
     let modelMs = 0;
     let modelCalls = 0;
-    const logic = llmAgentLogic({
+    const turnId = String(++turnSeq);
+    turns.set(turnId, {
       callModel: async (input, signal) => {
         const started = performance.now();
         modelCalls++;
@@ -145,6 +164,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     });
     const actor = createActor(logic, {
       input: {
+        turnId,
         messages,
         tools: [...tools.map((t) => t.definition), ...routing.definitions],
         controlTools: routing.names,
@@ -181,6 +201,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     } finally {
       ctx.signal.removeEventListener('abort', stopOnAbort);
       loops.delete(loop);
+      turns.delete(turnId);
     }
   }
 

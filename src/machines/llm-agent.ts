@@ -30,6 +30,8 @@ export const MAX_BACKOFF_MS = 8_000;
 export const MAX_RETRY_AFTER_MS = 30_000;
 
 export interface ModelCallInput {
+  /** The turn this call belongs to (LlmAgentInput.turnId). */
+  turnId: string;
   messages: ChatMessage[];
   tools: ToolDefinition[];
   /** 0 for the first model call of the turn; one more after each tool round. */
@@ -39,6 +41,7 @@ export interface ModelCallInput {
 }
 
 export interface ToolRunInput {
+  turnId: string;
   call: ToolCall;
   round: number;
 }
@@ -52,6 +55,11 @@ export interface ToolResult {
 }
 
 export interface LlmAgentInput {
+  /**
+   * Names this turn in the inputs of the injected actors, so a host can build the logic once and find
+   * the turn's own I/O (its stream, its routing tools) by this key. Default ''.
+   */
+  turnId?: string;
   /** The system prompt and the conversation so far, ending with the message to answer. */
   messages: ChatMessage[];
   tools: ToolDefinition[];
@@ -66,6 +74,7 @@ export interface LlmAgentInput {
 }
 
 export interface LlmAgentContext {
+  turnId: string;
   messages: ChatMessage[];
   tools: ToolDefinition[];
   controlTools: string[];
@@ -99,6 +108,7 @@ export type LlmAgentOutput =
 // One tool call: running -> succeeded | failed | timedOut, always with a result for the model.
 
 interface ToolCallInput {
+  turnId: string;
   call: ToolCall;
   round: number;
   timeoutMs: number;
@@ -152,7 +162,7 @@ export const toolCallMachine = setup({
       invoke: {
         id: 'runTool',
         src: 'runTool',
-        input: ({ context }) => ({ call: context.call, round: context.round }),
+        input: ({ context }) => ({ turnId: context.turnId, call: context.call, round: context.round }),
         onDone: { target: 'succeeded', actions: { type: 'recordResult', params: ({ event }) => event.output } },
         onError: { target: 'failed', actions: { type: 'recordError', params: ({ event }: { event: ErrorActorEvent }) => event.error } },
       },
@@ -229,7 +239,7 @@ export const llmAgentSetup = setup({
       context.pending.forEach((call, index) => {
         enqueue.spawnChild('toolCall', {
           id: toolChildId(context.round, index),
-          input: { call, round: context.round, timeoutMs: context.toolTimeouts[call.name] ?? context.toolTimeoutMs },
+          input: { turnId: context.turnId, call, round: context.round, timeoutMs: context.toolTimeouts[call.name] ?? context.toolTimeoutMs },
         });
       });
     }),
@@ -290,6 +300,7 @@ export const llmAgentSetup = setup({
 export const llmAgentMachine = llmAgentSetup.createMachine({
   id: 'llmAgent',
   context: ({ input }) => ({
+    turnId: input.turnId ?? '',
     messages: input.messages,
     tools: input.tools,
     controlTools: input.controlTools,
@@ -312,7 +323,7 @@ export const llmAgentMachine = llmAgentSetup.createMachine({
       invoke: {
         id: 'model',
         src: 'model',
-        input: ({ context }) => ({ messages: context.messages, tools: context.tools, round: context.round, attempt: context.attempt }),
+        input: ({ context }) => ({ turnId: context.turnId, messages: context.messages, tools: context.tools, round: context.round, attempt: context.attempt }),
         onDone: [
           {
             guard: { type: 'asksForTools', params: ({ event }: { event: DoneActorEvent<Completion> }) => event.output },
@@ -359,7 +370,10 @@ export const llmAgentMachine = llmAgentSetup.createMachine({
       : { ok: true, text: context.text ?? '', rounds: context.round, toolCalls: context.toolCallsMade },
 });
 
-/** The loop with its I/O: `callModel` streams one completion, `runTool` runs one tool call. */
+/**
+ * The loop with its I/O: `callModel` streams one completion, `runTool` runs one tool call. Building it
+ * costs far more than running a turn: a host builds it once and tells turns apart by `turnId`.
+ */
 export function llmAgentLogic(impl: {
   callModel: (input: ModelCallInput, signal: AbortSignal) => Promise<Completion>;
   runTool: (input: ToolRunInput, signal: AbortSignal) => Promise<string>;
