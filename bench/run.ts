@@ -12,7 +12,9 @@
  *      durable), to show what the transport and durability cost;
  *   4. patterns (bench/patterns.ts): handoff transition time and parallel fan-out overhead, in a second table;
  *   5. durability (bench/durability.ts, bench/memory.ts): the durable turn against a "raw turn" of the same
- *      NATS primitives, memory per live and passivated thread, and rehydrate latency, in a third part.
+ *      NATS primitives, memory per live and passivated thread, and rehydrate latency, in a third part;
+ *   6. agents from agent.yaml (bench/yaml-agent.ts): a YAML agent's turn, model time excluded, against a
+ *      hand-written agent answering the same text (`summary.yamlAgentTurnVsHandwritten`).
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
  * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
@@ -27,6 +29,7 @@
  *   BENCH_MEM_THREADS  threads created for the memory measurement (child process)
  *   BENCH_REHYDRATE_N  passivated threads for the rehydrate rows
  *   BENCH_PATTERN_HANDOFF_N, BENCH_PATTERN_ORCH_N: see bench/patterns.ts
+ *   BENCH_YAML_N, BENCH_YAML_WARMUP_N: see bench/yaml-agent.ts
  */
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -61,6 +64,7 @@ import {
 } from './durability.js';
 import { concurrent, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
+import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 // ---------------------------------------------------------------------------------------------------
@@ -82,6 +86,8 @@ const SECONDS = envNumber('BENCH_SECONDS', 3);
 const CONCURRENCY = envNumber('BENCH_CONCURRENCY', 64, { integer: true });
 const MEM_THREADS = envNumber('BENCH_MEM_THREADS', 2_000, { integer: true });
 const REHYDRATE_N = envNumber('BENCH_REHYDRATE_N', 500, { integer: true });
+const YAML_N = envNumber('BENCH_YAML_N', 500, { integer: true });
+const YAML_WARMUP_N = envNumber('BENCH_YAML_WARMUP_N', 50, { integer: true });
 const WARMUP_N = Math.max(100, Math.round(N / 10));
 const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
 const PARTITIONS = 8;
@@ -420,6 +426,13 @@ async function main(): Promise<void> {
     const unacked = await unackedInbound(jsm);
 
     const patterns = await runPatternBench({ url: server.url, asNode: server.asNode, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
+    const yamlAgent = await runYamlAgentBench({
+      asNode: server.asNode,
+      n: YAML_N,
+      warmupN: YAML_WARMUP_N,
+      timeoutMs: TIMEOUT_MS,
+      log: (s) => process.stderr.write(s),
+    });
 
     // ---- durability ----
     process.stderr.write('durability:\n');
@@ -503,15 +516,19 @@ async function main(): Promise<void> {
       scenarios: results.map((r) => ({ ...r, ...(r.key === 'raw' ? {} : { vsRaw: vsRaw(r, raw) }) })),
       patterns,
       durability: { ...durability, footprints },
+      yamlAgent,
+      summary: { yamlAgentTurnVsHandwritten: yamlAgent.ratio.excludingModelP50 },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(
-      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n`,
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n`,
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
       [patterns.handoff.transition, patterns.handoff.direct, patterns.orchestration.fanOut, patterns.orchestration.slowestAlone].reduce((n, r) => n + r.errors, 0) +
-      durabilityErrors(durability);
+      durabilityErrors(durability) +
+      yamlAgent.handwritten.errors +
+      yamlAgent.yaml.errors;
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();

@@ -33,6 +33,7 @@ import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
 import { silentLogger } from '../observability/logger.js';
+import { redact } from '../observability/redact.js';
 import { META } from '../protocol/metadata.js';
 
 export interface AgentHostOptions {
@@ -125,6 +126,7 @@ export class AgentHost {
     }
     this.subs = [];
     this.abort.abort();
+    await this.agent.close?.().catch((err: unknown) => this.log.warn({ err: (err as Error)?.message }, 'the agent did not close cleanly'));
     this.actor.send({ type: 'troupe.agent.left' });
     this.actor.stop();
     this.log.info('agent left the mesh');
@@ -145,7 +147,9 @@ export class AgentHost {
   private status(): AgentStatus {
     const info = this.info('');
     const ctx = this.actor.getSnapshot().context;
-    return { state: info.state, inFlight: ctx.inFlight, handled: ctx.handled, failed: ctx.failed };
+    // What the agent reports about its own work (e.g. where its model loops are), redacted like every diagnostic.
+    const detail = this.agent.status?.().detail;
+    return { state: info.state, inFlight: ctx.inFlight, handled: ctx.handled, failed: ctx.failed, ...(detail ? { detail: redact(detail) as Record<string, unknown> } : {}) };
   }
 
   private announce(): void {
@@ -163,7 +167,15 @@ export class AgentHost {
     this.announce();
     if (!msg.reply) return;
     const node = `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`;
-    const reply: PsReply = { node, actors: [this.info(node)], passivated: 0 };
+    // Actors the agent runs inside (e.g. one model loop per message in flight) are listed under it.
+    const inner: ActorInfo[] = (this.agent.status?.().actors ?? []).map((a) => ({
+      ...a,
+      ...(a.detail ? { detail: redact(a.detail) as Record<string, unknown> } : {}),
+      node,
+      parent: this.agentId,
+      status: 'live',
+    }));
+    const reply: PsReply = { node, actors: [this.info(node), ...inner], passivated: 0 };
     msg.respond(encodeJson(reply));
   }
 

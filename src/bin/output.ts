@@ -45,6 +45,8 @@ export function reportError(err: unknown, json: boolean): number {
   if (err instanceof TroupeError) {
     code = err.code;
     hint = ERROR_CODES[err.code].hint;
+    // An invalid configuration file is bad input, like a bad option.
+    if (err.code === 'CONFIG_INVALID') exit = 2;
   } else if (err instanceof TransportError) {
     code = `TRANSPORT_${err.code}`;
     if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';

@@ -51,10 +51,15 @@ program
 
 program
   .command('agent <module>')
-  .description('run an agent module (default export defineAgent({...})) and join the mesh')
+  .description('run an agent module (default export defineAgent({...})) or an agent.yaml, and join the mesh')
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));
+
+program
+  .command('validate <file>')
+  .description('check an agent.yaml: every problem with file:line:col and field path (exit 2 when there are any)')
+  .action(async (...args: unknown[]) => (await import('./commands/validate.js')).validate(...(args as Parameters<typeof import('./commands/validate.js').validate>)));
 
 program
   .command('send <text>')
@@ -119,7 +124,7 @@ program
 
 program
   .command('graph <machine>')
-  .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration)")
+  .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration, llm-agent, llm-tool-call)")
   .addOption(new Option('--format <format>', 'json (imports into the Stately editor) or mermaid').choices(['json', 'mermaid']).default('json'))
   .action(async (...args: unknown[]) => (await import('./commands/graph.js')).graph(...(args as Parameters<typeof import('./commands/graph.js').graph>)));
 

@@ -27,6 +27,10 @@ export const ERROR_CODES = {
   CREDENTIALS_INVALID: { jsonRpc: -32603, hint: 'the credential store or file is damaged or not readable: check --dir and the file named, or start over with `troupe creds init --dir <new dir>`' },
   CLAIMS_UPDATE_FAILED: { jsonRpc: -32603, hint: 'the change is saved in the store and server.conf: start the server (`nats-server -c <dir>/server.conf`) or pass --nats, then run `troupe creds push`' },
   TLS_SETUP_FAILED: { jsonRpc: -32603, hint: 'certificates are made with the openssl command: install it (apt-get install openssl) and retry' },
+  CONFIG_INVALID: { jsonRpc: -32602, hint: 'fix the problems listed (file:line:col field: message); `troupe validate <file>` checks a file' },
+  MODEL_ERROR: { jsonRpc: -32603, hint: "the model provider failed; check the model name, the endpoint and the key in the agent's environment" },
+  TOOL_ROUND_LIMIT: { jsonRpc: -32603, hint: "the model kept calling tools past the round limit; raise max_tool_rounds or tighten the agent's instructions" },
+  UNSUPPORTED: { jsonRpc: -32603, hint: 'this feature is declared but not available in this version of Troupe' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

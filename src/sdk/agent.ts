@@ -15,6 +15,7 @@ import {
   type Message,
   type Task,
 } from '../protocol/index.js';
+import type { ActorInfo } from '../protocol/ctl.js';
 import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
 import type { HandoffAccept, HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
 
@@ -72,9 +73,21 @@ export type AgentHandler = (
   ctx: AgentContext,
 ) => AgentResult | Promise<AgentResult> | AsyncGenerator<string, AgentResult | void, void>;
 
+/** An agent's own account of its work, for diagnostics. Small, and never with secrets. */
+export interface AgentWorkStatus {
+  /** Goes into the status the agent announces (`troupe inspect <agentId>` shows it). */
+  detail?: Record<string, unknown>;
+  /** Actors running inside the agent (e.g. a model loop per message in flight), listed by `troupe ps` under it. */
+  actors?: Array<Pick<ActorInfo, 'kind' | 'id' | 'state'> & { threadId?: string; detail?: Record<string, unknown> }>;
+}
+
 export interface AgentDefinition {
   card: AgentCard;
   handle: AgentHandler;
+  /** What `troupe ps` / `inspect` show about the agent's work in flight (e.g. where its model loops are). */
+  status?: () => AgentWorkStatus;
+  /** Releases what the agent holds (subprocesses, connections) when its host stops; may be called once per replica. */
+  close?: () => Promise<void>;
 }
 
 export function defineAgent(def: { card: AgentCardInput & { routing?: boolean }; handle: AgentHandler }): AgentDefinition {

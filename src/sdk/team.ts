@@ -2,6 +2,7 @@
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/scoring.js';
 import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../security/sanitiser.js';
+import type { LlmAgentOptions } from '../llm/agent.js';
 import { isAgentDefinition, type AgentDefinition } from './agent.js';
 
 export interface TeamDefinition {
@@ -46,8 +47,21 @@ export function nodeOptionsOf(team: TeamDefinition | undefined): { config?: Part
   };
 }
 
-/** Loads a team or a single agent from a module's default export (or named `team` / `agent`). */
+/**
+ * Builds an agent from an agent.yaml (validated in full; its tools imported and its model key checked).
+ * The model SDKs load only when this is called. Throws CONFIG_INVALID with every problem, or UNSUPPORTED.
+ */
+export async function loadYamlAgent(file: string, opts: LlmAgentOptions = {}): Promise<AgentDefinition> {
+  const { loadYamlAgent: load } = await import('../llm/agent.js');
+  return load(file, opts);
+}
+
+/**
+ * Loads a team or a single agent from a module's default export (or named `team` / `agent`), or a
+ * single agent from an agent.yaml (`.yaml` / `.yml`).
+ */
 export async function loadModule(path: string): Promise<{ team?: TeamDefinition; agents: AgentDefinition[] }> {
+  if (/\.ya?ml$/i.test(path)) return { agents: [await loadYamlAgent(path)] };
   const { pathToFileURL } = await import('node:url');
   const { resolve } = await import('node:path');
   const mod = (await import(pathToFileURL(resolve(path)).href)) as Record<string, unknown>;

@@ -4,6 +4,7 @@ import { agentCallMachine } from '../../machines/agent-call.js';
 import { agentMachine } from '../../machines/agent.js';
 import { machineJson, machineMermaid } from '../../machines/graph.js';
 import { handoffMachine } from '../../machines/handoff.js';
+import { llmAgentMachine, toolCallMachine } from '../../machines/llm-agent.js';
 import { orchestrationMachine } from '../../machines/orchestration.js';
 import { routerMachine } from '../../machines/router.js';
 import { threadMachine } from '../../machines/thread.js';
@@ -17,6 +18,8 @@ export const MACHINES: Record<string, AnyStateMachine> = {
   agent: agentMachine as AnyStateMachine,
   handoff: handoffMachine as AnyStateMachine,
   orchestration: orchestrationMachine as AnyStateMachine,
+  'llm-agent': llmAgentMachine as AnyStateMachine,
+  'llm-tool-call': toolCallMachine as AnyStateMachine,
 };
 
 export function graph(name: string, opts: { format: 'json' | 'mermaid' }): void {

@@ -25,7 +25,7 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
       process.stdout.write(`no actors answered on ${client.transport.name} (tenant ${g.tenant}): start a node with \`troupe up --nats ${g.nats}\`\n`);
       return;
     }
-    const order = ['node', 'registry', 'agent', 'thread', 'router', 'agent-call', 'handoff', 'orchestration'];
+    const order = ['node', 'registry', 'agent', 'llm-agent', 'thread', 'router', 'agent-call', 'handoff', 'orchestration'];
     actors.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind) || a.id.localeCompare(b.id));
     process.stdout.write(
       `${table(

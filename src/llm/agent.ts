@@ -1,0 +1,243 @@
+/**
+ * An agent from an agent.yaml: a card built from its name, description and tools (as skills), and a
+ * handler that runs the model loop (`src/machines/llm-agent.ts`) for each message it gets:
+ *
+ * - the system prompt is the instructions, plus who the agent is in the team, the peers it may route
+ *   to, and — as the target of a handoff — the handoff's reason, context summary and recent messages;
+ * - the model is offered the agent's tools and the routing tools (`routing-tools.ts`); its routing
+ *   choice becomes the reply's client-routing metadata (`reply(text, { to, reason } | { handoff } |
+ *   { handoffReturn })`);
+ * - text deltas go to the user through `ctx.stream` as they arrive;
+ * - a loop that fails ends the turn with a typed error (MODEL_ERROR, TOOL_ROUND_LIMIT).
+ *
+ * It joins the mesh through AgentHost like any other agent. `status()` tells `troupe ps` (one `llm-agent`
+ * row per running loop) and `inspect` where each loop is; the provider's key never appears there (only
+ * provider, model, endpoint).
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createActor, toPromise } from 'xstate';
+import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
+import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
+import { TroupeError } from '../protocol/errors.js';
+import type { Message } from '../protocol/a2a.js';
+import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
+import { createProvider, type ProviderOptions } from './providers/index.js';
+import { routingTools, type RoutingTools } from './routing-tools.js';
+import { buildTools, type RunnableTool } from './tools/index.js';
+import { parseArguments } from './tools/parameters.js';
+import type { ChatMessage, Completion, ModelProvider } from './types.js';
+
+export interface LlmAgentOptions {
+  env?: NodeJS.ProcessEnv;
+  /** Model call retries on 429 / 5xx / lost connections (default 3), with backoff from `retryBaseMs` (500). */
+  maxRetries?: number;
+  retryBaseMs?: number;
+  /** Per model request (default 120 s). */
+  modelTimeoutMs?: number;
+  /** Called after each turn, e.g. to measure: how long the model calls took in all, rounds, tool calls. */
+  onTurn?: (stats: TurnStats) => void;
+}
+
+export interface TurnStats {
+  threadId: string;
+  ok: boolean;
+  /** Wall time spent inside model calls (streaming included), in ms. */
+  modelMs: number;
+  modelCalls: number;
+  rounds: number;
+  toolCalls: number;
+}
+
+/** What one turn's loop calls out to. */
+interface TurnIO {
+  callModel: (input: ModelCallInput, signal: AbortSignal) => Promise<Completion>;
+  runTool: (input: ToolRunInput, signal: AbortSignal) => Promise<string>;
+}
+
+interface RunningLoop {
+  threadId: string;
+  messageId: string;
+  actor: LlmAgentActor;
+}
+
+const RECENT_MESSAGE_CHARS = 2_000;
+/** Loops listed by `ps` / in the announced status, per agent instance. */
+const MAX_REPORTED_LOOPS = 8;
+
+function textOf(message: Message): string {
+  return message.parts.flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
+}
+
+function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+/** The system prompt: instructions, then what the mesh tells this agent about the turn. */
+export function systemPrompt(instructions: string, agentId: string, message: Message, ctx: Pick<AgentContext, 'sender' | 'peers' | 'handoff' | 'recentMessages'>): string {
+  const lines = [instructions.trim(), '', `You are agent "${agentId}" in a team of agents.`];
+  const peers = ctx.peers.filter((p) => p.id !== agentId);
+  if (peers.length) {
+    lines.push('Other agents you can pass work to:');
+    for (const p of peers) lines.push(`- ${p.id}: ${p.name}${p.description ? ` — ${p.description}` : ''}`);
+  }
+  if (ctx.sender !== 'user') lines.push(`The message you are answering comes from agent "${ctx.sender}", not from the user.`);
+  if (ctx.handoff) {
+    lines.push(
+      '',
+      `Agent "${ctx.handoff.sourceAgentId}" handed this conversation to you (${ctx.handoff.handoffReason}). You are talking with the user directly.`,
+      `What it told you: ${ctx.handoff.contextSummary}`,
+    );
+    if (ctx.recentMessages?.length) {
+      lines.push('The conversation so far:');
+      for (const m of ctx.recentMessages) {
+        const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
+        lines.push(`${who}: ${clip(textOf(m), RECENT_MESSAGE_CHARS)}`);
+      }
+    }
+  }
+  const resume = message.metadata?.['troupe/handoffResume'] as { targetAgentId?: string; status?: string } | undefined;
+  if (resume) {
+    lines.push('', `You handed the conversation to agent "${resume.targetAgentId}"; it has given control back (${resume.status}). Its summary follows. Answer the user.`);
+  }
+  return lines.join('\n');
+}
+
+/** Builds the agent from a loaded agent.yaml. Throws (CONFIG_INVALID, UNSUPPORTED) when it cannot run. */
+export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOptions = {}): Promise<AgentDefinition> {
+  const { config } = loaded;
+  const env = opts.env ?? process.env;
+  const providerOptions = (where: string, maxRetries: number): ProviderOptions => ({
+    env,
+    where,
+    maxRetries,
+    ...(opts.modelTimeoutMs ? { timeoutMs: opts.modelTimeoutMs } : {}),
+  });
+  const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
+  // Prompt tools call their model inside a tool run: the SDK retries those itself.
+  const tools: RunnableTool[] = await buildTools(loaded, (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)));
+  const byName = new Map(tools.map((t) => [t.definition.name, t]));
+  const paramsByName = new Map((config.tools ?? []).map((t) => [t.name, 'parameters' in t ? t.parameters : undefined]));
+  const instructions = config.instructions.inline ?? readFileSync(resolve(loaded.dir, config.instructions.file!), 'utf8');
+  const toolTimeouts = Object.fromEntries(tools.flatMap((t) => (t.timeoutMs !== undefined ? [[t.definition.name, t.timeoutMs]] : [])));
+  const loops = new Set<RunningLoop>();
+  const model = { provider: provider.provider, name: provider.model, endpoint: provider.endpoint };
+  /** The I/O of each turn in flight, by turn id: the loop's logic is built once and looks its turn up here. */
+  const turns = new Map<string, TurnIO>();
+  const turnOf = (turnId: string): TurnIO => {
+    const io = turns.get(turnId);
+    if (!io) throw new Error(`turn ${turnId} has ended`);
+    return io;
+  };
+  const logic = llmAgentLogic({
+    callModel: (input, signal) => turnOf(input.turnId).callModel(input, signal),
+    runTool: (input, signal) => turnOf(input.turnId).runTool(input, signal),
+  });
+  let turnSeq = 0;
+
+  async function handle(message: Message, ctx: AgentContext): Promise<AgentResult> {
+    const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
+    const messages: ChatMessage[] = [
+      { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
+      { role: 'user', content: ctx.text },
+    ];
+    let modelMs = 0;
+    let modelCalls = 0;
+    const turnId = String(++turnSeq);
+    turns.set(turnId, {
+      callModel: async (input, signal) => {
+        const started = performance.now();
+        modelCalls++;
+        try {
+          return await provider.complete({ messages: input.messages, tools: input.tools, signal: AbortSignal.any([signal, ctx.signal]), onDelta: (text) => ctx.stream(text) });
+        } finally {
+          modelMs += performance.now() - started;
+        }
+      },
+      runTool: async ({ call }, signal) => {
+        if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
+        const tool = byName.get(call.name);
+        if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
+        const args = parseArguments(call.arguments, paramsByName.get(call.name));
+        return tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+      },
+    });
+    const actor = createActor(logic, {
+      input: {
+        turnId,
+        messages,
+        tools: [...tools.map((t) => t.definition), ...routing.definitions],
+        controlTools: routing.names,
+        maxToolRounds: config.max_tool_rounds ?? DEFAULT_MAX_TOOL_ROUNDS,
+        toolTimeoutMs: config.tool_timeout_ms ?? DEFAULT_TOOL_TIMEOUT_MS,
+        toolTimeouts,
+        ...(opts.maxRetries !== undefined ? { maxRetries: opts.maxRetries } : {}),
+        ...(opts.retryBaseMs !== undefined ? { retryBaseMs: opts.retryBaseMs } : {}),
+      },
+    });
+    const loop: RunningLoop = { threadId: ctx.threadId, messageId: message.messageId, actor };
+    loops.add(loop);
+    const stopOnAbort = () => actor.stop();
+    ctx.signal.addEventListener('abort', stopOnAbort, { once: true });
+    try {
+      actor.start();
+      const output = await toPromise(actor);
+      // Stopped before it finished (the host is stopping): there is no answer to give.
+      if (!output) throw new TroupeError('AGENT_ERROR', `agent "${config.name}" stopped before the model answered`);
+      opts.onTurn?.({ threadId: ctx.threadId, ok: output.ok, modelMs, modelCalls, rounds: output.rounds, toolCalls: output.toolCalls });
+      if (!output.ok) {
+        ctx.log.warn({ code: output.error.code, rounds: output.rounds }, output.error.message);
+        throw new TroupeError(output.error.code, `agent "${config.name}": ${output.error.message}`, output.error.details);
+      }
+      ctx.log.debug({ rounds: output.rounds, toolCalls: output.toolCalls, modelCalls, modelMs: Math.round(modelMs) }, 'model answered');
+      const choice = routing.choice();
+      if (!choice) return output.text;
+      return reply(output.text, {
+        ...(choice.to ? { to: choice.to } : {}),
+        ...(choice.reason ? { reason: choice.reason } : {}),
+        ...(choice.handoff ? { handoff: choice.handoff } : {}),
+        ...(choice.handoffReturn ? { handoffReturn: choice.handoffReturn } : {}),
+      });
+    } finally {
+      ctx.signal.removeEventListener('abort', stopOnAbort);
+      loops.delete(loop);
+      turns.delete(turnId);
+    }
+  }
+
+  const definition = defineAgent({
+    card: {
+      id: config.name,
+      name: config.name,
+      description: config.description ?? `${config.name} (${config.model.provider} ${config.model.name})`,
+      capabilities: { streaming: true },
+      skills: (config.tools ?? []).map((t) => ({ id: t.name, name: t.name, description: t.description, tags: [t.type] })),
+    },
+    handle,
+  });
+  return {
+    ...definition,
+    status: () => {
+      // At most a few loops: this goes into the announced status, which must stay small.
+      const running = [...loops].slice(0, MAX_REPORTED_LOOPS).map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...describeLoop(l.actor.getSnapshot()) }));
+      return {
+        detail: { model, loops: running },
+        actors: running.map((l) => ({
+          kind: 'llm-agent' as const,
+          id: `${config.name}/${l.threadId}`,
+          state: l.state,
+          threadId: l.threadId,
+          detail: { messageId: l.messageId, round: l.round, attempt: l.attempt, tools: l.tools },
+        })),
+      };
+    },
+    close: async () => {
+      await Promise.all(tools.map((t) => t.close?.()));
+    },
+  };
+}
+
+/** Loads an agent.yaml and builds its agent (throws CONFIG_INVALID with every problem when invalid). */
+export async function loadYamlAgent(file: string, opts: LlmAgentOptions = {}): Promise<AgentDefinition> {
+  return createLlmAgent(loadAgentConfig(file, opts.env ?? process.env), opts);
+}

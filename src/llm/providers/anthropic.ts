@@ -1,0 +1,140 @@
+/**
+ * Anthropic messages through the official `@anthropic-ai/sdk`, streaming: text deltas go to `onDelta`
+ * as they arrive; tool_use blocks are assembled from their `input_json_delta`s. System messages become
+ * the `system` field, tool results a user turn of `tool_result` blocks. The SDK's own retries are off —
+ * the model loop retries with backoff.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import type { ContentBlockParam, MessageCreateParamsStreaming, MessageParam, RawMessageStreamEvent, ToolResultBlockParam } from '@anthropic-ai/sdk/resources/messages';
+import type { ModelConfig } from '../../config/agent.js';
+import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason } from '../types.js';
+import { toModelCallError } from './errors.js';
+
+/** Anthropic requires max_tokens; this is used when the agent.yaml does not set it. */
+export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+
+export interface AnthropicProviderOptions {
+  config: ModelConfig;
+  apiKey: string;
+  baseURL?: string;
+  timeoutMs: number;
+  maxRetries: number;
+}
+
+function parseInput(args: string): Record<string, unknown> {
+  try {
+    const value: unknown = JSON.parse(args || '{}');
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
+}
+
+function toAnthropic(messages: ChatMessage[]): { system: string; messages: MessageParam[] } {
+  const system: string[] = [];
+  const out: MessageParam[] = [];
+  for (const m of messages) {
+    if (m.role === 'system') system.push(m.content);
+    else if (m.role === 'user') out.push({ role: 'user', content: m.content });
+    else if (m.role === 'assistant') {
+      const blocks: ContentBlockParam[] = [];
+      if (m.content) blocks.push({ type: 'text', text: m.content });
+      for (const c of m.toolCalls ?? []) blocks.push({ type: 'tool_use', id: c.id, name: c.name, input: parseInput(c.arguments) });
+      out.push({ role: 'assistant', content: blocks.length ? blocks : m.content });
+    } else {
+      const result: ToolResultBlockParam = { type: 'tool_result', tool_use_id: m.toolCallId, content: m.content, ...(m.isError ? { is_error: true } : {}) };
+      const last = out.at(-1);
+      // All results of one round go back in one user turn.
+      if (last?.role === 'user' && Array.isArray(last.content) && last.content.every((b) => b.type === 'tool_result')) last.content.push(result);
+      else out.push({ role: 'user', content: [result] });
+    }
+  }
+  return { system: system.join('\n\n'), messages: out };
+}
+
+function stopReason(reason: string | null | undefined): StopReason {
+  switch (reason) {
+    case 'end_turn':
+    case 'stop_sequence':
+      return 'stop';
+    case 'tool_use':
+      return 'tool_calls';
+    case 'max_tokens':
+      return 'length';
+    case 'refusal':
+      return 'content_filter';
+    default:
+      return 'other';
+  }
+}
+
+export class AnthropicProvider implements ModelProvider {
+  readonly provider = 'anthropic' as const;
+  readonly model: string;
+  readonly endpoint: string;
+  private readonly client: Anthropic;
+
+  constructor(private readonly opts: AnthropicProviderOptions) {
+    this.model = opts.config.name;
+    this.client = new Anthropic({ apiKey: opts.apiKey, ...(opts.baseURL ? { baseURL: opts.baseURL } : {}), timeout: opts.timeoutMs, maxRetries: opts.maxRetries });
+    this.endpoint = this.client.baseURL;
+  }
+
+  async complete(req: CompletionRequest): Promise<Completion> {
+    const { config } = this.opts;
+    const { system, messages } = toAnthropic(req.messages);
+    const params: MessageCreateParamsStreaming = {
+      model: config.name,
+      max_tokens: config.max_tokens ?? ANTHROPIC_DEFAULT_MAX_TOKENS,
+      messages,
+      stream: true,
+      ...(system ? { system } : {}),
+      ...(req.tools?.length ? { tools: req.tools.map((t) => ({ name: t.name, description: t.description, input_schema: { ...t.parameters } })) } : {}),
+      ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
+      ...(config.top_p !== undefined ? { top_p: config.top_p } : {}),
+    };
+    let text = '';
+    let streamed = false;
+    const blocks = new Map<number, { id: string; name: string; json: string }>();
+    let reason: string | null | undefined;
+    let usage: Completion['usage'];
+    try {
+      const stream = await this.client.messages.create(params, req.signal ? { signal: req.signal } : {});
+      for await (const event of stream as AsyncIterable<RawMessageStreamEvent>) {
+        switch (event.type) {
+          case 'message_start':
+            usage = { inputTokens: event.message.usage.input_tokens, outputTokens: event.message.usage.output_tokens };
+            break;
+          case 'content_block_start':
+            if (event.content_block.type === 'tool_use') blocks.set(event.index, { id: event.content_block.id, name: event.content_block.name, json: '' });
+            else if (event.content_block.type === 'text' && event.content_block.text) {
+              text += event.content_block.text;
+              streamed = true;
+              req.onDelta?.(event.content_block.text);
+            }
+            break;
+          case 'content_block_delta':
+            if (event.delta.type === 'text_delta') {
+              text += event.delta.text;
+              streamed = true;
+              req.onDelta?.(event.delta.text);
+            } else if (event.delta.type === 'input_json_delta') {
+              const block = blocks.get(event.index);
+              if (block) block.json += event.delta.partial_json;
+            }
+            break;
+          case 'message_delta':
+            reason = event.delta.stop_reason;
+            if (event.usage) usage = { ...usage, outputTokens: event.usage.output_tokens };
+            break;
+          default:
+            break;
+        }
+      }
+    } catch (err) {
+      throw toModelCallError(err, `anthropic ${this.model}`, [this.opts.apiKey], streamed);
+    }
+    const toolCalls = [...blocks.entries()].sort(([a], [b]) => a - b).map(([, b]) => ({ id: b.id, name: b.name, arguments: b.json || '{}' }));
+    return { text, toolCalls, stopReason: stopReason(reason), ...(usage ? { usage } : {}) };
+  }
+}

@@ -1,0 +1,74 @@
+/**
+ * The provider-neutral shapes of a model conversation: what the model loop sends (messages, tools) and
+ * what a provider returns (text, tool calls, why it stopped). Providers translate these to and from
+ * their SDK's wire format; nothing else in Troupe sees an SDK type.
+ */
+import type { ModelConfig } from '../config/agent.js';
+
+export type ChatMessage =
+  | { role: 'system'; content: string }
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; name: string; content: string; isError?: boolean };
+
+/** One tool call the model asked for; `arguments` is the JSON text as the model wrote it. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** A JSON Schema object describing a tool's arguments. */
+export interface JsonSchemaObject {
+  type: 'object';
+  properties: Record<string, unknown>;
+  required?: string[];
+  additionalProperties?: boolean;
+}
+
+export interface ToolDefinition {
+  name: string;
+  description: string;
+  parameters: JsonSchemaObject;
+}
+
+export interface CompletionRequest {
+  messages: ChatMessage[];
+  tools?: ToolDefinition[];
+  signal?: AbortSignal;
+  /** Called with each text delta as it arrives, in order. */
+  onDelta?: (text: string) => void;
+}
+
+export type StopReason = 'stop' | 'tool_calls' | 'length' | 'content_filter' | 'other';
+
+export interface Completion {
+  text: string;
+  toolCalls: ToolCall[];
+  stopReason: StopReason;
+  usage?: { inputTokens?: number; outputTokens?: number };
+}
+
+export interface ModelProvider {
+  readonly provider: ModelConfig['provider'];
+  readonly model: string;
+  /** Where requests go (a URL; never a key). */
+  readonly endpoint: string;
+  /** Streams one completion. Throws ModelCallError. */
+  complete(request: CompletionRequest): Promise<Completion>;
+}
+
+/** A failed model call, with what the caller needs to decide whether to retry. */
+export class ModelCallError extends Error {
+  override readonly name = 'ModelCallError';
+  constructor(
+    message: string,
+    readonly retryable: boolean,
+    readonly status?: number,
+    /** The server's Retry-After, when it sent one. */
+    readonly retryAfterMs?: number,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
