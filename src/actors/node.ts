@@ -221,7 +221,7 @@ export class TroupeNode {
       if (owner instanceof TroupeError) throw owner;
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
       messageId = message.messageId;
-      await this.threads.deliver(threadId, message, owner);
+      await this.threads.deliver(threadId, message, owner, { seq: msg.seq });
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
       if (CLIENT_ERROR_CODES.has(error.code) || error.code === 'THREAD_NOT_FOUND') {

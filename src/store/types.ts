@@ -16,6 +16,8 @@ export const ThreadRecordSchema = z.object({
   /** XState persisted snapshot. Opaque here: the thread machine validates it when it restores. */
   snapshot: z.unknown(),
   updatedAt: z.iso.datetime({ offset: true }),
+  /** Inbound stream sequence of the last user message this state includes (tells redeliveries from resends). */
+  inboundSeq: z.number().int().nonnegative().optional(),
   /** The node that wrote this revision (diagnostics; the thread's owner — who may use it — is in the Task metadata). */
   node: z.string().optional(),
   /**

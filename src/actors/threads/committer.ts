@@ -13,8 +13,10 @@
  *   the record (the Task keeps the latest messages) and the write is retried.
  * - anything else (a state that cannot be serialized): the actor is dropped and the user is told.
  *
- * After the outbox is published, a write soon after clears it ("these were published"), so a reload
- * later does not publish them again; under load the next turn's write does that for free.
+ * After the outbox is published, the next write clears it ("these were published"), so a reload later
+ * does not publish them again. It is scheduled at once: a node killed between the publish and that
+ * write (a window of one KV write) is the only way an answer goes out twice, and then it carries the
+ * same `troupe/inReplyTo`, so clients keep one.
  */
 import type { Logger } from 'pino';
 import { TroupeError } from '../../protocol/errors.js';
@@ -35,7 +37,7 @@ export interface CommitterOptions {
   drop: (live: LiveThread, error: TroupeError) => void;
   /** How long a write may keep failing on transport errors before the actor is dropped. Default 30 s. */
   retryForMs?: number;
-  /** Delay before the write that clears a published outbox. Default 1 s. */
+  /** Delay before the write that clears a published outbox. Default 0: the next macrotask. */
   outboxClearMs?: number;
 }
 
@@ -48,7 +50,7 @@ export class Committer {
 
   constructor(private readonly opts: CommitterOptions) {
     this.retryForMs = opts.retryForMs ?? 30_000;
-    this.outboxClearMs = opts.outboxClearMs ?? 1_000;
+    this.outboxClearMs = opts.outboxClearMs ?? 0;
   }
 
   /** No more retries: the host is stopping. */
@@ -115,6 +117,10 @@ export class Committer {
   }
 
   private clearOutboxSoon(live: LiveThread): void {
+    if (this.outboxClearMs <= 0) {
+      this.schedule(live);
+      return;
+    }
     const timer = setTimeout(() => {
       if (live.written > 0 && !live.stopped && !live.failed) this.schedule(live);
     }, this.outboxClearMs);

@@ -157,9 +157,10 @@ export class ThreadHost {
   /**
    * Accepts a user message into a thread: creates or rehydrates the thread, hands the message to its
    * actor and commits the state that includes it before resolving (the caller acks after that). A
-   * message the thread already has is a duplicate: its answer, when there is one, goes out again.
+   * message the thread already has is a duplicate: sent again by the client, its answer (when there is
+   * one) goes out again; redelivered by the stream, nothing goes out twice.
    */
-  async deliver(threadId: string, message: Message, owner: string): Promise<{ duplicate: boolean }> {
+  async deliver(threadId: string, message: Message, owner: string, opts: { seq?: number } = {}): Promise<{ duplicate: boolean }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
@@ -168,10 +169,14 @@ export class ThreadHost {
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
     const ctx = snap.context;
-    if (ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
-      this.answerDuplicate(live, message.messageId);
+    // The inbound stream's sequence tells a redelivery (an ack lost to a crash or a reconnect: the answer
+    // went out with its commit, or waits in the outbox) from a client sending the same message again.
+    const redelivery = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
+    if (redelivery || ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
+      if (!redelivery) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
+    if (opts.seq !== undefined) live.inboundSeq = opts.seq;
     live.lastActive = this.now();
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
@@ -308,6 +313,7 @@ export class ThreadHost {
       written: stored?.record.outbox?.length ?? 0,
       historyTrimmed: 0,
       ...(stored ? { revision: stored.revision } : {}),
+      ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
     };
     const inspect = (ev: InspectionEvent) => {
       try {

@@ -40,4 +40,6 @@ export interface LiveThread {
   written: number;
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
+  /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
+  inboundSeq?: number;
 }

@@ -41,6 +41,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     snapshot: slimSnapshot(live.actor.getPersistedSnapshot()),
     updatedAt: at,
     node: opts.node,
+    ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
     ...(opts.outbox.length ? { outbox: opts.outbox } : {}),
   };
 }

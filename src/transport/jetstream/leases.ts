@@ -19,8 +19,10 @@
  * ones above it, so a joining node gets its share without anyone crashing. The survey is one stream-info
  * request (the bucket's subjects under `<tenant>.`) plus a get per key, no consumer. A KV watch on the
  * tenant's keys runs the next balance round at once when a lease is given back or a node appears, so a
- * clean stop is taken over in milliseconds; a crashed node's leases are taken over once they age out
- * (ttl) plus at most one round.
+ * clean stop is taken over in milliseconds; a crashed node's leases are taken over as they age out: each
+ * survey notes when the earliest key of another node expires (server timestamp + ttl) and the next
+ * round runs right then, so takeover comes within one ttl of the dead node's last renewal (plus a 50 ms
+ * margin and the time to make a consumer), i.e. at most one ttl after the crash.
  *
  * Self-fencing: a lease that could not be renewed for `ttl - ttl/10` (measured from the start of the
  * last successful renewal, which precedes the server's timestamp) is dropped locally (`onLost` with
@@ -39,6 +41,8 @@ import { silentLogger, type Logger } from '../../observability/logger.js';
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
 export const DEFAULT_LEASE_TTL_MS = 5_000;
+/** How long after a key's expected expiry the next balance round runs (server and local clocks differ a little). */
+const EXPIRY_MARGIN_MS = 50;
 
 /**
  * Why a node stopped holding a partition:
@@ -106,6 +110,8 @@ export class PartitionLeases {
   #fenceTimer?: NodeJS.Timeout;
   #balancing?: Promise<void>;
   #balanceAgain = false;
+  /** Local time at which the earliest key of another node ages out (from the last survey). */
+  #nextExpiry = Infinity;
   #renewing?: Promise<void>;
   #watch?: QueuedIterator<KvWatchEntry>;
   #status?: AsyncIterable<Status> & { stop?: () => void };
@@ -267,7 +273,12 @@ export class PartitionLeases {
 
   // ---- balance: count nodes, give back surplus, take free partitions ---------------------------------
 
-  #scheduleBalance(delayMs = this.renewIntervalMs): void {
+  /**
+   * The next round runs after the usual interval, or just after the earliest key of another node ages
+   * out if that is sooner: a crashed node's partitions are then taken within one TTL of its last write,
+   * not up to a TTL plus an interval.
+   */
+  #scheduleBalance(delayMs = Math.min(this.renewIntervalMs, Math.max(0, this.#nextExpiry + EXPIRY_MARGIN_MS - Date.now()))): void {
     if (this.#stopping || this.#nc.isClosed()) return;
     clearTimeout(this.#balanceTimer);
     this.#balanceTimer = setTimeout(() => void this.#runBalance().finally(() => this.#scheduleBalance()), delayMs);
@@ -310,7 +321,7 @@ export class PartitionLeases {
    * tenant's keys (subjects) in the bucket, then a get per key that might be a delete marker. No
    * consumer is made (kv.keys() would make one per call, which a cluster's meta layer pays for).
    */
-  async #survey(kv: KV): Promise<{ nodes: Set<string>; taken: Set<number> }> {
+  async #survey(kv: KV): Promise<{ nodes: Set<string>; taken: Set<number>; nextExpiry: number }> {
     const stream = `KV_${this.bucket}`;
     const prefix = `$KV.${this.bucket}.`;
     const info = await this.#jsm!.streams.info(stream, { subjects_filter: `${prefix}${this.tenant}.>` });
@@ -318,6 +329,7 @@ export class PartitionLeases {
     const nodePrefix = `${this.tenant}.node.`;
     const nodes = new Set<string>([this.nodeId]);
     const taken = new Set<number>();
+    let nextExpiry = Infinity;
     await Promise.all(
       keys.map(async (key) => {
         const isNode = key.startsWith(nodePrefix);
@@ -332,9 +344,12 @@ export class PartitionLeases {
         if (!entry || entry.operation !== 'PUT') return;
         if (isNode) nodes.add(key.slice(nodePrefix.length));
         else taken.add(p!);
+        // The server drops the key `ttl` after its last write (its own timestamp): a live owner writes it
+        // again long before; a dead one's is gone then, and the next balance round should be right there.
+        if (!isNode || key !== this.#nodeKey()) nextExpiry = Math.min(nextExpiry, entry.created.getTime() + this.#ttlMs);
       }),
     );
-    return { nodes, taken };
+    return { nodes, taken, nextExpiry };
   }
 
   async #balance(): Promise<void> {
@@ -342,7 +357,7 @@ export class PartitionLeases {
     if (!kv || this.#stopping || this.#nc.isClosed()) return;
     this.#fenceExpired();
     await this.#finishReleases(kv);
-    let survey: { nodes: Set<string>; taken: Set<number> };
+    let survey: { nodes: Set<string>; taken: Set<number>; nextExpiry: number };
     try {
       survey = await this.#survey(kv);
     } catch (err) {
@@ -351,6 +366,7 @@ export class PartitionLeases {
     }
     if (this.#stopping) return;
     const { nodes, taken } = survey;
+    this.#nextExpiry = survey.nextExpiry;
     this.#knownNodes = nodes;
     this.#liveNodes = nodes.size;
     const target = Math.ceil(this.partitions / this.#liveNodes);
