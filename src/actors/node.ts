@@ -79,6 +79,7 @@ export class TroupeNode {
   private readonly startedAt = Date.now();
   private ingress?: JetStreamIngress;
   private readonly partitions: number;
+  private resumeBatch?: { partitions: Set<number>; done: Promise<void> };
 
   constructor(private readonly opts: NodeOptions) {
     this.transport = opts.transport;
@@ -117,9 +118,7 @@ export class TroupeNode {
         ...(durable.leaseTtlMs ? { leaseTtlMs: durable.leaseTtlMs } : {}),
         ...(durable.replicas ? { replicas: durable.replicas } : {}),
         handler: (m) => this.onDurableIn(m),
-        onPartitionAcquired: async (p) => {
-          await this.threads.resumeThreads((id) => partitionOf(id, this.partitions) === p);
-        },
+        onPartitionAcquired: (p) => this.resumePartition(p),
         onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),
         onRefused: (m) => {
           if (m.principal && m.threadId) this.publishRejection(m.principal, m.threadId, bareMessageId(m.threadId, m.messageId), m.error);
@@ -191,6 +190,25 @@ export class TroupeNode {
       detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`), refused: this.registry.refusedCount },
     };
     return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
+  }
+
+  /**
+   * Threads of a partition just taken over that need an actor now (a turn in progress, an open handoff).
+   * Partitions taken together share one pass over the store: a takeover of many partitions lists the
+   * threads once, not once per partition.
+   */
+  private resumePartition(p: number): Promise<void> {
+    if (!this.resumeBatch) {
+      const partitions = new Set<number>();
+      // A takeover acquires its partitions within a few ms of each other: 25 ms gathers them.
+      const done = new Promise<void>((resolve) => setTimeout(resolve, 25)).then(async () => {
+        this.resumeBatch = undefined;
+        await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
+      });
+      this.resumeBatch = { partitions, done };
+    }
+    this.resumeBatch.partitions.add(p);
+    return this.resumeBatch.done;
   }
 
   /** Whether this node owns the thread now (always, without durable ingress). */
