@@ -118,8 +118,18 @@ program
   .description('serve the mesh to A2A clients over HTTP; without --nats, an in-process mesh with the demo team')
   .option('--port <n>', 'port to listen on (0: any free port)', int(0, 65_535), 8080)
   .option('--host <host>', 'address to listen on', '127.0.0.1')
-  .option('--tokens <file>', 'JSON {"<token>": "<tenant>"}: requests then need Authorization: Bearer <token>')
+  .option('--tokens <file>', 'JSON {"<token>": {"tenant": "<tenant>", "user": "<user>"}}: requests then need Authorization: Bearer <token>')
   .option('--public-url <url>', 'the URL clients reach the gateway at, for the agent card (behind a proxy)')
+  .option('--max-body <bytes>', 'largest request body (larger: 413)', int(1024, 64 * 1024 * 1024))
+  .option('--turn-timeout <ms>', 'how long a turn may take before the gateway stops waiting', int(100))
+  .option('--rate-limit <n>', 'requests per second per token (token bucket; over it: 429 with Retry-After)', int(1, 1_000_000))
+  .option('--rate-burst <n>', 'with --rate-limit: requests a token may make at once', int(1, 1_000_000))
+  .option('--tls-cert <file>', 'serve HTTPS with this certificate (PEM); needs --tls-key')
+  .option('--tls-key <file>', 'the private key of --tls-cert (PEM)')
+  .addOption(new Option('--operator-token <token>', 'enables diagnostics under /diagnostics for this bearer token (not a user token)').env('TROUPE_OPERATOR_TOKEN'))
+  .option('--operator-token-file <file>', 'the operator token, read from a file')
+  .option('--operator-creds <file>', 'with --nats: operator NATS credentials for the diagnostics (troupe creds add-operator)')
+  .option('--diagnostics-port <n>', 'serve diagnostics on their own port instead of under /diagnostics', int(0, 65_535))
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));
 
 program
