@@ -236,6 +236,11 @@ function requestShape(req: Request, res: Response, next: NextFunction): void {
     res.status(414).json({ error: `the URL is over ${MAX_URL_LENGTH} characters` });
     return;
   }
+  // An empty path segment (`//`, `/rest//tasks`) names nothing here; the router would fold it into `/`.
+  if (req.path.includes('//')) {
+    res.status(404).json({ error: 'nothing at a path with an empty segment: POST JSON-RPC to /, REST under /rest' });
+    return;
+  }
   const version = req.headers['a2a-version'];
   if (typeof version === 'string') {
     const match = /^\s*(\d{1,3})\.(\d{1,3})(?:\.\d{1,6})?\s*$/.exec(version);
