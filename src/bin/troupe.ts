@@ -50,8 +50,12 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));
 
 program
-  .command('agent <module>')
-  .description('run an agent module (default export defineAgent({...})) or an agent.yaml, and join the mesh')
+  .command('agent [module]')
+  .description('run an agent module (default export defineAgent({...})), an agent.yaml, or a remote A2A agent (--a2a), and join the mesh')
+  .option('--a2a <card-url>', "join a remote A2A agent as a mesh member: its agent card's URL (or base URL)")
+  .addOption(new Option('--token <token>', 'with --a2a: bearer token for the remote agent (never logged)').env('TROUPE_A2A_TOKEN'))
+  .option('--id <id>', "with --a2a: the agent's id on the mesh (default: from the card's name)")
+  .option('--timeout <ms>', 'with --a2a: longest one call to the remote agent may take', int(1))
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));

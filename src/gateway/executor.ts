@@ -11,7 +11,7 @@ import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as Sdk
 import type { Logger } from '../observability/logger.js';
 import { META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
-import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from './convert.js';
+import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
 import type { MeshTaskStore } from './task-store.js';
 
 /** Metadata keys every final answer carries (the names the `ranch` runtime uses). */

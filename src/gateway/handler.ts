@@ -44,7 +44,7 @@ import {
   type ThreadEvent,
 } from '../protocol/index.js';
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
-import { fromSdkMessage, isTerminalSdkState, toSdkArtifact, toSdkStatus } from './convert.js';
+import { fromSdkMessage, isTerminalSdkState, toSdkArtifact, toSdkStatus } from '../sdk/a2a-model.js';
 import { invalidParams, taskNotFoundMessage, toA2AError } from './errors.js';
 import type { MeshTaskStore } from './task-store.js';
 

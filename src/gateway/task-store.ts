@@ -17,7 +17,7 @@ import type { ServerCallContext, TaskStore } from '@a2a-js/sdk/server';
 import { UnsupportedOperationError } from '@a2a-js/sdk/errors';
 import { TroupeError, isValidId } from '../protocol/index.js';
 import { STATE, callerOf } from './caller.js';
-import { toSdkTask } from './convert.js';
+import { toSdkTask } from '../sdk/a2a-model.js';
 import { toA2AError } from './errors.js';
 
 export interface MeshTaskStoreOptions {
