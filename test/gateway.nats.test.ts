@@ -171,9 +171,12 @@ describe('A2A gateway over NATS with a durable node', () => {
     await waitFor(() => events.length > 0, 'the resubscriber to get the task');
     expect(events[0]).toEqual({ kind: 'task', state: 'working' });
     openGate();
-    await following;
-    expect(events.at(-1)).toEqual({ kind: 'status-update', state: 'input-required' });
+    // The turn ends waiting for input: the subscription shows it and goes on until the task ends.
+    await waitFor(() => events.some((e) => e.state === 'input-required'), 'the turn\'s final status on the resubscribed stream');
     for (;;) if ((await stream.next()).done) break;
+    await one.cancelTask({ tenant: '', id: taskId, metadata: undefined });
+    await following;
+    expect(events.at(-1)).toEqual({ kind: 'status-update', state: 'canceled' });
   });
 
   it('a messageId reused in another task is answered at once there (de-duplication is per thread)', async () => {

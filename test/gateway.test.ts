@@ -271,19 +271,31 @@ describe('resubscribe', () => {
     await waitFor(() => legacyEvents.length > 0, 'the 0.3 resubscriber to get the task');
     openGate();
     const rest: string[] = [];
+    // The turn's final status arrives on both; the task waits for input, so the subscriptions go on.
     for (;;) {
       const next = await resubscribed.next();
       if (next.done) break;
       rest.push(next.value.payload?.$case ?? 'none');
+      if (next.value.payload?.$case === 'statusUpdate' && next.value.payload.value.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED) break;
     }
     expect(rest.at(-1)).toBe('statusUpdate');
-    await legacyDone;
+    await waitFor(() => legacyEvents.includes('status-update'), 'the 0.3 resubscriber to get the final status');
+    await resubscribed.return?.(undefined);
     expect(legacyEvents[0]).toBe('task');
-    expect(legacyEvents.at(-1)).toBe('status-update');
     for (;;) if ((await stream.next()).done) break;
-    // An idle task: the snapshot, and the stream ends. An unknown one: not found.
-    const idle = await collect(client.resubscribeTask({ tenant: '', id: taskId }));
-    expect(idle.map((e) => e.payload?.$case)).toEqual(['task']);
+    // A task waiting for input: followed across turns until it ends (here: canceled). An unknown one: not found.
+    const idle = client.resubscribeTask({ tenant: '', id: taskId })[Symbol.asyncIterator]();
+    expect((await idle.next()).value?.payload?.$case).toBe('task');
+    await client.cancelTask({ tenant: '', id: taskId, metadata: undefined });
+    const tail: number[] = [];
+    for (;;) {
+      const next = await idle.next();
+      if (next.done) break;
+      if (next.value.payload?.$case === 'statusUpdate') tail.push(next.value.payload.value.status?.state ?? -1);
+    }
+    expect(tail.at(-1)).toBe(TaskState.TASK_STATE_CANCELED);
+    await legacyDone;
+    expect(legacyEvents.at(-1)).toBe('status-update');
     await expect(collect(client.resubscribeTask({ tenant: '', id: 'no-such-task' }))).rejects.toThrow(/Task not found/);
   });
 });

@@ -134,6 +134,8 @@ program
   .option('--operator-token-file <file>', 'the operator token, read from a file')
   .option('--operator-creds <file>', 'with --nats: operator NATS credentials for the diagnostics (troupe creds add-operator)')
   .option('--diagnostics-port <n>', 'serve diagnostics on their own port instead of under /diagnostics', int(0, 65_535))
+  .addOption(new Option('--card-version <version>', 'the agent card for requests without an A2A-Version header (1.0 for the A2A TCK)').choices(['0.3', '1.0']).default('0.3'))
+  .option('--team <file>', 'without --nats: the team module the embedded mesh runs (default: the demo team)')
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));
 
 program

@@ -36,6 +36,7 @@ import type { A2ARequestHandler, DefaultRequestHandler, ServerCallContext } from
 import {
   LIMITS,
   MessageSchema,
+  TERMINAL_TASK_STATES,
   TroupeError,
   checkDepth,
   checkSize,
@@ -150,8 +151,9 @@ export class TroupeRequestHandler implements A2ARequestHandler {
   }
 
   /**
-   * The task, then every event of the turn running on it (from the thread's output on the mesh) until
-   * that turn's final status. A task with no turn running gets its snapshot and the stream ends.
+   * The task, then every event of its thread as the mesh publishes it (turns started by anyone, through
+   * any gateway) until the task reaches a terminal state, the client leaves, or the follow timeout
+   * passes (then the stream ends without a terminal event; subscribe again to keep following).
    */
   async *resubscribe(params: SubscribeToTaskRequest, context: ServerCallContext): AsyncGenerator<StreamResponse, void, undefined> {
     const taskId = checkTaskId(params.id);
@@ -169,8 +171,6 @@ export class TroupeRequestHandler implements A2ARequestHandler {
         throw new UnsupportedOperationError({ message: `Task ${taskId} has ended: there is nothing to subscribe to; read it with GetTask` });
       }
       yield { payload: { $case: 'task', value: task } };
-      const running = task.status?.state === SdkTaskState.TASK_STATE_WORKING || task.status?.state === SdkTaskState.TASK_STATE_SUBMITTED;
-      if (!running) return;
       for await (const event of events) {
         if (event.kind === 'artifact-update') {
           yield {
@@ -182,7 +182,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
           continue;
         }
         yield { payload: { $case: 'statusUpdate', value: { taskId, contextId: task.contextId, status: toSdkStatus(event.status), metadata: event.metadata } } };
-        if (event.final) return;
+        if (TERMINAL_TASK_STATES.includes(event.status.state)) return;
       }
     } finally {
       clearTimeout(timer);

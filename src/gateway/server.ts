@@ -15,7 +15,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { AgentCard } from '@a2a-js/sdk';
-import { toRestErrorBody, RequestMalformedError } from '@a2a-js/sdk/errors';
+import { ContentTypeNotSupportedError, RequestMalformedError, toRestErrorBody } from '@a2a-js/sdk/errors';
 import { DefaultRequestHandler, InMemoryPushNotificationStore } from '@a2a-js/sdk/server';
 import { agentCardHandler, jsonRpcHandler, restHandler } from '@a2a-js/sdk/server/express';
 import type { TroupeClient } from '../sdk/client.js';
@@ -56,6 +56,12 @@ export interface GatewayOptions {
   diagnostics?: { token: string; client: TroupeClient; port?: number; partitions?: number };
   /** Push notification delivery (retries, timeouts). */
   push?: PushDeliveryOptions;
+  /**
+   * The card for a request without `A2A-Version`: `0.3` (default; what A2A's version rules say, and what
+   * v0.3 clients, which send no header, need) or `1.0` (a v1.0-only deployment, or the A2A TCK, which
+   * fetches the card without the header).
+   */
+  cardVersionWithoutHeader?: '0.3' | '1.0';
 }
 
 export interface Gateway {
@@ -107,7 +113,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     res.status(503).set('retry-after', '1').json({ error: 'the gateway is starting' });
   });
   if (opts.diagnostics && opts.diagnostics.port === undefined) app.use('/diagnostics', diagnosticsRouter(opts.diagnostics));
-  app.use(AGENT_CARD_PATHS as string[], v1Card(cardOf), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+  app.use(AGENT_CARD_PATHS as string[], v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
   app.use((req: Request, res: Response, next: NextFunction) => {
     const who = tokens ? tokens.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
     if (!who) {
@@ -250,10 +256,11 @@ function requestShape(req: Request, res: Response, next: NextFunction): void {
 }
 
 /** The v1.0 card in its JSON form (oneofs such as security schemes the way A2A 1.0 writes them). */
-function v1Card(cardOf: () => Promise<AgentCard>) {
+function v1Card(cardOf: () => Promise<AgentCard>, v1WithoutHeader: boolean) {
   return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
     const version = req.headers['a2a-version'];
-    if (req.method !== 'GET' || typeof version !== 'string' || !/^1\./.test(version)) return next();
+    const wantsV1 = typeof version === 'string' ? /^1\./.test(version) : v1WithoutHeader;
+    if (req.method !== 'GET' || !wantsV1) return next();
     res.set('cache-control', 'public, max-age=60').append('vary', 'A2A-Version').json(AgentCard.toJSON(await cardOf()));
   };
 }
@@ -268,6 +275,23 @@ function readBody(maxBytes: number) {
     const declared = Number(req.headers['content-length'] ?? 0);
     const hasBody = declared > 0 || req.headers['transfer-encoding'] !== undefined;
     if (!hasBody) return next();
+    // Only the A2A endpoints take bodies; anything else is a 404 whatever it sends.
+    if (req.path !== '/' && !isRest(req)) {
+      req.resume();
+      return next();
+    }
+    // The media type first (as A2A orders it): JSON-RPC takes application/json, REST also application/a2a+json.
+    const contentType = req.headers['content-type'];
+    if (contentType !== undefined) {
+      const media = contentType.split(';', 1)[0]!.trim().toLowerCase();
+      const rest = isRest(req);
+      if (media !== 'application/json' && !(rest && media === 'application/a2a+json')) {
+        req.resume();
+        const message = `Unsupported Content-Type "${contentType.slice(0, 100)}"; expected application/json${rest ? ' or application/a2a+json' : ''}`;
+        if (rest) return void res.status(415).json(toRestErrorBody(new ContentTypeNotSupportedError(message), 415));
+        return problem(req, res, 200, -32005, message);
+      }
+    }
     if (declared > maxBytes) {
       req.resume();
       return tooLarge(req, res, maxBytes);
@@ -309,6 +333,10 @@ function readBody(maxBytes: number) {
   };
 }
 
+function isRest(req: Request): boolean {
+  return req.path === REST_PATH || req.path.startsWith(`${REST_PATH}/`);
+}
+
 function tooLarge(req: Request, res: Response, limit: number): void {
   const message = `the request body is over ${limit} bytes: send a smaller message (large files by URI, not inline bytes)`;
   problem(req, res, 413, ERROR_CODES.PAYLOAD_TOO_LARGE.jsonRpc, message, { connection: 'close' }, { code: 'PAYLOAD_TOO_LARGE', hint: ERROR_CODES.PAYLOAD_TOO_LARGE.hint, limit });
@@ -322,7 +350,7 @@ function tooLarge(req: Request, res: Response, limit: number): void {
 function problem(req: Request, res: Response, status: number, rpcCode: number, message: string, headers: Record<string, string> = {}, data?: Record<string, unknown>): void {
   if (res.headersSent) return void res.end();
   res.set(headers);
-  if (req.path.startsWith(`${REST_PATH}/`) || req.path === REST_PATH) {
+  if (isRest(req)) {
     const body = toRestErrorBody(new RequestMalformedError(message), status) as unknown as Record<string, unknown>;
     res.status(status).json(body);
     return;

@@ -6,6 +6,7 @@ import { loadTokens, skillsOfAgents, startGateway, type Caller, type GatewayOpti
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { TroupeClient } from '../../sdk/client.js';
+import { defineTeam, loadModule, type TeamDefinition } from '../../sdk/team.js';
 import { connect, globals, onShutdown, principalOf, UsageError } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, printJson } from '../output.js';
@@ -25,6 +26,8 @@ export interface GatewayCommandOptions {
   operatorTokenFile?: string;
   operatorCreds?: string;
   diagnosticsPort?: number;
+  cardVersion?: '0.3' | '1.0';
+  team?: string;
 }
 
 export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promise<void> {
@@ -38,6 +41,8 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   if (opts.diagnosticsPort !== undefined && !operatorToken) throw new UsageError('--diagnostics-port needs an operator token: --operator-token-file <file> or TROUPE_OPERATOR_TOKEN');
   if (opts.rateBurst !== undefined && opts.rateLimit === undefined) throw new UsageError('--rate-burst needs --rate-limit');
 
+  if (opts.team && g.nats) throw new UsageError('--team runs an embedded mesh: with --nats the agents run on their own (troupe up --team, troupe agent)');
+  const team = opts.team ? await loadTeam(opts.team) : demoTeam;
   const clients: Record<string, TroupeClient> = {};
   const stops: Array<() => Promise<void>> = [];
   // The gateway first, so no request reaches a mesh that is going away.
@@ -59,9 +64,9 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
         stops.push(() => operatorTransport.drain());
       }
     } else {
-      // Embedded: one demo mesh per tenant the tokens name, so tenancy can be tried without NATS.
+      // Embedded: one mesh per tenant the tokens name, so tenancy can be tried without NATS.
       for (const tenant of new Set([g.tenant, ...Object.values(tokens ?? {}).map((c: Caller) => c.tenant)])) {
-        const mesh = await startEmbedded(demoTeam, logger, tenant);
+        const mesh = await startEmbedded(team, logger, tenant);
         clients[tenant] = mesh.client;
         stops.push(mesh.stop);
       }
@@ -79,12 +84,13 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       ...(opts.turnTimeout ? { turnTimeoutMs: opts.turnTimeout } : {}),
       ...(opts.rateLimit !== undefined ? { rateLimit: { perSecond: opts.rateLimit, burst: opts.rateBurst ?? Math.max(1, Math.ceil(opts.rateLimit)) } } : {}),
       ...(tls ? { tls } : {}),
+      ...(opts.cardVersion ? { cardVersionWithoutHeader: opts.cardVersion } : {}),
       ...(operatorToken && operatorClient
         ? { diagnostics: { token: operatorToken, client: operatorClient, ...(opts.diagnosticsPort !== undefined ? { port: opts.diagnosticsPort } : {}) } }
         : {}),
       card: {
         ...(opts.publicUrl ? { url: opts.publicUrl } : {}),
-        ...(g.nats ? {} : { name: 'Troupe demo', skills: skillsOfAgents(demoTeam.agents.map((a) => a.card)) }),
+        ...(g.nats ? {} : { name: team === demoTeam ? 'Troupe demo' : `Troupe ${team.name}`, skills: skillsOfAgents(team.agents.map((a) => a.card)) }),
       },
     };
     const server = await startGateway(options).catch((err: unknown) => {
@@ -103,6 +109,12 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     throw err;
   }
   onShutdown(stopAll);
+}
+
+/** A team module for the embedded mesh (a module exporting one agent runs as a team of one). */
+async function loadTeam(path: string): Promise<TeamDefinition> {
+  const loaded = await loadModule(path);
+  return loaded.team ?? defineTeam({ name: path, agents: loaded.agents });
 }
 
 /** A file the user named that cannot be read or is invalid: bad usage (exit 2), saying which and why. */
