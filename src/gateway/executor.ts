@@ -5,7 +5,6 @@
  * status updates, streamed chunks as artifact updates that accumulate into the Task's artifacts) and
  * last the turn's final status, which carries `agents_used`, `execution_time_ms` and `task_state`.
  */
-import { randomUUID } from 'node:crypto';
 import { AgentEvent, type AgentExecutor, type ExecutionEventBus, type RequestContext } from '@a2a-js/sdk/server';
 import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as SdkTaskStatus } from '@a2a-js/sdk';
 import type { Logger } from '../observability/logger.js';
@@ -153,9 +152,4 @@ function finalUpdate(final: TaskStatusUpdateEvent, meta: Record<string, unknown>
     status: toSdkStatus({ ...final.status, ...(message ? { message } : {}) }),
     metadata: { ...final.metadata, ...meta },
   };
-}
-
-/** A fresh message id for events the gateway writes itself. */
-export function gatewayMessageId(): string {
-  return `gw-${randomUUID()}`;
 }

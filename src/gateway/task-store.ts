@@ -157,7 +157,6 @@ function partBytes(part: SdkArtifact['parts'][number]): number {
 function withOverlay(stored: SdkTask, overlay: SdkTask): SdkTask {
   const artifacts = stored.artifacts.length > 0 ? stored.artifacts : structuredClone(overlay.artifacts);
   const metadata = { ...structuredClone(overlay.metadata ?? {}), ...stored.metadata };
-  // A task the SDK marked canceled or failed here while the node kept it open (a turn that timed out at
-  // the gateway) shows the node's state: the node is where the task lives.
+  // The node's state wins over one the gateway recorded (e.g. a turn the gateway stopped waiting for).
   return { ...stored, artifacts, metadata, status: stored.status ?? overlay.status ?? { state: SdkTaskState.TASK_STATE_UNSPECIFIED, message: undefined, timestamp: undefined } };
 }
