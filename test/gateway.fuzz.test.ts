@@ -56,7 +56,7 @@ beforeAll(async () => {
   const tokens = join(dir, 'tokens.json');
   writeFileSync(tokens, JSON.stringify({ [TOKEN]: { tenant: 'demo', user: 'fuzzer' } }));
   gatewayProc = await group.spawnTroupe(
-    ['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens, '--turn-timeout', '15000', '--log-level', 'fatal'],
+    ['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens, '--turn-timeout', '15000', '--log-level', 'error'],
     { TROUPE_NATS_CREDS: nats.credsFile('client') },
     { ready: /gateway listening on http:\/\/\S+/ },
   );
@@ -274,6 +274,7 @@ describe('gateway fuzz', () => {
     const byKind = [...counts.entries()].sort().map(([k, v]) => `${k}=${v}`).join(' ');
     const byStatus = [...statuses.entries()].sort((a, b) => a[0] - b[0]).map(([k, v]) => `${k}:${v}`).join(' ');
     console.log(`gateway fuzz: ${cases.length} requests (${byKind}); statuses ${byStatus}; untyped ${untyped.length}; control turns ${turns}; gateway exits ${gatewayProc.running ? 0 : 1}`);
+    if (untyped.length) console.log(gatewayProc.stderr.slice(-3000));
     expect(untyped).toEqual([]);
     expect(gatewayProc.running).toBe(true);
     expect(turns).toBeGreaterThan(3);
