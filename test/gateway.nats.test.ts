@@ -1,31 +1,54 @@
 /**
- * The A2A gateway end to end over a real nats-server: a durable node in this process (JetStream inbound
- * stream, partition leases, KV thread store), the demo agents each logged in as its own restricted NATS
- * user, and the gateway on the restricted `client` user — the permissions an A2A front door runs with.
+ * The A2A gateway end to end over a real nats-server in operator mode: a durable node in this process
+ * (JetStream inbound stream, partition leases, KV thread store), the demo agents and a slow one each
+ * logged in as their own restricted NATS user, two gateways on the restricted `client` principal serving
+ * users alice and bob, and diagnostics on the `operator` user's credentials. Real A2A clients only.
  */
-import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { TaskState, type Task as SdkTask } from '@a2a-js/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient } from '../src/sdk/client.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeNode } from '../src/actors/node.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
-import { TaskSchema, ThreadEventSchema, type Message, type Task } from '../src/protocol/index.js';
+import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup } from './helpers/processes.js';
-import { waitUntil } from './helpers/wait.js';
+import { waitFor, waitUntil } from './helpers/wait.js';
+import { collect, rpc, send, textOf, userText, v03Client, v03Text, v1Client } from './helpers/a2a.js';
 
 const PARTITIONS = 8;
+const ALICE = 'alice-token-0123456789';
+const BOB = 'bob-token-0123456789abc';
+const OPERATOR = 'operator-token-0123456789';
+const TOKENS = { [ALICE]: { tenant: 'demo', user: 'alice' }, [BOB]: { tenant: 'demo', user: 'bob' } };
 
 let nats: NatsServerHandle;
 let node: TroupeNode;
 let store: KvThreadStore;
 let gateway: Gateway;
+/** A second gateway on the same principal: nothing a task needs lives in one gateway. */
+let second: Gateway;
 const hosts: AgentHost[] = [];
 const transports: NatsTransport[] = [];
 const group = new ProcessGroup();
+
+let openGate: () => void = () => undefined;
+let gate = Promise.resolve();
+const sloth = defineAgent({
+  card: { id: 'sloth', name: 'Sloth', description: 'Streams a word, then waits for the test', capabilities: { streaming: true } },
+  async *handle(_message, ctx) {
+    yield 'Yawning ';
+    await gate;
+    return reply(`awake: ${ctx.text}`, { to: 'user' });
+  },
+});
 
 async function connect(name: string, user: string): Promise<NatsTransport> {
   const t = await NatsTransport.connect({ ...nats.as(user), name });
@@ -37,20 +60,24 @@ beforeAll(async () => {
   nats = await startNatsServer();
   const nodeT = await connect('gateway-test-node', 'node');
   store = await KvThreadStore.open(nodeT.connection);
-  node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: PARTITIONS }, ...(demoTeam.config ? { config: demoTeam.config } : {}) }).start();
-  for (const agent of demoTeam.agents) {
+  node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: PARTITIONS }, config: { ...demoTeam.config, agentTimeoutMs: 20_000 } }).start();
+  for (const agent of [...demoTeam.agents, sloth]) {
     const t = await connect(`gateway-test-${agent.card.id}`, agent.card.id);
     hosts.push(await new AgentHost({ transport: t, agent }).start());
   }
-  await node.registry.waitFor(demoTeam.agents.map((a) => a.card.id));
+  await node.registry.waitFor([...demoTeam.agents, sloth].map((a) => a.card.id));
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
-  const clientT = await connect('gateway-test-client', 'client');
-  gateway = await startGateway({ clients: { demo: new TroupeClient(clientT, { tenant: 'demo', principal: 'client' }) }, turnTimeoutMs: 15_000 });
+  const client = new TroupeClient(await connect('gateway-test-client', 'client'), { tenant: 'demo', principal: 'client' });
+  const operator = new TroupeClient(await connect('gateway-test-operator', 'operator'), { tenant: 'demo', principal: 'operator' });
+  gateway = await startGateway({ clients: { demo: client }, tokens: TOKENS, turnTimeoutMs: 20_000, diagnostics: { token: OPERATOR, client: operator, partitions: PARTITIONS } });
+  const client2 = new TroupeClient(await connect('gateway-test-client-2', 'client'), { tenant: 'demo', principal: 'client' });
+  second = await startGateway({ clients: { demo: client2 }, tokens: TOKENS, turnTimeoutMs: 20_000 });
 });
 
 afterAll(async () => {
+  openGate();
   await group.stopAll();
-  await gateway?.close();
+  await Promise.all([gateway?.close(), second?.close()]);
   await node?.stop();
   await Promise.all(hosts.map((h) => h.stop()));
   await store?.close();
@@ -58,69 +85,157 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-const userMessage = (text: string, taskId?: string): Message => ({
-  kind: 'message',
-  role: 'user',
-  messageId: randomUUID(),
-  parts: [{ kind: 'text', text }],
-  ...(taskId ? { taskId } : {}),
-});
-const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('');
-
-function post(method: string, params: unknown, url = gateway.url): Promise<Response> {
-  return fetch(`${url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }) });
-}
-
-async function task(method: string, params: unknown, url?: string): Promise<Task> {
-  const body = (await (await post(method, params, url)).json()) as { result?: unknown; error?: unknown };
-  expect(body.error).toBeUndefined();
-  return TaskSchema.parse(body.result);
+function taskOf(result: unknown): SdkTask {
+  if (!result || typeof result !== 'object' || !('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+  return result as SdkTask;
 }
 
 describe('A2A gateway over NATS with a durable node', () => {
-  it('message/send runs a turn through JetStream ingress and the KV store, and continues it', async () => {
-    const first = await task('message/send', { message: userMessage('Write about otters') });
-    expect(first.status.state).toBe('input-required');
-    expect(textOf(first.status.message)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
-    // The record is in JetStream KV, committed before the answer went out.
+  it('A2A 1.0: a turn through JetStream ingress and the KV store, owned by client/alice; continued; the record is in KV', async () => {
+    const alice = await v1Client(gateway.url, { token: ALICE });
+    const first = taskOf(await alice.sendMessage(send(userText('Write about otters'))));
+    expect(first.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    expect(textOf(first.status?.message?.parts)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
+    expect(first.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
     const stored = await store.get('demo', first.id);
     expect(stored?.record.task.history).toHaveLength(4);
-    const second = await task('message/send', { message: userMessage('Is the sea cold?', first.id) });
+    expect(stored?.record.task.metadata?.['troupe/owner']).toBe('client/alice');
+    const second = taskOf(await alice.sendMessage(send(userText('Is the sea cold?', { taskId: first.id }))));
     expect(second.id).toBe(first.id);
-    expect(textOf(second.status.message)).toContain('Checked with researcher');
-    expect((await task('tasks/get', { id: first.id })).history).toHaveLength(8);
+    expect(textOf(second.status?.message?.parts)).toContain('Checked with researcher');
+    expect((await alice.getTask({ tenant: '', id: first.id })).history).toHaveLength(8);
   });
 
-  it('message/stream delivers the chunks over SSE before the final status', async () => {
-    const res = await post('message/stream', { message: userMessage('Write about herons') });
-    expect(res.headers.get('content-type')).toBe('text/event-stream');
-    const events = (await res.text())
-      .split('\n\n')
-      .filter((block) => block.startsWith('data: '))
-      .map((block) => ThreadEventSchema.parse((JSON.parse(block.slice('data: '.length)) as { result: unknown }).result));
-    const kinds = events.map((e) => e.kind);
-    expect(kinds.filter((k) => k === 'artifact-update')).toHaveLength(4);
-    expect(kinds.lastIndexOf('artifact-update')).toBeLessThan(kinds.length - 1);
-    const last = events.at(-1);
-    expect(last).toMatchObject({ kind: 'status-update', final: true, status: { state: 'input-required' } });
-    expect(textOf(last?.kind === 'status-update' ? last.status.message : undefined)).toContain('Here is your piece.');
+  it('streams chunks before the final status; the Task first; artifacts accumulate', async () => {
+    const alice = await v1Client(gateway.url, { token: ALICE });
+    const events = await collect(alice.sendMessageStream(send(userText('Write about herons'))));
+    const cases = events.map((e) => e.payload?.$case);
+    expect(cases[0]).toBe('task');
+    expect(cases.filter((c) => c === 'artifactUpdate')).toHaveLength(4);
+    expect(cases.at(-1)).toBe('statusUpdate');
+    const taskId = events[0]?.payload?.$case === 'task' ? events[0].payload.value.id : '';
+    expect(textOf((await alice.getTask({ tenant: '', id: taskId })).artifacts[0]?.parts)).toBe('Here is your piece. ');
   });
 
-  it('tasks/cancel reaches the owning node; the canceled record is in KV', async () => {
-    const t = await task('message/send', { message: userMessage('Write about cranes') });
-    expect((await task('tasks/cancel', { id: t.id })).status.state).toBe('canceled');
-    expect((await store.get('demo', t.id))?.record.task.status.state).toBe('canceled');
-    const again = (await (await post('tasks/cancel', { id: t.id })).json()) as { error?: { code: number } };
-    expect(again.error?.code).toBe(-32002);
+  it('A2A 0.3: send, get, cancel reaches the owning node (canceled in KV), a second cancel is -32002', async () => {
+    const client = await v03Client(gateway.url, { token: ALICE });
+    const sent = await client.sendMessage({ message: v03Text('Write about cranes') });
+    if (sent.kind !== 'task') throw new Error('expected a task');
+    expect((await client.cancelTask({ id: sent.id })).status.state).toBe('canceled');
+    expect((await store.get('demo', sent.id))?.record.task.status.state).toBe('canceled');
+    const again = await rpc(gateway.url, 'tasks/cancel', { id: sent.id }, { token: ALICE });
+    expect(again.body.error?.code).toBe(-32002);
   });
 
-  it('`troupe gateway --nats` serves the mesh as the restricted client user', async () => {
+  it("user bob cannot see alice's task: the answer is the one for a task that does not exist", async () => {
+    const alice = await v1Client(gateway.url, { token: ALICE });
+    const task = taskOf(await alice.sendMessage(send(userText('Write about lynx'))));
+    const missing = await rpc(gateway.url, 'GetTask', { id: 't-never-existed' }, { token: BOB, version: '1.0' });
+    const foreign = await rpc(gateway.url, 'GetTask', { id: task.id }, { token: BOB, version: '1.0' });
+    expect(foreign.body.error?.code).toBe(-32001);
+    expect(JSON.stringify(foreign.body.error).replace(task.id, 'ID')).toBe(JSON.stringify(missing.body.error).replace('t-never-existed', 'ID'));
+    const cancel = await rpc(gateway.url, 'CancelTask', { id: task.id }, { token: BOB, version: '1.0' });
+    expect(cancel.body.error?.code).toBe(-32001);
+    expect((await store.get('demo', task.id))?.record.task.status.state).toBe('input-required');
+  });
+
+  it('a context started on one gateway continues on another (the node answers which task is open)', async () => {
+    const one = await v1Client(gateway.url, { token: ALICE });
+    const two = await v1Client(second.url, { token: ALICE });
+    const first = taskOf(await one.sendMessage(send(userText('Write about puffins'))));
+    const continued = taskOf(await two.sendMessage(send(userText('and gannets?', { contextId: first.contextId }))));
+    expect(continued.id).toBe(first.id);
+    expect(continued.metadata?.['task_state']).toBe('resumed');
+    // Bob's message in the same context id is bob's own task.
+    const bob = await v1Client(second.url, { token: BOB });
+    expect(taskOf(await bob.sendMessage(send(userText('Write about gulls', { contextId: first.contextId })))).id).not.toBe(first.id);
+  });
+
+  it('resubscribe on another gateway follows a turn started on the first, until its final status', async () => {
+    gate = new Promise<void>((resolve) => (openGate = resolve));
+    const one = await v1Client(gateway.url, { token: ALICE });
+    const stream = one.sendMessageStream(send(userText('wake up', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'sloth' } } })))[Symbol.asyncIterator]();
+    const first = await stream.next();
+    if (first.value?.payload?.$case !== 'task') throw new Error('the first event is not the Task');
+    const taskId = first.value.payload.value.id;
+    for (;;) {
+      const next = await stream.next();
+      if (next.done) throw new Error('stream ended early');
+      if (next.value.payload?.$case === 'artifactUpdate') break;
+    }
+    const legacy = await v03Client(second.url, { token: ALICE });
+    const events: Array<{ kind: string; state?: string }> = [];
+    const following = (async () => {
+      for await (const event of legacy.resubscribeTask({ id: taskId })) events.push({ kind: event.kind, ...(event.kind === 'status-update' || event.kind === 'task' ? { state: event.status.state } : {}) });
+    })();
+    await waitFor(() => events.length > 0, 'the resubscriber to get the task');
+    expect(events[0]).toEqual({ kind: 'task', state: 'working' });
+    openGate();
+    // The turn ends waiting for input: the subscription shows it and goes on until the task ends.
+    await waitFor(() => events.some((e) => e.state === 'input-required'), 'the turn\'s final status on the resubscribed stream');
+    for (;;) if ((await stream.next()).done) break;
+    await one.cancelTask({ tenant: '', id: taskId, metadata: undefined });
+    await following;
+    expect(events.at(-1)).toEqual({ kind: 'status-update', state: 'canceled' });
+  });
+
+  it('a messageId reused in another task is answered at once there (de-duplication is per thread)', async () => {
+    const alice = await v1Client(gateway.url, { token: ALICE });
+    const first = taskOf(await alice.sendMessage(send(userText('Write about voles', { messageId: 'nats-reused-1' }))));
+    const second = taskOf(await alice.sendMessage(send(userText('Write about shrews', { messageId: 'nats-reused-1' }))));
+    expect(second.id).not.toBe(first.id);
+    expect(textOf(second.status?.message?.parts)).toContain('Write about shrews');
+  });
+});
+
+describe('diagnostics with operator credentials', () => {
+  const diag = (path: string, token = OPERATOR, method = 'GET') => fetch(`${gateway.diagnosticsUrl}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+
+  it('ready: NATS connected, every partition owned, the store reachable, the agents seen', async () => {
+    const res = await diag('/ready');
+    const body = (await res.json()) as { ready: boolean; checks: Record<string, { ok: boolean; owned?: number[]; seen?: string[] }> };
+    expect(res.status).toBe(200);
+    expect(body.checks.partitions?.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(body.checks.store?.ok).toBe(true);
+    expect(body.checks.agents?.seen).toEqual(expect.arrayContaining(['triage', 'researcher', 'writer', 'sloth']));
+    expect((await diag('/ready', ALICE)).status).toBe(401);
+  });
+
+  it('the task view (redacted), the routing log and rehydrate go through the operator user', async () => {
+    const alice = await v1Client(gateway.url, { token: ALICE });
+    const task = taskOf(await alice.sendMessage(send(userText('Write about tides, my card is 4111 1111 1111 1111 and mail a@b.example'))));
+    const view = (await (await diag(`/threads/${task.id}`)).json()) as { record: unknown };
+    expect(JSON.stringify(view)).not.toContain('a@b.example');
+    const routes = (await (await diag('/routes?limit=100')).json()) as { threads: Array<{ threadId: string; steps: Array<{ to: string }> }> };
+    expect(routes.threads.find((t) => t.threadId === task.id)?.steps.map((s) => s.to)).toEqual(['triage', 'researcher', 'writer']);
+    expect(((await (await diag(`/threads/${task.id}/rehydrate`, OPERATOR, 'POST')).json()) as { state: string }).state).toBe('input-required');
+  });
+
+  it('the gateway user cannot reach ctl itself: a client principal is refused by the broker', async () => {
+    const clientOnly = new TroupeClient(await connect('gateway-test-client-ctl', 'client'), { tenant: 'demo', principal: 'client' });
+    await expect(clientOnly.ctl('threads', { limit: 1 })).rejects.toThrow();
+  });
+});
+
+describe('`troupe gateway --nats`', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'troupe-gateway-nats-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('serves the mesh as the restricted client user, with diagnostics on the operator credentials', async () => {
+    const tokens = join(dir, 'tokens.json');
+    writeFileSync(tokens, JSON.stringify(TOKENS));
     const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
-    const proc = await group.spawnTroupe(['gateway', '--nats', nats.url, '--port', '0', '--log-level', 'warn'], env, { ready: /gateway listening on http:\/\/\S+/ });
+    const proc = await group.spawnTroupe(
+      ['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens, '--operator-token', OPERATOR, '--operator-creds', nats.credsFile('operator'), '--log-level', 'warn'],
+      env,
+      { ready: /diagnostics: \S+/ },
+    );
     const url = /gateway listening on (http:\/\/\S+)/.exec(proc.stderr)![1]!;
-    const t = await task('message/send', { message: userMessage('Write about plovers') }, url);
-    expect(t.status.state).toBe('input-required');
-    expect(textOf(t.status.message)).toContain('Here is your piece.');
-    expect((await store.get('demo', t.id))?.record.task.history).toHaveLength(4);
+    const alice = await v1Client(url, { token: ALICE });
+    const task = taskOf(await alice.sendMessage(send(userText('Write about plovers'))));
+    expect(textOf(task.status?.message?.parts)).toContain('Here is your piece.');
+    expect((await store.get('demo', task.id))?.record.task.metadata?.['troupe/owner']).toBe('client/alice');
+    const ready = await fetch(`${url}/diagnostics/ready`, { headers: { authorization: `Bearer ${OPERATOR}` } });
+    expect(ready.status).toBe(200);
   });
 });

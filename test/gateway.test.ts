@@ -1,41 +1,67 @@
 /**
- * The A2A HTTP gateway over real HTTP (global fetch) against embedded demo meshes: the agent card,
- * message/send, message/stream over SSE, tasks/get, tasks/cancel, every JSON-RPC error, bearer tokens and
- * tenant isolation (two meshes, tenants `demo` and `acme`), and the `troupe gateway` command.
+ * The A2A gateway over real HTTP against embedded meshes, with real A2A clients: the SDK's default
+ * ClientFactory (A2A 1.0, JSON-RPC and REST) and the SDK's 0.3 release (A2A 0.3). Card, send, stream,
+ * get, cancel, resubscribe, contextId continuation, result metadata, errors, tokens with users, rate
+ * limits, HTTPS, diagnostics, push notifications with retries, and the `troupe gateway` command.
  */
-import { randomUUID } from 'node:crypto';
-import { Role, TaskState, type Message as SdkMessage } from '@a2a-js/sdk';
-import { ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
+import { request as httpsRequest } from 'node:https';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { TaskState, type Task as SdkTask } from '@a2a-js/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defineAgent, reply } from '../src/sdk/agent.js';
+import { defineAgent, defineTeam, reply } from '../src/sdk/index.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { skillsOfAgents, startGateway, type Gateway } from '../src/gateway/index.js';
-import { TaskSchema, ThreadEventSchema, type Message, type Task, type ThreadEvent } from '../src/protocol/index.js';
-import { ProcessGroup } from './helpers/processes.js';
+import { bearerFetch, collect, rpc, send, textOf, userText, v03Client, v03Text, v1Client } from './helpers/a2a.js';
+import { testCertificates, type TestCertificates } from './helpers/tls.js';
+import { ProcessGroup, runTroupe } from './helpers/processes.js';
+import { waitFor } from './helpers/wait.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
 
-interface RpcReply {
-  jsonrpc: '2.0';
-  id: string | number | null;
-  result?: unknown;
-  error?: { code: number; message: string; data?: { code?: string; hint?: string } };
-}
-
 let demo: Mesh;
 let acme: Mesh;
-/** Open: no tokens, everything goes to tenant demo. */
+/** Open: no tokens, everything goes to tenant demo as the principal itself. */
 let open: Gateway;
-/** Bearer tokens for two tenants, each with its own mesh. */
+/** Bearer tokens: alice and bob are users of demo; the old form maps a token to acme only. */
 let guarded: Gateway;
-const TOKENS = { 'demo-token-1': 'demo', 'acme-token-1': 'acme' };
+const ALICE = 'alice-token-0123456789';
+const BOB = 'bob-token-0123456789abc';
+const ACME_LEGACY = 'acme-token-1';
+const OPERATOR = 'operator-token-0123456789';
+const TOKENS = { [ALICE]: { tenant: 'demo', user: 'alice' }, [BOB]: { tenant: 'demo', user: 'bob' }, [ACME_LEGACY]: 'acme' };
+
+/** A gate the slow agent waits on, opened by the test (no sleeps). */
+let openGate: () => void = () => undefined;
+let gate = Promise.resolve();
+function closeGate(): void {
+  gate = new Promise<void>((resolve) => (openGate = resolve));
+}
+
+const slowTeam = defineTeam({
+  name: 'slow',
+  agents: [
+    defineAgent({
+      card: { id: 'slow', name: 'Slow', description: 'Streams a word, then waits for the test', capabilities: { streaming: true } },
+      async *handle(_message, ctx) {
+        yield 'Thinking ';
+        await gate;
+        return reply(`done: ${ctx.text}`, { to: 'user' });
+      },
+    }),
+  ],
+  config: { entryAgent: 'slow', agentTimeoutMs: 20_000, retries: 0 },
+});
 
 beforeAll(async () => {
   [demo, acme] = await Promise.all([startEmbedded(demoTeam, silentLogger()), startEmbedded(demoTeam, silentLogger(), 'acme')]);
   open = await startGateway({ clients: { demo: demo.client }, card: { name: 'Troupe demo', skills: skillsOfAgents(demoTeam.agents.map((a) => a.card)) } });
-  guarded = await startGateway({ clients: { demo: demo.client, acme: acme.client }, tokens: TOKENS });
+  guarded = await startGateway({ clients: { demo: demo.client, acme: acme.client }, tokens: TOKENS, diagnostics: { token: OPERATOR, client: demo.client } });
 });
 
 afterAll(async () => {
@@ -43,336 +69,550 @@ afterAll(async () => {
   await Promise.all([demo?.stop(), acme?.stop()]);
 });
 
-const userMessage = (text: string, extra: Partial<Message> = {}): Message => ({
-  kind: 'message',
-  role: 'user',
-  messageId: randomUUID(),
-  parts: [{ kind: 'text', text }],
-  ...extra,
-});
+const RESULT_KEYS = ['agents_used', 'execution_time_ms', 'task_state'];
 
-function post(gw: Gateway, body: string, token?: string): Promise<Response> {
-  return fetch(`${gw.url}/`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body,
-  });
-}
-
-async function rpc(gw: Gateway, method: string, params: unknown, token?: string): Promise<RpcReply & { status: number }> {
-  const res = await post(gw, JSON.stringify({ jsonrpc: '2.0', id: method, method, params }), token);
-  expect(res.headers.get('content-type')).toBe('application/json');
-  return { status: res.status, ...((await res.json()) as RpcReply) };
-}
-
-async function task(gw: Gateway, method: string, params: unknown, token?: string): Promise<Task> {
-  const reply = await rpc(gw, method, params, token);
-  expect(reply.error).toBeUndefined();
-  expect(reply.id).toBe(method);
-  return TaskSchema.parse(reply.result);
-}
-
-const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('');
-
-/** Reads a whole SSE response: one JSON-RPC response per `data:` line. */
-async function sseResponses(res: Response): Promise<RpcReply[]> {
-  const body = await res.text();
-  return body
-    .split('\n\n')
-    .filter((block) => block.trim())
-    .map((block) => {
-      const data = block
-        .split('\n')
-        .filter((line) => line.startsWith('data: '))
-        .map((line) => line.slice('data: '.length))
-        .join('\n');
-      return JSON.parse(data) as RpcReply;
-    });
+function taskOf(result: unknown): SdkTask {
+  if (!result || typeof result !== 'object' || !('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+  return result as SdkTask;
 }
 
 describe('agent card', () => {
-  it('serves an A2A v0.3 card for the mesh at both well-known paths', async () => {
+  it('serves A2A 1.0 to clients that ask for it and 0.3 to the others, at both well-known paths', async () => {
     for (const path of ['/.well-known/agent-card.json', '/.well-known/agent.json']) {
-      const res = await fetch(`${open.url}${path}`);
-      expect(res.status).toBe(200);
-      const card = (await res.json()) as Record<string, unknown> & { capabilities: Record<string, unknown>; skills: Array<{ id: string }> };
-      expect(card).toMatchObject({ name: 'Troupe demo', protocolVersion: '0.3.0', url: `${open.url}/`, preferredTransport: 'JSONRPC' });
-      expect(card.capabilities).toMatchObject({ streaming: true, pushNotifications: false });
-      expect(card.skills.map((s) => s.id)).toEqual(['triage/triage', 'researcher/research', 'writer/write']);
-      expect(card.securitySchemes).toBeUndefined();
+      const v1 = (await (await fetch(`${open.url}${path}`, { headers: { 'A2A-Version': '1.0' } })).json()) as Record<string, unknown> & {
+        supportedInterfaces: Array<{ url: string; protocolBinding: string; protocolVersion: string }>;
+        capabilities: Record<string, unknown>;
+        skills: Array<{ id: string }>;
+      };
+      expect(v1.name).toBe('Troupe demo');
+      expect(v1.supportedInterfaces).toEqual(
+        expect.arrayContaining([
+          { url: `${open.url}/`, protocolBinding: 'JSONRPC', protocolVersion: '1.0' },
+          { url: `${open.url}/rest`, protocolBinding: 'HTTP+JSON', protocolVersion: '1.0' },
+          { url: `${open.url}/`, protocolBinding: 'JSONRPC', protocolVersion: '0.3' },
+          { url: `${open.url}/rest`, protocolBinding: 'HTTP+JSON', protocolVersion: '0.3' },
+        ]),
+      );
+      expect(v1.capabilities).toMatchObject({ streaming: true, pushNotifications: true });
+      expect(v1.skills.map((s) => s.id)).toEqual(['triage/triage', 'researcher/research', 'writer/write']);
+      const v03 = (await (await fetch(`${open.url}${path}`)).json()) as Record<string, unknown>;
+      expect(v03).toMatchObject({ name: 'Troupe demo', url: `${open.url}/`, preferredTransport: 'JSONRPC', protocolVersion: '0.3' });
     }
   });
 
   it('declares bearer auth when the gateway has tokens, and serves the card without one', async () => {
-    const card = (await (await fetch(`${guarded.url}/.well-known/agent-card.json`)).json()) as Record<string, unknown>;
-    expect(card.securitySchemes).toEqual({ bearer: expect.objectContaining({ type: 'http', scheme: 'bearer' }) });
-    expect(card.security).toEqual([{ bearer: [] }]);
+    const v1 = (await (await fetch(`${guarded.url}/.well-known/agent-card.json`, { headers: { 'A2A-Version': '1.0' } })).json()) as Record<string, unknown>;
+    expect(v1.securitySchemes).toEqual({ bearer: { httpAuthSecurityScheme: expect.objectContaining({ scheme: 'bearer' }) } });
+    const v03 = (await (await fetch(`${guarded.url}/.well-known/agent-card.json`)).json()) as Record<string, unknown>;
+    expect(v03.securitySchemes).toEqual({ bearer: expect.objectContaining({ type: 'http', scheme: 'bearer' }) });
+    expect(v03.security).toEqual([{ bearer: [] }]);
   });
 });
 
-describe('message/send and tasks/get', () => {
-  it('message/send runs one turn and returns the Task with the writer\'s answer, waiting for input', async () => {
-    const message = userMessage('Write about otters');
-    const t = await task(open, 'message/send', { message });
-    expect(t.id).toMatch(/^t-/);
-    expect(t.status.state).toBe('input-required');
-    expect(textOf(t.status.message)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
-    expect(t.status.message?.metadata?.['troupe/agent']).toBe('writer');
-    expect(t.status.message?.metadata?.['troupe/inReplyTo']).toBe(message.messageId);
-    expect(t.history?.map((m) => m.role)).toEqual(['user', 'agent', 'agent', 'agent']);
+describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
+  it('sends: one turn, the Task with the whole history and the result metadata (task_state fresh)', async () => {
+    const client = await v1Client(open.url);
+    expect(client.protocolVersion).toBe('1.0');
+    const task = taskOf(await client.sendMessage(send(userText('Write about otters'))));
+    expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    expect(textOf(task.status?.message?.parts)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
+    expect(task.history.map((m) => m.role)).toEqual([1, 2, 2, 2]);
+    expect(task.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
+    expect(task.metadata?.['execution_time_ms']).toEqual(expect.any(Number));
+    expect(task.status?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
   });
 
-  it('continuing the task with message.taskId keeps its history: tasks/get shows 4 then 8 messages', async () => {
-    const first = await task(open, 'message/send', { message: userMessage('Tell me about kelp') });
-    expect((await task(open, 'tasks/get', { id: first.id })).history).toHaveLength(4);
-    const second = await task(open, 'message/send', { message: userMessage('More please', { taskId: first.id }) });
-    expect(second.id).toBe(first.id);
-    expect(second.contextId).toBe(first.contextId);
-    expect(textOf(second.status.message)).toContain('Facts on "More please"');
-    const stored = await task(open, 'tasks/get', { id: first.id });
-    expect(stored.history).toHaveLength(8);
-    expect(stored.status.state).toBe('input-required');
-    expect(textOf(stored.history?.[4])).toBe('More please');
-    const recent = await task(open, 'tasks/get', { id: first.id, historyLength: 2 });
-    expect(recent.history?.map(textOf)).toEqual(stored.history?.slice(-2).map(textOf));
-  });
-
-  it('message/send with configuration.historyLength trims the returned history', async () => {
-    const t = await task(open, 'message/send', { message: userMessage('Is the sea cold?'), configuration: { historyLength: 1, blocking: true } });
-    expect(t.history).toHaveLength(1);
-    expect(textOf(t.history?.[0])).toBe(textOf(t.status.message));
-  });
-
-  it('tasks/get on an unknown id is -32001 "Task not found", as is continuing one', async () => {
-    const reply = await rpc(open, 'tasks/get', { id: 'no-such-task' });
-    expect(reply.status).toBe(200);
-    expect(reply.error).toMatchObject({ code: -32001, message: expect.stringMatching(/^Task not found/), data: { code: 'THREAD_NOT_FOUND' } });
-    expect(reply.error?.data?.hint).toBeTruthy();
-    const cont = await rpc(open, 'message/send', { message: userMessage('hello?', { taskId: 'no-such-task' }) });
-    expect(cont.error).toMatchObject({ code: -32001, data: { code: 'THREAD_NOT_FOUND' } });
-  });
-});
-
-describe('message/stream', () => {
-  it('streams route steps and artifact-update chunks over SSE, then the final status-update, then ends', async () => {
-    const res = await post(open, JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'message/stream', params: { message: userMessage('Write about seals') } }));
-    expect(res.status).toBe(200);
-    expect(res.headers.get('content-type')).toBe('text/event-stream');
-    const responses = await sseResponses(res);
-    expect(responses.every((r) => r.jsonrpc === '2.0' && r.id === 7 && r.error === undefined)).toBe(true);
-    const events: ThreadEvent[] = responses.map((r) => ThreadEventSchema.parse(r.result));
-    const kinds = events.map((e) => e.kind);
-    const last = events.at(-1)!;
-    expect(last).toMatchObject({ kind: 'status-update', final: true, status: { state: 'input-required' } });
-    expect(events.filter((e) => e.kind === 'status-update' && e.final)).toHaveLength(1);
-    const chunks = events.flatMap((e) => (e.kind === 'artifact-update' ? [e] : []));
-    expect(chunks.map((c) => textOf({ ...userMessage(''), parts: c.artifact.parts })).join('')).toBe('Here is your piece. ');
-    expect(kinds.lastIndexOf('artifact-update')).toBeLessThan(kinds.length - 1);
-    // Route steps come first, as non-final status updates of the same task.
-    const taskIds = new Set(events.map((e) => e.taskId));
-    expect(taskIds.size).toBe(1);
-    const steps = events.flatMap((e) => (e.kind === 'status-update' && e.metadata?.['troupe/route'] ? [(e.metadata['troupe/route'] as { to: string }).to] : []));
-    expect(steps).toEqual(['triage', 'researcher', 'writer']);
-    // The streamed task is stored like any other.
-    const stored = await task(open, 'tasks/get', { id: last.taskId });
+  it('streams: the Task first, route steps, chunks that accumulate into the Task artifacts, the final status last', async () => {
+    const client = await v1Client(open.url);
+    const events = await collect(client.sendMessageStream(send(userText('Write about seals'))));
+    const cases = events.map((e) => e.payload?.$case);
+    expect(cases[0]).toBe('task');
+    const last = events.at(-1)?.payload;
+    if (last?.$case !== 'statusUpdate') throw new Error(`last event is ${last?.$case}`);
+    expect(last.value.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    for (const key of RESULT_KEYS) expect(last.value.metadata).toHaveProperty(key);
+    const chunks = events.flatMap((e) => (e.payload?.$case === 'artifactUpdate' ? [textOf(e.payload.value.artifact?.parts)] : []));
+    expect(chunks.join('')).toBe('Here is your piece. ');
+    expect(cases.lastIndexOf('artifactUpdate')).toBeLessThan(cases.length - 1);
+    const routeSteps = events.flatMap((e) => (e.payload?.$case === 'statusUpdate' && e.payload.value.metadata?.['troupe/route'] ? [(e.payload.value.metadata['troupe/route'] as { to: string }).to] : []));
+    expect(routeSteps).toEqual(['triage', 'researcher', 'writer']);
+    const taskId = events[0]?.payload?.$case === 'task' ? events[0].payload.value.id : '';
+    const stored = await client.getTask({ tenant: '', id: taskId });
     expect(stored.history).toHaveLength(4);
+    expect(stored.artifacts).toHaveLength(1);
+    expect(textOf(stored.artifacts[0]?.parts)).toBe('Here is your piece. ');
   });
 
-  it('a turn that fails after the stream started ends the stream with a JSON-RPC error event', async () => {
-    const slow = defineAgent({
-      card: { id: 'slow', name: 'Slow', description: 'Streams a word, then thinks too long' },
-      async *handle() {
-        yield 'Thinking';
-        await new Promise((r) => setTimeout(r, 400));
-        return reply('done', { to: 'user' });
-      },
-    });
-    const mesh = await startEmbedded({ name: 'slow', agents: [slow], config: { entryAgent: 'slow' } }, silentLogger());
-    const gw = await startGateway({ clients: { demo: mesh.client }, turnTimeoutMs: 150 });
-    try {
-      const res = await post(gw, JSON.stringify({ jsonrpc: '2.0', id: 's', method: 'message/stream', params: { message: userMessage('hurry') } }));
-      expect(res.headers.get('content-type')).toBe('text/event-stream');
-      const responses = await sseResponses(res);
-      expect(responses.some((r) => (r.result as ThreadEvent | undefined)?.kind === 'artifact-update')).toBe(true);
-      expect(responses.at(-1)).toMatchObject({ id: 's', error: { code: -32603, data: { code: 'AGENT_TIMEOUT' } } });
-    } finally {
-      await gw.close();
-      await mesh.stop();
+  it('continues a task by taskId (task_state resumed) and trims history on get', async () => {
+    const client = await v1Client(open.url);
+    const first = taskOf(await client.sendMessage(send(userText('Tell me about kelp'))));
+    const second = taskOf(await client.sendMessage(send(userText('Is the sea cold?', { taskId: first.id }))));
+    expect(second.id).toBe(first.id);
+    expect(second.metadata?.['task_state']).toBe('resumed');
+    expect(textOf(second.status?.message?.parts)).toContain('Checked with researcher');
+    const stored = await client.getTask({ tenant: '', id: first.id });
+    expect(stored.history.length).toBeGreaterThanOrEqual(7);
+    expect((await client.getTask({ tenant: '', id: first.id, historyLength: 2 })).history).toHaveLength(2);
+    const trimmed = taskOf(await client.sendMessage(send(userText('More please', { taskId: first.id }), { historyLength: 1 })));
+    expect(trimmed.history).toHaveLength(1);
+  });
+
+  it('a known contextId without taskId continues the context\'s open task; after cancel it starts a new one', async () => {
+    const client = await v1Client(open.url);
+    const first = taskOf(await client.sendMessage(send(userText('Write about crabs'))));
+    const again = taskOf(await client.sendMessage(send(userText('and lobsters?', { contextId: first.contextId }))));
+    expect(again.id).toBe(first.id);
+    expect(again.contextId).toBe(first.contextId);
+    expect(again.metadata?.['task_state']).toBe('resumed');
+    const canceled = await client.cancelTask({ tenant: '', id: first.id, metadata: undefined });
+    expect(canceled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+    const next = taskOf(await client.sendMessage(send(userText('new topic: whales', { contextId: first.contextId }))));
+    expect(next.id).not.toBe(first.id);
+    expect(next.contextId).toBe(first.contextId);
+    expect(next.metadata?.['task_state']).toBe('fresh');
+    // A context the client names itself works the same way.
+    const own = taskOf(await client.sendMessage(send(userText('Write about herons', { contextId: 'my-context-1' }))));
+    expect(own.contextId).toBe('my-context-1');
+    expect(taskOf(await client.sendMessage(send(userText('again', { contextId: 'my-context-1' })))).id).toBe(own.id);
+  });
+
+  it('cancel: canceled, then TaskNotCancelable; a message to the ended task is UnsupportedOperation; an unknown task is TaskNotFound', async () => {
+    const client = await v1Client(open.url);
+    const task = taskOf(await client.sendMessage(send(userText('Write about owls'))));
+    expect((await client.cancelTask({ tenant: '', id: task.id, metadata: undefined })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+    await expect(client.cancelTask({ tenant: '', id: task.id, metadata: undefined })).rejects.toThrow(/not cancelable/i);
+    await expect(client.sendMessage(send(userText('still there?', { taskId: task.id })))).rejects.toThrow(/terminal state/);
+    await expect(client.getTask({ tenant: '', id: 'no-such-task' })).rejects.toThrow('Task not found: no-such-task');
+  });
+
+  it('speaks HTTP+JSON (REST) the same way', async () => {
+    const client = await v1Client(open.url, { rest: true });
+    const task = taskOf(await client.sendMessage(send(userText('Write about moles'))));
+    expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    expect((await client.getTask({ tenant: '', id: task.id })).history).toHaveLength(4);
+    const events = await collect(client.sendMessageStream(send(userText('again', { taskId: task.id }))));
+    expect(events[0]?.payload?.$case).toBe('task');
+    expect(events.at(-1)?.payload?.$case).toBe('statusUpdate');
+    expect((await client.cancelTask({ tenant: '', id: task.id, metadata: undefined })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
+    await expect(client.getTask({ tenant: '', id: 'no-such-task' })).rejects.toThrow(/Task not found/);
+  });
+
+  it('a messageId reused in another task is answered there too (no hang, no other task\'s answer)', async () => {
+    const client = await v1Client(open.url);
+    const first = taskOf(await client.sendMessage(send(userText('Write about voles', { messageId: 'reused-id-1' }))));
+    const second = taskOf(await client.sendMessage(send(userText('Write about shrews', { messageId: 'reused-id-1' }))));
+    expect(second.id).not.toBe(first.id);
+    expect(textOf(second.status?.message?.parts)).toContain('Write about shrews');
+  });
+});
+
+describe('A2A 0.3: the SDK 0.3 client', () => {
+  it('resolves the 0.3 card and sends, streams, gets and cancels over JSON-RPC', async () => {
+    const client = await v03Client(open.url);
+    const sent = await client.sendMessage({ message: v03Text('Write about otters') });
+    if (sent.kind !== 'task') throw new Error(`expected a task, got ${sent.kind}`);
+    expect(sent.status.state).toBe('input-required');
+    expect(sent.metadata).toMatchObject({ task_state: 'fresh', agents_used: ['triage', 'researcher', 'writer'] });
+    const kinds: string[] = [];
+    for await (const event of client.sendMessageStream({ message: v03Text('again', { taskId: sent.id }) })) kinds.push(event.kind);
+    expect(kinds[0]).toBe('task');
+    expect(kinds).toContain('artifact-update');
+    expect(kinds.at(-1)).toBe('status-update');
+    const got = await client.getTask({ id: sent.id });
+    expect(got.history?.length).toBeGreaterThanOrEqual(8);
+    expect((await client.cancelTask({ id: sent.id })).status.state).toBe('canceled');
+    await expect(client.cancelTask({ id: sent.id })).rejects.toThrow(/cannot be canceled|not cancelable/i);
+    await expect(client.getTask({ id: 'no-such-task' })).rejects.toThrow(/Task not found/);
+  });
+
+  it('sends over 0.3 REST', async () => {
+    const client = await v03Client(open.url, { rest: true });
+    const sent = await client.sendMessage({ message: v03Text('Write about newts') });
+    if (sent.kind !== 'task') throw new Error(`expected a task, got ${sent.kind}`);
+    expect(sent.status.state).toBe('input-required');
+    expect((await client.getTask({ id: sent.id })).id).toBe(sent.id);
+  });
+});
+
+describe('resubscribe', () => {
+  let slow: Mesh;
+  let gw: Gateway;
+  beforeAll(async () => {
+    slow = await startEmbedded(slowTeam, silentLogger());
+    gw = await startGateway({ clients: { demo: slow.client }, turnTimeoutMs: 20_000 });
+  });
+  afterAll(async () => {
+    openGate();
+    await gw?.close();
+    await slow?.stop();
+  });
+
+  it('a running task: the Task, then the turn\'s events from the mesh until its final status (1.0 and 0.3)', async () => {
+    closeGate();
+    const client = await v1Client(gw.url);
+    const stream = client.sendMessageStream(send(userText('take your time')))[Symbol.asyncIterator]();
+    const first = await stream.next();
+    if (first.value?.payload?.$case !== 'task') throw new Error('the first event is not the Task');
+    const taskId = first.value.payload.value.id;
+    // Wait until the turn is under way (the slow agent streamed its first word).
+    for (;;) {
+      const next = await stream.next();
+      if (next.done) throw new Error('stream ended early');
+      if (next.value.payload?.$case === 'artifactUpdate') break;
+    }
+    const resubscribed = client.resubscribeTask({ tenant: '', id: taskId })[Symbol.asyncIterator]();
+    const snapshot = await resubscribed.next();
+    expect(snapshot.value?.payload?.$case).toBe('task');
+    const legacy = await v03Client(gw.url);
+    const legacyEvents: string[] = [];
+    const legacyDone = (async () => {
+      for await (const event of legacy.resubscribeTask({ id: taskId })) legacyEvents.push(event.kind);
+    })();
+    await waitFor(() => legacyEvents.length > 0, 'the 0.3 resubscriber to get the task');
+    openGate();
+    const rest: string[] = [];
+    // The turn's final status arrives on both; the task waits for input, so the subscriptions go on.
+    for (;;) {
+      const next = await resubscribed.next();
+      if (next.done) break;
+      rest.push(next.value.payload?.$case ?? 'none');
+      if (next.value.payload?.$case === 'statusUpdate' && next.value.payload.value.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED) break;
+    }
+    expect(rest.at(-1)).toBe('statusUpdate');
+    await waitFor(() => legacyEvents.includes('status-update'), 'the 0.3 resubscriber to get the final status');
+    await resubscribed.return?.(undefined);
+    expect(legacyEvents[0]).toBe('task');
+    for (;;) if ((await stream.next()).done) break;
+    // A task waiting for input: followed across turns until it ends (here: canceled). An unknown one: not found.
+    const idle = client.resubscribeTask({ tenant: '', id: taskId })[Symbol.asyncIterator]();
+    expect((await idle.next()).value?.payload?.$case).toBe('task');
+    await client.cancelTask({ tenant: '', id: taskId, metadata: undefined });
+    const tail: number[] = [];
+    for (;;) {
+      const next = await idle.next();
+      if (next.done) break;
+      if (next.value.payload?.$case === 'statusUpdate') tail.push(next.value.payload.value.status?.state ?? -1);
+    }
+    expect(tail.at(-1)).toBe(TaskState.TASK_STATE_CANCELED);
+    await legacyDone;
+    expect(legacyEvents.at(-1)).toBe('status-update');
+    await expect(collect(client.resubscribeTask({ tenant: '', id: 'no-such-task' }))).rejects.toThrow(/Task not found/);
+  });
+});
+
+describe('errors at the edge', () => {
+  it('method names that are Object.prototype members are -32601 (both versions), not -32603', async () => {
+    for (const method of ['constructor', '__proto__', 'toString', 'hasOwnProperty', 'valueOf']) {
+      for (const version of [undefined, '1.0']) {
+        const reply = await rpc(open.url, method, {}, version ? { version } : {});
+        expect(reply.status).toBe(200);
+        expect(reply.body.error?.code, `${method} ${version ?? '0.3'}`).toBe(-32601);
+      }
     }
   });
 
-  it('continues a task over SSE; a failure before the stream starts is a plain JSON-RPC error', async () => {
-    const first = await task(open, 'message/send', { message: userMessage('Write about crabs') });
-    const res = await post(open, JSON.stringify({ jsonrpc: '2.0', id: 'c', method: 'message/stream', params: { message: userMessage('again', { taskId: first.id }) } }));
-    const events = (await sseResponses(res)).map((r) => ThreadEventSchema.parse(r.result));
-    expect(events.at(-1)).toMatchObject({ kind: 'status-update', final: true, taskId: first.id });
-    const missing = await post(open, JSON.stringify({ jsonrpc: '2.0', id: 'm', method: 'message/stream', params: { message: userMessage('x', { taskId: 'nope' }) } }));
-    expect(missing.headers.get('content-type')).toBe('application/json');
-    expect(((await missing.json()) as RpcReply).error).toMatchObject({ code: -32001 });
-  });
-});
-
-describe('tasks/cancel', () => {
-  it('cancels a task; a second cancel is -32002 "Task cannot be canceled", and the task takes no more messages', async () => {
-    const t = await task(open, 'message/send', { message: userMessage('Write about owls') });
-    const canceled = await task(open, 'tasks/cancel', { id: t.id });
-    expect(canceled.id).toBe(t.id);
-    expect(canceled.status.state).toBe('canceled');
-    expect((await task(open, 'tasks/get', { id: t.id })).status.state).toBe('canceled');
-    const again = await rpc(open, 'tasks/cancel', { id: t.id });
-    expect(again.error).toMatchObject({ code: -32002, message: expect.stringMatching(/^Task cannot be canceled/), data: { code: 'THREAD_CLOSED' } });
-    const late = await rpc(open, 'message/send', { message: userMessage('still there?', { taskId: t.id }) });
-    expect(late.error).toMatchObject({ code: -32002, data: { code: 'THREAD_CLOSED' } });
-    expect(late.error?.message).toContain('without taskId');
-    expect((await rpc(open, 'tasks/cancel', { id: 'nope' })).error).toMatchObject({ code: -32001, data: { code: 'THREAD_NOT_FOUND' } });
-  });
-});
-
-describe('JSON-RPC errors', () => {
-  it('malformed JSON is -32700', async () => {
-    const res = await post(open, '{"jsonrpc": "2.0", "id": 1, "method": ');
-    expect(res.status).toBe(200);
-    expect((await res.json()) as RpcReply).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } });
+  it('bad JSON is -32700, a batch or a non-request -32600, deep nesting refused, bad ids -32602', async () => {
+    const bad = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc": "2.0", "id": 1, "method": ' });
+    expect(bad.status).toBe(200);
+    expect(((await bad.json()) as { error: { code: number } }).error.code).toBe(-32700);
+    const batch = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tasks/get' }]) });
+    expect(((await batch.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    const deep = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `${'['.repeat(5_000)}${']'.repeat(5_000)}` });
+    expect(deep.status).toBe(400);
+    expect(((await deep.json()) as { error: { code: number } }).error.code).toBe(-32600);
+    for (const id of ['a.b', 'x'.repeat(200), '']) {
+      const reply = await rpc(open.url, 'tasks/get', { id });
+      expect(reply.body.error?.code, JSON.stringify(id)).toBe(-32602);
+    }
+    const v1 = await rpc(open.url, 'GetTask', { id: 'a b' }, { version: '1.0' });
+    expect(v1.body.error?.code).toBe(-32602);
   });
 
-  it('a body that is not a JSON-RPC request is -32600 (keeping its id when it has one), and so is a batch', async () => {
-    const noVersion = (await (await post(open, JSON.stringify({ id: 4, method: 'tasks/get', params: { id: 'x' } }))).json()) as RpcReply;
-    expect(noVersion).toMatchObject({ id: 4, error: { code: -32600, message: expect.stringContaining('jsonrpc') } });
-    const noMethod = (await (await post(open, JSON.stringify({ jsonrpc: '2.0', id: 5 }))).json()) as RpcReply;
-    expect(noMethod.error?.code).toBe(-32600);
-    const batch = (await (await post(open, JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tasks/get' }]))).json()) as RpcReply;
-    expect(batch.error).toMatchObject({ code: -32600, message: expect.stringContaining('batch') });
+  it('params that fail the message rules are -32602 naming the problem', async () => {
+    const noParts = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'p-1', parts: [] } });
+    expect(noParts.body.error?.code).toBe(-32602);
+    expect(noParts.body.error?.message).toContain('at least one part');
+    const agentRole = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'agent', messageId: 'p-2', parts: [{ kind: 'text', text: 'hi' }] } });
+    expect(agentRole.body.error?.message).toContain('role');
+    const nested = { a: {} as Record<string, unknown> };
+    let cursor = nested.a;
+    for (let i = 0; i < 35; i++) cursor = cursor.a = {} as Record<string, unknown>;
+    const deepMeta = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'p-3', parts: [{ kind: 'text', text: 'hi' }], metadata: nested } });
+    expect(deepMeta.body.error?.code).toBe(-32602);
+    const badId = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'has space', parts: [{ kind: 'text', text: 'hi' }] } });
+    expect(badId.body.error?.code).toBe(-32602);
   });
 
-  it('params that fail the schema are -32602 naming the problem', async () => {
-    const noParts = await rpc(open, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'p-1', parts: [] } });
-    expect(noParts.error).toMatchObject({ code: -32602, data: { code: 'INVALID_MESSAGE' } });
-    expect(noParts.error?.message).toContain('message.parts: a message needs at least one part');
-    const agentRole = await rpc(open, 'message/send', { message: userMessage('hi', { role: 'agent' }) });
-    expect(agentRole.error?.message).toContain('message.role');
-    const badId = await rpc(open, 'tasks/get', { id: 'a.b' });
-    expect(badId.error).toMatchObject({ code: -32602, message: expect.stringContaining('id:') });
-    expect((await rpc(open, 'tasks/cancel', undefined)).error?.code).toBe(-32602);
-  });
-
-  it('an unknown method is -32601; known A2A methods the gateway does not offer are -32004', async () => {
-    const unknown = await rpc(open, 'tasks/frobnicate', {});
-    expect(unknown.error).toMatchObject({ code: -32601, message: expect.stringContaining('message/send') });
-    expect((await rpc(open, 'tasks/resubscribe', { id: 'x' })).error?.code).toBe(-32004);
-    const push = await rpc(open, 'message/send', { message: userMessage('x'), configuration: { pushNotificationConfig: { url: 'http://example.invalid' } } });
-    expect(push.error?.code).toBe(-32003);
-  });
-
-  it('a body over maxBodyBytes is 413 with a PAYLOAD_TOO_LARGE JSON-RPC error, and the gateway keeps serving', async () => {
-    const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: userMessage('x'.repeat(1024 * 1024 + 1)) } });
-    const res = await post(open, big);
-    expect(res.status).toBe(413);
-    expect((await res.json()) as RpcReply).toMatchObject({ error: { code: -32602, data: { code: 'PAYLOAD_TOO_LARGE' } } });
-    expect((await task(open, 'message/send', { message: userMessage('small again') })).status.state).toBe('input-required');
-  });
-
-  it('other paths are 404 and other HTTP methods on / are 405', async () => {
-    expect((await fetch(`${open.url}/nope`)).status).toBe(404);
+  it('odd paths are 404 (// included), other methods on / are 405, and the gateway keeps serving', async () => {
+    for (const path of ['//', '/nope', '/%2e%2e/etc', '///.well-known/agent-card.json']) {
+      const res = await fetch(`${open.url}${path}`, { method: 'POST', body: '{}' });
+      expect(res.status, path).toBe(404);
+    }
     const get = await fetch(`${open.url}/`);
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')).toBe('POST');
   });
+
+  it('a body over the cap is 413 with PAYLOAD_TOO_LARGE, and the gateway keeps serving', async () => {
+    const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: v03Text('x'.repeat(1024 * 1024 + 1)) } });
+    const res = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: big });
+    expect(res.status).toBe(413);
+    expect((await res.json()) as unknown).toMatchObject({ error: { data: { code: 'PAYLOAD_TOO_LARGE' } } });
+    // Under the HTTP cap but over the mesh's message cap: a typed -32602, not a hang.
+    const tooBigForMesh = await rpc(open.url, 'message/send', { message: v03Text('y'.repeat(300 * 1024)) });
+    expect(tooBigForMesh.body.error).toMatchObject({ code: -32602, data: { code: 'PAYLOAD_TOO_LARGE' } });
+    const client = await v1Client(open.url);
+    expect(taskOf(await client.sendMessage(send(userText('small again')))).status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+  });
 });
 
-describe('bearer tokens and tenants', () => {
-  it('a missing or unknown token is 401 with a JSON-RPC error', async () => {
+describe('tokens: tenants and users', () => {
+  it('a missing or unknown token is 401 with a JSON-RPC error and WWW-Authenticate', async () => {
     for (const token of [undefined, 'wrong-token']) {
-      const reply = await rpc(guarded, 'tasks/get', { id: 'x' }, token);
+      const reply = await rpc(guarded.url, 'tasks/get', { id: 'x' }, token ? { token } : {});
       expect(reply.status).toBe(401);
-      expect(reply.error?.message).toContain('Authorization: Bearer');
+      expect(reply.headers.get('www-authenticate')).toBe('Bearer');
+      expect(reply.body.error?.message).toContain('Authorization: Bearer');
     }
-    const res = await post(guarded, '{}');
-    expect(res.headers.get('www-authenticate')).toBe('Bearer');
   });
 
-  it("each token reaches its own tenant's mesh, and tenant acme cannot read, continue or cancel demo's task", async () => {
-    const demoTask = await task(guarded, 'message/send', { message: userMessage('Write about foxes') }, 'demo-token-1');
-    expect(demoTask.status.state).toBe('input-required');
-    // The task lives in demo's mesh only.
-    expect(await demo.node.threads.store.get('demo', demoTask.id)).toBeDefined();
-    expect(await acme.node.threads.store.get('acme', demoTask.id)).toBeUndefined();
+  it("user bob cannot read, continue, cancel or follow alice's task: the same answer as for a task that does not exist", async () => {
+    const alice = await v1Client(guarded.url, { token: ALICE });
+    const bob = await v1Client(guarded.url, { token: BOB });
+    const task = taskOf(await alice.sendMessage(send(userText('Write about foxes'))));
+    const stored = await demo.node.threads.store.get('demo', task.id);
+    expect(stored?.record.task.metadata?.['troupe/owner']).toBe('local/alice');
 
-    // Another tenant's task answers exactly like one that does not exist: nobody can probe which ids exist.
-    const notFound = { code: -32001, data: { code: 'THREAD_NOT_FOUND' } };
-    const missing = await rpc(guarded, 'tasks/get', { id: 't-never-existed' }, 'acme-token-1');
-    const foreign = await rpc(guarded, 'tasks/get', { id: demoTask.id }, 'acme-token-1');
-    expect(foreign.error).toMatchObject(notFound);
-    expect(foreign.error?.message.replace(demoTask.id, 'ID')).toBe(missing.error?.message.replace('t-never-existed', 'ID'));
-    expect((await rpc(guarded, 'tasks/cancel', { id: demoTask.id }, 'acme-token-1')).error).toMatchObject(notFound);
-    const cont = await rpc(guarded, 'message/send', { message: userMessage('mine now', { taskId: demoTask.id }) }, 'acme-token-1');
-    expect(cont.error).toMatchObject(notFound);
-    expect(cont.error?.message).not.toContain('demo');
-
-    // Nothing happened to demo's task; acme has its own tasks.
-    const stillDemo = await task(guarded, 'tasks/get', { id: demoTask.id }, 'demo-token-1');
-    expect(stillDemo.status.state).toBe('input-required');
-    expect(stillDemo.history).toHaveLength(4);
-    const acmeTask = await task(guarded, 'message/send', { message: userMessage('Write about badgers') }, 'acme-token-1');
-    expect(await acme.node.threads.store.get('acme', acmeTask.id)).toBeDefined();
-    expect((await rpc(guarded, 'tasks/get', { id: acmeTask.id }, 'demo-token-1')).error).toMatchObject({ code: -32001, data: { code: "THREAD_NOT_FOUND" } });
-    // Unknown everywhere is still "not found", not "forbidden".
-    expect((await rpc(guarded, 'tasks/get', { id: 'nowhere' }, 'acme-token-1')).error).toMatchObject({ code: -32001, data: { code: 'THREAD_NOT_FOUND' } });
+    const messageOf = async (p: Promise<unknown>) => {
+      try {
+        await p;
+      } catch (err) {
+        return (err as Error).message;
+      }
+      throw new Error('expected an error');
+    };
+    const missing = await messageOf(bob.getTask({ tenant: '', id: 't-never-existed' }));
+    const foreign = await messageOf(bob.getTask({ tenant: '', id: task.id }));
+    expect(foreign.replace(task.id, 'ID')).toBe(missing.replace('t-never-existed', 'ID'));
+    expect(foreign).toMatch(/Task not found/);
+    expect(await messageOf(bob.cancelTask({ tenant: '', id: task.id, metadata: undefined }))).toMatch(/Task not found/);
+    expect(await messageOf(bob.sendMessage(send(userText('mine now', { taskId: task.id }))))).toMatch(/Task not found/);
+    expect(await messageOf(collect(bob.resubscribeTask({ tenant: '', id: task.id })))).toMatch(/Task not found/);
+    // Raw JSON-RPC: the error objects are identical but for the id.
+    const rawMissing = await rpc(guarded.url, 'GetTask', { id: 't-never-existed' }, { token: BOB, version: '1.0' });
+    const rawForeign = await rpc(guarded.url, 'GetTask', { id: task.id }, { token: BOB, version: '1.0' });
+    expect(rawForeign.body.error?.code).toBe(-32001);
+    expect(JSON.stringify(rawForeign.body.error).replace(task.id, 'ID')).toBe(JSON.stringify(rawMissing.body.error).replace('t-never-existed', 'ID'));
+    // Bob's own context with the same contextId is his own task, not alice's.
+    const bobs = taskOf(await bob.sendMessage(send(userText('Write about badgers', { contextId: task.contextId }))));
+    expect(bobs.id).not.toBe(task.id);
+    // Nothing happened to alice's task.
+    expect((await alice.getTask({ tenant: '', id: task.id })).history).toHaveLength(4);
   });
 
-  it('refuses a configuration that could not serve: a token for a tenant without a client, a client keyed by the wrong tenant', async () => {
+  it('the older token form {"<token>": "<tenant>"} still works and reaches its own tenant', async () => {
+    const client = await v1Client(guarded.url, { token: ACME_LEGACY });
+    const task = taskOf(await client.sendMessage(send(userText('Write about lynx'))));
+    expect(await acme.node.threads.store.get('acme', task.id)).toBeDefined();
+    expect(await demo.node.threads.store.get('demo', task.id)).toBeUndefined();
+    const alice = await v1Client(guarded.url, { token: ALICE });
+    await expect(alice.getTask({ tenant: '', id: task.id })).rejects.toThrow(/Task not found/);
+  });
+
+  it('refuses a configuration that could not serve', async () => {
     await expect(startGateway({ clients: { demo: demo.client }, tokens: { t: 'acme' } })).rejects.toThrow(/no client for it/);
     await expect(startGateway({ clients: { acme: demo.client } })).rejects.toThrow(/talks to tenant "demo"/);
-    await expect(startGateway({ clients: { acme: acme.client } })).rejects.toThrow(/default tenant "demo"/);
+    await expect(startGateway({ clients: { demo: demo.client }, tokens: { [ALICE]: { tenant: 'demo', user: 'alice' } }, diagnostics: { token: ALICE, client: demo.client } })).rejects.toThrow(/also a user token/);
   });
 });
 
-describe('interoperability', () => {
-  it('the official A2A JS SDK (its v0.3 JSON-RPC client) resolves the card, sends, streams, gets and cancels', async () => {
-    const factory = new ClientFactory({
-      transports: [new JsonRpcTransportFactory({ legacyCompat: { enabled: true } })],
-      cardResolver: new DefaultAgentCardResolver({ legacyCompat: { enabled: true } }),
-    });
-    const client = await factory.createFromUrl(open.url);
-    expect(client.protocolVersion).toBe('0.3');
-    const sdkMessage = (text: string, taskId = ''): SdkMessage => ({
-      messageId: randomUUID(),
-      contextId: '',
-      taskId,
-      role: Role.ROLE_USER,
-      parts: [{ content: { $case: 'text', value: text }, metadata: undefined, filename: '', mediaType: '' }],
-      metadata: undefined,
-      extensions: [],
-      referenceTaskIds: [],
-    });
-    const sent = await client.sendMessage({ tenant: '', message: sdkMessage('Write about otters'), configuration: undefined, metadata: undefined });
-    if (!('status' in sent)) throw new Error(`expected a Task, got ${JSON.stringify(sent)}`);
-    expect(sent.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
-    const cases: string[] = [];
-    for await (const event of client.sendMessageStream({ tenant: '', message: sdkMessage('again', sent.id), configuration: undefined, metadata: undefined })) {
-      cases.push(event.payload?.$case ?? 'none');
+describe('rate limit', () => {
+  it('per token: over the burst is 429 with Retry-After; another token is not affected', async () => {
+    const gw = await startGateway({ clients: { demo: demo.client }, tokens: { [ALICE]: { tenant: 'demo', user: 'alice' }, [BOB]: { tenant: 'demo', user: 'bob' } }, rateLimit: { perSecond: 0.001, burst: 2 } });
+    try {
+      const statuses: number[] = [];
+      let retryAfter: string | null = null;
+      for (let i = 0; i < 3; i++) {
+        const reply = await rpc(gw.url, 'tasks/get', { id: 'x' }, { token: ALICE });
+        statuses.push(reply.status);
+        if (reply.status === 429) retryAfter = reply.headers.get('retry-after');
+      }
+      expect(statuses).toEqual([200, 200, 429]);
+      expect(Number(retryAfter)).toBeGreaterThan(0);
+      expect((await rpc(gw.url, 'tasks/get', { id: 'x' }, { token: BOB })).status).toBe(200);
+    } finally {
+      await gw.close();
     }
-    expect(cases).toContain('artifactUpdate');
-    expect(cases.at(-1)).toBe('statusUpdate');
-    expect((await client.getTask({ tenant: '', id: sent.id })).history).toHaveLength(8);
-    expect((await client.cancelTask({ tenant: '', id: sent.id, metadata: undefined })).status?.state).toBe(TaskState.TASK_STATE_CANCELED);
-    await expect(client.cancelTask({ tenant: '', id: sent.id, metadata: undefined })).rejects.toThrow(/Task cannot be canceled/);
-    await expect(client.getTask({ tenant: '', id: 'no-such-task' })).rejects.toThrow(/Task not found/);
+  });
+});
+
+describe('HTTPS', () => {
+  let certs: TestCertificates;
+  beforeAll(async () => {
+    certs = await testCertificates();
+  });
+  afterAll(() => certs?.cleanup());
+
+  function httpsJson(url: string, body?: string, headers: Record<string, string> = {}): Promise<{ status: number; json: unknown }> {
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(url, { method: body ? 'POST' : 'GET', ca: certs.ca, headers: { 'content-type': 'application/json', ...headers } }, (res: IncomingMessage) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) }));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  }
+
+  it('serves the card and JSON-RPC over TLS with the given certificate; the card names https URLs', async () => {
+    const gw = await startGateway({ clients: { demo: demo.client }, host: '127.0.0.1', tls: { cert: certs.cert, key: certs.key } });
+    try {
+      expect(gw.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+      const card = await httpsJson(`${gw.url}/.well-known/agent-card.json`);
+      expect(card.json).toMatchObject({ url: `${gw.url}/` });
+      const sent = await httpsJson(`${gw.url}/`, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: v03Text('Write about terns') } }));
+      expect(sent.json).toMatchObject({ result: { kind: 'task', status: { state: 'input-required' } } });
+      // A client that does not trust the CA is refused by TLS itself.
+      await expect(fetch(`${gw.url}/.well-known/agent-card.json`)).rejects.toThrow();
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe('diagnostics', () => {
+  const diag = (path: string, token?: string, method = 'GET') => fetch(`${guarded.diagnosticsUrl}${path}`, { method, ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}) });
+
+  it('need the operator token: none, a user token or a wrong one is 401', async () => {
+    for (const token of [undefined, ALICE, 'operator-token-wrong-00']) expect((await diag('/health', token)).status).toBe(401);
+    expect((await diag('/health', OPERATOR)).status).toBe(200);
+    // And the operator token is no user token.
+    expect((await rpc(guarded.url, 'tasks/get', { id: 'x' }, { token: OPERATOR })).status).toBe(401);
+  });
+
+  it('readiness, the redacted task view, the paginated routing log and rehydrate', async () => {
+    const alice = await v1Client(guarded.url, { token: ALICE });
+    const task = taskOf(await alice.sendMessage(send(userText('Write to me at someone@example.com about tides'))));
+    const ready = (await (await diag('/ready', OPERATOR)).json()) as { ready: boolean; checks: Record<string, { ok: boolean; seen?: string[] }> };
+    expect(ready.ready).toBe(true);
+    expect(ready.checks.agents?.seen).toEqual(expect.arrayContaining(['triage', 'researcher', 'writer']));
+    const view = (await (await diag(`/threads/${task.id}`, OPERATOR)).json()) as { record: { task: { history: unknown[] } } };
+    expect(JSON.stringify(view)).not.toContain('someone@example.com');
+    expect(view.record.task.history).toHaveLength(4);
+    expect((await diag('/threads/a.b', OPERATOR)).status).toBe(400);
+    expect((await diag('/threads/t-never-existed', OPERATOR)).status).toBe(404);
+    const pages: Array<{ threads: Array<{ threadId: string; steps: unknown[] }>; nextCursor?: string }> = [];
+    let cursor: string | undefined;
+    do {
+      const page = (await (await diag(`/routes?limit=2${cursor ? `&cursor=${cursor}` : ''}`, OPERATOR)).json()) as (typeof pages)[number];
+      pages.push(page);
+      cursor = page.nextCursor;
+    } while (cursor && pages.length < 100);
+    const seen = pages.flatMap((p) => p.threads.map((t) => t.threadId));
+    expect(new Set(seen).size).toBe(seen.length);
+    expect(seen).toContain(task.id);
+    expect(pages.every((p) => p.threads.length <= 2)).toBe(true);
+    expect(pages.flatMap((p) => p.threads).find((t) => t.threadId === task.id)?.steps).toHaveLength(3);
+    expect((await diag(`/routes?cursor=not-a-cursor`, OPERATOR)).status).toBe(400);
+    const rehydrated = (await (await diag(`/threads/${task.id}/rehydrate`, OPERATOR, 'POST')).json()) as { state: string };
+    expect(rehydrated.state).toBe('input-required');
+  });
+});
+
+describe('push notifications', () => {
+  let receiver: Server;
+  let receiverUrl: string;
+  const received: Array<{ body: Record<string, unknown>; token: string | undefined }> = [];
+  let failuresLeft = 0;
+  let attempts = 0;
+
+  beforeAll(async () => {
+    receiver = createServer((req, res) => {
+      let text = '';
+      req.on('data', (d: Buffer) => (text += d.toString()));
+      req.on('end', () => {
+        attempts++;
+        if (failuresLeft > 0) {
+          failuresLeft--;
+          res.writeHead(503).end();
+          return;
+        }
+        received.push({ body: JSON.parse(text) as Record<string, unknown>, token: req.headers['x-a2a-notification-token'] as string | undefined });
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+  });
+  afterAll(() => new Promise<void>((resolve) => receiver.close(() => resolve())));
+
+  it('set/get/list/delete configs; each event of a turn is POSTed to the receiver, retried when it fails', async () => {
+    const client = await v1Client(open.url);
+    const task = taskOf(await client.sendMessage(send(userText('Write about geese'))));
+    const config = await client.createTaskPushNotificationConfig({ tenant: '', id: 'hook-1', taskId: task.id, url: receiverUrl, token: 'secret-hook-token', authentication: undefined });
+    expect(config).toMatchObject({ id: 'hook-1', taskId: task.id, url: receiverUrl });
+    expect(await client.getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: 'hook-1' })).toMatchObject({ url: receiverUrl });
+    expect((await client.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toHaveLength(1);
+    failuresLeft = 1;
+    const attemptsBefore = attempts;
+    await client.sendMessage(send(userText('and ducks', { taskId: task.id })));
+    const isFinal = (body: Record<string, unknown>) => 'statusUpdate' in body && JSON.stringify(body).includes('TASK_STATE_INPUT_REQUIRED');
+    await waitFor(() => received.some((r) => isFinal(r.body)), 'the final status at the receiver');
+    // The first POST got a 503 and was tried again: one attempt more than deliveries.
+    expect(attempts - attemptsBefore).toBe(received.length + 1);
+    const kinds = received.map((r) => Object.keys(r.body)[0]);
+    expect(kinds[0]).toBe('task');
+    expect(kinds.at(-1)).toBe('statusUpdate');
+    expect(received.every((r) => r.token === 'secret-hook-token')).toBe(true);
+    expect(received.some((r) => JSON.stringify(r.body).includes('agents_used'))).toBe(true);
+    await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: 'hook-1' });
+    expect((await client.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toHaveLength(0);
+    // A config for someone else's task, or a bad URL, is refused.
+    await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: 'no-such-task', url: receiverUrl, token: '', authentication: undefined })).rejects.toThrow(/Task not found/);
+    await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: task.id, url: 'file:///etc/passwd', token: '', authentication: undefined })).rejects.toThrow(/http or https/);
   });
 });
 
 describe('troupe gateway (CLI)', () => {
   const group = new ProcessGroup();
-  afterAll(() => group.stopAll());
+  const dir = mkdtempSync(join(tmpdir(), 'troupe-gateway-cli-'));
+  afterAll(async () => {
+    await group.stopAll();
+    rmSync(dir, { recursive: true, force: true });
+  });
 
-  it('serves the embedded demo mesh and prints where it listens', async () => {
+  it('serves the embedded demo mesh; the SDK default client talks to it', async () => {
     const proc = await group.spawnTroupe(['gateway', '--port', '0', '--log-level', 'warn'], {}, { ready: /gateway listening on http:\/\/\S+/ });
     const url = /gateway listening on (http:\/\/[^\s]+)/.exec(proc.stderr)![1]!;
-    const card = (await (await fetch(`${url}/.well-known/agent-card.json`)).json()) as { url: string; skills: unknown[] };
-    expect(card.url).toBe(`${url}/`);
-    expect(card.skills).toHaveLength(3);
-    const res = await fetch(`${url}/`, { method: 'POST', body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: userMessage('Write about moles') } }) });
-    const t = TaskSchema.parse(((await res.json()) as RpcReply).result);
-    expect(t.status.state).toBe('input-required');
-    expect(textOf(t.status.message)).toContain('Here is your piece.');
+    const client = await v1Client(url);
+    const task = taskOf(await client.sendMessage(send(userText('Write about moles'))));
+    expect(textOf(task.status?.message?.parts)).toContain('Here is your piece.');
+  });
+
+  it('with tokens, an operator token and a rate limit', async () => {
+    const tokens = join(dir, 'tokens.json');
+    writeFileSync(tokens, JSON.stringify({ [ALICE]: { tenant: 'demo', user: 'alice' } }));
+    const proc = await group.spawnTroupe(
+      ['gateway', '--port', '0', '--tokens', tokens, '--operator-token', OPERATOR, '--rate-limit', '100', '--log-level', 'warn'],
+      {},
+      { ready: /diagnostics: \S+/ },
+    );
+    const url = /gateway listening on (http:\/\/[^\s]+)/.exec(proc.stderr)![1]!;
+    const client = await v1Client(url, { token: ALICE });
+    expect(taskOf(await client.sendMessage(send(userText('Write about voles')))).status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const ready = await fetch(`${url}/diagnostics/ready`, { headers: { authorization: `Bearer ${OPERATOR}` } });
+    expect(ready.status).toBe(200);
+    expect((await bearerFetch(ALICE)(`${url}/diagnostics/ready`)).status).toBe(401);
+  });
+
+  it('bad usage exits 2: an unreadable token file, half a TLS pair', async () => {
+    const missing = await runTroupe(['gateway', '--port', '0', '--tokens', join(dir, 'missing.json')], {});
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('cannot read the token file');
+    const half = await runTroupe(['gateway', '--port', '0', '--tls-cert', join(dir, 'cert.pem')], {});
+    expect(half.code).toBe(2);
+    expect(half.stderr).toContain('--tls-key');
   });
 });

@@ -50,8 +50,12 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));
 
 program
-  .command('agent <module>')
-  .description('run an agent module (default export defineAgent({...})) or an agent.yaml, and join the mesh')
+  .command('agent [module]')
+  .description('run an agent module (default export defineAgent({...})), an agent.yaml, or a remote A2A agent (--a2a), and join the mesh')
+  .option('--a2a <card-url>', "join a remote A2A agent as a mesh member: its agent card's URL (or base URL)")
+  .addOption(new Option('--token <token>', 'with --a2a: bearer token for the remote agent (never logged)').env('TROUPE_A2A_TOKEN'))
+  .option('--id <id>', "with --a2a: the agent's id on the mesh (default: from the card's name)")
+  .option('--timeout <ms>', 'with --a2a: longest one call to the remote agent may take', int(1))
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));
@@ -118,8 +122,20 @@ program
   .description('serve the mesh to A2A clients over HTTP; without --nats, an in-process mesh with the demo team')
   .option('--port <n>', 'port to listen on (0: any free port)', int(0, 65_535), 8080)
   .option('--host <host>', 'address to listen on', '127.0.0.1')
-  .option('--tokens <file>', 'JSON {"<token>": "<tenant>"}: requests then need Authorization: Bearer <token>')
+  .option('--tokens <file>', 'JSON {"<token>": {"tenant": "<tenant>", "user": "<user>"}}: requests then need Authorization: Bearer <token>')
   .option('--public-url <url>', 'the URL clients reach the gateway at, for the agent card (behind a proxy)')
+  .option('--max-body <bytes>', 'largest request body (larger: 413)', int(1024, 64 * 1024 * 1024))
+  .option('--turn-timeout <ms>', 'how long a turn may take before the gateway stops waiting', int(100))
+  .option('--rate-limit <n>', 'requests per second per token (token bucket; over it: 429 with Retry-After)', int(1, 1_000_000))
+  .option('--rate-burst <n>', 'with --rate-limit: requests a token may make at once', int(1, 1_000_000))
+  .option('--tls-cert <file>', 'serve HTTPS with this certificate (PEM); needs --tls-key')
+  .option('--tls-key <file>', 'the private key of --tls-cert (PEM)')
+  .addOption(new Option('--operator-token <token>', 'enables diagnostics under /diagnostics for this bearer token (not a user token)').env('TROUPE_OPERATOR_TOKEN'))
+  .option('--operator-token-file <file>', 'the operator token, read from a file')
+  .option('--operator-creds <file>', 'with --nats: operator NATS credentials for the diagnostics (troupe creds add-operator)')
+  .option('--diagnostics-port <n>', 'serve diagnostics on their own port instead of under /diagnostics', int(0, 65_535))
+  .addOption(new Option('--card-version <version>', 'the agent card for requests without an A2A-Version header (1.0 for the A2A TCK)').choices(['0.3', '1.0']).default('0.3'))
+  .option('--team <file>', 'without --nats: the team module the embedded mesh runs (default: the demo team)')
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));
 
 program

@@ -1,15 +1,19 @@
 /**
- * The AgentCard the gateway serves at `/.well-known/agent-card.json`: the whole mesh as one A2A agent.
- * Its skills are what the caller passes (e.g. the skills of a team's agents, `skillsOfAgents`); the mesh
- * itself is not asked, since a client-role NATS user may not read the registry.
+ * The AgentCard of the gateway: the whole mesh as one A2A agent, in the SDK's v1.0 model. It declares
+ * JSON-RPC at `<base>/` and HTTP+JSON at `<base>/rest`, each in A2A 1.0 and (mirrored) 0.3, so the SDK
+ * serves a v1.0 card to clients that ask with `A2A-Version: 1.0` and a v0.3 card to the others. Its
+ * skills are what the caller passes (e.g. the skills of a team's agents, `skillsOfAgents`); the mesh is
+ * not asked, since a client-role NATS user may not read the registry.
  */
+import type { AgentCard, AgentSkill as SdkSkill } from '@a2a-js/sdk';
+import { duplicateInterfacesForLegacy } from '@a2a-js/sdk/compat/v0_3';
 import type { AgentCardInput, AgentExtension, AgentSkill } from '../protocol/index.js';
 
 export interface GatewayCardOptions {
   name?: string;
   description?: string;
   version?: string;
-  /** Public URL of the JSON-RPC endpoint when it differs from where the gateway listens (a proxy). */
+  /** Public base URL when it differs from where the gateway listens (a proxy). */
   url?: string;
   skills?: AgentSkill[];
   extensions?: AgentExtension[];
@@ -20,48 +24,53 @@ export interface GatewayCardOptions {
   defaultOutputModes?: string[];
 }
 
-/** An A2A v0.3 AgentCard (the JSON-RPC transport; no push notifications). */
-export interface GatewayCard {
-  protocolVersion: '0.3.0';
-  name: string;
-  description: string;
-  url: string;
-  preferredTransport: 'JSONRPC';
-  additionalInterfaces: Array<{ url: string; transport: 'JSONRPC' }>;
-  version: string;
-  capabilities: { streaming: true; pushNotifications: false; stateTransitionHistory: false; extensions?: AgentExtension[] };
-  defaultInputModes: string[];
-  defaultOutputModes: string[];
-  skills: AgentSkill[];
-  supportsAuthenticatedExtendedCard: false;
-  securitySchemes?: Record<string, { type: 'http'; scheme: 'bearer'; description: string }>;
-  security?: Array<Record<string, string[]>>;
-  provider?: { organization: string; url: string };
-  documentationUrl?: string;
-  iconUrl?: string;
-}
+export const AGENT_CARD_PATHS: readonly string[] = ['/.well-known/agent-card.json', '/.well-known/agent.json'];
+/** Where HTTP+JSON (REST) is served, below the base URL. JSON-RPC is at the base URL itself. */
+export const REST_PATH = '/rest';
 
-export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, bearerAuth: boolean): GatewayCard {
-  const url = opts.url ?? listenUrl;
+export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, bearerAuth: boolean): AgentCard {
+  const base = (opts.url ?? listenUrl).replace(/\/+$/, '');
   return {
-    protocolVersion: '0.3.0',
     name: opts.name ?? 'Troupe',
     description: opts.description ?? 'A Troupe multi-agent mesh: each message is routed between agents until one answers the user.',
-    url,
-    preferredTransport: 'JSONRPC',
-    additionalInterfaces: [{ url, transport: 'JSONRPC' }],
+    supportedInterfaces: duplicateInterfacesForLegacy(
+      [
+        { url: `${base}/`, protocolBinding: 'JSONRPC', tenant: '', protocolVersion: '1.0' },
+        { url: `${base}${REST_PATH}`, protocolBinding: 'HTTP+JSON', tenant: '', protocolVersion: '1.0' },
+      ],
+      ['JSONRPC', 'HTTP+JSON'],
+    ),
+    provider: opts.provider,
     version: opts.version ?? '0.1.0',
-    capabilities: { streaming: true, pushNotifications: false, stateTransitionHistory: false, ...(opts.extensions ? { extensions: opts.extensions } : {}) },
-    defaultInputModes: opts.defaultInputModes ?? ['text/plain'],
-    defaultOutputModes: opts.defaultOutputModes ?? ['text/plain'],
-    skills: opts.skills ?? [],
-    supportsAuthenticatedExtendedCard: false,
-    ...(bearerAuth
-      ? { securitySchemes: { bearer: { type: 'http', scheme: 'bearer', description: 'a token the gateway maps to a tenant' } }, security: [{ bearer: [] }] }
-      : {}),
-    ...(opts.provider ? { provider: opts.provider } : {}),
     ...(opts.documentationUrl ? { documentationUrl: opts.documentationUrl } : {}),
     ...(opts.iconUrl ? { iconUrl: opts.iconUrl } : {}),
+    capabilities: {
+      streaming: true,
+      pushNotifications: true,
+      extendedAgentCard: false,
+      extensions: (opts.extensions ?? []).map((e) => ({ uri: e.uri, description: e.description ?? '', required: e.required ?? false, params: e.params })),
+    },
+    securitySchemes: bearerAuth
+      ? { bearer: { scheme: { $case: 'httpAuthSecurityScheme', value: { description: 'a token the gateway maps to a tenant and a user', scheme: 'bearer', bearerFormat: '' } } } }
+      : {},
+    securityRequirements: bearerAuth ? [{ schemes: { bearer: { list: [] } } }] : [],
+    defaultInputModes: opts.defaultInputModes ?? ['text/plain'],
+    defaultOutputModes: opts.defaultOutputModes ?? ['text/plain'],
+    skills: (opts.skills ?? []).map(toSdkSkill),
+    signatures: [],
+  };
+}
+
+function toSdkSkill(skill: AgentSkill): SdkSkill {
+  return {
+    id: skill.id,
+    name: skill.name,
+    description: skill.description,
+    tags: skill.tags,
+    examples: skill.examples ?? [],
+    inputModes: skill.inputModes ?? [],
+    outputModes: skill.outputModes ?? [],
+    securityRequirements: [],
   };
 }
 

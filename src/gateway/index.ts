@@ -1,5 +1,8 @@
-/** The A2A HTTP gateway: JSON-RPC 2.0 and SSE onto Troupe threads. */
+/** The A2A gateway: `@a2a-js/sdk`'s server side (A2A 1.0 and 0.3, JSON-RPC and REST) onto Troupe threads. */
 export { startGateway, AGENT_CARD_PATHS, type Gateway, type GatewayOptions } from './server.js';
-export { gatewayCard, skillsOfAgents, type GatewayCard, type GatewayCardOptions } from './card.js';
-export { RPC_CODES, RpcError, type RpcErrorObject, type RpcResponse } from './rpc.js';
-export { loadTokens } from './tokens.js';
+export { gatewayCard, skillsOfAgents, REST_PATH, type GatewayCardOptions } from './card.js';
+export { loadTokens, BearerTokens, type Caller, type TokenEntries } from './tokens.js';
+export { RESULT_META } from './executor.js';
+export { contextTaskId } from './handler.js';
+export type { RateLimitOptions } from './rate-limit.js';
+export type { PushDeliveryOptions } from './push.js';

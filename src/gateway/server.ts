@@ -1,43 +1,44 @@
 /**
- * The A2A HTTP gateway (DESIGN §1, §6, §7): JSON-RPC 2.0 over HTTP and SSE onto Troupe threads.
+ * The A2A gateway (DESIGN §1, §6, §7): `@a2a-js/sdk`'s server side over Troupe threads, on express.
  *
- *   GET  /.well-known/agent-card.json   the mesh's AgentCard (alias /.well-known/agent.json)
- *   POST /                              message/send, message/stream (SSE), tasks/get, tasks/cancel
+ *   GET  /.well-known/agent-card.json   the mesh's AgentCard (v1.0 with `A2A-Version: 1.0`, else v0.3)
+ *   POST /                              JSON-RPC, A2A 1.0 (`A2A-Version: 1.0`) or 0.3 (no header)
+ *   *    /rest/...                      HTTP+JSON (REST), A2A 1.0, and 0.3 under /rest/v1/...
+ *   *    /diagnostics/...               operator endpoints (or on their own port), see diagnostics.ts
  *
- * Handlers stay short: authenticate, read and parse the body at the edge, call `tasks.ts`, map the result
- * or error to JSON-RPC. With `tokens`, `Authorization: Bearer <token>` picks the tenant; without, every
- * request goes to `defaultTenant`.
+ * In front of the SDK, in this order: the request's shape (URL length, version header), the bearer
+ * token (tenant and user), the rate limit of that token, then the body, read here with a byte cap (413)
+ * and a nesting cap, so neither the SDK's parser nor anything after it sees an oversized or hostile body.
  */
-import { createHash } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { z } from 'zod';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { AgentCard } from '@a2a-js/sdk';
+import { ContentTypeNotSupportedError, RequestMalformedError, toRestErrorBody } from '@a2a-js/sdk/errors';
+import { DefaultRequestHandler, InMemoryPushNotificationStore } from '@a2a-js/sdk/server';
+import { agentCardHandler, jsonRpcHandler, restHandler } from '@a2a-js/sdk/server/express';
 import type { TroupeClient } from '../sdk/client.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
-import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, describeZodError } from '../protocol/index.js';
-import { gatewayCard, type GatewayCard, type GatewayCardOptions } from './card.js';
-import {
-  MessageSendParamsSchema,
-  RPC_CODES,
-  RpcError,
-  RpcRequestSchema,
-  TaskIdParamsSchema,
-  TaskQueryParamsSchema,
-  parseParams,
-  rpcErrorOf,
-  rpcFailure,
-  rpcResult,
-  type RpcErrorObject,
-  type RpcId,
-  type RpcResponse,
-} from './rpc.js';
-import { cancelTask, getTask, sendMessage, streamMessage, type CallContext } from './tasks.js';
+import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, LIMITS, exceedsDepth } from '../protocol/index.js';
+import { GatewayCaller } from './caller.js';
+import { AGENT_CARD_PATHS, REST_PATH, gatewayCard, type GatewayCardOptions } from './card.js';
+import { diagnosticsRouter } from './diagnostics.js';
+import { MeshExecutor } from './executor.js';
+import { TroupeRequestHandler } from './handler.js';
+import { RetryingPushSender, type PushDeliveryOptions } from './push.js';
+import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
+import { MeshTaskStore } from './task-store.js';
+import { BearerTokens, type TokenEntries } from './tokens.js';
 
 export interface GatewayOptions {
   /** One client per tenant, keyed by the tenant it talks to. */
   clients: Record<string, TroupeClient>;
-  /** Bearer token -> tenant. Without it the gateway is open and serves `defaultTenant` only. */
-  tokens?: Record<string, string>;
+  /**
+   * Bearer token -> `{ tenant, user }` (or just the tenant, the older form). Without it the gateway is
+   * open and serves `defaultTenant` as the principal itself.
+   */
+  tokens?: TokenEntries;
   defaultTenant?: string;
   port?: number;
   host?: string;
@@ -45,127 +46,109 @@ export interface GatewayOptions {
   maxBodyBytes?: number;
   card?: GatewayCardOptions;
   logger?: Logger;
-  /** How long message/send and message/stream wait for a turn's final status. Default 60 s. */
+  /** How long a turn may take before the gateway stops waiting for its final status. Default 60 s. */
   turnTimeoutMs?: number;
+  /** Per-token rate limit (token bucket, 429 with Retry-After). Default: none. */
+  rateLimit?: RateLimitOptions;
+  /** HTTPS with this certificate and key (PEM). */
+  tls?: { cert: string | Buffer; key: string | Buffer };
+  /** Operator diagnostics; on `port` when given, else under /diagnostics on the gateway's port. */
+  diagnostics?: { token: string; client: TroupeClient; port?: number; partitions?: number };
+  /** Push notification delivery (retries, timeouts). */
+  push?: PushDeliveryOptions;
+  /**
+   * The card for a request without `A2A-Version`: `0.3` (default; what A2A's version rules say, and what
+   * v0.3 clients, which send no header, need) or `1.0` (a v1.0-only deployment, or the A2A TCK, which
+   * fetches the card without the header).
+   */
+  cardVersionWithoutHeader?: '0.3' | '1.0';
 }
 
 export interface Gateway {
-  /** Base URL, e.g. `http://127.0.0.1:8080`; the JSON-RPC endpoint is `${url}/`. */
+  /** Base URL, e.g. `http://127.0.0.1:8080`; JSON-RPC is at `${url}/`, REST at `${url}/rest`. */
   url: string;
   port: number;
-  card: GatewayCard;
+  card: AgentCard;
+  /** Base URL of the diagnostics endpoints (`${url}/diagnostics` unless they have their own port). */
+  diagnosticsUrl?: string;
   close(): Promise<void>;
 }
 
-export const AGENT_CARD_PATHS: readonly string[] = ['/.well-known/agent-card.json', '/.well-known/agent.json'];
+export { AGENT_CARD_PATHS };
 
-type Emit = (result: unknown) => void;
-
-interface Method {
-  params: z.ZodType;
-  /** Returns the result, or `emit`s results as server-sent events (the first `emit` starts the stream). */
-  run(ctx: CallContext, params: unknown, emit: Emit): Promise<unknown>;
-}
-
-function method<S extends z.ZodType>(params: S, run: (ctx: CallContext, params: z.infer<S>, emit: Emit) => Promise<unknown>): Method {
-  return { params, run: run as Method['run'] };
-}
-
-const METHODS: Record<string, Method> = {
-  'message/send': method(MessageSendParamsSchema, (ctx, p) => sendMessage(ctx, p)),
-  'message/stream': method(MessageSendParamsSchema, (ctx, p, emit) => streamMessage(ctx, p, emit)),
-  'tasks/get': method(TaskQueryParamsSchema, (ctx, p) => getTask(ctx, p)),
-  'tasks/cancel': method(TaskIdParamsSchema, (ctx, p) => cancelTask(ctx, p)),
-};
-
-/** A2A v0.3 methods this gateway knows but does not offer. */
-const UNSUPPORTED: Record<string, string> = {
-  'tasks/resubscribe': 'poll tasks/get, or follow the next turn with message/stream',
-  'tasks/pushNotificationConfig/set': 'push notifications are not supported; use message/stream or tasks/get',
-  'tasks/pushNotificationConfig/get': 'push notifications are not supported; use message/stream or tasks/get',
-  'tasks/pushNotificationConfig/list': 'push notifications are not supported; use message/stream or tasks/get',
-  'tasks/pushNotificationConfig/delete': 'push notifications are not supported; use message/stream or tasks/get',
-  'agent/getAuthenticatedExtendedCard': `read the public card at ${AGENT_CARD_PATHS[0]}`,
-};
+const MAX_URL_LENGTH = 8 * 1024;
+/** Nesting of a whole request body: the A2A envelope around a message with metadata at the metadata cap. */
+const MAX_BODY_DEPTH = LIMITS.depth + 8;
 
 export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const defaultTenant = opts.defaultTenant ?? 'demo';
-  checkTenants(opts.clients, opts.tokens, defaultTenant);
+  const tokens = opts.tokens ? new BearerTokens(opts.tokens) : undefined;
+  checkConfiguration(opts, tokens, defaultTenant);
   const log = (opts.logger ?? silentLogger()).child({ component: 'gateway' });
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_PAYLOAD;
   const turnTimeoutMs = opts.turnTimeoutMs ?? 60_000;
-  const tenantOf = opts.tokens ? bearerTenants(opts.tokens) : () => defaultTenant;
-  let card: GatewayCard | undefined;
+  const limiter = opts.rateLimit ? new TokenBuckets(opts.rateLimit) : undefined;
 
-  const contextFor = (tenant: string, thread?: string): CallContext => ({
-    tenant,
-    client: opts.clients[tenant]!,
-    otherTenants: Object.entries(opts.clients).flatMap(([t, c]) => (t === tenant ? [] : [c])),
-    log: log.child({ tenant, ...(thread ? { thread } : {}) }),
-    turnTimeoutMs,
+  // The card names the URL the server ends up on, and the SDK's handler reads the card when it is made:
+  // both are made once the port is known (requests before that get 503).
+  let card: AgentCard | undefined;
+  let handler: TroupeRequestHandler | undefined;
+  const cardOf = async (): Promise<AgentCard> => card!;
+  const store = new MeshTaskStore();
+  const pushStore = new InMemoryPushNotificationStore();
+  const executor = new MeshExecutor({ store, log, turnTimeoutMs });
+  const requestHandler = new Proxy({} as TroupeRequestHandler, {
+    get: (_t, key) => {
+      const value: unknown = Reflect.get(handler!, key);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(handler) : value;
+    },
   });
 
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = new URL(req.url ?? '/', 'http://gateway').pathname;
-    if (req.method === 'GET' && AGENT_CARD_PATHS.includes(path)) return sendJson(res, 200, card);
-    if (path !== '/') return sendJson(res, 404, { error: `nothing at ${path}: POST JSON-RPC to / and GET the agent card at ${AGENT_CARD_PATHS[0]}` });
-    if (req.method !== 'POST') return sendJson(res, 405, { error: 'the A2A endpoint takes POST with a JSON-RPC 2.0 body' }, { allow: 'POST' });
-    const tenant = tenantOf(req.headers.authorization);
-    if (!tenant) {
-      const error = { code: RPC_CODES.INVALID_REQUEST, message: 'missing or unknown bearer token: send `Authorization: Bearer <token>` with a token the gateway was given' };
-      return sendJson(res, 401, rpcFailure(null, error), { 'www-authenticate': 'Bearer' });
-    }
-    const body = await readBody(req, maxBodyBytes);
-    if (body === 'too-large') {
-      const error: RpcErrorObject = {
-        code: ERROR_CODES.PAYLOAD_TOO_LARGE.jsonRpc,
-        message: `the request body is over ${maxBodyBytes} bytes: send a smaller message (large files by URI, not inline bytes)`,
-        data: { code: 'PAYLOAD_TOO_LARGE', hint: ERROR_CODES.PAYLOAD_TOO_LARGE.hint, limit: maxBodyBytes },
-      };
-      return sendJson(res, 413, rpcFailure(null, error), { connection: 'close' });
-    }
-    const request = parseRequest(body);
-    if ('error' in request) return sendJson(res, 200, request);
-    await dispatch(res, request.id, request.method, request.params, tenant);
-  };
-
-  const dispatch = async (res: ServerResponse, id: RpcId, name: string, rawParams: unknown, tenant: string): Promise<void> => {
-    const started = Date.now();
-    const entry = METHODS[name];
-    let stream: SseStream | undefined;
-    let thread: string | undefined;
-    try {
-      if (!entry) throw unknownMethod(name);
-      const params = parseParams(entry.params, rawParams, name);
-      thread = threadOf(params);
-      const ctx = contextFor(tenant, thread);
-      const emit: Emit = (result) => {
-        thread ??= (result as { taskId?: string }).taskId;
-        (stream ??= new SseStream(res)).send(rpcResult(id, result));
-      };
-      const result = await entry.run(ctx, params, emit);
-      thread ??= (result as { id?: string } | undefined)?.id;
-      log.child({ tenant, ...(thread ? { thread } : {}) }).info({ method: name, ms: Date.now() - started }, 'a2a request');
-      if (stream) stream.end();
-      else sendJson(res, 200, rpcResult(id, result));
-    } catch (err) {
-      const error = rpcErrorOf(err);
-      const reqLog = log.child({ tenant, ...(thread ? { thread } : {}) });
-      if (error.code === RPC_CODES.INTERNAL_ERROR) reqLog.error({ method: name, err }, 'a2a request failed');
-      else reqLog.info({ method: name, ms: Date.now() - started, code: error.code, reason: error.data?.code }, error.message);
-      // Once the stream started, the error is its last event.
-      if (stream) stream.end(rpcFailure(id, error));
-      else sendJson(res, 200, rpcFailure(id, error));
-    }
-  };
-
-  const server = createServer((req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      log.error({ err }, 'gateway request failed');
-      if (!res.headersSent) sendJson(res, 500, rpcFailure(null, rpcErrorOf(err)));
-      else res.destroy();
-    });
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('query parser', 'simple');
+  app.use(requestShape);
+  app.use((_req: Request, res: Response, next: NextFunction) => {
+    if (handler) return next();
+    res.status(503).set('retry-after', '1').json({ error: 'the gateway is starting' });
   });
+  if (opts.diagnostics && opts.diagnostics.port === undefined) app.use('/diagnostics', diagnosticsRouter(opts.diagnostics));
+  app.use(AGENT_CARD_PATHS as string[], v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+  app.use((req: Request, res: Response, next: NextFunction) => {
+    const who = tokens ? tokens.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
+    if (!who) {
+      problem(req, res, 401, -32600, 'missing or unknown bearer token: send `Authorization: Bearer <token>` with a token the gateway was given', { 'www-authenticate': 'Bearer' });
+      return;
+    }
+    const wait = limiter?.take(who.digest) ?? 0;
+    if (wait > 0) {
+      problem(req, res, 429, -32600, `too many requests for this token: retry in ${wait} s`, { 'retry-after': String(wait) });
+      return;
+    }
+    const abort = new AbortController();
+    res.on('close', () => abort.abort());
+    const { tenant, user } = who.caller;
+    res.locals.caller = new GatewayCaller(tenant, user, opts.clients[tenant]!, abort.signal);
+    next();
+  });
+  app.use(readBody(maxBodyBytes));
+  const userBuilder = async (req: Request) => req.res!.locals.caller as GatewayCaller;
+  app.use(REST_PATH, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
+  app.all('/', (req: Request, res: Response, next: NextFunction) => {
+    if (req.method === 'POST') return next();
+    res.status(405).set('allow', 'POST').json({ error: 'the JSON-RPC endpoint takes POST with a JSON-RPC 2.0 body' });
+  });
+  app.post('/', jsonRpcHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
+  app.use((req: Request, res: Response) => {
+    res.status(404).json({ error: `nothing at ${req.path.slice(0, 200)}: POST JSON-RPC to /, REST under ${REST_PATH}, the agent card at ${AGENT_CARD_PATHS[0]}` });
+  });
+  app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
+    log.error({ err, path: req.path.slice(0, 200) }, 'request failed');
+    if (res.headersSent) return void res.end();
+    problem(req, res, 500, -32603, 'the gateway failed unexpectedly; see its logs');
+  });
+
+  const server = listen(app, opts.tls);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
@@ -174,132 +157,205 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     });
   });
   const { port } = server.address() as AddressInfo;
-  const host = opts.host ?? '127.0.0.1';
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
-  card = gatewayCard(`${url}/`, opts.card ?? {}, Boolean(opts.tokens));
-  log.info({ url, tenants: Object.keys(opts.clients), auth: opts.tokens ? 'bearer' : 'none' }, 'gateway listening');
+  const url = urlOf(opts.tls ? 'https' : 'http', opts.host ?? '127.0.0.1', port);
+  card = gatewayCard(url, opts.card ?? {}, Boolean(tokens));
+  const sdkHandler = new DefaultRequestHandler(
+    card,
+    store,
+    executor,
+    undefined,
+    pushStore,
+    new RetryingPushSender(pushStore, log, opts.push),
+    undefined,
+    undefined,
+    // The bus is closed after every turn: resubscribe follows the thread on the mesh instead.
+    { keepBusAliveStates: [] },
+  );
+  handler = new TroupeRequestHandler({ sdk: sdkHandler, store, followTimeoutMs: turnTimeoutMs });
+
+  let diagnosticsServer: Server | undefined;
+  let diagnosticsUrl = opts.diagnostics ? `${url}/diagnostics` : undefined;
+  if (opts.diagnostics?.port !== undefined) {
+    const diagnosticsApp = express();
+    diagnosticsApp.disable('x-powered-by');
+    diagnosticsApp.use(diagnosticsRouter(opts.diagnostics));
+    diagnosticsServer = listen(diagnosticsApp, opts.tls);
+    await new Promise<void>((resolve, reject) => {
+      diagnosticsServer!.once('error', reject);
+      diagnosticsServer!.listen(opts.diagnostics!.port, opts.host ?? '127.0.0.1', () => resolve());
+    });
+    diagnosticsUrl = urlOf(opts.tls ? 'https' : 'http', opts.host ?? '127.0.0.1', (diagnosticsServer.address() as AddressInfo).port);
+  }
+  log.info({ url, tenants: Object.keys(opts.clients), auth: tokens ? 'bearer' : 'none', diagnostics: diagnosticsUrl }, 'gateway listening');
+
+  const closeServer = (s: Server) =>
+    new Promise<void>((resolve, reject) => {
+      s.close((err) => (err ? reject(err) : resolve()));
+      // Open SSE streams and idle keep-alive connections would hold close() open.
+      s.closeAllConnections();
+    });
   return {
     url,
     port,
     card,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.close((err) => (err ? reject(err) : resolve()));
-        // Open SSE streams and idle keep-alive connections would hold close() open.
-        server.closeAllConnections();
-      }),
+    ...(diagnosticsUrl ? { diagnosticsUrl } : {}),
+    close: async () => {
+      await Promise.all([closeServer(server), ...(diagnosticsServer ? [closeServer(diagnosticsServer)] : [])]);
+    },
   };
+}
+
+function listen(app: express.Express, tls: GatewayOptions['tls']): Server {
+  const server = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, app) : createHttpServer(app);
+  // Hostile clients: bounded headers, and a request that never finishes arriving is dropped.
+  server.maxHeadersCount = 100;
+  server.headersTimeout = 20_000;
+  server.requestTimeout = 60_000;
+  return server;
+}
+
+function urlOf(scheme: string, host: string, port: number): string {
+  return `${scheme}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
 /** Refuses a configuration that would fail on the first request. */
-function checkTenants(clients: Record<string, TroupeClient>, tokens: Record<string, string> | undefined, defaultTenant: string): void {
-  for (const [tenant, client] of Object.entries(clients)) {
+function checkConfiguration(opts: GatewayOptions, tokens: BearerTokens | undefined, defaultTenant: string): void {
+  for (const [tenant, client] of Object.entries(opts.clients)) {
     if (client.tenant !== tenant) throw new Error(`gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
   }
-  if (!tokens && !clients[defaultTenant]) throw new Error(`gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
-  for (const [token, tenant] of Object.entries(tokens ?? {})) {
-    if (!token) throw new Error('gateway: an empty token would let anyone in: remove it from tokens');
-    if (!clients[tenant]) throw new Error(`gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
+  if (!tokens && !opts.clients[defaultTenant]) throw new Error(`gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
+  for (const tenant of tokens?.tenants() ?? []) {
+    if (!opts.clients[tenant]) throw new Error(`gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
   }
-}
-
-/** Tokens are looked up by their hash, so the map holds no token and lookup time says nothing about one. */
-function bearerTenants(tokens: Record<string, string>): (authorization: string | undefined) => string | undefined {
-  const digest = (token: string) => createHash('sha256').update(token).digest('hex');
-  const byDigest = new Map(Object.entries(tokens).map(([token, tenant]) => [digest(token), tenant]));
-  return (authorization) => {
-    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
-    return match?.[1] ? byDigest.get(digest(match[1])) : undefined;
-  };
-}
-
-/** The body, or 'too-large' as soon as it passes the limit (the rest is not buffered). */
-async function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer | 'too-large'> {
-  if (Number(req.headers['content-length'] ?? 0) > maxBytes) {
-    req.resume();
-    return 'too-large';
+  if (opts.diagnostics) {
+    if (opts.diagnostics.token.length < 16) throw new Error('gateway: the operator token must be at least 16 characters long');
+    if (tokens?.has(opts.diagnostics.token)) throw new Error('gateway: the operator token is also a user token: give operators a token of their own');
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > maxBytes) {
-      req.resume();
-      return 'too-large';
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
-}
-
-function parseRequest(body: Buffer): { id: RpcId; method: string; params: unknown } | RpcResponse & { error: RpcErrorObject } {
-  let json: unknown;
-  try {
-    json = JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    return { jsonrpc: '2.0', id: null, error: { code: RPC_CODES.PARSE_ERROR, message: `the body is not valid JSON (${(err as Error).message}): send one JSON-RPC 2.0 request object` } };
-  }
-  if (Array.isArray(json)) {
-    return { jsonrpc: '2.0', id: null, error: { code: RPC_CODES.INVALID_REQUEST, message: 'batch requests are not supported: send one JSON-RPC request per POST' } };
-  }
-  const parsed = RpcRequestSchema.safeParse(json);
-  if (!parsed.success) {
-    const rawId = (json as { id?: unknown } | null)?.id;
-    const id = typeof rawId === 'string' || typeof rawId === 'number' ? rawId : null;
-    const message = `not a JSON-RPC 2.0 request (${describeZodError(parsed.error)}): send {"jsonrpc":"2.0","id":1,"method":"message/send","params":{...}}`;
-    return { jsonrpc: '2.0', id, error: { code: RPC_CODES.INVALID_REQUEST, message } };
-  }
-  return { id: parsed.data.id ?? null, method: parsed.data.method, params: parsed.data.params };
-}
-
-function unknownMethod(name: string): RpcError {
-  const alternative = UNSUPPORTED[name];
-  if (alternative) return new RpcError(RPC_CODES.UNSUPPORTED_OPERATION, `${name} is not supported by this gateway: ${alternative}`);
-  return new RpcError(RPC_CODES.METHOD_NOT_FOUND, `method "${name}" not found: this gateway serves ${Object.keys(METHODS).join(', ')}`);
-}
-
-/** The thread a call is about, for the log line: a task id in the params or on the message. */
-function threadOf(params: unknown): string | undefined {
-  const p = params as { id?: string; message?: { taskId?: string } };
-  return p.id ?? p.message?.taskId;
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const payload = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), ...headers });
-  res.end(payload);
 }
 
 /**
- * Server-sent events, one JSON-RPC response per `data:` line; events after the client left are dropped.
- * A comment line every 15 s keeps proxies from closing a stream while agents think.
+ * The request line and headers before anything reads them: a bounded URL, and the A2A-Version header in
+ * the two forms the SDK matches (`1.0`, `0.3`), so `1.0.0` or `0.3.0` reach the same handlers.
  */
-class SseStream {
-  private closed = false;
-  private readonly keepAlive: NodeJS.Timeout;
-
-  constructor(private readonly res: ServerResponse) {
-    res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive', 'x-accel-buffering': 'no' });
-    res.flushHeaders();
-    this.keepAlive = setInterval(() => this.write(': keep-alive\n\n'), 15_000);
-    this.keepAlive.unref();
-    res.on('close', () => {
-      this.closed = true;
-      clearInterval(this.keepAlive);
-    });
+function requestShape(req: Request, res: Response, next: NextFunction): void {
+  if ((req.originalUrl ?? '').length > MAX_URL_LENGTH) {
+    res.status(414).json({ error: `the URL is over ${MAX_URL_LENGTH} characters` });
+    return;
   }
-
-  send(response: RpcResponse): void {
-    this.write(`data: ${JSON.stringify(response)}\n\n`);
+  // An empty path segment (`//`, `/rest//tasks`) names nothing here; the router would fold it into `/`.
+  if (req.path.includes('//')) {
+    res.status(404).json({ error: 'nothing at a path with an empty segment: POST JSON-RPC to /, REST under /rest' });
+    return;
   }
-
-  end(last?: RpcResponse): void {
-    if (last) this.send(last);
-    clearInterval(this.keepAlive);
-    if (!this.closed) this.res.end();
+  const version = req.headers['a2a-version'];
+  if (typeof version === 'string') {
+    const match = /^\s*(\d{1,3})\.(\d{1,3})(?:\.\d{1,6})?\s*$/.exec(version);
+    if (match) req.headers['a2a-version'] = `${Number(match[1])}.${Number(match[2])}`;
   }
-
-  private write(chunk: string): void {
-    if (!this.closed) this.res.write(chunk);
-  }
+  next();
 }
+
+/** The v1.0 card in its JSON form (oneofs such as security schemes the way A2A 1.0 writes them). */
+function v1Card(cardOf: () => Promise<AgentCard>, v1WithoutHeader: boolean) {
+  return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+    const version = req.headers['a2a-version'];
+    const wantsV1 = typeof version === 'string' ? /^1\./.test(version) : v1WithoutHeader;
+    if (req.method !== 'GET' || !wantsV1) return next();
+    res.set('cache-control', 'public, max-age=60').append('vary', 'A2A-Version').json(AgentCard.toJSON(await cardOf()));
+  };
+}
+
+/**
+ * Reads the body with a byte cap and parses it, so the SDK's own parser finds it read. A body over the
+ * cap is 413; bad JSON is a parse error and nesting over the cap an invalid request, each in the form of
+ * the endpoint (JSON-RPC error object, REST error body).
+ */
+function readBody(maxBytes: number) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const declared = Number(req.headers['content-length'] ?? 0);
+    const hasBody = declared > 0 || req.headers['transfer-encoding'] !== undefined;
+    if (!hasBody) return next();
+    // Only the A2A endpoints take bodies; anything else is a 404 whatever it sends.
+    if (req.path !== '/' && !isRest(req)) {
+      req.resume();
+      return next();
+    }
+    // The media type first (as A2A orders it): JSON-RPC takes application/json, REST also application/a2a+json.
+    const contentType = req.headers['content-type'];
+    if (contentType !== undefined) {
+      const media = contentType.split(';', 1)[0]!.trim().toLowerCase();
+      const rest = isRest(req);
+      if (media !== 'application/json' && !(rest && media === 'application/a2a+json')) {
+        req.resume();
+        const message = `Unsupported Content-Type "${contentType.slice(0, 100)}"; expected application/json${rest ? ' or application/a2a+json' : ''}`;
+        if (rest) return void res.status(415).json(toRestErrorBody(new ContentTypeNotSupportedError(message), 415));
+        return problem(req, res, 200, -32005, message);
+      }
+    }
+    if (declared > maxBytes) {
+      req.resume();
+      return tooLarge(req, res, maxBytes);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    req.on('data', (chunk: Buffer) => {
+      if (done) return;
+      size += chunk.length;
+      if (size > maxBytes) {
+        done = true;
+        // Answer at once; the rest is read and dropped (not buffered), and the connection then closes.
+        chunks.length = 0;
+        tooLarge(req, res, maxBytes);
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('error', () => {
+      done = true;
+    });
+    req.on('end', () => {
+      if (done) return;
+      done = true;
+      const text = Buffer.concat(chunks).toString('utf8');
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch (err) {
+        return problem(req, res, 400, -32700, `the body is not valid JSON (${(err as Error).message.slice(0, 200)}): send one JSON request object`);
+      }
+      if (exceedsDepth(body, MAX_BODY_DEPTH)) {
+        return problem(req, res, 400, -32600, `the body nests deeper than ${MAX_BODY_DEPTH} levels`);
+      }
+      req.body = body;
+      next();
+    });
+  };
+}
+
+function isRest(req: Request): boolean {
+  return req.path === REST_PATH || req.path.startsWith(`${REST_PATH}/`);
+}
+
+function tooLarge(req: Request, res: Response, limit: number): void {
+  const message = `the request body is over ${limit} bytes: send a smaller message (large files by URI, not inline bytes)`;
+  problem(req, res, 413, ERROR_CODES.PAYLOAD_TOO_LARGE.jsonRpc, message, { connection: 'close' }, { code: 'PAYLOAD_TOO_LARGE', hint: ERROR_CODES.PAYLOAD_TOO_LARGE.hint, limit });
+}
+
+/**
+ * An error before the SDK is involved, in the endpoint's own form: a JSON-RPC error object on the
+ * JSON-RPC endpoint (HTTP 200 for a parse error, as JSON-RPC over HTTP does, else the status), a REST
+ * error body elsewhere.
+ */
+function problem(req: Request, res: Response, status: number, rpcCode: number, message: string, headers: Record<string, string> = {}, data?: Record<string, unknown>): void {
+  if (res.headersSent) return void res.end();
+  res.set(headers);
+  if (isRest(req)) {
+    const body = toRestErrorBody(new RequestMalformedError(message), status) as unknown as Record<string, unknown>;
+    res.status(status).json(body);
+    return;
+  }
+  const httpStatus = rpcCode === -32700 ? 200 : status;
+  res.status(httpStatus).json({ jsonrpc: '2.0', id: null, error: { code: rpcCode, message, ...(data ? { data } : {}) } });
+}
+

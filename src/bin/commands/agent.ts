@@ -1,20 +1,38 @@
-/** `troupe agent <module | agent.yaml>`: run agent modules, or an agent declared in YAML, and join the mesh. */
+/**
+ * `troupe agent <module | agent.yaml>` or `troupe agent --a2a <card-url>`: run agent modules, an agent
+ * declared in YAML, or a remote A2A agent, and join the mesh.
+ */
 import type { Command } from 'commander';
 import { AgentHost } from '../../actors/agent-host.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
+import type { AgentDefinition } from '../../sdk/agent.js';
+import { remoteAgent } from '../../sdk/remote-agent.js';
 import { loadModule } from '../../sdk/team.js';
-import { connect, globals, onShutdown } from '../cli.js';
+import { connect, globals, onShutdown, UsageError } from '../cli.js';
 import { color } from '../output.js';
 
-export async function agent(modulePath: string, opts: { replicas: number; heartbeat: number }, cmd: Command): Promise<void> {
+export interface AgentCommandOptions {
+  replicas: number;
+  heartbeat: number;
+  a2a?: string;
+  token?: string;
+  id?: string;
+  timeout?: number;
+}
+
+export async function agent(modulePath: string | undefined, opts: AgentCommandOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
-  // Loaded (and, for an agent.yaml, validated with its tools and model keys) before connecting.
-  const { agents } = await loadModule(modulePath);
+  if (Boolean(modulePath) === Boolean(opts.a2a)) throw new UsageError('name an agent module or agent.yaml, or a remote A2A agent with --a2a <card-url> (one of the two)');
+  if (!opts.a2a && (opts.token || opts.id || opts.timeout)) throw new UsageError('--token, --id and --timeout go with --a2a');
+  // Loaded (an agent.yaml validated with its tools and model keys, a remote card fetched) before connecting.
+  const agents: AgentDefinition[] = opts.a2a
+    ? [await remoteAgent({ card: opts.a2a, ...(opts.token ? { token: opts.token } : {}), ...(opts.id ? { id: opts.id } : {}), ...(opts.timeout ? { timeoutMs: opts.timeout } : {}) })]
+    : (await loadModule(modulePath!)).agents;
   // A YAML agent tracks its running model loops for `ps`: each replica gets its own instance.
-  const perReplica = /\.ya?ml$/i.test(modulePath);
+  const perReplica = modulePath !== undefined && /\.ya?ml$/i.test(modulePath);
   const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
   const hosts: AgentHost[] = [];
   for (const def of agents) {
@@ -23,7 +41,8 @@ export async function agent(modulePath: string, opts: { replicas: number; heartb
       hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3 }).start());
     }
   }
-  process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}\n`);
+  const what = opts.a2a ? ' (remote A2A agent)' : '';
+  process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}${what}\n`);
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await transport.drain();

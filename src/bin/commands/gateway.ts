@@ -1,19 +1,48 @@
-/** `troupe gateway`: serve the mesh to A2A clients over HTTP. */
+/** `troupe gateway`: serve the mesh to A2A clients over HTTP(S), with operator diagnostics. */
+import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { startEmbedded } from '../../actors/embedded.js';
-import { loadTokens, skillsOfAgents, startGateway } from '../../gateway/index.js';
+import { loadTokens, skillsOfAgents, startGateway, type Caller, type GatewayOptions } from '../../gateway/index.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { TroupeClient } from '../../sdk/client.js';
-import { connect, globals, onShutdown, principalOf } from '../cli.js';
+import { defineTeam, loadModule, type TeamDefinition } from '../../sdk/team.js';
+import { connect, globals, onShutdown, principalOf, UsageError } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, printJson } from '../output.js';
 
-export async function gateway(opts: { port: number; host: string; tokens?: string; publicUrl?: string }, cmd: Command): Promise<void> {
+export interface GatewayCommandOptions {
+  port: number;
+  host: string;
+  tokens?: string;
+  publicUrl?: string;
+  maxBody?: number;
+  turnTimeout?: number;
+  rateLimit?: number;
+  rateBurst?: number;
+  tlsCert?: string;
+  tlsKey?: string;
+  operatorToken?: string;
+  operatorTokenFile?: string;
+  operatorCreds?: string;
+  diagnosticsPort?: number;
+  cardVersion?: '0.3' | '1.0';
+  team?: string;
+}
+
+export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
-  const tokens = opts.tokens ? loadTokens(opts.tokens) : undefined;
+  const tokens = opts.tokens ? readOrUsage(() => loadTokens(opts.tokens!)) : undefined;
+  if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey)) throw new UsageError('HTTPS needs both --tls-cert and --tls-key');
+  const tls = opts.tlsCert && opts.tlsKey ? readOrUsage(() => ({ cert: readFileSync(opts.tlsCert!), key: readFileSync(opts.tlsKey!) })) : undefined;
+  const operatorToken = opts.operatorTokenFile ? readOrUsage(() => readFileSync(opts.operatorTokenFile!, 'utf8').trim()) : opts.operatorToken;
+  if (opts.diagnosticsPort !== undefined && !operatorToken) throw new UsageError('--diagnostics-port needs an operator token: --operator-token-file <file> or TROUPE_OPERATOR_TOKEN');
+  if (opts.rateBurst !== undefined && opts.rateLimit === undefined) throw new UsageError('--rate-burst needs --rate-limit');
+
+  if (opts.team && g.nats) throw new UsageError('--team runs an embedded mesh: with --nats the agents run on their own (troupe up --team, troupe agent)');
+  const team = opts.team ? await loadTeam(opts.team) : demoTeam;
   const clients: Record<string, TroupeClient> = {};
   const stops: Array<() => Promise<void>> = [];
   // The gateway first, so no request reaches a mesh that is going away.
@@ -21,40 +50,78 @@ export async function gateway(opts: { port: number; host: string; tokens?: strin
     for (const stop of stops) await stop();
   };
   try {
+    let operatorClient: TroupeClient | undefined;
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
       const transport = await connect(g, 'troupe-gateway', true);
       clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
       stops.push(() => transport.drain());
+      if (operatorToken) {
+        if (!opts.operatorCreds) throw new UsageError('diagnostics on a NATS mesh need operator credentials: --operator-creds <file> (troupe creds add-operator)');
+        const operatorGlobals = { ...g, creds: opts.operatorCreds, user: undefined, password: undefined };
+        const operatorTransport = await connect(operatorGlobals, 'troupe-gateway-diagnostics', true);
+        operatorClient = new TroupeClient(operatorTransport, { tenant: g.tenant, principal: await principalOf(operatorGlobals) });
+        stops.push(() => operatorTransport.drain());
+      }
     } else {
-      // Embedded: one demo mesh per tenant the tokens name, so tenancy can be tried without NATS.
-      for (const tenant of new Set([g.tenant, ...Object.values(tokens ?? {})])) {
-        const mesh = await startEmbedded(demoTeam, logger, tenant);
+      // Embedded: one mesh per tenant the tokens name, so tenancy can be tried without NATS.
+      for (const tenant of new Set([g.tenant, ...Object.values(tokens ?? {}).map((c: Caller) => c.tenant)])) {
+        const mesh = await startEmbedded(team, logger, tenant);
         clients[tenant] = mesh.client;
         stops.push(mesh.stop);
       }
+      // In-process there is no broker to ask for rights: the mesh's own client can read the ctl subjects.
+      operatorClient = clients[g.tenant];
     }
-    const server = await startGateway({
+    const options: GatewayOptions = {
       clients,
       defaultTenant: g.tenant,
       port: opts.port,
       host: opts.host,
       logger,
       ...(tokens ? { tokens } : {}),
+      ...(opts.maxBody ? { maxBodyBytes: opts.maxBody } : {}),
+      ...(opts.turnTimeout ? { turnTimeoutMs: opts.turnTimeout } : {}),
+      ...(opts.rateLimit !== undefined ? { rateLimit: { perSecond: opts.rateLimit, burst: opts.rateBurst ?? Math.max(1, Math.ceil(opts.rateLimit)) } } : {}),
+      ...(tls ? { tls } : {}),
+      ...(opts.cardVersion ? { cardVersionWithoutHeader: opts.cardVersion } : {}),
+      ...(operatorToken && operatorClient
+        ? { diagnostics: { token: operatorToken, client: operatorClient, ...(opts.diagnosticsPort !== undefined ? { port: opts.diagnosticsPort } : {}) } }
+        : {}),
       card: {
         ...(opts.publicUrl ? { url: opts.publicUrl } : {}),
-        ...(g.nats ? {} : { name: 'Troupe demo', skills: skillsOfAgents(demoTeam.agents.map((a) => a.card)) }),
+        ...(g.nats ? {} : { name: team === demoTeam ? 'Troupe demo' : `Troupe ${team.name}`, skills: skillsOfAgents(team.agents.map((a) => a.card)) }),
       },
+    };
+    const server = await startGateway(options).catch((err: unknown) => {
+      // A configuration the gateway refuses (a token for a tenant it cannot serve) is bad usage.
+      throw err instanceof Error && err.message.startsWith('gateway:') ? new UsageError(err.message) : err;
     });
     stops.unshift(() => server.close());
-    if (g.json) printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients) });
+    if (g.json) printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients), diagnostics: server.diagnosticsUrl });
     process.stderr.write(
       `${color.green('troupe')} gateway listening on ${server.url} (${g.nats ?? 'embedded demo mesh'}; ${tokens ? 'bearer tokens' : `no auth, tenant ${g.tenant}`})\n` +
-        `${color.dim(`agent card: ${server.url}/.well-known/agent-card.json`)}\n`,
+        `${color.dim(`agent card: ${server.url}/.well-known/agent-card.json`)}\n` +
+        (server.diagnosticsUrl ? `${color.dim(`diagnostics: ${server.diagnosticsUrl} (operator token)`)}\n` : ''),
     );
   } catch (err) {
     await stopAll().catch(() => undefined);
     throw err;
   }
   onShutdown(stopAll);
+}
+
+/** A team module for the embedded mesh (a module exporting one agent runs as a team of one). */
+async function loadTeam(path: string): Promise<TeamDefinition> {
+  const loaded = await loadModule(path);
+  return loaded.team ?? defineTeam({ name: path, agents: loaded.agents });
+}
+
+/** A file the user named that cannot be read or is invalid: bad usage (exit 2), saying which and why. */
+function readOrUsage<T>(read: () => T): T {
+  try {
+    return read();
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
 }

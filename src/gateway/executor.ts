@@ -1,0 +1,155 @@
+/**
+ * The SDK's AgentExecutor for the whole mesh: one `execute` is one turn of a thread, run through the
+ * caller's TroupeClient. It publishes the Task first (so a streaming client learns the task id at once),
+ * then `working`, then every event of the turn as it comes from the thread's output (route steps as
+ * status updates, streamed chunks as artifact updates that accumulate into the Task's artifacts) and
+ * last the turn's final status, which carries `agents_used`, `execution_time_ms` and `task_state`.
+ */
+import { AgentEvent, type AgentExecutor, type ExecutionEventBus, type RequestContext } from '@a2a-js/sdk/server';
+import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as SdkTaskStatus } from '@a2a-js/sdk';
+import type { Logger } from '../observability/logger.js';
+import { META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
+import { STATE, callerOf, type GatewayCaller } from './caller.js';
+import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
+import type { MeshTaskStore } from './task-store.js';
+
+/** Metadata keys every final answer carries (the names the `ranch` runtime uses). */
+export const RESULT_META = {
+  agentsUsed: 'agents_used',
+  executionTimeMs: 'execution_time_ms',
+  taskState: 'task_state',
+} as const;
+
+/** Refusals of the message itself: the task did not run, so the turn ends `rejected`, not `failed`. */
+const REFUSALS = new Set(['INVALID_MESSAGE', 'PAYLOAD_TOO_LARGE', 'THREAD_CLOSED', 'THREAD_NOT_FOUND', 'TENANT_FORBIDDEN']);
+
+export interface MeshExecutorOptions {
+  store: MeshTaskStore;
+  log: Logger;
+  /** How long a turn may take before the gateway stops waiting for it. */
+  turnTimeoutMs: number;
+  /** Wall clock for execution_time_ms (the gateway is an I/O edge; tests may pin it). */
+  now?: () => number;
+}
+
+export class MeshExecutor implements AgentExecutor {
+  /** Who runs what: `cancelTask` gets only the bus, and must cancel as the caller who started the turn. */
+  private readonly running = new WeakMap<ExecutionEventBus, { caller: GatewayCaller; taskId: string }>();
+  private readonly now: () => number;
+
+  constructor(private readonly opts: MeshExecutorOptions) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  execute = async (rc: RequestContext, bus: ExecutionEventBus): Promise<void> => {
+    const caller = callerOf(rc.context);
+    const started = this.now();
+    const taskId = rc.taskId;
+    const contextId = rc.contextId;
+    const taskState = (rc.context.state.get(STATE.taskState) as 'fresh' | 'resumed' | undefined) ?? (rc.task ? 'resumed' : 'fresh');
+    const userMessage: Message = { ...fromSdkMessage(rc.userMessage), taskId, contextId };
+    const log = this.opts.log.child({ tenant: caller.tenant, thread: taskId });
+    this.running.set(bus, { caller, taskId });
+
+    const task: SdkTask = rc.task
+      ? { ...rc.task, status: rc.task.status ?? status(SdkTaskState.TASK_STATE_SUBMITTED) }
+      : { id: taskId, contextId, status: status(SdkTaskState.TASK_STATE_SUBMITTED), history: [rc.userMessage], artifacts: [], metadata: {} };
+    this.opts.store.beginTurn(rc.context, task);
+    let turnOpen = true;
+    const endTurn = () => {
+      if (turnOpen) this.opts.store.endTurn(rc.context, taskId);
+      turnOpen = false;
+    };
+    try {
+      bus.publish(AgentEvent.task(task));
+      bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: status(SdkTaskState.TASK_STATE_WORKING), metadata: undefined }));
+      const result = await caller.client.send(userMessage, {
+        threadId: taskId,
+        ...caller.as,
+        timeoutMs: this.opts.turnTimeoutMs,
+        onEvent: (event) => this.relay(event, bus, taskId, contextId),
+      });
+      const meta = {
+        [RESULT_META.agentsUsed]: agentsUsed(result.final, result.route),
+        [RESULT_META.executionTimeMs]: Math.max(0, this.now() - started),
+        [RESULT_META.taskState]: TERMINAL_TASK_STATES.includes(result.final.status.state) ? result.final.status.state : taskState,
+      };
+      endTurn();
+      bus.publish(AgentEvent.statusUpdate(finalUpdate(result.final, meta)));
+    } catch (err) {
+      const error = TroupeError.from(err, 'WORKFLOW_ERROR');
+      log.warn({ code: error.code }, `turn ended with an error: ${error.message}`);
+      endTurn();
+      const state = REFUSALS.has(error.code) ? SdkTaskState.TASK_STATE_REJECTED : SdkTaskState.TASK_STATE_FAILED;
+      const meta = {
+        [META.error]: error.toBody(),
+        [RESULT_META.agentsUsed]: [],
+        [RESULT_META.executionTimeMs]: Math.max(0, this.now() - started),
+        [RESULT_META.taskState]: state === SdkTaskState.TASK_STATE_REJECTED ? 'rejected' : 'failed',
+      };
+      const message = toSdkMessage({
+        kind: 'message',
+        role: 'agent',
+        messageId: `${userMessage.messageId}:${state === SdkTaskState.TASK_STATE_REJECTED ? 'rejected' : 'failed'}`.slice(0, 256),
+        taskId,
+        contextId,
+        parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+        metadata: { [META.agent]: 'troupe', [META.inReplyTo]: userMessage.messageId, ...meta },
+      });
+      bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: { state, message, timestamp: new Date(this.now()).toISOString() }, metadata: meta }));
+    } finally {
+      endTurn();
+      this.running.delete(bus);
+    }
+  };
+
+  /** Cancels the thread of the turn running on `bus`, as the caller who started it. */
+  cancelTask = async (taskId: string, bus: ExecutionEventBus): Promise<void> => {
+    const run = this.running.get(bus);
+    if (!run || run.taskId !== taskId) return;
+    await run.caller.client.cancel(taskId, 'canceled by an A2A client', run.caller.as);
+  };
+
+  private relay(event: ThreadEvent, bus: ExecutionEventBus, taskId: string, contextId: string): void {
+    if (event.kind === 'artifact-update') {
+      bus.publish(
+        AgentEvent.artifactUpdate({
+          taskId,
+          contextId,
+          artifact: toSdkArtifact(event.artifact),
+          append: event.append ?? true,
+          lastChunk: event.lastChunk ?? false,
+          metadata: event.metadata,
+        }),
+      );
+      return;
+    }
+    // The final status is published by `execute` once the turn is over (with the result metadata).
+    if (event.final) return;
+    bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: toSdkStatus({ ...event.status, state: 'working' }), metadata: event.metadata }));
+  }
+}
+
+function status(state: SdkTaskState): SdkTaskStatus {
+  return { state, message: undefined, timestamp: new Date().toISOString() };
+}
+
+/** The agents that answered in the turn: a fan-out's own list, else every agent the route reached. */
+function agentsUsed(final: TaskStatusUpdateEvent, route: RouteStep[]): string[] {
+  const fromFanOut = final.status.message?.metadata?.[RESULT_META.agentsUsed];
+  if (Array.isArray(fromFanOut) && fromFanOut.every((a) => typeof a === 'string')) return fromFanOut as string[];
+  const agents = new Set(route.map((step) => step.to).filter((to) => to !== 'user'));
+  const writer = final.status.message?.metadata?.[META.agent];
+  if (typeof writer === 'string' && writer !== 'troupe') agents.add(writer);
+  return [...agents];
+}
+
+function finalUpdate(final: TaskStatusUpdateEvent, meta: Record<string, unknown>) {
+  const message = final.status.message ? { ...final.status.message, metadata: { ...final.status.message.metadata, ...meta } } : undefined;
+  return {
+    taskId: final.taskId,
+    contextId: final.contextId,
+    status: toSdkStatus({ ...final.status, ...(message ? { message } : {}) }),
+    metadata: { ...final.metadata, ...meta },
+  };
+}
