@@ -36,7 +36,7 @@ import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
 import type { LiveThread, RecentEvent, ThreadActor } from './live.js';
-import { fullSnapshot, ownerOfRecord } from './record.js';
+import { appendArtifact, fullSnapshot, ownerOfRecord } from './record.js';
 import { actorsOf, inspectThread } from './views.js';
 
 export interface ThreadHostOptions {
@@ -110,7 +110,11 @@ export class ThreadHost {
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       relayChunk: (threadId, event) => {
         const live = this.threads.get(threadId);
-        if (live) this.publishToOwner(live, event);
+        if (!live) return;
+        this.publishToOwner(live, event);
+        // Kept with the Task; the turn's next write (its answer) commits it.
+        live.artifacts = appendArtifact(live.artifacts, event);
+        live.changed = true;
       },
       onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
     });
@@ -312,6 +316,7 @@ export class ThreadHost {
       outbox: [],
       written: stored?.record.outbox?.length ?? 0,
       historyTrimmed: 0,
+      artifacts: stored?.record.task.artifacts ?? [],
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
     };

@@ -2,7 +2,7 @@
 import type { Actor } from 'xstate';
 import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TroupeError } from '../../protocol/errors.js';
-import type { TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 
 export type ThreadActor = Actor<typeof threadMachine>;
 
@@ -40,6 +40,11 @@ export interface LiveThread {
   written: number;
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
+  /**
+   * What agents streamed, accumulated by artifact id (chunks with `append` extend their artifact), kept
+   * with the Task and committed with the turn's next write. Bounded: see `appendArtifact`.
+   */
+  artifacts: Artifact[];
   /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
   inboundSeq?: number;
 }

@@ -5,7 +5,7 @@
  */
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
-import type { Task, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 
@@ -24,7 +24,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     contextId: ctx.contextId,
     status: { state, ...(statusMessage ? { message: statusMessage } : {}), timestamp: at },
     history,
-    artifacts: [],
+    artifacts: live.artifacts,
     metadata: {
       [META.owner]: ctx.owner,
       [META.routes]: ctx.routeLog,
@@ -44,6 +44,43 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
     ...(opts.outbox.length ? { outbox: opts.outbox } : {}),
   };
+}
+
+/** Most artifacts a thread keeps (the oldest go first), and the most text one artifact holds. */
+export const ARTIFACT_LIMITS = { count: 20, textChars: 64 * 1024 } as const;
+
+/**
+ * Adds a streamed chunk to the thread's artifacts: appended to its artifact when `append` is set, else
+ * replacing it. Text beyond the per-artifact cap is cut (marked in the artifact's metadata); past the
+ * count cap the oldest artifact goes.
+ */
+export function appendArtifact(artifacts: Artifact[], chunk: TaskArtifactUpdateEvent): Artifact[] {
+  const incoming = chunk.artifact;
+  const existing = artifacts.find((a) => a.artifactId === incoming.artifactId);
+  let next: Artifact;
+  if (existing && chunk.append) {
+    const parts = [...existing.parts];
+    for (const part of incoming.parts) {
+      const last = parts.at(-1);
+      if (part.kind === 'text' && last?.kind === 'text') parts[parts.length - 1] = { ...last, text: last.text + part.text };
+      else parts.push(part);
+    }
+    next = { ...existing, parts };
+  } else {
+    next = { ...incoming };
+  }
+  let cut = false;
+  next = {
+    ...next,
+    parts: next.parts.map((p) => {
+      if (p.kind !== 'text' || p.text.length <= ARTIFACT_LIMITS.textChars) return p;
+      cut = true;
+      return { ...p, text: p.text.slice(0, ARTIFACT_LIMITS.textChars) };
+    }),
+  };
+  if (cut) next = { ...next, metadata: { ...next.metadata, 'troupe/truncated': true } };
+  const rest = artifacts.filter((a) => a.artifactId !== incoming.artifactId);
+  return [...rest, next].slice(-ARTIFACT_LIMITS.count);
 }
 
 /** The owner recorded with a stored thread (threads written before owners existed belong to `local`). */
