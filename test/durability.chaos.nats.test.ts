@@ -234,16 +234,20 @@ describe('two live nodes racing for one thread', () => {
     const threadId = 'raced';
     const msg = (id: string) => ({ ...userMessage(id, { messageId: id }) });
 
-    await a.threads.deliver(threadId, msg('m1'), 'local'); // a creates the thread and holds it live
+    // As the durable ingress hands messages over: each resolves once answered and committed.
+    const answered = { until: 'answered' as const };
+    // (The answers go out through the returned `publish`, which the ingress calls after the ack; this
+    // test reads the store.)
+    await a.threads.deliver(threadId, msg('m1'), 'local', answered); // a creates the thread and holds it live
     await waitUntil(async () => ((await storeA.get('race', threadId))?.record.task.history?.length ?? 0) >= 2 || undefined, 'm1 answered');
-    await b.threads.deliver(threadId, msg('m2'), 'local'); // b loads it and writes over a's revision
+    await b.threads.deliver(threadId, msg('m2'), 'local', answered); // b loads it and writes over a's revision
     await waitUntil(async () => ((await storeB.get('race', threadId))?.record.task.history?.length ?? 0) >= 4 || undefined, 'm2 answered');
     // a's live actor is stale now: its write loses the compare-and-set, and the stored state wins.
-    const lost = await a.threads.deliver(threadId, msg('m3'), 'local').then(() => 'accepted', (e: { code?: string }) => e.code);
+    const lost = await a.threads.deliver(threadId, msg('m3'), 'local', answered).then(() => 'accepted', (e: { code?: string }) => e.code);
     expect(lost).toBe('STORE_CONFLICT');
     expect(a.threads.isLive(threadId)).toBe(false);
     // Delivered again (as the ingress redelivers a message that failed), a reloads the stored state and goes on.
-    await a.threads.deliver(threadId, msg('m3'), 'local');
+    await a.threads.deliver(threadId, msg('m3'), 'local', answered);
     const stored = await waitUntil(async () => {
       const r = await storeA.get('race', threadId);
       return (r?.record.task.history?.length ?? 0) >= 6 ? r : undefined;

@@ -4,12 +4,15 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { MemoryTransport } from '../src/transport/memory.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { ThreadEventSchema, decode } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { MessageHandler, SubscribeOptions, Transport } from '../src/transport/types.js';
-import { TroupeClient } from '../src/sdk/client.js';
+import { TroupeClient, userMessage } from '../src/sdk/client.js';
+import { waitFor } from './helpers/wait.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 
@@ -82,31 +85,34 @@ describe('embedded mesh with the demo team', () => {
     expect(seen).toEqual(['input-required']);
   });
 
-  it("an answer committed by a node that died before publishing it is published when the thread is reloaded", async () => {
-    const threadId = 'outbox-1';
-    await mesh.client.send('first', { threadId });
-    expect(await mesh.node.threads.passivateThread(threadId)).toBe(true);
-    const store = mesh.node.threads.store;
-    const stored = (await store.get('demo', threadId))!;
-    expect(stored.record.outbox).toBeUndefined(); // a clean passivation leaves no outbox
-    const lost = { kind: 'status-update', taskId: threadId, contextId: threadId, status: { state: 'input-required' }, final: true, metadata: { marker: 'unpublished' } };
-    await store.update({ ...stored.record, outbox: [lost] }, stored.revision);
-    const republished: unknown[] = [];
+  it('a redelivered message is answered again after a reload (the old owner may have died before publishing), but not by the actor that published it', async () => {
+    const threadId = 'redelivery-1';
+    const host = mesh.node.threads;
+    const message = userMessage('first', { messageId: 'redelivered-m1' });
+    const answers: string[] = [];
     mesh.client.transport.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
       const e = decode(ThreadEventSchema, m.data, 'event');
-      if (e.metadata?.marker) republished.push(e);
+      if (e.kind === 'status-update' && e.final) answers.push(String(e.status.message?.metadata?.['troupe/inReplyTo']));
     });
     await mesh.client.transport.flush();
-    await mesh.node.threads.rehydrate(threadId);
-    await new Promise((r) => setTimeout(r, 20));
-    expect(republished).toHaveLength(1);
-    // The next write replaces the outbox (it then holds that turn's answer until the write after), so a
-    // lost answer is published once per crash, not on every reload; a clean passivation empties it.
-    await mesh.client.send('second', { threadId });
-    const outbox = ((await store.get('demo', threadId))?.record.outbox ?? []) as Array<{ metadata?: Record<string, unknown> }>;
-    expect(outbox.some((e) => e.metadata?.marker)).toBe(false);
-    await mesh.node.threads.passivateThread(threadId);
-    expect((await store.get('demo', threadId))?.record.outbox).toBeUndefined();
+    // As the durable ingress hands it over: stream sequence 7, resolved once answered and committed; the
+    // answer goes out when the ingress calls `publish` (after the server confirmed the ack).
+    const first = await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' });
+    expect(answers).toEqual([]);
+    first.publish?.();
+    await waitFor(() => answers.length === 1, 'the answer');
+    // The ack was lost (a reconnect): the same actor gets it again and publishes nothing.
+    expect(await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
+    // A reload in this process still knows it published it.
+    await host.rehydrate(threadId);
+    expect(await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
+    // Another process on the same store (the next owner after a crash) cannot know whether the answer
+    // went out before the ack, so it publishes it.
+    await host.passivateThread(threadId);
+    const other = new TroupeNode({ transport: new MemoryTransport({ bus: (mesh.client.transport as MemoryTransport).bus }), store: host.store, nodeId: 'other-node' });
+    expect(await other.threads.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
+    await waitFor(() => answers.length === 2, 'the answer again');
+    expect(answers).toEqual(['redelivered-m1', 'redelivered-m1']);
   });
 
   it('an answer whose publish the client missed (e.g. while reconnecting) is found in the stored thread', async () => {
@@ -134,11 +140,17 @@ describe('embedded mesh with the demo team', () => {
     expect(ok.final.status.state).toBe('input-required');
   });
 
-  it('a duplicate message id is acknowledged once and not processed twice', async () => {
+  it('a duplicate message id in the same thread gets the original answer at once and is not processed twice; in another thread it is a new message', async () => {
     const first = await mesh.client.send('once', { messageId: 'dup-1' });
-    const again = mesh.client.send('once', { messageId: 'dup-1', threadId: first.threadId, timeoutMs: 500 });
-    await expect(again).rejects.toMatchObject({ code: 'AGENT_TIMEOUT' });
+    const again = await mesh.client.send('once', { messageId: 'dup-1', threadId: first.threadId, timeoutMs: 5_000 });
+    expect(again.duplicate).toBe(true);
+    expect(again.text).toBe(first.text);
     const stored = await mesh.node.threads.store.get('demo', first.threadId);
     expect(stored?.record.task.history?.filter((m) => m.messageId === 'dup-1')).toHaveLength(1);
+    // The same messageId in another thread is another message: processed normally.
+    const elsewhere = await mesh.client.send('once', { messageId: 'dup-1', timeoutMs: 5_000 });
+    expect(elsewhere.threadId).not.toBe(first.threadId);
+    expect(elsewhere.duplicate).toBeUndefined();
+    expect(elsewhere.text).toBe(first.text);
   });
 });

@@ -176,7 +176,7 @@ describe('fuzz: every NATS ingress of a node', () => {
       const verb = r() < 0.04 ? pick(r, ['threads', 'dlq']) : pick(r, ['ps', 'inspect', 'thread', 'rehydrate', 'cancel', 'memory']);
       const body = ctlBody(r);
       // Scatter-gather (inspect): only a node holding the actor answers, so a short window, as the CLI uses.
-      const m = await operatorNc.request(`${T}.ctl.${verb}`, enc.encode(body), { timeout: verb === 'inspect' ? 1_000 : 10_000 }).catch(() => undefined);
+      const m = await operatorNc.request(`${T}.ctl.${verb}`, enc.encode(body), { timeout: verb === 'inspect' ? 1_000 : 60_000 }).catch(() => undefined);
       if (!m) {
         // A well-formed inspect of an actor no node holds gets no answer, by design.
         if (verb === 'inspect') counts.ctlInspectUnheld++;

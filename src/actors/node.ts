@@ -227,11 +227,11 @@ export class TroupeNode {
   }
 
   /**
-   * A message from the durable stream: resolves once the thread state that includes it is committed
-   * (then the ingress acks it). A message that can never be accepted is refused on the sender's `out`
+   * A message from the durable stream: resolves once its turn is answered and the thread state that
+   * includes the answer is committed (then the ingress acks it: one write per turn). A message that can never be accepted is refused on the sender's `out`
    * subject and thrown as a client error, so it is not redelivered.
    */
-  private async onDurableIn(msg: IngressMessage): Promise<void> {
+  private async onDurableIn(msg: IngressMessage): Promise<(() => void) | undefined> {
     const { threadId, principal } = msg;
     let messageId = bareMessageId(threadId, msg.messageId);
     try {
@@ -239,7 +239,10 @@ export class TroupeNode {
       if (owner instanceof TroupeError) throw owner;
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
       messageId = message.messageId;
-      await this.threads.deliver(threadId, message, owner, { seq: msg.seq });
+      // Acked once the turn is answered and committed (a crash mid-turn replays the message elsewhere);
+      // the answer is published once the ack is confirmed (a crash in between never sends it twice).
+      const { publish } = await this.threads.deliver(threadId, message, owner, { seq: msg.seq, until: 'answered' });
+      return publish;
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
       if (CLIENT_ERROR_CODES.has(error.code) || error.code === 'THREAD_NOT_FOUND') {

@@ -41,3 +41,23 @@ export interface RouteStep {
   at: number;
   confidence?: number;
 }
+
+/**
+ * The answer a history holds for user message `messageId`: the last agent message after it and before
+ * the next user message (every hop's reply is kept; the turn's answer is the last), marked with
+ * `troupe/inReplyTo` as the final event carried it. Undefined while it is unanswered: when it is the
+ * last user message of a thread that is still `working`, its replies so far are not the answer yet.
+ */
+export function answerIn<M extends { role: string; messageId: string; metadata?: Record<string, unknown> }>(
+  history: readonly M[],
+  messageId: string,
+  working: boolean,
+): M | undefined {
+  const at = history.findIndex((m) => m.role === 'user' && m.messageId === messageId);
+  if (at < 0) return undefined;
+  let answer: M | undefined;
+  let i = at + 1;
+  for (; i < history.length && history[i]!.role !== 'user'; i++) answer = history[i];
+  if (working && i >= history.length) return undefined;
+  return answer ? { ...answer, metadata: { ...answer.metadata, [META.inReplyTo]: messageId } } : undefined;
+}

@@ -16,6 +16,7 @@ import {
   InspectReplySchema,
   META,
   OkReplySchema,
+  answerIn,
   PsReplySchema,
   TaskReplySchema,
   ThreadAckSchema,
@@ -241,7 +242,7 @@ export class TroupeClient {
   private async storedAnswer(threadId: string, messageId: string, user: string | undefined): Promise<TaskStatusUpdateEvent | undefined> {
     try {
       const task = await this.task(threadId, user !== undefined ? { user } : {});
-      const answer = [...(task.history ?? [])].reverse().find((m) => m.role === 'agent' && m.metadata?.[META.inReplyTo] === messageId);
+      const answer = answerIn(task.history ?? [], messageId, task.status.state === 'working');
       if (!answer) return undefined;
       const error = answer.metadata?.[META.error];
       return {

@@ -2,7 +2,8 @@
  * Keys and value encoding shared by every ThreadStore, so the memory store rejects and accepts exactly
  * what the KV store does.
  */
-import { DEFAULT_MAX_PAYLOAD, TroupeError, describeZodError } from '../protocol/index.js';
+import { z } from 'zod';
+import { DEFAULT_MAX_PAYLOAD, TaskStateSchema, TroupeError, describeZodError } from '../protocol/index.js';
 import { ThreadRecordSchema, type ThreadListEntry, type ThreadListFilter, type ThreadRecord } from './types.js';
 
 /**
@@ -103,6 +104,18 @@ export function storeClosed(): TroupeError {
 }
 
 /**
+ * What a listing reads of a record: its envelope and its task's state. A listing of thousands must not
+ * validate every message of every history; `get` validates the whole record when one is opened.
+ */
+const ListEnvelopeSchema = z.object({
+  version: ThreadRecordSchema.shape.version,
+  tenant: z.string(),
+  threadId: z.string(),
+  task: z.object({ id: z.string(), contextId: z.string(), status: z.object({ state: TaskStateSchema }) }),
+  updatedAt: z.string(),
+});
+
+/**
  * One `list` entry. A corrupt record is reported, not skipped and not thrown: skipping would hide it from
  * the operator, throwing would let one bad key stop a listing of thousands.
  */
@@ -113,13 +126,24 @@ export function listEntry(
   revision: number,
   writtenAt: Date,
 ): ThreadListEntry {
+  const key = `${tenant}.${threadId}`;
+  const corrupt = (problem: string): ThreadListEntry => ({
+    threadId,
+    state: 'unknown',
+    updatedAt: writtenAt.toISOString(),
+    revision,
+    corrupt: `thread record "${key}" (revision ${revision}) ${problem}`,
+  });
+  let json: unknown;
   try {
-    const record = decodeRecord(data, tenant, threadId, revision);
-    return { threadId, state: record.task.status.state, updatedAt: record.updatedAt, revision };
+    json = JSON.parse(decoder.decode(data));
   } catch (err) {
-    if (!(err instanceof TroupeError) || err.code !== 'STORE_CORRUPT') throw err;
-    return { threadId, state: 'unknown', updatedAt: writtenAt.toISOString(), revision, corrupt: err.message };
+    return corrupt(`is not valid JSON: ${(err as Error).message}`);
   }
+  const parsed = ListEnvelopeSchema.safeParse(json);
+  if (!parsed.success) return corrupt(`does not match the thread record schema: ${describeZodError(parsed.error)}`);
+  if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) return corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
+  return { threadId, state: parsed.data.task.status.state, updatedAt: parsed.data.updatedAt, revision };
 }
 
 export function matchesFilter(entry: ThreadListEntry, filter: ThreadListFilter | undefined): boolean {

@@ -1,22 +1,19 @@
 /**
  * Commits thread state to the store: compare-and-set on the revision this node last wrote, changes of
- * one step coalesced into one write, final answers published only after the write that includes them
- * (an outbox in the record covers a crash in between).
+ * one step coalesced into one write, final answers handed on (published, or to the delivery that waits
+ * for them) only after the write that includes them.
+ * The host asks for a write when the thread comes to rest (a turn ended: one write per turn) and when a
+ * final answer is waiting; a turn in progress is not written — its input is still unacknowledged in the
+ * inbound stream, so a crash mid-turn replays it on the next owner instead of resuming a half-turn.
  *
  * What a failed write means decides what happens next:
  * - STORE_CONFLICT: someone else wrote the thread (another node took it over). The stored state wins:
  *   the live actor is dropped, never written over it; the next message reloads the stored state.
  * - TRANSPORT_ERROR (the store is unreachable, e.g. during a NATS restart): the write is retried with
- *   backoff and the actor stays live. Dropping it would make the reload publish the stored outbox again,
- *   i.e. answers the user already has.
+ *   backoff and the actor stays live (dropping it would lose the turn's answer).
  * - PAYLOAD_TOO_LARGE (the record does not fit in one store value): the oldest history is left out of
  *   the record (the Task keeps the latest messages) and the write is retried.
  * - anything else (a state that cannot be serialized): the actor is dropped and the user is told.
- *
- * After the outbox is published, the next write clears it ("these were published"), so a reload later
- * does not publish them again. It is scheduled at once: a node killed between the publish and that
- * write (a window of one KV write) is the only way an answer goes out twice, and then it carries the
- * same `troupe/inReplyTo`, so clients keep one.
  */
 import type { Logger } from 'pino';
 import { TroupeError } from '../../protocol/errors.js';
@@ -31,26 +28,27 @@ export interface CommitterOptions {
   store: ThreadStore;
   now: () => number;
   log: Logger;
-  /** Publishes a committed final event to the thread's owner. */
-  publish: (live: LiveThread, event: TaskStatusUpdateEvent) => void;
   /** The stored state won (or the state cannot be stored): drop the live actor. */
   drop: (live: LiveThread, error: TroupeError) => void;
   /** How long a write may keep failing on transport errors before the actor is dropped. Default 30 s. */
   retryForMs?: number;
-  /** Delay before the write that clears a published outbox. Default 0: the next macrotask. */
-  outboxClearMs?: number;
+  /**
+   * Whether the thread's state is worth a write now (at rest, or with an answer waiting); a write
+   * scheduled mid-turn is skipped and the change stays pending. Forced writes (passivation) ignore it.
+   */
+  shouldWrite: (live: LiveThread) => boolean;
+  /** After every successful write, with the final events it included (the host publishes or hands them on). */
+  committed: (live: LiveThread, finals: TaskStatusUpdateEvent[]) => void;
 }
 
 const MAX_TRIMS = 12;
 
 export class Committer {
   private readonly retryForMs: number;
-  private readonly outboxClearMs: number;
   private stopping = false;
 
   constructor(private readonly opts: CommitterOptions) {
     this.retryForMs = opts.retryForMs ?? 30_000;
-    this.outboxClearMs = opts.outboxClearMs ?? 0;
   }
 
   /** No more retries: the host is stopping. */
@@ -58,7 +56,8 @@ export class Committer {
     this.stopping = true;
   }
 
-  schedule(live: LiveThread): void {
+  schedule(live: LiveThread, opts: { force?: boolean } = {}): void {
+    if (opts.force) live.forceWrite = true;
     if (live.dirty || live.failed || live.stopped) return;
     live.dirty = true;
     // One macrotask of slack lets the changes of one step (a reply, its routing, the answer) share a write.
@@ -75,8 +74,14 @@ export class Committer {
   private async write(live: LiveThread): Promise<void> {
     live.dirty = false;
     if (live.failed) return;
-    // Nothing new, and no published outbox left in the stored record to clear: no write.
-    if (!live.changed && live.outbox.length === 0 && live.written === 0 && live.revision !== undefined) return;
+    // Mid-turn by now (a new thread that just got its first message): the write waits for the rest.
+    if (!live.forceWrite && live.outbox.length === 0 && !this.opts.shouldWrite(live)) return;
+    live.forceWrite = false;
+    // Nothing new: no write.
+    if (!live.changed && live.outbox.length === 0 && live.revision !== undefined) {
+      this.opts.committed(live, []);
+      return;
+    }
     const outbox: TaskStatusUpdateEvent[] = [];
     const started = this.opts.now();
     let trims = 0;
@@ -84,11 +89,9 @@ export class Committer {
       outbox.push(...live.outbox.splice(0));
       live.changed = false;
       try {
-        const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now(), outbox });
+        const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
         live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
-        live.written = outbox.length;
-        for (const event of outbox) this.opts.publish(live, event);
-        if (outbox.length > 0) this.clearOutboxSoon(live);
+        this.opts.committed(live, outbox);
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');
@@ -106,7 +109,6 @@ export class Committer {
           await new Promise((resolve) => setTimeout(resolve, delay));
           continue;
         }
-        // Give back what was not published, so whoever reloads the thread sees it in the stored outbox.
         live.outbox.unshift(...outbox);
         live.failed = error;
         this.opts.log.error({ err: error.message, code: error.code, thread: live.threadId }, 'could not commit thread state; dropping the live actor');
@@ -114,16 +116,5 @@ export class Committer {
         return;
       }
     }
-  }
-
-  private clearOutboxSoon(live: LiveThread): void {
-    if (this.outboxClearMs <= 0) {
-      this.schedule(live);
-      return;
-    }
-    const timer = setTimeout(() => {
-      if (live.written > 0 && !live.stopped && !live.failed) this.schedule(live);
-    }, this.outboxClearMs);
-    timer.unref();
   }
 }

@@ -1,7 +1,7 @@
 /**
  * Holds thread actors (in a Map, not as children of one parent: XState copies the children map on every
  * spawn) and binds the pure thread machine to the mesh. The concerns live next door: `committer.ts`
- * (compare-and-set writes and the outbox), `agent-calls.ts` (the wire call to agents and the relay of
+ * (compare-and-set writes, one per turn), `agent-calls.ts` (the wire call to agents and the relay of
  * their chunks), `record.ts` (the stored form), `views.ts` (what ps and inspect show).
  *
  * Every thread has an owner (`<principal>` or `<principal>/<user>`, from the broker-checked subject the
@@ -21,7 +21,7 @@ import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, t
 import type { RouterPolicy } from '../../routing/scoring.js';
 import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import { TroupeError } from '../../protocol/errors.js';
-import { META } from '../../protocol/metadata.js';
+import { META, answerIn } from '../../protocol/metadata.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import type { RouterDecision } from '../../protocol/routing.js';
 import type { AgentReply } from '../../protocol/wire.js';
@@ -36,7 +36,7 @@ import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
 import type { LiveThread, RecentEvent, ThreadActor } from './live.js';
-import { appendArtifact, fullSnapshot, ownerOfRecord } from './record.js';
+import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
 import { actorsOf, inspectThread } from './views.js';
 
 export interface ThreadHostOptions {
@@ -58,6 +58,20 @@ export interface ThreadHostOptions {
 }
 
 const EVENT_LOG_LIMIT = 25;
+/** Threads whose published sequence a host remembers across passivations (oldest forgotten first). */
+const PUBLISHED_SEQS_KEPT = 100_000;
+
+/** A thread in the middle of a turn (its task state `working`). */
+function isWorking(value: unknown): boolean {
+  return taskStateOf(value) === 'working';
+}
+
+/** Between turns (waiting for the user) or ended: a state worth a write. Not `submitted`: no turn yet. */
+function atRest(snapshot: { status: string; value: unknown }): boolean {
+  if (snapshot.status !== 'active') return true;
+  const state = taskStateOf(snapshot.value);
+  return state !== 'working' && state !== 'submitted';
+}
 
 /** The principal of an owner `<principal>[/<user>]`: whose `out` subject the thread's events go to. */
 export function principalOf(owner: string): string {
@@ -82,6 +96,12 @@ export class ThreadHost {
   private passivator?: NodeJS.Timeout;
   private unsubscribeRegistry?: () => void;
   private passivatedCount = 0;
+  /**
+   * Per thread, the inbound sequence up to which this process published answers itself. It outlives a
+   * passivation or a release (a NATS outage longer than the lease ttl releases and reloads threads), so a
+   * redelivery after that is not answered twice; another process (after a crash) starts without it.
+   */
+  private readonly publishedSeqs = new Map<string, number>();
 
   constructor(private readonly opts: ThreadHostOptions) {
     this.tenant = opts.tenant ?? 'demo';
@@ -98,7 +118,8 @@ export class ThreadHost {
       store: this.store,
       now: this.now,
       log: this.log,
-      publish: (live, event) => this.publishToOwner(live, event),
+      committed: (live, finals) => this.afterCommit(live, finals),
+      shouldWrite: (live) => atRest(live.actor.getSnapshot()),
       drop: (live, error) => this.drop(live, error),
     });
     this.caller = new AgentCaller({
@@ -159,12 +180,28 @@ export class ThreadHost {
   }
 
   /**
-   * Accepts a user message into a thread: creates or rehydrates the thread, hands the message to its
-   * actor and commits the state that includes it before resolving (the caller acks after that). A
-   * message the thread already has is a duplicate: sent again by the client, its answer (when there is
-   * one) goes out again; redelivered by the stream, nothing goes out twice.
+   * Hands a user message to its thread (created or rehydrated). With `until: 'answered'` (durable
+   * ingress; `seq` is its inbound stream sequence) it resolves once the message's turn is answered and
+   * committed — the caller acks then, so a crash mid-turn replays the message on the next owner; with
+   * `until: 'accepted'` (the default) once the thread has it.
+   *
+   * With `until: 'answered'`, the answer is not published by the time it resolves: the result's `publish`
+   * does that, and the ingress calls it once the server confirmed the ack. A crash after the ack and
+   * before the publish leaves the answer in the store only (clients find it there, as TroupeClient does);
+   * a crash before the ack replays the message, and the next owner publishes the stored answer. Either
+   * way no answer goes out twice.
+   *
+   * A message the thread already has: sent again by a client, its answer (when there is one) goes out
+   * again at once. Redelivered by the stream (its sequence is at or below the thread's): while its turn
+   * is still running here, it waits for the same answer and takes over publishing it; after that, it is
+   * answered again only if this process did not publish the answer itself (a reload after a crash).
    */
-  async deliver(threadId: string, message: Message, owner: string, opts: { seq?: number } = {}): Promise<{ duplicate: boolean }> {
+  async deliver(
+    threadId: string,
+    message: Message,
+    owner: string,
+    opts: { seq?: number; until?: 'accepted' | 'answered' } = {},
+  ): Promise<{ duplicate: boolean; publish?: () => void }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
@@ -173,19 +210,67 @@ export class ThreadHost {
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
     const ctx = snap.context;
-    // The inbound stream's sequence tells a redelivery (an ack lost to a crash or a reconnect: the answer
-    // went out with its commit, or waits in the outbox) from a client sending the same message again.
     const redelivery = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (redelivery || ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
-      if (!redelivery) this.answerDuplicate(live, message.messageId);
+      if (opts.until === 'answered' && live.waiters.some((w) => w.messageId === message.messageId)) {
+        // Its turn is still running here (the first delivery lost its consumer, e.g. in a reconnect).
+        const events = await this.waitFor(live, message.messageId);
+        return { duplicate: true, publish: () => this.publishAnswered(live, events, opts.seq) };
+      }
+      const publishedHere = redelivery && live.publishedSeq !== undefined && opts.seq! <= live.publishedSeq;
+      if (!publishedHere) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
-    if (opts.seq !== undefined) live.inboundSeq = opts.seq;
     live.lastActive = this.now();
+    const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
+    if (opts.seq !== undefined) live.inboundSeq = opts.seq;
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
-    await this.committer.flush(live);
-    return { duplicate: false };
+    if (!answered) return { duplicate: false };
+    const events = await answered;
+    return { duplicate: false, publish: () => this.publishAnswered(live, events, opts.seq) };
+  }
+
+  /** Resolves with the final events of the message's turn once that turn is committed. */
+  private waitFor(live: LiveThread, messageId: string): Promise<TaskStatusUpdateEvent[]> {
+    return new Promise((resolve, reject) => live.waiters.push({ messageId, events: [], resolve, reject }));
+  }
+
+  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[], seq: number | undefined): void {
+    for (const event of events) this.publishToOwner(live, event);
+    if (seq !== undefined) this.notePublished(live, seq);
+  }
+
+  private notePublished(live: LiveThread, seq: number): void {
+    live.publishedSeq = Math.max(live.publishedSeq ?? 0, seq);
+    this.publishedSeqs.delete(live.threadId);
+    this.publishedSeqs.set(live.threadId, live.publishedSeq);
+    if (this.publishedSeqs.size > PUBLISHED_SEQS_KEPT) this.publishedSeqs.delete(this.publishedSeqs.keys().next().value as string);
+  }
+
+  /**
+   * After a write: each committed final event goes out now, or, when a delivery waits for that message's
+   * answer, to that delivery (it goes out after the ack). Then the messages whose turn has ended (the
+   * thread is at rest with them) are settled.
+   */
+  private afterCommit(live: LiveThread, finals: TaskStatusUpdateEvent[]): void {
+    for (const event of finals) {
+      const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
+      const waiting = live.waiters.filter((w) => w.messageId === inReplyTo);
+      if (waiting.length === 0) this.publishToOwner(live, event);
+      else for (const w of waiting) w.events.push(event);
+    }
+    if (live.waiters.length === 0) return;
+    const snap = live.actor.getSnapshot();
+    const ctx = snap.context;
+    const resting = atRest(snap);
+    const open = new Set([...ctx.pending.map((m) => m.messageId), ...(ctx.turn ? [ctx.turn.userMessageId] : [])]);
+    const still: LiveThread['waiters'] = [];
+    for (const w of live.waiters) {
+      if (resting || (!open.has(w.messageId) && ctx.history.some((m) => m.messageId === w.messageId))) w.resolve(w.events);
+      else still.push(w);
+    }
+    live.waiters = still;
   }
 
   /** Cancels a thread; with an `owner`, only that owner's (anyone else gets THREAD_NOT_FOUND). */
@@ -199,10 +284,13 @@ export class ThreadHost {
     return taskStateOf(live.actor.getSnapshot().value);
   }
 
-  /** The stored Task of a thread; with an `owner`, only that owner's. */
+  /** A thread's Task (live: as it is now; else as stored); with an `owner`, only that owner's. */
   async task(threadId: string, owner?: string): Promise<{ task: Task; revision: number }> {
     const live = this.threads.get(threadId);
-    if (live) await this.committer.flush(live).catch(() => undefined);
+    if (live && !live.stopped) {
+      if (owner !== undefined && live.actor.getSnapshot().context.owner !== owner) throw this.notFound(threadId);
+      return { task: recordOf(live, { tenant: this.tenant, node: this.opts.nodeId, now: this.now() }).task, revision: live.revision ?? 0 };
+    }
     const stored = await this.store.get(this.tenant, threadId);
     if (!stored || (owner !== undefined && ownerOfRecord(stored.record) !== owner)) throw this.notFound(threadId);
     return { task: stored.record.task, revision: stored.revision };
@@ -314,11 +402,12 @@ export class ThreadHost {
       dirty: false,
       changed: false,
       outbox: [],
-      written: stored?.record.outbox?.length ?? 0,
+      waiters: [],
       historyTrimmed: 0,
       artifacts: stored?.record.task.artifacts ?? [],
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
+      ...(this.publishedSeqs.has(threadId) ? { publishedSeq: this.publishedSeqs.get(threadId)! } : {}),
     };
     const inspect = (ev: InspectionEvent) => {
       try {
@@ -351,11 +440,12 @@ export class ThreadHost {
     });
     let restoring = Boolean(stored);
     live.actor.subscribe({
-      next: () => {
+      next: (snapshot) => {
         // Re-arming timers on restore changes nothing worth a write.
         if (restoring) return;
         live.changed = true;
-        this.committer.schedule(live);
+        // One write per turn: when the thread comes to rest, or when an answer waits to go out.
+        if (atRest(snapshot) || live.outbox.length > 0) this.committer.schedule(live);
       },
       error: (err) => {
         const error = new TroupeError('WORKFLOW_ERROR', `thread ${threadId} failed: ${err instanceof Error ? err.message : String(err)}`);
@@ -373,10 +463,6 @@ export class ThreadHost {
     live.actor.send(stored ? { type: 'troupe.restored', now: this.now() } : { type: 'troupe.tick', now: this.now() });
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     restoring = false;
-    // Answers committed by a node that died before it could record that it published them go out now
-    // (at least once; clients take one final answer per message).
-    for (const event of (stored?.record.outbox ?? []) as TaskStatusUpdateEvent[]) this.publishToOwner(live, event);
-    if (live.written > 0) this.committer.schedule(live);
     return live;
   }
 
@@ -384,6 +470,7 @@ export class ThreadHost {
   private drop(live: LiveThread, error: TroupeError): void {
     live.failed ??= error;
     live.stopped = true;
+    for (const w of live.waiters.splice(0)) w.reject(error);
     try {
       live.actor.stop();
     } catch {
@@ -430,7 +517,7 @@ export class ThreadHost {
   /** A message the thread already has: its final answer again (if it has one yet), at once. */
   private answerDuplicate(live: LiveThread, messageId: string): void {
     const ctx = live.actor.getSnapshot().context;
-    const answer = [...ctx.history].reverse().find((m) => m.role === 'agent' && m.metadata?.[META.inReplyTo] === messageId);
+    const answer = answerIn(ctx.history, messageId, isWorking(live.actor.getSnapshot().value));
     if (!answer) return; // still being answered: the answer will come
     this.publishToOwner(live, {
       kind: 'status-update',
@@ -459,8 +546,9 @@ export class ThreadHost {
       this.publishToOwner(live, update);
       return;
     }
-    // A final answer goes out after the state that includes it is committed: whoever reads the store
-    // on receiving it sees that state, and a crash in between is covered by the record's outbox.
+    // A final answer goes out after the state that includes it is committed: whoever reads the store on
+    // receiving it sees that state. A crash in between: the unacknowledged message is redelivered to the
+    // next owner, which finds it answered in the store and publishes the answer then.
     live.outbox.push(update);
     live.changed = true;
     this.committer.schedule(live);
@@ -497,9 +585,11 @@ export class ThreadHost {
 
   /** Commits the state, stops the actor and frees its memory. */
   private async passivate(live: LiveThread): Promise<void> {
-    this.committer.schedule(live);
+    this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
     live.stopped = true;
+    // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
+    for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
     live.actor.stop();
     if (this.threads.get(live.threadId) === live) {
       this.threads.delete(live.threadId);

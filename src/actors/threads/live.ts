@@ -31,13 +31,18 @@ export interface LiveThread {
   stopped?: boolean;
   /** The state changed since the last commit. */
   changed: boolean;
+  /** The next write happens whatever the state (passivation, stop). */
+  forceWrite?: boolean;
   /** Final status events waiting for the commit that includes them; published right after it. */
   outbox: TaskStatusUpdateEvent[];
+  /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
+  waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
   /**
-   * Events the last written record still carries in its outbox. They have been published; a later
-   * write clears them (soon, see `Committer`), so a reload after that never publishes them again.
+   * Inbound sequence up to which this live actor published the answers itself: a redelivery at or below
+   * it (an ack lost to a reconnect) needs nothing; one above it, after a reload, gets its stored answer
+   * again (the previous owner may have died between its write and its publish).
    */
-  written: number;
+  publishedSeq?: number;
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
   /**

@@ -5,13 +5,13 @@
  */
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
-import type { Artifact, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, Task, TaskArtifactUpdateEvent } from '../../protocol/a2a.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';
 
-export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number; outbox: TaskStatusUpdateEvent[] }): ThreadRecord {
+export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number }): ThreadRecord {
   const snap = live.actor.getSnapshot();
   const ctx = snap.context;
   const state = taskStateOf(snap.value);
@@ -42,7 +42,6 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     updatedAt: at,
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
-    ...(opts.outbox.length ? { outbox: opts.outbox } : {}),
   };
 }
 

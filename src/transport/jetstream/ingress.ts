@@ -111,7 +111,13 @@ export interface IngressHandlerContext {
   signal: AbortSignal;
 }
 
-export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void>;
+/**
+ * Handles one message. It may return a function to run once the message's ack is settled (e.g.
+ * publishing an answer: a crash before the ack makes the message come back to the next owner, which
+ * answers it; a crash after cannot, so nothing is answered twice). It runs whether the ack was confirmed
+ * or not: a process that is alive remembers what it did if the message comes again.
+ */
+export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void | (() => void) | undefined>;
 
 export interface JetStreamIngressOptions {
   nc: NatsConnection;
@@ -122,7 +128,7 @@ export interface JetStreamIngressOptions {
   leaseTtlMs?: number;
   /** Lease KV bucket; default `troupe_leases`. */
   leaseBucket?: string;
-  /** Resolve after the thread state that includes the message is committed; throw to refuse or retry. */
+  /** Resolve when the message is done with (the host: its turn answered and committed); throw to refuse or retry. It may run longer than ack_wait: the ingress keeps the message in progress meanwhile. */
   handler: IngressHandler;
   /** This node now consumes partition p (e.g. rehydrate its threads that were mid-turn). */
   onPartitionAcquired?: (partition: number) => void | Promise<void>;
@@ -586,18 +592,37 @@ export class JetStreamIngress {
       seq,
       subject: m.subject,
     };
+    // A turn can outlast ack_wait (a slow model, a long tool): tell the server it is still in progress.
+    const working = setInterval(() => {
+      if (run.active) m.working();
+    }, Math.max(1_000, Math.floor(this.#ackWaitMs / 3)));
+    let afterAck: void | (() => void) | undefined;
     try {
-      await this.#opts.handler(msg, { signal: run.abort.signal });
+      afterAck = await this.#opts.handler(msg, { signal: run.abort.signal });
     } catch (err) {
       this.#onHandlerError(run, m, msg, err);
       return;
+    } finally {
+      clearInterval(working);
     }
     this.#attempts.delete(seq);
-    // Committed: ack, and keep the confirmation among the partition's in-flight work, so a release
-    // waits for it, without holding up the thread's next message.
-    const acked = m.ackAck({ timeout: 5_000 }).catch((err: unknown) => {
-      this.#log.debug({ partition: run.partition, seq, err: errText(err) }, 'ack not confirmed; the message may come again');
-    });
+    // Done: ack, and keep the confirmation among the partition's in-flight work, so a release waits for
+    // it, without holding up the thread's next message.
+    // The after-ack step runs once the ack is settled, confirmed or not: if it was lost, this process
+    // is alive and the handler knows it did the step when the message comes again.
+    const acked = m
+      .ackAck({ timeout: 5_000 })
+      .catch((err: unknown) => {
+        this.#log.debug({ partition: run.partition, seq, err: errText(err) }, 'ack not confirmed; the message may come again');
+      })
+      .then(() => {
+        if (typeof afterAck !== 'function') return;
+        try {
+          afterAck();
+        } catch (err) {
+          this.#log.error({ partition: run.partition, seq, err: errText(err) }, 'the after-ack step failed');
+        }
+      });
     run.inflight.add(acked);
     void acked.then(() => run.inflight.delete(acked));
   }
