@@ -26,7 +26,7 @@
  * The agent call's idempotency key is the message's messageId (plus the agent id).
  */
 import { assign, enqueueActions, fromPromise, setup, type SnapshotFrom } from 'xstate';
-import type { Message, Part } from '../protocol/a2a.js';
+import { messageText, type Message, type Part } from '../protocol/a2a.js';
 import { ErrorCodeSchema, type ErrorCode } from '../protocol/errors.js';
 import type { RouterDecision } from '../protocol/routing.js';
 
@@ -172,14 +172,6 @@ export interface Aggregation {
   failures: AgentFailure[];
   cancelled: string[];
   taskState: 'completed' | 'failed';
-}
-
-/** The text of a message: its text parts, one per line. */
-export function messageText(message: Message): string {
-  return message.parts
-    .filter((p): p is Extract<Part, { kind: 'text' }> => p.kind === 'text')
-    .map((p) => p.text)
-    .join('\n');
 }
 
 function fill(template: string, values: Record<string, string>): string {
