@@ -8,7 +8,7 @@ import type { AgentCallOutput, AgentRequestInput } from '../src/machines/agent-c
 import { agentCallMachine } from '../src/machines/agent-call.js';
 import type { RouteDecision } from '../src/machines/route.js';
 import { routerMachine, type PolicyInput } from '../src/machines/router.js';
-import { orchestrationMachine, type CallAgentInput } from '../src/machines/orchestration.js';
+import { orchestrationMachine } from '../src/machines/orchestration.js';
 import { threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
 import { META } from '../src/protocol/metadata.js';
 import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
@@ -183,32 +183,17 @@ describe('thread machine: model-based coverage', () => {
 /** Runs a thread with a scripted team: each agent is a function from the incoming message to a reply. */
 function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => AgentReply | Promise<AgentReply>>, config = {}) {
   const calls: AgentRequestInput[] = [];
-  const machine = threadMachine.provide({
+  const agentCall = agentCallMachine.provide({
     actors: {
-      agentCall: agentCallMachine.provide({
-        actors: {
-          request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
-            calls.push(input);
-            const agent = team[input.agentId];
-            if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
-            return agent(input.message, input);
-          }),
-        },
-      }),
-      orchestration: orchestrationMachine.provide({
-        actors: {
-          callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
-            const agent = team[input.agentId];
-            if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
-            const reply = await agent(input.message, { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt, timeoutMs: 100 });
-            if (reply.kind === 'error') throw Object.assign(new Error(reply.error.message), reply.error);
-            if (reply.kind !== 'message') throw new Error('expected a message');
-            return reply;
-          }),
-        },
+      request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+        calls.push(input);
+        const agent = team[input.agentId];
+        if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
+        return agent(input.message, input);
       }),
     },
   });
+  const machine = threadMachine.provide({ actors: { agentCall, orchestration: orchestrationMachine.provide({ actors: { agentCall } }) } });
   const statuses: ThreadStatusEmitted[] = [];
   const actor = createActor(machine, {
     input: { threadId: 't1', tenant: 'demo', owner: 'local', now: 0, agents, config: { retries: 0, agentTimeoutMs: 200, ...config } },
@@ -358,9 +343,13 @@ describe('thread machine: routing behaviour', () => {
         }),
         orchestration: orchestrationMachine.provide({
           actors: {
-            callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
-              if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
-              return agentMsg('the facts');
+            agentCall: agentCallMachine.provide({
+              actors: {
+                request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+                  if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
+                  return agentMsg('the facts');
+                }),
+              },
             }),
           },
         }),

@@ -173,7 +173,10 @@ export const threadMachine = threadSetup.createMachine({
         },
         /** The router named several agents: fan out, then aggregate their answers into one. */
         orchestrating: {
-          on: { 'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] } },
+          on: {
+            'troupe.tick': { actions: ['setNow', 'tickHandoff', 'tickOrchestration'] },
+            'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] },
+          },
           invoke: {
             id: 'orchestration',
             src: 'orchestration',

@@ -56,6 +56,8 @@ export const threadWithTurns = threadWithHandoff.extend({
     /** While a handoff is active the handoff actor counts the user's turns. */
     rearmAgentCall: sendTo('agentCall', { type: 'troupe.agentCall.restored' }),
     rearmOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.restored' as const, now: context.now })),
+    /** A fan-out keeps time from the thread's clock (its execution_time_ms). */
+    tickOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.tick' as const, now: context.now })),
     recordAgentAnswer: assign(({ context }, output: AgentCallOutput) => {
       const turn = context.turn;
       if (!turn || !output.ok) return {};
