@@ -52,7 +52,11 @@ describe('thread machine: model-based coverage', () => {
         { type: 'troupe.tick', now: 5 } as EventObject,
         { type: 'troupe.restored', now: 6 } as EventObject,
         { type: 'troupe.agents', agents } as EventObject,
-        { type: 'xstate.done.actor.handoff', output: { status: 'error', artifactsCreated: [], turns: 0, error: { code: 'AGENT_TIMEOUT', message: 'late' } } } as EventObject,
+        {
+          type: 'xstate.done.actor.handoff',
+          output: { status: 'error', returnsToSource: true, handoffReturn: { completionStatus: 'error', resultSummary: 'late', artifactsCreated: [] }, turns: 0, error: { code: 'AGENT_TIMEOUT', message: 'late' } },
+        } as EventObject,
+        { type: 'xstate.done.actor.handoff', output: { status: 'rejected', returnsToSource: false, turns: 0, rejectionReason: 'busy' } } as EventObject,
       ];
       if (v.includes('"routing"')) {
         base.push(

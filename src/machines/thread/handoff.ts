@@ -1,20 +1,23 @@
 /**
  * The thread's side of a handoff: what a source agent's reply asks for, the message the target gets
- * (with the request, the context summary and the recent messages), the message that gives control back
- * to the source, and the actions that drive the `handoff` child actor.
+ * (with the request, the context summary and the recent messages), and the actions that tell the
+ * `handoff` child actor what happened. The handoff's rules live in that actor (../handoff.ts): when it
+ * ends, its output says how and whether control goes back to the source, and the thread acts on it —
+ * within the turn when a target's reply or failure ended it (the target's answer, then the source's),
+ * or with a turn of its own when a cancel or the deadline did.
  */
 import { assign, enqueueActions } from 'xstate';
 import type { Message } from '../../protocol/a2a.js';
 import type { ErrorBody } from '../../protocol/errors.js';
 import { handoffRequestFromDirective, readHandoffDirective, readHandoffReturn, withHandoffRequest, type HandoffRequest } from '../../protocol/handoff.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
-import { CLIENT_ROUTING_URI } from '../../protocol/routing.js';
+import { CLIENT_ROUTING_URI, USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
-import { handoffEventsForTargetReply, handoffFailedEvent, type HandoffEvent } from '../handoff.js';
+import { endsHandoff, handoffEventsForTargetReply, handoffFailedEvent, type HandoffEvent, type HandoffOutput } from '../handoff.js';
 import { liveAgent } from '../route.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage, userOf } from './messages.js';
 import { threadBase } from './setup.js';
-import type { ThreadContext, ThreadHandoff } from './types.js';
+import type { ThreadContext } from './types.js';
 
 /**
  * What an agent's reply asks for by way of handoff: nothing, a valid request, or an error (malformed
@@ -51,29 +54,71 @@ export function withHandoffContext(context: ThreadContext, message: Message, req
   );
 }
 
+/** How a handoff's end reads in the resume message and the route: completed, cancelled or failed. */
+export function handoffOutcome(status: HandoffOutput['status']): 'completed' | 'cancelled' | 'failed' | 'declined' {
+  if (status === 'error') return 'failed';
+  if (status === 'rejected') return 'declined';
+  return status;
+}
+
+const REASON_SUMMARY_CHARS = 200;
+
+function summaryOf(output: HandoffOutput): string {
+  return output.handoffReturn?.resultSummary ?? 'no summary';
+}
+
+/** The route step that gives control back: from the target to the source, with how the handoff ended. */
+function resumeStep(request: HandoffRequest, output: HandoffOutput, hop: number, at: number): RouteStep {
+  const summary = summaryOf(output);
+  const clipped = summary.length > REASON_SUMMARY_CHARS ? `${summary.slice(0, REASON_SUMMARY_CHARS - 1)}…` : summary;
+  return { from: request.targetAgentId, to: request.sourceAgentId, hop, reason: `handoff ${handoffOutcome(output.status)}: ${clipped}`, at };
+}
+
 /**
- * The message that gives control back to the handoff's source agent: queued like a user message and
- * addressed to the source, so the next turn resumes it with the result.
+ * The message that gives control back to the handoff's source agent: the handoff's outcome as text,
+ * `handoffReturn` (completion status, summary, artifacts) in the client-routing slot, and
+ * `troupe/handoffResume` naming both agents.
  */
-export function resumeMessage(context: ThreadContext, handoff: ThreadHandoff, status: string, summary: string): Message {
-  const { sourceAgentId, targetAgentId } = handoff.request;
+export function resumeMessage(context: ThreadContext, request: HandoffRequest, output: HandoffOutput, messageId: string): Message {
+  const { sourceAgentId, targetAgentId } = request;
+  const outcome = handoffOutcome(output.status);
   return {
     kind: 'message',
     role: 'user',
-    messageId: `${context.threadId}:handoff:${context.turns}:${status}`,
+    messageId,
     contextId: context.contextId,
     taskId: context.threadId,
-    parts: [{ kind: 'text', text: `Handoff to ${targetAgentId} ${status}: ${summary}` }],
+    parts: [{ kind: 'text', text: `Handoff to ${targetAgentId} ${outcome}: ${summaryOf(output)}` }],
     metadata: {
       [META.agent]: 'troupe',
-      [CLIENT_ROUTING_URI]: { recipient: sourceAgentId, handoffReturn: { completionStatus: status === 'completed' ? 'completed' : status === 'cancelled' ? 'cancelled' : 'error', resultSummary: summary, artifactsCreated: [] } },
-      [META.handoffResume]: { targetAgentId, status },
+      [CLIENT_ROUTING_URI]: { handoffReturn: output.handoffReturn ?? { completionStatus: 'error', artifactsCreated: [] } },
+      [META.handoffResume]: { sourceAgentId, targetAgentId, status: outcome } satisfies HandoffResumeMeta,
     },
   };
 }
 
+/** `troupe/handoffResume` on a resume message. */
+export interface HandoffResumeMeta {
+  sourceAgentId: string;
+  targetAgentId: string;
+  status: ReturnType<typeof handoffOutcome>;
+}
+
 export function isResume(message: Message): boolean {
   return message.metadata?.[META.handoffResume] !== undefined;
+}
+
+/** The route step of a resume message queued for a turn of its own (a cancel or a deadline ended the handoff). */
+function queuedResumeStep(message: Message, at: number): RouteStep | undefined {
+  const meta = message.metadata?.[META.handoffResume] as Partial<HandoffResumeMeta> | undefined;
+  if (!meta?.sourceAgentId || !meta.targetAgentId) return undefined;
+  let summary: string | undefined;
+  try {
+    summary = readHandoffReturn(message)?.resultSummary;
+  } catch {
+    summary = undefined;
+  }
+  return { from: meta.targetAgentId, to: meta.sourceAgentId, hop: 0, reason: `handoff ${meta.status ?? 'ended'}: ${summary ?? 'no summary'}`, at };
 }
 
 export const threadWithHandoff = threadBase.extend({
@@ -92,6 +137,11 @@ export const threadWithHandoff = threadBase.extend({
     },
     handoffCallFailed: ({ context }, output: AgentCallOutput) =>
       context.handoff !== undefined && context.turn?.mode !== 'normal' && (!output.ok || output.reply.kind === 'error'),
+    /** The thread told the handoff something that ends it: its output decides what the turn does next. */
+    handoffEnding: ({ context }) => context.handoff?.phase === 'ending',
+    handoffReturnsToSource: (_, output: HandoffOutput) => output.returnsToSource,
+    /** A turn that gives control back to a handoff's source (queued when a cancel or a deadline ended it). */
+    startsWithResume: ({ context }) => context.turn !== undefined && isResume(context.turn.outgoing),
   },
   actions: {
     notifyHandoffOfUserMessage: enqueueActions(({ context, enqueue }) => {
@@ -131,12 +181,11 @@ export const threadWithHandoff = threadBase.extend({
         return plan && 'error' in plan ? plan.error : context.lastError;
       },
     }),
-    /** The target's first answer: accept (it now talks to the user), reject (control stays), or return at once. */
-    applyTargetFirstReply: enqueueActions(({ context, enqueue }) => {
-      const turn = context.turn;
+    /** The target's first answer: accepted (it now talks to the user), declined, or returned at once. */
+    tellHandoffOfFirstReply: enqueueActions(({ context, enqueue }) => {
       const handoff = context.handoff;
-      const reply = turn?.lastAnswer;
-      if (!turn || !handoff || !reply) return;
+      const reply = context.turn?.lastAnswer;
+      if (!handoff || !reply) return;
       let events: HandoffEvent[];
       try {
         events = handoffEventsForTargetReply(reply, 'pending', context.now);
@@ -144,70 +193,129 @@ export const threadWithHandoff = threadBase.extend({
         events = [handoffFailedEvent(err, context.now)];
       }
       for (const e of events) enqueue.sendTo('handoff', e);
-      const last = events.at(-1);
-      if (last?.type === 'troupe.handoff.rejected' || last?.type === 'troupe.handoff.failed') {
-        const why = last.type === 'troupe.handoff.rejected' ? (last.rejectionReason ?? 'no reason given') : last.error.message;
-        const text = `${handoff.request.targetAgentId} did not take over (${why}); ${handoff.request.sourceAgentId} keeps the conversation.`;
-        enqueue.stopChild('handoff');
-        enqueue.assign({
-          handoff: undefined,
-          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { [META.handoff]: { status: 'rejected', reason: why } }) },
-        });
-      } else if (last?.type === 'troupe.handoff.returned') {
-        enqueue.stopChild('handoff');
-        enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'completed', last.result.resultSummary ?? 'done'), ...context.pending] });
-      } else {
-        enqueue.assign({ handoff: { ...handoff, phase: 'active' } });
-      }
+      enqueue.assign({ handoff: { ...handoff, phase: events.some(endsHandoff) ? 'ending' : 'active' } });
     }),
-    /** A reply from the target during the handoff goes to the user; a return gives control back. */
-    applyTargetReply: enqueueActions(({ context, enqueue }) => {
+    /** A later answer of the target: it goes to the user, and a return ends the handoff. */
+    tellHandoffOfReply: enqueueActions(({ context, enqueue }) => {
       const handoff = context.handoff;
       const reply = context.turn?.lastAnswer;
       if (!handoff || !reply) return;
-      let result;
+      let events: HandoffEvent[];
       try {
-        result = readHandoffReturn(reply);
+        events = handoffEventsForTargetReply(reply, 'active', context.now);
       } catch (err) {
         enqueue.assign({ lastError: { code: 'EXTENSION_PARSE_ERROR', message: err instanceof Error ? err.message : String(err) } });
         return;
       }
-      if (!result) return;
-      enqueue.sendTo('handoff', { type: 'troupe.handoff.returned', result, now: context.now } satisfies HandoffEvent);
-      enqueue.stopChild('handoff');
-      enqueue.assign({
-        handoff: undefined,
-        pending: [resumeMessage(context, handoff, result.completionStatus, result.resultSummary ?? 'no summary'), ...context.pending],
-      });
+      for (const e of events) enqueue.sendTo('handoff', e);
+      if (events.some(endsHandoff)) enqueue.assign({ handoff: { ...handoff, phase: 'ending' } });
     }),
-    /** The target failed or timed out: the handoff ends in error and control returns to the source. */
-    failHandoff: enqueueActions(({ context, enqueue }, output: AgentCallOutput) => {
+    /** The target's call failed (an error, a timeout, an error reply): the handoff ends in error. */
+    tellHandoffOfFailure: enqueueActions(({ context, enqueue }, output: AgentCallOutput) => {
       const handoff = context.handoff;
       if (!handoff) return;
       const error = !output.ok ? output.error : output.reply.kind === 'error' ? output.reply.error : { code: 'AGENT_ERROR' as const, message: 'failed' };
       enqueue.sendTo('handoff', handoffFailedEvent(error, context.now));
-      enqueue.stopChild('handoff');
-      enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'failed', `${error.code}: ${error.message}`), ...context.pending] });
+      enqueue.assign({ handoff: { ...handoff, phase: 'ending' } });
     }),
-    /** The user cancels the handoff (not the thread): control returns to the source. */
+    /** The user cancels the handoff (not the thread); its output then says where control goes. */
     cancelHandoff: enqueueActions(({ context, event, enqueue }) => {
       const handoff = context.handoff;
       if (!handoff) return;
       const reason = event.type === 'troupe.cancel' && event.reason ? event.reason : 'cancelled by the user';
       enqueue.sendTo('handoff', { type: 'troupe.handoff.cancel', reason, now: context.now } satisfies HandoffEvent);
-      enqueue.stopChild('handoff');
-      enqueue.assign({ handoff: undefined, pending: [resumeMessage(context, handoff, 'cancelled', reason), ...context.pending] });
-      enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: systemMessage(context, `${context.threadId}:handoff-cancel:${context.turns}`, `Handoff to ${handoff.request.targetAgentId} cancelled; back to ${handoff.request.sourceAgentId}.`, {}) });
+      enqueue.assign({ handoff: { ...handoff, phase: 'ending' } });
     }),
-    /** The handoff actor ended by itself (its deadline passed): control returns to the source. */
+    /**
+     * The handoff ended within a turn and control goes back to its source, now: the target's last answer
+     * (or its failure) reaches the user, then the source gets the resume message as the turn's next hop.
+     */
+    resumeSource: enqueueActions(({ context, enqueue }, output: HandoffOutput) => {
+      const turn = context.turn;
+      const handoff = context.handoff;
+      if (!turn || !handoff) return;
+      const { request } = handoff;
+      const hop = turn.hops + 1;
+      const resume = resumeMessage(context, request, output, `${turn.userMessageId}>resume@${hop}>${request.sourceAgentId}`);
+      const step = resumeStep(request, output, hop, context.now);
+      if (turn.lastAnswer && turn.lastFrom === request.targetAgentId) {
+        enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: turn.lastAnswer });
+      } else if (context.lastError) {
+        enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, error: context.lastError });
+      }
+      enqueue.stopChild('handoff');
+      enqueue.assign({
+        handoff: undefined,
+        // The source answers for the turn now; what failed was told to the user above and to the source.
+        lastError: undefined,
+        history: prune([...context.history, resume], context.config.historyLimit),
+        turn: {
+          ...turn,
+          mode: 'normal',
+          current: request.sourceAgentId,
+          from: request.targetAgentId,
+          hops: hop,
+          senderStack: [USER],
+          outgoing: resume,
+          route: [...turn.route, step],
+          lastAnswer: undefined,
+          lastFrom: undefined,
+        },
+        routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT),
+      });
+    }),
+    /**
+     * The handoff ended within a turn and control does not go back to the source: a declined handoff
+     * says so (the source keeps the conversation), one that failed ends the turn with its error, and a
+     * completed one with `returnExpected: false` leaves the target's answer as the turn's answer.
+     */
+    concludeHandoff: enqueueActions(({ context, enqueue }, output: HandoffOutput) => {
+      const turn = context.turn;
+      const handoff = context.handoff;
+      if (!turn || !handoff) return;
+      enqueue.stopChild('handoff');
+      if (output.status === 'rejected') {
+        const why = output.rejectionReason ?? 'no reason given';
+        const text = `${handoff.request.targetAgentId} did not take over (${why}); ${handoff.request.sourceAgentId} keeps the conversation.`;
+        enqueue.assign({
+          handoff: undefined,
+          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { [META.handoff]: { status: 'rejected', reason: why } }) },
+        });
+        return;
+      }
+      enqueue.assign({ handoff: undefined, lastError: context.lastError ?? (output.status === 'error' ? output.error : undefined) });
+    }),
+    /** The handoff ended by itself (its deadline) or on a cancel, outside a turn's handoff steps. */
     onHandoffEnded: enqueueActions(({ context, event, enqueue }) => {
       const handoff = context.handoff;
       if (!handoff || event.type !== 'xstate.done.actor.handoff') return;
       const output = event.output;
-      const summary = output.error ? `${output.error.code}: ${output.error.message}` : (output.resultSummary ?? output.status);
+      const { sourceAgentId, targetAgentId } = handoff.request;
+      const outcome = handoffOutcome(output.status);
       enqueue.stopChild('handoff');
-      enqueue.assign({ handoff: undefined, pending: [...context.pending, resumeMessage(context, handoff, output.status === 'error' ? 'failed' : output.status, summary)] });
+      if (output.returnsToSource) {
+        const resume = resumeMessage(context, handoff.request, output, `${context.threadId}:handoff:${context.turns}:${targetAgentId}:${outcome}`);
+        enqueue.assign({ handoff: undefined, pending: [resume, ...context.pending] });
+      } else {
+        enqueue.assign({ handoff: undefined });
+      }
+      const text = output.returnsToSource ? `Handoff to ${targetAgentId} ${outcome}; back to ${sourceAgentId}.` : `Handoff to ${targetAgentId} ${outcome}: ${summaryOf(output)}`;
+      enqueue.emit({
+        type: 'troupe.thread.status',
+        state: output.returnsToSource || context.turn ? 'working' : 'input-required',
+        final: false,
+        message: systemMessage(context, `${context.threadId}:handoff-end:${context.turns}:${outcome}`, text, { [META.handoff]: { status: output.status } }),
+      });
     }),
-    /** Applies a router decision that sends the message on to an agent. */
+    /** A turn started by a queued resume message goes straight to the source. */
+    applyQueuedResume: assign(({ context }) => {
+      const turn = context.turn;
+      const step = turn ? queuedResumeStep(turn.outgoing, context.now) : undefined;
+      if (!turn || !step) return {};
+      return {
+        turn: { ...turn, current: step.to, from: step.from, senderStack: [USER], route: [...turn.route, step] },
+        routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT),
+      };
+    }),
   },
 });

@@ -55,8 +55,12 @@ export const threadMachine = threadSetup.createMachine({
           { target: 'canceled', actions: 'setNow' },
         ],
       },
-      initial: 'routing',
+      initial: 'starting',
       states: {
+        /** A turn that gives control back to a handoff's source goes to it; any other asks the router. */
+        starting: {
+          always: [{ guard: 'startsWithResume', target: 'calling', actions: ['applyQueuedResume', 'announceRoute'] }, { target: 'routing' }],
+        },
         /** The router picks the first agent for the user's message. */
         routing: {
           invoke: {
@@ -147,10 +151,10 @@ export const threadMachine = threadSetup.createMachine({
               },
               {
                 guard: { type: 'handoffCallFailed', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
-                target: 'answering',
+                target: 'updatingHandoff',
                 actions: [
                   { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
-                  { type: 'failHandoff', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'tellHandoffOfFailure', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
                 ],
               },
               {
@@ -163,13 +167,33 @@ export const threadMachine = threadSetup.createMachine({
         /** Handoffs first: a target's answer, a request to hand off; anything else goes to the router. */
         inspectingReply: {
           always: [
-            { guard: 'isHandoffStartReply', target: 'answering', actions: 'applyTargetFirstReply' },
+            { guard: 'isHandoffStartReply', target: 'updatingHandoff', actions: 'tellHandoffOfFirstReply' },
             { guard: 'requestsHandoffWhileOpen', target: 'answering', actions: 'recordHandoffConflict' },
-            { guard: 'isHandoffTargetReply', target: 'answering', actions: 'applyTargetReply' },
+            { guard: 'isHandoffTargetReply', target: 'updatingHandoff', actions: 'tellHandoffOfReply' },
             { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
             { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
             { target: 'routingReply' },
           ],
+        },
+        /** The handoff actor was told how its target answered (or failed); one that ends is waited for. */
+        updatingHandoff: {
+          always: [{ guard: 'handoffEnding', target: 'awaitingHandoffEnd' }, { target: 'answering' }],
+        },
+        /** The handoff's output says where control goes: back to the source within this turn, or not. */
+        awaitingHandoffEnd: {
+          on: {
+            'xstate.done.actor.handoff': [
+              {
+                guard: { type: 'handoffReturnsToSource', params: ({ event }) => event.output },
+                target: 'calling',
+                actions: [{ type: 'resumeSource', params: ({ event }) => event.output }, 'announceRoute'],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'concludeHandoff', params: ({ event }) => event.output },
+              },
+            ],
+          },
         },
         /** The router named several agents: fan out, then aggregate their answers into one. */
         orchestrating: {
@@ -251,8 +275,9 @@ export const threadMachine = threadSetup.createMachine({
       always: { guard: 'hasPending', target: 'working' },
       on: {
         'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
+        // A first cancel ends the handoff: its output queues the resume, and `always` starts that turn.
         'troupe.cancel': [
-          { guard: 'hasHandoff', target: 'working', actions: ['setNow', 'cancelHandoff'] },
+          { guard: 'hasHandoff', actions: ['setNow', 'cancelHandoff'] },
           { target: 'canceled', actions: 'setNow' },
         ],
       },

@@ -78,7 +78,8 @@ export interface Turn {
 /** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
 export interface ThreadHandoff {
   request: HandoffRequest;
-  phase: 'pending' | 'active';
+  /** `ending`: the thread told it something that ends it and waits for its output (never stored: it ends at once). */
+  phase: 'pending' | 'active' | 'ending';
 }
 
 export interface ThreadContext {
