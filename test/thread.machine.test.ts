@@ -603,4 +603,26 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     await rig.settle();
     expect(rig.finalTexts()).toEqual(['triage: here now']);
   });
+
+  it('a thread restored mid fan-out runs the fan-out calls again (as fan-out calls) and finishes it', async () => {
+    const config = { usePolicy: true, agentTimeoutMs: 1_000 };
+    const first = new ThreadRig({ config });
+    first.say('weather and flights');
+    await first.settle();
+    first.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] });
+    await first.settle();
+    first.answer(agentReply('sunny')); // triage answered before the node died; researcher had not
+    await first.settle();
+    const persisted = JSON.parse(JSON.stringify(first.actor.getPersistedSnapshot()));
+    first.stop();
+
+    const rig = new ThreadRig({ config, snapshot: persisted });
+    rig.actor.send({ type: 'troupe.restored', now: T0 + 400 });
+    await rig.settle();
+    expect(rig.openRequests().map((r) => [r.input.agentId, r.input.fanOut, r.input.message.messageId])).toEqual([['researcher', true, 'u1']]);
+    rig.answer(agentReply('booked'));
+    await rig.settle();
+    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher'], execution_time_ms: 400 });
+    expect(rig.snapshot.value).toBe('input-required');
+  });
 });
