@@ -8,8 +8,10 @@ import { META } from '../../protocol/metadata.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import type { ThreadContext } from './types.js';
 
+/** Route steps kept across turns (the stored Task's route log). */
 export const ROUTE_LOG_LIMIT = 50;
 
+/** The last `limit` items (history and the route log are bounded). */
 export function prune<T>(items: T[], limit: number): T[] {
   return items.length > limit ? items.slice(items.length - limit) : items;
 }
@@ -41,19 +43,20 @@ export function messageFor(context: ThreadContext, source: Message, id: string, 
   };
 }
 
+/** Metadata without the previous hop's route, error and client-routing slot (the next agent gets its own). */
 export function stripRouting(metadata: Record<string, unknown> | undefined): Record<string, unknown> {
   if (!metadata) return {};
   const { [META.route]: _r, [META.error]: _e, ...rest } = metadata;
   return Object.fromEntries(Object.entries(rest).filter(([k]) => !k.startsWith('https://ranch.woi.dev/extensions/client-routing')));
 }
 
+/** The message in an agent's reply: the message itself, or a task's status message. */
 export function agentReplyMessage(output: Extract<AgentCallOutput, { ok: true }>): Message | undefined {
   const { reply } = output;
   if (reply.kind === 'message') return reply;
   if (reply.kind === 'task') return reply.status.message;
   return undefined;
 }
-
 
 /** The end user of an owner `<principal>/<user>`, or the principal itself. */
 export function userOf(owner: string): string {
