@@ -4,29 +4,16 @@
  * limit, routing-only rounds that end the turn — and every state and transition of both machines reached.
  */
 import { describe, expect, it } from 'vitest';
-import { createActor, toPromise, type AnyTransitionDefinition, type InspectionEvent } from 'xstate';
-import { definedStates, definedTransitions, missing, transitionKey } from './helpers/machine-coverage.js';
+import { createActor, toPromise, type AnyStateMachine } from 'xstate';
+import { CoverageRecorder } from './helpers/machine-coverage.js';
 import { waitFor } from './helpers/wait.js';
 import { llmAgentLogic, type LlmAgentInput, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../src/machines/llm-agent.js';
 import { llmAgentMachine, toolCallMachine } from '../src/machines/llm-agent.js';
 import type { ChatMessage, Completion, ToolCall } from '../src/llm/types.js';
 import { ModelCallError } from '../src/llm/types.js';
 
-const coveredStates = new Set<string>();
-const coveredTransitions = new Set<string>();
-
-function record(ev: InspectionEvent): void {
-  if (ev.type === '@xstate.microstep') {
-    for (const t of (ev as unknown as { _transitions: AnyTransitionDefinition[] })._transitions) {
-      coveredTransitions.add(transitionKey(t));
-      coveredStates.add(t.source.id);
-      for (const target of t.target ?? []) coveredStates.add(target.id);
-    }
-  }
-  if (ev.type === '@xstate.snapshot' || ev.type === '@xstate.microstep') {
-    for (const n of (ev.snapshot as unknown as { _nodes?: Array<{ id: string }> })._nodes ?? []) coveredStates.add(n.id);
-  }
-}
+/** Every run of this file records here: the loop and the tool calls it spawns, from the inspection stream. */
+const coverage = new CoverageRecorder();
 
 const answer = (text: string): Completion => ({ text, toolCalls: [], stopReason: 'stop' });
 const calls = (text: string, ...list: Array<[id: string, name: string, args?: unknown]>): Completion => ({
@@ -70,7 +57,7 @@ async function run(
       retryBaseMs: 1,
       ...input,
     },
-    inspect: record,
+    inspect: coverage.inspect,
   });
   actor.subscribe((s) => {
     if (states.at(-1) !== s.value) states.push(String(s.value));
@@ -220,9 +207,7 @@ describe('llm agent loop', () => {
   });
 
   it('reached every state and transition of the loop and of a tool call', () => {
-    const states = new Set([...definedStates(llmAgentMachine), ...definedStates(toolCallMachine)]);
-    const transitions = new Set([...definedTransitions(llmAgentMachine), ...definedTransitions(toolCallMachine)]);
-    expect(missing(states, coveredStates)).toEqual([]);
-    expect(missing(transitions, coveredTransitions)).toEqual([]);
+    expect(coverage.missingOf(llmAgentMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
+    expect(coverage.missingOf(toolCallMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
   });
 });

@@ -1,6 +1,6 @@
 /**
  * The context sanitiser on the mesh: what one agent passes to another (a routed message, a handoff's
- * summary and recent messages) reaches the other agent masked, per the team's policy and its per-agent
+ * summary and recent messages, the calls of a fan-out) reaches the other agent masked, per the team's policy and its per-agent
  * allow rules, while the thread keeps the original and the user still sees the real conversation.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,10 +10,17 @@ import { META } from '../src/protocol/metadata.js';
 import type { Message } from '../src/protocol/a2a.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import type { TeamDefinition } from '../src/sdk/team.js';
+import type { RouterPolicy } from '../src/routing/scoring.js';
 
 const SECRET_TEXT = 'Mail me at ada@example.com, card 4242 4242 4242 4242, password: hunter2hunter2';
 
-function team(sanitiser?: TeamDefinition['sanitiser']) {
+/** A router policy that fans every message out to notes and billing. */
+const fanOutPolicy: RouterPolicy = {
+  name: 'fan-out',
+  decide: async () => ({ agentId: 'notes', confidence: 0.95, reasoning: 'both should see it', additionalAgents: ['billing'] }),
+};
+
+function team(sanitiser?: TeamDefinition['sanitiser'], policy?: RouterPolicy) {
   const seen = new Map<string, Message[]>();
   const keep = (id: string, m: Message) => seen.set(id, [...(seen.get(id) ?? []), m]);
   const front = defineAgent({
@@ -39,7 +46,7 @@ function team(sanitiser?: TeamDefinition['sanitiser']) {
       return reply(`billing saw: ${ctx.text}`, { to: 'user' });
     },
   });
-  const def: TeamDefinition = { name: 'sanitise', agents: [front, notes, billing], config: { entryAgent: 'front' }, ...(sanitiser !== undefined ? { sanitiser } : {}) };
+  const def: TeamDefinition = { name: 'sanitise', agents: [front, notes, billing], config: { entryAgent: 'front' }, ...(sanitiser !== undefined ? { sanitiser } : {}), ...(policy ? { policy } : {}) };
   return { def, seen };
 }
 
@@ -103,5 +110,30 @@ describe('context sanitiser between agents', () => {
     stop = plain.stop;
     await plain.client.send(`note this: ${SECRET_TEXT}`);
     expect(textOf(off.seen.get('notes')?.[0])).toContain('ada@example.com');
+  });
+
+  it('masks what the calls of a fan-out carry (the fanOut path), and only when the policy applies to that path', async () => {
+    const fanned = team(undefined, fanOutPolicy);
+    const mesh = await startEmbedded(fanned.def, silentLogger());
+    stop = mesh.stop;
+    const res = await mesh.client.send(`both of you: ${SECRET_TEXT}`);
+    expect(res.final.status.message?.metadata?.agents_used).toEqual(['notes', 'billing']);
+    for (const agent of ['notes', 'billing']) {
+      const seen = textOf(fanned.seen.get(agent)?.[0]);
+      expect(seen).not.toContain('ada@example.com');
+      expect(seen).toContain('[email]');
+      expect(seen).toContain('[card]');
+    }
+    // The message came from the user: without the fan-out mark it would have been the `entry` path,
+    // which the default policy leaves alone.
+    expect(fanned.seen.get('front')).toBeUndefined();
+    await mesh.stop();
+
+    const routedOnly = team({ applyTo: ['routed'] }, fanOutPolicy);
+    const other = await startEmbedded(routedOnly.def, silentLogger());
+    stop = other.stop;
+    await other.client.send(`both of you: ${SECRET_TEXT}`);
+    expect(textOf(routedOnly.seen.get('notes')?.[0])).toContain('ada@example.com');
+    expect(textOf(routedOnly.seen.get('billing')?.[0])).toContain('ada@example.com');
   });
 });

@@ -1,19 +1,25 @@
+/**
+ * The thread machine with its real children (router, agentCall, orchestration, handoff), only their I/O
+ * scripted: every state it reaches from what the host, the agents, the policy and the timers can do,
+ * with what must hold in each; then behaviour — routing, fan-out, handoffs, restore.
+ */
 import { describe, expect, it } from 'vitest';
-import { createActor, fromPromise, waitFor, type AnyStateMachine, type EventObject } from 'xstate';
-import { getShortestPaths, getSimplePaths } from 'xstate/graph';
+import { createActor, fromPromise, waitFor, type AnyStateMachine } from 'xstate';
 import type { Message } from '../src/protocol/a2a.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../src/protocol/routing.js';
 import type { AgentReply } from '../src/protocol/wire.js';
-import type { AgentCallOutput, AgentRequestInput } from '../src/machines/agent-call.js';
+import type { AgentRequestInput } from '../src/machines/agent-call.js';
 import { agentCallMachine } from '../src/machines/agent-call.js';
-import type { RouteDecision } from '../src/machines/route.js';
 import { routerMachine, type PolicyInput } from '../src/machines/router.js';
-import { orchestrationMachine, type CallAgentInput } from '../src/machines/orchestration.js';
+import { orchestrationMachine } from '../src/machines/orchestration.js';
 import { threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
 import { META } from '../src/protocol/metadata.js';
-import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
-
-const never = fromPromise<never, unknown>(() => new Promise<never>(() => {}));
+import { handoffMachine } from '../src/machines/handoff.js';
+import type { ThreadConfig } from '../src/machines/thread.js';
+import { CoverageRecorder } from './helpers/machine-coverage.js';
+import { T0, TEAM, ThreadRig, agentReply, type OpenRequest } from './helpers/thread-rig.js';
+import { messageText } from '../src/protocol/a2a.js';
+import { readHandoffRequest } from '../src/protocol/handoff.js';
 
 function userMsg(text: string, id = `u-${text}`): Message {
   return { kind: 'message', role: 'user', messageId: id, parts: [{ kind: 'text', text }] };
@@ -36,179 +42,221 @@ const agents = {
   plain: { supportsClientRouting: false },
 };
 
-describe('thread machine: model-based coverage', () => {
-  it('reaches every state and fires every transition', () => {
-    const stubbed = threadMachine.provide({
-      actors: { agentCall: never as never, router: never as never, orchestration: never as never, handoff: never as never },
-    }) as AnyStateMachine;
-    const handoffReply = (slot: Record<string, unknown>) => ({ ...agentMsg('h'), metadata: { [CLIENT_ROUTING_URI]: slot } });
-    const toAgent = (agentId: string, mode: 'initial' | 'forward'): RouteDecision => ({ to: 'agent', agentId, mode, reason: 't' });
-    const ok = (reply: AgentReply): AgentCallOutput => ({ ok: true, agentId: 'triage', reply, attempts: 1 });
-    const events = (snap: { value: unknown }): EventObject[] => {
-      const v = JSON.stringify(snap.value);
-      const base: EventObject[] = [
-        { type: 'troupe.user.message', message: userMsg('hi') } as EventObject,
-        { type: 'troupe.cancel' },
-        { type: 'troupe.tick', now: 5 } as EventObject,
-        { type: 'troupe.restored', now: 6 } as EventObject,
-        { type: 'troupe.agents', agents } as EventObject,
-        { type: 'xstate.done.actor.handoff', output: { status: 'error', artifactsCreated: [], turns: 0, error: { code: 'AGENT_TIMEOUT', message: 'late' } } } as EventObject,
-      ];
-      if (v.includes('"routing"')) {
-        base.push(
-          { type: 'xstate.done.actor.router', output: toAgent('triage', 'initial') } as EventObject,
-          { type: 'xstate.done.actor.router', output: { to: 'clarify', reason: 'low', confidence: 0.2 } } as EventObject,
-          { type: 'xstate.done.actor.router', output: { to: 'user', reason: 'x', error: { code: 'ROUTER_FAILURE', message: 'x' } } } as EventObject,
-          { type: 'xstate.error.actor.router', error: new Error('boom') } as EventObject,
-          { type: 'xstate.done.actor.router', output: { ...toAgent('triage', 'initial'), additionalAgents: ['writer'] } } as EventObject,
-        );
-      }
-      if (v.includes('"orchestrating"')) {
-        base.push(
-          {
-            type: 'xstate.done.actor.orchestration',
-            output: {
-              message: agentMsg('both'),
-              metadata: { agents_used: ['triage', 'writer'], execution_time_ms: 5, task_state: 'completed', strategy: 'parallel', failures: [], cancelled: [], skipped: [] },
-            },
-          } as EventObject,
-          { type: 'xstate.error.actor.orchestration', error: new Error('boom') } as EventObject,
-        );
-      }
-      if (v.includes('"calling"')) {
-        base.push(
-          { type: 'xstate.done.actor.agentCall', output: ok(agentMsg('answer')) } as EventObject,
-          {
-            type: 'xstate.done.actor.agentCall',
-            output: ok({ kind: 'task', id: 't', contextId: 'c', status: { state: 'completed', message: agentMsg('done') } }),
-          } as EventObject,
-          {
-            type: 'xstate.done.actor.agentCall',
-            output: ok({ kind: 'task', id: 't', contextId: 'c', status: { state: 'failed', message: agentMsg('cannot') } }),
-          } as EventObject,
-          { type: 'xstate.done.actor.agentCall', output: ok({ kind: 'error', error: { code: 'INVALID_MESSAGE', message: 'bad' } }) } as EventObject,
-          {
-            type: 'xstate.done.actor.agentCall',
-            output: ok(handoffReply({ handoff: { targetAgentId: 'writer', contextSummary: 's', handoffReason: 'r' } })),
-          } as EventObject,
-          { type: 'xstate.done.actor.agentCall', output: ok(handoffReply({ handoff: { targetAgentId: 'nobody', contextSummary: 's', handoffReason: 'r' } })) } as EventObject,
-          { type: 'xstate.done.actor.agentCall', output: ok(handoffReply({ handoffReturn: { completionStatus: 'completed', resultSummary: 'done' } })) } as EventObject,
-          { type: 'xstate.done.actor.agentCall', output: { ok: false, agentId: 'triage', error: { code: 'AGENT_TIMEOUT', message: 'late' }, attempts: 3 } } as EventObject,
-        );
-      }
-      if (v.includes('"routingReply"')) {
-        base.push(
-          { type: 'xstate.done.actor.router', output: toAgent('writer', 'forward') } as EventObject,
-          { type: 'xstate.done.actor.router', output: { to: 'user', reason: 'done' } } as EventObject,
-          { type: 'xstate.error.actor.router', error: new Error('boom') } as EventObject,
-        );
-      }
-      return base;
-    };
-    const input = { threadId: 't1', tenant: 'demo', owner: 'local', now: 0, agents };
-    // A state is its value, whether messages are queued and the event that led there, so self-transitions count.
-    // A node per (previous state, event, state): shortest paths then cover every edge, not only every state.
-    const serializeState = (s: { value: unknown; context: unknown }, e: EventObject | undefined, prev?: { value: unknown; context: unknown }) =>
-      JSON.stringify([
-        prev?.value,
-        (prev?.context as { turn?: { mode: string } } | undefined)?.turn?.mode,
-        (prev?.context as { handoff?: { phase: string } } | undefined)?.handoff?.phase,
-        e ? JSON.stringify(e) : '',
-        s.value,
-        (s.context as { pending: unknown[] }).pending.length > 0,
-        (s.context as { handoff?: { phase: string } }).handoff?.phase,
-        (s.context as { turn?: { mode: string } }).turn?.mode,
-      ]);
-    const opts = { events, input, serializeState, limit: 100000 };
-    const paths = getShortestPaths(stubbed, opts);
-    const cov = replayPaths(stubbed, paths, input);
-    expect(missing(definedStates(threadMachine), cov.states)).toEqual([]);
-    expect(missing(definedTransitions(threadMachine), cov.transitions)).toEqual([]);
-  });
+/* ---------------------------------------------------------------------------------------------- */
+/* the reachable graph, with real children                                                          */
+/* ---------------------------------------------------------------------------------------------- */
 
-  it('router machine: every state and transition', () => {
-    const stubbed = routerMachine.provide({ actors: { policy: never as never } }) as AnyStateMachine;
-    const inputs = [
-      { kind: 'reply', reply: agentMsg('x', { recipient: 'user' }), from: 'triage', senderStack: ['user'], hops: 0, maxHops: 10, agents },
-      { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', handoffTarget: 'writer', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
-      { kind: 'user', message: { ...userMsg('x'), metadata: { [CLIENT_ROUTING_URI]: { recipient: 'writer' } } }, agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
-      { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
-      { kind: 'user', message: { ...userMsg('x'), metadata: { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } } }, agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 },
-      { kind: 'user', message: userMsg('x'), agents, entryAgent: 'triage', usePolicy: true, threshold: 0.7, maxAttempts: 2 },
-    ];
-    const events: EventObject[] = [
-      { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.9, reasoning: 'r' } } as EventObject,
-      { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.3, reasoning: 'r' } } as EventObject,
-      { type: 'xstate.error.actor.policy', error: new Error('down') } as EventObject,
-    ];
-    const states = new Set<string>();
-    const transitions = new Set<string>();
-    for (const input of inputs) {
-      const opts = { events, input, serializeState: (s: { value: unknown; context: unknown }) => JSON.stringify([s.value, (s.context as { attempts: number }).attempts]) };
-      const cov = replayPaths(stubbed, getSimplePaths(stubbed, opts), input);
-      cov.states.forEach((s) => states.add(s));
-      cov.transitions.forEach((t) => transitions.add(t));
+/** One thing that can happen to a thread: an event from the host, an agent's or the policy's answer, a timer. */
+interface Step {
+  name: string;
+  applies: (rig: ThreadRig) => boolean;
+  run: (rig: ThreadRig) => void;
+}
+
+const isLive = (rig: ThreadRig) => rig.snapshot.status === 'active';
+const hasRequest = (rig: ThreadRig) => rig.openRequests().length > 0;
+const hasPolicyCall = (rig: ThreadRig) => rig.openPolicyCalls().length > 0;
+const handoffTo = (targetAgentId: string, extra: Record<string, unknown> = {}) => ({ handoff: { targetAgentId, contextSummary: 'the story so far', handoffReason: 'a specialist', ...extra } });
+const reply = (name: string, make: (r: OpenRequest) => AgentReply): Step => ({ name: `reply: ${name}`, applies: hasRequest, run: (rig) => rig.answer(make) });
+const task = (state: 'completed' | 'failed'): AgentReply => ({ kind: 'task', id: 'x', contextId: 'x', status: { state, message: agentReply(`task ${state}`) } });
+
+const STEPS: Step[] = [
+  { name: 'user: hi', applies: isLive, run: (rig) => void rig.say('hi') },
+  { name: 'user: to a ghost', applies: isLive, run: (rig) => void rig.say('psst', { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } }) },
+  { name: 'cancel', applies: isLive, run: (rig) => rig.actor.send({ type: 'troupe.cancel', reason: 'changed my mind', now: rig.now() }) },
+  { name: 'tick', applies: isLive, run: (rig) => rig.actor.send({ type: 'troupe.tick', now: rig.now() }) },
+  { name: 'restored', applies: isLive, run: (rig) => rig.actor.send({ type: 'troupe.restored', now: rig.now() }) },
+  { name: 'agents', applies: isLive, run: (rig) => rig.actor.send({ type: 'troupe.agents', agents: TEAM }) },
+  { name: 'a timer fires', applies: (rig) => isLive(rig) && rig.clock.pending > 0, run: (rig) => void rig.clock.fireNext() },
+  reply('plain', (r) => agentReply(`${r.input.agentId} says`)),
+  reply('to researcher', (r) => agentReply(`${r.input.agentId} asks researcher`, { recipient: 'researcher' })),
+  reply('task completed', () => task('completed')),
+  reply('task failed', () => task('failed')),
+  reply('error', () => ({ kind: 'error', error: { code: 'INVALID_MESSAGE', message: 'cannot read that' } })),
+  reply('hand off to writer', () => agentReply('passing you to writer', handoffTo('writer'))),
+  reply('hand off to writer for good', () => agentReply('writer takes it from here', handoffTo('writer', { returnExpected: false }))),
+  reply('hand off to a ghost', () => agentReply('passing you on', handoffTo('ghost'))),
+  reply('return: completed', () => agentReply('all done', { handoffReturn: { completionStatus: 'completed', resultSummary: 'made it', artifactsCreated: ['f1'] } })),
+  reply('return: error', () => agentReply('could not', { handoffReturn: { completionStatus: 'error', resultSummary: 'it broke' } })),
+  reply('return: cancelled', () => agentReply('stopping', { handoffReturn: { completionStatus: 'cancelled' } })),
+  reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
+  { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })) },
+  { name: 'policy: writer', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'writes' }) },
+  { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
+  { name: 'policy: unsure', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.2, reasoning: 'vague' }) },
+  { name: 'policy: down', applies: hasPolicyCall, run: (rig) => rig.decide(new Error('policy down')) },
+];
+
+/** What tells one reachable state of the whole (thread, children, I/O in flight, timers) from another. */
+function stateKey(rig: ThreadRig): string {
+  const snap = rig.snapshot;
+  const ctx = snap.context;
+  const children = Object.entries(snap.children)
+    .map(([id, child]) => {
+      const s = child?.getSnapshot() as { value?: unknown; status?: string } | undefined;
+      return `${id}:${JSON.stringify(s?.value ?? s?.status)}`;
+    })
+    .sort();
+  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy')].sort();
+  return JSON.stringify([
+    snap.status,
+    snap.value,
+    ctx.turn?.mode ?? null,
+    ctx.handoff ? [ctx.handoff.phase, ctx.handoff.request.returnExpected] : null,
+    ctx.pending.length > 0,
+    children,
+    io,
+    rig.clock.pending > 0,
+  ]);
+}
+
+/** What must hold in every state the thread reaches, whatever happened before. */
+function checkInvariants(rig: ThreadRig, path: string[]): void {
+  const where = path.join(' › ');
+  const snap = rig.snapshot;
+  const ctx = snap.context;
+  const working = snap.status === 'active' && typeof snap.value === 'object' && 'working' in snap.value;
+  // Never stuck: a turn in progress always waits for something that will come (an answer or a timer).
+  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
+  // Nothing leaks: a thread between turns (or ended) has no request in flight.
+  else expect(rig.openRequests().map((r) => r.input.agentId), `a request left in flight after ${where}`).toEqual([]);
+  // The thread's view of its handoff and the handoff actor agree.
+  const handoffChild = snap.children.handoff?.getSnapshot();
+  if (snap.status === 'active') {
+    if (ctx.handoff) expect(handoffChild?.value, `handoff view ${ctx.handoff.phase} after ${where}`).toBe(ctx.handoff.phase);
+    else expect(handoffChild, `a handoff actor without a handoff after ${where}`).toBeUndefined();
+  }
+  // Each message is answered at most once, and between turns every message has been answered.
+  const answered = rig.finals().flatMap((s) => (s.message?.metadata?.[META.inReplyTo] ? [String(s.message.metadata[META.inReplyTo])] : []));
+  expect(new Set(answered).size, `a message answered twice after ${where}`).toBe(answered.length);
+  if (snap.value === 'input-required' && ctx.pending.length === 0) {
+    for (const m of rig.sent) expect(answered, `${m.messageId} unanswered after ${where}`).toContain(m.messageId);
+  }
+  // Routes tell what happened: nobody but the user addresses an agent "as the user".
+  for (const s of rig.statuses) if (s.route) expect(s.route.reason).not.toMatch(/the user addressed/);
+}
+
+async function replay(config: Partial<ThreadConfig>, path: Step[], recorder: CoverageRecorder): Promise<ThreadRig> {
+  const rig = new ThreadRig({ config, recorder });
+  await rig.settle();
+  for (const step of path) {
+    step.run(rig);
+    await rig.settle();
+  }
+  return rig;
+}
+
+/** Shared by the exploration and the fault tests below; checked at the end of the describe. */
+const threadCoverage = new CoverageRecorder();
+
+describe('thread machine with its real children: the reachable graph', () => {
+  it('explores every state the thread and its children reach from the host events, the agents\' answers and the timers', { timeout: 300_000 }, async () => {
+    const MAX_DEPTH = 9;
+    let explored = 0;
+    // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
+    // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
+    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500 }] satisfies Array<Partial<ThreadConfig>>) {
+      const start = await replay(config, [], threadCoverage);
+      const seen = new Set([stateKey(start)]);
+      start.stop();
+      let frontier: Step[][] = [[]];
+      for (let depth = 0; depth < MAX_DEPTH && frontier.length; depth++) {
+        const next: Step[][] = [];
+        for (const path of frontier) {
+          for (const step of STEPS) {
+            const rig = await replay(config, path, threadCoverage);
+            if (!step.applies(rig)) {
+              rig.stop();
+              continue;
+            }
+            step.run(rig);
+            await rig.settle();
+            explored += 1;
+            checkInvariants(rig, [...path, step].map((s) => s.name));
+            const key = stateKey(rig);
+            if (!seen.has(key)) {
+              seen.add(key);
+              next.push([...path, step]);
+            }
+            rig.stop();
+          }
+        }
+        frontier = next;
+      }
     }
-    expect(missing(definedStates(routerMachine), states)).toEqual([]);
-    expect(missing(definedTransitions(routerMachine), transitions)).toEqual([]);
+    expect(explored).toBeGreaterThan(100);
+    // Every state and transition of the thread but the three a crashed child takes (next test).
+    const { states, transitions } = threadCoverage.missingOf(threadMachine as AnyStateMachine);
+    expect(states).toEqual([]);
+    expect(transitions).toEqual([
+      'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.working.answering',
+      'thread.working.routing --xstate.error.actor.router--> thread.working.answering',
+      'thread.working.routingReply --xstate.error.actor.router--> thread.working.answering',
+    ]);
+    // The real handoff actor went through every state it has on the way.
+    expect(threadCoverage.missingOf(handoffMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
   });
 
-  it('agent call machine: every state and transition', () => {
-    const stubbed = agentCallMachine.provide({ actors: { request: never as never } }) as AnyStateMachine;
-    const input = { agentId: 'a', message: userMsg('x'), sender: 'user', hop: 0, timeoutMs: 10, retries: 1, retryDelayMs: 5, now: 0 };
-    // Only events a state can receive: an unhandled actor error event would fail the actor.
-    const events = (snap: { value: unknown }): EventObject[] =>
-      snap.value === 'calling'
-        ? [
-            { type: 'xstate.done.actor.request', output: agentMsg('ok') } as EventObject,
-            { type: 'xstate.error.actor.request', error: { code: 'NO_RESPONDERS', message: 'none' } } as EventObject,
-            { type: 'xstate.after.callTimeout.agentCall.calling' } as EventObject,
-            { type: 'troupe.agentCall.restored' } as EventObject,
-          ]
-        : snap.value === 'waiting'
-          ? [{ type: 'xstate.after.retryDelay.agentCall.waiting' } as EventObject, { type: 'troupe.agentCall.restored' } as EventObject]
-          : [];
-    const opts = {
-      events,
-      input,
-      serializeState: (s: { value: unknown; context: unknown }, e: EventObject | undefined) =>
-        JSON.stringify([s.value, (s.context as { attempt: number }).attempt, e?.type]),
+  it('a child machine that crashes ends the turn with a plain answer and the thread waits for the next message', async () => {
+    // A fault put into each real child: the only way they fail (I/O failures are in their output).
+    const bug = (what: string) => () => {
+      throw new Error(what);
     };
-    const cov = replayPaths(stubbed, getSimplePaths(stubbed, opts), input);
-    expect(missing(definedStates(agentCallMachine), cov.states)).toEqual([]);
-    expect(missing(definedTransitions(agentCallMachine), cov.transitions)).toEqual([]);
+    const router = routerMachine.provide({ actions: { routeReply: bug('router bug'), routeToEntryAgent: bug('router bug') } }) as typeof routerMachine;
+    const orchestration = orchestrationMachine.provide({ actions: { aggregateResults: bug('aggregation bug') } }) as typeof orchestrationMachine;
+    const cases: Array<{ what: string; answer: string; rig: () => ThreadRig; drive: (rig: ThreadRig) => Promise<void> }> = [
+      { what: 'the router, on a user message', answer: 'troupe: No agent answered.', rig: () => new ThreadRig({ router, recorder: threadCoverage }), drive: async () => undefined },
+      {
+        what: 'the router, on a reply',
+        answer: 'writer: writer says', // the last answer of the turn
+        rig: () => new ThreadRig({ router, config: { usePolicy: true, maxAttempts: 1 }, recorder: threadCoverage }),
+        drive: async (rig) => {
+          rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'r' });
+          await rig.settle();
+          rig.answer(agentReply('writer says'));
+        },
+      },
+      {
+        what: 'the orchestration',
+        answer: 'troupe: No agent answered.',
+        rig: () => new ThreadRig({ orchestration, config: { usePolicy: true, maxAttempts: 1 }, recorder: threadCoverage }),
+        drive: async (rig) => {
+          rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'r', additionalAgents: ['writer'] });
+          await rig.settle();
+          rig.answer(agentReply('a'));
+          rig.answer(agentReply('b'));
+        },
+      },
+    ];
+    for (const { what, answer, rig: make, drive } of cases) {
+      const rig = make();
+      rig.say('hi');
+      await rig.settle();
+      await drive(rig);
+      await rig.settle();
+      expect(rig.snapshot.value, what).toBe('input-required');
+      expect(rig.finalTexts(), what).toEqual([answer]);
+      expect(rig.finals().map((s) => s.message?.metadata?.[META.inReplyTo]), what).toEqual(['u1']);
+      rig.stop();
+    }
+    expect(threadCoverage.missingOf(threadMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
   });
 });
 
 /** Runs a thread with a scripted team: each agent is a function from the incoming message to a reply. */
 function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => AgentReply | Promise<AgentReply>>, config = {}) {
   const calls: AgentRequestInput[] = [];
-  const machine = threadMachine.provide({
+  const agentCall = agentCallMachine.provide({
     actors: {
-      agentCall: agentCallMachine.provide({
-        actors: {
-          request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
-            calls.push(input);
-            const agent = team[input.agentId];
-            if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
-            return agent(input.message, input);
-          }),
-        },
-      }),
-      orchestration: orchestrationMachine.provide({
-        actors: {
-          callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
-            const agent = team[input.agentId];
-            if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
-            const reply = await agent(input.message, { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt, timeoutMs: 100 });
-            if (reply.kind === 'error') throw Object.assign(new Error(reply.error.message), reply.error);
-            if (reply.kind !== 'message') throw new Error('expected a message');
-            return reply;
-          }),
-        },
+      request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+        calls.push(input);
+        const agent = team[input.agentId];
+        if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
+        return agent(input.message, input);
       }),
     },
   });
+  const machine = threadMachine.provide({ actors: { agentCall, orchestration: orchestrationMachine.provide({ actors: { agentCall } }) } });
   const statuses: ThreadStatusEmitted[] = [];
   const actor = createActor(machine, {
     input: { threadId: 't1', tenant: 'demo', owner: 'local', now: 0, agents, config: { retries: 0, agentTimeoutMs: 200, ...config } },
@@ -358,9 +406,13 @@ describe('thread machine: routing behaviour', () => {
         }),
         orchestration: orchestrationMachine.provide({
           actors: {
-            callAgent: fromPromise<Message, CallAgentInput>(async ({ input }) => {
-              if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
-              return agentMsg('the facts');
+            agentCall: agentCallMachine.provide({
+              actors: {
+                request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+                  if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
+                  return agentMsg('the facts');
+                }),
+              },
             }),
           },
         }),
@@ -398,5 +450,179 @@ describe('thread machine: routing behaviour', () => {
     const { say, actor } = runThread({ triage: (m) => agentMsg(`re:${textOf(m)}`, undefined, `r-${textOf(m)}`) }, { historyLimit: 3 });
     for (const t of ['a', 'b', 'c']) await say(t);
     expect(actor.getSnapshot().context.history.map((m) => textOf(m))).toEqual(['re:b', 'c', 're:c']);
+  });
+});
+
+/* ---------------------------------------------------------------------------------------------- */
+/* handoffs, fan-out and restore, step by step                                                      */
+/* ---------------------------------------------------------------------------------------------- */
+
+const slotOf = (m: Message | undefined) => m?.metadata?.[CLIENT_ROUTING_URI] as Record<string, unknown> | undefined;
+const stepsOf = (s: ThreadStatusEmitted | undefined) => ((s?.message?.metadata?.[META.route] ?? []) as Array<{ from: string; to: string; reason: string }>).map((r) => `${r.from}>${r.to}`);
+
+/** A thread where triage handed off to writer, which accepted: the user now talks to writer. */
+async function inHandoff(opts: { returnExpected?: boolean; owner?: string; config?: Partial<ThreadConfig> } = {}) {
+  const rig = new ThreadRig({ ...(opts.owner ? { owner: opts.owner } : {}), ...(opts.config ? { config: opts.config } : {}) });
+  rig.say('I need writing help');
+  await rig.settle();
+  rig.answer(agentReply('passing you to writer', { handoff: { targetAgentId: 'writer', contextSummary: 'wants a poem', handoffReason: 'writing', ...(opts.returnExpected === false ? { returnExpected: false } : {}) } }));
+  await rig.settle();
+  const toWriter = rig.openRequests()[0]!;
+  rig.answer(agentReply('writer here, what poem?'));
+  await rig.settle();
+  expect(rig.snapshot.context.handoff?.phase).toBe('active');
+  return { rig, toWriter };
+}
+
+describe('thread machine: handoffs, fan-out and restore', () => {
+  it('a target that returns gives the turn back to its source: its answer, the step back, then the source answers', async () => {
+    const { rig } = await inHandoff();
+    rig.say('done, thanks');
+    await rig.settle();
+    expect(rig.openRequests().map((r) => r.input.agentId)).toEqual(['writer']);
+    const before = rig.statuses.length;
+    rig.answer(agentReply('here is your poem', { handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] } }));
+    await rig.settle();
+    // The user hears the target first, then sees control go back; the source gets the result.
+    const seen = rig.statuses.slice(before);
+    expect(seen.map((s) => [s.final, s.message ? messageText(s.message) : s.route ? `${s.route.from}>${s.route.to}: ${s.route.reason}` : s.state])).toEqual([
+      [false, 'here is your poem'],
+      [false, 'writer>triage: handoff completed: wrote a poem'],
+    ]);
+    const toSource = rig.openRequests()[0]!;
+    expect(toSource.input).toMatchObject({ agentId: 'triage', sender: 'writer', hop: 1 });
+    expect(slotOf(toSource.input.message)).toEqual({ handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] } });
+    expect(toSource.input.message.metadata?.[META.handoffResume]).toEqual({ sourceAgentId: 'triage', targetAgentId: 'writer', status: 'completed' });
+    rig.answer(agentReply('glad writer could help'));
+    await rig.settle();
+    const final = rig.finals().at(-1)!;
+    expect(messageText(final.message)).toBe('glad writer could help');
+    expect(final.message?.metadata?.[META.inReplyTo]).toBe('u2');
+    expect(final.error).toBeUndefined();
+    expect(stepsOf(final)).toEqual(['user>writer', 'writer>triage']);
+    expect(rig.snapshot.context.handoff).toBeUndefined();
+    expect(rig.snapshot.children.handoff).toBeUndefined();
+  });
+
+  it('returnExpected: false — the target\'s return ends the turn; the source is not called and the next message is routed as usual', async () => {
+    const { rig } = await inHandoff({ returnExpected: false });
+    rig.say('done');
+    await rig.settle();
+    rig.answer(agentReply('all yours again', { handoffReturn: { completionStatus: 'completed' } }));
+    await rig.settle();
+    expect(rig.openRequests()).toEqual([]);
+    expect(rig.finalTexts().at(-1)).toBe('writer: all yours again');
+    expect(rig.snapshot.value).toBe('input-required');
+    expect(rig.snapshot.context.handoff).toBeUndefined();
+    rig.say('hello again');
+    await rig.settle();
+    expect(rig.openRequests().map((r) => r.input.agentId)).toEqual(['triage']);
+  });
+
+  it('a target whose first reply returns with completionStatus error is reported as failed to the source', async () => {
+    const rig = new ThreadRig();
+    rig.say('help');
+    await rig.settle();
+    rig.answer(agentReply('passing you on', { handoff: { targetAgentId: 'writer', contextSummary: 's', handoffReason: 'r' } }));
+    await rig.settle();
+    rig.answer(agentReply('cannot do it', { handoffReturn: { completionStatus: 'error', resultSummary: 'no ink' } }));
+    await rig.settle();
+    const toSource = rig.openRequests()[0]!;
+    expect(toSource.input.agentId).toBe('triage');
+    expect(messageText(toSource.input.message)).toBe('Handoff to writer failed: no ink');
+    expect(slotOf(toSource.input.message)).toEqual({ handoffReturn: { completionStatus: 'error', resultSummary: 'no ink', artifactsCreated: [] } });
+    expect(toSource.input.message.metadata?.[META.handoffResume]).toMatchObject({ status: 'failed' });
+  });
+
+  it('the handoff request names the real user of the thread', async () => {
+    const { toWriter } = await inHandoff({ owner: 'gateway/ada' });
+    expect(readHandoffRequest(toWriter.input.message)).toMatchObject({ userId: 'ada', threadId: 't1', tenantId: 'demo', sourceAgentId: 'triage', targetAgentId: 'writer' });
+  });
+
+  it('a cancel between turns tells the user and starts a turn that goes straight to the source', async () => {
+    const { rig } = await inHandoff();
+    const before = rig.statuses.length;
+    rig.actor.send({ type: 'troupe.cancel', reason: 'changed my mind', now: rig.now() });
+    await rig.settle();
+    const seen = rig.statuses.slice(before);
+    expect(seen[0]).toMatchObject({ state: 'working', final: false });
+    expect(messageText(seen[0]!.message)).toBe('Handoff to writer cancelled; back to triage.');
+    expect(seen.find((s) => s.route)?.route).toMatchObject({ from: 'writer', to: 'triage', reason: 'handoff cancelled: changed my mind' });
+    const toSource = rig.openRequests()[0]!;
+    expect(toSource.input.agentId).toBe('triage');
+    expect(slotOf(toSource.input.message)).toEqual({ handoffReturn: { completionStatus: 'cancelled', resultSummary: 'changed my mind', artifactsCreated: [] } });
+  });
+
+  it('a deadline with returnExpected: false tells the user and leaves the source alone', async () => {
+    const { rig } = await inHandoff({ returnExpected: false, config: { handoffMaxDurationMs: 5_000 } });
+    expect(rig.clock.fireNext()).toBe(true);
+    await rig.settle();
+    const notice = rig.statuses.at(-1)!;
+    expect(notice).toMatchObject({ state: 'input-required', final: false });
+    expect(messageText(notice.message)).toBe('Handoff to writer failed: AGENT_TIMEOUT: the handoff to "writer" did not finish within 5000 ms');
+    expect(rig.openRequests()).toEqual([]);
+    expect(rig.snapshot.context.handoff).toBeUndefined();
+  });
+
+  it('a fan-out keeps the thread\'s time: ticks reach the orchestration and make execution_time_ms', async () => {
+    const rig = new ThreadRig({ config: { usePolicy: true } });
+    rig.say('weather and flights');
+    await rig.settle();
+    rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] });
+    await rig.settle();
+    expect(rig.openRequests().map((r) => [r.input.agentId, r.input.fanOut])).toEqual([
+      ['triage', true],
+      ['researcher', true],
+    ]);
+    rig.actor.send({ type: 'troupe.tick', now: T0 + 250 });
+    rig.answer(agentReply('sunny'));
+    rig.answer(agentReply('booked'));
+    await rig.settle();
+    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher'], execution_time_ms: 250, task_state: 'completed' });
+  });
+
+  it('a restored thread runs its agent call again and re-arms its timeout and retry', async () => {
+    const config = { retries: 1, retryDelayMs: 100, agentTimeoutMs: 1_000 };
+    const first = new ThreadRig({ config });
+    first.say('hello?');
+    await first.settle();
+    const persisted = JSON.parse(JSON.stringify(first.actor.getPersistedSnapshot()));
+    first.stop(); // the node dies with its timers
+
+    const rig = new ThreadRig({ config, snapshot: persisted });
+    rig.actor.send({ type: 'troupe.restored', now: rig.now() });
+    await rig.settle();
+    // The same call again (same idempotency key), and its timeout is armed on the new node.
+    expect(rig.openRequests().map((r) => [r.input.agentId, r.input.attempt, r.input.message.messageId])).toEqual([['triage', 0, 'u1']]);
+    expect(rig.clock.fireNext()).toBe(true); // the agent never answers: the timeout fires
+    await rig.settle();
+    expect(rig.clock.fireNext()).toBe(true); // the retry delay
+    await rig.settle();
+    expect(rig.openRequests().map((r) => r.input.attempt)).toEqual([1]);
+    rig.answer(agentReply('here now'));
+    await rig.settle();
+    expect(rig.finalTexts()).toEqual(['triage: here now']);
+  });
+
+  it('a thread restored mid fan-out runs the fan-out calls again (as fan-out calls) and finishes it', async () => {
+    const config = { usePolicy: true, agentTimeoutMs: 1_000 };
+    const first = new ThreadRig({ config });
+    first.say('weather and flights');
+    await first.settle();
+    first.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] });
+    await first.settle();
+    first.answer(agentReply('sunny')); // triage answered before the node died; researcher had not
+    await first.settle();
+    const persisted = JSON.parse(JSON.stringify(first.actor.getPersistedSnapshot()));
+    first.stop();
+
+    const rig = new ThreadRig({ config, snapshot: persisted });
+    rig.actor.send({ type: 'troupe.restored', now: T0 + 400 });
+    await rig.settle();
+    expect(rig.openRequests().map((r) => [r.input.agentId, r.input.fanOut, r.input.message.messageId])).toEqual([['researcher', true, 'u1']]);
+    rig.answer(agentReply('booked'));
+    await rig.settle();
+    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher'], execution_time_ms: 400 });
+    expect(rig.snapshot.value).toBe('input-required');
   });
 });

@@ -228,10 +228,13 @@ describe('agents from agent.yaml over NATS', () => {
     expect(first.text).toBe('specialist: I got "The user wants a refund for order 42" (refunds), 2 recent messages');
     expect(route(first).map(([from, to]) => `${from}>${to}`)).toEqual(['user>concierge', 'concierge>specialist']);
 
+    // The specialist's last answer, then the concierge's, in the same turn.
     const done = await send('done, thanks', { threadId });
-    expect(done.text).toBe('specialist: refund issued');
-    expect(done.route.map((s) => s.to)).toEqual(['specialist']);
-    await waitUntil(() => finals(events).includes('Welcome back: your refund for order 42 is issued.'), 'the concierge to resume');
+    const specialistAnswer = done.events.find((e) => e.kind === 'status-update' && !e.final && e.status.message?.metadata?.['troupe/agent'] === 'specialist');
+    expect(specialistAnswer?.kind === 'status-update' ? specialistAnswer.status.message?.parts : undefined).toEqual([{ kind: 'text', text: 'specialist: refund issued' }]);
+    expect(done.text).toBe('Welcome back: your refund for order 42 is issued.');
+    expect(done.route.map((s) => s.to)).toEqual(['specialist', 'concierge']);
+    expect(finals(events)).toContain('Welcome back: your refund for order 42 is issued.');
 
     const resumed = openai.requestsFor(CONCIERGE)[1]!;
     expect(messagesOf(resumed)[0]!.content).toContain('You handed the conversation to agent "specialist"; it has given control back (completed).');
@@ -259,9 +262,11 @@ describe('agents from agent.yaml over NATS', () => {
     // A target may route or give control back, but not start a second handoff.
     expect((req!.body.tools as Array<{ name: string }>).map((t) => t.name)).toEqual(['route', 'return_handoff']);
 
+    // The returner's last answer, then the desk's, in the same turn.
     const back = await send('that is all', { threadId });
-    expect(back.text).toBe('All sorted; handing you back.');
-    await waitUntil(() => finals(events).some((t) => t.startsWith('desk: welcome back (completed)')), 'the desk to resume');
+    const returnerAnswer = back.events.find((e) => e.kind === 'status-update' && !e.final && e.status.message?.metadata?.['troupe/agent'] === 'returner');
+    expect(returnerAnswer?.kind === 'status-update' ? returnerAnswer.status.message?.parts : undefined).toEqual([{ kind: 'text', text: 'All sorted; handing you back.' }]);
+    expect(back.text).toBe('desk: welcome back (completed) — Handoff to returner completed: sorted the visitor out');
     expect(finals(events).at(-1)).toBe('desk: welcome back (completed) — Handoff to returner completed: sorted the visitor out');
     anthropic.reset();
   });

@@ -20,6 +20,7 @@ import {
   decode,
   describeZodError,
   encodeJson,
+  messageText,
   type ActorInfo,
   type AgentReply,
   type Message,
@@ -48,10 +49,6 @@ export interface AgentHostOptions {
   maxPayload?: number;
   /** Replies remembered per messageId, so a retried call gets the same answer without redoing work. */
   idempotencyCacheSize?: number;
-}
-
-function textOf(message: Message): string {
-  return message.parts.flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
 }
 
 /** The handoff request and recent messages a thread attached, when this agent is a handoff target. */
@@ -270,7 +267,7 @@ export class AgentHost {
       contextId,
       sender: msg.headers[HEADERS.sender] ?? routing?.sender ?? 'user',
       hop: Number(msg.headers[HEADERS.hop] ?? 0),
-      text: textOf(message),
+      text: messageText(message),
       peers: routing?.agentCards ?? [],
       ...(routing ? { routing } : {}),
       ...handoffContext(message),

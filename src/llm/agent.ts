@@ -20,7 +20,7 @@ import { createActor, toPromise } from 'xstate';
 import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
-import type { Message } from '../protocol/a2a.js';
+import { messageText, type Message } from '../protocol/a2a.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createProvider, type ProviderOptions } from './providers/index.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
@@ -65,10 +65,6 @@ const RECENT_MESSAGE_CHARS = 2_000;
 /** Loops listed by `ps` / in the announced status, per agent instance. */
 const MAX_REPORTED_LOOPS = 8;
 
-function textOf(message: Message): string {
-  return message.parts.flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
-}
-
 function clip(text: string, max: number): string {
   return text.length > max ? `${text.slice(0, max)}…` : text;
 }
@@ -92,7 +88,7 @@ export function systemPrompt(instructions: string, agentId: string, message: Mes
       lines.push('The conversation so far:');
       for (const m of ctx.recentMessages) {
         const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
-        lines.push(`${who}: ${clip(textOf(m), RECENT_MESSAGE_CHARS)}`);
+        lines.push(`${who}: ${clip(messageText(m), RECENT_MESSAGE_CHARS)}`);
       }
     }
   }

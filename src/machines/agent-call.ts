@@ -8,7 +8,7 @@
  */
 import { assign, fromPromise, setup, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
-import type { ErrorBody } from '../protocol/errors.js';
+import { ErrorCodeSchema, type ErrorBody } from '../protocol/errors.js';
 import type { AgentReply } from '../protocol/wire.js';
 
 export interface AgentCallInput {
@@ -22,6 +22,8 @@ export interface AgentCallInput {
   retryDelayMs: number;
   /** Epoch ms when the call was made; deadlines are kept as absolute times so a restore can re-arm them. */
   now: number;
+  /** One call of a fan-out (an orchestration's): the host sanitises what the agent sees on that path. */
+  fanOut?: boolean;
 }
 
 export interface AgentRequestInput {
@@ -31,6 +33,8 @@ export interface AgentRequestInput {
   hop: number;
   attempt: number;
   timeoutMs: number;
+  /** Set for the calls of a fan-out (see AgentCallInput.fanOut). */
+  fanOut?: boolean;
 }
 
 export type AgentCallOutput =
@@ -44,12 +48,18 @@ export interface AgentCallContext extends AgentCallInput {
   error?: ErrorBody;
 }
 
-function toErrorBody(err: unknown, agentId: string): ErrorBody {
-  if (err && typeof err === 'object' && 'code' in err && 'message' in err && typeof err.code === 'string') {
+/**
+ * What a failed request rejected with, as a typed error: the transport's NO_RESPONDERS / TIMEOUT become
+ * AGENT_NOT_FOUND / AGENT_TIMEOUT, Troupe's own codes are kept, anything else is AGENT_ERROR.
+ */
+export function toErrorBody(err: unknown, agentId: string): ErrorBody {
+  if (err && typeof err === 'object' && 'code' in err) {
     const code = err.code;
+    const message = 'message' in err ? String(err.message) : String(code);
     if (code === 'NO_RESPONDERS') return { code: 'AGENT_NOT_FOUND', message: `agent "${agentId}" is not on the mesh` };
     if (code === 'TIMEOUT') return { code: 'AGENT_TIMEOUT', message: `agent "${agentId}" did not answer in time` };
-    return { code: code as ErrorBody['code'], message: String(err.message) };
+    const known = ErrorCodeSchema.safeParse(code);
+    if (known.success) return { code: known.data, message };
   }
   return { code: 'AGENT_ERROR', message: err instanceof Error ? err.message : String(err) };
 }
@@ -107,6 +117,7 @@ export const agentCallMachine = agentCallSetup.createMachine({
           hop: context.hop,
           attempt: context.attempt,
           timeoutMs: context.timeoutMs,
+          ...(context.fanOut ? { fanOut: true } : {}),
         }),
         onDone: { target: 'succeeded', actions: { type: 'recordReply', params: ({ event }) => event.output } },
         onError: [

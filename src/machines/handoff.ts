@@ -1,24 +1,26 @@
 /**
  * One handoff: the source agent passes the conversation to a target agent, which talks to the user
- * directly until it returns control with a result summary.
+ * directly until it returns control with a result summary. This machine is where a handoff's rules
+ * live; the thread (thread/handoff.ts) tells it what happened and acts on its output.
  *
- *   pending --accepted--> active --returned--> returning --(emit resume)--> completed
- *      |                    |  \--userMessage (emit forward)--/
+ *   pending --accepted--> active --returned--> returning --(the target's completionStatus)--> completed | cancelled | error
+ *      |                    '--userMessage (counted once per message)
  *      |--rejected--> rejected (control never left the source)
  *      |--cancel----> cancelled    (pending or active)
  *      |--failed----> error        (pending or active: target crashed / error reply)
  *      '--deadline--> error        (AGENT_TIMEOUT; pending or active)
+ *
+ * The output says how it ended, what the source is told (`handoffReturn`: the target's summary and
+ * artifacts, or why it ended) and whether control goes back to the source now (`returnsToSource`:
+ * not when the target declined, nor when the request said `returnExpected: false`).
  *
  * Pure: no clock and no timers of its own. The current time comes in on events (`now`), the deadline is
  * an absolute epoch-ms value in context, and the `after` timer's length is the named delay
  * `handoffDeadline = max(0, deadline - now)`. XState does not persist pending delays, so after restoring
  * a snapshot the host sends `troupe.handoff.tick { now }`: pending/active re-enter and re-arm the
  * remaining time (or fire at once when the deadline has passed).
- *
- * One active handoff per thread is the thread's rule: it checks `canStartHandoff()` and answers a second
- * request with HANDOFF_CONFLICT.
  */
-import { assign, emit, setup, type Snapshot, type SnapshotFrom, type StateValue } from 'xstate';
+import { assign, setup, type SnapshotFrom } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
 import { ErrorCodeSchema, TroupeError, type ErrorBody, type ErrorCode } from '../protocol/errors.js';
 import {
@@ -54,7 +56,7 @@ export interface HandoffContext {
   maxDurationMs: number;
   acceptedAt?: number;
   estimatedDurationSeconds?: number;
-  /** User messages forwarded to the target. */
+  /** User messages the target got while it held the conversation. */
   turns: number;
   lastMessageId?: string;
   result?: HandoffReturn;
@@ -67,16 +69,20 @@ export interface HandoffContext {
 
 export interface HandoffOutput {
   status: HandoffFinalStatus;
-  /** What the target reported when it returned (only for `completed`). */
-  completionStatus?: HandoffReturn['completionStatus'];
-  resultSummary?: string;
-  artifactsCreated: string[];
+  /** Control goes back to the source agent now, which is re-invoked with `handoffReturn`. */
+  returnsToSource: boolean;
+  /** What the source is told (absent when the target declined): how it ended, the summary, the artifacts. */
+  handoffReturn?: HandoffReturn;
   error?: HandoffError;
   rejectionReason?: string;
+  /** User messages the target got while it held the conversation. */
   turns: number;
 }
 
-/** Events the host sends. `now` (epoch ms) keeps the machine's clock current; it is required where a timer is (re)armed. */
+/**
+ * Events the thread sends. `now` (epoch ms) keeps the machine's clock current; it is required where a
+ * timer is (re)armed. `rejected`, `returned`, `cancel` and `failed` end the handoff.
+ */
 export type HandoffEvent =
   | { type: 'troupe.handoff.accepted'; now: number; estimatedDurationSeconds?: number }
   | { type: 'troupe.handoff.rejected'; rejectionReason?: string; now?: number }
@@ -86,59 +92,34 @@ export type HandoffEvent =
   | { type: 'troupe.handoff.failed'; error: HandoffError; now?: number }
   | { type: 'troupe.handoff.tick'; now: number };
 
-/** Send this user message to the target agent (with the last `recentMessageCount` messages and the summary). */
-export interface HandoffForwardEmitted {
-  type: 'troupe.handoff.forward';
-  threadId: string;
-  targetAgentId: string;
-  message: Message;
-  recentMessageCount: number;
-  contextSummary: string;
-  handoffReason: string;
-  /** 1-based count of forwarded user messages, this one included. */
-  turn: number;
-}
-
-/** The target returned: give control back to the source agent with this result. */
-export interface HandoffResumeEmitted {
-  type: 'troupe.handoff.resume';
-  threadId: string;
-  sourceAgentId: string;
-  targetAgentId: string;
-  /** When false the source is not re-invoked; the thread just routes the next message to it again. */
-  returnExpected: boolean;
-  completionStatus: HandoffReturn['completionStatus'];
-  resultSummary?: string;
-  artifactsCreated: string[];
-}
-
-export type HandoffEmitted = HandoffForwardEmitted | HandoffResumeEmitted;
-
 function nowOf(context: HandoffContext, event: { now?: number }): number {
   return typeof event.now === 'number' && Number.isFinite(event.now) ? Math.max(context.now, event.now) : context.now;
 }
 
-/** The resume event for a context that holds a result (also usable by a host that restored `returning`). */
-export function handoffResumeOf(context: HandoffContext): HandoffResumeEmitted {
-  const result = context.result ?? { completionStatus: 'completed' as const, artifactsCreated: [] };
-  return {
-    type: 'troupe.handoff.resume',
-    threadId: context.request.threadId,
-    sourceAgentId: context.request.sourceAgentId,
-    targetAgentId: context.request.targetAgentId,
-    returnExpected: context.request.returnExpected,
-    completionStatus: result.completionStatus,
-    ...(result.resultSummary !== undefined ? { resultSummary: result.resultSummary } : {}),
-    artifactsCreated: result.artifactsCreated,
-  };
+/** Ends that can come from the thread's events (the rest end the handoff by themselves). */
+const ENDING_EVENTS: ReadonlySet<HandoffEvent['type']> = new Set(['troupe.handoff.rejected', 'troupe.handoff.returned', 'troupe.handoff.cancel', 'troupe.handoff.failed']);
+
+/** Whether an event ends the handoff (the thread then waits for the handoff's output). */
+export function endsHandoff(event: HandoffEvent): boolean {
+  return ENDING_EVENTS.has(event.type);
+}
+
+/** What the source is told when control comes back: the target's own return, or why the handoff ended. */
+function handoffReturnOf(context: HandoffContext): HandoffReturn | undefined {
+  if (context.status === 'rejected') return undefined;
+  if (context.result) return context.result;
+  if (context.status === 'cancelled') return { completionStatus: 'cancelled', resultSummary: context.cancelReason ?? 'cancelled by the user', artifactsCreated: [] };
+  const error = context.error ?? { code: 'AGENT_ERROR', message: 'the handoff failed' };
+  return { completionStatus: 'error', resultSummary: `${error.code}: ${error.message}`, artifactsCreated: [] };
 }
 
 export function handoffOutputOf(context: HandoffContext): HandoffOutput {
+  const status = context.status ?? 'error';
+  const handoffReturn = handoffReturnOf(context);
   return {
-    status: context.status ?? 'error',
-    ...(context.result ? { completionStatus: context.result.completionStatus } : {}),
-    ...(context.result?.resultSummary !== undefined ? { resultSummary: context.result.resultSummary } : {}),
-    artifactsCreated: context.result?.artifactsCreated ?? [],
+    status,
+    returnsToSource: status !== 'rejected' && context.request.returnExpected,
+    ...(handoffReturn ? { handoffReturn } : {}),
     ...(context.error ? { error: context.error } : {}),
     ...(context.rejectionReason !== undefined ? { rejectionReason: context.rejectionReason } : {}),
     turns: context.turns,
@@ -150,7 +131,6 @@ export const handoffSetup = setup({
     input: {} as HandoffInput,
     context: {} as HandoffContext,
     events: {} as HandoffEvent,
-    emitted: {} as HandoffEmitted,
     output: {} as HandoffOutput,
   },
   delays: {
@@ -161,6 +141,8 @@ export const handoffSetup = setup({
     /** Redelivered messages (same messageId as the last one) are not forwarded twice. */
     isNewUserMessage: ({ context, event }) =>
       event.type === 'troupe.handoff.userMessage' && event.message.messageId !== context.lastMessageId,
+    returnedCompleted: ({ context }) => context.result?.completionStatus === 'completed',
+    returnedCancelled: ({ context }) => context.result?.completionStatus === 'cancelled',
   },
   actions: {
     recordNow: assign({ now: ({ context, event }) => nowOf(context, event) }),
@@ -185,25 +167,17 @@ export const handoffSetup = setup({
       if (event.type !== 'troupe.handoff.userMessage') return {};
       return { now: nowOf(context, event), turns: context.turns + 1, lastMessageId: event.message.messageId };
     }),
-    forwardToTarget: emit(({ context, event }): HandoffForwardEmitted => {
-      if (event.type !== 'troupe.handoff.userMessage') throw new Error('forwardToTarget runs on troupe.handoff.userMessage');
-      return {
-        type: 'troupe.handoff.forward',
-        threadId: context.request.threadId,
-        targetAgentId: context.request.targetAgentId,
-        message: event.message,
-        recentMessageCount: context.request.recentMessageCount,
-        contextSummary: context.request.contextSummary,
-        handoffReason: context.request.handoffReason,
-        turn: context.turns,
-      };
-    }),
     recordReturn: assign(({ context, event }) => {
       if (event.type !== 'troupe.handoff.returned') return {};
       return { now: nowOf(context, event), result: { ...event.result, artifactsCreated: event.result.artifactsCreated ?? [] } };
     }),
-    emitResume: emit(({ context }) => handoffResumeOf(context)),
     markCompleted: assign({ status: 'completed' as const }),
+    markCancelled: assign({ status: 'cancelled' as const }),
+    /** The target returned, saying it failed: the handoff ends in error with its summary as the reason. */
+    markReturnedError: assign(({ context }) => ({
+      status: 'error' as const,
+      error: { code: 'AGENT_ERROR' as const, message: context.result?.resultSummary ?? `"${context.request.targetAgentId}" returned with an error` },
+    })),
     recordCancel: assign(({ context, event }) => {
       if (event.type !== 'troupe.handoff.cancel') return {};
       return { now: nowOf(context, event), status: 'cancelled' as const, ...(event.reason !== undefined ? { cancelReason: event.reason } : {}) };
@@ -250,7 +224,7 @@ export const handoffMachine = handoffSetup.createMachine({
       description: 'The target talks to the user; user messages go straight to it.',
       after: { handoffDeadline: { target: 'error', actions: 'recordTimeout' } },
       on: {
-        'troupe.handoff.userMessage': { guard: 'isNewUserMessage', actions: ['recordUserMessage', 'forwardToTarget'] },
+        'troupe.handoff.userMessage': { guard: 'isNewUserMessage', actions: 'recordUserMessage' },
         'troupe.handoff.returned': { target: 'returning', actions: 'recordReturn' },
         'troupe.handoff.cancel': { target: 'cancelled', actions: 'recordCancel' },
         'troupe.handoff.failed': { target: 'error', actions: 'recordFailure' },
@@ -258,9 +232,12 @@ export const handoffMachine = handoffSetup.createMachine({
       },
     },
     returning: {
-      description: 'The target returned; the source agent resumes with the result summary.',
-      entry: 'emitResume',
-      always: { target: 'completed', actions: 'markCompleted' },
+      description: "The target returned control; its completionStatus says how the handoff ended.",
+      always: [
+        { guard: 'returnedCompleted', target: 'completed', actions: 'markCompleted' },
+        { guard: 'returnedCancelled', target: 'cancelled', actions: 'markCancelled' },
+        { target: 'error', actions: 'markReturnedError' },
+      ],
     },
     completed: { type: 'final' },
     rejected: {
@@ -275,48 +252,6 @@ export const handoffMachine = handoffSetup.createMachine({
 
 export type HandoffMachine = typeof handoffMachine;
 export type HandoffSnapshot = SnapshotFrom<typeof handoffMachine>;
-
-export const HANDOFF_FINAL_STATES: readonly HandoffFinalStatus[] = ['completed', 'rejected', 'cancelled', 'error'];
-/** States in which a handoff holds the thread (one per thread). */
-export const HANDOFF_OPEN_STATES = ['pending', 'active', 'returning'] as const;
-
-/**
- * What the thread holds about its current handoff: nothing, the live snapshot, the persisted snapshot
- * (`actor.getPersistedSnapshot()`, as stored with the thread), or just the state value.
- */
-export type ActiveHandoffState = HandoffSnapshot | Snapshot<unknown> | { value: StateValue; status?: string } | StateValue | null | undefined;
-
-function valueOf(state: ActiveHandoffState): StateValue | undefined {
-  if (state === null || state === undefined) return undefined;
-  if (typeof state === 'string') return state;
-  if (typeof state === 'object' && 'value' in state) return state.value as StateValue;
-  return undefined;
-}
-
-/**
- * The thread's guard: may a new handoff start while `activeHandoffState` is what the thread holds?
- * True when there is none or it has ended (completed / rejected / cancelled / error, or the actor
- * crashed). A stopped (passivated) actor whose state is still open counts as open.
- */
-export function canStartHandoff(activeHandoffState: ActiveHandoffState): boolean {
-  if (activeHandoffState === null || activeHandoffState === undefined) return true;
-  if (typeof activeHandoffState === 'object' && 'status' in activeHandoffState) {
-    const status = (activeHandoffState as { status?: unknown }).status;
-    if (status === 'done' || status === 'error') return true;
-  }
-  const value = valueOf(activeHandoffState);
-  return typeof value === 'string' && (HANDOFF_FINAL_STATES as readonly string[]).includes(value);
-}
-
-/** Throws HANDOFF_CONFLICT when `canStartHandoff` says no. */
-export function assertCanStartHandoff(activeHandoffState: ActiveHandoffState, threadId?: string): void {
-  if (canStartHandoff(activeHandoffState)) return;
-  throw new TroupeError(
-    'HANDOFF_CONFLICT',
-    `thread${threadId ? ` ${threadId}` : ''} already has an active handoff (${JSON.stringify(valueOf(activeHandoffState))}); finish or cancel it first`,
-    threadId ? { threadId } : undefined,
-  );
-}
 
 /**
  * Maps a reply from the handoff's target agent to the events for the machine, in order:

@@ -8,43 +8,29 @@
  * - `parallel`: every agent at once (at most `maxParallelAgents`; the rest are reported as skipped).
  * - `sequential`: one after another, each with the original message; all answers are collected.
  * - `first_success`: every agent at once (same limit); the first success wins, the other calls are
- *   stopped (their AbortSignal fires) and reported as cancelled. The answer is the winner's content;
- *   agents that failed before it are listed in `failures` only.
+ *   stopped (their request's AbortSignal fires) and reported as cancelled. The answer is the winner's
+ *   content; agents that failed before it are listed in `failures` only.
  *
- * Each attempt is a child spawned from the injected `callAgent` actor, with id `call:<agentId>:<attempt>`.
- * A per-attempt timeout (named delay `agentTimeout`) fails it with AGENT_TIMEOUT and stops it; failures
- * and timeouts are retried `retries` times after the named delay `retryDelay`.
+ * Each agent is called by an `agentCall` child (agent-call.ts, the same machine a thread invokes for one
+ * agent) with id `call:<agentId>`: it owns the per-attempt timeout, the retries and their delays, and it
+ * marks its request as a fan-out call (`fanOut: true`, the sanitiser's fan-out path). This machine
+ * keeps what is particular to a fan-out: the strategy, the limits, cancelling the losers of a
+ * first_success, and the aggregation.
  *
- * Pure: the clock comes in from `startedAt` and `troupe.orchestration.tick { now }`; `execution_time_ms`
- * is `now - startedAt`. A host keeps it exact by sending a tick from its `callAgent` implementation just
- * before the promise settles (the tick is processed before the call's done / error event).
- *
- * Timers: per-attempt timeouts and retry delays are relative to the start of the attempt / the failure.
- * An attempt's promise re-runs when a snapshot is restored (XState restarts restored children), so after
- * a restore the host sends `troupe.orchestration.restored { now }`, which re-arms a full timeout for each
- * running (re-run) attempt and the retry delay for each waiting call (XState does not persist delays).
- * The agent call's idempotency key is the message's messageId (plus the agent id).
+ * Pure: the clock comes in from `startedAt` and `troupe.orchestration.tick { now }` (the thread forwards
+ * its own ticks, which the host sends as agents answer); `execution_time_ms` is `now - startedAt`.
+ * After a restore the host sends `troupe.orchestration.restored { now }`, which passes
+ * `troupe.agentCall.restored` on to every running call so it re-arms its timers (XState does not
+ * persist delays) and runs its request again with the same idempotency key (the message's messageId).
  */
-import { assign, enqueueActions, fromPromise, setup, type SnapshotFrom } from 'xstate';
-import type { Message, Part } from '../protocol/a2a.js';
-import { ErrorCodeSchema, type ErrorCode } from '../protocol/errors.js';
-import type { RouterDecision } from '../protocol/routing.js';
+import { assign, enqueueActions, setup, type SnapshotFrom } from 'xstate';
+import { messageText, type Message, type Part } from '../protocol/a2a.js';
+import type { ErrorCode } from '../protocol/errors.js';
+import { META } from '../protocol/metadata.js';
+import { USER, type RouterDecision } from '../protocol/routing.js';
+import { agentCallMachine, type AgentCallInput, type AgentCallOutput } from './agent-call.js';
 
 export type OrchestrationStrategy = 'parallel' | 'sequential' | 'first_success';
-
-export interface CallAgentInput {
-  agentId: string;
-  /** The original message; its messageId (with the agent id) is the call's idempotency key. */
-  message: Message;
-  /** 1-based; retries count up. */
-  attempt: number;
-}
-
-/**
- * What `callAgent` resolves with: the agent's reply. It rejects with a TroupeError (or `{ code, message }`)
- * for an error reply or a transport failure.
- */
-export type CallAgentOutput = Message;
 
 export interface OrchestrationInput {
   decision: RouterDecision;
@@ -71,17 +57,16 @@ export interface AgentFailure {
   message: string;
 }
 
-export type AgentCallStatus = 'queued' | 'running' | 'waiting' | 'succeeded' | 'failed' | 'cancelled';
+export type AgentCallStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
 export interface AgentCallRecord {
   agentId: string;
   status: AgentCallStatus;
-  /** Attempts started so far. */
-  attempts: number;
-  /** Child actor id of the current (or last) attempt. */
+  /** Id of the `agentCall` child once started. */
   actorId?: string;
+  /** Attempts the call made (known when it settled). */
+  attempts?: number;
   reply?: Message;
-  /** Final failure, or (while `waiting`) the failure that caused the retry. */
   error?: { code: ErrorCode; message: string };
   /** The machine's `now` when the call settled. */
   finishedAt?: number;
@@ -124,22 +109,16 @@ export interface OrchestrationContext {
   result?: OrchestrationOutput;
 }
 
-const DONE_PREFIX = 'xstate.done.actor.';
-const ERROR_PREFIX = 'xstate.error.actor.';
-
-export type CallDoneEvent = { type: `xstate.done.actor.${string}`; output: CallAgentOutput; actorId?: string };
+export type CallDoneEvent = { type: `xstate.done.actor.${string}`; output: AgentCallOutput; actorId?: string };
+/** An `agentCall` child that crashed (it reports failed requests in its output, so this is a bug in it). */
 export type CallErrorEvent = { type: `xstate.error.actor.${string}`; error: unknown; actorId?: string };
 
 export type OrchestrationEvent =
   | CallDoneEvent
   | CallErrorEvent
-  /** Raised (delayed) by the machine itself. */
-  | { type: 'troupe.orchestration.callTimeout'; agentId: string; attempt: number }
-  /** Raised (delayed) by the machine itself: start the next attempt. */
-  | { type: 'troupe.orchestration.retry'; agentId: string; attempt: number }
-  /** From the host: the current time. */
+  /** From the host (through the thread): the current time. */
   | { type: 'troupe.orchestration.tick'; now: number }
-  /** From the host right after restoring a snapshot: re-arm timers. */
+  /** From the host right after restoring a snapshot: the running calls re-arm their timers. */
   | { type: 'troupe.orchestration.restored'; now: number };
 
 export const DEFAULT_PARTIAL_FAILURE_TEMPLATE = '{successMessage} However, {failureMessage}';
@@ -172,14 +151,6 @@ export interface Aggregation {
   failures: AgentFailure[];
   cancelled: string[];
   taskState: 'completed' | 'failed';
-}
-
-/** The text of a message: its text parts, one per line. */
-export function messageText(message: Message): string {
-  return message.parts
-    .filter((p): p is Extract<Part, { kind: 'text' }> => p.kind === 'text')
-    .map((p) => p.text)
-    .join('\n');
 }
 
 function fill(template: string, values: Record<string, string>): string {
@@ -239,11 +210,13 @@ export function orchestrationAgents(decision: RouterDecision): string[] {
   return Array.from(new Set([decision.agentId, ...(decision.additionalAgents ?? [])].filter((id) => id.length > 0)));
 }
 
-export function callActorId(agentId: string, attempt: number): string {
-  return `call:${agentId}:${attempt}`;
+/** The id of the `agentCall` child that calls one agent. */
+export function callActorId(agentId: string): string {
+  return `call:${agentId}`;
 }
-const timeoutTimerId = (agentId: string) => `timeout:${agentId}`;
-const retryTimerId = (agentId: string) => `retry:${agentId}`;
+
+const DONE_PREFIX = 'xstate.done.actor.';
+const ERROR_PREFIX = 'xstate.error.actor.';
 
 function isDoneEvent(event: OrchestrationEvent): event is CallDoneEvent {
   return event.type.startsWith(DONE_PREFIX);
@@ -252,37 +225,51 @@ function isErrorEvent(event: OrchestrationEvent): event is CallErrorEvent {
   return event.type.startsWith(ERROR_PREFIX);
 }
 
-/** The running call an event is about (done / error of its current attempt, or its current timeout). */
+/** The running call a child's done / error event is about. */
 function runningCallFor(context: OrchestrationContext, event: OrchestrationEvent): AgentCallRecord | undefined {
-  if (isDoneEvent(event) || isErrorEvent(event)) {
-    const actorId = event.type.slice(isDoneEvent(event) ? DONE_PREFIX.length : ERROR_PREFIX.length);
-    return context.calls.find((c) => c.status === 'running' && c.actorId === actorId);
-  }
-  if (event.type === 'troupe.orchestration.callTimeout') {
-    return context.calls.find((c) => c.status === 'running' && c.agentId === event.agentId && c.attempts === event.attempt);
-  }
-  return undefined;
+  if (!isDoneEvent(event) && !isErrorEvent(event)) return undefined;
+  const actorId = event.type.slice(isDoneEvent(event) ? DONE_PREFIX.length : ERROR_PREFIX.length);
+  return context.calls.find((c) => c.status === 'running' && c.actorId === actorId);
 }
 
-function canRetry(context: OrchestrationContext, call: AgentCallRecord | undefined): boolean {
-  return call !== undefined && call.attempts <= context.retries;
+/**
+ * What one agent's call came to, for the aggregate: its answer (marked with the agent), or why it
+ * failed — the call's own failure, an error reply, or a task the agent failed or left without a message.
+ */
+export function callResultOf(output: AgentCallOutput): { reply: Message } | { error: { code: ErrorCode; message: string } } {
+  if (!output.ok) return { error: { code: output.error.code, message: output.error.message } };
+  const { reply, agentId } = output;
+  if (reply.kind === 'error') return { error: { code: reply.error.code, message: reply.error.message } };
+  const message = reply.kind === 'task' ? reply.status.message : reply;
+  if (reply.kind === 'task' && (reply.status.state === 'failed' || reply.status.state === 'rejected')) {
+    const why = messageText(message);
+    return { error: { code: 'AGENT_ERROR', message: why || `agent "${agentId}" ${reply.status.state} the task` } };
+  }
+  if (!message) return { error: { code: 'AGENT_ERROR', message: `agent "${agentId}" returned a task without a message` } };
+  return { reply: { ...message, metadata: { ...message.metadata, [META.agent]: agentId } } };
 }
 
-/** Turns what a call rejected with into `{ code, message }` (TroupeError / ErrorBody codes are kept). */
-export function toCallFailure(err: unknown, agentId: string): { code: ErrorCode; message: string } {
-  if (err && typeof err === 'object' && 'code' in err) {
-    const code = (err as { code: unknown }).code;
-    const message = 'message' in err ? String((err as { message: unknown }).message) : String(code);
-    if (code === 'TIMEOUT') return { code: 'AGENT_TIMEOUT', message: `agent "${agentId}" did not answer in time` };
-    if (code === 'NO_RESPONDERS') return { code: 'AGENT_NOT_FOUND', message: `agent "${agentId}" is not on the mesh` };
-    const parsed = ErrorCodeSchema.safeParse(code);
-    if (parsed.success) return { code: parsed.data, message };
-  }
-  return { code: 'AGENT_ERROR', message: err instanceof Error ? err.message : String(err) };
+function succeeded(event: OrchestrationEvent): boolean {
+  return isDoneEvent(event) && 'reply' in callResultOf(event.output);
 }
 
 function updateCall(calls: AgentCallRecord[], agentId: string, patch: Partial<AgentCallRecord>): AgentCallRecord[] {
   return calls.map((c) => (c.agentId === agentId ? { ...c, ...patch } : c));
+}
+
+/** The input of the `agentCall` child for one agent of the fan-out. */
+function callInputOf(context: OrchestrationContext, agentId: string): AgentCallInput {
+  return {
+    agentId,
+    message: context.message,
+    sender: USER,
+    hop: 0,
+    timeoutMs: context.agentTimeoutMs,
+    retries: context.retries,
+    retryDelayMs: context.retryDelayMs,
+    now: context.now,
+    fanOut: true,
+  };
 }
 
 /** The output for a context whose calls have settled. */
@@ -344,7 +331,7 @@ export function orchestrationContextOf(input: OrchestrationInput): Orchestration
     now: input.startedAt,
     ...(input.fallbackMessage !== undefined ? { fallbackMessage: input.fallbackMessage } : {}),
     ...(input.partialFailureTemplate !== undefined ? { partialFailureTemplate: input.partialFailureTemplate } : {}),
-    calls: agents.map((agentId) => ({ agentId, status: 'queued', attempts: 0 })),
+    calls: agents.map((agentId) => ({ agentId, status: 'queued' })),
   };
 }
 
@@ -360,99 +347,62 @@ export const orchestrationSetup = setup({
     output: {} as OrchestrationOutput,
   },
   actors: {
-    /** One attempt of one agent call. Hosts `.provide()` the real one; it should honour `signal`. */
-    callAgent: fromPromise<Message, CallAgentInput>(async () => {
-      throw new Error('orchestration: callAgent not provided');
-    }),
-  },
-  delays: {
-    agentTimeout: ({ context }) => context.agentTimeoutMs,
-    retryDelay: ({ context }) => context.retryDelayMs,
+    /** One agent's call, with its timeout and retries. Hosts provide it with their `request` actor. */
+    agentCall: agentCallMachine,
   },
   guards: {
     isSequential: ({ context }) => context.strategy === 'sequential',
     isFirstSuccess: ({ context }) => context.strategy === 'first_success',
-    /** A done / error event of a call's current attempt. */
-    isCurrentCall: ({ context, event }) => runningCallFor(context, event) !== undefined,
-    /** A current attempt failed and has retries left. */
-    currentCallCanRetry: ({ context, event }) => canRetry(context, runningCallFor(context, event)),
-    /** The timeout of a call's current attempt. */
-    isCurrentTimeout: ({ context, event }) =>
-      event.type === 'troupe.orchestration.callTimeout' && runningCallFor(context, event) !== undefined,
-    timedOutCallCanRetry: ({ context, event }) =>
-      event.type === 'troupe.orchestration.callTimeout' && canRetry(context, runningCallFor(context, event)),
-    isAwaitingRetry: ({ context, event }) =>
-      event.type === 'troupe.orchestration.retry' &&
-      context.calls.some((c) => c.agentId === event.agentId && c.status === 'waiting' && c.attempts + 1 === event.attempt),
-    allCallsSettled: ({ context }) =>
-      context.calls.every((c) => c.status === 'succeeded' || c.status === 'failed' || c.status === 'cancelled'),
+    /** The done / error event of a call still running (not one cancelled before it settled). */
+    isRunningCall: ({ context, event }) => runningCallFor(context, event) !== undefined,
+    /** A running call that settled with an answer. */
+    isRunningSuccess: ({ context, event }) => runningCallFor(context, event) !== undefined && succeeded(event),
+    allCallsSettled: ({ context }) => context.calls.every((c) => c.status === 'succeeded' || c.status === 'failed' || c.status === 'cancelled'),
   },
   actions: {
     /** Starts queued calls: all of them (parallel, first_success) or the next one when none is in flight (sequential). */
     startQueuedCalls: enqueueActions(({ context, enqueue }) => {
-      const inFlight = context.calls.filter((c) => c.status === 'running' || c.status === 'waiting').length;
+      const inFlight = context.calls.filter((c) => c.status === 'running').length;
       let slots = (context.strategy === 'sequential' ? 1 : context.agents.length) - inFlight;
       for (const call of context.calls) {
         if (slots <= 0) break;
         if (call.status !== 'queued') continue;
         slots -= 1;
         const { agentId } = call;
-        const id = callActorId(agentId, 1);
-        enqueue.assign(({ context: ctx }) => ({ calls: updateCall(ctx.calls, agentId, { status: 'running', attempts: 1, actorId: id }) }));
-        enqueue.spawnChild('callAgent', { id, input: { agentId, message: context.message, attempt: 1 } });
-        enqueue.raise({ type: 'troupe.orchestration.callTimeout', agentId, attempt: 1 }, { id: timeoutTimerId(agentId), delay: 'agentTimeout' });
+        const id = callActorId(agentId);
+        enqueue.assign(({ context: ctx }) => ({ calls: updateCall(ctx.calls, agentId, { status: 'running', actorId: id }) }));
+        enqueue.spawnChild('agentCall', { id, input: callInputOf(context, agentId) });
       }
     }),
-    /** Starts the next attempt of a call that waited out its retry delay. */
-    startRetry: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type !== 'troupe.orchestration.retry') return;
-      const { agentId, attempt } = event;
-      const id = callActorId(agentId, attempt);
-      enqueue.assign(({ context: ctx }) => ({ calls: updateCall(ctx.calls, agentId, { status: 'running', attempts: attempt, actorId: id }) }));
-      enqueue.spawnChild('callAgent', { id, input: { agentId, message: context.message, attempt } });
-      enqueue.raise({ type: 'troupe.orchestration.callTimeout', agentId, attempt }, { id: timeoutTimerId(agentId), delay: 'agentTimeout' });
-    }),
-    recordSuccess: enqueueActions(({ context, event, enqueue }) => {
+    /** A running call settled: its answer, or its failure. */
+    recordCallResult: enqueueActions(({ context, event, enqueue }) => {
       const call = runningCallFor(context, event);
       if (!call || !isDoneEvent(event)) return;
-      enqueue.cancel(timeoutTimerId(call.agentId));
+      const result = callResultOf(event.output);
+      const settled = { attempts: event.output.attempts, finishedAt: context.now };
       enqueue.assign({
-        calls: updateCall(context.calls, call.agentId, { status: 'succeeded', reply: event.output, error: undefined, finishedAt: context.now }),
+        calls: updateCall(
+          context.calls,
+          call.agentId,
+          'reply' in result ? { ...settled, status: 'succeeded', reply: result.reply } : { ...settled, status: 'failed', error: result.error },
+        ),
       });
     }),
-    /** Stops the child of an attempt that timed out (its AbortSignal fires). */
-    stopTimedOutCall: enqueueActions(({ context, event, enqueue }) => {
+    /** A call's actor crashed: the call failed. */
+    recordCrash: enqueueActions(({ context, event, enqueue }) => {
       const call = runningCallFor(context, event);
-      if (call?.actorId && event.type === 'troupe.orchestration.callTimeout') enqueue.stopChild(call.actorId);
+      if (!call || !isErrorEvent(event)) return;
+      const message = event.error instanceof Error ? event.error.message : String(event.error);
+      enqueue.assign({
+        calls: updateCall(context.calls, call.agentId, { status: 'failed', error: { code: 'AGENT_ERROR', message }, finishedAt: context.now }),
+      });
     }),
-    /** The current attempt failed (error or timeout) and retries are left: wait `retryDelay`, then retry. */
-    scheduleRetry: enqueueActions(({ context, event, enqueue }) => {
-      const call = runningCallFor(context, event);
-      if (!call) return;
-      const failure = failureOf(context, call, event);
-      enqueue.cancel(timeoutTimerId(call.agentId));
-      enqueue.assign({ calls: updateCall(context.calls, call.agentId, { status: 'waiting', error: failure }) });
-      enqueue.raise(
-        { type: 'troupe.orchestration.retry', agentId: call.agentId, attempt: call.attempts + 1 },
-        { id: retryTimerId(call.agentId), delay: 'retryDelay' },
-      );
-    }),
-    /** The current attempt failed (error or timeout) and no retries are left. */
-    recordFailure: enqueueActions(({ context, event, enqueue }) => {
-      const call = runningCallFor(context, event);
-      if (!call) return;
-      const failure = failureOf(context, call, event);
-      enqueue.cancel(timeoutTimerId(call.agentId));
-      enqueue.assign({ calls: updateCall(context.calls, call.agentId, { status: 'failed', error: failure, finishedAt: context.now }) });
-    }),
-    /** first_success: stop every other call in flight and mark it cancelled. */
+    /** first_success: stop every other call in flight (its request is aborted) and mark it cancelled. */
     cancelOtherCalls: enqueueActions(({ context, enqueue }) => {
       let calls = context.calls;
       for (const call of context.calls) {
-        if (call.status === 'succeeded' || call.status === 'failed' || call.status === 'cancelled') continue;
+        if (call.status !== 'running' && call.status !== 'queued') continue;
         if (call.status === 'running' && call.actorId) enqueue.stopChild(call.actorId);
-        enqueue.cancel(timeoutTimerId(call.agentId));
-        enqueue.cancel(retryTimerId(call.agentId));
         calls = updateCall(calls, call.agentId, { status: 'cancelled' });
       }
       enqueue.assign({ calls });
@@ -461,35 +411,15 @@ export const orchestrationSetup = setup({
       now: ({ context, event }) =>
         'now' in event && typeof event.now === 'number' && Number.isFinite(event.now) ? Math.max(context.now, event.now) : context.now,
     }),
-    /** After a restore: the running attempts re-run, so their timeouts restart; pending retries are re-armed. */
-    rearmTimers: enqueueActions(({ context, enqueue }) => {
+    /** After a restore: every running call re-arms its timers and runs its request again. */
+    rearmCalls: enqueueActions(({ context, enqueue }) => {
       for (const call of context.calls) {
-        if (call.status === 'running') {
-          enqueue.cancel(timeoutTimerId(call.agentId));
-          enqueue.raise(
-            { type: 'troupe.orchestration.callTimeout', agentId: call.agentId, attempt: call.attempts },
-            { id: timeoutTimerId(call.agentId), delay: 'agentTimeout' },
-          );
-        } else if (call.status === 'waiting') {
-          enqueue.cancel(retryTimerId(call.agentId));
-          enqueue.raise(
-            { type: 'troupe.orchestration.retry', agentId: call.agentId, attempt: call.attempts + 1 },
-            { id: retryTimerId(call.agentId), delay: 'retryDelay' },
-          );
-        }
+        if (call.status === 'running' && call.actorId) enqueue.sendTo(call.actorId, { type: 'troupe.agentCall.restored' });
       }
     }),
     aggregateResults: assign({ result: ({ context }) => orchestrationOutputOf(context) }),
   },
 });
-
-function failureOf(context: OrchestrationContext, call: AgentCallRecord, event: OrchestrationEvent): { code: ErrorCode; message: string } {
-  if (event.type === 'troupe.orchestration.callTimeout') {
-    return { code: 'AGENT_TIMEOUT', message: `agent "${call.agentId}" did not answer within ${context.agentTimeoutMs} ms` };
-  }
-  if (isErrorEvent(event)) return toCallFailure(event.error, call.agentId);
-  return { code: 'AGENT_ERROR', message: `agent "${call.agentId}" failed` };
-}
 
 export const orchestrationMachine = orchestrationSetup.createMachine({
   id: 'orchestration',
@@ -503,17 +433,9 @@ export const orchestrationMachine = orchestrationSetup.createMachine({
       initial: 'dispatching',
       always: { guard: 'allCallsSettled', target: 'aggregating' },
       on: {
-        'xstate.done.actor.*': { guard: 'isCurrentCall', actions: ['recordSuccess', 'startQueuedCalls'] },
-        'xstate.error.actor.*': [
-          { guard: 'currentCallCanRetry', actions: 'scheduleRetry' },
-          { guard: 'isCurrentCall', actions: ['recordFailure', 'startQueuedCalls'] },
-        ],
-        'troupe.orchestration.callTimeout': [
-          { guard: 'timedOutCallCanRetry', actions: ['stopTimedOutCall', 'scheduleRetry'] },
-          { guard: 'isCurrentTimeout', actions: ['stopTimedOutCall', 'recordFailure', 'startQueuedCalls'] },
-        ],
-        'troupe.orchestration.retry': { guard: 'isAwaitingRetry', actions: 'startRetry' },
-        'troupe.orchestration.restored': { actions: ['recordNow', 'rearmTimers'] },
+        'xstate.done.actor.*': { guard: 'isRunningCall', actions: ['recordCallResult', 'startQueuedCalls'] },
+        'xstate.error.actor.*': { guard: 'isRunningCall', actions: ['recordCrash', 'startQueuedCalls'] },
+        'troupe.orchestration.restored': { actions: ['recordNow', 'rearmCalls'] },
       },
       states: {
         dispatching: {
@@ -532,13 +454,13 @@ export const orchestrationMachine = orchestrationSetup.createMachine({
           entry: 'startQueuedCalls',
         },
         firstSuccess: {
-          description: 'Every agent at once; the first answer wins and the others are stopped.',
+          description: 'Every agent at once; the first answer wins and the others are stopped. A failure is recorded as in the other strategies.',
           entry: 'startQueuedCalls',
           on: {
             'xstate.done.actor.*': {
-              guard: 'isCurrentCall',
+              guard: 'isRunningSuccess',
               target: '#orchestration.aggregating',
-              actions: ['recordSuccess', 'cancelOtherCalls'],
+              actions: ['recordCallResult', 'cancelOtherCalls'],
             },
           },
         },

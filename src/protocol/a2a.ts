@@ -73,6 +73,11 @@ export const MessageSchema = z.object({
 });
 export type Message = z.infer<typeof MessageSchema>;
 
+/** The text of a message: its text parts, one per line ('' when it has none, or there is no message). */
+export function messageText(message: Message | undefined): string {
+  return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
+}
+
 export const TaskStatusSchema = z.object({
   state: TaskStateSchema,
   message: MessageSchema.optional(),

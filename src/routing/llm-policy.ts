@@ -9,7 +9,7 @@
  * that a retry cannot fix (400, 401, 403, 404, 422...), the policy throws ROUTER_FAILURE saying what went wrong.
  */
 import { RouterDecisionSchema, TroupeError, describeZodError, type AgentCard, type RouterDecision } from '../protocol/index.js';
-import { messageText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './scoring.js';
+import { routingText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './scoring.js';
 
 export interface LlmRouterPolicyOptions {
   /** Base URL of the API, up to and including the version: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`. */
@@ -165,10 +165,10 @@ export function buildPrompt(input: RouterPolicyInput, historyMessages = 6): Chat
   const history = (input.history ?? [])
     .filter((m) => m.messageId !== input.message.messageId)
     .slice(-historyMessages)
-    .map((m) => `${m.role}: ${clip(messageText(m), 500)}`);
+    .map((m) => `${m.role}: ${clip(routingText(m), 500)}`);
   const user = [
     history.length ? `Earlier in the conversation:\n${history.join('\n')}\n` : '',
-    `Latest user message:\n${clip(messageText(input.message), MAX_PROMPT_TEXT)}`,
+    `Latest user message:\n${clip(routingText(input.message), MAX_PROMPT_TEXT)}`,
   ].join('');
   return [
     { role: 'system', content: system },

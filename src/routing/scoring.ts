@@ -32,8 +32,8 @@ export interface RouterPolicy {
   decide(input: RouterPolicyInput): Promise<RouterDecision>;
 }
 
-/** The text of a message: its text parts joined, plus file names (data parts carry no prose). */
-export function messageText(message: Message): string {
+/** What the policies score and prompt with: the message's text parts plus its file names, in part order (data parts carry no prose). */
+export function routingText(message: Message): string {
   const pieces: string[] = [];
   for (const part of message.parts) {
     if (part.kind === 'text') pieces.push(part.text);
@@ -566,7 +566,7 @@ export class ScoringPolicy implements RouterPolicy {
   async decide(input: RouterPolicyInput): Promise<RouterDecision> {
     requireAgents(input.agents, this.name);
     const index = this.indexFor(input.agents);
-    const text = messageText(input.message);
+    const text = routingText(input.message);
     const order = this.rankWith(index, input);
     const best = order[0]!;
     const second = order[1];
@@ -603,7 +603,7 @@ export class ScoringPolicy implements RouterPolicy {
 
   /** Agents ordered by score, best first (ties: input order). */
   private rankWith(index: TeamIndex, input: RouterPolicyInput): AgentScore[] {
-    const scores = index.score(tokenize(messageText(input.message)));
+    const scores = index.score(tokenize(routingText(input.message)));
     // Earlier user messages, most recent first; the agents' replies are not evidence of what the user wants.
     const recent = (input.history ?? [])
       .filter((m) => m.role === 'user' && m.messageId !== input.message.messageId)
@@ -613,7 +613,7 @@ export class ScoringPolicy implements RouterPolicy {
     const bonus = scores.map(() => 0);
     recent.forEach((m, i) => {
       const weight = this.historyWeight / 2 ** i;
-      index.score(tokenize(messageText(m))).forEach((h, j) => {
+      index.score(tokenize(routingText(m))).forEach((h, j) => {
         bonus[j]! += weight * h.score;
       });
     });

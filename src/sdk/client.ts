@@ -25,6 +25,7 @@ import {
   checkId,
   decode,
   encodeJson,
+  messageText,
   scopedMessageKey,
   type ErrorBody,
   type InspectReply,
@@ -85,9 +86,8 @@ const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsE
 const OkOrError = z.union([OkReplySchema, ErrorReplySchema]);
 const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
 
-export function textOfMessage(message: Message | undefined): string {
-  return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
-}
+/** The text of a message (its text parts, one per line): `messageText` of the protocol, under the SDK's name. */
+export const textOfMessage = messageText;
 
 /** A user message with a time-ordered id (UUID v7: ids sort in creation order). */
 export function userMessage(text: string, opts: { messageId?: string; metadata?: Record<string, unknown> } = {}): Message {

@@ -1,7 +1,12 @@
 /**
- * Model-based coverage for pure machines: xstate/graph enumerates paths over a set of events, the paths
- * are replayed on real actors, and the inspection stream tells exactly which transitions fired
- * (including eventless `always` ones). Compared against every state and transition the machine defines.
+ * Coverage of machines, read from XState's inspection stream: which states were entered and which
+ * transitions fired (eventless `always` ones included), per machine id, compared against every state
+ * and transition the machine defines. It works for a machine alone (model-based paths replayed on
+ * actors) and for a machine with real children (every child machine is recorded under its own id).
+ *
+ * Everything here uses XState's public API except one field: the transitions a microstep took are only
+ * on the inspection event's `_transitions` (declared in `InspectedMicrostepEvent`, but underscored).
+ * There is no other way to see an eventless transition fire, so it is read here and nowhere else.
  */
 import {
   createActor,
@@ -11,6 +16,8 @@ import {
   type AnyStateNode,
   type AnyTransitionDefinition,
   type EventObject,
+  type InspectionEvent,
+  type StateValue,
 } from 'xstate';
 import type { StatePath } from 'xstate/graph';
 
@@ -40,13 +47,76 @@ export function definedTransitions(machine: AnyStateMachine): Set<string> {
   return keys;
 }
 
-function isRoot(ref: unknown): boolean {
-  return (ref as { _parent?: unknown })._parent === undefined;
+/** The ids of the state nodes a state value stands for, the machine's root included. */
+export function activeStateIds(machine: AnyStateMachine, value: StateValue): string[] {
+  const ids: string[] = [machine.root.id];
+  const visit = (node: AnyStateNode, v: StateValue) => {
+    if (typeof v === 'string') {
+      const child = node.states[v] as AnyStateNode | undefined;
+      if (child) ids.push(child.id);
+      return;
+    }
+    for (const [key, sub] of Object.entries(v)) {
+      const child = node.states[key] as AnyStateNode | undefined;
+      if (!child) continue;
+      ids.push(child.id);
+      if (sub !== undefined) visit(child, sub as StateValue);
+    }
+  };
+  visit(machine.root, value);
+  return ids;
 }
 
 export interface Coverage {
   states: Set<string>;
   transitions: Set<string>;
+}
+
+function isMachineSnapshot(snapshot: unknown): snapshot is AnyMachineSnapshot {
+  return typeof snapshot === 'object' && snapshot !== null && 'machine' in snapshot && 'value' in snapshot;
+}
+
+/**
+ * Records coverage per machine id from an inspection stream: pass `recorder.inspect` as the `inspect`
+ * option of `createActor`; the root and every child machine it runs are recorded.
+ */
+export class CoverageRecorder {
+  private readonly byMachine = new Map<string, Coverage>();
+
+  readonly inspect = (ev: InspectionEvent): void => {
+    if (ev.type === '@xstate.microstep') {
+      // The one private field (see the file header).
+      for (const t of ev._transitions) {
+        const cov = this.of(t.source.machine.id);
+        cov.transitions.add(transitionKey(t));
+        // A transition's source was active and its targets were entered, even transient states that an
+        // eventless transition leaves at once (no snapshot shows them).
+        cov.states.add(t.source.id);
+        for (const target of t.target ?? []) cov.states.add(target.id);
+      }
+    }
+    if ((ev.type === '@xstate.snapshot' || ev.type === '@xstate.microstep') && isMachineSnapshot(ev.snapshot)) {
+      const { machine, value } = ev.snapshot;
+      const cov = this.of(machine.id);
+      for (const id of activeStateIds(machine, value)) cov.states.add(id);
+    }
+  };
+
+  /** What was recorded for one machine (by its id: `thread`, `router`, `agentCall`, …). */
+  of(machineId: string): Coverage {
+    let cov = this.byMachine.get(machineId);
+    if (!cov) {
+      cov = { states: new Set(), transitions: new Set() };
+      this.byMachine.set(machineId, cov);
+    }
+    return cov;
+  }
+
+  /** States and transitions of `machine` never reached, as sorted lists (empty when fully covered). */
+  missingOf(machine: AnyStateMachine): { states: string[]; transitions: string[] } {
+    const cov = this.of(machine.id);
+    return { states: missing(definedStates(machine), cov.states), transitions: missing(definedTransitions(machine), cov.transitions) };
+  }
 }
 
 /** Replays each path's events on a fresh actor and records the states entered and transitions taken. */
@@ -55,30 +125,14 @@ export function replayPaths<TEvent extends EventObject>(
   paths: Array<StatePath<AnyMachineSnapshot, TEvent>>,
   input: unknown,
 ): Coverage {
-  const coverage: Coverage = { states: new Set(), transitions: new Set() };
+  const recorder = new CoverageRecorder();
   for (const path of paths) {
-    const actor = createActor(machine as AnyActorLogic, {
-      input,
-      inspect: (ev) => {
-        if (ev.type === '@xstate.microstep' && isRoot(ev.actorRef)) {
-          for (const t of (ev as unknown as { _transitions: AnyTransitionDefinition[] })._transitions) {
-            coverage.transitions.add(transitionKey(t));
-            // A transition's source was active, even a transient initial state no snapshot shows.
-            coverage.states.add(t.source.id);
-          }
-        }
-        // Microsteps include transient states that an eventless transition leaves at once.
-        if ((ev.type === '@xstate.snapshot' || ev.type === '@xstate.microstep') && isRoot(ev.actorRef)) {
-          const snap = ev.snapshot as unknown as { _nodes?: AnyStateNode[] };
-          for (const n of snap._nodes ?? []) coverage.states.add(n.id);
-        }
-      },
-    });
+    const actor = createActor(machine as AnyActorLogic, { input, inspect: recorder.inspect });
     actor.start();
     for (const step of path.steps) actor.send(step.event as EventObject);
     actor.stop();
   }
-  return coverage;
+  return recorder.of(machine.id);
 }
 
 export function missing(defined: Set<string>, covered: Set<string>): string[] {

@@ -16,7 +16,7 @@ import { createActor, fromPromise, type AnyActorRef, type InspectionEvent } from
 import type { Logger } from 'pino';
 import { agentCallMachine, type AgentRequestInput } from '../../machines/agent-call.js';
 import { routerMachine, type PolicyInput } from '../../machines/router.js';
-import { orchestrationMachine, type CallAgentInput } from '../../machines/orchestration.js';
+import { orchestrationMachine } from '../../machines/orchestration.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
 import type { RouterPolicy } from '../../routing/scoring.js';
 import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
@@ -139,17 +139,27 @@ export class ThreadHost {
       },
       onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
     });
+    // One engine for calling an agent: the thread's own calls and each call of a fan-out are the same
+    // agentCall machine with the same wire request (a fan-out's calls carry `fanOut` for the sanitiser).
+    const agentCall = agentCallMachine.provide({
+      actors: {
+        request: fromPromise<AgentReply, AgentRequestInput>(({ input }) =>
+          this.caller.call(input, { fanOut: input.fanOut === true }).catch((err: unknown) => {
+            // The thread's clock moves with the answers (onReply); a failure moves it too, so a fan-out's
+            // execution_time_ms counts up to the last call that settled.
+            this.threads.get(input.message.taskId ?? '')?.actor.send({ type: 'troupe.tick', now: this.now() });
+            throw err;
+          }),
+        ),
+      },
+    });
     this.machine = threadMachine.provide({
       actors: {
-        agentCall: agentCallMachine.provide({
-          actors: { request: fromPromise<AgentReply, AgentRequestInput>(({ input }) => this.caller.call(input)) },
-        }),
+        agentCall,
         router: routerMachine.provide({
           actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.caller.decide(input)) },
         }),
-        orchestration: orchestrationMachine.provide({
-          actors: { callAgent: fromPromise<Message, CallAgentInput>(({ input, signal }) => this.callForOrchestration(input, signal)) },
-        }),
+        orchestration: orchestrationMachine.provide({ actors: { agentCall } }),
       },
     });
   }
@@ -594,41 +604,6 @@ export class ThreadHost {
     if (this.threads.get(live.threadId) === live) {
       this.threads.delete(live.threadId);
       this.passivatedCount++;
-    }
-  }
-
-  // ---- fan-out ---------------------------------------------------------------------------------------
-
-  /** One call of a fan-out, through the same wire call as any agent call. */
-  private async callForOrchestration(input: CallAgentInput, signal: AbortSignal): Promise<Message> {
-    const threadId = input.message.taskId ?? '';
-    // The orchestration keeps time from ticks; one right before settling makes execution_time_ms exact.
-    // A stopped call (first_success lost, timed out) ticks nobody.
-    const tick = () => {
-      if (signal.aborted) return;
-      const orchestration = this.threads.get(threadId)?.actor.getSnapshot().children.orchestration as AnyActorRef | undefined;
-      orchestration?.send({ type: 'troupe.orchestration.tick', now: this.now() });
-    };
-    try {
-      const call = this.caller.call(
-        { agentId: input.agentId, message: input.message, sender: 'user', hop: 0, attempt: input.attempt - 1, timeoutMs: this.config.agentTimeoutMs },
-        { fanOut: true },
-      );
-      // Stop waiting as soon as the orchestration stops this call; the late reply is dropped.
-      const reply = await new Promise<AgentReply>((resolve, reject) => {
-        const onAbort = () => reject(new TroupeError('WORKFLOW_ERROR', `call to ${input.agentId} was cancelled`));
-        if (signal.aborted) return onAbort();
-        signal.addEventListener('abort', onAbort, { once: true });
-        call.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-      });
-      tick();
-      if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
-      const message = reply.kind === 'task' ? reply.status.message : reply;
-      if (!message) throw new TroupeError('AGENT_ERROR', `agent "${input.agentId}" returned a task without a message`);
-      return { ...message, metadata: { ...message.metadata, [META.agent]: input.agentId } };
-    } catch (err) {
-      tick();
-      throw err;
     }
   }
 }

@@ -22,6 +22,12 @@ function printEvent(event: ThreadEvent): void {
   }
   const step = event.metadata?.[META.route] as RouteStep | undefined;
   if (step) process.stdout.write(`${color.dim(`  ↳ hop ${step.hop}: ${step.from} → ${step.to}  (${step.reason})`)}\n`);
+  // An answer before the final one: a handoff's target speaks, then its source takes the turn back.
+  if (!event.final && event.status.message) {
+    process.stdout.write(`${color.bold(String(event.status.message.metadata?.[META.agent] ?? 'agent'))}: ${textOfMessage(event.status.message)}\n`);
+  }
+  const error = event.metadata?.[META.error] as { code?: string; message?: string } | undefined;
+  if (!event.final && error) process.stdout.write(`${color.red(`  ${String(error.code)}: ${String(error.message)}`)}\n`);
 }
 
 export interface SendOptions {

@@ -6,7 +6,7 @@ import { handoffTeam } from './handoff-team.js';
 import qaTeam from './qa-team.js';
 import demoTeam from './team.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
-import type { ThreadEvent } from '../../protocol/index.js';
+import { messageText, type ThreadEvent } from '../../protocol/index.js';
 import { color, printJson } from '../output.js';
 
 interface Step {
@@ -14,8 +14,6 @@ interface Step {
   text: string;
   /** Steps with the same key share a thread. */
   thread?: string;
-  /** Wait for this many extra final answers after the reply (e.g. the source agent resuming after a handoff). */
-  followUps?: number;
 }
 
 const SCENES: Array<{ team: TeamDefinition; intro: string; steps: Step[] }> = [
@@ -43,14 +41,14 @@ const SCENES: Array<{ team: TeamDefinition; intro: string; steps: Step[] }> = [
     steps: [
       { title: 'main hands off to the skill builder', text: 'I want to create a skill', thread: 'h' },
       { title: 'The user talks to the specialist directly (streamed)', text: 'It should summarise my inbox', thread: 'h' },
-      { title: 'The specialist returns; main resumes with the result', text: "That's all, I'm done", thread: 'h', followUps: 1 },
+      { title: "The specialist returns: its last answer, then main's with the result", text: "That's all, I'm done", thread: 'h' },
     ],
   },
 ];
 
 function text(e: ThreadEvent): string {
   if (e.kind === 'artifact-update') return e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('');
-  return (e.status.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('');
+  return messageText(e.status.message);
 }
 
 export async function runDemo(json: boolean): Promise<void> {
@@ -66,16 +64,6 @@ export async function runDemo(json: boolean): Promise<void> {
         if (!json) process.stdout.write(`\n${color.bold(`${n}. ${step.title ?? ''}`)}\n${color.green('user')}: ${step.text}\n`);
         const threadId = step.thread ? (threads.get(step.thread) ?? `demo-${scene.team.name}-${step.thread}-${Date.now()}`) : undefined;
         if (step.thread && threadId) threads.set(step.thread, threadId);
-        const followUps: ThreadEvent[] = [];
-        let seenOwnFinal = false;
-        const sub = threadId
-          ? mesh.client.follow(threadId, (e) => {
-              if (e.kind === 'status-update' && e.final) {
-                if (seenOwnFinal) followUps.push(e);
-                seenOwnFinal = true;
-              }
-            })
-          : undefined;
         let streaming = false;
         const result = await mesh.client.send(step.text, {
           ...(threadId ? { threadId } : {}),
@@ -91,11 +79,10 @@ export async function runDemo(json: boolean): Promise<void> {
             streaming = false;
             const route = e.metadata?.[META.route] as RouteStep | undefined;
             if (route) process.stdout.write(color.dim(`  ↳ hop ${route.hop}: ${route.from} → ${route.to}  (${route.reason})\n`));
+            // An answer before the final one (a handoff's target, before its source takes the turn back).
+            if (!e.final && e.status.message) process.stdout.write(`${color.bold(String(e.status.message.metadata?.[META.agent] ?? 'agent'))}: ${text(e)}\n`);
           },
         });
-        const deadline = Date.now() + 5_000;
-        while (followUps.length < (step.followUps ?? 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-        sub?.unsubscribe();
         const meta = result.final.status.message?.metadata ?? {};
         out.push({
           team: scene.team.name,
@@ -105,7 +92,6 @@ export async function runDemo(json: boolean): Promise<void> {
           error: result.error,
           state: result.final.status.state,
           ...(meta.agents_used ? { agents_used: meta.agents_used, execution_time_ms: meta.execution_time_ms, task_state: meta.task_state } : {}),
-          followUps: followUps.map(text),
         });
         if (json) continue;
         const from = String(meta[META.agent] ?? 'agent');
@@ -115,7 +101,6 @@ export async function runDemo(json: boolean): Promise<void> {
         if (meta.agents_used) facts.push(`agents_used ${JSON.stringify(meta.agents_used)}`, `${String(meta.execution_time_ms)} ms`, `task_state ${String(meta.task_state)}`);
         facts.push(`state ${result.final.status.state}`);
         process.stdout.write(color.dim(`  ${facts.join('  ·  ')}\n`));
-        for (const f of followUps) process.stdout.write(`${color.bold(String(f.kind === 'status-update' ? (f.status.message?.metadata?.[META.agent] ?? 'agent') : 'agent'))}: ${text(f)}\n`);
       }
     } finally {
       await mesh.stop();

@@ -1,0 +1,297 @@
+/**
+ * A conversation thread: one A2A task. Its states are the task states; a turn runs the router and agent
+ * calls as child actors and ends in `input-required` unless an agent completes the task.
+ *
+ * Pure: agent calls and the router policy are injected actors (`agentCall`, `router`), and everything
+ * the outside world must see leaves as emitted `troupe.thread.status` events (the host publishes them).
+ * The actions and guards live with their concern (handoff.ts, turn.ts, routing.ts); this file is the
+ * statechart.
+ */
+import type { DoneActorEvent } from 'xstate';
+import type { TaskState } from '../../protocol/a2a.js';
+import { USER } from '../../protocol/routing.js';
+import type { AgentCallOutput } from '../agent-call.js';
+import type { OrchestrationOutput } from '../orchestration.js';
+import type { RouteDecision } from '../route.js';
+import type { RouterInput } from '../router.js';
+import { threadSetup } from './routing.js';
+import { DEFAULT_THREAD_CONFIG } from './types.js';
+
+export const threadMachine = threadSetup.createMachine({
+  id: 'thread',
+  context: ({ input }) => ({
+    threadId: input.threadId,
+    tenant: input.tenant,
+    owner: input.owner,
+    contextId: input.contextId ?? input.threadId,
+    config: { ...DEFAULT_THREAD_CONFIG, ...input.config },
+    agents: input.agents ?? {},
+    history: [],
+    pending: [],
+    routeLog: [],
+    now: input.now,
+    turns: 0,
+  }),
+  initial: 'submitted',
+  on: {
+    'troupe.agents': { actions: 'setAgents' },
+    'troupe.tick': { actions: ['setNow', 'tickHandoff'] },
+    'troupe.restored': { actions: ['setNow', 'tickHandoff'] },
+    'xstate.done.actor.handoff': { actions: 'onHandoffEnded' },
+  },
+  states: {
+    submitted: {
+      on: {
+        'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
+        'troupe.cancel': { target: 'canceled', actions: 'setNow' },
+      },
+    },
+    working: {
+      entry: ['startTurn', 'notifyHandoffOfUserMessage', 'announceWorking'],
+      on: {
+        'troupe.user.message': { actions: ['setNow', 'queueUserMessage'] },
+        'troupe.cancel': [
+          { guard: 'hasHandoff', actions: ['setNow', 'cancelHandoff'] },
+          { target: 'canceled', actions: 'setNow' },
+        ],
+      },
+      initial: 'starting',
+      states: {
+        /** A turn that gives control back to a handoff's source goes to it; any other asks the router. */
+        starting: {
+          always: [{ guard: 'startsWithResume', target: 'calling', actions: ['applyQueuedResume', 'announceRoute'] }, { target: 'routing' }],
+        },
+        /** The router picks the first agent for the user's message. */
+        routing: {
+          invoke: {
+            id: 'router',
+            src: 'router',
+            input: ({ context }): RouterInput => ({
+              kind: 'user',
+              message: context.turn?.outgoing ?? { kind: 'message', role: 'user', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
+              agents: context.agents,
+              entryAgent: context.config.entryAgent,
+              ...(context.turn?.mode === 'handoffActive' && context.handoff ? { handoffTarget: context.handoff.request.targetAgentId } : {}),
+              usePolicy: context.config.usePolicy,
+              threshold: context.config.threshold,
+              maxAttempts: context.config.maxAttempts,
+              ...(context.config.fallbackAgent ? { fallbackAgent: context.config.fallbackAgent } : {}),
+            }),
+            onDone: [
+              {
+                guard: { type: 'routesToFanOut', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: 'orchestrating',
+                actions: [
+                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  { type: 'applyFanOutRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  'announceRoute',
+                ],
+              },
+              {
+                guard: { type: 'routesToAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: 'calling',
+                actions: [
+                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  'announceRoute',
+                ],
+              },
+              {
+                guard: { type: 'routesToClarify', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: '#thread.input-required',
+                actions: { type: 'askToClarify', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+              },
+              {
+                target: 'answering',
+                actions: { type: 'recordRouteError', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+              },
+            ],
+            onError: { target: 'answering' },
+          },
+        },
+        /** One agent holds the message; the call retries and times out on its own. */
+        calling: {
+          on: { 'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmAgentCall'] } },
+          invoke: {
+            id: 'agentCall',
+            src: 'agentCall',
+            input: ({ context }) => {
+              const turn = context.turn;
+              return {
+                agentId: turn?.current ?? '',
+                message: turn?.outgoing ?? { kind: 'message' as const, role: 'user' as const, messageId: 'none', parts: [{ kind: 'text' as const, text: '' }] },
+                sender: turn?.from ?? USER,
+                hop: turn?.hops ?? 0,
+                timeoutMs: context.config.agentTimeoutMs,
+                retries: context.config.retries,
+                retryDelayMs: context.config.retryDelayMs,
+                now: context.now,
+              };
+            },
+            onDone: [
+              {
+                guard: { type: 'agentCompletedTask', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: '#thread.completed',
+                actions: [
+                  { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'answerUser', params: { state: 'completed' } },
+                ],
+              },
+              {
+                guard: { type: 'agentFailedTask', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: '#thread.failed',
+                actions: [
+                  { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'answerUser', params: { state: 'failed' } },
+                ],
+              },
+              {
+                guard: { type: 'callSucceeded', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: 'inspectingReply',
+                actions: { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+              },
+              {
+                guard: { type: 'handoffCallFailed', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: 'updatingHandoff',
+                actions: [
+                  { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'tellHandoffOfFailure', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                ],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+              },
+            ],
+          },
+        },
+        /** Handoffs first: a target's answer, a request to hand off; anything else goes to the router. */
+        inspectingReply: {
+          always: [
+            { guard: 'isHandoffStartReply', target: 'updatingHandoff', actions: 'tellHandoffOfFirstReply' },
+            { guard: 'requestsHandoffWhileOpen', target: 'answering', actions: 'recordHandoffConflict' },
+            { guard: 'isHandoffTargetReply', target: 'updatingHandoff', actions: 'tellHandoffOfReply' },
+            { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
+            { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
+            { target: 'routingReply' },
+          ],
+        },
+        /** The handoff actor was told how its target answered (or failed); one that ends is waited for. */
+        updatingHandoff: {
+          always: [{ guard: 'handoffEnding', target: 'awaitingHandoffEnd' }, { target: 'answering' }],
+        },
+        /** The handoff's output says where control goes: back to the source within this turn, or not. */
+        awaitingHandoffEnd: {
+          on: {
+            'xstate.done.actor.handoff': [
+              {
+                guard: { type: 'handoffReturnsToSource', params: ({ event }) => event.output },
+                target: 'calling',
+                actions: [{ type: 'resumeSource', params: ({ event }) => event.output }, 'announceRoute'],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'concludeHandoff', params: ({ event }) => event.output },
+              },
+            ],
+          },
+        },
+        /** The router named several agents: fan out, then aggregate their answers into one. */
+        orchestrating: {
+          on: {
+            'troupe.tick': { actions: ['setNow', 'tickHandoff', 'tickOrchestration'] },
+            'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] },
+          },
+          invoke: {
+            id: 'orchestration',
+            src: 'orchestration',
+            input: ({ context }) => {
+              const turn = context.turn;
+              const primary = turn?.route[0]?.to ?? turn?.current ?? '';
+              const extra = (turn?.route ?? []).slice(1).map((s) => s.to);
+              const o = context.config.orchestration;
+              return {
+                decision: { agentId: primary, confidence: turn?.route[0]?.confidence ?? 1, reasoning: turn?.route[0]?.reason ?? '', additionalAgents: extra },
+                message: turn?.outgoing ?? { kind: 'message' as const, role: 'user' as const, messageId: 'none', parts: [{ kind: 'text' as const, text: '' }] },
+                strategy: o.strategy,
+                maxParallelAgents: o.maxParallelAgents,
+                agentTimeoutMs: context.config.agentTimeoutMs,
+                retries: context.config.retries,
+                retryDelayMs: context.config.retryDelayMs,
+                startedAt: context.now,
+                ...(o.fallbackMessage ? { fallbackMessage: o.fallbackMessage } : {}),
+                ...(o.partialFailureTemplate ? { partialFailureTemplate: o.partialFailureTemplate } : {}),
+              };
+            },
+            onDone: {
+              target: 'answering',
+              actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+            },
+            onError: { target: 'answering' },
+          },
+        },
+        /** The router decides where the agent's reply goes: the user, back to its sender, or another agent. */
+        routingReply: {
+          invoke: {
+            id: 'router',
+            src: 'router',
+            input: ({ context }): RouterInput => {
+              const turn = context.turn;
+              return {
+                kind: 'reply',
+                reply: turn?.lastAnswer ?? { kind: 'message', role: 'agent', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
+                from: turn?.lastFrom ?? turn?.current ?? '',
+                senderStack: turn?.senderStack ?? [],
+                hops: turn?.hops ?? 0,
+                maxHops: context.config.maxHops,
+                agents: context.agents,
+              };
+            },
+            onDone: [
+              {
+                guard: { type: 'routesToAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: 'calling',
+                actions: [
+                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  'announceRoute',
+                ],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'recordRouteError', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+              },
+            ],
+            onError: { target: 'answering' },
+          },
+        },
+        answering: {
+          always: {
+            target: '#thread.input-required',
+            actions: { type: 'answerUser', params: { state: 'input-required' } },
+          },
+        },
+      },
+    },
+    'input-required': {
+      always: { guard: 'hasPending', target: 'working' },
+      on: {
+        'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
+        // A first cancel ends the handoff: its output queues the resume, and `always` starts that turn.
+        'troupe.cancel': [
+          { guard: 'hasHandoff', actions: ['setNow', 'cancelHandoff'] },
+          { target: 'canceled', actions: 'setNow' },
+        ],
+      },
+    },
+    completed: { type: 'final' },
+    canceled: { type: 'final', entry: ['clearTurn', 'announceCanceled'] },
+    failed: { type: 'final' },
+  },
+});
+
+/** The A2A task state a thread snapshot stands for. */
+export function taskStateOf(value: unknown): TaskState {
+  if (typeof value === 'string') return value as TaskState;
+  if (value && typeof value === 'object' && 'working' in value) return 'working';
+  return 'unknown';
+}
+

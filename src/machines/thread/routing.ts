@@ -1,0 +1,87 @@
+/**
+ * Routing within a turn: a router decision sends the message on to an agent (recording the route step
+ * and announcing it), fans it out, asks the user to clarify, or ends the turn with the router's error.
+ */
+import { assign, emit, enqueueActions } from 'xstate';
+import { META, type RouteStep } from '../../protocol/metadata.js';
+import { USER } from '../../protocol/routing.js';
+import type { RouteDecision } from '../route.js';
+import { withHandoffContext } from './handoff.js';
+import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage } from './messages.js';
+import { threadWithTurns } from './turn.js';
+import type { ThreadStatusEmitted } from './types.js';
+
+export const threadSetup = threadWithTurns.extend({
+  guards: {
+    routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
+    routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
+    routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
+  },
+  actions: {
+    applyAgentRoute: assign(({ context }, decision: RouteDecision) => {
+      const turn = context.turn;
+      if (!turn || decision.to !== 'agent') return {};
+      const from = turn.current;
+      const hop = decision.mode === 'initial' ? 0 : turn.hops + 1;
+      const step: RouteStep = {
+        from,
+        to: decision.agentId,
+        hop,
+        reason: decision.reason,
+        at: context.now,
+        ...(decision.confidence !== undefined ? { confidence: decision.confidence } : {}),
+      };
+      const source = decision.mode === 'initial' ? turn.outgoing : (turn.lastAnswer ?? turn.outgoing);
+      const senderStack =
+        decision.mode === 'initial' ? [USER] : decision.mode === 'forward' ? [...turn.senderStack, from] : turn.senderStack.slice(0, -1);
+      const outgoingId = decision.mode === 'initial' ? source.messageId : `${source.messageId}>${decision.agentId}`;
+      return {
+        turn: {
+          ...turn,
+          current: decision.agentId,
+          from,
+          hops: hop,
+          senderStack,
+          route: [...turn.route, step],
+          outgoing:
+            decision.mode !== 'initial'
+              ? messageFor(context, source, outgoingId, from)
+              : turn.mode === 'handoffActive' && context.handoff
+                ? withHandoffContext(context, source, context.handoff.request)
+                : source,
+        },
+        routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT),
+      };
+    }),
+    announceRoute: emit(({ context }): ThreadStatusEmitted => {
+      const step = context.turn?.route.at(-1);
+      return { type: 'troupe.thread.status', state: 'working', final: false, ...(step ? { route: step } : {}) };
+    }),
+    applyFanOutRoute: assign(({ context }, decision: RouteDecision) => {
+      const turn = context.turn;
+      if (!turn || decision.to !== 'agent') return {};
+      const steps: RouteStep[] = (decision.additionalAgents ?? []).map((agentId) => ({
+        from: USER,
+        to: agentId,
+        hop: 0,
+        reason: `fan-out (${context.config.orchestration.strategy}) with ${decision.agentId}`,
+        at: context.now,
+        ...(decision.confidence !== undefined ? { confidence: decision.confidence } : {}),
+      }));
+      return { turn: { ...turn, route: [...turn.route, ...steps] }, routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT) };
+    }),
+    recordRouteError: assign({
+      lastError: ({ context }, decision: RouteDecision) => (decision.to === 'user' && decision.error ? decision.error : context.lastError),
+    }),
+    /** Ends the turn: the user gets the last answer (with any error attached), or the error alone. */
+    askToClarify: enqueueActions(({ context, enqueue }, decision: RouteDecision) => {
+      const reason = decision.to === 'clarify' ? decision.reason : '';
+      const message = systemMessage(context, `${context.turn?.userMessageId ?? 'thread'}:clarify`, context.config.clarifyText, {
+        [META.clarify]: { reason, confidence: decision.to === 'clarify' ? decision.confidence : undefined },
+        ...(context.turn ? { [META.inReplyTo]: context.turn.userMessageId } : {}),
+      });
+      enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit), turn: undefined });
+      enqueue.emit({ type: 'troupe.thread.status', state: 'input-required', final: true, message });
+    }),
+  },
+});

@@ -1,0 +1,26 @@
+/**
+ * The thread's typed setup: its types and the child actors it runs. Each concern adds its actions and
+ * guards to it in turn (handoff.ts, then turn.ts, then routing.ts; turns and routes use the handoff's
+ * helpers), and machine.ts builds the statechart from the result.
+ */
+import { setup } from 'xstate';
+import { agentCallMachine } from '../agent-call.js';
+import { handoffMachine } from '../handoff.js';
+import { orchestrationMachine } from '../orchestration.js';
+import { routerMachine } from '../router.js';
+import type { ThreadContext, ThreadEvent, ThreadInput, ThreadStatusEmitted } from './types.js';
+
+export const threadBase = setup({
+  types: {
+    input: {} as ThreadInput,
+    context: {} as ThreadContext,
+    events: {} as ThreadEvent,
+    emitted: {} as ThreadStatusEmitted,
+  },
+  actors: {
+    agentCall: agentCallMachine,
+    router: routerMachine,
+    orchestration: orchestrationMachine,
+    handoff: handoffMachine,
+  },
+});

@@ -1,0 +1,136 @@
+/**
+ * A turn: the next queued user message starts one, each agent's answer is recorded (and a fan-out's
+ * aggregate), and the turn ends with one final answer to the user — the last answer, or the error.
+ */
+import { assign, emit, enqueueActions, sendTo } from 'xstate';
+import type { Message, TaskState } from '../../protocol/a2a.js';
+import { META } from '../../protocol/metadata.js';
+import { USER } from '../../protocol/routing.js';
+import type { AgentCallOutput } from '../agent-call.js';
+import type { OrchestrationOutput } from '../orchestration.js';
+import { agentReplyMessage, prune, systemMessage } from './messages.js';
+import { isResume, threadWithHandoff } from './handoff.js';
+import type { ThreadStatusEmitted } from './types.js';
+
+export const threadWithTurns = threadWithHandoff.extend({
+  guards: {
+    hasPending: ({ context }) => context.pending.length > 0,
+    callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
+    agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
+    agentFailedTask: (_, output: AgentCallOutput) =>
+      output.ok && output.reply.kind === 'task' && ['failed', 'rejected'].includes(output.reply.status.state),
+  },
+  actions: {
+    setNow: assign({
+      now: ({ context, event }) => ('now' in event && typeof event.now === 'number' ? event.now : context.now),
+    }),
+    setAgents: assign({
+      agents: ({ context, event }) => (event.type === 'troupe.agents' ? event.agents : context.agents),
+    }),
+    queueUserMessage: assign({
+      pending: ({ context, event }) => (event.type === 'troupe.user.message' ? [...context.pending, event.message] : context.pending),
+    }),
+    /** Takes the next queued user message and starts a turn with it. */
+    startTurn: assign(({ context }) => {
+      const [message, ...rest] = context.pending;
+      if (!message) return {};
+      const userMessage: Message = { ...message, contextId: context.contextId, taskId: context.threadId };
+      return {
+        pending: rest,
+        history: prune([...context.history, userMessage], context.config.historyLimit),
+        turns: context.turns + 1,
+        lastError: undefined,
+        turn: {
+          userMessageId: userMessage.messageId,
+          current: USER,
+          from: USER,
+          outgoing: userMessage,
+          senderStack: [],
+          hops: 0,
+          route: [],
+          startedAt: context.now,
+          mode: context.handoff?.phase === 'active' && !isResume(userMessage) ? 'handoffActive' : 'normal',
+        },
+      };
+    }),
+    /** While a handoff is active the handoff actor counts the user's turns. */
+    rearmAgentCall: sendTo('agentCall', { type: 'troupe.agentCall.restored' }),
+    rearmOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.restored' as const, now: context.now })),
+    /** A fan-out keeps time from the thread's clock (its execution_time_ms). */
+    tickOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.tick' as const, now: context.now })),
+    recordAgentAnswer: assign(({ context }, output: AgentCallOutput) => {
+      const turn = context.turn;
+      if (!turn || !output.ok) return {};
+      const reply = agentReplyMessage(output);
+      if (!reply) return {};
+      const answer: Message = {
+        ...reply,
+        contextId: context.contextId,
+        taskId: context.threadId,
+        metadata: { ...reply.metadata, [META.agent]: output.agentId },
+      };
+      return {
+        turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
+        history: prune([...context.history, answer], context.config.historyLimit),
+      };
+    }),
+    /** A fan-out's aggregated answer becomes the turn's answer, with its metadata. */
+    recordOrchestration: assign(({ context }, output: OrchestrationOutput) => {
+      const turn = context.turn;
+      if (!turn) return {};
+      const answer: Message = {
+        ...output.message,
+        contextId: context.contextId,
+        taskId: context.threadId,
+        metadata: { ...output.message.metadata, [META.agent]: output.metadata.agents_used.join('+') || 'troupe', ...output.metadata },
+      };
+      const failures = output.metadata.failures;
+      return {
+        turn: { ...turn, lastAnswer: answer, lastFrom: turn.current },
+        history: prune([...context.history, answer], context.config.historyLimit),
+        lastError:
+          output.metadata.task_state === 'failed'
+            ? { code: 'WORKFLOW_ERROR' as const, message: `every agent failed: ${failures.map((f) => `${f.agentId} (${f.code})`).join(', ')}` }
+            : undefined,
+      };
+    }),
+    /** Route steps for the extra agents of a fan-out (the primary was recorded by applyAgentRoute). */
+    recordCallError: assign({
+      lastError: (_, output: AgentCallOutput) => {
+        if (!output.ok) return output.error;
+        if (output.reply.kind === 'error') return output.reply.error;
+        return undefined;
+      },
+    }),
+    answerUser: enqueueActions(({ context, enqueue }, params: { state: TaskState; reason?: string }) => {
+      const turn = context.turn;
+      const error = context.lastError;
+      const routeMeta = {
+        [META.route]: turn?.route ?? [],
+        [META.hops]: turn?.hops ?? 0,
+        ...(turn ? { [META.inReplyTo]: turn.userMessageId } : {}),
+        ...(error ? { [META.error]: error } : {}),
+      };
+      let message: Message;
+      if (turn?.lastAnswer) {
+        message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta } };
+      } else {
+        const text = error ? `${error.code}: ${error.message}` : (params.reason ?? 'No agent answered.');
+        message = systemMessage(context, `${turn?.userMessageId ?? 'thread'}:error`, text, routeMeta);
+      }
+      if (!turn?.lastAnswer) {
+        enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit) });
+      }
+      enqueue.emit({ type: 'troupe.thread.status', state: params.state, final: true, message, ...(error ? { error } : {}) });
+      enqueue.assign({ turn: undefined });
+    }),
+    announceWorking: emit({ type: 'troupe.thread.status', state: 'working', final: false }),
+    announceCanceled: emit(({ context }): ThreadStatusEmitted => ({
+      type: 'troupe.thread.status',
+      state: 'canceled',
+      final: true,
+      message: systemMessage(context, `${context.threadId}:canceled`, 'The task was canceled.', {}),
+    })),
+    clearTurn: assign({ turn: undefined }),
+  },
+});

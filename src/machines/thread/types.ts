@@ -1,0 +1,121 @@
+/**
+ * The thread machine's types: its configuration (with defaults), input, context, events and the status
+ * events it emits for the host to publish.
+ */
+import type { Message, TaskState } from '../../protocol/a2a.js';
+import type { ErrorBody } from '../../protocol/errors.js';
+import type { HandoffRequest } from '../../protocol/handoff.js';
+import type { RouteStep } from '../../protocol/metadata.js';
+import type { AgentDirectory } from '../route.js';
+import type { HandoffOutput } from '../handoff.js';
+import type { OrchestrationStrategy } from '../orchestration.js';
+
+export type { RouteStep };
+
+export interface ThreadConfig {
+  entryAgent: string;
+  maxHops: number;
+  historyLimit: number;
+  agentTimeoutMs: number;
+  retries: number;
+  retryDelayMs: number;
+  usePolicy: boolean;
+  threshold: number;
+  maxAttempts: number;
+  fallbackAgent?: string;
+  clarifyText: string;
+  /** Longest a handoff may hold the thread before control returns to its source. */
+  handoffMaxDurationMs: number;
+  /** How a decision naming several agents fans out. */
+  orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
+}
+
+export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
+  entryAgent: 'triage',
+  maxHops: 10,
+  historyLimit: 50,
+  agentTimeoutMs: 30_000,
+  retries: 2,
+  retryDelayMs: 1_000,
+  usePolicy: false,
+  threshold: 0.7,
+  maxAttempts: 3,
+  clarifyText: "I'm not sure which of our agents should take this. Could you say a bit more about what you need?",
+  orchestration: { strategy: 'parallel', maxParallelAgents: 3 },
+  handoffMaxDurationMs: 10 * 60_000,
+};
+
+export interface ThreadInput {
+  threadId: string;
+  tenant: string;
+  /** Who may use the thread: `<principal>` or `<principal>/<user>` (set once, by the first message). */
+  owner: string;
+  contextId?: string;
+  config?: Partial<ThreadConfig>;
+  agents?: AgentDirectory;
+  now: number;
+}
+
+export interface Turn {
+  userMessageId: string;
+  /** The agent holding the message now. */
+  current: string;
+  /** Who handed `current` its message (`user` or an agent id). */
+  from: string;
+  /** The message being sent to `current`. */
+  outgoing: Message;
+  /** Who sent the message to each agent in the chain, `user` at the bottom. */
+  senderStack: string[];
+  hops: number;
+  route: RouteStep[];
+  lastAnswer?: Message;
+  lastFrom?: string;
+  startedAt: number;
+  /** `handoffStart`: the message asks a target to take over; `handoffActive`: the user talks to the target. */
+  mode: 'normal' | 'handoffStart' | 'handoffActive';
+}
+
+/** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
+export interface ThreadHandoff {
+  request: HandoffRequest;
+  /** `ending`: the thread told it something that ends it and waits for its output (never stored: it ends at once). */
+  phase: 'pending' | 'active' | 'ending';
+}
+
+export interface ThreadContext {
+  threadId: string;
+  tenant: string;
+  owner: string;
+  contextId: string;
+  config: ThreadConfig;
+  agents: AgentDirectory;
+  history: Message[];
+  /** User messages that arrived while a turn was running; handled in order afterwards. */
+  pending: Message[];
+  turn?: Turn;
+  /** The last routing decisions across turns (bounded). */
+  routeLog: RouteStep[];
+  lastError?: ErrorBody;
+  now: number;
+  turns: number;
+  handoff?: ThreadHandoff;
+}
+
+export type ThreadEvent =
+  | { type: 'troupe.user.message'; message: Message; now?: number }
+  | { type: 'troupe.agents'; agents: AgentDirectory }
+  | { type: 'troupe.cancel'; reason?: string; now?: number }
+  | { type: 'troupe.tick'; now: number }
+  /** Sent by the host right after restoring a snapshot: timers were not persisted, re-arm them. */
+  | { type: 'troupe.restored'; now: number }
+  /** The handoff child ended on its own (deadline) or after the thread ended it. */
+  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput };
+
+export interface ThreadStatusEmitted {
+  type: 'troupe.thread.status';
+  state: TaskState;
+  final: boolean;
+  message?: Message;
+  route?: RouteStep;
+  error?: ErrorBody;
+}

@@ -1,0 +1,69 @@
+/**
+ * The router machine (src/machines/router.ts): model-based over every kind of input it gets (a reply,
+ * a user message in a handoff, addressed to a live or unknown agent, for the entry agent, through the
+ * policy), with the policy's answers as its events; every state and transition reached on real actors.
+ */
+import { describe, expect, it } from 'vitest';
+import { createActor, fromPromise, toPromise, type AnyStateMachine, type EventObject } from 'xstate';
+import { getSimplePaths } from 'xstate/graph';
+import type { Message } from '../src/protocol/a2a.js';
+import { CLIENT_ROUTING_URI, type RouterDecision } from '../src/protocol/routing.js';
+import { routerMachine, type PolicyInput, type RouterInput } from '../src/machines/router.js';
+import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
+
+/** The policy is the router's I/O: the model's events stand for its answers. */
+const never = fromPromise<never, unknown>(() => new Promise<never>(() => {}));
+
+const userMsg = (text: string, metadata?: Record<string, unknown>): Message => ({ kind: 'message', role: 'user', messageId: `u-${text}`, parts: [{ kind: 'text', text }], ...(metadata ? { metadata } : {}) });
+const agentMsg = (text: string, slot?: unknown): Message => ({
+  kind: 'message',
+  role: 'agent',
+  messageId: `a-${text}`,
+  parts: [{ kind: 'text', text }],
+  ...(slot !== undefined ? { metadata: { [CLIENT_ROUTING_URI]: slot } } : {}),
+});
+
+const agents = { triage: { supportsClientRouting: true }, writer: { supportsClientRouting: true } };
+const user = { agents, entryAgent: 'triage', usePolicy: false, threshold: 0.7, maxAttempts: 2 };
+
+describe('router machine: model-based', () => {
+  it('every state and transition', () => {
+    const stubbed = routerMachine.provide({ actors: { policy: never as never } }) as AnyStateMachine;
+    const inputs: RouterInput[] = [
+      { kind: 'reply', reply: agentMsg('x', { recipient: 'user' }), from: 'triage', senderStack: ['user'], hops: 0, maxHops: 10, agents },
+      { kind: 'user', message: userMsg('x'), ...user, handoffTarget: 'writer' },
+      { kind: 'user', message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'writer' } }), ...user },
+      { kind: 'user', message: userMsg('x'), ...user },
+      { kind: 'user', message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } }), ...user },
+      { kind: 'user', message: userMsg('x'), ...user, usePolicy: true },
+    ];
+    const events: EventObject[] = [
+      { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.9, reasoning: 'r' } } as EventObject,
+      { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.3, reasoning: 'r' } } as EventObject,
+      { type: 'xstate.error.actor.policy', error: new Error('down') } as EventObject,
+    ];
+    const states = new Set<string>();
+    const transitions = new Set<string>();
+    for (const input of inputs) {
+      const opts = { events, input, serializeState: (s: { value: unknown; context: unknown }) => JSON.stringify([s.value, (s.context as { attempts: number }).attempts]) };
+      const cov = replayPaths(stubbed, getSimplePaths(stubbed, opts), input);
+      cov.states.forEach((s) => states.add(s));
+      cov.transitions.forEach((t) => transitions.add(t));
+    }
+    expect(missing(definedStates(routerMachine), states)).toEqual([]);
+    expect(missing(definedTransitions(routerMachine), transitions)).toEqual([]);
+  });
+
+  it('a failing policy is retried up to maxAttempts, then the fallback agent answers', async () => {
+    let calls = 0;
+    const policy = fromPromise<RouterDecision, PolicyInput>(async () => {
+      calls += 1;
+      throw new Error(`down ${calls}`);
+    });
+    const actor = createActor(routerMachine.provide({ actors: { policy } }), {
+      input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3, fallbackAgent: 'writer' },
+    }).start();
+    expect(await toPromise(actor)).toEqual({ to: 'agent', agentId: 'writer', mode: 'initial', reason: 'router failed after 3 attempts (down 3); fallback agent writer' });
+    expect(calls).toBe(3);
+  });
+});
