@@ -1,0 +1,167 @@
+/**
+ * The inspection stream on the embedded mesh: off by default (nothing published), switched at run time
+ * by `ctl.inspection` for the whole mesh or one thread, snapshots AFTER each event, every actor of a
+ * thread registered with its definition before its first snapshot, agents switched through hello and
+ * through the per-call header, and records that validate against the wire schema.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createActor, setup } from 'xstate';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/observability/logger.js';
+import demoTeam from '../src/bin/demo/team.js';
+import { InspectionPublisher, InspectionSwitch, inspectable } from '../src/observability/inspection.js';
+import { InspectionRecordSchema, type InspectionRecord } from '../src/protocol/inspection.js';
+import { encodeJson } from '../src/protocol/codec.js';
+import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
+import { subjects } from '../src/transport/subjects.js';
+import { controlInspection, stateLabel } from '../src/studio/stream.js';
+import { waitUntil } from './helpers/wait.js';
+
+let mesh: Awaited<ReturnType<typeof startEmbedded>>;
+let operator: MemoryTransport;
+const records: InspectionRecord[] = [];
+const invalid: string[] = [];
+
+beforeAll(async () => {
+  mesh = await startEmbedded(demoTeam, silentLogger());
+  operator = new MemoryTransport({ bus: mesh.bus });
+  operator.subscribe(subjects.inspectAll('demo'), (msg) => {
+    const parsed = InspectionRecordSchema.safeParse(JSON.parse(new TextDecoder().decode(msg.data)));
+    if (parsed.success) records.push(parsed.data);
+    else invalid.push(parsed.error.message);
+  });
+});
+afterAll(async () => {
+  await operator.close();
+  await mesh.stop();
+});
+
+const ofThread = (threadId: string) => records.filter((r) => r.threadId === threadId || r.rootId === threadId);
+
+describe('inspection stream', () => {
+  it('is off by default: a whole conversation publishes nothing', async () => {
+    const turn = await mesh.client.send('Write about otters');
+    expect(turn.final.status.state).toBe('input-required');
+    await operator.flush();
+    expect(records).toEqual([]);
+    const states = await controlInspection(operator, 'demo', {});
+    expect(states).toEqual([{ kind: 'inspection', node: mesh.node.nodeId, all: false, threads: [] }]);
+  });
+
+  it('switched on by ctl: every actor of the thread is defined before its first snapshot, and snapshots are the state AFTER the event', async () => {
+    const states = await controlInspection(operator, 'demo', { on: true });
+    expect(states[0]).toMatchObject({ all: true });
+    const turn = await mesh.client.send('Write about kelp');
+    await waitUntil(() => ofThread(turn.threadId).some((r) => r.actorId === turn.threadId && r.kind === 'snapshot' && r.value === 'input-required'), 'the thread to reach input-required');
+    const mine = ofThread(turn.threadId);
+    expect(invalid).toEqual([]);
+    // Definitions first, for every actor.
+    const registered = new Set<string>();
+    for (const r of mine) {
+      if (r.kind === 'actor') registered.add(r.actorId);
+      else expect(registered.has(r.actorId), `${r.actorId} snapshot before its definition`).toBe(true);
+    }
+    const actorIds = [...registered];
+    expect(actorIds).toEqual(expect.arrayContaining([turn.threadId, `${turn.threadId}/router`, `${turn.threadId}/agentCall`]));
+    const thread = mine.find((r) => r.kind === 'actor' && r.actorId === turn.threadId);
+    expect(thread).toMatchObject({ machineId: 'thread', definition: expect.objectContaining({ id: 'thread' }) });
+    const router = mine.find((r) => r.kind === 'actor' && r.actorId === `${turn.threadId}/router`);
+    expect(router).toMatchObject({ machineId: 'router', parentId: turn.threadId, rootId: turn.threadId });
+    // The thread's transitions, in order: the last one goes from working.* to input-required.
+    const threadSteps = mine.filter((r) => r.kind === 'snapshot' && r.actorId === turn.threadId).map((r) => r.kind === 'snapshot' && `${stateLabel(r.from)} → ${stateLabel(r.value)} (${r.event.type})`);
+    const last = threadSteps.at(-1)!;
+    expect(last).toMatch(/^working\.\w+ → input-required \(/);
+    expect(threadSteps.some((s) => s && s.startsWith('submitted → working.routing (troupe.user.message)'))).toBe(true);
+    // Agents were told through hello: their actors go busy and idle again for this turn's calls.
+    const agentSteps = records.filter((r) => r.machineId === 'agent' && r.kind === 'snapshot').map((r) => stateLabel(r.value));
+    expect(agentSteps).toEqual(expect.arrayContaining(['ready.busy', 'ready.idle']));
+    const agentActor = records.find((r) => r.kind === 'actor' && r.machineId === 'agent');
+    expect(agentActor?.kind === 'actor' && agentActor.meta).toMatchObject({ card: expect.objectContaining({ id: expect.any(String) }) });
+    // Contexts are redacted and bounded.
+    const ctx = mine.filter((r) => r.actorId === turn.threadId).at(-1)?.context as { threadId: string; history: unknown[] };
+    expect(ctx.threadId).toBe(turn.threadId);
+  });
+
+  it('switching on again announces every live actor (a consumer that joins late learns the definitions)', async () => {
+    const turn = await mesh.client.send('Is the sea cold?');
+    records.length = 0;
+    await controlInspection(operator, 'demo', { on: true });
+    await operator.flush();
+    const announced = records.filter((r) => r.kind === 'actor').map((r) => r.actorId);
+    expect(announced).toContain(turn.threadId);
+    expect(records.filter((r) => r.kind === 'actor' && r.machineId === 'agent').length).toBe(3);
+  });
+
+  it('off again stops the stream; on for one thread publishes only that thread, with the agents it calls', async () => {
+    await controlInspection(operator, 'demo', { on: false });
+    const quiet = await mesh.client.send('Write about reefs');
+    records.length = 0;
+    const other = await mesh.client.send('Write about whales');
+    await operator.flush();
+    expect(records).toEqual([]);
+    const states = await controlInspection(operator, 'demo', { on: true, threadId: quiet.threadId });
+    expect(states[0]).toMatchObject({ all: false, threads: [quiet.threadId] });
+    records.length = 0;
+    await mesh.client.send('And sharks', { threadId: other.threadId });
+    await mesh.client.send('And dolphins', { threadId: quiet.threadId });
+    await waitUntil(() => records.some((r) => r.actorId === quiet.threadId && r.value === 'input-required'), 'the inspected thread to answer');
+    expect(records.filter((r) => r.threadId === other.threadId || r.rootId === other.threadId)).toEqual([]);
+    // The agents it called published their actor while the call ran (header Troupe-Inspect).
+    expect(records.some((r) => r.machineId === 'agent' && r.kind === 'snapshot' && stateLabel(r.value) === 'ready.busy')).toBe(true);
+    await controlInspection(operator, 'demo', { on: false, threadId: quiet.threadId });
+  });
+
+  it('refuses a bad control request with a typed error', async () => {
+    const reply = await operator.request(subjects.ctl('demo', 'inspection'), encodeJson({ on: 'yes', threadId: 'a b' }), { timeoutMs: 1000 });
+    expect(JSON.parse(new TextDecoder().decode(reply.data))).toMatchObject({ kind: 'error', error: { code: 'INVALID_MESSAGE' } });
+  });
+});
+
+describe('InspectionPublisher', () => {
+  const kid = setup({}).createMachine({ id: 'kid', initial: 'a', states: { a: { on: { next: 'b' } }, b: { type: 'final' } } });
+  const parent = setup({ actors: { kid } }).createMachine({
+    id: 'parent',
+    initial: 'idle',
+    states: {
+      idle: { on: { go: 'running' } },
+      running: {
+        invoke: { id: 'kid', src: 'kid', onDone: 'done' },
+        on: { poke: { actions: ({ self }) => (self.getSnapshot().children as Record<string, { send(e: { type: string }): void }>).kid?.send({ type: 'next' }) } },
+      },
+      done: {},
+    },
+  });
+
+  it('publishes nothing when off and follows a tree when on, with parents and before/after states', async () => {
+    const bus = new MemoryBus();
+    const out: InspectionRecord[] = [];
+    const t = new MemoryTransport({ bus });
+    t.subscribe('x.>', (m) => out.push(InspectionRecordSchema.parse(JSON.parse(new TextDecoder().decode(m.data)))));
+    const sw = new InspectionSwitch(false);
+    const publisher = new InspectionPublisher({ transport: new MemoryTransport({ bus }), process: 'p1', switch: sw });
+    const actor = createActor(parent, { id: 'root', inspect: publisher.observe({ subject: 'x.root', rootId: 'R' }) }).start();
+    actor.send({ type: 'go' });
+    await t.flush();
+    expect(out).toEqual([]);
+    expect(publisher.liveRoots).toBe(1);
+    sw.set(true);
+    expect(publisher.announce()).toBe(1);
+    actor.send({ type: 'poke' });
+    await waitUntil(() => out.length >= 5, 'five records');
+    const summary = out.map((r) => (r.kind === 'actor' ? `+${r.actorId}<${r.parentId ?? ''}>` : `${r.actorId}: ${stateLabel(r.from)}→${stateLabel(r.value)} (${r.event.type})`));
+    expect(summary).toEqual(['+R<>', '+R/kid<R>', 'R/kid: a→b (next)', 'R: running→running (poke)', 'R: running→done (xstate.done.actor.kid)']);
+    expect(out.map((r) => r.seq)).toEqual([...out.map((r) => r.seq)].sort((a, b) => a - b));
+    actor.stop();
+    expect(publisher.liveRoots).toBe(0);
+  });
+
+  it('inspectable() redacts secrets and bounds size', () => {
+    const long = 'x'.repeat(5000);
+    const value = inspectable({ apiKey: 'sk-abcdefghijklmnop', note: 'mail me at a@b.com', items: Array.from({ length: 30 }, (_, i) => i), long, fn: () => 1 }) as Record<string, unknown>;
+    expect(value.apiKey).toBe('[redacted]');
+    expect(value.note).toBe('mail me at [redacted]');
+    expect((value.items as unknown[]).length).toBe(21);
+    expect((value.long as string).length).toBeLessThan(2100);
+    expect('fn' in value).toBe(false);
+  });
+});
