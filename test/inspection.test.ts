@@ -136,7 +136,9 @@ describe('InspectionPublisher', () => {
     const bus = new MemoryBus();
     const out: InspectionRecord[] = [];
     const t = new MemoryTransport({ bus });
-    t.subscribe('x.>', (m) => out.push(InspectionRecordSchema.parse(JSON.parse(new TextDecoder().decode(m.data)))));
+    t.subscribe('x.>', (m) => {
+      out.push(InspectionRecordSchema.parse(JSON.parse(new TextDecoder().decode(m.data))));
+    });
     const sw = new InspectionSwitch(false);
     const publisher = new InspectionPublisher({ transport: new MemoryTransport({ bus }), process: 'p1', switch: sw });
     const actor = createActor(parent, { id: 'root', inspect: publisher.observe({ subject: 'x.root', rootId: 'R' }) }).start();
