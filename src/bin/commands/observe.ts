@@ -164,7 +164,10 @@ export async function replay(file: string, opts: { studio?: boolean; port?: numb
     const { startStudio } = await import('../../studio/server.js');
     const studio = await startStudio({ port: opts.port ?? 8090, host: opts.host, mode: 'replay', tenant: g.tenant });
     process.stderr.write(`${color.green('troupe')} studio (replay of ${file}) on ${color.bold(studio.url)}\n`);
-    const n = await replayRecording(file, (r) => studio.push(r), { speed: opts.speed });
+    const n = await replayRecording(file, (r) => studio.push(r), { speed: opts.speed }).catch(async (err: unknown) => {
+      await studio.close();
+      throw err;
+    });
     process.stderr.write(color.dim(`${n} records replayed; Ctrl-C to stop\n`));
     onShutdown(() => studio.close());
     return;
@@ -172,7 +175,10 @@ export async function replay(file: string, opts: { studio?: boolean; port?: numb
   const { StatelyRelay } = await import('../../studio/stately.js');
   const relay = await StatelyRelay.start({ port: opts.port ?? 8089, host: opts.host });
   process.stderr.write(`${color.green('troupe')} Stately relay (replay of ${file}) on ${color.bold(relay.url)} — open it in a browser\n`);
-  const n = await replayRecording(file, (r) => relay.push(r), { speed: opts.speed });
+  const n = await replayRecording(file, (r) => relay.push(r), { speed: opts.speed }).catch(async (err: unknown) => {
+    await relay.close();
+    throw err;
+  });
   if (g.json) printJson({ url: relay.url, records: n });
   process.stderr.write(color.dim(`${n} records replayed (a browser that opens the page now gets every actor); Ctrl-C to stop\n`));
   onShutdown(() => relay.close());
