@@ -5,7 +5,7 @@
  * which boxes are highlighted.
  */
 import ELK, { type ElkExtendedEdge, type ElkNode } from 'elkjs/lib/elk.bundled.js';
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 
 interface StateDef {
   type?: string;
@@ -94,15 +94,18 @@ function toElk(machineId: string, def: StateDef): ElkNode {
     }
   };
   collect(def, '');
-  const edges: ElkExtendedEdge[] = [];
-  let n = 0;
+  /** One edge per pair of states: transitions between the same two states share it and its label. */
+  const pairs = new Map<string, { source: string; target: string; labels: string[] }>();
   const addEdges = (d: StateDef, source: string) => {
     const add = (event: string, spec: unknown) => {
       for (const { target, guard } of targetsOf(spec)) {
         const to = resolveTarget(machineId, source, target, known);
         if (!to || to === source) continue;
         const text = event === 'always' && guard ? `[${guard}]` : `${eventLabel(event)}${guard ? ` [${guard}]` : ''}`;
-        edges.push({ id: `e${n++}`, sources: [`s:${source}`], targets: [`s:${to}`], labels: [{ text, width: textWidth(text) - 12, height: 14 }] });
+        const key = `${source}>${to}`;
+        const pair = pairs.get(key) ?? { source, target: to, labels: [] };
+        if (!pair.labels.includes(text)) pair.labels.push(text);
+        pairs.set(key, pair);
       }
     };
     for (const [event, spec] of Object.entries(d.on ?? {})) add(event, spec);
@@ -126,6 +129,11 @@ function toElk(machineId: string, def: StateDef): ElkNode {
     };
   };
   const children = Object.entries(def.states ?? {}).map(([k, c]) => node(c, k, k));
+  const edges: ElkExtendedEdge[] = [...pairs.values()].map((p, i) => {
+    const text = p.labels.length > 2 ? `${p.labels[0]} +${p.labels.length - 1}` : p.labels.join(' / ');
+    const label = text.length > 34 ? `${text.slice(0, 33)}…` : text;
+    return { id: `e${i}`, sources: [`s:${p.source}`], targets: [`s:${p.target}`], labels: [{ text: label, width: textWidth(label) - 12, height: 14 }] };
+  });
   return {
     id: 'root',
     layoutOptions: {
@@ -211,6 +219,7 @@ export function activePaths(value: unknown, prefix = ''): Set<string> {
 export function Statechart(props: { actorId: string; machineId: string; definition: Record<string, unknown>; value: unknown; status: string }) {
   const [layout, setLayout] = useState<Layout | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
+  const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
     let live = true;
     layoutOf(props.machineId, props.definition).then(
@@ -221,12 +230,20 @@ export function Statechart(props: { actorId: string; machineId: string; definiti
       live = false;
     };
   }, [props.machineId, props.definition]);
-  if (error) return <div class="chart-error">cannot draw {props.machineId}: {error}</div>;
-  if (!layout) return <div class="chart-loading">laying out {props.machineId}…</div>;
   const active = activePaths(props.value);
   const leaf = new Set([...active].filter((p) => ![...active].some((q) => q.startsWith(`${p}.`))));
+  const focus = [...leaf][0];
+  // A chart larger than its box keeps the current state in view as it moves.
+  useEffect(() => {
+    const target = layout?.boxes.find((b) => b.path === focus);
+    const el = box.current;
+    if (!target || !el) return;
+    el.scrollTo({ left: Math.max(0, target.x + target.width / 2 - el.clientWidth / 2), top: Math.max(0, target.y + target.height / 2 - el.clientHeight / 2), behavior: 'smooth' });
+  }, [layout, focus]);
+  if (error) return <div class="chart-error">cannot draw {props.machineId}: {error}</div>;
+  if (!layout) return <div class="chart-loading">laying out {props.machineId}…</div>;
   return (
-    <div class="chart-box">
+    <div class="chart-box" ref={box}>
     <svg class="chart" width={Math.ceil(layout.width)} height={Math.ceil(layout.height)} viewBox={`0 0 ${Math.max(1, layout.width)} ${Math.max(1, layout.height)}`} data-actor={props.actorId} role="img" aria-label={`${props.machineId} statechart`}>
       <defs>
         <marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">

@@ -16,6 +16,8 @@ interface Turn {
   user: string;
   to?: string;
   streamed: string;
+  /** Chunks streamed before the answer (artifact-update events). */
+  chunks: number;
   answer?: string;
   answeredBy?: string;
   state: string;
@@ -157,7 +159,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
       .then((task) => {
         const loaded: Turn[] = [];
         for (const m of task.history ?? []) {
-          if (m.role === 'user') loaded.push({ id: m.messageId, user: textOf(m), streamed: '', state: 'input-required', route: [] });
+          if (m.role === 'user') loaded.push({ id: m.messageId, user: textOf(m), streamed: '', chunks: 0, state: 'input-required', route: [] });
           else {
             const t = loaded.at(-1);
             if (!t) continue;
@@ -184,7 +186,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
     setText('');
     setBusy(true);
     let threadKey = key;
-    const turn: Turn = { id: crypto.randomUUID(), user: body, ...(to ? { to } : {}), streamed: '', state: 'submitted', route: [] };
+    const turn: Turn = { id: crypto.randomUUID(), user: body, ...(to ? { to } : {}), streamed: '', chunks: 0, state: 'submitted', route: [] };
     chats.set(threadKey, [...(chats.get(threadKey) ?? []), turn]);
     force((n) => n + 1);
     abort.current = new AbortController();
@@ -196,7 +198,10 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
         chats.delete('');
         props.onThread(threadKey);
       }
-      if (ev.kind === 'artifact-update') turn.streamed += ev.artifact.parts.map((p) => p.text ?? '').join('');
+      if (ev.kind === 'artifact-update') {
+        turn.streamed += ev.artifact.parts.map((p) => p.text ?? '').join('');
+        turn.chunks++;
+      }
       else if (ev.kind === 'status-update') {
         turn.state = ev.status.state;
         const step = ev.metadata?.[META.route];
@@ -256,8 +261,11 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
               <div class="msg agent streaming" data-testid="streaming">{t.streamed}</div>
             ) : null}
             {t.answer !== undefined ? (
-              <div class="msg agent" data-testid="answer">
-                <span class="who">{t.answeredBy}</span>
+              <div class="msg agent" data-testid="answer" data-chunks={t.chunks}>
+                <span class="who">
+                  {t.answeredBy}
+                  {t.chunks ? <span class="streamed"> · streamed in {t.chunks} chunk{t.chunks === 1 ? '' : 's'}</span> : null}
+                </span>
                 {t.answer}
               </div>
             ) : null}
