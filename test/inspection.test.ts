@@ -16,6 +16,9 @@ import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import { subjects } from '../src/transport/subjects.js';
 import { controlInspection, stateLabel } from '../src/studio/stream.js';
 import { waitUntil } from './helpers/wait.js';
+import { OpenAIScriptedServer } from './helpers/model-servers.js';
+import { AgentConfigSchema } from '../src/config/agent.js';
+import { createLlmAgent } from '../src/llm/agent.js';
 
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 let operator: MemoryTransport;
@@ -165,5 +168,44 @@ describe('InspectionPublisher', () => {
     expect((value.items as unknown[]).length).toBe(21);
     expect((value.long as string).length).toBeLessThan(2100);
     expect('fn' in value).toBe(false);
+  });
+});
+
+describe('an LLM agent loop on the stream', () => {
+  const model = new OpenAIScriptedServer();
+  let llmMesh: Awaited<ReturnType<typeof startEmbedded>>;
+  let op: MemoryTransport;
+  const seen: InspectionRecord[] = [];
+
+  beforeAll(async () => {
+    await model.start();
+    model.respondWith(() => ({ chunks: ['otters ', 'float'] }));
+    const agent = await createLlmAgent(
+      { config: AgentConfigSchema.parse({ name: 'solo', model: { provider: 'openai', name: 'm', base_url: model.baseURL }, instructions: { inline: 'Answer.' } }), file: 'inline', dir: process.cwd() },
+      { env: {} },
+    );
+    llmMesh = await startEmbedded({ name: 'solo', agents: [agent], config: { entryAgent: 'solo' } }, silentLogger());
+    op = new MemoryTransport({ bus: llmMesh.bus });
+    op.subscribe(subjects.inspectAll('demo'), (msg) => {
+      seen.push(InspectionRecordSchema.parse(JSON.parse(new TextDecoder().decode(msg.data))));
+    });
+  });
+  afterAll(async () => {
+    await op?.close();
+    await llmMesh?.stop();
+    await model.stop();
+  });
+
+  it('a thread inspected on its own brings the model loop the agent runs for it, under the thread', async () => {
+    await controlInspection(op, 'demo', { on: true, threadId: 'llm-thread' });
+    const turn = await llmMesh.client.send('Do otters float?', { threadId: 'llm-thread' });
+    expect(turn.text).toBe('otters float');
+    await waitUntil(() => seen.some((r) => r.machineId === 'llmAgent' && r.status === 'done'), `the loop to finish on the stream; seen ${[...new Set(seen.map((r) => `${r.machineId}:${r.actorId}:${r.status}`))].join(' ')}`);
+    const loop = seen.filter((r) => r.machineId === 'llmAgent');
+    expect(loop[0]).toMatchObject({ kind: 'actor', threadId: 'llm-thread', parentId: 'llm-thread' });
+    expect(loop.at(-1)).toMatchObject({ kind: 'snapshot', status: 'done' });
+    expect(seen.filter((r) => r.threadId === 'llm-thread').map((r) => r.machineId)).toEqual(expect.arrayContaining(['thread', 'router', 'agentCall', 'llmAgent']));
+    // The agent's own actor went busy for the call (the call carried Troupe-Inspect).
+    expect(seen.some((r) => r.machineId === 'agent' && r.kind === 'snapshot' && stateLabel(r.value) === 'ready.busy')).toBe(true);
   });
 });

@@ -29,6 +29,9 @@ const hosts: AgentHost[] = [];
 const procs = new ProcessGroup();
 let dir: string;
 let operatorEnv: Record<string, string>;
+/** How long a CLI child may take to be ready, and a record to arrive, on a loaded 2-core machine. */
+const STARTUP_MS = 60_000;
+const ARRIVAL_MS = 30_000;
 
 async function connectAs(user: string): Promise<NatsTransport> {
   const t = await NatsTransport.connect({ ...nats.as(user), name: `stately-${user}` });
@@ -69,7 +72,7 @@ beforeAll(async () => {
   node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.connection }, ...(demoTeam.config ? { config: demoTeam.config } : {}) }).start();
   for (const agent of demoTeam.agents) hosts.push(await new AgentHost({ transport: await connectAs(agent.card.id), agent, tenant: 'demo' }).start());
   await node.registry.waitFor(demoTeam.agents.map((a) => a.card.id));
-  await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === 8, 'the node to own every partition');
+  await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === 8, 'the node to own every partition', ARRIVAL_MS);
   client = new TroupeClient(await connectAs('client'), { tenant: 'demo', principal: 'client' });
   operatorEnv = { TROUPE_NATS_URL: nats.url, TROUPE_NATS_CREDS: nats.credsFile('operator') };
 });
@@ -84,7 +87,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-describe('following the mesh', () => {
+describe('following the mesh', { timeout: 180_000 }, () => {
   let threadId: string;
   let relay: ManagedProcess;
   let relayUrl: string;
@@ -95,7 +98,7 @@ describe('following the mesh', () => {
   const recording = () => join(dir, 'thread.jsonl');
 
   it('troupe watch says that nothing is publishing, and how to turn inspection on', async () => {
-    const idle = await procs.spawnTroupe(['watch', '*'], operatorEnv, { ready: /nothing is publishing: inspection is off on 1 node\(s\)/ });
+    const idle = await procs.spawnTroupe(['watch', '*'], operatorEnv, { ready: /nothing is publishing: inspection is off on 1 node\(s\)/, readyTimeoutMs: STARTUP_MS });
     expect(idle.stderr).toContain('troupe inspect --on');
     expect(idle.stdout).toBe('');
     await idle.kill();
@@ -104,23 +107,26 @@ describe('following the mesh', () => {
   it('a conversation reaches the Stately relay: definitions first, then the thread and its children in order', async () => {
     threadId = `t-stately-${Date.now()}`;
     const port = await freePort();
-    relay = await procs.spawnTroupe(['inspect', '--stately', '--port', String(port)], operatorEnv, { ready: /inspection on at 1 node\(s\)/ });
+    // Four CLI processes start at once (each takes seconds to load on a busy machine).
+    [relay, watcher, jsonWatcher, recorder] = await Promise.all([
+      procs.spawnTroupe(['inspect', '--stately', '--port', String(port)], operatorEnv, { ready: /inspection on at 1 node\(s\)/, readyTimeoutMs: STARTUP_MS }),
+      procs.spawnTroupe(['watch', threadId, '--on'], operatorEnv, { ready: /inspection is on at/, readyTimeoutMs: STARTUP_MS }),
+      procs.spawnTroupe(['watch', threadId, '--json', '--on'], operatorEnv, { ready: /inspection is on at/, readyTimeoutMs: STARTUP_MS }),
+      procs.spawnTroupe(['inspect', '--record', recording(), '--thread', threadId], operatorEnv, { ready: /inspection on at 1 node/, readyTimeoutMs: STARTUP_MS }),
+    ]);
     relayUrl = `http://localhost:${port}`;
     expect(relay.stderr).toContain(relayUrl);
     const page = await (await fetch(relayUrl)).text();
     expect(page).toContain('https://stately.ai/inspect');
     expect(page).toContain('@statelyai.connected');
-    watcher = await procs.spawnTroupe(['watch', threadId], operatorEnv, { ready: /inspection is on at/ });
-    jsonWatcher = await procs.spawnTroupe(['watch', threadId, '--json'], operatorEnv, { ready: /inspection is on at/ });
-    recorder = await procs.spawnTroupe(['inspect', '--record', recording(), '--thread', threadId], operatorEnv, { ready: /inspection on at 1 node/ });
     live = receive(relayUrl);
     // The agents were switched on through hello: each announced its own actor to the relay.
-    await waitUntil(() => live.filter((e) => e.type === '@xstate.actor' && (e as ActorEv).sessionId.startsWith('agent:')).length === 3, 'the three agents to be announced');
+    await waitUntil(() => live.filter((e) => e.type === '@xstate.actor' && (e as ActorEv).sessionId.startsWith('agent:')).length === 3, 'the three agents to be announced', ARRIVAL_MS);
 
     const turn = await client.send('Write about otters', { threadId });
     expect(turn.final.status.state).toBe('input-required');
     const threadSnapshots = () => live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === threadId);
-    await waitUntil(() => threadSnapshots().some((e) => valueOf(e) === 'input-required'), 'the relay to see input-required');
+    await waitUntil(() => threadSnapshots().some((e) => valueOf(e) === 'input-required'), 'the relay to see input-required', ARRIVAL_MS);
 
     const actors = checkDefinitionsFirst(live);
     const thread = actors.find((a) => a.sessionId === threadId)!;
@@ -147,7 +153,7 @@ describe('following the mesh', () => {
 
   it('an inspector that connects later gets every actor with its definition, then its latest state', async () => {
     const late = receive(relayUrl);
-    await waitUntil(() => late.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId), 'the late inspector to get the thread');
+    await waitUntil(() => late.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId), 'the late inspector to get the thread', ARRIVAL_MS);
     const actors = checkDefinitionsFirst(late);
     expect(actors.map((a) => a.sessionId)).toEqual(expect.arrayContaining([threadId, `${threadId}/router`, `${threadId}/agentCall`]));
     const last = late.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === threadId).at(-1);
@@ -155,11 +161,11 @@ describe('following the mesh', () => {
   });
 
   it('troupe watch prints each transition as from → to (event); --json prints only JSON lines', async () => {
-    await waitUntil(() => /→ input-required \(/.test(watcher.stdout), 'the watcher to print input-required', 10_000);
+    await waitUntil(() => /→ input-required \(/.test(watcher.stdout), 'the watcher to print input-required', ARRIVAL_MS);
     const lines = watcher.stdout.trim().split('\n');
     expect(lines.some((l) => l.includes(`${threadId}  submitted → working.routing (troupe.user.message)`))).toBe(true);
     expect(lines.some((l) => l.includes(`${threadId}/agentCall  calling → succeeded (xstate.done.actor.request)`))).toBe(true);
-    await waitUntil(() => jsonWatcher.stdout.includes('"input-required"'), 'the JSON watcher to see input-required', 10_000);
+    await waitUntil(() => jsonWatcher.stdout.includes('"input-required"'), 'the JSON watcher to see input-required', ARRIVAL_MS);
     const records = jsonWatcher.stdout.trim().split('\n').map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
     expect(records.every((r) => r.threadId === threadId)).toBe(true);
     expect(records.some((r) => r.kind === 'actor' && r.actorId === `${threadId}/router`)).toBe(true);
@@ -172,15 +178,15 @@ describe('following the mesh', () => {
       } catch {
         return false;
       }
-    }, 'the recording to hold the answer', 10_000);
+    }, 'the recording to hold the answer', ARRIVAL_MS);
     await recorder.kill();
     expect(recorder.stderr).toMatch(/\d+ records written/);
     const recorded = readFileSync(recording(), 'utf8').trim().split('\n').map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
     expect(recorded.every((r) => r.threadId === threadId)).toBe(true);
     const port = await freePort();
-    await procs.spawnTroupe(['replay', recording(), '--port', String(port)], {}, { ready: /records replayed/ });
+    await procs.spawnTroupe(['replay', recording(), '--port', String(port)], {}, { ready: /records replayed/, readyTimeoutMs: STARTUP_MS });
     const replayed = receive(`http://localhost:${port}`);
-    await waitUntil(() => replayed.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId && valueOf(e) === 'input-required'), 'the replayed thread');
+    await waitUntil(() => replayed.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId && valueOf(e) === 'input-required'), 'the replayed thread', ARRIVAL_MS);
     checkDefinitionsFirst(replayed);
   });
 

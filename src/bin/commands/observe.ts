@@ -61,13 +61,11 @@ export async function watch(target: string, opts: { on?: boolean; all?: boolean 
   const threadTarget = targets.find((t): t is Extract<InspectionTarget, { kind: 'thread' }> => t.kind === 'thread');
   const threadId = threadTarget?.threadId;
   const transport = await connect(g, 'troupe-watch');
-  let seen = 0;
   subscribeInspection(
     transport,
     g.tenant,
     targets,
     (r) => {
-      seen++;
       if (g.json) process.stdout.write(`${JSON.stringify(r)}\n`);
       else if (opts.all || !isQuiet(r)) process.stdout.write(`${formatRecord(r)}\n`);
     },
@@ -78,7 +76,7 @@ export async function watch(target: string, opts: { on?: boolean; all?: boolean 
   note(`watching ${target} on ${transport.name} (tenant ${g.tenant})`);
   const state = await askState(transport, g, opts.on ? { on: true, ...(threadId ? { threadId } : {}) } : {});
   if (state instanceof Error) note(`could not ask the nodes whether inspection is on (${state.message.split('\n')[0]}); these credentials may not send ctl. Waiting anyway.`);
-  else if (seen === 0) note(explainState(state, threadId));
+  else note(explainState(state, threadId));
   onShutdown(() => transport.drain());
 }
 
