@@ -95,8 +95,10 @@ describe('troupe studio in Chromium', () => {
     expect(Number(await answer.getAttribute('data-chunks'))).toBeGreaterThanOrEqual(1);
     const steps = await page.locator('.turn').last().locator('.route-step .path strong').allTextContents();
     expect(steps).toEqual(['triage', 'researcher', 'writer']);
-    expect(openThread()).toMatch(/^t-/);
+    // The gateway's task id is the thread's id: the thread list and its live chart carry it.
+    expect(openThread()).toMatch(/^[A-Za-z0-9_-]+$/);
     await page.locator(`.threads li[data-thread="${openThread()}"]`).waitFor();
+    await page.locator(`svg[data-actor="${openThread()}"] g.state.leaf[data-state="input-required"]`).waitFor();
   });
 
   it('the highlighted state of the thread moves from working to input-required', async () => {

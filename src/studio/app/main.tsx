@@ -25,6 +25,9 @@ interface Turn {
   error?: string;
 }
 
+/** Task states that end a turn (the thread waits for the user, or the task is over). */
+const TURN_ENDS = new Set(['input-required', 'auth-required', 'completed', 'canceled', 'failed', 'rejected']);
+
 /** Chats by thread id; the new conversation is under ''. */
 const chats = new Map<string, Turn[]>();
 
@@ -191,9 +194,10 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
     force((n) => n + 1);
     abort.current = new AbortController();
     const onEvent = (ev: StreamEvent) => {
-      if (!threadKey && 'taskId' in ev && ev.taskId) {
-        // The gateway named the new thread: the chat moves under its id.
-        threadKey = ev.taskId;
+      const taskId = ev.kind === 'task' ? ev.id : ev.taskId;
+      if (!threadKey && taskId) {
+        // The gateway named the new thread (task id = thread id): the chat moves under its id.
+        threadKey = taskId;
         chats.set(threadKey, chats.get('') ?? [turn]);
         chats.delete('');
         props.onThread(threadKey);
@@ -206,7 +210,8 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
         turn.state = ev.status.state;
         const step = ev.metadata?.[META.route];
         if (step && !Array.isArray(step)) turn.route = [...turn.route, step as RouteStep];
-        if (ev.final) {
+        // A turn ends in a state that waits for the user or ends the task; A2A 0.3 servers differ on `final`.
+        if (ev.final || TURN_ENDS.has(ev.status.state)) {
           turn.answer = textOf(ev.status.message);
           turn.answeredBy = String(ev.status.message?.metadata?.[META.agent] ?? 'agent');
           const route = ev.status.message?.metadata?.[META.route];
