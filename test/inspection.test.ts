@@ -81,7 +81,7 @@ describe('inspection stream', () => {
     const agentActor = records.find((r) => r.kind === 'actor' && r.machineId === 'agent');
     expect(agentActor?.kind === 'actor' && agentActor.meta).toMatchObject({ card: expect.objectContaining({ id: expect.any(String) }) });
     // Contexts are redacted and bounded.
-    const ctx = mine.filter((r) => r.actorId === turn.threadId).at(-1)?.context as { threadId: string; history: unknown[] };
+    const ctx = mine.filter((r) => r.actorId === turn.threadId && r.context !== undefined).at(-1)?.context as { threadId: string; history: unknown[] };
     expect(ctx.threadId).toBe(turn.threadId);
   });
 

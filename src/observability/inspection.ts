@@ -167,6 +167,9 @@ export class InspectionPublisher {
   /** Live roots, for `announce`. A root leaves when its snapshot stops being active. */
   private readonly live = new Map<AnyActorRef, { scope: InspectionScope; announce: () => void }>();
   private seq = 0;
+  /** Bounded, redacted copies of context and event parts, by identity (see `view`). */
+  private readonly parts = new WeakMap<object, unknown>();
+  private readonly secretKeys = new Map<string, boolean>();
 
   constructor(opts: InspectionPublisherOptions) {
     this.transport = opts.transport;
@@ -190,6 +193,8 @@ export class InspectionPublisher {
     const parents = new WeakMap<AnyActorRef, AnyActorRef>();
     /** The state each actor was last seen in: the `from` of its next snapshot. */
     const last = new WeakMap<AnyActorRef, unknown>();
+    /** The context object each actor's last record carried. */
+    const contexts = new WeakMap<AnyActorRef, object>();
     /** Actors whose event is being processed, innermost last: the parent of an actor created now is the last one. */
     const open: AnyActorRef[] = [];
     let root: AnyActorRef | undefined;
@@ -229,7 +234,8 @@ export class InspectionPublisher {
         const snap = snapshotOf(ref);
         const machine = machineOf(ref);
         if (machine && snap) {
-          register(ref, factsOf(ref, machine), snap.value, statusOf(snap.status), inspectable(snap.context));
+          register(ref, factsOf(ref, machine), snap.value, statusOf(snap.status), this.view(snap.context));
+          if (snap.context && typeof snap.context === 'object') contexts.set(ref, snap.context);
           last.set(ref, snap.value);
         }
         for (const child of Object.values(snap?.children ?? {})) if (child) walk(child, ref);
@@ -271,13 +277,16 @@ export class InspectionPublisher {
           const snap = ev.snapshot as { value?: unknown; status?: string; context?: unknown };
           const from = last.get(ref);
           last.set(ref, snap.value);
-          const context = inspectable(snap.context);
           const status = statusOf(snap.status);
+          // A context XState did not replace (no assign) is the one consumers have: left out of the record.
+          const fresh = !f.registered || contexts.get(ref) !== snap.context;
+          const context = fresh ? this.view(snap.context) : undefined;
+          if (snap.context && typeof snap.context === 'object') contexts.set(ref, snap.context);
           if (!f.registered) register(ref, f, from ?? snap.value, 'active', context);
           const record: InspectionSnapshotRecord = {
             ...this.base(scope, f, snap.value, status, context),
             kind: 'snapshot',
-            event: { ...(inspectable(ev.event) as Record<string, unknown>), type: String(ev.event.type).slice(0, 300) },
+            event: { ...(this.view(ev.event) as Record<string, unknown>), type: String(ev.event.type).slice(0, 300) },
             ...(from !== undefined ? { from } : {}),
           };
           this.publish(scope.subject, record);
@@ -334,6 +343,42 @@ export class InspectionPublisher {
     } catch (err) {
       this.onError(err);
     }
+  }
+
+  /**
+   * `inspectable(value)` for a context or an event, reusing work across records: XState keeps the parts
+   * of a context that did not change (the history array, each message in it) as the same objects, so each
+   * top-level part is bounded and redacted once and remembered by identity. Top-level keys that look
+   * secret to the redactor hide their whole value, as they would inside a single `redact()` pass.
+   */
+  private view(value: unknown): unknown {
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) return inspectable(value);
+    const out: Record<string, unknown> = {};
+    const plain: Record<string, unknown> = {};
+    let n = 0;
+    for (const [k, v] of Object.entries(value)) {
+      if (n++ >= CONTEXT_BOUNDS.keys) break;
+      if (this.secretKey(k)) out[k] = '[redacted]';
+      else if (v !== null && typeof v === 'object') {
+        let part = this.parts.get(v);
+        if (part === undefined) {
+          part = inspectable(v, { ...CONTEXT_BOUNDS, depth: CONTEXT_BOUNDS.depth - 1 });
+          this.parts.set(v, part);
+        }
+        if (part !== undefined) out[k] = part;
+      } else plain[k] = v;
+    }
+    return { ...(inspectable(plain) as Record<string, unknown>), ...out };
+  }
+
+  /** Whether the redactor hides a value under this key (asked once per key name, bounded). */
+  private secretKey(key: string): boolean {
+    let secret = this.secretKeys.get(key);
+    if (secret === undefined) {
+      secret = (redact({ [key]: 'x' }) as Record<string, unknown>)[key] !== 'x';
+      if (this.secretKeys.size < 10_000) this.secretKeys.set(key, secret);
+    }
+    return secret;
   }
 
   private definitionOf(machine: AnyStateMachine): Record<string, unknown> {

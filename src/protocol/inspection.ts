@@ -36,7 +36,10 @@ const RecordBase = {
   threadId: z.string().max(200).optional(),
   value: StateValueSchema,
   status: z.enum(['active', 'done', 'error', 'stopped']),
-  /** The actor's context, secrets redacted and large parts cut (see observability/inspection.ts). */
+  /**
+   * The actor's context, secrets redacted and large parts cut (see observability/inspection.ts). Left
+   * out of a snapshot whose context did not change since the actor's previous record.
+   */
   context: z.unknown().optional(),
 };
 

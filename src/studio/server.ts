@@ -10,7 +10,10 @@
  *   POST /api/inspection   switch inspection `{ on, threadId? }`
  *   POST /a2a              A2A JSON-RPC, forwarded to the gateway (message/send, message/stream, tasks/get, tasks/cancel)
  *
- * Handlers stay short and validate at the edge; the server binds to loopback unless told otherwise.
+ * Handlers stay short and validate at the edge; the server binds to loopback unless told otherwise. A web
+ * page elsewhere cannot drive it through the browser: requests must name this server in `Host` (no DNS
+ * rebinding), a cross-origin `Origin` is refused, and POSTs must be `application/json` (so a cross-site
+ * form or `no-cors` fetch, which cannot send that type without a preflight this server never grants, fails).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -62,6 +65,8 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
   const table = new ActorTable();
   const clients = new Set<ServerResponse>();
   const maxBody = opts.maxBodyBytes ?? 1024 * 1024;
+  /** `host:port` names this server answers to (filled once it listens). */
+  const allowedHosts = new Set<string>();
 
   const push = (record: InspectionRecord) => {
     if (!table.add(record)) return;
@@ -83,6 +88,8 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://studio');
     const path = url.pathname;
+    const refusal = refuse(req, allowedHosts);
+    if (refusal) return sendJson(res, 403, { error: refusal });
     if (req.method === 'GET' && (path === '/' || path === '/index.html')) return send(res, 200, 'text/html; charset=utf-8', assets.html);
     if (req.method === 'GET' && path === '/assets/app.js') return send(res, 200, 'text/javascript; charset=utf-8', assets.js);
     if (req.method === 'GET' && path === '/assets/app.css') return send(res, 200, 'text/css; charset=utf-8', assets.css);
@@ -166,6 +173,7 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
   });
   const { port } = server.address() as AddressInfo;
   const host = opts.host ?? '127.0.0.1';
+  for (const name of ['localhost', '127.0.0.1', '[::1]', host]) allowedHosts.add(`${name}:${port}`);
   return {
     url: `http://${host === '127.0.0.1' ? 'localhost' : host}:${port}`,
     port,
@@ -180,6 +188,16 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** Why a request may not come from where it comes from, or undefined when it may. */
+function refuse(req: IncomingMessage, allowedHosts: Set<string>): string | undefined {
+  const host = req.headers.host ?? '';
+  if (!allowedHosts.has(host)) return `this studio answers only to ${[...allowedHosts].join(', ')}`;
+  const origin = req.headers.origin;
+  if (origin !== undefined && origin !== `http://${host}`) return 'cross-origin requests are refused';
+  if (req.method === 'POST' && !(req.headers['content-type'] ?? '').startsWith('application/json')) return 'POST bodies must be application/json';
+  return undefined;
 }
 
 function send(res: ServerResponse, status: number, type: string, body: string): void {

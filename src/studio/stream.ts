@@ -145,7 +145,9 @@ export class ActorTable {
     }
     const entry = this.actors.get(record.actorId);
     if (!entry) return false;
-    entry.last = record;
+    // A record without context means "unchanged": keep the one it had.
+    const context = record.context !== undefined ? record.context : (entry.last?.context ?? entry.actor.context);
+    entry.last = context === undefined ? record : { ...record, context };
     entry.recent.push(record);
     if (entry.recent.length > this.recentPerActor) entry.recent.shift();
     return true;

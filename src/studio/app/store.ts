@@ -63,7 +63,9 @@ class Store {
     } else {
       const view = this.actors.get(record.actorId);
       if (!view) return;
-      view.last = record;
+      // A record without context means "unchanged": keep the one it had.
+      const context = record.context !== undefined ? record.context : (view.last?.context ?? view.actor.context);
+      view.last = context === undefined ? record : { ...record, context };
       view.seenAt = at;
       view.recent.push(record);
       if (view.recent.length > RECENT) view.recent.shift();
