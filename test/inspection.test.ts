@@ -10,7 +10,7 @@ import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { InspectionPublisher, InspectionSwitch, inspectable } from '../src/observability/inspection.js';
-import { InspectionRecordSchema, type InspectionRecord } from '../src/protocol/inspection.js';
+import { applyContext, InspectionRecordSchema, type InspectionRecord } from '../src/protocol/inspection.js';
 import { encodeJson } from '../src/protocol/codec.js';
 import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import { subjects } from '../src/transport/subjects.js';
@@ -83,6 +83,15 @@ describe('inspection stream', () => {
     // Contexts are redacted and bounded.
     const ctx = mine.filter((r) => r.actorId === turn.threadId && r.context !== undefined).at(-1)?.context as { threadId: string; history: unknown[] };
     expect(ctx.threadId).toBe(turn.threadId);
+    // Snapshots carry context changes; folded in order they give the thread's context now.
+    let folded: unknown;
+    for (const r of mine.filter((x) => x.actorId === turn.threadId)) folded = applyContext(folded, r);
+    const live = mesh.node.threads.inspect(turn.threadId)!.context as { turns: number; history: Array<{ messageId: string }> };
+    const now = folded as { turns: number; history: Array<{ messageId: string }> };
+    expect(now.turns).toBe(live.turns);
+    expect(now.history.map((m) => m.messageId)).toEqual(live.history.map((m) => m.messageId));
+    // Most snapshots carry only what changed, not the whole context again.
+    expect(mine.filter((r) => r.kind === 'snapshot' && r.context !== undefined)).toEqual([]);
   });
 
   it('switching on again announces every live actor (a consumer that joins late learns the definitions)', async () => {

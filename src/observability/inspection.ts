@@ -194,7 +194,7 @@ export class InspectionPublisher {
     /** The state each actor was last seen in: the `from` of its next snapshot. */
     const last = new WeakMap<AnyActorRef, unknown>();
     /** The context object each actor's last record carried. */
-    const contexts = new WeakMap<AnyActorRef, object>();
+    const contexts = new WeakMap<AnyActorRef, unknown>();
     /** Actors whose event is being processed, innermost last: the parent of an actor created now is the last one. */
     const open: AnyActorRef[] = [];
     let root: AnyActorRef | undefined;
@@ -235,7 +235,7 @@ export class InspectionPublisher {
         const machine = machineOf(ref);
         if (machine && snap) {
           register(ref, factsOf(ref, machine), snap.value, statusOf(snap.status), this.view(snap.context));
-          if (snap.context && typeof snap.context === 'object') contexts.set(ref, snap.context);
+          contexts.set(ref, snap.context);
           last.set(ref, snap.value);
         }
         for (const child of Object.values(snap?.children ?? {})) if (child) walk(child, ref);
@@ -278,13 +278,16 @@ export class InspectionPublisher {
           const from = last.get(ref);
           last.set(ref, snap.value);
           const status = statusOf(snap.status);
-          // A context XState did not replace (no assign) is the one consumers have: left out of the record.
-          const fresh = !f.registered || contexts.get(ref) !== snap.context;
-          const context = fresh ? this.view(snap.context) : undefined;
-          if (snap.context && typeof snap.context === 'object') contexts.set(ref, snap.context);
-          if (!f.registered) register(ref, f, from ?? snap.value, 'active', context);
+          // Consumers have the context of the actor's previous record: only the top-level parts XState
+          // replaced travel (`contextChanged`, `contextRemoved`); the whole context after registration.
+          const registering = !f.registered;
+          if (registering) register(ref, f, from ?? snap.value, 'active', this.view(snap.context));
+          const delta = registering ? undefined : this.delta(contexts.get(ref), snap.context);
+          contexts.set(ref, snap.context);
           const record: InspectionSnapshotRecord = {
-            ...this.base(scope, f, snap.value, status, context),
+            ...this.base(scope, f, snap.value, status, undefined),
+            ...(delta?.changed ? { contextChanged: delta.changed } : {}),
+            ...(delta?.removed ? { contextRemoved: delta.removed } : {}),
             kind: 'snapshot',
             event: { ...(this.view(ev.event) as Record<string, unknown>), type: String(ev.event.type).slice(0, 300) },
             ...(from !== undefined ? { from } : {}),
@@ -354,21 +357,43 @@ export class InspectionPublisher {
   private view(value: unknown): unknown {
     if (value === null || typeof value !== 'object' || Array.isArray(value)) return inspectable(value);
     const out: Record<string, unknown> = {};
-    const plain: Record<string, unknown> = {};
     let n = 0;
     for (const [k, v] of Object.entries(value)) {
       if (n++ >= CONTEXT_BOUNDS.keys) break;
-      if (this.secretKey(k)) out[k] = '[redacted]';
-      else if (v !== null && typeof v === 'object') {
-        let part = this.parts.get(v);
-        if (part === undefined) {
-          part = inspectable(v, { ...CONTEXT_BOUNDS, depth: CONTEXT_BOUNDS.depth - 1 });
-          this.parts.set(v, part);
-        }
-        if (part !== undefined) out[k] = part;
-      } else plain[k] = v;
+      const part = this.part(k, v);
+      if (part !== undefined) out[k] = part;
     }
-    return { ...(inspectable(plain) as Record<string, unknown>), ...out };
+    return out;
+  }
+
+  /** One top-level part of a context or event, bounded and redacted (objects once, by identity). */
+  private part(key: string, value: unknown): unknown {
+    if (this.secretKey(key)) return '[redacted]';
+    if (value === null || typeof value !== 'object') return inspectable(value);
+    let part = this.parts.get(value);
+    if (part === undefined) {
+      part = inspectable(value, { ...CONTEXT_BOUNDS, depth: CONTEXT_BOUNDS.depth - 1 });
+      this.parts.set(value, part);
+    }
+    return part;
+  }
+
+  /** The top-level parts of `next` that are not those of `prev` (by identity), and the keys it dropped. */
+  private delta(prev: unknown, next: unknown): { changed?: Record<string, unknown>; removed?: string[] } | undefined {
+    if (prev === next) return undefined;
+    const p = prev !== null && typeof prev === 'object' && !Array.isArray(prev) ? (prev as Record<string, unknown>) : {};
+    const n = next !== null && typeof next === 'object' && !Array.isArray(next) ? (next as Record<string, unknown>) : {};
+    const changed: Record<string, unknown> = {};
+    let count = 0;
+    for (const [k, v] of Object.entries(n)) {
+      if (count >= CONTEXT_BOUNDS.keys) break;
+      count++;
+      if (Object.hasOwn(p, k) && p[k] === v) continue;
+      const part = this.part(k, v);
+      changed[k] = part === undefined ? null : part;
+    }
+    const removed = Object.keys(p).filter((k) => !Object.hasOwn(n, k));
+    return { ...(Object.keys(changed).length ? { changed } : {}), ...(removed.length ? { removed } : {}) };
   }
 
   /** Whether the redactor hides a value under this key (asked once per key name, bounded). */

@@ -37,8 +37,8 @@ const RecordBase = {
   value: StateValueSchema,
   status: z.enum(['active', 'done', 'error', 'stopped']),
   /**
-   * The actor's context, secrets redacted and large parts cut (see observability/inspection.ts). Left
-   * out of a snapshot whose context did not change since the actor's previous record.
+   * The actor's context, secrets redacted and large parts cut (see observability/inspection.ts). Always on
+   * an `actor` record; a snapshot record carries changes instead (or a consumer's own merge, see below).
    */
   context: z.unknown().optional(),
 };
@@ -52,10 +52,17 @@ export const InspectionActorRecordSchema = z.object({
   meta: z.record(z.string(), z.unknown()).optional(),
 });
 
-/** An actor took an event: the event, the state before it and the snapshot after it. */
+/**
+ * An actor took an event: the event, the state before it and the snapshot after it. The context travels
+ * as a change of the previous record's: `contextChanged` holds the top-level keys whose value changed
+ * (redacted and cut), `contextRemoved` the keys that went away; neither when nothing changed. Apply them
+ * in order, starting from the `actor` record's `context` (protocol/inspection.ts `applyContext`).
+ */
 export const InspectionSnapshotRecordSchema = z.object({
   ...RecordBase,
   kind: z.literal('snapshot'),
+  contextChanged: z.record(z.string(), z.unknown()).optional(),
+  contextRemoved: z.array(z.string().max(300)).max(1_000).optional(),
   event: z.object({ type: z.string().max(300) }).catchall(z.unknown()),
   /** The state value before the event, when the publisher saw it. */
   from: StateValueSchema.optional(),
@@ -95,3 +102,17 @@ export const HelloSchema = z.object({
   inspection: z.object({ on: z.boolean() }).optional(),
 });
 export type Hello = z.infer<typeof HelloSchema>;
+
+/**
+ * The context after a record, given the context before it: a record's own `context` wins; otherwise its
+ * `contextChanged` and `contextRemoved` are applied. Returns a new object (a null-prototype copy: keys come
+ * from the wire).
+ */
+export function applyContext(before: unknown, record: { context?: unknown; contextChanged?: Record<string, unknown>; contextRemoved?: string[] }): unknown {
+  if (record.context !== undefined) return record.context;
+  if (!record.contextChanged && !record.contextRemoved) return before;
+  const out: Record<string, unknown> = Object.assign(Object.create(null) as Record<string, unknown>, before && typeof before === 'object' ? before : {});
+  for (const [k, v] of Object.entries(record.contextChanged ?? {})) out[k] = v;
+  for (const k of record.contextRemoved ?? []) delete out[k];
+  return out;
+}

@@ -69,8 +69,10 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
   const allowedHosts = new Set<string>();
 
   const push = (record: InspectionRecord) => {
-    if (!table.add(record)) return;
-    const frame = `event: record\ndata: ${JSON.stringify(record)}\n\n`;
+    // The browser gets records as kept: whole contexts (the stream carries changes).
+    const kept = table.add(record);
+    if (!kept) return;
+    const frame = `event: record\ndata: ${JSON.stringify(kept)}\n\n`;
     for (const res of clients) res.write(frame);
   };
   const subs = opts.transport ? subscribeInspection(opts.transport, opts.tenant, [{ kind: 'all' }], push) : [];

@@ -143,9 +143,11 @@ export class StatelyRelay {
   /** Sends one record to every connected inspector (and keeps it for the next ones). */
   push(record: InspectionRecord): void {
     // A snapshot of an actor never registered cannot be drawn: keep the order "definition first".
-    if (!this.table.add(record)) return;
+    const kept = this.table.add(record);
+    if (!kept) return;
     this.relayed++;
-    const frames = toStatelyEvents(record).map((e) => JSON.stringify(e));
+    // The kept record has the whole context (the stream carries changes; the inspector wants snapshots).
+    const frames = toStatelyEvents(kept).map((e) => JSON.stringify(e));
     for (const ws of this.wss.clients) {
       if (ws.readyState !== WebSocket.OPEN) continue;
       for (const f of frames) ws.send(f);

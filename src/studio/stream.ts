@@ -6,6 +6,7 @@
  */
 import { decode, encodeJson, ErrorReplySchema, isValidId } from '../protocol/index.js';
 import {
+  applyContext,
   InspectionRecordSchema,
   InspectionStateReplySchema,
   type InspectionActorRecord,
@@ -129,8 +130,11 @@ export class ActorTable {
     private readonly recentPerActor = 25,
   ) {}
 
-  /** Adds a record; false when it is a snapshot of an actor never registered (nothing to draw it with). */
-  add(record: InspectionRecord): boolean {
+  /**
+   * Adds a record; returns it as kept (a snapshot with the whole context merged in), or undefined when it
+   * is a snapshot of an actor never registered (nothing to draw it with).
+   */
+  add(record: InspectionRecord): InspectionRecord | undefined {
     if (record.kind === 'actor') {
       const existing = this.actors.get(record.actorId);
       if (existing) {
@@ -141,16 +145,17 @@ export class ActorTable {
         this.actors.set(record.actorId, { actor: record, recent: [] });
         this.trim();
       }
-      return true;
+      return record;
     }
     const entry = this.actors.get(record.actorId);
-    if (!entry) return false;
-    // A record without context means "unchanged": keep the one it had.
-    const context = record.context !== undefined ? record.context : (entry.last?.context ?? entry.actor.context);
-    entry.last = context === undefined ? record : { ...record, context };
-    entry.recent.push(record);
+    if (!entry) return undefined;
+    // Records carry context changes: the entry keeps the whole context, merged.
+    const context = applyContext(entry.last?.context ?? entry.actor.context, record);
+    const { contextChanged: _changed, contextRemoved: _removed, ...rest } = record;
+    entry.last = context === undefined ? rest : { ...rest, context };
+    entry.recent.push(entry.last);
     if (entry.recent.length > this.recentPerActor) entry.recent.shift();
-    return true;
+    return entry.last;
   }
 
   get(actorId: string): ActorEntry | undefined {
