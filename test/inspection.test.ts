@@ -5,7 +5,7 @@
  * through the per-call header, and records that validate against the wire schema.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createActor, setup } from 'xstate';
+import { assign, createActor, setup } from 'xstate';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
@@ -167,6 +167,34 @@ describe('InspectionPublisher', () => {
     expect(out.map((r) => r.seq)).toEqual([...out.map((r) => r.seq)].sort((a, b) => a - b));
     actor.stop();
     expect(publisher.liveRoots).toBe(0);
+  });
+
+  it('redacts and cuts contexts in records, and sends only the parts that changed', async () => {
+    const bus = new MemoryBus();
+    const out: InspectionRecord[] = [];
+    const t = new MemoryTransport({ bus });
+    t.subscribe('y.>', (m) => {
+      out.push(InspectionRecordSchema.parse(JSON.parse(new TextDecoder().decode(m.data))));
+    });
+    const secretive = setup({ types: { context: {} as { apiKey: string; profile: { note: string; auth: { token: string } }; log: string[] } } }).createMachine({
+      id: 'secretive',
+      context: { apiKey: 'plain-looking', profile: { note: 'mail me at a@b.com', auth: { token: 'zzz' } }, log: Array.from({ length: 30 }, (_, i) => `line ${i}`) },
+      initial: 'a',
+      states: { a: { on: { add: { actions: assign({ log: ({ context }) => [...context.log, 'more'] }) } } } },
+    });
+    const publisher = new InspectionPublisher({ transport: new MemoryTransport({ bus }), process: 'p2', switch: new InspectionSwitch(true) });
+    const actor = createActor(secretive, { inspect: publisher.observe({ subject: 'y.root', rootId: 'S' }) }).start();
+    actor.send({ type: 'add' });
+    await waitUntil(() => out.length >= 3, 'three records');
+    const ctx = out[0]!.context as { apiKey: string; profile: { note: string; auth: unknown }; log: string[] };
+    expect(ctx.apiKey).toBe('[redacted]');
+    expect(ctx.profile.note).toBe('mail me at [redacted]');
+    expect(ctx.profile.auth).toBe('[redacted]'); // a secret-looking key hides its whole value
+    expect(ctx.log).toHaveLength(21);
+    expect(ctx.log[0]).toBe('… 10 earlier');
+    const added = out[2]!;
+    expect(added.kind === 'snapshot' && Object.keys(added.contextChanged ?? {})).toEqual(['log']);
+    actor.stop();
   });
 
   it('inspectable() redacts secrets and bounds size', () => {

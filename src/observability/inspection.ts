@@ -366,16 +366,36 @@ export class InspectionPublisher {
     return out;
   }
 
-  /** One top-level part of a context or event, bounded and redacted (objects once, by identity). */
-  private part(key: string, value: unknown): unknown {
-    if (this.secretKey(key)) return '[redacted]';
+  /**
+   * One part of a context or event, bounded and redacted. Objects and arrays near the top are rebuilt from
+   * their parts and every object is remembered by identity, so a new history array costs only its new
+   * messages; deeper than that, a subtree is bounded and redacted in one pass.
+   */
+  private part(key: string | undefined, value: unknown, level = 0): unknown {
+    if (key !== undefined && this.secretKey(key)) return '[redacted]';
     if (value === null || typeof value !== 'object') return inspectable(value);
-    let part = this.parts.get(value);
-    if (part === undefined) {
-      part = inspectable(value, { ...CONTEXT_BOUNDS, depth: CONTEXT_BOUNDS.depth - 1 });
-      this.parts.set(value, part);
+    const cached = this.parts.get(value);
+    if (cached !== undefined) return cached;
+    let out: unknown;
+    if (level >= 2) out = inspectable(value, { ...CONTEXT_BOUNDS, depth: Math.max(1, CONTEXT_BOUNDS.depth - level - 1) });
+    else if (Array.isArray(value)) {
+      const kept = value.length > CONTEXT_BOUNDS.items ? value.slice(-CONTEXT_BOUNDS.items) : value;
+      const parts = kept.map((v) => this.part(undefined, v, level + 1) ?? null);
+      out = value.length > CONTEXT_BOUNDS.items ? [`… ${value.length - CONTEXT_BOUNDS.items} earlier`, ...parts] : parts;
+    } else if (typeof (value as { send?: unknown }).send === 'function' && typeof (value as { getSnapshot?: unknown }).getSnapshot === 'function') {
+      out = undefined;
+    } else {
+      const obj: Record<string, unknown> = {};
+      let n = 0;
+      for (const [k, v] of Object.entries(value)) {
+        if (n++ >= CONTEXT_BOUNDS.keys) break;
+        const p = this.part(k, v, level + 1);
+        if (p !== undefined) obj[k] = p;
+      }
+      out = obj;
     }
-    return part;
+    if (out !== undefined) this.parts.set(value, out);
+    return out;
   }
 
   /** The top-level parts of `next` that are not those of `prev` (by identity), and the keys it dropped. */
