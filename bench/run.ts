@@ -14,7 +14,8 @@
  *   5. durability (bench/durability.ts, bench/memory.ts): the durable turn against a "raw turn" of the same
  *      NATS primitives, memory per live and passivated thread, and rehydrate latency, in a third part;
  *   6. agents from agent.yaml (bench/yaml-agent.ts): a YAML agent's turn, model time excluded, against a
- *      hand-written agent answering the same text (`summary.yamlAgentTurnVsHandwritten`).
+ *      hand-written agent answering the same text (`summary.yamlAgentTurnVsHandwritten`);
+ *   7. inspection (bench/inspection.ts): the agent hop and the durable turn with inspection off, on and off again.
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
  * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
@@ -65,6 +66,8 @@ import {
 import { concurrent, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
+import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
+import { controlInspection } from '../src/studio/stream.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 // ---------------------------------------------------------------------------------------------------
@@ -425,6 +428,21 @@ async function main(): Promise<void> {
     plainNode = undefined;
     const unacked = await unackedInbound(jsm);
 
+    // ---- inspection: the agent hop and the durable turn with it off, on (an operator following everything), off again ----
+    process.stderr.write('inspection:\n');
+    const operatorT = await connect('bench-operator', 'operator');
+    let inspectionRecords = 0;
+    operatorT.subscribe(subjects.inspectAll(TENANT), () => void inspectionRecords++);
+    const inspection: InspectionResults = await runInspectionBench({
+      measure: (name, op) => runScenario({ key: 'fullTurn', name, description: '', op, n: TURN_N, warmupN: TURN_WARMUP_N }),
+      scenarios: [scenarios[1]!, scenarios[2]!].map((s) => ({ name: s.name, op: s.op })),
+      setInspection: async (on) => {
+        await controlInspection(operatorT, TENANT, { on });
+        await operatorT.flush();
+      },
+      records: () => inspectionRecords,
+    });
+
     const patterns = await runPatternBench({ url: server.url, asNode: server.asNode, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
     const yamlAgent = await runYamlAgentBench({
       asNode: server.asNode,
@@ -517,18 +535,20 @@ async function main(): Promise<void> {
       patterns,
       durability: { ...durability, footprints },
       yamlAgent,
+      inspection,
       summary: { yamlAgentTurnVsHandwritten: yamlAgent.ratio.excludingModelP50 },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(
-      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n`,
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n`,
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
       [patterns.handoff.transition, patterns.handoff.direct, patterns.orchestration.fanOut, patterns.orchestration.slowestAlone].reduce((n, r) => n + r.errors, 0) +
       durabilityErrors(durability) +
       yamlAgent.handwritten.errors +
-      yamlAgent.yaml.errors;
+      yamlAgent.yaml.errors +
+      inspection.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0);
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();

@@ -173,7 +173,7 @@ describe('fuzz: every NATS ingress of a node', () => {
     const ctl = async () => {
       counts.ctl++;
       // Listing verbs read the whole store: rare, as from an operator; the rest as often as junk can come.
-      const verb = r() < 0.04 ? pick(r, ['threads', 'dlq']) : pick(r, ['ps', 'inspect', 'thread', 'rehydrate', 'cancel', 'memory']);
+      const verb = r() < 0.04 ? pick(r, ['threads', 'dlq']) : pick(r, ['ps', 'inspect', 'thread', 'rehydrate', 'cancel', 'memory', 'inspection']);
       const body = ctlBody(r);
       // Scatter-gather (inspect): only a node holding the actor answers, so a short window, as the CLI uses.
       const m = await operatorNc.request(`${T}.ctl.${verb}`, enc.encode(body), { timeout: verb === 'inspect' ? 1_000 : 60_000 }).catch(() => undefined);
@@ -185,7 +185,7 @@ describe('fuzz: every NATS ingress of a node', () => {
       }
       const json = JSON.parse(dec.decode(m.data)) as unknown;
       if (ErrorReplySchema.safeParse(json).success) counts.ctlTyped++;
-      else counts.ctlOther++; // ps and memory answer whatever the body
+      else counts.ctlOther++; // ps, memory and inspection answer whatever the body (inspection: its state)
     };
 
     const phase = (what: string) => console.log(`[fuzz] ${what} at ${Math.round(performance.now() - started)} ms`);

@@ -43,5 +43,7 @@ describe('package', () => {
     expect(help).toContain('stateDiagram-v2');
     // No TypeScript in the installed package: the bin ran the compiled CLI.
     expect(readdirSync(join(app, 'node_modules/troupe'))).not.toContain('src');
+    // The studio's app ships bundled (no esbuild, no sources, no CDN at run time).
+    expect(readdirSync(join(app, 'node_modules/troupe/dist/studio/assets')).sort()).toEqual(['app.css', 'app.js']);
   }, 180_000);
 });

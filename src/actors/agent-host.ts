@@ -36,6 +36,8 @@ import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { META } from '../protocol/metadata.js';
+import { InspectionPublisher, InspectionSwitch, type InspectObserver } from '../observability/inspection.js';
+import { readHello } from '../observability/inspection-control.js';
 
 export interface AgentHostOptions {
   transport: Transport;
@@ -49,6 +51,8 @@ export interface AgentHostOptions {
   maxPayload?: number;
   /** Replies remembered per messageId, so a retried call gets the same answer without redoing work. */
   idempotencyCacheSize?: number;
+  /** Publish inspection records from the start (a `hello` with `inspection` switches it later). */
+  inspect?: boolean;
 }
 
 /** The handoff request and recent messages a thread attached, when this agent is a handoff target. */
@@ -81,6 +85,9 @@ export class AgentHost {
   private readonly abort = new AbortController();
   private subs: Subscription[] = [];
   private heartbeat?: NodeJS.Timeout;
+  readonly inspection: InspectionPublisher;
+  /** Calls in progress whose thread is inspected (`Troupe-Inspect`): the agent actor is published meanwhile. */
+  private inspectedCalls = 0;
 
   constructor(opts: AgentHostOptions) {
     this.transport = opts.transport;
@@ -92,7 +99,14 @@ export class AgentHost {
     this.ttlMs = opts.ttlMs ?? Math.max(15_000, this.heartbeatMs * 3);
     this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
     this.cacheSize = opts.idempotencyCacheSize ?? 1_000;
-    this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}` });
+    this.inspection = new InspectionPublisher({ transport: this.transport, process: `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`, switch: new InspectionSwitch(opts.inspect ?? false) });
+    const inspect = this.inspection.observe({
+      subject: subjects.inspectAgent(this.tenant, this.agentId, this.instanceId),
+      rootId: `agent:${this.agentId}:${this.instanceId.slice(0, 8)}`,
+      enabled: () => this.inspection.switch.all || this.inspectedCalls > 0,
+      meta: { agentId: this.agentId, instanceId: this.instanceId, card: this.agent.card },
+    });
+    this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}`, inspect });
   }
 
   async start(): Promise<this> {
@@ -161,6 +175,11 @@ export class AgentHost {
 
   /** Announces, and answers a hello that is a request (`troupe ps`) with this instance as an actor. */
   private onHello(msg: InboundMessage): void {
+    const { inspection } = readHello(msg.data);
+    if (inspection) {
+      this.inspection.switch.set(inspection.on);
+      if (inspection.on) this.inspection.announce();
+    }
     this.announce();
     if (!msg.reply) return;
     const node = `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`;
@@ -243,6 +262,8 @@ export class AgentHost {
       routing = parsed.data;
     }
 
+    const inspected = msg.headers[HEADERS.inspect] === '1';
+    if (inspected) this.inspectedCalls++;
     this.actor.send({ type: 'troupe.agent.received', messageId: message.messageId, threadId });
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
@@ -274,6 +295,7 @@ export class AgentHost {
       signal: this.abort.signal,
       log,
       stream,
+      inspect: this.callInspector(threadId, message.messageId, inspected),
     };
 
     try {
@@ -281,13 +303,33 @@ export class AgentHost {
       const replyMessage = this.toReply(result, ctx);
       this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
       log.debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
+      if (inspected) this.inspectedCalls--;
       return encodeJson(replyMessage);
     } catch (err) {
       this.actor.send({ type: 'troupe.agent.failed', messageId: message.messageId });
+      if (inspected) this.inspectedCalls--;
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       log.error({ err, code: error.code }, 'handler failed');
       return encodeJson(error.toReply());
     }
+  }
+
+  /**
+   * `ctx.inspect` for the actors one call's handler runs: published under the thread, with the thread as
+   * their parent, while the thread (or this agent) is inspected. Built on first use: a handler that runs
+   * no actor pays nothing.
+   */
+  private callInspector(threadId: string, messageId: string, inspected: boolean): InspectObserver {
+    let observer: InspectObserver | undefined;
+    return (event) => {
+      observer ??= this.inspection.observe({
+        subject: subjects.inspectAgent(this.tenant, this.agentId, this.instanceId),
+        rootId: `${threadId || 'call'}/agent:${this.agentId}:${messageId.slice(0, 64)}`,
+        ...(threadId ? { threadId, parentId: threadId } : {}),
+        enabled: () => inspected || this.inspection.switch.all,
+      });
+      observer(event);
+    };
   }
 
   private async run(message: Message, ctx: AgentContext): Promise<AgentResult> {

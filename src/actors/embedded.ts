@@ -6,16 +6,19 @@ import { TroupeNode } from './node.js';
 import { nodeOptionsOf, type TeamDefinition } from '../sdk/team.js';
 import { MemoryBus, MemoryTransport } from '../transport/memory.js';
 
-export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant = 'demo') {
+/** `opts.inspect`: the node and the agents publish inspection records from the start (the studio). */
+export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant = 'demo', opts: { inspect?: boolean } = {}) {
   const bus = new MemoryBus();
   const nodeTransport = new MemoryTransport({ bus });
-  const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...nodeOptionsOf(team) }).start();
-  const hosts = await Promise.all(team.agents.map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger }).start()));
+  const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...nodeOptionsOf(team), ...(opts.inspect ? { inspect: true } : {}) }).start();
+  const hosts = await Promise.all(team.agents.map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start()));
   await node.registry.waitFor(team.agents.map((a) => a.card.id));
   const client = new TroupeClient(new MemoryTransport({ bus }), tenant);
   return {
     node,
     client,
+    /** The mesh's bus: `new MemoryTransport({ bus })` is another connection to it (the studio's). */
+    bus,
     stop: async () => {
       await Promise.all(hosts.map((h) => h.stop()));
       await node.stop();

@@ -43,6 +43,8 @@ import type { InboundMessage, Subscription, Transport } from '../transport/types
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
+import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
+import { answerInspectionControl, helloInspection } from '../observability/inspection-control.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
 import { listDeadLetters } from './dead-letters.js';
@@ -72,6 +74,8 @@ export class TroupeNode {
   readonly tenant: string;
   readonly registry: Registry;
   readonly threads: ThreadHost;
+  /** Inspection records of every actor this node runs (off unless `inspect`, or switched by ctl.inspection). */
+  readonly inspection: InspectionPublisher;
   private readonly transport: Transport;
   private readonly log: Logger;
   private readonly maxMessageBytes: number;
@@ -88,6 +92,7 @@ export class TroupeNode {
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: this.nodeId });
     this.maxMessageBytes = Math.min(opts.maxPayload ?? LIMITS.userMessageBytes, LIMITS.userMessageBytes);
     this.partitions = opts.durable?.partitions ?? 8;
+    this.inspection = new InspectionPublisher({ transport: this.transport, process: this.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
     this.registry = new Registry(this.transport, this.tenant, { logger: opts.logger ?? silentLogger() });
     this.threads = new ThreadHost({
       transport: this.transport,
@@ -98,8 +103,8 @@ export class TroupeNode {
       ...(opts.config ? { config: opts.config } : {}),
       ...(opts.policy ? { policy: opts.policy } : {}),
       ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
-      ...(opts.inspect !== undefined ? { inspect: opts.inspect } : {}),
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
+      inspection: this.inspection,
       logger: opts.logger ?? silentLogger(),
     });
   }
@@ -149,6 +154,8 @@ export class TroupeNode {
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
     if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'memory'), (m) => this.onMemory(m)));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspection'), (m) => answerInspectionControl(m, { publisher: this.inspection, transport: t, tenant: this.tenant, node: this.nodeId })));
+    if (this.inspection.switch.all) helloInspection(t, this.tenant, true);
     await t.flush();
     this.log.info({ transport: t.name }, 'node started');
     return this;

@@ -8,7 +8,7 @@
  * Exit codes: 0 success, 1 the command ran and failed (an error, a turn that ended in an error), 2 bad
  * usage (unknown option, invalid value).
  */
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { int } from './cli.js';
 
 // `troupe … | head` closes the pipe early: that is not an error.
@@ -41,7 +41,7 @@ program
   .description('start a node (router + threads); without --nats, an in-process mesh with the demo team')
   .option('--team <file>', 'team module (default export defineTeam({...})); its agents run in this process')
   .option('--no-agents', 'with --team: use only its settings, run no agents here')
-  .option('--inspect', 'publish inspection events on troupe.<tenant>.inspect.<actorId>')
+  .option('--inspect', 'publish inspection records from the start (troupe watch, troupe inspect --stately, the studio; switchable with troupe inspect --on/--off)')
   .option('--idle <ms>', 'passivate threads idle this long', int(1))
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
   .option('--partitions <n>', 'thread partitions (must match the mapping in the server configuration)', int(1, 1024), 8)
@@ -58,6 +58,7 @@ program
   .option('--timeout <ms>', 'with --a2a: longest one call to the remote agent may take', int(1))
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
+  .option('--inspect', 'publish inspection records from the start (else a node or `troupe inspect --on` switches it)')
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));
 
 program
@@ -81,14 +82,44 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).ps(...(args as Parameters<typeof import('./commands/inspection.js').ps>)));
 
 program
-  .command('inspect <actorId>')
-  .description("one actor's state value, context (secrets redacted) and recent events")
-  .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).inspect(...(args as Parameters<typeof import('./commands/inspection.js').inspect>)));
+  .command('inspect [actorId]')
+  .description("one actor's state, context (redacted) and recent events; or switch (--on/--off), relay (--stately) or record (--record) the inspection stream")
+  .option('--on', 'switch inspection on (every node, and agents through hello; with --thread: one thread)')
+  .option('--off', 'switch inspection off (with --thread: for that thread)')
+  .option('--thread <id>', 'with --on/--off/--stately/--record: only this thread')
+  .option('--stately', 'relay the inspection stream to the Stately Inspector (prints the URL to open)')
+  .option('--port <n>', 'with --stately: port of the relay', int(0, 65_535), 8089)
+  .option('--host <host>', 'with --stately: address to listen on', '127.0.0.1')
+  .option('--record <file>', 'append every inspection record to this file (JSON lines)')
+  .action(async (...args: unknown[]) => (await import('./commands/observe.js')).inspectStream(...(args as Parameters<typeof import('./commands/observe.js').inspectStream>)));
 
 program
-  .command('watch <actorId>')
-  .description('follow inspection events of an actor (node started with --inspect); Ctrl-C to stop')
-  .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).watch(...(args as Parameters<typeof import('./commands/inspection.js').watch>)));
+  .command('watch <target>')
+  .description('follow a thread, an actor (<thread>/<child>) or an agent: each transition as `from → to (event)`; Ctrl-C to stop')
+  .option('--on', 'switch inspection on for it first (else says so when nothing publishes)')
+  .option('--all', 'also show bookkeeping self-transitions (clock ticks, catalog updates)')
+  .action(async (...args: unknown[]) => (await import('./commands/observe.js')).watch(...(args as Parameters<typeof import('./commands/observe.js').watch>)));
+
+program
+  .command('replay <file>')
+  .description('send a recording (troupe inspect --record) to a Stately relay, or with --studio to the studio')
+  .option('--studio', 'replay into the studio instead of the Stately relay')
+  .option('--port <n>', 'port (default 8089 for the relay, 8090 for the studio)', int(0, 65_535))
+  .option('--host <host>', 'address to listen on', '127.0.0.1')
+  .option('--speed <x>', 'keep the recorded gaps divided by x (0: all at once)', (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0 || n > 1000) throw new InvalidArgumentError(`"${v}" is not a speed between 0 and 1000.`);
+    return n;
+  }, 0)
+  .action(async (...args: unknown[]) => (await import('./commands/observe.js')).replay(...(args as Parameters<typeof import('./commands/observe.js').replay>)));
+
+program
+  .command('studio')
+  .description('a local web UI: agents, threads, chat with streamed answers and routes, live statecharts; without --nats, an in-process demo mesh')
+  .option('--port <n>', 'port to listen on (0: any free port)', int(0, 65_535), 8090)
+  .option('--host <host>', 'address to listen on', '127.0.0.1')
+  .option('--gateway <url>', 'with --nats: the A2A gateway the chat talks to (troupe gateway)')
+  .action(async (...args: unknown[]) => (await import('./commands/studio.js')).studio(...(args as Parameters<typeof import('./commands/studio.js').studio>)));
 
 program
   .command('threads')

@@ -159,6 +159,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       },
     });
     const actor = createActor(logic, {
+      // On the mesh's inspection stream (under the thread) while the thread or this agent is inspected.
+      ...(ctx.inspect ? { inspect: ctx.inspect } : {}),
       input: {
         turnId,
         messages,

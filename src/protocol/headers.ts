@@ -20,6 +20,8 @@ export const HEADERS = {
   /** JetStream de-duplication id of an inbound message: `<threadId>/<messageId>`, never the bare messageId. */
   msgId: 'Nats-Msg-Id',
   traceparent: 'traceparent',
+  /** On an agent call: its thread is inspected, so the agent publishes inspection records for this call too. */
+  inspect: 'Troupe-Inspect',
 } as const;
 
 export type HeaderMap = Record<string, string>;

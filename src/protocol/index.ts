@@ -9,3 +9,4 @@ export * from './ctl.js';
 export * from './ids.js';
 export * from './limits.js';
 export * from './metadata.js';
+export * from './inspection.js';

@@ -7,6 +7,7 @@
  *   });
  */
 import type { Logger } from 'pino';
+import type { InspectionEvent } from 'xstate';
 import {
   AgentCardSchema,
   CLIENT_ROUTING_URI,
@@ -41,6 +42,11 @@ export interface AgentContext {
   readonly log: Logger;
   /** Publishes a chunk to the user at once (no-op when the caller did not ask for streaming). */
   stream(text: string): void;
+  /**
+   * XState's `inspect` option for actors the handler runs (an LLM loop): `createActor(machine, { inspect:
+   * ctx.inspect })` puts them on the mesh's inspection stream, under this thread, when it is inspected.
+   */
+  readonly inspect?: (event: InspectionEvent) => void;
 }
 
 /** A reply in its simplest form: text and, optionally, who should get it next. */

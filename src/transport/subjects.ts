@@ -36,7 +36,16 @@ export const subjects = {
   /** A node starting up asks every agent to announce now. */
   hello: (tenant: string) => `${t(tenant)}.hello`,
   ctl: (tenant: string, verb: string) => `${t(tenant)}.ctl.${checkId('agent', verb)}`,
-  inspect: (tenant: string, actorToken: string) => `${t(tenant)}.inspect.${checkId('thread', actorToken)}`,
+  /** Inspection records of thread T and every actor under it (protocol/inspection.ts). */
+  inspectThread: (tenant: string, threadId: string) => `${t(tenant)}.inspect.thread.${checkId('thread', threadId)}`,
+  /** Inspection records of one instance of agent A (the broker lets A publish only below `inspect.agent.A`). */
+  inspectAgent: (tenant: string, agentId: string, instance: string) => `${t(tenant)}.inspect.agent.${checkId('agent', agentId)}.${checkId('thread', instance)}`,
+  /** Every instance of agent A. */
+  inspectAgentAll: (tenant: string, agentId: string) => `${t(tenant)}.inspect.agent.${checkId('agent', agentId)}.*`,
+  /** Every agent's inspection records. */
+  inspectAgents: (tenant: string) => `${t(tenant)}.inspect.agent.>`,
+  /** The whole inspection stream of a tenant (operators). */
+  inspectAll: (tenant: string) => `${t(tenant)}.inspect.>`,
   /** Dead-lettered inbound messages (stream TROUPE_DLQ), by thread. */
   deadLetter: (tenant: string, threadId: string) => `${t(tenant)}.dlq.${isValidId('thread', threadId) ? threadId : '_invalid'}`,
   deadLetterAll: (tenant: string) => `${t(tenant)}.dlq.>`,

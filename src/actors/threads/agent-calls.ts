@@ -38,6 +38,8 @@ export interface AgentCallerOptions {
    * on those three paths. `false` turns it off.
    */
   sanitiser?: SanitiserPolicy | false;
+  /** Whether the thread is inspected: its calls then ask the agent to publish inspection records too. */
+  inspected?: (threadId: string) => boolean;
 }
 
 export class AgentCaller {
@@ -62,6 +64,7 @@ export class AgentCaller {
       [HEADERS.callId]: scopedMessageKey(threadId, input.message.messageId),
       [HEADERS.taskId]: threadId,
       [HEADERS.contextId]: input.message.contextId ?? threadId,
+      ...(this.opts.inspected?.(threadId) ? { [HEADERS.inspect]: '1' } : {}),
     };
     log.debug({ thread: threadId, agent: input.agentId, attempt: input.attempt, messageId: input.message.messageId }, 'calling agent');
     let res: InboundMessage;

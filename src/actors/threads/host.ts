@@ -32,6 +32,7 @@ import { subjects } from '../../transport/subjects.js';
 import type { Transport } from '../../transport/types.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { SanitiserPolicy } from '../../security/sanitiser.js';
+import { InspectionPublisher, InspectionSwitch } from '../../observability/inspection.js';
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
@@ -50,10 +51,12 @@ export interface ThreadHostOptions {
   logger?: Logger;
   /** Passivate threads idle this long (ms). 0 disables passivation. */
   idleMs?: number;
-  /** Publish inspection events on `troupe.<tenant>.inspect.<actorId>`. */
+  /** Publish inspection records from the start (without `inspection`). */
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
   sanitiser?: SanitiserPolicy | false;
+  /** The process's inspection publisher (the node's); default one of its own. */
+  inspection?: InspectionPublisher;
   now?: () => number;
 }
 
@@ -93,6 +96,7 @@ export class ThreadHost {
   private readonly now: () => number;
   private readonly committer: Committer;
   private readonly caller: AgentCaller;
+  readonly inspection: InspectionPublisher;
   private passivator?: NodeJS.Timeout;
   private unsubscribeRegistry?: () => void;
   private passivatedCount = 0;
@@ -112,6 +116,7 @@ export class ThreadHost {
     this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
     this.idleMs = opts.idleMs ?? 5 * 60_000;
     this.now = opts.now ?? Date.now;
+    this.inspection = opts.inspection ?? new InspectionPublisher({ transport: opts.transport, process: opts.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
     this.committer = new Committer({
       tenant: this.tenant,
       nodeId: opts.nodeId,
@@ -138,6 +143,7 @@ export class ThreadHost {
         live.changed = true;
       },
       onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
+      inspected: (threadId) => this.inspection.switch.isOn(threadId),
     });
     // One engine for calling an agent: the thread's own calls and each call of a fan-out are the same
     // agentCall machine with the same wire request (a fan-out's calls carry `fanOut` for the sanitiser).
@@ -419,8 +425,10 @@ export class ThreadHost {
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
       ...(this.publishedSeqs.has(threadId) ? { publishedSeq: this.publishedSeqs.get(threadId)! } : {}),
     };
+    const publish = this.inspection.observe({ subject: subjects.inspectThread(this.tenant, threadId), rootId: threadId, threadId });
     const inspect = (ev: InspectionEvent) => {
       try {
+        publish(ev);
         this.onInspection(live, ev);
       } catch (err) {
         this.log.error({ err, thread: threadId }, 'inspection hook failed');
@@ -572,14 +580,6 @@ export class ThreadHost {
     const actorPath = isRoot ? live.threadId : `${live.threadId}/${(ev.actorRef as AnyActorRef).id}`;
     live.events.push({ at: new Date(this.now()).toISOString(), type, ...(isRoot ? {} : { summary: actorPath }) });
     if (live.events.length > EVENT_LOG_LIMIT) live.events.shift();
-    if (this.opts.inspect) {
-      const snapshot = ev.actorRef.getSnapshot() as { value?: unknown };
-      const actorToken = actorPath.replace(/[^A-Za-z0-9_-]/g, '_');
-      this.transport.publish(
-        subjects.inspect(this.tenant, actorToken),
-        encodeJson({ actorId: actorPath, event: type, state: snapshot.value, at: new Date(this.now()).toISOString() }),
-      );
-    }
   }
 
   // ---- passivation -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ export interface AgentCommandOptions {
   token?: string;
   id?: string;
   timeout?: number;
+  inspect?: boolean;
 }
 
 export async function agent(modulePath: string | undefined, opts: AgentCommandOptions, cmd: Command): Promise<void> {
@@ -38,7 +39,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   for (const def of agents) {
     for (let i = 0; i < opts.replicas; i++) {
       const agent = perReplica && i > 0 ? (await loadModule(modulePath)).agents[0]! : def;
-      hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3 }).start());
+      hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3, ...(opts.inspect ? { inspect: true } : {}) }).start());
     }
   }
   const what = opts.a2a ? ' (remote A2A agent)' : '';

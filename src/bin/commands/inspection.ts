@@ -1,7 +1,6 @@
-/** Read-only views of the live mesh and the store: `ps`, `inspect`, `watch`, `threads`, `thread`, `rehydrate`. */
+/** Read-only views of the live mesh and the store: `ps`, `inspect`, `threads`, `thread`, `rehydrate` (`watch` is in observe.ts). */
 import type { Command } from 'commander';
-import { subjects } from '../../transport/subjects.js';
-import { connect, globals, onShutdown, withClient } from '../cli.js';
+import { globals, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
 import { META } from '../../protocol/metadata.js';
 
@@ -58,22 +57,6 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
       process.stdout.write(`recent events:\n${table(['AT', 'EVENT', 'ACTOR'], found.events.map((e) => [e.at, e.type, e.summary]))}\n`);
     }
   });
-}
-
-export async function watch(actorId: string, _opts: unknown, cmd: Command): Promise<void> {
-  const g = globals(cmd);
-  const transport = await connect(g, 'troupe-cli');
-  const subject = subjects.inspect(g.tenant, actorId === '*' || actorId === '>' ? '*' : actorId.replace(/[^A-Za-z0-9_-]/g, '_'));
-  transport.subscribe(subject.replace(/\.\*$/, '.>'), (msg) => {
-    const line = new TextDecoder().decode(msg.data);
-    if (g.json) process.stdout.write(`${line}\n`);
-    else {
-      const e = JSON.parse(line) as { at: string; actorId: string; event: string; state: unknown };
-      process.stdout.write(`${color.dim(e.at)} ${e.actorId} ${color.cyan(e.event)} → ${colorState(JSON.stringify(e.state))}\n`);
-    }
-  });
-  process.stderr.write(color.dim(`watching ${subject} on ${transport.name}\n`));
-  onShutdown(() => transport.drain());
 }
 
 export async function threads(opts: { state?: string }, cmd: Command): Promise<void> {

@@ -50,7 +50,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     ...(opts.idle ? { idleMs: opts.idle } : {}),
     ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl } } : {}),
   }).start();
-  const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger }).start())) : [];
+  const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start())) : [];
   process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant})\n`);
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
