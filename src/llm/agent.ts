@@ -37,6 +37,21 @@ export interface LlmAgentOptions {
   modelTimeoutMs?: number;
   /** Called after each turn, e.g. to measure: how long the model calls took in all, rounds, tool calls. */
   onTurn?: (stats: TurnStats) => void;
+  /** Called after each call of one of the agent's own tools (not the routing tools), e.g. by `troupe eval`. */
+  onToolCall?: (call: ToolCallRecord) => void;
+}
+
+export interface ToolCallRecord {
+  threadId: string;
+  messageId: string;
+  /** The name the model called. */
+  name: string;
+  /** The agent.yaml tool it belongs to (for an MCP server's tools, the mcp tool's name). */
+  tool: string;
+  arguments: string;
+  /** What the model got back: the result, or the error. */
+  result?: string;
+  error?: string;
 }
 
 export interface TurnStats {
@@ -115,7 +130,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
   // Prompt tools call their model inside a tool run: the SDK retries those itself.
-  const tools: RunnableTool[] = await buildTools(loaded, (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)));
+  const toolSet = await buildTools(loaded, (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)));
+  const tools: RunnableTool[] = toolSet.tools;
   const byName = new Map(tools.map((t) => [t.definition.name, t]));
   const paramsByName = new Map((config.tools ?? []).map((t) => [t.name, 'parameters' in t ? t.parameters : undefined]));
   const instructions = config.instructions.inline ?? readFileSync(resolve(loaded.dir, config.instructions.file!), 'utf8');
@@ -158,8 +174,16 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
         const tool = byName.get(call.name);
         if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
-        const args = parseArguments(call.arguments, paramsByName.get(call.name));
-        return tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+        const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
+        try {
+          const args = parseArguments(call.arguments, paramsByName.get(call.name));
+          const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+          opts.onToolCall?.({ ...record, result });
+          return result;
+        } catch (err) {
+          opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
+          throw err;
+        }
       },
     });
     const actor = createActor(logic, {
@@ -221,7 +245,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       // At most a few loops: this goes into the announced status, which must stay small.
       const running = [...loops].slice(0, MAX_REPORTED_LOOPS).map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...describeLoop(l.actor.getSnapshot()) }));
       return {
-        detail: { model, loops: running },
+        detail: { model, loops: running, ...toolSet.status() },
         actors: running.map((l) => ({
           kind: 'llm-agent' as const,
           id: `${config.name}/${l.threadId}`,
@@ -231,9 +255,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         })),
       };
     },
-    close: async () => {
-      await Promise.all(tools.map((t) => t.close?.()));
-    },
+    close: () => toolSet.close(),
   };
 }
 
