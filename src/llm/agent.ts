@@ -22,7 +22,7 @@ import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, t
 import { TroupeError } from '../protocol/errors.js';
 import type { Message } from '../protocol/a2a.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
-import { createProvider, type ProviderOptions } from './providers/index.js';
+import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
@@ -130,7 +130,10 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
   // Prompt tools call their model inside a tool run: the SDK retries those itself.
-  const toolSet = await buildTools(loaded, (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)));
+  const toolSet = await buildTools(loaded, {
+    providerFor: (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)),
+    embedderFor: (model, where) => createEmbeddingProvider(config.model, model ?? DEFAULT_EMBEDDING_MODEL, providerOptions(where, 2)),
+  });
   const tools: RunnableTool[] = toolSet.tools;
   const byName = new Map(tools.map((t) => [t.definition.name, t]));
   const paramsByName = new Map((config.tools ?? []).map((t) => [t.name, 'parameters' in t ? t.parameters : undefined]));

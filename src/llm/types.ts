@@ -58,6 +58,14 @@ export interface ModelProvider {
   complete(request: CompletionRequest): Promise<Completion>;
 }
 
+/** A model behind an embeddings endpoint (OpenAI's `/embeddings`, Azure's deployments). */
+export interface EmbeddingProvider {
+  readonly model: string;
+  readonly endpoint: string;
+  /** One vector per text, in order. Throws ModelCallError. */
+  embed(texts: string[], signal?: AbortSignal): Promise<number[][]>;
+}
+
 /** A failed model call, with what the caller needs to decide whether to retry. */
 export class ModelCallError extends Error {
   override readonly name = 'ModelCallError';

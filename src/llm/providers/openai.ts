@@ -7,7 +7,7 @@
 import OpenAI, { AzureOpenAI } from 'openai';
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { ModelConfig } from '../../config/agent.js';
-import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason, ToolCall } from '../types.js';
+import type { ChatMessage, Completion, CompletionRequest, EmbeddingProvider, ModelProvider, StopReason, ToolCall } from '../types.js';
 import { toModelCallError } from './errors.js';
 
 export interface OpenAIProviderOptions {
@@ -55,7 +55,7 @@ function stopReason(finish: string | null | undefined): StopReason {
   }
 }
 
-export class OpenAIProvider implements ModelProvider {
+export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
   readonly provider: ModelConfig['provider'];
   readonly model: string;
   readonly endpoint: string;
@@ -79,6 +79,21 @@ export class OpenAIProvider implements ModelProvider {
       this.client = new OpenAI({ apiKey: opts.apiKey, ...(opts.baseURL ? { baseURL: opts.baseURL } : {}), timeout: opts.timeoutMs, maxRetries: opts.maxRetries });
     }
     this.endpoint = this.client.baseURL;
+  }
+
+  /** Embeddings of `texts` with this provider's model (for Azure: its deployment). */
+  async embed(texts: string[], signal?: AbortSignal): Promise<number[][]> {
+    try {
+      const res = await this.client.embeddings.create({ model: this.model, input: texts }, signal ? { signal } : {});
+      const vectors: number[][] = new Array<number[]>(texts.length);
+      for (const item of res.data) vectors[item.index] = item.embedding;
+      if (vectors.length !== texts.length || vectors.some((v) => !Array.isArray(v) || v.length === 0)) {
+        throw new Error(`the server returned ${res.data.length} embeddings for ${texts.length} texts`);
+      }
+      return vectors;
+    } catch (err) {
+      throw toModelCallError(err, `${this.provider} embeddings ${this.model}`, [this.secret], false);
+    }
   }
 
   async complete(req: CompletionRequest): Promise<Completion> {

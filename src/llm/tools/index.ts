@@ -5,26 +5,36 @@
  */
 import type { LoadedAgentConfig, ModelConfig } from '../../config/agent.js';
 import { TroupeError } from '../../protocol/errors.js';
-import type { ModelProvider } from '../types.js';
+import type { EmbeddingProvider, ModelProvider } from '../types.js';
 import { functionTool } from './function.js';
 import { mcpTools, type McpConnection, type McpServerStatus } from './mcp.js';
 import { promptTool } from './prompt.js';
 import type { RunnableTool } from './types.js';
+import { vectorstoreTool } from './vectorstore.js';
 
 export type { RunnableTool, ToolRunContext } from './types.js';
 
 export interface ToolSet {
   tools: RunnableTool[];
-  /** For diagnostics (`troupe inspect`): each MCP server by tool name. */
-  status(): { mcp?: Record<string, McpServerStatus> };
+  /** For diagnostics (`troupe inspect`): each MCP server and vector index by tool name. */
+  status(): { mcp?: Record<string, McpServerStatus>; vectorstores?: Record<string, { table: string; rows: number; built: boolean }> };
   /** Releases servers, subprocesses and tables (once). */
   close(): Promise<void>;
 }
 
-export async function buildTools(loaded: LoadedAgentConfig, providerFor: (config: ModelConfig, where: string) => ModelProvider): Promise<ToolSet> {
+export interface ToolFactories {
+  /** The model of a prompt tool (its own, or the agent's). */
+  providerFor: (config: ModelConfig, where: string) => ModelProvider;
+  /** The embeddings endpoint of a vectorstore tool. */
+  embedderFor: (model: string | undefined, where: string) => EmbeddingProvider;
+}
+
+export async function buildTools(loaded: LoadedAgentConfig, factories: ToolFactories): Promise<ToolSet> {
+  const { providerFor, embedderFor } = factories;
   const tools: RunnableTool[] = [];
   const closers: Array<() => Promise<void>> = [];
   const servers = new Map<string, McpConnection>();
+  const indexes = new Map<string, { table: string; rows: number; built: boolean }>();
   const close = async () => {
     const all = closers.splice(0);
     await Promise.all(all.map((c) => c().catch(() => undefined)));
@@ -40,7 +50,10 @@ export async function buildTools(loaded: LoadedAgentConfig, providerFor: (config
         servers.set(tool.name, set.connection);
         tools.push(...set.tools);
       } else {
-        throw new TroupeError('UNSUPPORTED', `${where}: vectorstore tools cannot run yet`, { tool: tool.name });
+        const set = await vectorstoreTool(tool, { name: loaded.config.name, dir: loaded.dir }, embedderFor(tool.embedding_model, `${where}.embedding_model`), where);
+        closers.push(set.close);
+        indexes.set(tool.name, { table: set.index.table, rows: set.index.rows, built: set.index.built });
+        tools.push(set.tool);
       }
     }
   } catch (err) {
@@ -58,7 +71,10 @@ export async function buildTools(loaded: LoadedAgentConfig, providerFor: (config
   }
   return {
     tools,
-    status: () => (servers.size ? { mcp: Object.fromEntries([...servers].map(([name, c]) => [name, c.status()])) } : {}),
+    status: () => ({
+      ...(servers.size ? { mcp: Object.fromEntries([...servers].map(([name, c]) => [name, c.status()])) } : {}),
+      ...(indexes.size ? { vectorstores: Object.fromEntries(indexes) } : {}),
+    }),
     close,
   };
 }
