@@ -23,6 +23,7 @@ import { TroupeError } from '../protocol/errors.js';
 import type { Message } from '../protocol/a2a.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
+import { userContent } from './message-content.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
@@ -158,7 +159,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
     const messages: ChatMessage[] = [
       { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
-      { role: 'user', content: ctx.text },
+      { role: 'user', content: userContent(message, ctx.text) },
     ];
     let modelMs = 0;
     let modelCalls = 0;

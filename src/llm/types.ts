@@ -5,9 +5,12 @@
  */
 import type { ModelConfig } from '../config/agent.js';
 
+/** A piece of a user message with more than text: an image the model should see (base64 bytes). */
+export type UserContentPart = { type: 'text'; text: string } | { type: 'image'; mimeType: string; data: string };
+
 export type ChatMessage =
   | { role: 'system'; content: string }
-  | { role: 'user'; content: string }
+  | { role: 'user'; content: string | UserContentPart[] }
   | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
   | { role: 'tool'; toolCallId: string; name: string; content: string; isError?: boolean };
 

@@ -35,6 +35,15 @@ function toOpenAIMessages(messages: ChatMessage[]): ChatCompletionMessageParam[]
           : { role: 'assistant', content: m.content };
       case 'tool':
         return { role: 'tool', tool_call_id: m.toolCallId, content: m.content };
+      case 'user':
+        return typeof m.content === 'string'
+          ? { role: 'user', content: m.content }
+          : {
+              role: 'user',
+              content: m.content.map((p) =>
+                p.type === 'text' ? { type: 'text' as const, text: p.text } : { type: 'image_url' as const, image_url: { url: `data:${p.mimeType};base64,${p.data}` } },
+              ),
+            };
       default:
         return { role: m.role, content: m.content };
     }
