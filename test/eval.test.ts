@@ -14,7 +14,8 @@ import { attachFiles, CaseInputError } from '../src/llm/eval/files.js';
 import { parseVerdict } from '../src/llm/eval/judge.js';
 import type { EvalReport } from '../src/llm/eval/run.js';
 import { OpenAIScriptedServer, type ScriptStep, type SeenRequest } from './helpers/model-servers.js';
-import { runTroupe } from './helpers/processes.js';
+import { startNatsServer } from './helpers/nats-server.js';
+import { ProcessGroup, runTroupe } from './helpers/processes.js';
 
 type Msg = { role: string; content: unknown; tool_call_id?: string };
 const messages = (req: SeenRequest) => req.body.messages as Msg[];
@@ -197,6 +198,22 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     expect(parts[2]!.text).toBe('[file note.txt, text/plain]\nRemember: the tasting is on Friday.\n');
     expect(parts[3]!.text).toBe('[file prices.csv, text/csv]\nitem,price\nSencha,9.50\nTeapot,24.00\n');
     expect(parts[4]!.image_url!.url).toBe(`data:image/png;base64,${readFileSync('test/fixtures/eval/pixel.png').toString('base64')}`);
+  });
+
+  it('with --nats, runs the agent on a running mesh: a node in another process routes the cases to it', async () => {
+    const nats = await startNatsServer();
+    const procs = new ProcessGroup();
+    try {
+      await procs.spawnTroupe(['up', '--nats', nats.url], nats.env, { name: 'node' });
+      const res = await runTroupe(['eval', TEA, '--case', 'rooibos caffeine', '--nats', nats.url, '--json'], { ...nats.env, ...env() }, { timeoutMs: 120_000 });
+      expect(res.code, res.stderr + res.stdout).toBe(0);
+      const report = JSON.parse(res.stdout) as EvalReport;
+      expect(report.mesh).toBe('nats');
+      expect(report.cases.map((c) => [c.name, c.status, c.calledTools])).toEqual([['rooibos caffeine', 'passed', ['kb_search']]]);
+    } finally {
+      await procs.stopAll();
+      await nats.stop();
+    }
   });
 
   it('refuses an unknown --case and an invalid agent.yaml as bad usage (exit 2)', async () => {

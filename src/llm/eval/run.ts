@@ -23,6 +23,7 @@ import { AgentHost } from '../../actors/agent-host.js';
 import { startEmbedded } from '../../actors/embedded.js';
 import type { Logger } from '../../observability/logger.js';
 import type { Message, Part } from '../../protocol/a2a.js';
+import { CLIENT_ROUTING_URI } from '../../protocol/routing.js';
 import { LIMITS } from '../../protocol/limits.js';
 import { TroupeError } from '../../protocol/errors.js';
 import { TroupeClient } from '../../sdk/client.js';
@@ -130,7 +131,9 @@ async function startMesh(agent: AgentDefinition, config: AgentConfig, opts: Eval
       for (let attempt = 0; ; attempt++) {
         const thread = attempt === 0 ? threadId : `${threadId}-${attempt}`;
         onThread(thread);
-        const res = await client.send({ ...message, messageId: randomUUID() }, { threadId: thread, to: config.name, timeoutMs });
+        // Addressed to the agent (client routing), not to the mesh's entry agent or router.
+        const addressed: Message = { ...message, messageId: randomUUID(), metadata: { ...message.metadata, [CLIENT_ROUTING_URI]: { recipient: config.name } } };
+        const res = await client.send(addressed, { threadId: thread, timeoutMs });
         if (res.error?.code !== 'AGENT_NOT_FOUND' || Date.now() > deadline) return res;
         await new Promise((r) => setTimeout(r, 250));
       }
