@@ -15,7 +15,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['bin/**/*.js', 'examples/**/*.js'],
+    files: ['bin/**/*.js', 'examples/**/*.js', 'bench/**/*.mjs', 'scripts/**/*.mjs'],
     languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
   },
 );

@@ -23,6 +23,9 @@ export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './rout
 export { LlmRouterPolicy } from './routing/llm-policy.js';
 export type { ThreadConfig, RouteStep } from './machines/thread.js';
 
+// What a vectorstore tool returns.
+export type { SearchResult } from './llm/vectorstore/types.js';
+
 // The wire: errors and the A2A types an agent sees.
 export { TroupeError, ERROR_CODES, type ErrorCode, type ErrorBody } from './protocol/errors.js';
 export { CLIENT_ROUTING_URI, USER, SENDER, type SimplifiedAgentCard } from './protocol/routing.js';

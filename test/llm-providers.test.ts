@@ -6,10 +6,10 @@
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../src/config/agent.js';
-import { createProvider } from '../src/llm/providers/index.js';
+import { createEmbeddingProvider, createProvider } from '../src/llm/providers/index.js';
 import { ModelCallError, type ChatMessage, type ToolDefinition } from '../src/llm/types.js';
 import { TroupeError } from '../src/protocol/errors.js';
-import { AnthropicScriptedServer, OpenAIScriptedServer } from './helpers/model-servers.js';
+import { AnthropicScriptedServer, bagOfWordsVector, EMBEDDING_DIMS, OpenAIScriptedServer } from './helpers/model-servers.js';
 
 const KEY = 'sk-test-0123456789abcdef';
 const LOOKUP: ToolDefinition = {
@@ -240,5 +240,65 @@ describe('anthropic provider', () => {
     expect(bad).toMatchObject({ retryable: false, status: 400 });
     expect(bad.message).toContain('messages: field required');
     expect(server.requests).toHaveLength(2);
+  });
+});
+
+describe('images in user messages, and embeddings', () => {
+  const openai = new OpenAIScriptedServer();
+  const anthropic = new AnthropicScriptedServer();
+  const PNG = Buffer.from('a tiny picture').toString('base64');
+  const withImage: ChatMessage = { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image', mimeType: 'image/png', data: PNG }] };
+
+  beforeAll(async () => {
+    await openai.start();
+    await anthropic.start();
+  });
+  afterAll(async () => {
+    await openai.stop();
+    await anthropic.stop();
+  });
+
+  it('sends an image as an image_url data URL to OpenAI and as a base64 image block to Anthropic', async () => {
+    openai.script({ text: 'a picture' });
+    anthropic.script({ text: 'a picture' });
+    await createProvider({ provider: 'openai', name: 'm', base_url: openai.baseURL }, { env: {} }).complete({ messages: [withImage] });
+    await createProvider({ provider: 'anthropic', name: 'c' }, { env: { ANTHROPIC_BASE_URL: anthropic.baseURL } }).complete({ messages: [withImage] });
+    expect((openai.requests[0]!.body.messages as unknown[])[0]).toEqual({
+      role: 'user',
+      content: [
+        { type: 'text', text: 'What is this?' },
+        { type: 'image_url', image_url: { url: `data:image/png;base64,${PNG}` } },
+      ],
+    });
+    expect((anthropic.requests[0]!.body.messages as unknown[])[0]).toEqual({
+      role: 'user',
+      content: [
+        { type: 'text', text: 'What is this?' },
+        { type: 'image', source: { type: 'base64', media_type: 'image/png', data: PNG } },
+      ],
+    });
+  });
+
+  it('embeds through the embeddings endpoint (the SDK asks for base64 floats), also at an Azure deployment', async () => {
+    const embedder = createEmbeddingProvider({ provider: 'openai', name: 'chat', base_url: openai.baseURL }, 'embedder', { env: {} });
+    const [tea, ship] = await embedder.embed(['green tea', 'ship to Canada']);
+    expect(tea).toHaveLength(EMBEDDING_DIMS);
+    bagOfWordsVector('green tea').forEach((x, i) => expect(tea![i]).toBeCloseTo(x, 6));
+    bagOfWordsVector('ship to Canada').forEach((x, i) => expect(ship![i]).toBeCloseTo(x, 6));
+    expect(openai.embeddingRequests).toEqual([{ model: 'embedder', input: ['green tea', 'ship to Canada'] }]);
+
+    const azure = createEmbeddingProvider({ provider: 'azure_openai', name: 'chat-deployment' }, 'embedding-deployment', {
+      env: { AZURE_OPENAI_ENDPOINT: openai.url, AZURE_OPENAI_API_KEY: 'azure-key-123' },
+    });
+    await azure.embed(['green tea']);
+    expect(openai.embeddingRequests.at(-1)).toEqual({ model: 'embedding-deployment', input: ['green tea'] });
+
+    // The SDK retries embeddings itself (they run at start, outside the model loop's retries).
+    const before = openai.embeddingRequests.length;
+    openai.embeddingFailures.push(429);
+    expect(await embedder.embed(['x'])).toHaveLength(1);
+    expect(openai.embeddingRequests.length - before).toBe(2);
+    openai.embeddingFailures.push(400);
+    expect(await rejection(embedder.embed(['x']))).toMatchObject({ retryable: false, status: 400 });
   });
 });

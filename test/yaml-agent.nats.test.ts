@@ -337,11 +337,12 @@ describe('agents from agent.yaml over NATS', () => {
     for (const p of procs.all) expect(p.stdout + p.stderr, p.name).not.toContain(SECRET);
   });
 
-  it('refuses to start an agent with an mcp tool (not supported yet), an invalid agent.yaml, or no model key', async () => {
+  it('refuses to start an agent whose MCP server cannot start, an invalid agent.yaml, or no model key', async () => {
     const mcp = await runTroupe(['agent', 'test/fixtures/yaml-agents/with-mcp/agent.yaml', ...natsArgs], modelEnv);
     expect(mcp.code).toBe(1);
-    expect(mcp.stderr).toContain('error UNSUPPORTED');
-    expect(mcp.stderr).toContain('tools[0] "files" (mcp): mcp and vectorstore tools are validated but cannot run yet');
+    expect(mcp.stderr).toContain('error TOOL_START_FAILED');
+    expect(mcp.stderr).toContain('tools[0] "files": MCP server "node -e \\"process.stderr.write(\'the docs folder is gone\'); process.exit(2)\\"" did not start');
+    expect(mcp.stderr).toContain('it wrote: the docs folder is gone');
 
     const invalid = await runTroupe(['agent', 'test/fixtures/agent-yaml/invalid/tool-name-with-space.yaml', ...natsArgs], modelEnv);
     expect(invalid.code).toBe(2);

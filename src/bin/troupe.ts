@@ -67,6 +67,13 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/validate.js')).validate(...(args as Parameters<typeof import('./commands/validate.js').validate>)));
 
 program
+  .command('eval <file>')
+  .description("run an agent.yaml's test cases through the agent and score them (case × metric table; exit 1 when a case fails)")
+  .option('--case <name>', 'only this test case')
+  .option('--timeout <ms>', 'how long one case may take', int(1), 300_000)
+  .action(async (...args: unknown[]) => (await import('./commands/eval.js')).evaluate(...(args as Parameters<typeof import('./commands/eval.js').evaluate>)));
+
+program
   .command('send <text>')
   .description('send a message as the user; prints the streamed answer and the route it took')
   .option('--thread <id>', 'continue a thread (default: a new one)')

@@ -491,14 +491,6 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
 // ---------------------------------------------------------------------------------------------------
 // Loading
 
-/**
- * The tools this version validates but cannot run (mcp, vectorstore), as `tools[i] "name" (type)`;
- * an agent that declares one refuses to start.
- */
-export function unsupportedTools(loaded: LoadedAgentConfig): string[] {
-  return (loaded.config.tools ?? []).flatMap((t, i) => (t.type === 'mcp' || t.type === 'vectorstore' ? [`tools[${i}] "${t.name}" (${t.type})`] : []));
-}
-
 export interface LoadedAgentConfig {
   config: AgentConfig;
   /** The agent.yaml as named by the caller. */

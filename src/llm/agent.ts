@@ -22,7 +22,8 @@ import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, t
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type Message } from '../protocol/a2a.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
-import { createProvider, type ProviderOptions } from './providers/index.js';
+import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
+import { userContent } from './message-content.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
@@ -37,6 +38,21 @@ export interface LlmAgentOptions {
   modelTimeoutMs?: number;
   /** Called after each turn, e.g. to measure: how long the model calls took in all, rounds, tool calls. */
   onTurn?: (stats: TurnStats) => void;
+  /** Called after each call of one of the agent's own tools (not the routing tools), e.g. by `troupe eval`. */
+  onToolCall?: (call: ToolCallRecord) => void;
+}
+
+export interface ToolCallRecord {
+  threadId: string;
+  messageId: string;
+  /** The name the model called. */
+  name: string;
+  /** The agent.yaml tool it belongs to (for an MCP server's tools, the mcp tool's name). */
+  tool: string;
+  arguments: string;
+  /** What the model got back: the result, or the error. */
+  result?: string;
+  error?: string;
 }
 
 export interface TurnStats {
@@ -111,7 +127,11 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
   // Prompt tools call their model inside a tool run: the SDK retries those itself.
-  const tools: RunnableTool[] = await buildTools(loaded, (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)));
+  const toolSet = await buildTools(loaded, {
+    providerFor: (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)),
+    embedderFor: (model, where) => createEmbeddingProvider(config.model, model ?? DEFAULT_EMBEDDING_MODEL, providerOptions(where, 2)),
+  });
+  const tools: RunnableTool[] = toolSet.tools;
   const byName = new Map(tools.map((t) => [t.definition.name, t]));
   const paramsByName = new Map((config.tools ?? []).map((t) => [t.name, 'parameters' in t ? t.parameters : undefined]));
   const instructions = config.instructions.inline ?? readFileSync(resolve(loaded.dir, config.instructions.file!), 'utf8');
@@ -135,7 +155,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
     const messages: ChatMessage[] = [
       { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
-      { role: 'user', content: ctx.text },
+      { role: 'user', content: userContent(message, ctx.text) },
     ];
     let modelMs = 0;
     let modelCalls = 0;
@@ -154,8 +174,16 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
         const tool = byName.get(call.name);
         if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
-        const args = parseArguments(call.arguments, paramsByName.get(call.name));
-        return tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+        const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
+        try {
+          const args = parseArguments(call.arguments, paramsByName.get(call.name));
+          const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+          opts.onToolCall?.({ ...record, result });
+          return result;
+        } catch (err) {
+          opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
+          throw err;
+        }
       },
     });
     const actor = createActor(logic, {
@@ -219,7 +247,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       // At most a few loops: this goes into the announced status, which must stay small.
       const running = [...loops].slice(0, MAX_REPORTED_LOOPS).map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...describeLoop(l.actor.getSnapshot()) }));
       return {
-        detail: { model, loops: running },
+        detail: { model, loops: running, ...toolSet.status() },
         actors: running.map((l) => ({
           kind: 'llm-agent' as const,
           id: `${config.name}/${l.threadId}`,
@@ -229,9 +257,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         })),
       };
     },
-    close: async () => {
-      await Promise.all(tools.map((t) => t.close?.()));
-    },
+    close: () => toolSet.close(),
   };
 }
 

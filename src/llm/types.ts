@@ -5,9 +5,12 @@
  */
 import type { ModelConfig } from '../config/agent.js';
 
+/** A piece of a user message with more than text: an image the model should see (base64 bytes). */
+export type UserContentPart = { type: 'text'; text: string } | { type: 'image'; mimeType: string; data: string };
+
 export type ChatMessage =
   | { role: 'system'; content: string }
-  | { role: 'user'; content: string }
+  | { role: 'user'; content: string | UserContentPart[] }
   | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
   | { role: 'tool'; toolCallId: string; name: string; content: string; isError?: boolean };
 
@@ -56,6 +59,14 @@ export interface ModelProvider {
   readonly endpoint: string;
   /** Streams one completion. Throws ModelCallError. */
   complete(request: CompletionRequest): Promise<Completion>;
+}
+
+/** A model behind an embeddings endpoint (OpenAI's `/embeddings`, Azure's deployments). */
+export interface EmbeddingProvider {
+  readonly model: string;
+  readonly endpoint: string;
+  /** One vector per text, in order. Throws ModelCallError. */
+  embed(texts: string[], signal?: AbortSignal): Promise<number[][]>;
 }
 
 /** A failed model call, with what the caller needs to decide whether to retry. */

@@ -10,9 +10,38 @@
  *
  * Each request takes the next step of its model's script (`scriptFor(model, …)`), else of the default
  * script; a request with no step left gets HTTP 500 saying so, and is listed in `unexpected`.
+ *
+ * The OpenAI server also answers the embeddings API (`/v1/embeddings`, float or base64) with
+ * deterministic bag-of-words vectors (`bagOfWordsVector`): texts that share words are near, so a search
+ * over them ranks like a keyword search, and every request is kept in `embeddingRequests`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+
+/** Dimensions of the scripted embeddings. */
+export const EMBEDDING_DIMS = 256;
+const STOPWORDS = new Set(
+  'a an and are as at be by can do does for from how i in is it its my of on or should the to what when where which who why with you your'.split(' '),
+);
+
+/** The words of a text as the scripted embeddings see them: lower case, no stopwords, a plural `s` dropped. */
+export function embeddingWords(text: string): string[] {
+  return (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).filter((w) => !STOPWORDS.has(w)).map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
+}
+
+/** A deterministic embedding: each word hashed (FNV-1a) into one of EMBEDDING_DIMS buckets, L2-normalised. */
+export function bagOfWordsVector(text: string): number[] {
+  const v = new Array<number>(EMBEDDING_DIMS).fill(0);
+  for (const word of embeddingWords(text)) {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < word.length; i++) h = Math.imul(h ^ word.charCodeAt(i), 0x01000193) >>> 0;
+    v[h % EMBEDDING_DIMS]! += 1;
+  }
+  const norm = Math.hypot(...v);
+  // An empty text still needs a unit vector: a fixed bucket no word is likely to share.
+  if (norm === 0) v[EMBEDDING_DIMS - 1] = 1;
+  return norm === 0 ? v : v.map((x) => x / norm);
+}
 
 export interface ScriptedToolCall {
   id?: string;
@@ -117,6 +146,11 @@ abstract class ScriptedServer {
     return this.requests.filter((r) => r.model === model);
   }
 
+  /** Requests a subclass answers itself, outside the scripts (true when it did). */
+  protected direct(_path: string, _body: Record<string, unknown>, _res: ServerResponse): boolean {
+    return false;
+  }
+
   protected abstract route(path: string): { model?: string } | undefined;
   protected abstract answer(req: SeenRequest, step: Exclude<ScriptStep, { status: number } | { gate: Promise<unknown> } | { hang: true }>, res: ServerResponse): void;
   protected abstract errorBody(status: number, message: string): unknown;
@@ -138,12 +172,13 @@ abstract class ScriptedServer {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const path = (req.url ?? '/').split('?')[0]!;
+    const body = req.method === 'POST' ? (JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>) : {};
+    if (req.method === 'POST' && this.direct(path, body, res)) return;
     const match = req.method === 'POST' ? this.route(path) : undefined;
     if (!match) {
       res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify(this.errorBody(404, `no route ${req.method} ${path}`)));
       return;
     }
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}') as Record<string, unknown>;
     const seen: SeenRequest = { method: req.method!, path, headers: req.headers, body, model: match.model ?? String(body.model ?? ''), at: this.requests.length };
     this.requests.push(seen);
     let step = await this.nextStep(seen);
@@ -169,9 +204,41 @@ type AnswerStep = { text?: string; chunks?: string[]; toolCalls?: ScriptedToolCa
 
 /** OpenAI chat completions at `/v1/chat/completions`, and Azure's `/openai/deployments/<d>/chat/completions`. */
 export class OpenAIScriptedServer extends ScriptedServer {
+  /** Every embeddings request: the model (or Azure deployment) and its input texts. */
+  readonly embeddingRequests: Array<{ model: string; input: string[] }> = [];
+  /** HTTP statuses the next embeddings requests fail with, in order. */
+  readonly embeddingFailures: number[] = [];
+
   /** For OPENAI_BASE_URL / `base_url`. */
   get baseURL(): string {
     return `${this.url}/v1`;
+  }
+
+  override reset(): this {
+    this.embeddingRequests.length = 0;
+    this.embeddingFailures.length = 0;
+    return super.reset();
+  }
+
+  protected override direct(path: string, body: Record<string, unknown>, res: ServerResponse): boolean {
+    const azure = /^\/openai\/deployments\/([^/]+)\/embeddings$/.exec(path);
+    if (path !== '/v1/embeddings' && !azure) return false;
+    const model = azure ? decodeURIComponent(azure[1]!) : String(body.model ?? '');
+    const input = (Array.isArray(body.input) ? body.input : [body.input]).map(String);
+    this.embeddingRequests.push({ model, input });
+    const failure = this.embeddingFailures.shift();
+    if (failure !== undefined) {
+      res.writeHead(failure, { 'content-type': 'application/json' }).end(JSON.stringify(this.errorBody(failure, `scripted embeddings ${failure}`)));
+      return true;
+    }
+    const data = input.map((text, index) => {
+      const vector = bagOfWordsVector(text);
+      // The SDK asks for base64 (little-endian float32) unless told otherwise.
+      const embedding = body.encoding_format === 'base64' ? Buffer.from(new Float32Array(vector).buffer).toString('base64') : vector;
+      return { object: 'embedding', index, embedding };
+    });
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data, model, usage: { prompt_tokens: input.length, total_tokens: input.length } }));
+    return true;
   }
 
   protected route(path: string): { model?: string } | undefined {

@@ -4,7 +4,7 @@
  * Exit 0 when valid, 2 when not; `--json` prints `{ file, valid, problems }`.
  */
 import type { Command } from 'commander';
-import { unsupportedTools, validateAgentFile } from '../../config/agent.js';
+import { validateAgentFile } from '../../config/agent.js';
 import { formatProblem } from '../../config/load.js';
 import { globals } from '../cli.js';
 import { color, printJson } from '../output.js';
@@ -26,8 +26,6 @@ export async function validate(file: string, _opts: unknown, cmd: Command): Prom
     const { config } = loaded;
     const tools = (config.tools ?? []).map((t) => `${t.name} (${t.type})`);
     process.stdout.write(`${color.green('valid')} ${file}: agent ${config.name}, ${config.model.provider} ${config.model.name}, ${tools.length ? `tools ${tools.join(', ')}` : 'no tools'}\n`);
-    const later = unsupportedTools(loaded);
-    if (later.length) process.stdout.write(color.yellow(`note: ${later.join(', ')} cannot run yet in this version; \`troupe agent\` will refuse to start it\n`));
   }
   if (problems.length) process.exitCode = 2;
 }

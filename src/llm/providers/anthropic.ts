@@ -35,7 +35,19 @@ function toAnthropic(messages: ChatMessage[]): { system: string; messages: Messa
   const out: MessageParam[] = [];
   for (const m of messages) {
     if (m.role === 'system') system.push(m.content);
-    else if (m.role === 'user') out.push({ role: 'user', content: m.content });
+    else if (m.role === 'user') {
+      out.push({
+        role: 'user',
+        content:
+          typeof m.content === 'string'
+            ? m.content
+            : m.content.map((p): ContentBlockParam =>
+                p.type === 'text'
+                  ? { type: 'text', text: p.text }
+                  : { type: 'image', source: { type: 'base64', media_type: p.mimeType as 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp', data: p.data } },
+              ),
+      });
+    }
     else if (m.role === 'assistant') {
       const blocks: ContentBlockParam[] = [];
       if (m.content) blocks.push({ type: 'text', text: m.content });

@@ -9,7 +9,7 @@
  */
 import type { ModelConfig } from '../../config/agent.js';
 import { TroupeError } from '../../protocol/errors.js';
-import type { ModelProvider } from '../types.js';
+import type { EmbeddingProvider, ModelProvider } from '../types.js';
 import { AnthropicProvider } from './anthropic.js';
 import { OpenAIProvider } from './openai.js';
 
@@ -63,6 +63,29 @@ export function createProvider(config: ModelConfig, opts: ProviderOptions = {}):
       return new AnthropicProvider({ ...common, apiKey, ...(baseURL ? { baseURL } : {}) });
     }
   }
+}
+
+/** What a vectorstore embeds with when its agent.yaml names no embedding_model. */
+export const DEFAULT_EMBEDDING_MODEL = 'text-embedding-3-small';
+
+/**
+ * The embeddings endpoint for an agent's model block: the same provider (openai, or azure_openai where
+ * `model` is the embedding deployment) with the embedding model. Anthropic has no embeddings API, so an
+ * anthropic agent embeds through OpenAI (or an OpenAI-compatible server) from OPENAI_BASE_URL /
+ * OPENAI_API_KEY.
+ */
+export function createEmbeddingProvider(config: ModelConfig, model: string, opts: ProviderOptions = {}): EmbeddingProvider {
+  const env = opts.env ?? process.env;
+  if (config.provider === 'anthropic') {
+    if (!nonEmpty(env.OPENAI_API_KEY) && !nonEmpty(env.OPENAI_BASE_URL)) {
+      throw new TroupeError(
+        'CONFIG_INVALID',
+        `${opts.where ?? 'embedding_model'}: anthropic has no embeddings API; set OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible server) to embed with ${model}`,
+      );
+    }
+    return createProvider({ provider: 'openai', name: model }, { ...opts, maxRetries: opts.maxRetries ?? 2 }) as OpenAIProvider;
+  }
+  return createProvider({ provider: config.provider, name: model, ...(config.base_url ? { base_url: config.base_url } : {}) }, { ...opts, maxRetries: opts.maxRetries ?? 2 }) as OpenAIProvider;
 }
 
 export { AnthropicProvider, OpenAIProvider };

@@ -7,7 +7,7 @@
 import OpenAI, { AzureOpenAI } from 'openai';
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { ModelConfig } from '../../config/agent.js';
-import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason, ToolCall } from '../types.js';
+import type { ChatMessage, Completion, CompletionRequest, EmbeddingProvider, ModelProvider, StopReason, ToolCall } from '../types.js';
 import { toModelCallError } from './errors.js';
 
 export interface OpenAIProviderOptions {
@@ -35,6 +35,15 @@ function toOpenAIMessages(messages: ChatMessage[]): ChatCompletionMessageParam[]
           : { role: 'assistant', content: m.content };
       case 'tool':
         return { role: 'tool', tool_call_id: m.toolCallId, content: m.content };
+      case 'user':
+        return typeof m.content === 'string'
+          ? { role: 'user', content: m.content }
+          : {
+              role: 'user',
+              content: m.content.map((p) =>
+                p.type === 'text' ? { type: 'text' as const, text: p.text } : { type: 'image_url' as const, image_url: { url: `data:${p.mimeType};base64,${p.data}` } },
+              ),
+            };
       default:
         return { role: m.role, content: m.content };
     }
@@ -55,7 +64,7 @@ function stopReason(finish: string | null | undefined): StopReason {
   }
 }
 
-export class OpenAIProvider implements ModelProvider {
+export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
   readonly provider: ModelConfig['provider'];
   readonly model: string;
   readonly endpoint: string;
@@ -79,6 +88,21 @@ export class OpenAIProvider implements ModelProvider {
       this.client = new OpenAI({ apiKey: opts.apiKey, ...(opts.baseURL ? { baseURL: opts.baseURL } : {}), timeout: opts.timeoutMs, maxRetries: opts.maxRetries });
     }
     this.endpoint = this.client.baseURL;
+  }
+
+  /** Embeddings of `texts` with this provider's model (for Azure: its deployment). */
+  async embed(texts: string[], signal?: AbortSignal): Promise<number[][]> {
+    try {
+      const res = await this.client.embeddings.create({ model: this.model, input: texts }, signal ? { signal } : {});
+      const vectors: number[][] = new Array<number[]>(texts.length);
+      for (const item of res.data) vectors[item.index] = item.embedding;
+      if (vectors.length !== texts.length || vectors.some((v) => !Array.isArray(v) || v.length === 0)) {
+        throw new Error(`the server returned ${res.data.length} embeddings for ${texts.length} texts`);
+      }
+      return vectors;
+    } catch (err) {
+      throw toModelCallError(err, `${this.provider} embeddings ${this.model}`, [this.secret], false);
+    }
   }
 
   async complete(req: CompletionRequest): Promise<Completion> {

@@ -9,12 +9,12 @@ export interface ToolRunContext {
 
 export interface RunnableTool {
   definition: ToolDefinition;
+  /** The agent.yaml tool it comes from, when that is not `definition.name` (an MCP server's tools). */
+  source?: string;
   /** Its own timeout, when the agent.yaml gives one. */
   timeoutMs?: number;
   /** Runs one call with arguments already validated; the result goes to the model as text. */
   run(args: Record<string, unknown>, ctx: ToolRunContext): Promise<string>;
-  /** Releases what the tool holds. */
-  close?(): Promise<void>;
 }
 
 /** Tool output beyond this many characters is cut (the model's context is finite). */
