@@ -61,8 +61,9 @@ export interface ThreadHostOptions {
 }
 
 const EVENT_LOG_LIMIT = 25;
-/** Threads whose published sequence a host remembers across passivations (oldest forgotten first). */
-const PUBLISHED_SEQS_KEPT = 100_000;
+/** Answers a host remembers having published (oldest forgotten first). */
+const PUBLISHED_ANSWERS_KEPT = 100_000;
+const answerKey = (threadId: string, messageId: string) => `${threadId}/${messageId}`;
 
 /** A thread in the middle of a turn (its task state `working`). */
 function isWorking(value: unknown): boolean {
@@ -101,11 +102,11 @@ export class ThreadHost {
   private unsubscribeRegistry?: () => void;
   private passivatedCount = 0;
   /**
-   * Per thread, the inbound sequence up to which this process published answers itself. It outlives a
-   * passivation or a release (a NATS outage longer than the lease ttl releases and reloads threads), so a
-   * redelivery after that is not answered twice; another process (after a crash) starts without it.
+   * The answers this process published (`<thread>/<message>`, the newest kept). It outlives passivations
+   * and releases (a NATS outage longer than the lease ttl releases and reloads threads), so a redelivery
+   * after those is not answered twice; another process (after a crash) starts without it and answers.
    */
-  private readonly publishedSeqs = new Map<string, number>();
+  private readonly publishedAnswers = new Set<string>();
 
   constructor(private readonly opts: ThreadHostOptions) {
     this.tenant = opts.tenant ?? 'demo';
@@ -207,10 +208,10 @@ export class ThreadHost {
    * a crash before the ack replays the message, and the next owner publishes the stored answer. Either
    * way no answer goes out twice.
    *
-   * A message the thread already has: sent again by a client, its answer (when there is one) goes out
-   * again at once. Redelivered by the stream (its sequence is at or below the thread's): while its turn
-   * is still running here, it waits for the same answer and takes over publishing it; after that, it is
-   * answered again only if this process did not publish the answer itself (a reload after a crash).
+   * A message the thread already has: while its turn is still running here (a redelivery after a lost
+   * consumer, or a thread this node resumed after a takeover), it waits for the same answer and
+   * publishes it after its own ack; once answered, it gets the stored answer again unless this process
+   * published that answer itself (a client sending again, or the next owner after a crash, do get it).
    */
   async deliver(
     threadId: string,
@@ -227,14 +228,15 @@ export class ThreadHost {
     }
     const ctx = snap.context;
     const redelivery = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
-    if (redelivery || ctx.history.some((m) => m.messageId === message.messageId) || ctx.pending.some((m) => m.messageId === message.messageId)) {
-      if (opts.until === 'answered' && live.waiters.some((w) => w.messageId === message.messageId)) {
-        // Its turn is still running here (the first delivery lost its consumer, e.g. in a reconnect).
+    const inTurn = ctx.turn?.userMessageId === message.messageId || ctx.pending.some((m) => m.messageId === message.messageId);
+    if (redelivery || inTurn || ctx.history.some((m) => m.messageId === message.messageId)) {
+      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId))) {
+        // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
+        // thread after a takeover): wait for the same answer and publish it after this ack.
         const events = await this.waitFor(live, message.messageId);
-        return { duplicate: true, publish: () => this.publishAnswered(live, events, opts.seq) };
+        return { duplicate: true, publish: () => this.publishAnswered(live, events) };
       }
-      const publishedHere = redelivery && live.publishedSeq !== undefined && opts.seq! <= live.publishedSeq;
-      if (!publishedHere) this.answerDuplicate(live, message.messageId);
+      if (!this.publishedAnswers.has(answerKey(threadId, message.messageId))) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
@@ -244,7 +246,7 @@ export class ThreadHost {
     live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
     if (!answered) return { duplicate: false };
     const events = await answered;
-    return { duplicate: false, publish: () => this.publishAnswered(live, events, opts.seq) };
+    return { duplicate: false, publish: () => this.publishAnswered(live, events) };
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */
@@ -252,16 +254,17 @@ export class ThreadHost {
     return new Promise((resolve, reject) => live.waiters.push({ messageId, events: [], resolve, reject }));
   }
 
-  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[], seq: number | undefined): void {
-    for (const event of events) this.publishToOwner(live, event);
-    if (seq !== undefined) this.notePublished(live, seq);
+  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[]): void {
+    for (const event of events) this.publishFinal(live, event);
   }
 
-  private notePublished(live: LiveThread, seq: number): void {
-    live.publishedSeq = Math.max(live.publishedSeq ?? 0, seq);
-    this.publishedSeqs.delete(live.threadId);
-    this.publishedSeqs.set(live.threadId, live.publishedSeq);
-    if (this.publishedSeqs.size > PUBLISHED_SEQS_KEPT) this.publishedSeqs.delete(this.publishedSeqs.keys().next().value as string);
+  /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
+  private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent): void {
+    this.publishToOwner(live, event);
+    const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
+    if (typeof inReplyTo !== 'string') return;
+    this.publishedAnswers.add(answerKey(live.threadId, inReplyTo));
+    if (this.publishedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.publishedAnswers.delete(this.publishedAnswers.values().next().value as string);
   }
 
   /**
@@ -273,7 +276,7 @@ export class ThreadHost {
     for (const event of finals) {
       const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
       const waiting = live.waiters.filter((w) => w.messageId === inReplyTo);
-      if (waiting.length === 0) this.publishToOwner(live, event);
+      if (waiting.length === 0) this.publishFinal(live, event);
       else for (const w of waiting) w.events.push(event);
     }
     if (live.waiters.length === 0) return;
@@ -423,7 +426,6 @@ export class ThreadHost {
       artifacts: stored?.record.task.artifacts ?? [],
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
-      ...(this.publishedSeqs.has(threadId) ? { publishedSeq: this.publishedSeqs.get(threadId)! } : {}),
     };
     const publish = this.inspection.observe({ subject: subjects.inspectThread(this.tenant, threadId), rootId: threadId, threadId });
     const inspect = (ev: InspectionEvent) => {
@@ -537,7 +539,7 @@ export class ThreadHost {
     const ctx = live.actor.getSnapshot().context;
     const answer = answerIn(ctx.history, messageId, isWorking(live.actor.getSnapshot().value));
     if (!answer) return; // still being answered: the answer will come
-    this.publishToOwner(live, {
+    this.publishFinal(live, {
       kind: 'status-update',
       taskId: live.threadId,
       contextId: ctx.contextId,

@@ -37,12 +37,7 @@ export interface LiveThread {
   outbox: TaskStatusUpdateEvent[];
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
   waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
-  /**
-   * Inbound sequence up to which this live actor published the answers itself: a redelivery at or below
-   * it (an ack lost to a reconnect) needs nothing; one above it, after a reload, gets its stored answer
-   * again (the previous owner may have died between its write and its publish).
-   */
-  publishedSeq?: number;
+
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
   /**
