@@ -19,6 +19,9 @@ import { TroupeError } from '../src/protocol/errors.js';
 import type { AgentDefinition } from '../src/sdk/agent.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 
+/** The tables in a LanceDB directory (LanceDB keeps its own `__manifest` beside them). */
+const lanceTables = (path: string) => readdirSync(path).filter((f) => f !== '__manifest').sort();
+
 const KB = resolve('test/fixtures/vectorstore/kb');
 const work = mkdtempSync(join(tmpdir(), 'troupe-vectors-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -172,7 +175,7 @@ describe('a vectorstore tool over a LanceDB table', () => {
   it('embeds every chunk once at start, with the default embedding model, into a table next to the agent', () => {
     const status = agent.status!().detail as { vectorstores: Record<string, { table: string; rows: number; built: boolean }> };
     expect(status.vectorstores.kb_search).toEqual({ table: expect.stringMatching(/^shop-kb_search-[0-9a-f]{16}$/), rows: 13, built: true });
-    expect(readdirSync(join(dir, '.troupe', 'vectors'))).toEqual([`${status.vectorstores.kb_search!.table}.lance`]);
+    expect(lanceTables(join(dir, '.troupe', 'vectors'))).toEqual([`${status.vectorstores.kb_search!.table}.lance`]);
   });
 
   it.each([
@@ -226,7 +229,7 @@ describe('reusing and rebuilding the index', () => {
   beforeAll(() => model.start());
   afterAll(() => model.stop());
 
-  const tables = () => readdirSync(join(dir, '.troupe', 'vectors')).sort();
+  const tables = () => lanceTables(join(dir, '.troupe', 'vectors'));
   const indexed = (agent: AgentDefinition) => (agent.status!().detail as { vectorstores: Record<string, { table: string; built: boolean; rows: number }> }).vectorstores.kb_search!;
 
   it('reuses the table across restarts while the source is unchanged, and re-indexes when it changes', async () => {
