@@ -395,9 +395,8 @@ export class TroupeNode {
       const rows = [];
       for await (const entry of this.threads.store.list(this.tenant)) {
         if (filter.state && entry.state !== filter.state) continue;
-        // Whether a live actor holds it: asked of the node that owns its partition, which is the only one
-        // that can; `troupe threads` merges the answers of every node.
-        rows.push({ ...entry, live: this.threads.isLive(entry.threadId), node: this.ownsThread(entry.threadId) ? this.nodeId : undefined });
+        // Which are live is for the nodes holding them to say (`troupe threads` asks every node with ps).
+        rows.push(entry);
         if (rows.length >= limit) break;
       }
       msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit }));

@@ -132,6 +132,7 @@ program
   .command('threads')
   .description('list persisted threads')
   .addOption(new Option('--state <state>', 'only threads in this task state').choices(['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected']))
+  .option('--limit <n>', 'list at most this many', int(1, 10_000), 1_000)
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).threads(...(args as Parameters<typeof import('./commands/inspection.js').threads>)));
 
 program

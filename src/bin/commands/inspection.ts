@@ -26,13 +26,15 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
     }
     const order = ['node', 'registry', 'agent', 'llm-agent', 'thread', 'router', 'agent-call', 'handoff', 'orchestration'];
     actors.sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind) || a.id.localeCompare(b.id));
+    // Fits 100 columns: a child's id names its thread, so no thread column; long ids are cut in the middle.
     process.stdout.write(
       `${table(
-        ['KIND', 'ID', 'STATE', 'THREAD', 'HOPS', 'NODE'],
-        actors.map((a) => [a.kind, a.id, colorState(a.state), a.threadId, a.hops, a.node]),
+        ['KIND', 'ID', 'STATE', 'HOPS', 'NODE'],
+        actors.map((a) => [a.kind, middle(a.id, 40), colorState(middle(a.state, 24)), a.kind === 'thread' ? a.hops : undefined, middle(a.node, 16)]),
       )}\n`,
     );
-    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated, ${replies.length} processes\n`));
+    const nodes = replies.filter((r) => r.actors.some((a) => a.kind === 'node')).length;
+    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated · ${nodes} node processes, ${replies.length - nodes} agent processes\n`));
   });
 }
 
@@ -59,21 +61,37 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
   });
 }
 
-export async function threads(opts: { state?: string }, cmd: Command): Promise<void> {
+export async function threads(opts: { state?: string; limit: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
-    const res = (await client.ctl('threads', opts.state ? { state: opts.state } : {})) as {
-      threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; live: boolean; corrupt?: string }>;
-    };
-    if (g.json) printJson(res.threads);
-    else
-      process.stdout.write(
-        `${table(
-          ['THREAD', 'STATE', 'UPDATED', 'REV', 'LIVE'],
-          res.threads.map((t) => [t.threadId, t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state), t.updatedAt, t.revision, t.live ? 'live' : 'passivated']),
-        )}\n${color.dim(`${res.threads.length} threads`)}\n`,
-      );
+    // Which threads are live is known by the node holding each: ask them all (ps), not the one that lists.
+    const [res, replies] = await Promise.all([
+      client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), limit: opts.limit }) as Promise<{
+        threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; corrupt?: string }>;
+        truncated?: boolean;
+      }>,
+      client.ps(500),
+    ]);
+    const live = new Map(replies.flatMap((r) => r.actors).filter((a) => a.kind === 'thread').map((a) => [a.id, a.node]));
+    const rows = res.threads.map((t) => ({ ...t, live: live.has(t.threadId), ...(live.has(t.threadId) ? { node: live.get(t.threadId) } : {}) }));
+    if (g.json) {
+      printJson(rows);
+      return;
+    }
+    process.stdout.write(
+      `${table(
+        ['THREAD', 'STATE', 'UPDATED', 'REV', 'LIVE'],
+        rows.map((t) => [t.threadId, t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state), t.updatedAt, t.revision, t.live ? `live on ${t.node}` : 'passivated']),
+      )}\n${color.dim(`${rows.length} threads${res.truncated ? ` (the first ${opts.limit}: --limit for more)` : ''}`)}\n`,
+    );
   });
+}
+
+/** `abcdefgh…` cut to `max` characters with an ellipsis in the middle, so both ends stay readable. */
+function middle(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const head = Math.ceil((max - 1) / 2);
+  return `${text.slice(0, head)}…${text.slice(text.length - (max - 1 - head))}`;
 }
 
 export async function thread(id: string, _opts: unknown, cmd: Command): Promise<void> {
