@@ -17,7 +17,7 @@
  */
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import echo from '../examples/agents/echo.js';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { ErrorReplySchema, HEADERS, LIMITS, ThreadEventSchema, isValidId } from '../src/protocol/index.js';
@@ -27,7 +27,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { agentReplyBody, chunkBody, ctlBody, int, pick, registryBody, rng, threadIdCandidate, userMessageBody } from './helpers/fuzz.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
-import { waitUntil } from './helpers/wait.js';
+import { waitUntil, waitWhileProgressing } from './helpers/wait.js';
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20261126);
 const N = { inbound: 4_000, requests: 1_000, registry: 2_000, ctl: 2_000 };
@@ -110,6 +110,10 @@ describe('fuzz: every NATS ingress of a node', () => {
     const control = { ok: 0, failed: [] as string[] };
     let storming = true;
     const controlLoop = (async () => {
+      // Stops when the test ends, however it ends (afterAll closes the connections: no spinning on errors).
+      onTestFinished(() => {
+        storming = false;
+      });
       for (let i = 0; storming; i++) {
         const text = `control ${i}`;
         try {
@@ -210,7 +214,13 @@ describe('fuzz: every NATS ingress of a node', () => {
     }, 'no thread left working', 60_000);
     phase('no thread working');
     // Every accepted message into a valid thread got its final event (an answer or a typed error).
-    await waitUntil(() => [...expected].every(([id, n]) => (finals.get(id) ?? 0) >= n) || undefined, 'a final event for every accepted message', 60_000);
+    let finalCount = 0;
+    // A loaded machine drains slowly; a lost message stops the count (no final event for 60 s).
+    await waitWhileProgressing(() => [...expected].every(([id, n]) => (finals.get(id) ?? 0) >= n) || undefined, () => (finalCount = [...finals.values()].reduce((a, b) => a + b, 0)), 'a final event for every accepted message', 60_000).catch(async (err: unknown) => {
+      const missing = [...expected].filter(([id, n]) => (finals.get(id) ?? 0) < n).slice(0, 5);
+      const records = await Promise.all(missing.map(([id]) => operator.ctl('thread', { threadId: id }).catch((e: unknown) => String(e))));
+      throw new Error(`${(err as Error).message} (${finalCount} final events); without one: ${JSON.stringify(missing)} — ${JSON.stringify(records).slice(0, 4_000)}`, { cause: err });
+    });
     storming = false;
     await controlLoop;
     clearInterval(announcer);

@@ -292,21 +292,31 @@ function readBody(maxBytes: number) {
         return problem(req, res, 200, -32005, message);
       }
     }
-    if (declared > maxBytes) {
-      req.resume();
-      return tooLarge(req, res, maxBytes);
-    }
+    // Over the cap: the rest of the body is read and dropped (never buffered) and the 413 sent when it has
+    // all arrived, so the client, still writing, reads the answer instead of a broken pipe. A body far over
+    // the cap (DRAIN_CAP) is answered at once and its connection closed.
+    let answered = false;
+    const refuse = () => {
+      if (answered) return;
+      answered = true;
+      tooLarge(req, res, maxBytes);
+    };
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
+    let over = declared > maxBytes;
+    if (over && declared > DRAIN_CAP) {
+      req.resume();
+      return refuse();
+    }
     req.on('data', (chunk: Buffer) => {
-      if (done) return;
       size += chunk.length;
-      if (size > maxBytes) {
-        done = true;
-        // Answer at once; the rest is read and dropped (not buffered), and the connection then closes.
+      if (!over && size > maxBytes) {
+        over = true;
         chunks.length = 0;
-        tooLarge(req, res, maxBytes);
+      }
+      if (over) {
+        if (size > DRAIN_CAP) refuse();
         return;
       }
       chunks.push(chunk);
@@ -315,6 +325,7 @@ function readBody(maxBytes: number) {
       done = true;
     });
     req.on('end', () => {
+      if (over) return refuse();
       if (done) return;
       done = true;
       const text = Buffer.concat(chunks).toString('utf8');
@@ -332,6 +343,9 @@ function readBody(maxBytes: number) {
     });
   };
 }
+
+/** How much of a body over the cap is read and dropped before answering 413 (see readBody). */
+const DRAIN_CAP = 16 * 1024 * 1024;
 
 function isRest(req: Request): boolean {
   return req.path === REST_PATH || req.path.startsWith(`${REST_PATH}/`);

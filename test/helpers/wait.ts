@@ -33,3 +33,31 @@ export async function waitUntil<T>(
     await sleep(intervalMs);
   }
 }
+
+/**
+ * Like waitUntil, for work that drains at whatever pace the machine allows: it gives up only when `progress()`
+ * (a counter of what got done) has not moved for `stallMs`, so a busy machine is slow, never a failure, and
+ * a stuck one fails within stallMs of getting stuck.
+ */
+export async function waitWhileProgressing<T>(
+  get: () => Promise<T | undefined | false> | T | undefined | false,
+  progress: () => number,
+  what: string,
+  stallMs = 60_000,
+  intervalMs = 100,
+): Promise<T> {
+  let last = progress();
+  let movedAt = Date.now();
+  for (;;) {
+    const value = await get();
+    if (value !== undefined && value !== false) return value;
+    const now = progress();
+    if (now !== last) {
+      last = now;
+      movedAt = Date.now();
+    } else if (Date.now() - movedAt > stallMs) {
+      throw new Error(`no progress for ${stallMs} ms waiting for ${what} (progress counter at ${now})`);
+    }
+    await sleep(intervalMs);
+  }
+}
