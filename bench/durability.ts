@@ -14,6 +14,8 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import {
+  AckPolicy,
+  DeliverPolicy,
   DiscardPolicy,
   jetstream,
   jetstreamManager,
@@ -95,9 +97,14 @@ export interface RawTurn {
 }
 
 /**
- * The raw turn: JetStream publish (with a message id, to a work-queue stream configured like TROUPE_IN)
- * + KV compare-and-set update of the worker's key (a bucket configured like the thread store) + a core
- * request to an echo responder. `valueBytes`: the KV value; `messageBytes`: the published message.
+ * The raw turn: the work a durable Troupe turn does, with the NATS primitives alone and nothing of Troupe.
+ * The "client" publishes the user message to a work-queue stream configured like TROUPE_IN (with a message
+ * id) and waits for the answer on a core subject; the "node" side receives it from a durable pull consumer
+ * (explicit ack, as the ingress), makes a core request to the echo responder (the agent hop), writes the
+ * worker's key with one KV compare-and-set (one write per turn, as the thread host commits at rest; the
+ * bucket is configured like the thread store), double-acks the stream message once the write is done,
+ * then publishes the answer, which the client receives. `valueBytes`: the KV value; `messageBytes`: the
+ * published message and the answer.
  */
 export async function startRawTurn(
   nc: NatsConnection,
@@ -112,30 +119,78 @@ export async function startRawTurn(
     storage: StorageType.File,
     duplicate_window: nanos(2 * 60_000),
     max_age: nanos(24 * 60 * 60_000),
-    // Nobody consumes it: keep it from growing without bound on long runs.
     max_msgs: 100_000,
     discard: DiscardPolicy.Old,
     num_replicas: 1,
+  });
+  await jsm.consumers.add(SCRATCH_STREAM, {
+    durable_name: 'raw',
+    filter_subject: 'bench.scratch.>',
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    ack_wait: nanos(30_000),
+    max_ack_pending: 1_024,
   });
   const kv = await new Kvm(nc).create(SCRATCH_BUCKET, { history: 1, ttl: 24 * 60 * 60_000, replicas: 1, storage: StorageType.File });
   const value = new Uint8Array(Math.max(1, Math.round(opts.valueBytes))).fill(0x61);
   const message = new Uint8Array(Math.max(1, Math.round(opts.messageBytes))).fill(0x62);
   const revisions: number[] = [];
   for (let w = 0; w < opts.workers; w++) revisions[w] = await kv.put(`w${w}`, value);
+
+  // The node side: consume, hop, commit, ack, answer.
+  const failures: string[] = [];
+  const consumer = await js.consumers.get(SCRATCH_STREAM, 'raw');
+  const messages = await consumer.consume({
+    max_messages: 256,
+    callback: (m) => {
+      void (async () => {
+        const w = Number(m.subject.slice('bench.scratch.'.length));
+        const res = await nc.request(opts.echoSubject, opts.request, { timeout: opts.timeoutMs });
+        if (res.data.length !== opts.request.length) throw new Error(`echo returned ${res.data.length} bytes, sent ${opts.request.length}`);
+        const rev = revisions[w];
+        if (rev === undefined) throw new Error(`no revision for worker ${w}`);
+        revisions[w] = await kv.update(`w${w}`, value, rev);
+        await m.ackAck({ timeout: opts.timeoutMs });
+        nc.publish(`bench.rawout.${w}`, message);
+      })().catch((err: unknown) => {
+        failures.push(String(err));
+        m.nak();
+      });
+    },
+  });
+
+  // The client side: one turn in flight per worker, answered on its own subject.
+  const waiting = new Map<number, () => void>();
+  const answers = nc.subscribe('bench.rawout.*', {
+    callback: (_err, m) => {
+      const w = Number(m.subject.slice('bench.rawout.'.length));
+      const done = waiting.get(w);
+      waiting.delete(w);
+      done?.();
+    },
+  });
   const op: Op = async (w) => {
-    const ack = await js.publish(`bench.scratch.${w}`, message, { msgID: randomUUID(), timeout: opts.timeoutMs });
-    if (ack.duplicate || ack.stream !== SCRATCH_STREAM) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
-    const rev = revisions[w];
-    if (rev === undefined) throw new Error(`no revision for worker ${w}`);
-    revisions[w] = await kv.update(`w${w}`, value, rev);
-    const res = await nc.request(opts.echoSubject, opts.request, { timeout: opts.timeoutMs });
-    if (res.data.length !== opts.request.length) throw new Error(`echo returned ${res.data.length} bytes, sent ${opts.request.length}`);
+    let timer: NodeJS.Timeout | undefined;
+    const answered = new Promise<void>((resolve, reject) => {
+      waiting.set(w, resolve);
+      timer = setTimeout(() => reject(new Error(`no answer within ${opts.timeoutMs} ms${failures.length ? ` (node side: ${failures.at(-1)})` : ''}`)), opts.timeoutMs);
+    });
+    try {
+      const ack = await js.publish(`bench.scratch.${w}`, message, { msgID: randomUUID(), timeout: opts.timeoutMs });
+      if (ack.duplicate || ack.stream !== SCRATCH_STREAM) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
+      await answered;
+    } finally {
+      clearTimeout(timer);
+      waiting.delete(w);
+    }
   };
   return {
     op,
     js,
     kv,
     stop: async () => {
+      answers.unsubscribe();
+      messages.stop();
       await jsm.streams.delete(SCRATCH_STREAM).catch(() => undefined);
       await kv.destroy().catch(() => undefined);
     },

@@ -1,0 +1,86 @@
+/**
+ * Writes the README's benchmark table from a results file of bench/series.ts, between the markers
+ * `<!-- bench:begin -->` and `<!-- bench:end -->`, so every figure the README quotes is in a committed file.
+ *
+ *   node --conditions=source --import tsx bench/readme.ts bench/results/2026-11-26.json
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+
+interface SeriesJson {
+  meta: Record<string, unknown>;
+  summary: Record<string, number | null>;
+  spread: Record<string, { min: number; max: number }>;
+}
+
+type Unit = 'ratio' | 'us' | 'bytes' | 'rate';
+/** Each figure: what it is, its unit, and the target the hot-path issue set (if any). */
+const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>=' | '<='; value: number } }> = [
+  { key: 'hopThroughputVsRaw', label: 'agent hop throughput, 64 in flight, ÷ raw request-reply', unit: 'ratio', target: { op: '>=', value: 0.8 } },
+  { key: 'hopP50VsRaw', label: 'agent hop p50 ÷ raw request-reply p50', unit: 'ratio', target: { op: '<=', value: 1.2 } },
+  { key: 'durableTurnThroughputVsRawTurn', label: 'durable full turn throughput, 64 threads, ÷ the raw turn (same NATS work)', unit: 'ratio', target: { op: '>=', value: 0.5 } },
+  { key: 'durableTurnP50VsRawTurn', label: 'durable full turn p50 ÷ raw turn p50', unit: 'ratio' },
+  { key: 'durableTurnsPerSecond', label: 'durable full turns per second (one process)', unit: 'rate' },
+  { key: 'multiProcessTurnsPerSecond', label: 'durable full turns per second, node / agent / client in 3 processes', unit: 'rate' },
+  { key: 'multiProcessTurnThroughputVsRawTurn', label: 'multi-process turn throughput ÷ raw turn', unit: 'ratio' },
+  { key: 'embeddedTurnsPerSecond', label: 'embedded full turns per second (no NATS)', unit: 'rate', target: { op: '>=', value: 10_000 } },
+  { key: 'liveIdleThreadBytes', label: 'live idle thread on a durable node (heap + buffers)', unit: 'bytes', target: { op: '<=', value: 4_096 } },
+  { key: 'liveIdleThreadRssBytes', label: 'live idle thread, RSS growth per thread (embedded, record included)', unit: 'bytes' },
+  { key: 'passivatedThreadBytes', label: 'passivated thread on a durable node', unit: 'bytes' },
+  { key: 'rehydrateP99Us', label: 'rehydrate a passivated thread from KV, p99', unit: 'us' },
+  { key: 'handoffP99Us', label: 'handoff: message → target\'s first chunk, p99', unit: 'us', target: { op: '<=', value: 5_000 } },
+  { key: 'fanOutP50VsSlowest', label: 'fan-out to 3 agents p50 ÷ the slowest agent alone', unit: 'ratio' },
+  { key: 'yamlAgentTurnVsHandwritten', label: 'agent.yaml turn (model time excluded) ÷ hand-written agent', unit: 'ratio' },
+  { key: 'inspectionOnHopThroughputVsOff', label: 'agent hop throughput with inspection on ÷ off', unit: 'ratio' },
+  { key: 'inspectionOnTurnThroughputVsOff', label: 'durable turn throughput with inspection on ÷ off', unit: 'ratio' },
+];
+
+function format(x: number, unit: Unit): string {
+  switch (unit) {
+    case 'ratio':
+      return `${x.toFixed(2)}×`;
+    case 'us':
+      return x >= 1_000 ? `${(x / 1_000).toFixed(1)} ms` : `${x.toFixed(0)} µs`;
+    case 'bytes':
+      return x >= 1_024 ? `${(x / 1_024).toFixed(1)} KiB` : `${x.toFixed(0)} B`;
+    case 'rate':
+      return x.toFixed(0);
+  }
+}
+
+export function renderReadmeTable(file: string, r: SeriesJson): string {
+  const rows = FIGURES.filter((f) => f.key in r.summary).map((f) => {
+    const v = r.summary[f.key];
+    const s = r.spread[f.key];
+    const target = f.target ? `${f.target.op === '>=' ? '≥' : '≤'} ${format(f.target.value, f.unit)}` : '';
+    const met = v === null || v === undefined || !f.target ? '' : (f.target.op === '>=' ? v >= f.target.value : v <= f.target.value) ? 'met' : 'not met';
+    return `| ${f.label} | ${v === null || v === undefined ? 'not measured' : format(v, f.unit)} | ${s ? `${format(s.min, f.unit)} – ${format(s.max, f.unit)}` : ''} | ${target} | ${met} |`;
+  });
+  const m = r.meta;
+  return [
+    `Median of ${String(m['runs'])} runs of \`npm run bench\` (${String(m['cpus'])} CPUs, ${String(m['cpuModel'])}, Node ${String(m['node'])}, nats-server ${String(m['natsServer'])}), from [\`${file}\`](${file}):`,
+    '',
+    '| figure | median | min – max | target | |',
+    '|---|---:|---:|---|---|',
+    ...rows,
+  ].join('\n');
+}
+
+export function writeReadmeTable(readmePath: string, file: string, r: SeriesJson): void {
+  const readme = readFileSync(readmePath, 'utf8');
+  const begin = '<!-- bench:begin -->';
+  const end = '<!-- bench:end -->';
+  const i = readme.indexOf(begin);
+  const j = readme.indexOf(end);
+  if (i < 0 || j < i) throw new Error(`${readmePath} has no ${begin} … ${end} section for the benchmark table`);
+  writeFileSync(readmePath, `${readme.slice(0, i + begin.length)}\n${renderReadmeTable(file, r)}\n${readme.slice(j)}`);
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
+  const file = process.argv[2];
+  if (!file) {
+    console.error('usage: bench/readme.ts <results file of bench/series.ts>');
+    process.exit(2);
+  }
+  writeReadmeTable(resolve(import.meta.dirname, '..', 'README.md'), file, JSON.parse(readFileSync(file, 'utf8')) as SeriesJson);
+}

@@ -1,0 +1,99 @@
+/**
+ * `npm run bench`: runs bench/run.ts BENCH_RUNS times (default 3), each in a fresh process on a fresh
+ * nats-server, and writes
+ *
+ *   bench/results.json              every run in full, and `summary`: the median of each figure, with
+ *                                   `spread` (min, max and every run's value) beside it
+ *   bench/results/<date>.json       the same, a dated copy to commit with the README figures it backs
+ *
+ * then rewrites the README's benchmark table (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
+ * from that file (bench/readme.ts; `--no-readme` leaves the README alone). Every BENCH_* setting of
+ * bench/run.ts applies to each run.
+ *
+ *   npm run bench                      # 3 runs, defaults (about 6 min on 2 cores)
+ *   BENCH_RUNS=5 npm run bench
+ *   npm run bench:once                 # one run of bench/run.ts, its tables and bench/results.json
+ */
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeReadmeTable } from './readme.js';
+
+const BENCH_DIR = import.meta.dirname;
+const REPO_ROOT = join(BENCH_DIR, '..');
+const runs = Number(process.env.BENCH_RUNS ?? 3);
+if (!Number.isInteger(runs) || runs < 1 || runs > 20) {
+  console.error(`BENCH_RUNS must be a whole number from 1 to 20, not "${process.env.BENCH_RUNS}"`);
+  process.exit(2);
+}
+
+type Summary = Record<string, number | null>;
+interface RunJson {
+  meta: Record<string, unknown>;
+  summary: Summary;
+  [k: string]: unknown;
+}
+
+function runOnce(i: number): Promise<RunJson> {
+  const file = join(REPO_ROOT, '.tmp', `bench-run-${i}.json`);
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--conditions=source', '--import', 'tsx', join(BENCH_DIR, 'run.ts')], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, BENCH_RESULTS_FILE: file },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      if (code !== 0) return reject(new Error(`run ${i + 1} of bench/run.ts failed (${signal ?? `exit ${code}`})`));
+      resolve(JSON.parse(readFileSync(file, 'utf8')) as RunJson);
+    });
+  });
+}
+
+function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+async function main(): Promise<void> {
+  mkdirSync(join(REPO_ROOT, '.tmp'), { recursive: true });
+  const all: RunJson[] = [];
+  for (let i = 0; i < runs; i++) {
+    process.stderr.write(`\n=== bench run ${i + 1} of ${runs} ===\n`);
+    all.push(await runOnce(i));
+  }
+  const keys = Object.keys(all[0]!.summary);
+  const summary: Summary = {};
+  const spread: Record<string, { min: number; max: number; values: Array<number | null> }> = {};
+  for (const k of keys) {
+    const values = all.map((r) => r.summary[k] ?? null);
+    const measured = values.filter((v): v is number => v !== null);
+    summary[k] = measured.length ? median(measured) : null;
+    if (measured.length) spread[k] = { min: Math.min(...measured), max: Math.max(...measured), values };
+  }
+  const date = new Date().toISOString().slice(0, 10);
+  const out = { meta: { ...all[0]!.meta, runs, dates: all.map((r) => r.meta['date']) }, summary, spread, runs: all };
+  const json = `${JSON.stringify(out, null, 2)}\n`;
+  writeFileSync(join(BENCH_DIR, 'results.json'), json);
+  mkdirSync(join(BENCH_DIR, 'results'), { recursive: true });
+  const dated = join(BENCH_DIR, 'results', `${date}.json`);
+  writeFileSync(dated, json);
+  process.stdout.write(`\nmedian of ${runs} runs (min – max):\n`);
+  for (const k of keys) {
+    const s = spread[k];
+    process.stdout.write(`  ${k}: ${summary[k] === null ? 'not measured' : `${fmt(summary[k]!)} (${fmt(s!.min)} – ${fmt(s!.max)})`}\n`);
+  }
+  process.stdout.write(`\nresults: bench/results.json and bench/results/${date}.json\n`);
+  if (!process.argv.includes('--no-readme')) {
+    writeReadmeTable(join(REPO_ROOT, 'README.md'), `bench/results/${date}.json`, out);
+    process.stdout.write('README benchmark table rewritten from it\n');
+  }
+}
+
+const fmt = (x: number) => (Math.abs(x) >= 100 ? x.toFixed(0) : Math.abs(x) >= 10 ? x.toFixed(1) : x.toFixed(3));
+
+main().catch((err: unknown) => {
+  console.error(err instanceof Error ? err.message : err);
+  process.exitCode = 1;
+});
