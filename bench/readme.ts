@@ -13,7 +13,7 @@ interface SeriesJson {
   spread: Record<string, { min: number; max: number }>;
 }
 
-type Unit = 'ratio' | 'us' | 'bytes' | 'rate';
+type Unit = 'ratio' | 'us' | 'ms' | 'bytes' | 'rate';
 /** Each figure: what it is, its unit, and the target the hot-path issue set (if any). */
 const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>=' | '<='; value: number } }> = [
   { key: 'hopThroughputVsRaw', label: 'agent hop throughput, 64 in flight, ÷ raw request-reply', unit: 'ratio', target: { op: '>=', value: 0.8 } },
@@ -33,6 +33,9 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'yamlAgentTurnVsHandwritten', label: 'agent.yaml turn (model time excluded) ÷ hand-written agent', unit: 'ratio' },
   { key: 'inspectionOnHopThroughputVsOff', label: 'agent hop throughput with inspection on ÷ off', unit: 'ratio' },
   { key: 'inspectionOnTurnThroughputVsOff', label: 'durable turn throughput with inspection on ÷ off', unit: 'ratio' },
+  { key: 'takeoverMedianMs', label: 'takeover after a crash, median of 10 (lease ttl 1 s)', unit: 'ms' },
+  { key: 'takeoverMaxVsTtl', label: 'takeover after a crash, worst of 10 ÷ lease ttl', unit: 'ratio' },
+  { key: 'clusterDurableTurnVsRaw', label: 'durable turn on a 3-server cluster, replicas 3, ÷ raw turn there', unit: 'ratio' },
 ];
 
 function format(x: number, unit: Unit): string {
@@ -41,6 +44,8 @@ function format(x: number, unit: Unit): string {
       return `${x.toFixed(2)}×`;
     case 'us':
       return x >= 1_000 ? `${(x / 1_000).toFixed(1)} ms` : `${x.toFixed(0)} µs`;
+    case 'ms':
+      return `${x.toFixed(0)} ms`;
     case 'bytes':
       return x >= 1_024 ? `${(x / 1_024).toFixed(1)} KiB` : `${x.toFixed(0)} B`;
     case 'rate':

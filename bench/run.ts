@@ -69,6 +69,7 @@ import { concurrent, sequential, summarize, type ConcurrentResult, type Op, type
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
+import { renderTakeoverReport, runTakeoverBench, type TakeoverResults } from './takeover.js';
 import { controlInspection } from '../src/studio/stream.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
@@ -92,6 +93,8 @@ const CONCURRENCY = envNumber('BENCH_CONCURRENCY', 64, { integer: true });
 const MEM_THREADS = envNumber('BENCH_MEM_THREADS', 2_000, { integer: true });
 const REHYDRATE_N = envNumber('BENCH_REHYDRATE_N', 500, { integer: true });
 const YAML_N = envNumber('BENCH_YAML_N', 500, { integer: true });
+const TAKEOVER_KILLS = envNumber('BENCH_TAKEOVER_KILLS', 10, { integer: true });
+const TAKEOVER_TTL_MS = envNumber('BENCH_TAKEOVER_TTL_MS', 1_000, { integer: true });
 const YAML_WARMUP_N = envNumber('BENCH_YAML_WARMUP_N', 50, { integer: true });
 const WARMUP_N = Math.max(100, Math.round(N / 10));
 const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
@@ -293,6 +296,8 @@ export interface RunSummary {
   yamlAgentTurnVsHandwritten: number | null;
   inspectionOnHopThroughputVsOff: number | null;
   inspectionOnTurnThroughputVsOff: number | null;
+  takeoverMedianMs: number | null;
+  takeoverMaxVsTtl: number | null;
 }
 
 function summarizeRun(r: {
@@ -301,6 +306,7 @@ function summarizeRun(r: {
   durability: DurabilityResults;
   yamlAgent: Awaited<ReturnType<typeof runYamlAgentBench>>;
   inspection: InspectionResults;
+  takeover: TakeoverResults | { failed: string };
 }): RunSummary {
   const fin = (x: number | undefined): number | null => (x === undefined || !Number.isFinite(x) ? null : x);
   const by = (k: Scenario['key']) => r.results.find((x) => x.key === k);
@@ -331,6 +337,8 @@ function summarizeRun(r: {
     yamlAgentTurnVsHandwritten: fin(r.yamlAgent.ratio.excludingModelP50),
     inspectionOnHopThroughputVsOff: fin(onVsOff[0]),
     inspectionOnTurnThroughputVsOff: fin(onVsOff[1]),
+    takeoverMedianMs: 'failed' in r.takeover ? null : r.takeover.medianMs,
+    takeoverMaxVsTtl: 'failed' in r.takeover ? null : r.takeover.maxVsTtl,
   };
 }
 
@@ -542,7 +550,7 @@ async function main(): Promise<void> {
     operatorT.subscribe(subjects.inspectAll(TENANT), () => void inspectionRecords++);
     const inspection: InspectionResults = await runInspectionBench({
       measure: (name, op) => runScenario({ key: 'fullTurn', name, description: '', op, n: TURN_N, warmupN: TURN_WARMUP_N }),
-      scenarios: [scenarios[1]!, scenarios[2]!].map((s) => ({ name: s.name, op: s.op })),
+      scenarios: [scenarios.find((x) => x.key === 'agentHop')!, scenarios.find((x) => x.key === 'fullTurn')!].map((s) => ({ name: s.name, op: s.op })),
       setInspection: async (on) => {
         await controlInspection(operatorT, TENANT, { on });
         await operatorT.flush();
@@ -578,6 +586,7 @@ async function main(): Promise<void> {
       timeoutMs: TIMEOUT_MS,
       log,
     }), log);
+    const takeover = await attempt('takeover', () => runTakeoverBench({ asNode: server.asNode, kills: TAKEOVER_KILLS, ttlMs: TAKEOVER_TTL_MS, log }), log);
     const memory = await attempt('memory', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_THREADS) }), log);
     const durability: DurabilityResults = {
       throughput: {
@@ -628,11 +637,12 @@ async function main(): Promise<void> {
       durability: { ...durability, footprints },
       yamlAgent,
       inspection,
-      summary: summarizeRun({ results, patterns, durability, yamlAgent, inspection }),
+      takeover,
+      summary: summarizeRun({ results, patterns, durability, yamlAgent, inspection, takeover }),
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(
-      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n`,
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n\n${'failed' in takeover ? `takeover: ${takeover.failed}` : renderTakeoverReport(takeover)}\n`,
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
@@ -640,7 +650,8 @@ async function main(): Promise<void> {
       durabilityErrors(durability) +
       yamlAgent.handwritten.errors +
       yamlAgent.yaml.errors +
-      inspection.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0);
+      inspection.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
+      ('failed' in takeover ? 1 : 0);
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();

