@@ -188,6 +188,66 @@ describe('A2A gateway over NATS with a durable node', () => {
   });
 });
 
+describe('ListTasks: a user lists only their own tasks', () => {
+  it('newest update first, paged, by state and by context; never another user\'s; over JSON-RPC and REST', async () => {
+    // Users of their own, so the other tests' tasks do not count.
+    const carolToken = 'carol-token-0123456789';
+    const daveToken = 'dave-token-0123456789ab';
+    const tokens = { [carolToken]: { tenant: 'demo', user: 'carol' }, [daveToken]: { tenant: 'demo', user: 'dave' } };
+    const client = new TroupeClient(await connect('gateway-test-list', 'client'), { tenant: 'demo', principal: 'client' });
+    const gw = await startGateway({ clients: { demo: client }, tokens, turnTimeoutMs: 20_000 });
+    try {
+      const carol = await v1Client(gw.url, { token: carolToken });
+      const dave = await v1Client(gw.url, { token: daveToken });
+      const made: string[] = [];
+      const contexts: string[] = [];
+      for (const text of ['Write about otters', 'Write about voles', 'Write about shrews']) {
+        const task = taskOf(await carol.sendMessage(send(userText(text))));
+        made.push(task.id);
+        contexts.push(task.contextId);
+      }
+      const daves = taskOf(await dave.sendMessage(send(userText('Write about moles')))).id;
+      // The first task gets a second turn: it becomes the most recently updated.
+      await carol.sendMessage(send(userText('Is the sea cold?', { taskId: made[0]! })));
+
+      const all = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(all.tasks.map((t) => t.id)).toEqual([made[0], made[2], made[1]]);
+      expect(all.totalSize).toBe(3);
+      expect(all.nextPageToken).toBe('');
+      expect(all.tasks.every((t) => t.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED)).toBe(true);
+
+      // Two pages of two and one.
+      const first = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 2, pageToken: '', statusTimestampAfter: undefined });
+      expect(first.tasks.map((t) => t.id)).toEqual([made[0], made[2]]);
+      expect(first.nextPageToken).not.toBe('');
+      const rest = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 2, pageToken: first.nextPageToken, statusTimestampAfter: undefined });
+      expect(rest.tasks.map((t) => t.id)).toEqual([made[1]]);
+      expect(rest.nextPageToken).toBe('');
+
+      // By the context the client was given, and by state.
+      expect(all.tasks.map((t) => t.contextId)).toEqual([contexts[0], contexts[2], contexts[1]]);
+      const ctx = await carol.listTasks({ tenant: '', contextId: contexts[1]!, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(ctx.tasks.map((t) => t.id)).toEqual([made[1]]);
+      const done = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_COMPLETED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(done.tasks).toEqual([]);
+
+      // Dave sees his one task; another user's context is simply empty.
+      const his = await dave.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(his.tasks.map((t) => t.id)).toEqual([daves]);
+      const notHis = await dave.listTasks({ tenant: '', contextId: contexts[0]!, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(notHis.tasks).toEqual([]);
+
+      // REST, and a page token this mesh never gave out.
+      const rest1 = await v1Client(gw.url, { token: daveToken, rest: true });
+      const viaRest = await rest1.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      expect(viaRest.tasks.map((t) => t.id)).toEqual([daves]);
+      await expect(carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: 'not-a-token', statusTimestampAfter: undefined })).rejects.toThrow(/pageToken/);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
 describe('diagnostics with operator credentials', () => {
   const diag = (path: string, token = OPERATOR, method = 'GET') => fetch(`${gateway.diagnosticsUrl}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
 

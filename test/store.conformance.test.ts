@@ -239,7 +239,7 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
   it('lists by tenant and by state, never another tenant', async () => {
     await store.create(record('a', 't1', 'working'));
     await store.create(record('a', 't2', 'completed'));
-    const r3 = await store.create(record('a', 't3', 'working'));
+    const r3 = await store.create({ ...record('a', 't3', 'working'), task: { ...record('a', 't3', 'working').task, metadata: { 'troupe/owner': 'client/alice' } } });
     await store.create(record('b', 't1', 'working'));
     await store.create(record('b', 'only-b', 'working'));
     // A tenant whose name extends another's must not leak into it.
@@ -247,7 +247,9 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
 
     const all = await collect(store, 'a');
     expect(all.map((e) => e.threadId)).toEqual(['t1', 't2', 't3']);
-    expect(all[2]).toEqual({ threadId: 't3', state: 'working', updatedAt: expect.any(String), revision: r3 });
+    // With its owner and context, so a principal's own threads can be listed without reading whole records.
+    expect(all[2]).toEqual({ threadId: 't3', state: 'working', updatedAt: expect.any(String), revision: r3, owner: 'client/alice', contextId: 'ctx-t3' });
+    expect(all[0]).toEqual({ threadId: 't1', state: 'working', updatedAt: expect.any(String), revision: expect.any(Number), contextId: 'ctx-t1' });
     expect((await collect(store, 'a', { state: 'working' })).map((e) => e.threadId)).toEqual(['t1', 't3']);
     expect((await collect(store, 'a', { state: 'failed' })).map((e) => e.threadId)).toEqual([]);
     expect((await collect(store, 'b')).map((e) => e.threadId)).toEqual(['only-b', 't1']);

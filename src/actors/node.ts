@@ -18,6 +18,7 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/scoring.js';
 import {
+  ClientListRequestSchema,
   ClientThreadRequestSchema,
   HEADERS,
   InspectRequestSchema,
@@ -33,6 +34,7 @@ import {
   type ActorInfo,
   type InspectReply,
   type PsReply,
+  type TaskListReply,
   type TaskStatusUpdateEvent,
   type ThreadAck,
 } from '../protocol/index.js';
@@ -144,6 +146,7 @@ export class TroupeNode {
     }
     // Reads come from the store: any node may answer. Changes go to the node that owns the thread.
     this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'task'), (m) => this.onClientRequest(m, 'task'), { queue: 'troupe-req' }));
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'list'), (m) => void this.onClientList(m), { queue: 'troupe-req' }));
     this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.onPs(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.onInspect(m)));
@@ -337,6 +340,53 @@ export class TroupeNode {
     }
   }
 
+  /**
+   * A principal's (or its user's) own threads, newest update first, a page at a time. The owner is read
+   * from every stored record's envelope (at most LIST_SCAN_CAP of them); the page's Tasks are then read
+   * whole, live ones from their actor. The page token is the sort key of the page's last entry, so a page
+   * stays right while threads are added.
+   */
+  private async onClientList(msg: InboundMessage): Promise<void> {
+    try {
+      const principal = principalOfRequest(msg.subject);
+      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
+      const owner = this.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const req = decode(ClientListRequestSchema, msg.data, 'list request', 4096);
+      const after = req.pageToken !== undefined ? parseListToken(req.pageToken) : undefined;
+      const since = req.updatedAfter !== undefined ? Date.parse(req.updatedAfter) : undefined;
+      const mine: Array<{ threadId: string; updatedAt: string }> = [];
+      let scanned = 0;
+      for await (const entry of this.threads.store.list(this.tenant, req.state ? { state: req.state } : undefined)) {
+        if (++scanned > LIST_SCAN_CAP) break;
+        if (entry.owner !== owner || entry.corrupt) continue;
+        if (req.contextId !== undefined && entry.contextId !== req.contextId) continue;
+        if (since !== undefined && !(Date.parse(entry.updatedAt) >= since)) continue;
+        mine.push({ threadId: entry.threadId, updatedAt: entry.updatedAt });
+      }
+      // Newest first; ties by thread id, so the order (and the token) is total.
+      mine.sort((a, b) => (a.updatedAt === b.updatedAt ? (a.threadId < b.threadId ? -1 : 1) : a.updatedAt < b.updatedAt ? 1 : -1));
+      const start = after ? mine.findIndex((e) => e.updatedAt < after.updatedAt || (e.updatedAt === after.updatedAt && e.threadId > after.threadId)) : 0;
+      const page = start < 0 ? [] : mine.slice(start, start + req.pageSize);
+      const tasks = [];
+      for (const e of page) {
+        try {
+          const { task } = await this.threads.task(e.threadId, owner);
+          const n = req.historyLength;
+          tasks.push(n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) });
+        } catch (err) {
+          if (!(err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND')) throw err; // expired since the listing
+        }
+      }
+      const last = page.at(-1);
+      const more = start >= 0 && start + req.pageSize < mine.length;
+      const reply: TaskListReply = { kind: 'tasks', tasks, nextPageToken: more && last ? listToken(last) : '', totalSize: mine.length, pageSize: req.pageSize };
+      msg.respond(encodeJson(reply));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
   // ---- operator control --------------------------------------------------------------------------------
 
   private onPs(msg: InboundMessage): void {
@@ -449,4 +499,23 @@ export class TroupeNode {
 function bareMessageId(threadId: string, scoped: string | undefined): string | undefined {
   if (!scoped) return undefined;
   return scoped.startsWith(`${threadId}/`) ? scoped.slice(threadId.length + 1) : scoped;
+}
+
+/** Stored records a `list` request reads at most (a tenant with more lists the first this many). */
+const LIST_SCAN_CAP = 10_000;
+
+/** A list page token: the sort key of the last entry of the page before (opaque to clients). */
+function listToken(e: { threadId: string; updatedAt: string }): string {
+  return Buffer.from(`${e.updatedAt}|${e.threadId}`, 'utf8').toString('base64url');
+}
+
+function parseListToken(token: string): { updatedAt: string; threadId: string } {
+  const text = Buffer.from(token, 'base64url').toString('utf8');
+  const bar = text.indexOf('|');
+  const updatedAt = text.slice(0, bar);
+  const threadId = text.slice(bar + 1);
+  if (bar < 0 || Number.isNaN(Date.parse(updatedAt)) || !isValidId('thread', threadId)) {
+    throw new TroupeError('INVALID_MESSAGE', 'pageToken is not one this mesh gave out: pass the nextPageToken of the page before, or none');
+  }
+  return { updatedAt, threadId };
 }

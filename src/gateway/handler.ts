@@ -104,11 +104,11 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     return this.sdk.getTask(params, context);
   }
 
-  listTasks(_params: ListTasksRequest, _context: ServerCallContext): Promise<ListTasksResponse> {
-    throw new UnsupportedOperationError({
-      message: 'ListTasks is not supported by this gateway yet: the node has no owner-scoped listing of threads; keep the task ids you are given',
-    });
+  /** The caller's own tasks (MeshTaskStore.list over the node's owner-checked listing). */
+  listTasks(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
+    return this.sdk.listTasks(params, context);
   }
+
 
   /** Cancels on the node, as the caller: another user's task is "not found", an ended one "not cancelable". */
   async cancelTask(params: CancelTaskRequest, context: ServerCallContext): Promise<SdkTask> {

@@ -12,12 +12,11 @@
  * and the overlay only adds artifacts and metadata to it. Persisting artifacts with the thread needs the
  * node (see docs/gateway.md, "What the node keeps").
  */
-import { TaskState as SdkTaskState, type Artifact as SdkArtifact, type ListTasksResponse, type Task as SdkTask } from '@a2a-js/sdk';
+import { TaskState as SdkTaskState, type Artifact as SdkArtifact, type ListTasksRequest, type ListTasksResponse, type Task as SdkTask } from '@a2a-js/sdk';
 import type { ServerCallContext, TaskStore } from '@a2a-js/sdk/server';
-import { UnsupportedOperationError } from '@a2a-js/sdk/errors';
 import { TroupeError, isValidId } from '../protocol/index.js';
 import { STATE, callerOf } from './caller.js';
-import { toSdkTask } from '../sdk/a2a-model.js';
+import { fromSdkState, toSdkTask } from '../sdk/a2a-model.js';
 import { toA2AError } from './errors.js';
 
 export interface MeshTaskStoreOptions {
@@ -74,11 +73,29 @@ export class MeshTaskStore implements TaskStore {
     this.evict();
   }
 
-  async list(): Promise<ListTasksResponse> {
-    throw new UnsupportedOperationError({
-      message: 'ListTasks is not supported by this gateway yet: the node has no owner-scoped listing of threads; keep the task ids you are given',
-    });
+  /**
+   * The caller's tasks, from the node's owner-checked listing (newest update first). The SDK has
+   * validated pageSize, status and statusTimestampAfter, applies historyLength and drops artifacts unless
+   * asked for.
+   */
+  async list(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
+    const caller = callerOf(context);
+    if (params.contextId && !isValidId('thread', params.contextId)) return { tasks: [], nextPageToken: '', pageSize: params.pageSize ?? 50, totalSize: 0 };
+    try {
+      const page = await caller.client.list({
+        ...caller.as,
+        ...(params.contextId ? { contextId: params.contextId } : {}),
+        ...(params.status ? { state: fromSdkState(params.status) } : {}),
+        ...(params.pageSize !== undefined ? { pageSize: params.pageSize } : {}),
+        ...(params.pageToken ? { pageToken: params.pageToken } : {}),
+        ...(params.statusTimestampAfter ? { updatedAfter: new Date(params.statusTimestampAfter).toISOString() } : {}),
+      });
+      return { tasks: page.tasks.map((t) => toSdkTask(t)), nextPageToken: page.nextPageToken, pageSize: page.pageSize, totalSize: page.totalSize };
+    } catch (err) {
+      throw toA2AError(err);
+    }
   }
+
 
   /** A turn starts on this gateway: until `endTurn`, the overlay (starting as `task`) is the task. */
   beginTurn(context: ServerCallContext, task: SdkTask): void {

@@ -1,10 +1,10 @@
 /**
  * Control requests and replies: operator verbs on `troupe.<t>.ctl.<verb>` (ps, inspect, threads, thread,
  * rehydrate, cancel, dlq) and a client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` (task,
- * cancel). The node, the CLI, the client SDK and the gateway all read these schemas.
+ * cancel, list). The node, the CLI, the client SDK and the gateway all read these schemas.
  */
 import { z } from 'zod';
-import { TaskSchema } from './a2a.js';
+import { TaskSchema, TaskStateSchema } from './a2a.js';
 import { idSchema } from './ids.js';
 
 /** One live actor as listed by `troupe ps`. */
@@ -53,6 +53,29 @@ export const ClientThreadRequestSchema = z.object({
   /** `task`: trim the history to the last N messages. */
   historyLength: z.number().int().min(0).max(1000).optional(),
 });
+
+/**
+ * `req.<P>.list`: the principal's own threads (or its user's, with the Troupe-User header), newest update
+ * first, a page at a time. `pageToken` is the `nextPageToken` of the page before.
+ */
+export const ClientListRequestSchema = z.object({
+  contextId: idSchema('thread').optional(),
+  state: TaskStateSchema.optional(),
+  pageSize: z.number().int().min(1).max(100).default(50),
+  pageToken: z.string().max(200).optional(),
+  historyLength: z.number().int().min(0).max(1000).optional(),
+  /** Only threads whose last update is at or after this ISO 8601 time. */
+  updatedAfter: z.iso.datetime({ offset: true }).optional(),
+});
+export type ClientListRequest = z.input<typeof ClientListRequestSchema>;
+export const TaskListReplySchema = z.object({
+  kind: z.literal('tasks'),
+  tasks: z.array(TaskSchema),
+  nextPageToken: z.string(),
+  totalSize: z.number().int(),
+  pageSize: z.number().int(),
+});
+export type TaskListReply = z.infer<typeof TaskListReplySchema>;
 
 export const OkReplySchema = z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() });
 export const TaskReplySchema = z.object({ kind: z.literal('task'), task: TaskSchema, revision: z.number() });

@@ -19,6 +19,9 @@ import {
   answerIn,
   PsReplySchema,
   TaskReplySchema,
+  TaskListReplySchema,
+  type ClientListRequest,
+  type TaskListReply,
   ThreadAckSchema,
   ThreadEventSchema,
   TroupeError,
@@ -85,6 +88,7 @@ const JsErrorSchema = z.object({ error: z.object({ code: z.number(), description
 const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsErrorSchema]);
 const OkOrError = z.union([OkReplySchema, ErrorReplySchema]);
 const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
+const TaskListOrError = z.union([TaskListReplySchema, ErrorReplySchema]);
 
 /** The text of a message (its text parts, one per line): `messageText` of the protocol, under the SDK's name. */
 export const textOfMessage = messageText;
@@ -212,6 +216,24 @@ export class TroupeClient {
     const reply = decode(TaskOrError, data, 'task reply');
     if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
     return reply.task;
+  }
+
+  /**
+   * Your threads (with `user`: that user's), newest update first, a page at a time: pass the reply's
+   * `nextPageToken` for the next page ('' when there is none).
+   */
+  async list(opts: ClientListRequest & { user?: string } = {}): Promise<Omit<TaskListReply, 'kind'>> {
+    const { user, ...req } = opts;
+    const data = await this.requestOrExplain(
+      subjects.clientRequest(this.tenant, this.principal, 'list'),
+      encodeJson(req),
+      15_000,
+      user !== undefined ? { [HEADERS.user]: checkId('user', user) } : undefined,
+    );
+    const reply = decode(TaskListOrError, data, 'list reply');
+    if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+    const { kind: _kind, ...page } = reply;
+    return page;
   }
 
   /** Whether one of your threads exists (false for an id never used, expired, or someone else's). */

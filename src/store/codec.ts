@@ -3,7 +3,7 @@
  * what the KV store does.
  */
 import { z } from 'zod';
-import { DEFAULT_MAX_PAYLOAD, TaskStateSchema, TroupeError, describeZodError } from '../protocol/index.js';
+import { DEFAULT_MAX_PAYLOAD, META, TaskStateSchema, TroupeError, describeZodError } from '../protocol/index.js';
 import { ThreadRecordSchema, type ThreadListEntry, type ThreadListFilter, type ThreadRecord } from './types.js';
 
 /**
@@ -111,7 +111,7 @@ const ListEnvelopeSchema = z.object({
   version: ThreadRecordSchema.shape.version,
   tenant: z.string(),
   threadId: z.string(),
-  task: z.object({ id: z.string(), contextId: z.string(), status: z.object({ state: TaskStateSchema }) }),
+  task: z.object({ id: z.string(), contextId: z.string(), status: z.object({ state: TaskStateSchema }), metadata: z.looseObject({ [META.owner]: z.string().optional() }).optional() }),
   updatedAt: z.string(),
 });
 
@@ -143,7 +143,9 @@ export function listEntry(
   const parsed = ListEnvelopeSchema.safeParse(json);
   if (!parsed.success) return corrupt(`does not match the thread record schema: ${describeZodError(parsed.error)}`);
   if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) return corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
-  return { threadId, state: parsed.data.task.status.state, updatedAt: parsed.data.updatedAt, revision };
+  const { task } = parsed.data;
+  const owner = task.metadata?.[META.owner];
+  return { threadId, state: task.status.state, updatedAt: parsed.data.updatedAt, revision, contextId: task.contextId, ...(owner !== undefined ? { owner } : {}) };
 }
 
 export function matchesFilter(entry: ThreadListEntry, filter: ThreadListFilter | undefined): boolean {

@@ -47,6 +47,10 @@ export interface ThreadListEntry {
   revision: number;
   /** Why the record could not be read. Only set on corrupt records. */
   corrupt?: string;
+  /** Who may use the thread (`troupe/owner` in the Task's metadata); absent on corrupt and owner-less records. */
+  owner?: string;
+  /** The Task's contextId. */
+  contextId?: string;
 }
 
 export interface ThreadListFilter {
