@@ -2,7 +2,7 @@
  * The router: an actor per routing decision. For an agent reply it applies the client-routing rules
  * (`routeReply`); for a user message it picks the first agent — the active handoff target, an agent the
  * user named, the policy's choice (retried up to `maxAttempts`, under `threshold` -> clarify, failing
- * -> fallback agent), or the team's entry agent. The policy is an injected actor, so this stays pure.
+ * -> the fallback agent when one is set, else ROUTER_FAILURE to the user: never a silent substitute), or the team's entry agent. The policy is an injected actor, so this stays pure.
  */
 import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
@@ -20,6 +20,10 @@ export interface UserRouteInput {
   threshold: number;
   maxAttempts: number;
   fallbackAgent?: string;
+  /** The route reason when the fallback agent answers: `{{attempts}}`, `{{error}}`, `{{agent}}`. */
+  fallbackReasonTemplate?: string;
+  /** The thread's earlier messages the policy may read, oldest first (already cut to what it should see). */
+  history?: Message[];
 }
 
 export type RouterInput = ({ kind: 'reply' } & ReplyRouteInput) | ({ kind: 'user' } & UserRouteInput);
@@ -27,6 +31,14 @@ export type RouterInput = ({ kind: 'reply' } & ReplyRouteInput) | ({ kind: 'user
 export interface PolicyInput {
   message: Message;
   agentIds: string[];
+  /** Earlier messages of the thread, oldest first. */
+  history?: Message[];
+}
+
+export const DEFAULT_FALLBACK_REASON_TEMPLATE = 'router failed after {{attempts}} attempts ({{error}}); fallback agent {{agent}}';
+
+function fillTemplate(template: string, values: Record<string, string>): string {
+  return template.replace(/\{\{\s*(\w+)\s*\}\}/g, (whole, name: string) => (Object.prototype.hasOwnProperty.call(values, name) ? values[name]! : whole));
 }
 
 export interface RouterContext {
@@ -75,6 +87,7 @@ export const routerSetup = setup({
     usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
     confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,
     canRetryPolicy: ({ context }) => context.attempts < userInput(context).maxAttempts,
+    hasFallbackAgent: ({ context }) => context.input.kind === 'user' && context.input.fallbackAgent !== undefined,
   },
   actions: {
     routeReply: assign({
@@ -139,11 +152,26 @@ export const routerSetup = setup({
       decision: ({ context }): RouteDecision => {
         const input = userInput(context);
         const agentId = input.fallbackAgent ?? input.entryAgent;
+        const reason = fillTemplate(input.fallbackReasonTemplate ?? DEFAULT_FALLBACK_REASON_TEMPLATE, {
+          attempts: String(context.attempts),
+          error: context.lastError ?? 'unknown error',
+          agent: agentId,
+        });
+        return { to: 'agent', agentId, mode: 'initial', reason };
+      },
+    }),
+    /** No fallback agent: the user learns the router failed and what to do, rather than some agent answering. */
+    failRouting: assign({
+      decision: ({ context }): RouteDecision => {
+        const reason = `router failed after ${context.attempts} attempts (${context.lastError ?? 'unknown error'})`;
         return {
-          to: 'agent',
-          agentId,
-          mode: 'initial',
-          reason: `router failed after ${context.attempts} attempts (${context.lastError ?? 'unknown error'}); fallback agent ${agentId}`,
+          to: 'user',
+          reason,
+          error: {
+            code: 'ROUTER_FAILURE',
+            message: `${reason}. Address an agent directly (list them with \`troupe ps\`) or try again; the team can name a fallback agent (routing.fallback_agent in team.yaml, config.fallbackAgent in a TS team)`,
+            details: { attempts: context.attempts, ...(context.lastError ? { lastError: context.lastError } : {}) },
+          },
         };
       },
     }),
@@ -170,7 +198,10 @@ export const routerMachine = routerSetup.createMachine({
       invoke: {
         id: 'policy',
         src: 'policy',
-        input: ({ context }) => ({ message: userInput(context).message, agentIds: Object.keys(userInput(context).agents) }),
+        input: ({ context }): PolicyInput => {
+          const input = userInput(context);
+          return { message: input.message, agentIds: Object.keys(input.agents), ...(input.history ? { history: input.history } : {}) };
+        },
         onDone: [
           {
             guard: { type: 'confident', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
@@ -190,10 +221,18 @@ export const routerMachine = routerSetup.createMachine({
             actions: { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
           },
           {
+            guard: 'hasFallbackAgent',
             target: 'decided',
             actions: [
               { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
               'routeToFallback',
+            ],
+          },
+          {
+            target: 'decided',
+            actions: [
+              { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
+              'failRouting',
             ],
           },
         ],

@@ -40,6 +40,8 @@ export interface RouteStep {
   reason: string;
   at: number;
   confidence?: number;
+  /** A routing decision that sent the message to no agent: the user was asked to clarify, or the router failed. */
+  outcome?: 'clarify' | 'failure';
 }
 
 /**

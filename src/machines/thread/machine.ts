@@ -15,7 +15,16 @@ import type { OrchestrationOutput } from '../orchestration.js';
 import type { RouteDecision } from '../route.js';
 import type { RouterInput } from '../router.js';
 import { threadSetup } from './routing.js';
-import { DEFAULT_THREAD_CONFIG } from './types.js';
+import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type ThreadContext } from './types.js';
+import type { Message } from '../../protocol/a2a.js';
+
+/** The earlier messages the router policy sees: the last N before the turn's message. */
+function routerHistory(context: ThreadContext): Message[] {
+  const n = context.config.routerHistoryMessages ?? DEFAULT_ROUTER_HISTORY_MESSAGES;
+  const current = context.turn?.userMessageId;
+  const earlier = context.history.filter((m) => m.messageId !== current);
+  return n > 0 ? earlier.slice(-n) : [];
+}
 
 export const threadMachine = threadSetup.createMachine({
   id: 'thread',
@@ -76,6 +85,8 @@ export const threadMachine = threadSetup.createMachine({
               threshold: context.config.threshold,
               maxAttempts: context.config.maxAttempts,
               ...(context.config.fallbackAgent ? { fallbackAgent: context.config.fallbackAgent } : {}),
+              ...(context.config.fallbackReasonTemplate ? { fallbackReasonTemplate: context.config.fallbackReasonTemplate } : {}),
+              ...(context.config.usePolicy ? { history: routerHistory(context) } : {}),
             }),
             onDone: [
               {

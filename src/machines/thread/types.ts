@@ -23,12 +23,19 @@ export interface ThreadConfig {
   threshold: number;
   maxAttempts: number;
   fallbackAgent?: string;
+  /** The route reason when the fallback agent answers (`{{attempts}}`, `{{error}}`, `{{agent}}`). */
+  fallbackReasonTemplate?: string;
+  /** What the user is asked when the router is unsure; may say `{{candidate}}`, `{{confidence}}`, `{{reasoning}}`. */
   clarifyText: string;
+  /** Earlier messages of the thread the router policy sees besides the new one (default 10). */
+  routerHistoryMessages?: number;
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /** How a decision naming several agents fans out. */
   orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
 }
+
+export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
 
 export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
   entryAgent: 'triage',
