@@ -307,6 +307,13 @@ describe('orchestration machine: behaviour', () => {
       failures: [{ agentId: 'writer', code: 'AGENT_ERROR', message: 'the writer crashed' }],
       cancelled: [],
       skipped: [],
+      // Each call ran from T0 to the tick at T0 + 1234 (the machine's clock moves only with events).
+      results: [
+        { agentId: 'researcher', success: true, latency_ms: 1_234 },
+        { agentId: 'writer', success: false, latency_ms: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' } },
+        { agentId: 'critic', success: true, latency_ms: 1_234 },
+      ],
+      latency_ms: { researcher: 1_234, writer: 1_234, critic: 1_234 },
     });
   });
 

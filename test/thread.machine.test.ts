@@ -60,6 +60,9 @@ const handoffTo = (targetAgentId: string, extra: Record<string, unknown> = {}) =
 const reply = (name: string, make: (r: OpenRequest) => AgentReply): Step => ({ name: `reply: ${name}`, applies: hasRequest, run: (rig) => rig.answer(make) });
 const task = (state: 'completed' | 'failed'): AgentReply => ({ kind: 'task', id: 'x', contextId: 'x', status: { state, message: agentReply(`task ${state}`) } });
 
+/** An agent's reply that asks the thread to delegate. */
+const delegating = (text: string, agents: string[]): Message => ({ ...agentReply(text), metadata: { [META.delegate]: { agents } } });
+
 const STEPS: Step[] = [
   { name: 'user: hi', applies: isLive, run: (rig) => void rig.say('hi') },
   { name: 'user: to a ghost', applies: isLive, run: (rig) => void rig.say('psst', { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } }) },
@@ -80,6 +83,8 @@ const STEPS: Step[] = [
   reply('return: error', () => agentReply('could not', { handoffReturn: { completionStatus: 'error', resultSummary: 'it broke' } })),
   reply('return: cancelled', () => agentReply('stopping', { handoffReturn: { completionStatus: 'cancelled' } })),
   reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
+  reply('delegate to researcher and writer', (r) => delegating(`${r.input.agentId} asks the team`, ['researcher', 'writer'])),
+  reply('delegate to a ghost', (r) => delegating(`${r.input.agentId} asks a ghost`, ['ghost'])),
   { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })) },
   { name: 'policy: writer', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'writes' }) },
   { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
@@ -185,10 +190,11 @@ describe('thread machine with its real children: the reachable graph', () => {
       }
     }
     expect(explored).toBeGreaterThan(100);
-    // Every state and transition of the thread but the three a crashed child takes (next test).
+    // Every state and transition of the thread but the four a crashed child takes (next test).
     const { states, transitions } = threadCoverage.missingOf(threadMachine as AnyStateMachine);
     expect(states).toEqual([]);
     expect(transitions).toEqual([
+      'thread.working.delegating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.routing --xstate.error.actor.router--> thread.working.answering',
       'thread.working.routingReply --xstate.error.actor.router--> thread.working.answering',
@@ -222,6 +228,17 @@ describe('thread machine with its real children: the reachable graph', () => {
         rig: () => new ThreadRig({ orchestration, config: { usePolicy: true, maxAttempts: 1 }, recorder: threadCoverage }),
         drive: async (rig) => {
           rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'r', additionalAgents: ['writer'] });
+          await rig.settle();
+          rig.answer(agentReply('a'));
+          rig.answer(agentReply('b'));
+        },
+      },
+      {
+        what: "a delegation's orchestration",
+        answer: 'triage: triage asks the team', // the delegating agent's reply: the last answer of the turn
+        rig: () => new ThreadRig({ orchestration, recorder: threadCoverage }),
+        drive: async (rig) => {
+          rig.answer(delegating('triage asks the team', ['researcher', 'writer']));
           await rig.settle();
           rig.answer(agentReply('a'));
           rig.answer(agentReply('b'));

@@ -15,6 +15,7 @@ import type { OrchestrationOutput } from '../orchestration.js';
 import type { RouteDecision } from '../route.js';
 import type { RouterInput } from '../router.js';
 import { threadSetup } from './routing.js';
+import { delegationOrchestrationInput } from './delegation.js';
 import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type ThreadContext } from './types.js';
 import type { Message } from '../../protocol/a2a.js';
 
@@ -183,6 +184,8 @@ export const threadMachine = threadSetup.createMachine({
             { guard: 'isHandoffTargetReply', target: 'updatingHandoff', actions: 'tellHandoffOfReply' },
             { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
             { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
+            { guard: 'hasRefusedDelegation', target: 'answering', actions: 'recordRefusedDelegation' },
+            { guard: 'requestsDelegation', target: 'delegating', actions: ['startDelegation', 'announceRoute'] },
             { target: 'routingReply' },
           ],
         },
@@ -236,6 +239,23 @@ export const threadMachine = threadSetup.createMachine({
             onDone: {
               target: 'answering',
               actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+            },
+            onError: { target: 'answering' },
+          },
+        },
+        /** An agent delegated: its delegates are called (orchestration), and their results go back to it. */
+        delegating: {
+          on: {
+            'troupe.tick': { actions: ['setNow', 'tickHandoff', 'tickOrchestration'] },
+            'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] },
+          },
+          invoke: {
+            id: 'orchestration',
+            src: 'orchestration',
+            input: ({ context }) => delegationOrchestrationInput(context),
+            onDone: {
+              target: 'calling',
+              actions: [{ type: 'returnDelegationResults', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output }, 'announceRoute'],
             },
             onError: { target: 'answering' },
           },

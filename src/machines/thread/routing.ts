@@ -8,14 +8,14 @@ import { USER } from '../../protocol/routing.js';
 import type { RouteDecision } from '../route.js';
 import { withHandoffContext } from './handoff.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage } from './messages.js';
-import { threadWithTurns } from './turn.js';
+import { threadWithDelegation } from './delegation.js';
 import type { ThreadStatusEmitted } from './types.js';
 
 function fillClarify(template: string, values: Record<string, string>): string {
   return template.replace(/\{\{\s*(candidate|confidence|reasoning)\s*\}\}/g, (_, name: string) => values[name] ?? '');
 }
 
-export const threadSetup = threadWithTurns.extend({
+export const threadSetup = threadWithDelegation.extend({
   guards: {
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
     routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,

@@ -80,6 +80,18 @@ export interface Turn {
   startedAt: number;
   /** `handoffStart`: the message asks a target to take over; `handoffActive`: the user talks to the target. */
   mode: 'normal' | 'handoffStart' | 'handoffActive';
+  /** An agent's delegation in flight: the orchestration child `orchestration` calls its delegates. */
+  delegation?: TurnDelegation;
+}
+
+export interface TurnDelegation {
+  delegator: string;
+  agents: string[];
+  strategy: OrchestrationStrategy;
+  /** What the delegates get. */
+  input: Message;
+  /** The hop the delegates are called at (the results come back to the delegator one hop later). */
+  hop: number;
 }
 
 /** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
