@@ -16,7 +16,9 @@ import type { RouterDecision } from '../src/protocol/routing.js';
 import { defineAgent, reply, type AgentDefinition } from '../src/sdk/agent.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import type { RouterPolicy } from '../src/routing/scoring.js';
+import { loadYamlAgent } from '../src/sdk/team.js';
 import { NatsTransport } from '../src/transport/nats.js';
+import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 
 let nats: NatsServerHandle;
@@ -242,5 +244,58 @@ describe('a router fan-out', () => {
       ['weather', true],
     ]);
     console.log(`fan-out latency_ms ${JSON.stringify(meta[RESULT_META.latencyMs])}, execution_time_ms ${String(meta[RESULT_META.executionTimeMs])}`);
+  });
+});
+
+describe('a YAML agent that delegates with the delegate tool', () => {
+  let mesh: Mesh;
+  const openai = new OpenAIScriptedServer();
+  const MODEL = 'lead-model';
+  type ChatMessage = { role: string; content: string | null };
+  const messagesOf = (req: SeenRequest) => req.body.messages as ChatMessage[];
+
+  beforeAll(async () => {
+    await openai.start();
+    const yamlLead = await loadYamlAgent('test/fixtures/team-yaml/lead/agent.yaml', { env: { OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: 'sk-test' }, maxRetries: 0 });
+    mesh = await startMesh('delegation-yaml', [yamlLead, billing, weather], { entryAgent: 'yaml-lead' });
+  }, 30_000);
+
+  afterAll(async () => {
+    await mesh?.stop();
+    await openai.stop();
+  });
+
+  it('the model calls delegate; the results come back to it in its next message and it answers the user', async () => {
+    seen.length = 0;
+    openai.scriptFor(
+      MODEL,
+      { text: 'Let me ask the desks.', toolCalls: [{ name: 'delegate', arguments: { agents: ['billing', 'weather'], input: 'order 42: paid? and the weather for delivery?' } }] },
+      { text: 'Order 42 is paid and it will be sunny.' },
+    );
+    const res = await mesh.client.send('Is order 42 paid, and will it be sunny?', { timeoutMs: 15_000 });
+    expect(res.error).toBeUndefined();
+    expect(res.text).toBe('Order 42 is paid and it will be sunny.');
+    expect(seen.map((s) => [s.agent, s.text, s.sender]).sort()).toEqual([
+      ['billing', 'order 42: paid? and the weather for delivery?', 'yaml-lead'],
+      ['weather', 'order 42: paid? and the weather for delivery?', 'yaml-lead'],
+    ]);
+    expect(routes(res)).toEqual([
+      ['user', 'yaml-lead', 0],
+      ['yaml-lead', 'billing', 1],
+      ['yaml-lead', 'weather', 1],
+      ['troupe', 'yaml-lead', 2],
+    ]);
+    const requests = openai.requestsFor(MODEL);
+    // Two model calls: the one that delegates (with text, so its loop ends there), and the results turn.
+    expect(requests).toHaveLength(2);
+    const first = requests[0]!;
+    const delegateTool = (first.body.tools as Array<{ function: { name: string } }>).map((t) => t.function.name);
+    expect(delegateTool).toContain('delegate');
+    const last = requests.at(-1)!;
+    const user = messagesOf(last).find((m) => m.role === 'user')!.content!;
+    expect(user).toContain('You asked billing, weather this: order 42: paid? and the weather for delivery?');
+    expect(user).toContain('**billing**: billing checked "order 42: paid? and the weather for delivery?": paid');
+    expect(user).toContain('**weather**: weather: sunny');
+    expect((last.body.tools as Array<{ function: { name: string } }> | undefined)?.map((t) => t.function.name) ?? []).not.toContain('delegate');
   });
 });

@@ -24,7 +24,7 @@ export const LEXICAL_METRICS = ['f1_score', 'bleu', 'rouge', 'meteor'] as const;
 export const METRICS = [...MODEL_JUDGED_METRICS, ...LEXICAL_METRICS] as const;
 export const FILE_INPUT_TYPES = ['image', 'pdf', 'text', 'excel', 'word', 'powerpoint', 'csv'] as const;
 /** Tools Troupe offers the model itself (client routing); an agent's own tools may not take these names. */
-export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff'] as const;
+export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff', 'delegate'] as const;
 export const FUNCTION_FILE_EXTENSIONS = ['.ts', '.mts', '.js', '.mjs', '.py'] as const;
 export const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
 

@@ -21,6 +21,7 @@ import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type Message } from '../protocol/a2a.js';
+import type { DelegationResults } from '../protocol/delegation.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
 import { userContent } from './message-content.js';
@@ -151,11 +152,28 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   let turnSeq = 0;
 
+  /** The message that brings a delegation's results back: what was asked, who answered what, what to do now. */
+  function delegationPrompt(results: DelegationResults, answers: string): string {
+    const failed = results.results.filter((r) => !r.success).map((r) => `${r.agentId} (${r.error?.message ?? 'failed'})`);
+    return [
+      `You asked ${results.results.map((r) => r.agentId).join(', ')}${results.input ? ` this: ${results.input}` : ''}.`,
+      `Their answers:\n${answers}`,
+      ...(failed.length ? [`These could not answer: ${failed.join('; ')}.`] : []),
+      'Now write your answer to the user.',
+    ].join('\n\n');
+  }
+
   async function handle(message: Message, ctx: AgentContext): Promise<AgentResult> {
-    const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
+    const routing: RoutingTools = routingTools({
+      self: config.name,
+      sender: ctx.sender,
+      peers: ctx.peers,
+      ...(ctx.handoff ? { handoff: ctx.handoff } : {}),
+      ...(ctx.delegation ? { delegationResults: true } : {}),
+    });
     const messages: ChatMessage[] = [
       { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
-      { role: 'user', content: userContent(message, ctx.text) },
+      { role: 'user', content: ctx.delegation ? delegationPrompt(ctx.delegation, ctx.text) : userContent(message, ctx.text) },
     ];
     let modelMs = 0;
     let modelCalls = 0;
@@ -223,6 +241,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         ...(choice.reason ? { reason: choice.reason } : {}),
         ...(choice.handoff ? { handoff: choice.handoff } : {}),
         ...(choice.handoffReturn ? { handoffReturn: choice.handoffReturn } : {}),
+        ...(choice.delegate ? { delegate: choice.delegate } : {}),
       });
     } finally {
       ctx.signal.removeEventListener('abort', stopOnAbort);

@@ -37,6 +37,8 @@ export const DelegationResultsSchema = z.object({
   /** Who delegated, and to whom, in order. */
   delegator: AgentIdSchema,
   strategy: z.enum(DELEGATION_STRATEGIES),
+  /** What the delegates were asked. */
+  input: z.string().optional(),
   results: z.array(DelegateResultSchema),
   agents_used: z.array(AgentIdSchema),
   execution_time_ms: z.number().nonnegative(),

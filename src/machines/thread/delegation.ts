@@ -145,6 +145,7 @@ export const threadWithDelegation = threadWithTurns.extend({
       const results: DelegationResults = {
         delegator: delegation.delegator,
         strategy: delegation.strategy,
+        input: messageText(delegation.input),
         results: m.results.map((r) => ({ agentId: r.agentId, success: r.success, latency_ms: r.latency_ms, ...(r.error ? { error: r.error } : {}) })),
         agents_used: m.agents_used,
         execution_time_ms: m.execution_time_ms,
