@@ -141,6 +141,17 @@ describe('team.yaml and TS teams', () => {
   });
 });
 
+describe('the example team', () => {
+  it('examples/teams/team.yaml is valid and loads: YAML, TS and Python members, an LLM router', async () => {
+    expect(validateTeamFile('examples/teams/team.yaml', ENV).problems).toEqual([]);
+    const team = await loadTeamYaml('examples/teams/team.yaml', { env: ENV });
+    expect(team.agents.map((a) => a.card.id)).toEqual(['support', 'billing']);
+    expect(team.members).toEqual(['pyecho']);
+    expect(team.policy).toBeInstanceOf(LlmRouterPolicy);
+    expect(threadSettingsOf(team)).toMatchObject({ entryAgent: 'support', usePolicy: true, fallbackAgent: 'support', threshold: 0.6, maxHops: 6 });
+  });
+});
+
 describe('troupe validate', () => {
   it('prints the problems of a team.yaml and exits 2; a valid one exits 0 with a summary', async () => {
     const bad = await runTroupe(['validate', `${DIR}/invalid.yaml`], {});
