@@ -82,6 +82,17 @@ describe('team.yaml validation', () => {
     expect(messages).toContain('routing.fallback_agent: applies with a router only: without one, every message goes to the entry agent');
   });
 
+  it('a synthesis needs a model, and synthesis settings need aggregation: synthesis', () => {
+    const noModel = teamFile('synth.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  aggregation: synthesis\n');
+    expect(validateTeamFile(noModel, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'orchestration.aggregation: synthesis needs a model: give orchestration.synthesis.model, or a router (its model is used)',
+    ]);
+    const stray = teamFile('stray.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  synthesis: {prompt: Combine}\n');
+    expect(validateTeamFile(stray, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['orchestration.synthesis: applies with aggregation: synthesis only']);
+    const own = teamFile('own.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  aggregation: synthesis\n  synthesis: {model: {provider: openai, name: m}}\n');
+    expect(validateTeamFile(own, ENV).problems).toEqual([]);
+  });
+
   it('fills in the defaults of the thread machine, and the router defaults', () => {
     const file = teamFile('minimal.yaml', 'id: minimal\nname: Minimal\nagents:\n  - id: solo\n');
     const { config } = loadTeamConfig(file, ENV);

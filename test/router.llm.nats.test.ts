@@ -201,3 +201,55 @@ describe('an LLM router with a fallback agent', () => {
     expect(res.route).toMatchObject([{ from: 'user', to: 'helpdesk', reason: 'helpdesk answers: the router failed 2 times' }]);
   });
 });
+
+describe('natural-language joining (aggregation: synthesis)', () => {
+  let mesh: Mesh;
+  const model = 'synthesis-model';
+
+  beforeAll(async () => {
+    mesh = await startMesh('synthesis', ['orchestration:', '  aggregation: synthesis', 'routing:', '  retries: 0'].join('\n'));
+  }, 30_000);
+
+  afterAll(async () => {
+    await mesh?.stop();
+  });
+
+  const fanOut = decision({ agentId: 'billing', confidence: 0.9, reasoning: 'two questions', additionalAgents: ['weather'] });
+
+  it("the router's model writes one answer from the agents' answers, streamed before the final answer", async () => {
+    openai.reset().scriptFor(model, fanOut, { chunks: ['Your invoice ', 'is on its way, ', 'and no rain.'] });
+    const events: Array<{ kind: string; text: string; agent?: unknown }> = [];
+    const res = await mesh.client.send('Invoice and weather?', {
+      timeoutMs: 10_000,
+      onEvent: (e) => {
+        if (e.kind === 'artifact-update') events.push({ kind: 'chunk', text: e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''), agent: e.artifact.metadata?.['troupe/agent'] });
+        else if (e.kind === 'status-update' && e.final) events.push({ kind: 'final', text: '' });
+      },
+    });
+    expect(res.error).toBeUndefined();
+    expect(res.text).toBe('Your invoice is on its way, and no rain.');
+    expect(events).toEqual([
+      { kind: 'chunk', text: 'Your invoice ', agent: 'troupe' },
+      { kind: 'chunk', text: 'is on its way, ', agent: 'troupe' },
+      { kind: 'chunk', text: 'and no rain.', agent: 'troupe' },
+      { kind: 'final', text: '' },
+    ]);
+    const meta = res.final.status.message?.metadata ?? {};
+    expect(meta[META.synthesis]).toBe('model');
+    expect(meta.agents_used).toEqual(['billing', 'weather']);
+    // The model read the question and each agent's answer.
+    const synthesis = openai.requestsFor(model)[1]!;
+    const user = messagesOf(synthesis).find((m) => m.role === 'user')!.content;
+    expect(user).toContain("The user's message:\nInvoice and weather?");
+    expect(user).toContain('### billing\nbilling: Invoice and weather?');
+    expect(user).toContain('### weather\nweather: Invoice and weather?');
+  });
+
+  it('keeps the attributed join when the model fails', async () => {
+    openai.reset().scriptFor(model, fanOut, { status: 500, message: 'model down' });
+    const res = await mesh.client.send('Invoice and weather again?', { timeoutMs: 10_000 });
+    expect(res.error).toBeUndefined();
+    expect(res.text).toBe('**billing**: billing: Invoice and weather again?\n\n**weather**: weather: Invoice and weather again?');
+    expect(res.final.status.message?.metadata?.[META.synthesis]).toBe('join');
+  });
+});

@@ -90,6 +90,8 @@ const STEPS: Step[] = [
   { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
   { name: 'policy: unsure', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.2, reasoning: 'vague' }) },
   { name: 'policy: down', applies: hasPolicyCall, run: (rig) => rig.decide(new Error('policy down')) },
+  { name: 'synthesis: written', applies: (rig) => rig.openSyntheses().length > 0, run: (rig) => rig.synthesise('one answer from both') },
+  { name: 'synthesis: fails', applies: (rig) => rig.openSyntheses().length > 0, run: (rig) => rig.synthesise(new Error('model down')) },
 ];
 
 /** What tells one reachable state of the whole (thread, children, I/O in flight, timers) from another. */
@@ -102,10 +104,14 @@ function stateKey(rig: ThreadRig): string {
       return `${id}:${JSON.stringify(s?.value ?? s?.status)}`;
     })
     .sort();
-  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy')].sort();
+  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy'), ...rig.openSyntheses().map(() => 'synthesis')].sort();
+  // How many calls of a fan-out have answered: one answer or several decide whether a synthesis runs.
+  const fanOut = snap.children.orchestration?.getSnapshot() as { context?: { calls?: Array<{ status: string }> } } | undefined;
+  const answered = fanOut?.context?.calls?.filter((c) => c.status === 'succeeded').length ?? 0;
   return JSON.stringify([
     snap.status,
     snap.value,
+    answered,
     ctx.turn?.mode ?? null,
     ctx.handoff ? [ctx.handoff.phase, ctx.handoff.request.returnExpected] : null,
     ctx.pending.length > 0,
@@ -122,11 +128,11 @@ function checkInvariants(rig: ThreadRig, path: string[]): void {
   const ctx = snap.context;
   const working = snap.status === 'active' && typeof snap.value === 'object' && 'working' in snap.value;
   // Never stuck: a turn in progress always waits for something that will come (an answer or a timer).
-  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
+  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.openSyntheses().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
   // Nothing leaks: a thread between turns (or ended) has no request in flight.
   else expect(rig.openRequests().map((r) => r.input.agentId), `a request left in flight after ${where}`).toEqual([]);
   // The thread's view of its handoff and the handoff actor agree.
-  const handoffChild = snap.children.handoff?.getSnapshot();
+  const handoffChild = snap.children.handoff?.getSnapshot() as { value?: unknown } | undefined;
   if (snap.status === 'active') {
     if (ctx.handoff) expect(handoffChild?.value, `handoff view ${ctx.handoff.phase} after ${where}`).toBe(ctx.handoff.phase);
     else expect(handoffChild, `a handoff actor without a handoff after ${where}`).toBeUndefined();
@@ -160,7 +166,9 @@ describe('thread machine with its real children: the reachable graph', () => {
     let explored = 0;
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
     // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
-    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500 }] satisfies Array<Partial<ThreadConfig>>) {
+    // The second also synthesises a fan-out's answers with its model.
+    const synthesis = { strategy: 'parallel', maxParallelAgents: 3, aggregation: 'synthesis' } as const;
+    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }] satisfies Array<Partial<ThreadConfig>>) {
       const start = await replay(config, [], threadCoverage);
       const seen = new Set([stateKey(start)]);
       start.stop();

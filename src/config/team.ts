@@ -108,6 +108,10 @@ export const OrchestrationSchema = z.strictObject({
   max_parallel_agents: z.int().min(1).max(20).default(DEFAULT_THREAD_CONFIG.orchestration.maxParallelAgents),
   fallback_message: Text.optional(),
   partial_failure_template: Text.optional(),
+  /** `join`: each answer attributed; `synthesis`: a model writes one answer from them (the join when it fails). */
+  aggregation: z.enum(['join', 'synthesis']).default('join'),
+  /** The synthesis model (default: the router's) and its instructions. */
+  synthesis: z.strictObject({ model: ModelConfigSchema.optional(), prompt: Text.optional() }).optional(),
 });
 
 export const TeamConfigSchema = z.strictObject({
@@ -230,6 +234,12 @@ export function checkTeamDocument(raw: unknown, ctx: CheckContext, nested: Confi
   if (prompts && typeof prompts.user_template === 'string' && !prompts.user_template.includes('{{message}}')) {
     ctx.report(['router', 'prompts', 'user_template'], 'constraints', 'must contain {{message}} (where the new message goes)');
   }
+  if (isRecord(raw.orchestration) && raw.orchestration.aggregation === 'synthesis') {
+    const own = isRecord(raw.orchestration.synthesis) && raw.orchestration.synthesis.model !== undefined;
+    if (!own && !isRecord(raw.router)) ctx.report(['orchestration', 'aggregation'], 'references', 'synthesis needs a model: give orchestration.synthesis.model, or a router (its model is used)');
+  } else if (isRecord(raw.orchestration) && raw.orchestration.synthesis !== undefined) {
+    ctx.report(['orchestration', 'synthesis'], 'constraints', 'applies with aggregation: synthesis only');
+  }
   if (isRecord(raw.router) && isRecord(raw.router.model) && raw.router.model.provider === 'anthropic' && typeof raw.router.model.temperature === 'number' && raw.router.model.temperature > 1) {
     ctx.report(['router', 'model', 'temperature'], 'constraints', `must be at most 1 for anthropic, not ${raw.router.model.temperature}`);
   }
@@ -309,6 +319,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
       maxParallelAgents: o.max_parallel_agents,
       ...(o.fallback_message ? { fallbackMessage: o.fallback_message } : {}),
       ...(o.partial_failure_template ? { partialFailureTemplate: o.partial_failure_template } : {}),
+      ...(o.aggregation === 'synthesis' ? { aggregation: 'synthesis' as const } : {}),
     },
   };
 }

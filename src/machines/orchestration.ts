@@ -105,6 +105,8 @@ export interface OrchestrationMetadata {
 export interface OrchestrationOutput {
   message: Message;
   metadata: OrchestrationMetadata;
+  /** The text of each answer that made it into the aggregate, in agent order (what a synthesis reads). */
+  answers: Array<{ agentId: string; text: string }>;
 }
 
 export interface OrchestrationContext {
@@ -307,6 +309,8 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
     ...(context.partialFailureTemplate !== undefined ? { partialFailureTemplate: context.partialFailureTemplate } : {}),
   });
   const original = context.message;
+  const used = winnerOnly ? results.filter((r) => r.status !== 'failed') : results;
+  const answers = used.flatMap((r) => (r.status === 'succeeded' && r.reply ? [{ agentId: r.agentId, text: messageText(r.reply) }] : []));
   const summaries: AgentCallSummary[] = context.calls.map((c) => ({
     agentId: c.agentId,
     success: c.status === 'succeeded',
@@ -335,6 +339,7 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
       results: summaries,
       latency_ms: { ...latency },
     },
+    answers,
   };
 }
 

@@ -33,6 +33,8 @@ export const META = {
   delegate: 'troupe/delegate',
   /** Message to a delegating agent: what its delegates answered (DelegationResults). */
   delegation: 'troupe/delegation',
+  /** A fan-out's answer of a team that synthesises: `model` (written by the model) or `join` (the model failed). */
+  synthesis: 'troupe/synthesis',
 } as const;
 
 /**

@@ -6,6 +6,7 @@ import { TroupeError } from '../protocol/errors.js';
 import type { RouterPolicy } from '../routing/scoring.js';
 import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../security/sanitiser.js';
 import type { LlmAgentOptions } from '../llm/agent.js';
+import type { Synthesizer } from '../llm/synthesis.js';
 import { isAgentDefinition, type AgentDefinition } from './agent.js';
 import { isRemoteAgentRef, resolveRemoteAgents, type RemoteAgentRef } from './remote-agent.js';
 
@@ -22,6 +23,8 @@ export interface TeamDefinition {
   config?: Partial<ThreadConfig>;
   /** Picks agents for messages nobody addressed (with `config.usePolicy`, the default when set). */
   policy?: RouterPolicy;
+  /** Writes one answer from a fan-out's answers, with `config.orchestration.aggregation: 'synthesis'`. */
+  synthesizer?: Synthesizer;
   /**
    * What agents may see of what other agents pass them (routed messages, handoffs, fan-out inputs):
    * a policy (src/security/sanitiser.ts), `false` for none. Default: mask every detector on those paths.
@@ -70,11 +73,12 @@ export async function withRemoteAgents(team: TeamDefinition): Promise<TeamDefini
 }
 
 /** What a node takes from a team: thread settings, the router policy and the sanitiser policy (validated). */
-export function nodeOptionsOf(team: TeamDefinition | undefined): { config?: Partial<ThreadConfig>; policy?: RouterPolicy; sanitiser?: SanitiserPolicy | false } {
+export function nodeOptionsOf(team: TeamDefinition | undefined): { config?: Partial<ThreadConfig>; policy?: RouterPolicy; sanitiser?: SanitiserPolicy | false; synthesizer?: Synthesizer } {
   if (!team) return {};
   return {
     ...(team.config ? { config: team.config } : {}),
     ...(team.policy ? { policy: team.policy } : {}),
+    ...(team.synthesizer ? { synthesizer: team.synthesizer } : {}),
     ...(team.sanitiser === false ? { sanitiser: false as const } : team.sanitiser ? { sanitiser: parseSanitiserPolicy(team.sanitiser) } : {}),
   };
 }
@@ -166,6 +170,14 @@ export async function loadTeamYaml(file: string, opts: LlmAgentOptions & { env?:
     // One model call per attempt: the thread's router retries up to routing.router_max_attempts.
     policy = new LlmRouterPolicy({ provider, prompts: routerPromptsOf(config.router), historyMessages: config.router.history_messages, maxAttempts: 1, timeoutMs: config.router.timeout_ms });
   }
+  let synthesizer: Synthesizer | undefined;
+  const synthesisModel = config.orchestration.synthesis?.model ?? config.router?.model;
+  if (config.orchestration.aggregation === 'synthesis' && synthesisModel) {
+    const { createProvider } = await import('../llm/providers/index.js');
+    const { modelSynthesizer } = await import('../llm/synthesis.js');
+    const where = config.orchestration.synthesis?.model ? 'orchestration.synthesis.model' : 'router.model';
+    synthesizer = modelSynthesizer(createProvider(synthesisModel, { env, where: `${file}: ${where}` }), config.orchestration.synthesis?.prompt);
+  }
   return defineTeam({
     id: config.id,
     name: config.name,
@@ -174,5 +186,6 @@ export async function loadTeamYaml(file: string, opts: LlmAgentOptions & { env?:
     ...(members.length ? { members } : {}),
     config: threadConfigOf(config, entry),
     ...(policy ? { policy } : {}),
+    ...(synthesizer ? { synthesizer } : {}),
   });
 }

@@ -16,7 +16,7 @@ import type { RouteDecision } from '../route.js';
 import type { RouterInput } from '../router.js';
 import { threadSetup } from './routing.js';
 import { delegationOrchestrationInput } from './delegation.js';
-import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type ThreadContext } from './types.js';
+import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput, type ThreadContext } from './types.js';
 import type { Message } from '../../protocol/a2a.js';
 
 /** The earlier messages the router policy sees: the last N before the turn's message. */
@@ -236,11 +236,35 @@ export const threadMachine = threadSetup.createMachine({
                 ...(o.partialFailureTemplate ? { partialFailureTemplate: o.partialFailureTemplate } : {}),
               };
             },
+            onDone: [
+              {
+                guard: { type: 'synthesises', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                target: 'synthesizing',
+                actions: [
+                  { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                  { type: 'startSynthesis', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                ],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+              },
+            ],
+            onError: { target: 'answering' },
+          },
+        },
+        /** The team's model writes one answer from the fan-out's answers (streamed); the join stands if it fails. */
+        synthesizing: {
+          invoke: {
+            id: 'synthesize',
+            src: 'synthesize',
+            input: ({ context }): SynthesisInput =>
+              context.turn?.synthesis ?? { threadId: context.threadId, messageId: 'none', question: '', answers: [] },
             onDone: {
               target: 'answering',
-              actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+              actions: { type: 'recordSynthesis', params: ({ event }: { event: DoneActorEvent<SynthesisOutput> }) => event.output },
             },
-            onError: { target: 'answering' },
+            onError: { target: 'answering', actions: 'keepJoin' },
           },
         },
         /** An agent delegated: its delegates are called (orchestration), and their results go back to it. */

@@ -32,7 +32,17 @@ export interface ThreadConfig {
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /** How a decision naming several agents fans out. */
-  orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
+  orchestration: {
+    strategy: OrchestrationStrategy;
+    maxParallelAgents: number;
+    fallbackMessage?: string;
+    partialFailureTemplate?: string;
+    /**
+     * How several answers become one: `join` (default) attributes each (`**agent**: text`); `synthesis`
+     * has the team's model write one answer from them (streamed), the join when the model fails.
+     */
+    aggregation?: 'join' | 'synthesis';
+  };
 }
 
 export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
@@ -82,6 +92,21 @@ export interface Turn {
   mode: 'normal' | 'handoffStart' | 'handoffActive';
   /** An agent's delegation in flight: the orchestration child `orchestration` calls its delegates. */
   delegation?: TurnDelegation;
+  /** A fan-out's answers being synthesised into one (the child `synthesize`). */
+  synthesis?: SynthesisInput;
+}
+
+/** What the synthesis of several answers reads: the user's question and each agent's answer. */
+export interface SynthesisInput {
+  threadId: string;
+  /** Id of the message the synthesis becomes (the streamed chunks carry it). */
+  messageId: string;
+  question: string;
+  answers: Array<{ agentId: string; text: string }>;
+}
+
+export interface SynthesisOutput {
+  text: string;
 }
 
 export interface TurnDelegation {
