@@ -18,6 +18,8 @@ import { loadTeamYaml, nodeOptionsOf, type TeamDefinition } from '../src/sdk/tea
 import { NatsTransport } from '../src/transport/nats.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'routers';
 const AGENTS = join(process.cwd(), 'test/fixtures/team-yaml/router-agents.ts');
@@ -251,5 +253,46 @@ describe('natural-language joining (aggregation: synthesis)', () => {
     expect(res.error).toBeUndefined();
     expect(res.text).toBe('**billing**: billing: Invoice and weather again?\n\n**weather**: weather: Invoice and weather again?');
     expect(res.final.status.message?.metadata?.[META.synthesis]).toBe('join');
+  });
+});
+
+describe('troupe up --team team.yaml', () => {
+  const procs = new ProcessGroup();
+  let transport: NatsTransport;
+  let client: TroupeClient;
+  const model = 'cli-model';
+
+  beforeAll(async () => {
+    const file = join(tmp, 'cli.yaml');
+    writeFileSync(
+      file,
+      ['id: cli', 'name: cli', 'agents:', `  - module: ${AGENTS}`, 'router:', `  model: {provider: openai, name: ${model}, base_url: "${openai.baseURL}"}`, 'routing:', '  retries: 0'].join('\n'),
+    );
+    await procs.spawnTroupe(['up', '--nats', nats.url, '--team', file], nats.env, { name: 'node' });
+    transport = await NatsTransport.connect({ ...nats.asNode, name: 'cli-client' });
+    client = new TroupeClient(transport, 'demo');
+    await waitUntil(
+      async () => {
+        const reg = (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'registry');
+        const agents = ((reg?.detail?.agents as string[] | undefined) ?? []).map((a) => a.split('×')[0]);
+        return ['billing', 'weather', 'helpdesk'].every((id) => agents.includes(id));
+      },
+      'the node to run the team.yaml agents',
+      20_000,
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await transport?.close().catch(() => undefined);
+    await procs.stopAll();
+  });
+
+  it('runs the team: its agents, and its LLM router on the model of the file', async () => {
+    openai.reset().scriptFor(model, decision({ agentId: 'weather', confidence: 0.8, reasoning: 'rain' }));
+    const res = await client.send('Umbrella today?', { timeoutMs: 15_000 });
+    expect(res.error).toBeUndefined();
+    expect(res.text).toBe('weather: Umbrella today?');
+    expect(res.route).toMatchObject([{ to: 'weather', confidence: 0.8, reason: 'rain' }]);
+    expect(openai.requestsFor(model)).toHaveLength(1);
   });
 });
