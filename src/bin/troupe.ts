@@ -154,7 +154,11 @@ program
 program
   .command('demo')
   .description('run the demo teams in-process and play scripted conversations (what `npm start` does)')
-  .action(async (_opts: unknown, cmd: Command) => (await import('./demo/run.js')).runDemo(Boolean(cmd.optsWithGlobals<{ json?: boolean }>().json)));
+  .option('--llm', 'route with an LLM router and add a YAML agent scene (model from OPENAI_API_KEY or OPENAI_BASE_URL; TROUPE_DEMO_MODEL)')
+  .action(async (_opts: unknown, cmd: Command) => {
+    const o = cmd.optsWithGlobals<{ json?: boolean; llm?: boolean }>();
+    await (await import('./demo/run.js')).runDemo(Boolean(o.json), { llm: Boolean(o.llm) });
+  });
 
 program
   .command('gateway')
