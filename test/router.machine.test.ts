@@ -42,6 +42,7 @@ describe('router machine: model-based', () => {
       { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.9, reasoning: 'r' } } as EventObject,
       { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.3, reasoning: 'r' } } as EventObject,
       { type: 'xstate.error.actor.policy', error: new Error('down') } as EventObject,
+      { type: 'xstate.done.actor.policy', output: { agentId: 'ghost', confidence: 0.9, reasoning: 'r' } } as EventObject,
     ];
     const states = new Set<string>();
     const transitions = new Set<string>();
@@ -84,6 +85,23 @@ describe('router machine: model-based', () => {
     expect(decision.error?.message).toContain('router failed after 2 attempts (down 2)');
     expect(decision.error?.message).toContain('fallback');
     expect(calls).toBe(2);
+  });
+
+  it("checks every policy's decision: unknown or repeated agents are failed attempts", async () => {
+    const answers: RouterDecision[] = [
+      { agentId: 'ghost', confidence: 0.9, reasoning: 'r' },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['writer'] },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['triage', 'triage'] },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['nobody'] },
+    ];
+    const policy = fromPromise<RouterDecision, PolicyInput>(async () => answers.shift()!);
+    const failed = await toPromise(createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3 } }).start());
+    expect(failed).toMatchObject({ to: 'user', error: { code: 'ROUTER_FAILURE' } });
+    expect(failed.to === 'user' && failed.error?.message).toContain('the policy added an agent twice');
+    const fallback = await toPromise(
+      createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'triage' } }).start(),
+    );
+    expect(fallback).toMatchObject({ to: 'agent', agentId: 'triage', reason: 'router failed after 1 attempts (the policy added "nobody", not live agents); fallback agent triage' });
   });
 
   it('hands the policy the history it was given, and fills the fallback reason template', async () => {

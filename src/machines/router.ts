@@ -55,6 +55,20 @@ function addressedAgent(message: Message): string | undefined {
   return undefined;
 }
 
+/**
+ * What is wrong with a policy's decision, if anything: every agent it names must be live, and the
+ * additional agents distinct from the primary and from each other. Checked here for every policy.
+ */
+export function decisionProblem(decision: RouterDecision, agents: AgentDirectory): string | undefined {
+  if (!liveAgent(agents, decision.agentId)) return `the policy chose "${decision.agentId}", which is not a live agent`;
+  const extra = decision.additionalAgents ?? [];
+  const unknown = extra.filter((id) => !liveAgent(agents, id));
+  if (unknown.length) return `the policy added ${unknown.map((id) => `"${id}"`).join(', ')}, not live agents`;
+  if (extra.includes(decision.agentId)) return `the policy added its primary agent "${decision.agentId}" again`;
+  if (new Set(extra).size !== extra.length) return 'the policy added an agent twice';
+  return undefined;
+}
+
 function userInput(context: RouterContext): UserRouteInput {
   if (context.input.kind !== 'user') throw new Error('router: expected a user route input');
   return context.input;
@@ -86,6 +100,11 @@ export const routerSetup = setup({
     },
     usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
     confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,
+    invalidDecision: ({ context }, decision: RouterDecision) => decisionProblem(decision, userInput(context).agents) !== undefined,
+    invalidDecisionRetryable: ({ context }, decision: RouterDecision) =>
+      decisionProblem(decision, userInput(context).agents) !== undefined && context.attempts < userInput(context).maxAttempts,
+    invalidDecisionWithFallback: ({ context }, decision: RouterDecision) =>
+      decisionProblem(decision, userInput(context).agents) !== undefined && userInput(context).fallbackAgent !== undefined,
     canRetryPolicy: ({ context }) => context.attempts < userInput(context).maxAttempts,
     hasFallbackAgent: ({ context }) => context.input.kind === 'user' && context.input.fallbackAgent !== undefined,
   },
@@ -148,6 +167,9 @@ export const routerSetup = setup({
     recordPolicyError: assign({
       lastError: (_, error: unknown) => (error instanceof Error ? error.message : String(error)),
     }),
+    recordInvalidDecision: assign({
+      lastError: ({ context }, decision: RouterDecision) => decisionProblem(decision, userInput(context).agents) ?? 'invalid decision',
+    }),
     routeToFallback: assign({
       decision: ({ context }): RouteDecision => {
         const input = userInput(context);
@@ -203,6 +225,23 @@ export const routerMachine = routerSetup.createMachine({
           return { message: input.message, agentIds: Object.keys(input.agents), ...(input.history ? { history: input.history } : {}) };
         },
         onDone: [
+          // An invalid decision is a failed attempt, like a policy error.
+          {
+            guard: { type: 'invalidDecisionRetryable', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+            target: 'scoring',
+            reenter: true,
+            actions: { type: 'recordInvalidDecision', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+          },
+          {
+            guard: { type: 'invalidDecisionWithFallback', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+            target: 'decided',
+            actions: [{ type: 'recordInvalidDecision', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output }, 'routeToFallback'],
+          },
+          {
+            guard: { type: 'invalidDecision', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
+            target: 'decided',
+            actions: [{ type: 'recordInvalidDecision', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output }, 'failRouting'],
+          },
           {
             guard: { type: 'confident', params: ({ event }: { event: DoneActorEvent<RouterDecision> }) => event.output },
             target: 'decided',
