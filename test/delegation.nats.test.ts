@@ -131,11 +131,15 @@ describe('delegation', () => {
     const res = await mesh.client.send('ask billing,weather: invoice 42?', {
       to: 'lead',
       timeoutMs: 10_000,
-      onEvent: (e) => events.push(e.kind === 'status-update' && e.final ? 'final' : e.kind),
+      onEvent: (e) => {
+        if (e.kind === 'status-update' && e.final) events.push('final');
+        else if (e.kind === 'status-update' && e.status.message) events.push(`status: ${e.status.message.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('')}`);
+      },
     });
     expect(res.error).toBeUndefined();
     expect(res.text).toBe('lead sums up (billing=ok, weather=ok): **billing**: billing checked "invoice 42?": paid\n\n**weather**: weather: sunny');
-    expect(events.filter((e) => e === 'final')).toHaveLength(1);
+    // The user sees what the lead said while its delegates work, then one final answer.
+    expect(events).toEqual(['status: Asking the desks.', 'final']);
     // The delegates got the lead's input, from the lead, one hop on.
     expect(seen.map((s) => [s.agent, s.text, s.sender, s.hop]).sort()).toEqual([
       ['billing', 'invoice 42?', 'lead', 1],

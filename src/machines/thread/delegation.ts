@@ -118,11 +118,11 @@ export const threadWithDelegation = threadWithTurns.extend({
         return plan && 'error' in plan ? plan.error : context.lastError;
       },
     }),
-    /** The delegates are called at the next hop, each with a route step. */
-    startDelegation: assign(({ context }) => {
+    /** The delegates are called at the next hop, each with a route step; the user sees what the delegator said meanwhile. */
+    startDelegation: enqueueActions(({ context, enqueue }) => {
       const turn = context.turn;
       const plan = planDelegation(context);
-      if (!turn || !plan || !('delegation' in plan)) return {};
+      if (!turn || !plan || !('delegation' in plan)) return;
       const { delegation } = plan;
       const steps: RouteStep[] = delegation.agents.map((to) => ({
         from: delegation.delegator,
@@ -131,10 +131,11 @@ export const threadWithDelegation = threadWithTurns.extend({
         reason: `delegation (${delegation.strategy}) by ${delegation.delegator}`,
         at: context.now,
       }));
-      return {
+      enqueue.assign({
         turn: { ...turn, delegation, hops: delegation.hop, route: [...turn.route, ...steps] },
         routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT),
-      };
+      });
+      if (turn.lastAnswer && messageText(turn.lastAnswer)) enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: turn.lastAnswer });
     }),
     /** The delegates answered (or failed): the delegator is called again with their results, one hop later. */
     returnDelegationResults: enqueueActions(({ context, enqueue }, output: OrchestrationOutput) => {
