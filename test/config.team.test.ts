@@ -13,7 +13,8 @@ import { configKindOf, loadTeamConfig, threadConfigOf, validateTeamFile } from '
 import { DEFAULT_THREAD_CONFIG } from '../src/machines/thread.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { LlmRouterPolicy } from '../src/routing/llm-policy.js';
-import { loadModule, loadTeamYaml, threadSettingsOf, type TeamDefinition } from '../src/sdk/team.js';
+import { loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/sdk/team.js';
+import { validateAgentFile } from '../src/config/agent.js';
 import { runTroupe } from './helpers/processes.js';
 
 const DIR = 'test/fixtures/team-yaml';
@@ -149,6 +150,26 @@ describe('team.yaml and TS teams', () => {
     expect(agents.map((a) => a.card.id)).toEqual(['ledger', 'specialist', 'desk']);
     expect(team?.members).toEqual(['outside']);
     expect(team?.config?.entryAgent).toBe('desk');
+  });
+});
+
+describe('agent.yaml capabilities', () => {
+  it('become the capabilities of the agent card the thread enforces', async () => {
+    const file = teamFile(
+      'capable.yaml',
+      [
+        'name: capable',
+        'model: {provider: openai, name: m}',
+        'instructions: {inline: Help.}',
+        'capabilities:',
+        '  handoff: {can_initiate: false, can_accept: true}',
+        '  orchestration: {can_delegate: true, max_parallel: 2}',
+      ].join('\n'),
+    );
+    const agent = await loadYamlAgent(file, { env: ENV });
+    expect(agent.card.capabilities).toMatchObject({ streaming: true, handoff: { canInitiate: false, canAccept: true }, orchestration: { canDelegate: true, maxParallel: 2 } });
+    const bad = teamFile('incapable.yaml', 'name: x\nmodel: {provider: openai, name: m}\ninstructions: {inline: Hi}\ncapabilities:\n  orchestration: {can_delegate: maybe}\n');
+    expect(validateAgentFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['capabilities.orchestration.can_delegate: must be true or false, not "maybe"']);
   });
 });
 

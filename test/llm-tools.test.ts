@@ -145,5 +145,7 @@ describe('routing tools', () => {
     expect(tools.run('delegate', '{"agents":["billing","ledger"],"input":"order 42?","strategy":"sequential"}')).toContain('billing, ledger will be asked');
     expect(tools.choice()).toEqual({ tool: 'delegate', delegate: { agents: ['billing', 'ledger'], input: 'order 42?', strategy: 'sequential' } });
     expect(routingTools({ self: 'front', sender: 'user', peers: [peer('billing')], delegationResults: true }).names).toEqual(['route', 'handoff']);
+    // What the agent's card does not allow is not offered.
+    expect(routingTools({ self: 'front', sender: 'user', peers: [peer('billing')], noHandoff: true, noDelegate: true }).names).toEqual(['route']);
   });
 });

@@ -17,10 +17,10 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
-import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
+import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type AgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
-import { messageText, type Message } from '../protocol/a2a.js';
+import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';
 import type { DelegationResults } from '../protocol/delegation.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
@@ -170,6 +170,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       peers: ctx.peers,
       ...(ctx.handoff ? { handoff: ctx.handoff } : {}),
       ...(ctx.delegation ? { delegationResults: true } : {}),
+      ...(config.capabilities?.handoff?.can_initiate === false ? { noHandoff: true } : {}),
+      ...(config.capabilities?.orchestration?.can_delegate === false ? { noDelegate: true } : {}),
     });
     const messages: ChatMessage[] = [
       { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
@@ -255,7 +257,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       id: config.name,
       name: config.name,
       description: config.description ?? `${config.name} (${config.model.provider} ${config.model.name})`,
-      capabilities: { streaming: true },
+      capabilities: { streaming: true, ...cardCapabilities(config) },
       skills: (config.tools ?? []).map((t) => ({ id: t.name, name: t.name, description: t.description, tags: [t.type] })),
     },
     handle,
@@ -278,6 +280,21 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     },
     close: () => toolSet.close(),
   };
+}
+
+/** The handoff and orchestration capabilities an agent.yaml declares, as its card states them. */
+function cardCapabilities(config: AgentConfig): Pick<AgentCapabilities, 'handoff' | 'orchestration'> {
+  const c = config.capabilities;
+  if (!c) return {};
+  const handoff = c.handoff && {
+    ...(c.handoff.can_initiate !== undefined ? { canInitiate: c.handoff.can_initiate } : {}),
+    ...(c.handoff.can_accept !== undefined ? { canAccept: c.handoff.can_accept } : {}),
+  };
+  const orchestration = c.orchestration && {
+    ...(c.orchestration.can_delegate !== undefined ? { canDelegate: c.orchestration.can_delegate } : {}),
+    ...(c.orchestration.max_parallel !== undefined ? { maxParallel: c.orchestration.max_parallel } : {}),
+  };
+  return { ...(handoff ? { handoff } : {}), ...(orchestration ? { orchestration } : {}) };
 }
 
 /** Loads an agent.yaml and builds its agent (throws CONFIG_INVALID with every problem when invalid). */

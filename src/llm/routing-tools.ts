@@ -47,6 +47,9 @@ export interface RoutingSituation {
   handoff?: HandoffRequest;
   /** The message brings the results of this agent's delegation back (no second delegation on it). */
   delegationResults?: boolean;
+  /** The agent's card does not allow it to start handoffs / to delegate: those tools are not offered. */
+  noHandoff?: boolean;
+  noDelegate?: boolean;
 }
 
 export interface RoutingTools {
@@ -79,9 +82,9 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
   let decided: RoutingChoice | undefined;
 
   const offerRoute = peers.length > 0 || situation.sender !== USER;
-  const offerHandoff = peers.length > 0 && !situation.handoff;
+  const offerHandoff = peers.length > 0 && !situation.handoff && situation.noHandoff !== true;
   const offerReturn = situation.handoff !== undefined;
-  const offerDelegate = peers.length > 0 && !situation.handoff && situation.delegationResults !== true;
+  const offerDelegate = peers.length > 0 && !situation.handoff && situation.delegationResults !== true && situation.noDelegate !== true;
 
   if (offerRoute) {
     const who = peers.map((p) => `${p.id} (${p.description || p.name})`).join('; ');
