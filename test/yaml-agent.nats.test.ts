@@ -293,7 +293,7 @@ describe('agents from agent.yaml over NATS', () => {
     expect(status.detail!.model).toEqual({ provider: 'openai', name: CONCIERGE, endpoint: openai.baseURL });
     expect(status.detail!.loops[0]).toMatchObject({ threadId, state: 'thinking', round: 0 });
     const ps = await runTroupe(['ps', ...natsArgs], nats.env);
-    expect(ps.stdout).toMatch(new RegExp(`llm-agent\\s+concierge/${threadId}\\s+thinking\\s+${threadId}`));
+    expect(ps.stdout).toMatch(new RegExp(`llm-agent\\s+concierge/${threadId}\\s+thinking\\s`));
     expect(JSON.stringify(inspected) + ps.stdout).not.toContain(SECRET);
 
     release();
