@@ -20,7 +20,9 @@ export { createLogger } from './observability/logger.js';
 
 // Router policies.
 export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';
-export { LlmRouterPolicy } from './routing/llm-policy.js';
+export { LlmRouterPolicy, DEFAULT_ROUTER_PROMPTS, type LlmRouterPolicyOptions, type RouterPrompts } from './routing/llm-policy.js';
+export { modelSynthesizer, DEFAULT_SYNTHESIS_PROMPT, type Synthesizer } from './llm/synthesis.js';
+export { validateTeamFile, loadTeamConfig, type TeamConfig } from './config/team.js';
 export type { ThreadConfig, RouteStep } from './machines/thread.js';
 
 // What a vectorstore tool returns.
@@ -29,4 +31,5 @@ export type { SearchResult } from './llm/vectorstore/types.js';
 // The wire: errors and the A2A types an agent sees.
 export { TroupeError, ERROR_CODES, type ErrorCode, type ErrorBody } from './protocol/errors.js';
 export { CLIENT_ROUTING_URI, USER, SENDER, type SimplifiedAgentCard } from './protocol/routing.js';
+export { META, RESULT_META } from './protocol/metadata.js';
 export type { AgentCard, Message, Part, Task, TaskState, ThreadEvent } from './protocol/a2a.js';

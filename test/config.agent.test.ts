@@ -136,6 +136,7 @@ describe('troupe validate', () => {
     expect(res.code).toBe(2);
     expect(JSON.parse(res.stdout)).toEqual({
       file,
+      kind: 'agent',
       valid: false,
       problems: [{ file, line: 8, column: 11, path: 'tools[0].name', message: '"web search" may only contain letters, digits and _', phase: 'constraints' }],
     });

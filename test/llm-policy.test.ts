@@ -112,7 +112,7 @@ describe('LlmRouterPolicy', () => {
     expect(req!.headers['content-type']).toMatch(/application\/json/);
     expect(req!.body.model).toBe('router-model');
     expect(req!.body.temperature).toBe(0.3);
-    expect(req!.body.max_tokens).toBe(300);
+    expect(req!.body.max_tokens).toBe(500);
     expect(req!.body.response_format).toEqual({ type: 'json_object' });
     const prompt = req!.body.messages.map((m) => m.content).join('\n');
     for (const agent of ROUTING_TEAM) expect(prompt).toContain(`id: ${agent.id}`);
@@ -131,18 +131,34 @@ describe('LlmRouterPolicy', () => {
     expect(server.requests[0]!.headers.authorization).toBeUndefined();
   });
 
-  it('keeps known additional agents and drops unknown, repeated ones and the primary', async () => {
-    server.reset(
-      answer({
-        agentId: 'weather',
-        confidence: 0.85,
-        reasoning: 'two requests',
-        additionalAgents: ['travel-booking', 'weather', 'nobody', 'travel-booking'],
-      }),
-    );
-    const d = await policy().decide(input("What's the weather in Paris and can you book me a flight there?"));
+  it('refuses additional agents that are unknown, repeated or the primary, and retries with what was wrong', async () => {
+    const two = (additionalAgents: string[]) => answer({ agentId: 'weather', confidence: 0.85, reasoning: 'two requests', additionalAgents });
+    server.reset(two(['travel-booking', 'nobody']), two(['travel-booking', 'weather']), two(['travel-booking', 'travel-booking']), two(['travel-booking']));
+    const d = await policy({ maxAttempts: 4 }).decide(input("What's the weather in Paris and can you book me a flight there?"));
     expect(d.agentId).toBe('weather');
     expect(d.additionalAgents).toEqual(['travel-booking']);
+    expect(server.requests).toHaveLength(4);
+    const feedback = server.requests.slice(1).map((r) => r.body.messages.at(-1)!.content);
+    expect(feedback[0]).toContain('"nobody" are not among');
+    expect(feedback[1]).toContain('repeats the primary agent "weather"');
+    expect(feedback[2]).toContain('names an agent twice');
+  });
+
+  it('builds the prompt from configured pieces: system with the catalog, user template, no examples', async () => {
+    server.reset(answer({ agentId: 'hr', confidence: 0.9, reasoning: 'PTO' }));
+    const history = Array.from({ length: 14 }, (_, i) => message(`earlier ${i}`));
+    await policy({
+      prompts: { system: 'ROUTE FOR ACME.\n{{catalog}}\nJSON only.', userTemplate: 'HISTORY<{{history}}> NOW<{{message}}>', catalogHeader: 'Team members:', includeExamples: false },
+    }).decide(input('How many PTO days do I have?', { history }));
+    const [system, user] = server.requests[0]!.body.messages;
+    expect(system!.content.startsWith('ROUTE FOR ACME.\nTeam members:\n- id: billing')).toBe(true);
+    expect(system!.content.endsWith('JSON only.')).toBe(true);
+    expect(system!.content).not.toContain(' e.g. ');
+    expect(user!.content).toContain('NOW<How many PTO days do I have?>');
+    // The last 10 earlier messages by default.
+    expect(user!.content).toContain('earlier 13');
+    expect(user!.content).toContain('earlier 4');
+    expect(user!.content).not.toContain('earlier 3\n');
   });
 
   it('accepts an answer wrapped in a code fence', async () => {

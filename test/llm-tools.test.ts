@@ -100,9 +100,9 @@ describe('arguments and templates', () => {
 });
 
 describe('routing tools', () => {
-  it('offers route and handoff with the peers, not the agent itself', () => {
+  it('offers route, handoff and delegate with the peers, not the agent itself', () => {
     const tools = routingTools({ self: 'front', sender: 'user', peers: [peer('front'), peer('billing'), peer('ledger')] });
-    expect(tools.names).toEqual(['route', 'handoff']);
+    expect(tools.names).toEqual(['route', 'handoff', 'delegate']);
     const route = tools.definitions[0]!.parameters.properties.recipient as { enum: string[] };
     expect(route.enum).toEqual(['user', 'billing', 'ledger']);
   });
@@ -134,5 +134,18 @@ describe('routing tools', () => {
     expect(() => target.run('handoff', '{}')).toThrow('no routing tool "handoff" is available now');
     target.run('return_handoff', '{"status":"completed","summary":"refunded"}');
     expect(target.choice()).toEqual({ tool: 'return_handoff', handoffReturn: { completionStatus: 'completed', resultSummary: 'refunded' } });
+  });
+
+  it('turns a delegate call into a delegation; invalid agents are tool errors; no delegate on the results', () => {
+    const tools = routingTools({ self: 'front', sender: 'user', peers: [peer('billing'), peer('ledger')] });
+    const agents = tools.definitions.find((d) => d.name === 'delegate')!.parameters.properties.agents as { items: { enum: string[] } };
+    expect(agents.items.enum).toEqual(['billing', 'ledger']);
+    expect(() => tools.run('delegate', '{"agents":["front"],"input":"x"}')).toThrow('each agent must be one of billing, ledger');
+    expect(() => tools.run('delegate', '{"agents":["billing","billing"],"input":"x"}')).toThrow('name each agent once');
+    expect(tools.run('delegate', '{"agents":["billing","ledger"],"input":"order 42?","strategy":"sequential"}')).toContain('billing, ledger will be asked');
+    expect(tools.choice()).toEqual({ tool: 'delegate', delegate: { agents: ['billing', 'ledger'], input: 'order 42?', strategy: 'sequential' } });
+    expect(routingTools({ self: 'front', sender: 'user', peers: [peer('billing')], delegationResults: true }).names).toEqual(['route', 'handoff']);
+    // What the agent's card does not allow is not offered.
+    expect(routingTools({ self: 'front', sender: 'user', peers: [peer('billing')], noHandoff: true, noDelegate: true }).names).toEqual(['route']);
   });
 });

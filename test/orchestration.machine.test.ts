@@ -307,7 +307,40 @@ describe('orchestration machine: behaviour', () => {
       failures: [{ agentId: 'writer', code: 'AGENT_ERROR', message: 'the writer crashed' }],
       cancelled: [],
       skipped: [],
+      // Each call ran from T0 to the tick at T0 + 1234 (the machine's clock moves only with events).
+      results: [
+        { agentId: 'researcher', success: true, latency_ms: 1_234 },
+        { agentId: 'writer', success: false, latency_ms: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' } },
+        { agentId: 'critic', success: true, latency_ms: 1_234 },
+      ],
+      latency_ms: { researcher: 1_234, writer: 1_234, critic: 1_234 },
     });
+  });
+
+  it('sequential: each agent has its own latency, from its call to its answer, on the machine clock', async () => {
+    let openA!: () => void;
+    let openB!: () => void;
+    const gateA = new Promise<void>((r) => (openA = r));
+    const gateB = new Promise<void>((r) => (openB = r));
+    const { request } = scripted({ a: async () => (await gateA, reply('a')), b: async () => (await gateB, reply('b')) });
+    const actor = run({ decision: decision('a', 'b'), strategy: 'sequential', retries: 0 }, request);
+    const flush = () => new Promise<void>((r) => setImmediate(r));
+    actor.send({ type: 'troupe.orchestration.tick', now: T0 + 100 });
+    openA();
+    await flush();
+    actor.send({ type: 'troupe.orchestration.tick', now: T0 + 350 });
+    openB();
+    const out = await toPromise(actor);
+    expect(out.metadata.results).toEqual([
+      { agentId: 'a', success: true, latency_ms: 100 },
+      { agentId: 'b', success: true, latency_ms: 250 },
+    ]);
+    expect(out.metadata.latency_ms).toEqual({ a: 100, b: 250 });
+    expect(out.metadata.execution_time_ms).toBe(350);
+    expect(out.answers).toEqual([
+      { agentId: 'a', text: 'a' },
+      { agentId: 'b', text: 'b' },
+    ]);
   });
 
   it('every call is a fan-out call: the request carries fanOut (the sanitiser path), from the user at hop 0', async () => {

@@ -36,11 +36,13 @@ describe('router machine: model-based', () => {
       { kind: 'user', message: userMsg('x'), ...user },
       { kind: 'user', message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } }), ...user },
       { kind: 'user', message: userMsg('x'), ...user, usePolicy: true },
+      { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, fallbackAgent: 'writer' },
     ];
     const events: EventObject[] = [
       { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.9, reasoning: 'r' } } as EventObject,
       { type: 'xstate.done.actor.policy', output: { agentId: 'writer', confidence: 0.3, reasoning: 'r' } } as EventObject,
       { type: 'xstate.error.actor.policy', error: new Error('down') } as EventObject,
+      { type: 'xstate.done.actor.policy', output: { agentId: 'ghost', confidence: 0.9, reasoning: 'r' } } as EventObject,
     ];
     const states = new Set<string>();
     const transitions = new Set<string>();
@@ -65,5 +67,54 @@ describe('router machine: model-based', () => {
     }).start();
     expect(await toPromise(actor)).toEqual({ to: 'agent', agentId: 'writer', mode: 'initial', reason: 'router failed after 3 attempts (down 3); fallback agent writer' });
     expect(calls).toBe(3);
+  });
+
+  it('a failing policy with no fallback agent ends in ROUTER_FAILURE for the user, not the entry agent', async () => {
+    let calls = 0;
+    const policy = fromPromise<RouterDecision, PolicyInput>(async () => {
+      calls += 1;
+      throw new Error(`down ${calls}`);
+    });
+    const actor = createActor(routerMachine.provide({ actors: { policy } }), {
+      input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 2 },
+    }).start();
+    const decision = await toPromise(actor);
+    expect(decision.to).toBe('user');
+    if (decision.to !== 'user') throw new Error('unreachable');
+    expect(decision.error?.code).toBe('ROUTER_FAILURE');
+    expect(decision.error?.message).toContain('router failed after 2 attempts (down 2)');
+    expect(decision.error?.message).toContain('fallback');
+    expect(calls).toBe(2);
+  });
+
+  it("checks every policy's decision: unknown or repeated agents are failed attempts", async () => {
+    const answers: RouterDecision[] = [
+      { agentId: 'ghost', confidence: 0.9, reasoning: 'r' },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['writer'] },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['triage', 'triage'] },
+      { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['nobody'] },
+    ];
+    const policy = fromPromise<RouterDecision, PolicyInput>(async () => answers.shift()!);
+    const failed = await toPromise(createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3 } }).start());
+    expect(failed).toMatchObject({ to: 'user', error: { code: 'ROUTER_FAILURE' } });
+    expect(failed.to === 'user' && failed.error?.message).toContain('the policy added an agent twice');
+    const fallback = await toPromise(
+      createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'triage' } }).start(),
+    );
+    expect(fallback).toMatchObject({ to: 'agent', agentId: 'triage', reason: 'router failed after 1 attempts (the policy added "nobody", not live agents); fallback agent triage' });
+  });
+
+  it('hands the policy the history it was given, and fills the fallback reason template', async () => {
+    const seen: PolicyInput[] = [];
+    const policy = fromPromise<RouterDecision, PolicyInput>(async ({ input }) => {
+      seen.push(input);
+      throw new Error('bad answer');
+    });
+    const history = [userMsg('earlier'), agentMsg('reply')];
+    const actor = createActor(routerMachine.provide({ actors: { policy } }), {
+      input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'writer', fallbackReasonTemplate: '{{agent}} took over after {{attempts}}: {{error}}', history },
+    }).start();
+    expect(await toPromise(actor)).toEqual({ to: 'agent', agentId: 'writer', mode: 'initial', reason: 'writer took over after 1: bad answer' });
+    expect(seen[0]!.history).toEqual(history);
   });
 });

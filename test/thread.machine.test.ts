@@ -60,6 +60,9 @@ const handoffTo = (targetAgentId: string, extra: Record<string, unknown> = {}) =
 const reply = (name: string, make: (r: OpenRequest) => AgentReply): Step => ({ name: `reply: ${name}`, applies: hasRequest, run: (rig) => rig.answer(make) });
 const task = (state: 'completed' | 'failed'): AgentReply => ({ kind: 'task', id: 'x', contextId: 'x', status: { state, message: agentReply(`task ${state}`) } });
 
+/** An agent's reply that asks the thread to delegate. */
+const delegating = (text: string, agents: string[]): Message => ({ ...agentReply(text), metadata: { [META.delegate]: { agents } } });
+
 const STEPS: Step[] = [
   { name: 'user: hi', applies: isLive, run: (rig) => void rig.say('hi') },
   { name: 'user: to a ghost', applies: isLive, run: (rig) => void rig.say('psst', { [CLIENT_ROUTING_URI]: { recipient: 'ghost' } }) },
@@ -80,11 +83,15 @@ const STEPS: Step[] = [
   reply('return: error', () => agentReply('could not', { handoffReturn: { completionStatus: 'error', resultSummary: 'it broke' } })),
   reply('return: cancelled', () => agentReply('stopping', { handoffReturn: { completionStatus: 'cancelled' } })),
   reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
+  reply('delegate to researcher and writer', (r) => delegating(`${r.input.agentId} asks the team`, ['researcher', 'writer'])),
+  reply('delegate to a ghost', (r) => delegating(`${r.input.agentId} asks a ghost`, ['ghost'])),
   { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })) },
   { name: 'policy: writer', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'writes' }) },
   { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
   { name: 'policy: unsure', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.2, reasoning: 'vague' }) },
   { name: 'policy: down', applies: hasPolicyCall, run: (rig) => rig.decide(new Error('policy down')) },
+  { name: 'synthesis: written', applies: (rig) => rig.openSyntheses().length > 0, run: (rig) => rig.synthesise('one answer from both') },
+  { name: 'synthesis: fails', applies: (rig) => rig.openSyntheses().length > 0, run: (rig) => rig.synthesise(new Error('model down')) },
 ];
 
 /** What tells one reachable state of the whole (thread, children, I/O in flight, timers) from another. */
@@ -97,10 +104,14 @@ function stateKey(rig: ThreadRig): string {
       return `${id}:${JSON.stringify(s?.value ?? s?.status)}`;
     })
     .sort();
-  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy')].sort();
+  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy'), ...rig.openSyntheses().map(() => 'synthesis')].sort();
+  // How many calls of a fan-out have answered: one answer or several decide whether a synthesis runs.
+  const fanOut = snap.children.orchestration?.getSnapshot() as { context?: { calls?: Array<{ status: string }> } } | undefined;
+  const answered = fanOut?.context?.calls?.filter((c) => c.status === 'succeeded').length ?? 0;
   return JSON.stringify([
     snap.status,
     snap.value,
+    answered,
     ctx.turn?.mode ?? null,
     ctx.handoff ? [ctx.handoff.phase, ctx.handoff.request.returnExpected] : null,
     ctx.pending.length > 0,
@@ -117,11 +128,11 @@ function checkInvariants(rig: ThreadRig, path: string[]): void {
   const ctx = snap.context;
   const working = snap.status === 'active' && typeof snap.value === 'object' && 'working' in snap.value;
   // Never stuck: a turn in progress always waits for something that will come (an answer or a timer).
-  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
+  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.openSyntheses().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
   // Nothing leaks: a thread between turns (or ended) has no request in flight.
   else expect(rig.openRequests().map((r) => r.input.agentId), `a request left in flight after ${where}`).toEqual([]);
   // The thread's view of its handoff and the handoff actor agree.
-  const handoffChild = snap.children.handoff?.getSnapshot();
+  const handoffChild = snap.children.handoff?.getSnapshot() as { value?: unknown } | undefined;
   if (snap.status === 'active') {
     if (ctx.handoff) expect(handoffChild?.value, `handoff view ${ctx.handoff.phase} after ${where}`).toBe(ctx.handoff.phase);
     else expect(handoffChild, `a handoff actor without a handoff after ${where}`).toBeUndefined();
@@ -155,7 +166,9 @@ describe('thread machine with its real children: the reachable graph', () => {
     let explored = 0;
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
     // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
-    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500 }] satisfies Array<Partial<ThreadConfig>>) {
+    // The second also synthesises a fan-out's answers with its model.
+    const synthesis = { strategy: 'parallel', maxParallelAgents: 3, aggregation: 'synthesis' } as const;
+    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }] satisfies Array<Partial<ThreadConfig>>) {
       const start = await replay(config, [], threadCoverage);
       const seen = new Set([stateKey(start)]);
       start.stop();
@@ -185,10 +198,11 @@ describe('thread machine with its real children: the reachable graph', () => {
       }
     }
     expect(explored).toBeGreaterThan(100);
-    // Every state and transition of the thread but the three a crashed child takes (next test).
+    // Every state and transition of the thread but the four a crashed child takes (next test).
     const { states, transitions } = threadCoverage.missingOf(threadMachine as AnyStateMachine);
     expect(states).toEqual([]);
     expect(transitions).toEqual([
+      'thread.working.delegating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.routing --xstate.error.actor.router--> thread.working.answering',
       'thread.working.routingReply --xstate.error.actor.router--> thread.working.answering',
@@ -222,6 +236,17 @@ describe('thread machine with its real children: the reachable graph', () => {
         rig: () => new ThreadRig({ orchestration, config: { usePolicy: true, maxAttempts: 1 }, recorder: threadCoverage }),
         drive: async (rig) => {
           rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'r', additionalAgents: ['writer'] });
+          await rig.settle();
+          rig.answer(agentReply('a'));
+          rig.answer(agentReply('b'));
+        },
+      },
+      {
+        what: "a delegation's orchestration",
+        answer: 'triage: triage asks the team', // the delegating agent's reply: the last answer of the turn
+        rig: () => new ThreadRig({ orchestration, recorder: threadCoverage }),
+        drive: async (rig) => {
+          rig.answer(delegating('triage asks the team', ['researcher', 'writer']));
           await rig.settle();
           rig.answer(agentReply('a'));
           rig.answer(agentReply('b'));

@@ -136,7 +136,7 @@ describe('agents from agent.yaml over NATS', () => {
     const [req] = openai.requestsFor(CONCIERGE);
     expect(openai.requestsFor(CONCIERGE)).toHaveLength(1); // the answer came with the routing call
     const tools = toolsOf(req!);
-    expect(tools.map((t) => t.name)).toEqual(['check_stock', 'warehouse', 'route', 'handoff']);
+    expect(tools.map((t) => t.name)).toEqual(['check_stock', 'warehouse', 'route', 'handoff', 'delegate']);
     const recipients = tools.find((t) => t.name === 'route')!.parameters.properties.recipient!.enum!;
     expect([...recipients].sort()).toEqual(['desk', 'ledger', 'returner', 'specialist', 'support', 'user']);
     const system = messagesOf(req!)[0]!;

@@ -30,6 +30,7 @@ import {
   type TaskArtifactUpdateEvent,
 } from '../protocol/index.js';
 import { readHandoffRequest, type HandoffRequest } from '../protocol/handoff.js';
+import { readDelegationResults, type DelegationResults } from '../protocol/delegation.js';
 import { subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
@@ -53,6 +54,12 @@ export interface AgentHostOptions {
   idempotencyCacheSize?: number;
   /** Publish inspection records from the start (a `hello` with `inspection` switches it later). */
   inspect?: boolean;
+}
+
+/** What this agent's delegates answered, when the thread brings it back. */
+function delegationContext(message: Message): { delegation?: DelegationResults } {
+  const delegation = readDelegationResults(message);
+  return delegation ? { delegation } : {};
 }
 
 /** The handoff request and recent messages a thread attached, when this agent is a handoff target. */
@@ -292,6 +299,7 @@ export class AgentHost {
       peers: routing?.agentCards ?? [],
       ...(routing ? { routing } : {}),
       ...handoffContext(message),
+      ...delegationContext(message),
       signal: this.abort.signal,
       log,
       stream,
@@ -361,7 +369,7 @@ export class AgentHost {
         ...(result.handoffAccept ? { handoffAccept: result.handoffAccept } : {}),
       };
       const routing = Object.keys(slot).length ? { [CLIENT_ROUTING_URI]: slot } : {};
-      const metadata = { ...result.metadata, ...routing };
+      const metadata = { ...result.metadata, ...routing, ...(result.delegate ? { [META.delegate]: result.delegate } : {}) };
       return {
         kind: 'message',
         role: 'agent',

@@ -40,6 +40,7 @@ import {
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
 import type { SanitiserPolicy } from '../security/sanitiser.js';
+import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
@@ -63,6 +64,8 @@ export interface NodeOptions {
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
   sanitiser?: SanitiserPolicy | false;
+  /** Writes one answer from a fan-out's answers (teams with `aggregation: synthesis`). */
+  synthesizer?: Synthesizer;
   maxPayload?: number;
   /**
    * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
@@ -106,6 +109,7 @@ export class TroupeNode {
       ...(opts.policy ? { policy: opts.policy } : {}),
       ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
+      ...(opts.synthesizer ? { synthesizer: opts.synthesizer } : {}),
       inspection: this.inspection,
       logger: opts.logger ?? silentLogger(),
     });

@@ -152,7 +152,10 @@ export class Registry {
         return first ? [first.card] : [];
       });
       const directory: AgentDirectory = Object.create(null) as AgentDirectory;
-      for (const card of agents) directory[card.id] = { supportsClientRouting: supportsClientRouting(card) };
+      for (const card of agents) {
+        const { handoff, orchestration } = card.capabilities;
+        directory[card.id] = { supportsClientRouting: supportsClientRouting(card), ...(handoff ? { handoff } : {}), ...(orchestration ? { orchestration } : {}) };
+      }
       const peers = agents.map((card) => {
         const simple = simplifyCard(card);
         return simple.description.length > PEER_DESCRIPTION_CHARS ? { ...simple, description: `${simple.description.slice(0, PEER_DESCRIPTION_CHARS)}…` } : simple;

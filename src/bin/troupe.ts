@@ -39,7 +39,7 @@ program
 program
   .command('up')
   .description('start a node (router + threads); without --nats, an in-process mesh with the demo team')
-  .option('--team <file>', 'team module (default export defineTeam({...})); its agents run in this process')
+  .option('--team <file>', 'team.yaml or team module (default export defineTeam({...})); its agents run in this process')
   .option('--no-agents', 'with --team: use only its settings, run no agents here')
   .option('--inspect', 'publish inspection records from the start (troupe watch, troupe inspect --stately, the studio; switchable with troupe inspect --on/--off)')
   .option('--idle <ms>', 'passivate threads idle this long', int(1))
@@ -63,7 +63,7 @@ program
 
 program
   .command('validate <file>')
-  .description('check an agent.yaml: every problem with file:line:col and field path (exit 2 when there are any)')
+  .description('check an agent.yaml or team.yaml: every problem with file:line:col and field path (exit 2 when there are any)')
   .action(async (...args: unknown[]) => (await import('./commands/validate.js')).validate(...(args as Parameters<typeof import('./commands/validate.js').validate>)));
 
 program
@@ -154,7 +154,11 @@ program
 program
   .command('demo')
   .description('run the demo teams in-process and play scripted conversations (what `npm start` does)')
-  .action(async (_opts: unknown, cmd: Command) => (await import('./demo/run.js')).runDemo(Boolean(cmd.optsWithGlobals<{ json?: boolean }>().json)));
+  .option('--llm', 'route with an LLM router and add a YAML agent scene (model from OPENAI_API_KEY or OPENAI_BASE_URL; TROUPE_DEMO_MODEL)')
+  .action(async (_opts: unknown, cmd: Command) => {
+    const o = cmd.optsWithGlobals<{ json?: boolean; llm?: boolean }>();
+    await (await import('./demo/run.js')).runDemo(Boolean(o.json), { llm: Boolean(o.llm) });
+  });
 
 program
   .command('gateway')

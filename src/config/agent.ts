@@ -24,7 +24,7 @@ export const LEXICAL_METRICS = ['f1_score', 'bleu', 'rouge', 'meteor'] as const;
 export const METRICS = [...MODEL_JUDGED_METRICS, ...LEXICAL_METRICS] as const;
 export const FILE_INPUT_TYPES = ['image', 'pdf', 'text', 'excel', 'word', 'powerpoint', 'csv'] as const;
 /** Tools Troupe offers the model itself (client routing); an agent's own tools may not take these names. */
-export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff'] as const;
+export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff', 'delegate'] as const;
 export const FUNCTION_FILE_EXTENSIONS = ['.ts', '.mts', '.js', '.mjs', '.py'] as const;
 export const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
 
@@ -194,6 +194,12 @@ export const TestCaseSchema = z.strictObject({
 });
 export type TestCase = z.infer<typeof TestCaseSchema>;
 
+/** What the agent's card declares it may do in a team (absent: allowed); the thread enforces it. */
+export const CapabilitiesSchema = z.strictObject({
+  handoff: z.strictObject({ can_initiate: z.boolean().optional(), can_accept: z.boolean().optional() }).optional(),
+  orchestration: z.strictObject({ can_delegate: z.boolean().optional(), max_parallel: z.int().min(1).max(100).optional() }).optional(),
+});
+
 export const AgentConfigSchema = z.strictObject({
   name: AgentName,
   description: z.string().max(500).optional(),
@@ -204,6 +210,7 @@ export const AgentConfigSchema = z.strictObject({
   test_cases: z.array(TestCaseSchema).optional(),
   max_tool_rounds: z.int().min(1).max(50).optional(),
   tool_timeout_ms: TimeoutMs.optional(),
+  capabilities: CapabilitiesSchema.optional(),
 });
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 

@@ -17,10 +17,11 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
-import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
+import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type AgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
-import { messageText, type Message } from '../protocol/a2a.js';
+import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';
+import type { DelegationResults } from '../protocol/delegation.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
 import { userContent } from './message-content.js';
@@ -151,11 +152,30 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   let turnSeq = 0;
 
+  /** The message that brings a delegation's results back: what was asked, who answered what, what to do now. */
+  function delegationPrompt(results: DelegationResults, answers: string): string {
+    const failed = results.results.filter((r) => !r.success).map((r) => `${r.agentId} (${r.error?.message ?? 'failed'})`);
+    return [
+      `You asked ${results.results.map((r) => r.agentId).join(', ')}${results.input ? ` this: ${results.input}` : ''}.`,
+      `Their answers:\n${answers}`,
+      ...(failed.length ? [`These could not answer: ${failed.join('; ')}.`] : []),
+      'Now write your answer to the user.',
+    ].join('\n\n');
+  }
+
   async function handle(message: Message, ctx: AgentContext): Promise<AgentResult> {
-    const routing: RoutingTools = routingTools({ self: config.name, sender: ctx.sender, peers: ctx.peers, ...(ctx.handoff ? { handoff: ctx.handoff } : {}) });
+    const routing: RoutingTools = routingTools({
+      self: config.name,
+      sender: ctx.sender,
+      peers: ctx.peers,
+      ...(ctx.handoff ? { handoff: ctx.handoff } : {}),
+      ...(ctx.delegation ? { delegationResults: true } : {}),
+      ...(config.capabilities?.handoff?.can_initiate === false ? { noHandoff: true } : {}),
+      ...(config.capabilities?.orchestration?.can_delegate === false ? { noDelegate: true } : {}),
+    });
     const messages: ChatMessage[] = [
       { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
-      { role: 'user', content: userContent(message, ctx.text) },
+      { role: 'user', content: ctx.delegation ? delegationPrompt(ctx.delegation, ctx.text) : userContent(message, ctx.text) },
     ];
     let modelMs = 0;
     let modelCalls = 0;
@@ -223,6 +243,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         ...(choice.reason ? { reason: choice.reason } : {}),
         ...(choice.handoff ? { handoff: choice.handoff } : {}),
         ...(choice.handoffReturn ? { handoffReturn: choice.handoffReturn } : {}),
+        ...(choice.delegate ? { delegate: choice.delegate } : {}),
       });
     } finally {
       ctx.signal.removeEventListener('abort', stopOnAbort);
@@ -236,7 +257,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       id: config.name,
       name: config.name,
       description: config.description ?? `${config.name} (${config.model.provider} ${config.model.name})`,
-      capabilities: { streaming: true },
+      capabilities: { streaming: true, ...cardCapabilities(config) },
       skills: (config.tools ?? []).map((t) => ({ id: t.name, name: t.name, description: t.description, tags: [t.type] })),
     },
     handle,
@@ -259,6 +280,21 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     },
     close: () => toolSet.close(),
   };
+}
+
+/** The handoff and orchestration capabilities an agent.yaml declares, as its card states them. */
+function cardCapabilities(config: AgentConfig): Pick<AgentCapabilities, 'handoff' | 'orchestration'> {
+  const c = config.capabilities;
+  if (!c) return {};
+  const handoff = c.handoff && {
+    ...(c.handoff.can_initiate !== undefined ? { canInitiate: c.handoff.can_initiate } : {}),
+    ...(c.handoff.can_accept !== undefined ? { canAccept: c.handoff.can_accept } : {}),
+  };
+  const orchestration = c.orchestration && {
+    ...(c.orchestration.can_delegate !== undefined ? { canDelegate: c.orchestration.can_delegate } : {}),
+    ...(c.orchestration.max_parallel !== undefined ? { maxParallel: c.orchestration.max_parallel } : {}),
+  };
+  return { ...(handoff ? { handoff } : {}), ...(orchestration ? { orchestration } : {}) };
 }
 
 /** Loads an agent.yaml and builds its agent (throws CONFIG_INVALID with every problem when invalid). */

@@ -7,7 +7,10 @@
  * - `handoff` (target peer, context summary, reason) → `reply(text, { handoff })`; offered when peers
  *   exist and this agent is not itself the target of a handoff (one handoff per thread);
  * - `return_handoff` (status, summary) → `reply(text, { handoffReturn })`; offered to the target of a
- *   handoff, to give control back.
+ *   handoff, to give control back;
+ * - `delegate` (agents, input, strategy) → `reply(text, { delegate })`: the thread asks those peers and
+ *   brings their answers back to this agent, which then answers the user; offered when peers exist,
+ *   outside a handoff, and not on the message that brings a delegation's results back.
  *
  * One decision per answer: a second routing call is refused with a tool error the model can read.
  * Invalid arguments (an unknown agent, the agent itself) are tool errors too, listing the valid choices.
@@ -15,12 +18,15 @@
 import { z } from 'zod';
 import type { HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
 import { describeZodError } from '../protocol/errors.js';
+import { DELEGATION_STRATEGIES, type DelegateDirective } from '../protocol/delegation.js';
+import { LIMITS } from '../protocol/limits.js';
 import { SENDER, USER, type SimplifiedAgentCard } from '../protocol/routing.js';
 import type { ToolDefinition } from './types.js';
 
 export const ROUTE_TOOL = 'route';
 export const HANDOFF_TOOL = 'handoff';
 export const RETURN_HANDOFF_TOOL = 'return_handoff';
+export const DELEGATE_TOOL = 'delegate';
 
 export interface RoutingChoice {
   tool: string;
@@ -28,6 +34,7 @@ export interface RoutingChoice {
   reason?: string;
   handoff?: HandoffDirective;
   handoffReturn?: HandoffReturnInput;
+  delegate?: DelegateDirective;
 }
 
 export interface RoutingSituation {
@@ -38,6 +45,11 @@ export interface RoutingSituation {
   peers: readonly SimplifiedAgentCard[];
   /** Set when this agent is the target of an active handoff. */
   handoff?: HandoffRequest;
+  /** The message brings the results of this agent's delegation back (no second delegation on it). */
+  delegationResults?: boolean;
+  /** The agent's card does not allow it to start handoffs / to delegate: those tools are not offered. */
+  noHandoff?: boolean;
+  noDelegate?: boolean;
 }
 
 export interface RoutingTools {
@@ -70,8 +82,9 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
   let decided: RoutingChoice | undefined;
 
   const offerRoute = peers.length > 0 || situation.sender !== USER;
-  const offerHandoff = peers.length > 0 && !situation.handoff;
+  const offerHandoff = peers.length > 0 && !situation.handoff && situation.noHandoff !== true;
   const offerReturn = situation.handoff !== undefined;
+  const offerDelegate = peers.length > 0 && !situation.handoff && situation.delegationResults !== true && situation.noDelegate !== true;
 
   if (offerRoute) {
     const who = peers.map((p) => `${p.id} (${p.description || p.name})`).join('; ');
@@ -129,6 +142,25 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
     });
   }
 
+  if (offerDelegate) {
+    definitions.push({
+      name: DELEGATE_TOOL,
+      description:
+        'Ask other agents for help: each gets your input, and their answers come back to you in your next message, ' +
+        'so that you can write the answer to the user yourself. Call it at most once, then tell the user briefly what you are doing.',
+      parameters: {
+        type: 'object',
+        properties: {
+          agents: { type: 'array', items: { type: 'string', enum: peerIds }, minItems: 1, maxItems: LIMITS.delegateAgents, description: 'the agents to ask, each once' },
+          input: { type: 'string', description: 'what you ask them' },
+          strategy: { type: 'string', enum: [...DELEGATION_STRATEGIES], description: 'parallel (default): all at once; sequential: one after another; first_success: the first answer wins' },
+        },
+        required: ['agents', 'input'],
+        additionalProperties: false,
+      },
+    });
+  }
+
   const decide = (choice: RoutingChoice): void => {
     if (decided) throw new Error(`you already chose (${decided.tool}${decided.to ? ` to ${decided.to}` : ''}); one routing decision per answer`);
     decided = choice;
@@ -161,6 +193,22 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
         const args = parse(z.object({ status: z.enum(['completed', 'cancelled', 'error']), summary: z.string().min(1).max(2000) }), text);
         decide({ tool: name, handoffReturn: { completionStatus: args.status, resultSummary: args.summary } });
         return `Control goes back to ${situation.handoff!.sourceAgentId} after your answer. Write your last message to the user.`;
+      }
+      if (name === DELEGATE_TOOL && offerDelegate) {
+        const args = parse(
+          z.object({
+            agents: z
+              .array(oneOf(peerIds, 'each agent'))
+              .min(1)
+              .max(LIMITS.delegateAgents)
+              .refine((a) => new Set(a).size === a.length, { message: 'name each agent once' }),
+            input: z.string().min(1).max(LIMITS.delegateInputChars),
+            strategy: z.enum(DELEGATION_STRATEGIES).optional(),
+          }),
+          text,
+        );
+        decide({ tool: name, delegate: { agents: args.agents, input: args.input, ...(args.strategy ? { strategy: args.strategy } : {}) } });
+        return `${args.agents.join(', ')} will be asked after your answer; their answers come back to you. Tell the user briefly what you are doing.`;
       }
       throw new Error(`no routing tool "${name}" is available now`);
     },

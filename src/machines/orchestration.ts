@@ -49,6 +49,9 @@ export interface OrchestrationInput {
   fallbackMessage?: string;
   /** Answer when some agents failed; default `{successMessage} However, {failureMessage}`. */
   partialFailureTemplate?: string;
+  /** Who the calls come from (default `user`; a delegating agent's id for a delegation) and at which hop (default 0). */
+  sender?: string;
+  hop?: number;
 }
 
 export interface AgentFailure {
@@ -68,8 +71,18 @@ export interface AgentCallRecord {
   attempts?: number;
   reply?: Message;
   error?: { code: ErrorCode; message: string };
-  /** The machine's `now` when the call settled. */
+  /** The machine's `now` when the call started and when it settled (its latency is the difference). */
+  startedAt?: number;
   finishedAt?: number;
+}
+
+/** One agent's part in a fan-out, in the aggregated metadata. */
+export interface AgentCallSummary {
+  agentId: string;
+  success: boolean;
+  /** How long its call took (retries included); 0 for a call that never started. */
+  latency_ms: number;
+  error?: { code: ErrorCode; message: string };
 }
 
 export interface OrchestrationMetadata {
@@ -83,11 +96,17 @@ export interface OrchestrationMetadata {
   cancelled: string[];
   /** Agents left out by `maxParallelAgents`. */
   skipped: string[];
+  /** Per agent called, in agent order: success and latency. */
+  results: AgentCallSummary[];
+  /** Per agent called: how long its call took. */
+  latency_ms: Record<string, number>;
 }
 
 export interface OrchestrationOutput {
   message: Message;
   metadata: OrchestrationMetadata;
+  /** The text of each answer that made it into the aggregate, in agent order (what a synthesis reads). */
+  answers: Array<{ agentId: string; text: string }>;
 }
 
 export interface OrchestrationContext {
@@ -105,6 +124,8 @@ export interface OrchestrationContext {
   now: number;
   fallbackMessage?: string;
   partialFailureTemplate?: string;
+  sender: string;
+  hop: number;
   calls: AgentCallRecord[];
   result?: OrchestrationOutput;
 }
@@ -262,8 +283,8 @@ function callInputOf(context: OrchestrationContext, agentId: string): AgentCallI
   return {
     agentId,
     message: context.message,
-    sender: USER,
-    hop: 0,
+    sender: context.sender,
+    hop: context.hop,
     timeoutMs: context.agentTimeoutMs,
     retries: context.retries,
     retryDelayMs: context.retryDelayMs,
@@ -288,6 +309,16 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
     ...(context.partialFailureTemplate !== undefined ? { partialFailureTemplate: context.partialFailureTemplate } : {}),
   });
   const original = context.message;
+  const used = winnerOnly ? results.filter((r) => r.status !== 'failed') : results;
+  const answers = used.flatMap((r) => (r.status === 'succeeded' && r.reply ? [{ agentId: r.agentId, text: messageText(r.reply) }] : []));
+  const summaries: AgentCallSummary[] = context.calls.map((c) => ({
+    agentId: c.agentId,
+    success: c.status === 'succeeded',
+    latency_ms: c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0,
+    ...(c.error ? { error: c.error } : {}),
+  }));
+  const latency: Record<string, number> = Object.create(null) as Record<string, number>;
+  for (const r of summaries) latency[r.agentId] = r.latency_ms;
   return {
     message: {
       kind: 'message',
@@ -305,7 +336,10 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
       failures: failuresOf(results),
       cancelled: agg.cancelled,
       skipped: context.skipped,
+      results: summaries,
+      latency_ms: { ...latency },
     },
+    answers,
   };
 }
 
@@ -331,6 +365,8 @@ export function orchestrationContextOf(input: OrchestrationInput): Orchestration
     now: input.startedAt,
     ...(input.fallbackMessage !== undefined ? { fallbackMessage: input.fallbackMessage } : {}),
     ...(input.partialFailureTemplate !== undefined ? { partialFailureTemplate: input.partialFailureTemplate } : {}),
+    sender: input.sender ?? USER,
+    hop: nonNegativeInt(input.hop, 0),
     calls: agents.map((agentId) => ({ agentId, status: 'queued' })),
   };
 }
@@ -370,7 +406,7 @@ export const orchestrationSetup = setup({
         slots -= 1;
         const { agentId } = call;
         const id = callActorId(agentId);
-        enqueue.assign(({ context: ctx }) => ({ calls: updateCall(ctx.calls, agentId, { status: 'running', actorId: id }) }));
+        enqueue.assign(({ context: ctx }) => ({ calls: updateCall(ctx.calls, agentId, { status: 'running', actorId: id, startedAt: ctx.now }) }));
         enqueue.spawnChild('agentCall', { id, input: callInputOf(context, agentId) });
       }
     }),

@@ -9,6 +9,10 @@ import { SENDER, USER, readRoutingResponse } from '../protocol/routing.js';
 /** What the router knows of each live agent. */
 export interface AgentDirectoryEntry {
   supportsClientRouting: boolean;
+  /** From the card's `capabilities.handoff`; absent = allowed. */
+  handoff?: { canInitiate?: boolean; canAccept?: boolean };
+  /** From the card's `capabilities.orchestration`; absent = may delegate, up to the team's limit. */
+  orchestration?: { canDelegate?: boolean; maxParallel?: number };
 }
 export type AgentDirectory = Record<string, AgentDirectoryEntry>;
 

@@ -15,4 +15,6 @@ export {
   type ThreadInput,
   type ThreadStatusEmitted,
   type Turn,
+  type SynthesisInput,
+  type SynthesisOutput,
 } from './thread/types.js';

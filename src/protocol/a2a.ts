@@ -147,6 +147,10 @@ export const AgentCapabilitiesSchema = z.object({
   pushNotifications: z.boolean().optional(),
   stateTransitionHistory: z.boolean().optional(),
   extensions: z.array(AgentExtensionSchema).optional(),
+  /** Troupe addition: which handoffs the agent takes part in (absent: both allowed). */
+  handoff: z.object({ canInitiate: z.boolean().optional(), canAccept: z.boolean().optional() }).optional(),
+  /** Troupe addition: whether the agent may delegate to other agents, and to how many at once (absent: allowed, the team's limit). */
+  orchestration: z.object({ canDelegate: z.boolean().optional(), maxParallel: z.int().min(1).max(100).optional() }).optional(),
 });
 export type AgentCapabilities = z.infer<typeof AgentCapabilitiesSchema>;
 

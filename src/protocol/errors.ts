@@ -15,6 +15,8 @@ export const ERROR_CODES = {
   EXTENSION_PARSE_ERROR: { jsonRpc: -32602, hint: 'the client-routing metadata does not match its schema' },
   INVALID_MESSAGE: { jsonRpc: -32602, hint: 'send an A2A v0.3 message as JSON' },
   PAYLOAD_TOO_LARGE: { jsonRpc: -32602, hint: 'split the payload or raise the limit' },
+  HANDOFF_NOT_ALLOWED: { jsonRpc: -32603, hint: "an agent's card does not allow this handoff (capabilities.handoff canInitiate / canAccept); pick another target or change the card" },
+  DELEGATION_NOT_ALLOWED: { jsonRpc: -32603, hint: "the agent's card does not allow it to delegate (capabilities.orchestration.canDelegate), or it asked for more agents than its maxParallel or the team allows" },
   HANDOFF_CONFLICT: { jsonRpc: -32603, hint: 'the thread already has an active handoff; finish or cancel it first' },
   TENANT_FORBIDDEN: { jsonRpc: -32001, hint: 'that thread belongs to another tenant' },
   THREAD_NOT_FOUND: { jsonRpc: -32001, hint: 'no thread with that id; list them with `troupe threads`' },

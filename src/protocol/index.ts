@@ -10,3 +10,4 @@ export * from './ids.js';
 export * from './limits.js';
 export * from './metadata.js';
 export * from './inspection.js';
+export * from './delegation.js';

@@ -27,6 +27,10 @@ export const LIMITS = {
   instancesPerAgent: 64,
   /** Peers' simplified cards sent with each agent request. */
   peersPerRequest: 32,
+  /** Agents one delegation may fan out to. */
+  delegateAgents: 10,
+  /** The input an agent gives its delegates. */
+  delegateInputChars: 16 * 1024,
   /** A thread record as stored (the KV value). */
   recordBytes: 900 * 1024,
 } as const;

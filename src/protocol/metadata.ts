@@ -29,6 +29,29 @@ export const META = {
   contextSummary: 'troupe/contextSummary',
   /** Clarification message: why the router asked ({ reason, confidence }). */
   clarify: 'troupe/clarify',
+  /** Agent reply: the agent asks the thread to delegate to other agents ({ agents, strategy?, input? }, DelegateDirective). */
+  delegate: 'troupe/delegate',
+  /** Message to a delegating agent: what its delegates answered (DelegationResults). */
+  delegation: 'troupe/delegation',
+  /** A fan-out's answer of a team that synthesises: `model` (written by the model) or `join` (the model failed). */
+  synthesis: 'troupe/synthesis',
+} as const;
+
+/**
+ * Keys of an aggregated answer's metadata (a fan-out's answer to the user, the results a delegating
+ * agent gets back), next to the `troupe/*` keys: snake_case, as the orchestrator design names them.
+ */
+export const RESULT_META = {
+  /** Agents that answered, in agent order (string[]). */
+  agentsUsed: 'agents_used',
+  /** From the fan-out's start to its last settled call (number, ms). */
+  executionTimeMs: 'execution_time_ms',
+  /** Per agent: how long its call took ({ [agentId]: ms }). */
+  latencyMs: 'latency_ms',
+  /** Per agent, in agent order: { agentId, success, latency_ms, error? }. */
+  results: 'results',
+  /** `completed` or `failed`. */
+  taskState: 'task_state',
 } as const;
 export type MetaKey = (typeof META)[keyof typeof META];
 
@@ -40,6 +63,8 @@ export interface RouteStep {
   reason: string;
   at: number;
   confidence?: number;
+  /** A routing decision that sent the message to no agent: the user was asked to clarify, or the router failed. */
+  outcome?: 'clarify' | 'failure';
 }
 
 /**

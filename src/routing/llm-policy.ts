@@ -9,17 +9,61 @@
  * that a retry cannot fix (400, 401, 403, 404, 422...), the policy throws ROUTER_FAILURE saying what went wrong.
  */
 import { RouterDecisionSchema, TroupeError, describeZodError, type AgentCard, type RouterDecision } from '../protocol/index.js';
+import type { ModelProvider } from '../llm/types.js';
 import { routingText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './scoring.js';
 
+/**
+ * The pieces of the router's prompt. `system` may say `{{catalog}}` (the header and the agents; appended
+ * when it does not); `userTemplate` says `{{history}}` (earlier messages, or nothing) and `{{message}}`.
+ */
+export interface RouterPrompts {
+  system: string;
+  userTemplate: string;
+  catalogHeader: string;
+  /** Each agent's skills (name, description, tags) in the catalog. */
+  includeCapabilities: boolean;
+  /** The skills' example requests in the catalog. */
+  includeExamples: boolean;
+}
+
+export const DEFAULT_ROUTER_PROMPTS: RouterPrompts = {
+  system: [
+    "You are the router of a team of AI agents. Pick the agent that should answer the user's latest message.",
+    '',
+    '{{catalog}}',
+    '',
+    'Answer with one JSON object and nothing else:',
+    '{"agentId": "<id of the best agent>", "confidence": <0..1>, "reasoning": "<one sentence>", "additionalAgents": ["<id>", ...]}',
+    '- agentId must be one of the ids above, exactly as written.',
+    '- confidence: how sure you are that this agent (with the additional ones) is right. Below 0.7 means the',
+    '  message is ambiguous or no agent fits, and the user will be asked to clarify.',
+    '- additionalAgents: only when the message asks several agents for different things; otherwise omit it.',
+  ].join('\n'),
+  userTemplate: '{{history}}Latest user message:\n{{message}}',
+  catalogHeader: 'Agents:',
+  includeCapabilities: true,
+  includeExamples: true,
+};
+
+export const DEFAULT_LLM_ROUTER_MAX_TOKENS = 500;
+export const DEFAULT_LLM_ROUTER_HISTORY = 10;
+
 export interface LlmRouterPolicyOptions {
-  /** Base URL of the API, up to and including the version: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`. */
-  baseUrl: string;
-  model: string;
+  /** Base URL of the API, up to and including the version: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`. Not with `provider`. */
+  baseUrl?: string;
+  /**
+   * A model provider (`createProvider` of an agent.yaml/team.yaml model block: openai, azure_openai,
+   * anthropic) to call instead of `baseUrl`; its model block sets the model, temperature and max tokens.
+   */
+  provider?: ModelProvider;
+  model?: string;
+  /** Prompt pieces; each defaults to DEFAULT_ROUTER_PROMPTS. */
+  prompts?: Partial<RouterPrompts>;
   /** Sent as `Authorization: Bearer <apiKey>` when set. */
   apiKey?: string;
   /** Default 0.3. */
   temperature?: number;
-  /** Default 300. */
+  /** Default 500. */
   maxTokens?: number;
   /** Attempts in all, the first included. Default 3. */
   maxAttempts?: number;
@@ -27,7 +71,7 @@ export interface LlmRouterPolicyOptions {
   timeoutMs?: number;
   /** Pause before a retry, doubled each time. Default 200. */
   retryDelayMs?: number;
-  /** Earlier messages of the thread put in the prompt for context. Default 6. */
+  /** Earlier messages of the thread put in the prompt for context. Default 10. */
   historyMessages?: number;
   /** Extra headers (an OpenRouter referer, an Azure api-key...). */
   headers?: Record<string, string>;
@@ -61,22 +105,31 @@ export class LlmRouterPolicy implements RouterPolicy {
   private readonly timeoutMs: number;
   private readonly retryDelayMs: number;
   private readonly historyMessages: number;
+  private readonly model: string;
+  private readonly prompts: RouterPrompts;
 
   constructor(private readonly options: LlmRouterPolicyOptions) {
-    if (!options.baseUrl) throw new RangeError('LlmRouterPolicy needs a baseUrl');
-    if (!options.model) throw new RangeError('LlmRouterPolicy needs a model');
-    this.endpoint = `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`;
+    if (options.provider) {
+      this.endpoint = options.provider.endpoint;
+      this.model = options.provider.model;
+    } else {
+      if (!options.baseUrl) throw new RangeError('LlmRouterPolicy needs a baseUrl or a provider');
+      if (!options.model) throw new RangeError('LlmRouterPolicy needs a model');
+      this.endpoint = `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`;
+      this.model = options.model;
+    }
+    this.prompts = { ...DEFAULT_ROUTER_PROMPTS, ...options.prompts };
     this.temperature = options.temperature ?? 0.3;
-    this.maxTokens = options.maxTokens ?? 300;
+    this.maxTokens = options.maxTokens ?? DEFAULT_LLM_ROUTER_MAX_TOKENS;
     this.maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? 3));
     this.timeoutMs = options.timeoutMs ?? 15_000;
     this.retryDelayMs = Math.max(0, options.retryDelayMs ?? 200);
-    this.historyMessages = Math.max(0, options.historyMessages ?? 6);
+    this.historyMessages = Math.max(0, options.historyMessages ?? DEFAULT_LLM_ROUTER_HISTORY);
   }
 
   async decide(input: RouterPolicyInput): Promise<RouterDecision> {
     requireAgents(input.agents, this.name);
-    const messages = buildPrompt(input, this.historyMessages);
+    const messages = buildPrompt(input, this.historyMessages, this.prompts);
     const failures: string[] = [];
     for (let attempt = 1; attempt <= this.maxAttempts; attempt++) {
       if (input.signal?.aborted) break;
@@ -102,14 +155,15 @@ export class LlmRouterPolicy implements RouterPolicy {
     const aborted = input.signal?.aborted ? ' (aborted)' : '';
     throw new TroupeError(
       'ROUTER_FAILURE',
-      `LLM router (${this.options.model} at ${this.endpoint}) gave no valid decision after ${failures.length} attempt(s)${aborted}: ${failures.join('; ')}`,
-      { model: this.options.model, endpoint: this.endpoint, attempts: failures.length, failures },
+      `LLM router (${this.model} at ${this.endpoint}) gave no valid decision after ${failures.length} attempt(s)${aborted}: ${failures.join('; ')}`,
+      { model: this.model, endpoint: this.endpoint, attempts: failures.length, failures },
     );
   }
 
   private async attempt(messages: ChatMessage[], input: RouterPolicyInput): Promise<RouterDecision> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     const signal = input.signal ? AbortSignal.any([timeout, input.signal]) : timeout;
+    if (this.options.provider) return parseDecision(await this.viaProvider(this.options.provider, messages, signal, timeout, input), input.agents);
     let response: Response;
     let body: string;
     try {
@@ -122,7 +176,7 @@ export class LlmRouterPolicy implements RouterPolicy {
           ...this.options.headers,
         },
         body: JSON.stringify({
-          model: this.options.model,
+          model: this.model,
           messages,
           temperature: this.temperature,
           max_tokens: this.maxTokens,
@@ -144,44 +198,54 @@ export class LlmRouterPolicy implements RouterPolicy {
     const content = readContent(body);
     return parseDecision(content, input.agents);
   }
+
+  /** One completion through a model provider; its errors become attempt errors (retryable as it says). */
+  private async viaProvider(provider: ModelProvider, messages: ChatMessage[], signal: AbortSignal, timeout: AbortSignal, input: RouterPolicyInput): Promise<string> {
+    try {
+      const completion = await provider.complete({ messages, signal });
+      if (completion.text.trim() === '') throw new AttemptError('the model answered with no text', true);
+      return completion.text;
+    } catch (err) {
+      if (err instanceof AttemptError) throw err;
+      if (timeout.aborted) throw new AttemptError(`no answer within ${this.timeoutMs} ms`, true);
+      if (input.signal?.aborted) throw new AttemptError('aborted by the caller', false);
+      const retryable = (err as { retryable?: unknown }).retryable;
+      throw new AttemptError((err as Error).message, retryable !== false);
+    }
+  }
 }
 
 /** The system and user messages for a routing request. */
-export function buildPrompt(input: RouterPolicyInput, historyMessages = 6): ChatMessage[] {
-  const team = input.agents.map(describeAgent).join('\n\n');
-  const system = [
-    'You are the router of a team of AI agents. Pick the agent that should answer the user\'s latest message.',
-    '',
-    'Agents:',
-    team,
-    '',
-    'Answer with one JSON object and nothing else:',
-    '{"agentId": "<id of the best agent>", "confidence": <0..1>, "reasoning": "<one sentence>", "additionalAgents": ["<id>", ...]}',
-    '- agentId must be one of the ids above, exactly as written.',
-    '- confidence: how sure you are that this agent (with the additional ones) is right. Below 0.7 means the',
-    '  message is ambiguous or no agent fits, and the user will be asked to clarify.',
-    '- additionalAgents: only when the message asks several agents for different things; otherwise omit it.',
-  ].join('\n');
+export function buildPrompt(input: RouterPolicyInput, historyMessages = DEFAULT_LLM_ROUTER_HISTORY, prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS): ChatMessage[] {
+  const team = input.agents.map((card) => describeAgent(card, prompts)).join('\n\n');
+  const catalog = prompts.catalogHeader ? `${prompts.catalogHeader}\n${team}` : team;
+  const system = prompts.system.includes('{{catalog}}') ? fill(prompts.system, { catalog }) : `${prompts.system}\n\n${catalog}`;
   const history = (input.history ?? [])
     .filter((m) => m.messageId !== input.message.messageId)
     .slice(-historyMessages)
     .map((m) => `${m.role}: ${clip(routingText(m), 500)}`);
-  const user = [
-    history.length ? `Earlier in the conversation:\n${history.join('\n')}\n` : '',
-    `Latest user message:\n${clip(routingText(input.message), MAX_PROMPT_TEXT)}`,
-  ].join('');
+  const user = fill(prompts.userTemplate, {
+    history: history.length ? `Earlier in the conversation:\n${history.join('\n')}\n` : '',
+    message: clip(routingText(input.message), MAX_PROMPT_TEXT),
+  });
   return [
     { role: 'system', content: system },
     { role: 'user', content: user },
   ];
 }
 
-function describeAgent(card: AgentCard): string {
+/** `{{name}}` replaced by its value, in one pass (a value that says `{{...}}` stays as it is). */
+function fill(template: string, values: Record<string, string>): string {
+  return template.replace(/\{\{\s*(\w+)\s*\}\}/g, (whole, name: string) => (Object.prototype.hasOwnProperty.call(values, name) ? values[name]! : whole));
+}
+
+function describeAgent(card: AgentCard, prompts: RouterPrompts): string {
   const lines = [`- id: ${card.id}`, `  name: ${card.name}`, `  description: ${card.description}`];
+  if (!prompts.includeCapabilities && !prompts.includeExamples) return lines.join('\n');
   for (const skill of card.skills) {
     const tags = skill.tags.length ? ` [${skill.tags.join(', ')}]` : '';
-    const examples = skill.examples?.length ? ` e.g. ${skill.examples.map((e) => JSON.stringify(e)).join(', ')}` : '';
-    lines.push(`  skill ${skill.name}: ${skill.description}${tags}${examples}`);
+    const examples = prompts.includeExamples && skill.examples?.length ? ` e.g. ${skill.examples.map((e) => JSON.stringify(e)).join(', ')}` : '';
+    lines.push(prompts.includeCapabilities ? `  skill ${skill.name}: ${skill.description}${tags}${examples}` : `  skill ${skill.name}:${examples}`);
   }
   return lines.join('\n');
 }
@@ -202,7 +266,7 @@ function readContent(body: string): string {
   return content;
 }
 
-/** Parses and checks the model's answer. Drops additional agents that are unknown, repeated or the primary. */
+/** Parses and checks the model's answer: every agent known, additional agents distinct from the primary and from each other. */
 export function parseDecision(content: string, agents: readonly AgentCard[]): RouterDecision {
   let json: unknown;
   try {
@@ -217,7 +281,11 @@ export function parseDecision(content: string, agents: readonly AgentCard[]): Ro
   if (!ids.has(decision.agentId)) {
     throw new AttemptError(`agentId "${decision.agentId}" is not one of ${[...ids].join(', ')}`, true, content);
   }
-  const additional = [...new Set(decision.additionalAgents ?? [])].filter((id) => id !== decision.agentId && ids.has(id));
+  const additional = decision.additionalAgents ?? [];
+  const unknown = additional.filter((id) => !ids.has(id));
+  if (unknown.length) throw new AttemptError(`additionalAgents ${unknown.map((id) => `"${id}"`).join(', ')} are not among ${[...ids].join(', ')}`, true, content);
+  if (additional.includes(decision.agentId)) throw new AttemptError(`additionalAgents repeats the primary agent "${decision.agentId}"`, true, content);
+  if (new Set(additional).size !== additional.length) throw new AttemptError('additionalAgents names an agent twice', true, content);
   const result: RouterDecision = { agentId: decision.agentId, confidence: decision.confidence, reasoning: decision.reasoning };
   return additional.length ? { ...result, additionalAgents: additional } : result;
 }

@@ -19,6 +19,7 @@ import {
 import type { ActorInfo } from '../protocol/ctl.js';
 import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
 import type { HandoffAccept, HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
+import type { DelegateDirective, DelegationResults } from '../protocol/delegation.js';
 
 export interface AgentContext {
   readonly tenant: string;
@@ -37,6 +38,8 @@ export interface AgentContext {
   readonly handoff?: HandoffRequest;
   /** Recent messages of the thread, sent along with a handoff. */
   readonly recentMessages?: readonly Message[];
+  /** Set when this message brings back what this agent's delegates answered (after `reply(text, { delegate })`). */
+  readonly delegation?: DelegationResults;
   /** Aborted when the host stops. */
   readonly signal: AbortSignal;
   readonly log: Logger;
@@ -66,6 +69,11 @@ export interface ReplyOptions {
   handoffReturn?: HandoffReturnInput;
   /** As a handoff's target, in the first reply: decline it (absent = accepted). */
   handoffAccept?: HandoffAccept;
+  /**
+   * Ask the thread to call these agents (with `input`, default this reply's text) and bring their answers
+   * back to this agent (`ctx.delegation` of the next message), which then answers the user itself.
+   */
+  delegate?: DelegateDirective;
 }
 
 export type AgentResult = string | ReplySpec | Message | Task;

@@ -14,6 +14,7 @@ import { orchestrationMachine } from '../../src/machines/orchestration.js';
 import type { AgentDirectory } from '../../src/machines/route.js';
 import { routerMachine, type PolicyInput } from '../../src/machines/router.js';
 import { threadMachine, type ThreadConfig, type ThreadStatusEmitted } from '../../src/machines/thread.js';
+import type { SynthesisInput, SynthesisOutput } from '../../src/machines/thread.js';
 import type { CoverageRecorder } from './machine-coverage.js';
 
 export const T0 = 1_700_000_000_000;
@@ -66,6 +67,14 @@ export interface OpenPolicyCall {
   settled: boolean;
 }
 
+export interface OpenSynthesis {
+  kind: 'synthesis';
+  input: SynthesisInput;
+  resolve: (output: SynthesisOutput) => void;
+  reject: (err: unknown) => void;
+  settled: boolean;
+}
+
 export interface RigOptions {
   config?: Partial<ThreadConfig>;
   agents?: AgentDirectory;
@@ -86,7 +95,7 @@ export const TEAM: AgentDirectory = {
 
 export class ThreadRig {
   readonly clock = new ManualClock();
-  readonly io: Array<OpenRequest | OpenPolicyCall> = [];
+  readonly io: Array<OpenRequest | OpenPolicyCall | OpenSynthesis> = [];
   readonly statuses: ThreadStatusEmitted[] = [];
   /** The user messages sent, in order. */
   readonly sent: Message[] = [];
@@ -105,6 +114,12 @@ export class ThreadRig {
           this.io.push({ kind: 'policy', input, resolve, reject, settled: false });
         }),
     );
+    const synthesize = fromPromise<SynthesisOutput, SynthesisInput>(
+      ({ input }) =>
+        new Promise<SynthesisOutput>((resolve, reject) => {
+          this.io.push({ kind: 'synthesis', input, resolve, reject, settled: false });
+        }),
+    );
     // The same agent call for the thread and the fan-out, as a host provides it.
     const agentCall = agentCallMachine.provide({ actors: { request } });
     const machine = threadMachine.provide({
@@ -112,6 +127,7 @@ export class ThreadRig {
         agentCall,
         router: (opts.router ?? routerMachine).provide({ actors: { policy } }),
         orchestration: (opts.orchestration ?? orchestrationMachine).provide({ actors: { agentCall } }),
+        synthesize,
       },
     });
     this.actor = createActor(machine, {
@@ -169,6 +185,19 @@ export class ThreadRig {
     request.settled = true;
     request.reject(err);
     return request;
+  }
+
+  openSyntheses(): OpenSynthesis[] {
+    return this.io.filter((x): x is OpenSynthesis => x.kind === 'synthesis' && !x.settled);
+  }
+
+  /** Settles the oldest synthesis in flight: the model's text, or its failure. */
+  synthesise(outcome: string | Error): void {
+    const call = this.openSyntheses()[0];
+    if (!call) throw new Error('no synthesis in flight');
+    call.settled = true;
+    if (outcome instanceof Error) call.reject(outcome);
+    else call.resolve({ text: outcome });
   }
 
   decide(outcome: RouterDecision | Error): void {

@@ -123,6 +123,6 @@ export class AgentCaller {
   async decide(input: PolicyInput): Promise<RouterDecision> {
     if (!this.opts.policy) throw new TroupeError('ROUTER_FAILURE', 'no router policy configured');
     const agents = this.opts.registry.agents().filter((a) => input.agentIds.includes(a.id));
-    return this.opts.policy.decide({ message: input.message, agents });
+    return this.opts.policy.decide({ message: input.message, agents, ...(input.history ? { history: input.history } : {}) });
   }
 }

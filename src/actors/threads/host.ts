@@ -17,7 +17,7 @@ import type { Logger } from 'pino';
 import { agentCallMachine, type AgentRequestInput } from '../../machines/agent-call.js';
 import { routerMachine, type PolicyInput } from '../../machines/router.js';
 import { orchestrationMachine } from '../../machines/orchestration.js';
-import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
+import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type SynthesisInput, type SynthesisOutput, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
 import type { RouterPolicy } from '../../routing/scoring.js';
 import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import { TroupeError } from '../../protocol/errors.js';
@@ -32,6 +32,7 @@ import { subjects } from '../../transport/subjects.js';
 import type { Transport } from '../../transport/types.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { SanitiserPolicy } from '../../security/sanitiser.js';
+import type { Synthesizer } from '../../llm/synthesis.js';
 import { InspectionPublisher, InspectionSwitch } from '../../observability/inspection.js';
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
@@ -55,6 +56,8 @@ export interface ThreadHostOptions {
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
   sanitiser?: SanitiserPolicy | false;
+  /** Writes one answer from a fan-out's answers (teams with `aggregation: synthesis`); streamed to the owner. */
+  synthesizer?: Synthesizer;
   /** The process's inspection publisher (the node's); default one of its own. */
   inspection?: InspectionPublisher;
   now?: () => number;
@@ -167,7 +170,39 @@ export class ThreadHost {
           actors: { policy: fromPromise<RouterDecision, PolicyInput>(({ input }) => this.caller.decide(input)) },
         }),
         orchestration: orchestrationMachine.provide({ actors: { agentCall } }),
+        ...(opts.synthesizer ? { synthesize: this.synthesizeActor(opts.synthesizer) } : {}),
       },
+    });
+  }
+
+  /** The synthesis child: the model's deltas go to the thread's owner as chunks of the answer to come. */
+  private synthesizeActor(synthesizer: Synthesizer) {
+    return fromPromise<SynthesisOutput, SynthesisInput>(async ({ input, signal }) => {
+      const started = this.now();
+      const stream = (text: string) => {
+        const live = this.threads.get(input.threadId);
+        if (!live || text.length === 0) return;
+        const contextId = live.actor.getSnapshot().context.contextId;
+        const event: TaskArtifactUpdateEvent = {
+          kind: 'artifact-update',
+          taskId: input.threadId,
+          contextId,
+          artifact: { artifactId: `${input.messageId}:synthesis`, parts: [{ kind: 'text', text }], metadata: { [META.agent]: 'troupe' } },
+          append: true,
+          lastChunk: false,
+        };
+        this.publishToOwner(live, event);
+        live.artifacts = appendArtifact(live.artifacts, event);
+        live.changed = true;
+      };
+      try {
+        const text = await synthesizer(input, stream, signal);
+        this.log.debug({ thread: input.threadId, agents: input.answers.map((a) => a.agentId), ms: this.now() - started }, 'synthesised a fan-out');
+        return { text };
+      } catch (err) {
+        this.log.warn({ thread: input.threadId, err: (err as Error).message }, 'synthesis failed; the attributed join stands');
+        throw err;
+      }
     });
   }
 

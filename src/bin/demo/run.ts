@@ -16,7 +16,13 @@ interface Step {
   thread?: string;
 }
 
-const SCENES: Array<{ team: TeamDefinition; intro: string; steps: Step[] }> = [
+interface Scene {
+  team: TeamDefinition;
+  intro: string;
+  steps: Step[];
+}
+
+const SCENES: Scene[] = [
   {
     team: demoTeam,
     intro: 'Team "demo" (triage, researcher, writer): agents name the next recipient with the client-routing extension',
@@ -51,10 +57,43 @@ function text(e: ThreadEvent): string {
   return messageText(e.status.message);
 }
 
-export async function runDemo(json: boolean): Promise<void> {
+/** Where `--llm` takes its model from; the key stays with the SDK client. */
+const LLM_ENV_HELP =
+  'set OPENAI_API_KEY (and optionally TROUPE_DEMO_MODEL, default gpt-4o-mini), or OPENAI_BASE_URL for a local OpenAI-compatible server (Ollama, vLLM, llama.cpp)';
+
+/**
+ * `--llm`: the same scenes, the Q&A team routed by an LLM router (the model of the environment), and a
+ * scene with the YAML support agent (examples/yaml-agents/support) answering with the same provider.
+ */
+async function llmScenes(): Promise<Scene[]> {
+  const { createProvider } = await import('../../llm/providers/index.js');
+  const { LlmRouterPolicy } = await import('../../routing/llm-policy.js');
+  const { loadYamlAgent } = await import('../../sdk/team.js');
+  const { fileURLToPath } = await import('node:url');
+  const model = process.env.TROUPE_DEMO_MODEL?.trim() || 'gpt-4o-mini';
+  const provider = createProvider({ provider: 'openai', name: model, temperature: 0.3, max_tokens: 500 }, { where: 'the demo router (--llm)', timeoutMs: 30_000 });
+  // One model call per attempt: the thread retries up to its max attempts.
+  const policy = new LlmRouterPolicy({ provider, maxAttempts: 1 });
+  const support = await loadYamlAgent(fileURLToPath(new URL('../../../examples/yaml-agents/support/agent.yaml', import.meta.url)));
+  return SCENES.map((scene) =>
+    scene.team === qaTeam ? { ...scene, team: { ...qaTeam, policy }, intro: `Team "qa" (weather, travel, billing): the LLM router (${model}) picks with a confidence` } : scene,
+  ).concat({
+    team: { name: 'yaml', agents: [support], config: { entryAgent: 'support', retries: 0, agentTimeoutMs: 60_000 } },
+    intro: 'Team "yaml": the support agent of examples/yaml-agents/support (agent.yaml: instructions, TS, Python and prompt tools)',
+    steps: [{ title: 'A YAML agent answers with its model and tools', text: 'Where is my order A-1001?' }],
+  });
+}
+
+export async function runDemo(json: boolean, opts: { llm?: boolean } = {}): Promise<void> {
+  if (opts.llm && !process.env.OPENAI_API_KEY?.trim() && !process.env.OPENAI_BASE_URL?.trim()) {
+    process.stderr.write(`${color.red('troupe demo --llm needs a model')}: ${LLM_ENV_HELP}\n`);
+    process.exitCode = 2;
+    return;
+  }
+  const scenes = opts.llm ? await llmScenes() : SCENES;
   const out: unknown[] = [];
   let n = 0;
-  for (const scene of SCENES) {
+  for (const scene of scenes) {
     const mesh = await startEmbedded(scene.team, silentLogger());
     const threads = new Map<string, string>();
     try {

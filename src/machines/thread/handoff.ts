@@ -35,8 +35,15 @@ export function planHandoff(context: ThreadContext): { request: HandoffRequest }
   }
   if (!directive) return undefined;
   const source = turn.lastFrom ?? turn.current;
-  if (!liveAgent(context.agents, directive.targetAgentId)) {
+  const target = liveAgent(context.agents, directive.targetAgentId);
+  if (!target) {
     return { error: { code: 'AGENT_NOT_FOUND', message: `${source} asked to hand off to "${directive.targetAgentId}", which is not a live agent` } };
+  }
+  if (liveAgent(context.agents, source)?.handoff?.canInitiate === false) {
+    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, but its card does not allow it to start handoffs`, details: { source, target: directive.targetAgentId } } };
+  }
+  if (target.handoff?.canAccept === false) {
+    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, whose card does not accept handoffs`, details: { source, target: directive.targetAgentId } } };
   }
   try {
     return { request: handoffRequestFromDirective(directive, { threadId: context.threadId, tenantId: context.tenant, userId: userOf(context.owner), sourceAgentId: source }) };

@@ -15,7 +15,17 @@ import type { OrchestrationOutput } from '../orchestration.js';
 import type { RouteDecision } from '../route.js';
 import type { RouterInput } from '../router.js';
 import { threadSetup } from './routing.js';
-import { DEFAULT_THREAD_CONFIG } from './types.js';
+import { delegationOrchestrationInput } from './delegation.js';
+import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput, type ThreadContext } from './types.js';
+import type { Message } from '../../protocol/a2a.js';
+
+/** The earlier messages the router policy sees: the last N before the turn's message. */
+function routerHistory(context: ThreadContext): Message[] {
+  const n = context.config.routerHistoryMessages ?? DEFAULT_ROUTER_HISTORY_MESSAGES;
+  const current = context.turn?.userMessageId;
+  const earlier = context.history.filter((m) => m.messageId !== current);
+  return n > 0 ? earlier.slice(-n) : [];
+}
 
 export const threadMachine = threadSetup.createMachine({
   id: 'thread',
@@ -76,6 +86,8 @@ export const threadMachine = threadSetup.createMachine({
               threshold: context.config.threshold,
               maxAttempts: context.config.maxAttempts,
               ...(context.config.fallbackAgent ? { fallbackAgent: context.config.fallbackAgent } : {}),
+              ...(context.config.fallbackReasonTemplate ? { fallbackReasonTemplate: context.config.fallbackReasonTemplate } : {}),
+              ...(context.config.usePolicy ? { history: routerHistory(context) } : {}),
             }),
             onDone: [
               {
@@ -172,6 +184,8 @@ export const threadMachine = threadSetup.createMachine({
             { guard: 'isHandoffTargetReply', target: 'updatingHandoff', actions: 'tellHandoffOfReply' },
             { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
             { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
+            { guard: 'hasRefusedDelegation', target: 'answering', actions: 'recordRefusedDelegation' },
+            { guard: 'requestsDelegation', target: 'delegating', actions: ['startDelegation', 'announceRoute'] },
             { target: 'routingReply' },
           ],
         },
@@ -222,9 +236,50 @@ export const threadMachine = threadSetup.createMachine({
                 ...(o.partialFailureTemplate ? { partialFailureTemplate: o.partialFailureTemplate } : {}),
               };
             },
+            onDone: [
+              {
+                guard: { type: 'synthesises', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                target: 'synthesizing',
+                actions: [
+                  { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                  { type: 'startSynthesis', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                ],
+              },
+              {
+                target: 'answering',
+                actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+              },
+            ],
+            onError: { target: 'answering' },
+          },
+        },
+        /** The team's model writes one answer from the fan-out's answers (streamed); the join stands if it fails. */
+        synthesizing: {
+          invoke: {
+            id: 'synthesize',
+            src: 'synthesize',
+            input: ({ context }): SynthesisInput =>
+              context.turn?.synthesis ?? { threadId: context.threadId, messageId: 'none', question: '', answers: [] },
             onDone: {
               target: 'answering',
-              actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+              actions: { type: 'recordSynthesis', params: ({ event }: { event: DoneActorEvent<SynthesisOutput> }) => event.output },
+            },
+            onError: { target: 'answering', actions: 'keepJoin' },
+          },
+        },
+        /** An agent delegated: its delegates are called (orchestration), and their results go back to it. */
+        delegating: {
+          on: {
+            'troupe.tick': { actions: ['setNow', 'tickHandoff', 'tickOrchestration'] },
+            'troupe.restored': { actions: ['setNow', 'tickHandoff', 'rearmOrchestration'] },
+          },
+          invoke: {
+            id: 'orchestration',
+            src: 'orchestration',
+            input: ({ context }) => delegationOrchestrationInput(context),
+            onDone: {
+              target: 'calling',
+              actions: [{ type: 'returnDelegationResults', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output }, 'announceRoute'],
             },
             onError: { target: 'answering' },
           },

@@ -8,10 +8,14 @@ import { USER } from '../../protocol/routing.js';
 import type { RouteDecision } from '../route.js';
 import { withHandoffContext } from './handoff.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage } from './messages.js';
-import { threadWithTurns } from './turn.js';
+import { threadWithDelegation } from './delegation.js';
 import type { ThreadStatusEmitted } from './types.js';
 
-export const threadSetup = threadWithTurns.extend({
+function fillClarify(template: string, values: Record<string, string>): string {
+  return template.replace(/\{\{\s*(candidate|confidence|reasoning)\s*\}\}/g, (_, name: string) => values[name] ?? '');
+}
+
+export const threadSetup = threadWithDelegation.extend({
   guards: {
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
     routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
@@ -70,13 +74,33 @@ export const threadSetup = threadWithTurns.extend({
       }));
       return { turn: { ...turn, route: [...turn.route, ...steps] }, routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT) };
     }),
-    recordRouteError: assign({
-      lastError: ({ context }, decision: RouteDecision) => (decision.to === 'user' && decision.error ? decision.error : context.lastError),
+    recordRouteError: assign(({ context }, decision: RouteDecision) => {
+      const lastError = decision.to === 'user' && decision.error ? decision.error : context.lastError;
+      if (decision.to !== 'user' || decision.error?.code !== 'ROUTER_FAILURE' || !context.turn) return { lastError };
+      // A failed routing decision is a decision too: it goes in the route log.
+      const step: RouteStep = { from: USER, to: USER, hop: 0, reason: decision.reason, at: context.now, outcome: 'failure' };
+      return { lastError, turn: { ...context.turn, route: [...context.turn.route, step] }, routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT) };
     }),
     /** Ends the turn: the user gets the last answer (with any error attached), or the error alone. */
     askToClarify: enqueueActions(({ context, enqueue }, decision: RouteDecision) => {
       const reason = decision.to === 'clarify' ? decision.reason : '';
-      const message = systemMessage(context, `${context.turn?.userMessageId ?? 'thread'}:clarify`, context.config.clarifyText, {
+      const confidence = decision.to === 'clarify' ? decision.confidence : undefined;
+      const text = fillClarify(context.config.clarifyText, {
+        candidate: decision.to === 'clarify' ? (decision.candidate ?? '') : '',
+        confidence: confidence !== undefined ? confidence.toFixed(2) : '',
+        reasoning: reason,
+      });
+      const step: RouteStep = {
+        from: USER,
+        to: USER,
+        hop: 0,
+        reason,
+        at: context.now,
+        outcome: 'clarify',
+        ...(confidence !== undefined ? { confidence } : {}),
+      };
+      enqueue.assign({ routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT) });
+      const message = systemMessage(context, `${context.turn?.userMessageId ?? 'thread'}:clarify`, text, {
         [META.clarify]: { reason, confidence: decision.to === 'clarify' ? decision.confidence : undefined },
         ...(context.turn ? { [META.inReplyTo]: context.turn.userMessageId } : {}),
       });

@@ -3,18 +3,20 @@
  * aggregate), and the turn ends with one final answer to the user — the last answer, or the error.
  */
 import { assign, emit, enqueueActions, sendTo } from 'xstate';
-import type { Message, TaskState } from '../../protocol/a2a.js';
+import { messageText, type Message, type TaskState } from '../../protocol/a2a.js';
 import { META } from '../../protocol/metadata.js';
 import { USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import { agentReplyMessage, prune, systemMessage } from './messages.js';
 import { isResume, threadWithHandoff } from './handoff.js';
-import type { ThreadStatusEmitted } from './types.js';
+import type { SynthesisOutput, ThreadStatusEmitted } from './types.js';
 
 export const threadWithTurns = threadWithHandoff.extend({
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
+    /** Several answers, for a team that synthesises them with its model. */
+    synthesises: ({ context }, output: OrchestrationOutput) => context.config.orchestration.aggregation === 'synthesis' && output.answers.length >= 2,
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
     agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
     agentFailedTask: (_, output: AgentCallOutput) =>
@@ -93,6 +95,43 @@ export const threadWithTurns = threadWithHandoff.extend({
             ? { code: 'WORKFLOW_ERROR' as const, message: `every agent failed: ${failures.map((f) => `${f.agentId} (${f.code})`).join(', ')}` }
             : undefined,
       };
+    }),
+    /** A fan-out with several answers, for a team that synthesises: what the model will read. */
+    startSynthesis: assign(({ context }, output: OrchestrationOutput) => {
+      const turn = context.turn;
+      if (!turn) return {};
+      const question = context.history.find((m) => m.messageId === turn.userMessageId) ?? turn.outgoing;
+      return {
+        turn: {
+          ...turn,
+          synthesis: { threadId: context.threadId, messageId: output.message.messageId, question: messageText(question), answers: output.answers },
+        },
+      };
+    }),
+    /** The model's answer replaces the attributed join (in the turn's answer and the history). */
+    recordSynthesis: assign(({ context }, output: SynthesisOutput) => {
+      const turn = context.turn;
+      const joined = turn?.lastAnswer;
+      if (!turn || !joined || !output.text.trim()) return {};
+      const answer: Message = {
+        ...joined,
+        parts: [{ kind: 'text', text: output.text }, ...joined.parts.filter((p) => p.kind !== 'text')],
+        metadata: { ...joined.metadata, [META.synthesis]: 'model' },
+      };
+      const { synthesis: _s, ...rest } = turn;
+      return {
+        turn: { ...rest, lastAnswer: answer },
+        history: context.history.map((m) => (m.messageId === joined.messageId ? answer : m)),
+      };
+    }),
+    /** The model failed: the attributed join stands, marked as such. */
+    keepJoin: assign(({ context }) => {
+      const turn = context.turn;
+      const joined = turn?.lastAnswer;
+      if (!turn || !joined) return {};
+      const answer: Message = { ...joined, metadata: { ...joined.metadata, [META.synthesis]: 'join' } };
+      const { synthesis: _s, ...rest } = turn;
+      return { turn: { ...rest, lastAnswer: answer }, history: context.history.map((m) => (m.messageId === joined.messageId ? answer : m)) };
     }),
     /** Route steps for the extra agents of a fan-out (the primary was recorded by applyAgentRoute). */
     recordCallError: assign({

@@ -23,12 +23,29 @@ export interface ThreadConfig {
   threshold: number;
   maxAttempts: number;
   fallbackAgent?: string;
+  /** The route reason when the fallback agent answers (`{{attempts}}`, `{{error}}`, `{{agent}}`). */
+  fallbackReasonTemplate?: string;
+  /** What the user is asked when the router is unsure; may say `{{candidate}}`, `{{confidence}}`, `{{reasoning}}`. */
   clarifyText: string;
+  /** Earlier messages of the thread the router policy sees besides the new one (default 10). */
+  routerHistoryMessages?: number;
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /** How a decision naming several agents fans out. */
-  orchestration: { strategy: OrchestrationStrategy; maxParallelAgents: number; fallbackMessage?: string; partialFailureTemplate?: string };
+  orchestration: {
+    strategy: OrchestrationStrategy;
+    maxParallelAgents: number;
+    fallbackMessage?: string;
+    partialFailureTemplate?: string;
+    /**
+     * How several answers become one: `join` (default) attributes each (`**agent**: text`); `synthesis`
+     * has the team's model write one answer from them (streamed), the join when the model fails.
+     */
+    aggregation?: 'join' | 'synthesis';
+  };
 }
+
+export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
 
 export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
   entryAgent: 'triage',
@@ -73,6 +90,33 @@ export interface Turn {
   startedAt: number;
   /** `handoffStart`: the message asks a target to take over; `handoffActive`: the user talks to the target. */
   mode: 'normal' | 'handoffStart' | 'handoffActive';
+  /** An agent's delegation in flight: the orchestration child `orchestration` calls its delegates. */
+  delegation?: TurnDelegation;
+  /** A fan-out's answers being synthesised into one (the child `synthesize`). */
+  synthesis?: SynthesisInput;
+}
+
+/** What the synthesis of several answers reads: the user's question and each agent's answer. */
+export interface SynthesisInput {
+  threadId: string;
+  /** Id of the message the synthesis becomes (the streamed chunks carry it). */
+  messageId: string;
+  question: string;
+  answers: Array<{ agentId: string; text: string }>;
+}
+
+export interface SynthesisOutput {
+  text: string;
+}
+
+export interface TurnDelegation {
+  delegator: string;
+  agents: string[];
+  strategy: OrchestrationStrategy;
+  /** What the delegates get. */
+  input: Message;
+  /** The hop the delegates are called at (the results come back to the delegator one hop later). */
+  hop: number;
 }
 
 /** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
