@@ -154,3 +154,41 @@ describe('embedded mesh with the demo team', () => {
     expect(elsewhere.text).toBe(first.text);
   });
 });
+
+describe('cancel with messages queued behind the turn', () => {
+  it('every message the thread took gets its own final answer: the one in its turn and each queued one', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let calls = 0;
+    const { defineAgent, reply } = await import('../src/sdk/agent.js');
+    const held = defineAgent({
+      card: { id: 'held', name: 'Held', description: 'answers when the test lets it' },
+      handle: async (_m, ctx) => {
+        calls++;
+        await gate;
+        return reply(`done: ${ctx.text}`, { to: 'user' });
+      },
+    });
+    const local = await startEmbedded({ name: 'cancel-queued', agents: [held], config: { entryAgent: 'held' } }, silentLogger());
+    try {
+      const threadId = 't-cancel-queued';
+      const first = local.client.send('first', { threadId, timeoutMs: 10_000 });
+      await waitFor(() => calls === 1, 'the first turn to reach the agent');
+      const second = local.client.send('second', { threadId, timeoutMs: 10_000 });
+      const third = local.client.send('third', { threadId, timeoutMs: 10_000 });
+      await waitFor(() => (local.node.threads.inspect(threadId)?.context as { pending: unknown[] }).pending.length === 2, 'two messages queued');
+      await local.client.cancel(threadId, 'the test cancels');
+      const results = await Promise.all([first, second, third]);
+      for (const r of results) {
+        expect(r.final.status.state).toBe('canceled');
+        expect(r.text).toBe('The task was canceled.');
+      }
+      // Each answer names the message it answers.
+      expect(new Set(results.map((r) => r.final.status.message?.metadata?.['troupe/inReplyTo'])).size).toBe(3);
+      expect(calls).toBe(1);
+    } finally {
+      release();
+      await local.stop();
+    }
+  });
+});

@@ -136,7 +136,8 @@ function generate(rand: () => number, n: number): Case[] {
     // Bad ids.
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody(pick(['tasks/get', 'tasks/cancel', 'tasks/resubscribe']), { id: pick(BAD_IDS) }) }),
     () => ({ kind: 'bad-id', path: '/', headers: v1, body: rpcBody(pick(['GetTask', 'CancelTask', 'SubscribeToTask']), { id: pick(BAD_IDS) }) }),
-    () => ({ kind: 'bad-id', method: pick(['GET', 'POST']), path: `/rest/tasks/${encodeURIComponent(String(pick(BAD_IDS)))}${pick(['', ':cancel', ':subscribe'])}`, headers: v1, body: '{}' }),
+    // (An empty id with no verb is GET /rest/tasks/, the list of the caller's own tasks: not a bad id.)
+    () => ({ kind: 'bad-id', method: pick(['GET', 'POST']), path: `/rest/tasks/${encodeURIComponent(String(pick(BAD_IDS.filter((id) => String(id) !== ''))))}${pick(['', ':cancel', ':subscribe'])}`, headers: v1, body: '{}' }),
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ taskId: pick(BAD_TASK_REFS) }) }) }),
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ messageId: pick(BAD_MESSAGE_IDS) }) }) }),
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ contextId: pick(['a b', 'x'.repeat(300), '\u0001', 42, {}]) }) }) }),
@@ -164,7 +165,9 @@ function generate(rand: () => number, n: number): Case[] {
         ]),
       ),
     }),
-    () => ({ kind: 'bad-params', path: '/', headers: v1, body: rpcBody(pick(METHODS_V1), pick<unknown>([null, [], 'x', { message: { role: 'ROLE_AGENT', parts: [] } }, { message: { messageId: '', parts: [{ text: 'x' }] } }, { pageSize: 10_000 }])) }),
+    () => ({ kind: 'bad-params', path: '/', headers: v1, body: rpcBody(pick(METHODS_V1.filter((m) => m !== 'ListTasks')), pick<unknown>([null, [], 'x', { message: { role: 'ROLE_AGENT', parts: [] } }, { message: { messageId: '', parts: [{ text: 'x' }] } }, { pageSize: 10_000 }])) }),
+    // ListTasks takes only optional fields (unknown ones are ignored): bad values of its own are what it refuses.
+    () => ({ kind: 'bad-params', path: '/', headers: v1, body: rpcBody('ListTasks', pick<unknown>([{ pageSize: 10_000 }, { pageSize: 0 }, { pageSize: -1 }, { pageToken: 'not-a-token' }, { statusTimestampAfter: 'yesterday' }, { status: 'TASK_STATE_NONSENSE' }])) }),
     // Header abuse.
     () => ({ kind: 'content-type', path: '/', headers: { 'content-type': pick(['text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=utf-7', '', 'a'.repeat(2000)]) }, body: rpcBody('tasks/get', { id: 't-1' }) }),
     () => ({ kind: 'version-header', path: '/', headers: { ...json, 'a2a-version': pick(['9.9', 'x', '0.2', '1.0.0.0', '-1', 'a'.repeat(500), '0.3.0', '1.0.0']) }, body: rpcBody(pick(['tasks/get', 'GetTask']), { id: 'no-such-task' }) }),
@@ -205,7 +208,9 @@ async function fire(c: Case): Promise<{ status: number; typed: boolean; detail: 
     const error = (body as { error?: { code?: unknown } } | undefined)?.error;
     typed = typeof error?.code === 'number' && (body as { result?: unknown }).result === undefined;
   } else if (res.status !== 431) {
-    typed = typed && body !== undefined && typeof body === 'object' && body !== null && 'error' in body;
+    // A REST error body: A2A 1.0's `{ error: {…} }`, or A2A 0.3's `{ code, message, data }`.
+    const b = body as { error?: unknown; code?: unknown; message?: unknown } | null | undefined;
+    typed = typed && typeof b === 'object' && b !== null && ('error' in b || (typeof b.code === 'number' && typeof b.message === 'string'));
   }
   return { status: res.status, typed, detail: text.slice(0, 160) };
 }

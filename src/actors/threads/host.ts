@@ -110,6 +110,8 @@ export class ThreadHost {
    * after those is not answered twice; another process (after a crash) starts without it and answers.
    */
   private readonly publishedAnswers = new Set<string>();
+  /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
+  private readonly pendingAnswers = new Map<string, number>();
 
   constructor(private readonly opts: ThreadHostOptions) {
     this.tenant = opts.tenant ?? 'demo';
@@ -269,9 +271,11 @@ export class ThreadHost {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
         // thread after a takeover): wait for the same answer and publish it after this ack.
         const events = await this.waitFor(live, message.messageId);
-        return { duplicate: true, publish: () => this.publishAnswered(live, events) };
+        return { duplicate: true, publish: this.publishOnce(live, message.messageId, events) };
       }
-      if (!this.publishedAnswers.has(answerKey(threadId, message.messageId))) this.answerDuplicate(live, message.messageId);
+      // Answered already: by this process (published, or waiting for its delivery's ack to go out), or not.
+      const key = answerKey(threadId, message.messageId);
+      if (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
@@ -281,7 +285,25 @@ export class ThreadHost {
     live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
     if (!answered) return { duplicate: false };
     const events = await answered;
-    return { duplicate: false, publish: () => this.publishAnswered(live, events) };
+    return { duplicate: false, publish: this.publishOnce(live, message.messageId, events) };
+  }
+
+  /**
+   * The after-ack step of a delivery: publishes the message's answer unless this process already did. From
+   * now until it runs, the answer counts as given, so a redelivery arriving meanwhile (a consumer recreated
+   * on reconnect) neither answers it again nor waits; two deliveries waiting for one turn publish it once.
+   */
+  private publishOnce(live: LiveThread, messageId: string, events: TaskStatusUpdateEvent[]): () => void {
+    const key = answerKey(live.threadId, messageId);
+    this.pendingAnswers.set(key, (this.pendingAnswers.get(key) ?? 0) + 1);
+    return () => {
+      const left = (this.pendingAnswers.get(key) ?? 1) - 1;
+      if (left > 0) this.pendingAnswers.set(key, left);
+      else this.pendingAnswers.delete(key);
+      if (this.publishedAnswers.has(key)) return;
+      this.publishAnswered(live, events);
+      this.rememberPublished(key);
+    };
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */
@@ -298,7 +320,11 @@ export class ThreadHost {
     this.publishToOwner(live, event);
     const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
     if (typeof inReplyTo !== 'string') return;
-    this.publishedAnswers.add(answerKey(live.threadId, inReplyTo));
+    this.rememberPublished(answerKey(live.threadId, inReplyTo));
+  }
+
+  private rememberPublished(key: string): void {
+    this.publishedAnswers.add(key);
     if (this.publishedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.publishedAnswers.delete(this.publishedAnswers.values().next().value as string);
   }
 

@@ -338,7 +338,7 @@ export const threadMachine = threadSetup.createMachine({
       },
     },
     completed: { type: 'final' },
-    canceled: { type: 'final', entry: ['clearTurn', 'announceCanceled'] },
+    canceled: { type: 'final', entry: ['announceCanceled', 'clearTurn'] },
     failed: { type: 'final' },
   },
 });

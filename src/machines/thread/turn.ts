@@ -164,12 +164,21 @@ export const threadWithTurns = threadWithHandoff.extend({
       enqueue.assign({ turn: undefined });
     }),
     announceWorking: emit({ type: 'troupe.thread.status', state: 'working', final: false }),
-    announceCanceled: emit(({ context }): ThreadStatusEmitted => ({
-      type: 'troupe.thread.status',
-      state: 'canceled',
-      final: true,
-      message: systemMessage(context, `${context.threadId}:canceled`, 'The task was canceled.', {}),
-    })),
+    /**
+     * Every message the thread had taken and not answered (the turn's, and those queued behind it) gets its
+     * own final answer, so nothing it accepted ends without one; with none open, one for the thread.
+     */
+    announceCanceled: enqueueActions(({ context, enqueue }) => {
+      const open = [...(context.turn ? [context.turn.userMessageId] : []), ...context.pending.map((m) => m.messageId)];
+      const canceled = (id: string, metadata: Record<string, unknown>): ThreadStatusEmitted => ({
+        type: 'troupe.thread.status',
+        state: 'canceled',
+        final: true,
+        message: systemMessage(context, `${id}:canceled`, 'The task was canceled.', metadata),
+      });
+      if (open.length === 0) enqueue.emit(canceled(context.threadId, {}));
+      for (const id of new Set(open)) enqueue.emit(canceled(id, { [META.inReplyTo]: id }));
+    }),
     clearTurn: assign({ turn: undefined }),
   },
 });
