@@ -23,6 +23,8 @@ const TRACER = 'troupe';
 export const tracing = { on: false };
 
 export interface TracingHandle {
+  /** Exports the spans ended so far now. */
+  flush(): Promise<void>;
   /** Flushes the spans still buffered and stops exporting. */
   shutdown(): Promise<void>;
 }
@@ -56,6 +58,7 @@ export async function startTracing(opts: { serviceName: string; env?: NodeJS.Pro
   trace.setGlobalTracerProvider(provider);
   tracing.on = true;
   return {
+    flush: () => provider.forceFlush(),
     shutdown: async () => {
       tracing.on = false;
       await provider.shutdown().catch(() => undefined);

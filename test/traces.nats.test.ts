@@ -1,0 +1,287 @@
+/**
+ * Traces across processes: a node (`troupe up`) and an agent process (`troupe agent`) export over
+ * OTLP/HTTP (OTEL_EXPORTER_OTLP_ENDPOINT) to a receiver in this test — a plain HTTP server decoding the
+ * exporter's JSON — and this process is the client, tracing too. One conversation turn (user → front →
+ * back → user) is one trace: the client's send is its root, the node's turn its child, each hop under
+ * the turn, each agent call under its hop, each agent's handling (in the other process) under its call.
+ * A failing agent's spans carry its Troupe error code. The answer comes back with the turn's traceparent.
+ * The router's decision is a span with its confidence; a YAML agent's model call is a span under its
+ * handling, with the tokens. Log lines about a traced message carry its traceId.
+ */
+import { createServer, type Server } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTracing, type TracingHandle } from '../src/observability/tracing.js';
+import { HEADERS } from '../src/protocol/headers.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import { AnthropicScriptedServer } from './helpers/model-servers.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
+
+const TENANT = 'demo';
+
+interface OtlpAttribute {
+  key: string;
+  value: { stringValue?: string; intValue?: string | number; doubleValue?: number; boolValue?: boolean };
+}
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes?: OtlpAttribute[];
+  events?: Array<{ name: string; attributes?: OtlpAttribute[] }>;
+  status?: { code?: number; message?: string };
+}
+interface ReceivedSpan extends OtlpSpan {
+  service: string;
+  attrs: Record<string, string | number | boolean | undefined>;
+}
+interface OtlpExport {
+  resourceSpans?: Array<{ resource?: { attributes?: OtlpAttribute[] }; scopeSpans?: Array<{ spans?: OtlpSpan[] }> }>;
+}
+
+const valueOf = (v: OtlpAttribute['value']) => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : undefined) ?? v.doubleValue ?? v.boolValue;
+const attrsOf = (list: OtlpAttribute[] | undefined) => Object.fromEntries((list ?? []).map((a) => [a.key, valueOf(a.value)]));
+
+/** An OTLP/HTTP trace receiver: POST /v1/traces with the JSON encoding, every span kept. */
+class OtlpReceiver {
+  readonly spans: ReceivedSpan[] = [];
+  readonly contentTypes = new Set<string>();
+  private server?: Server;
+  url = '';
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        this.contentTypes.add(String(req.headers['content-type']));
+        if (req.method !== 'POST' || req.url !== '/v1/traces' || !String(req.headers['content-type']).startsWith('application/json')) {
+          res.writeHead(415).end();
+          return;
+        }
+        const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as OtlpExport;
+        for (const rs of body.resourceSpans ?? []) {
+          const service = String(attrsOf(rs.resource?.attributes)['service.name']);
+          for (const ss of rs.scopeSpans ?? []) for (const span of ss.spans ?? []) this.spans.push({ ...span, service, attrs: attrsOf(span.attributes) });
+        }
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as { port: number }).port}`;
+    return this;
+  }
+
+  inTrace(traceId: string): ReceivedSpan[] {
+    return this.spans.filter((s) => s.traceId === traceId);
+  }
+
+  async stop(): Promise<void> {
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()));
+  }
+}
+
+describe('traces of a conversation across the client, a node and an agent process', () => {
+  let nats: NatsServerHandle;
+  const receiver = new OtlpReceiver();
+  const anthropic = new AnthropicScriptedServer();
+  const procs = new ProcessGroup();
+  let node: ManagedProcess;
+  let agents: ManagedProcess;
+  let transport: NatsTransport;
+  let client: TroupeClient;
+  let tracing: TracingHandle | undefined;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    await receiver.start();
+    await anthropic.start();
+    const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url };
+    const natsArgs = ['--nats', nats.url];
+    node = await procs.spawnTroupe(['up', ...natsArgs, '--team', 'test/fixtures/observed-router-team.ts', '--no-agents'], { ...nats.env, ...otel }, { name: 'node' });
+    [agents] = await Promise.all([
+      procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', ...natsArgs], { ...nats.env, ...otel, TROUPE_LOG_LEVEL: 'debug' }, { name: 'agents' }),
+      procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs], {
+        ...nats.env,
+        ...otel,
+        ANTHROPIC_BASE_URL: anthropic.baseURL,
+        ANTHROPIC_API_KEY: 'sk-test-traces',
+      }, { name: 'returner' }),
+    ]);
+    tracing = await startTracing({ serviceName: 'test-client', env: { ...otel } });
+    transport = await NatsTransport.connect({ ...nats.asNode, name: 'traces-test' });
+    client = new TroupeClient(transport, TENANT);
+    await waitUntil(
+      async () => {
+        const reg = (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'registry');
+        const agents = ((reg?.detail?.agents as string[] | undefined) ?? []).map((a) => a.split('×')[0]);
+        return ['front', 'back', 'broken', 'returner'].every((id) => agents.includes(id));
+      },
+      'the registry to list front, back, broken and returner',
+      20_000,
+    );
+  }, 60_000);
+
+  afterAll(async () => {
+    await tracing?.shutdown();
+    await transport?.close().catch(() => undefined);
+    await procs.stopAll();
+    await receiver.stop();
+    await anthropic.stop();
+    await nats?.stop();
+  });
+
+  it('makes one trace of a turn, with the right parent of every span, in every process', async () => {
+    expect(tracing).toBeDefined();
+    // What the node publishes on the thread's output carries the turn's traceparent.
+    const threadId = `t-traced-${Date.now()}`;
+    const outHeaders: Array<Record<string, string>> = [];
+    const sub = transport.subscribe(subjects.threadOut(TENANT, client.principal, threadId), (m) => outHeaders.push(m.headers));
+    await transport.flush();
+    const result = await client.send('where is my parcel?', { to: 'front', threadId, timeoutMs: 15_000 });
+    sub.unsubscribe();
+    expect(result.text).toContain('back: answered');
+    await tracing!.flush();
+
+    const send = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === threadId), 'the client span');
+    // The node and the agent process export on their own schedule: wait for their spans of this trace.
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(send.traceId);
+        const handled = inTrace.filter((s) => s.name === 'troupe.agent.handle').length;
+        const turn = inTrace.find((s) => s.name === 'troupe.turn');
+        return handled >= 2 && turn ? inTrace : undefined;
+      },
+      'the spans of the node and the agent process in the same trace',
+      15_000,
+    );
+    const byName = (name: string) => spans.filter((s) => s.name === name);
+    const one = (name: string) => {
+      const found = byName(name);
+      expect(found, name).toHaveLength(1);
+      return found[0]!;
+    };
+    console.log(
+      'trace',
+      send.traceId,
+      spans.map((s) => `${s.service}:${s.name}${s.attrs['troupe.agent'] ? `(${String(s.attrs['troupe.agent'])})` : ''}`),
+    );
+
+    // Every process contributed, to this one trace.
+    expect(new Set(spans.map((s) => s.service))).toEqual(new Set(['test-client', 'troupe-node', 'troupe-agent']));
+    expect(send.parentSpanId ?? '').toBe('');
+    const turn = one('troupe.turn');
+    expect(turn.service).toBe('troupe-node');
+    expect(turn.parentSpanId).toBe(send.spanId);
+    expect(turn.attrs['troupe.thread']).toBe(threadId);
+    expect(turn.events?.map((e) => e.name)).toContain('troupe.routed');
+
+    // One hop span per step, under the turn; one agent call per hop, under it; the agent's handling
+    // in the agent process under the call.
+    const hops = byName('troupe.hop').sort((a, b) => Number(a.attrs['troupe.hop']) - Number(b.attrs['troupe.hop']));
+    expect(hops.map((h) => [h.attrs['troupe.hop'], h.attrs['troupe.agent']])).toEqual([
+      [0, 'front'],
+      [1, 'back'],
+    ]);
+    for (const hop of hops) {
+      expect(hop.parentSpanId).toBe(turn.spanId);
+      const calls = byName('troupe.agent.call').filter((c) => c.parentSpanId === hop.spanId);
+      expect(calls).toHaveLength(1);
+      const call = calls[0]!;
+      expect(call.attrs['troupe.agent']).toBe(hop.attrs['troupe.agent']);
+      expect(call.attrs['troupe.attempt']).toBe(0);
+      const handled = byName('troupe.agent.handle').filter((h) => h.parentSpanId === call.spanId);
+      expect(handled).toHaveLength(1);
+      expect(handled[0]!.service).toBe('troupe-agent');
+      expect(handled[0]!.attrs['troupe.agent']).toBe(hop.attrs['troupe.agent']);
+    }
+    expect(spans.every((s) => (s.status?.code ?? 0) !== 2)).toBe(true);
+
+    // The final answer went out with the turn's trace context.
+    const finalHeaders = outHeaders.at(-1) ?? {};
+    expect(finalHeaders[HEADERS.traceparent]).toMatch(new RegExp(`^00-${send.traceId}-${turn.spanId}-0[01]$`));
+
+    // Log lines about this message carry its traceId, in the node and in the agent process (JSON: not a TTY).
+    const linesOf = (proc: ManagedProcess) =>
+      proc.stderr
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { msg?: string; traceId?: string; thread?: string });
+    const routed = linesOf(node).filter((l) => l.msg === 'routed' && l.thread === threadId);
+    expect(routed.length).toBeGreaterThanOrEqual(2);
+    expect(routed.every((l) => l.traceId === send.traceId)).toBe(true);
+    const agentLines = linesOf(agents).filter((l) => l.thread === threadId);
+    expect(agentLines.length).toBeGreaterThanOrEqual(2);
+    expect(agentLines.every((l) => l.traceId === send.traceId)).toBe(true);
+  });
+
+  it("makes the router's decision a span under the turn, with its confidence", async () => {
+    const result = await client.send('answer what the front passes on', { timeoutMs: 15_000 });
+    await tracing!.flush();
+    const send = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === result.threadId), 'the client span');
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(send.traceId);
+        return inTrace.some((s) => s.name === 'troupe.route') && inTrace.some((s) => s.name === 'troupe.turn') ? inTrace : undefined;
+      },
+      'the router span',
+      15_000,
+    );
+    const turn = spans.find((s) => s.name === 'troupe.turn')!;
+    const decision = spans.find((s) => s.name === 'troupe.route')!;
+    expect(decision.parentSpanId).toBe(turn.spanId);
+    expect(typeof decision.attrs['troupe.route.confidence']).toBe('number');
+    expect(decision.attrs['troupe.route.agent']).toBe('back');
+    console.log('router decision', decision.attrs);
+  });
+
+  it("traces a YAML agent's model call under its handling, with the tokens", async () => {
+    anthropic.script({ text: 'returner: settled' });
+    const result = await client.send('settle this', { to: 'returner', timeoutMs: 15_000 });
+    expect(result.text).toContain('settled');
+    await tracing!.flush();
+    const send = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === result.threadId), 'the client span');
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(send.traceId);
+        return inTrace.some((s) => s.name === 'troupe.model.call') && inTrace.some((s) => s.name === 'troupe.agent.handle') ? inTrace : undefined;
+      },
+      'the model span',
+      15_000,
+    );
+    const handled = spans.find((s) => s.name === 'troupe.agent.handle')!;
+    const model = spans.find((s) => s.name === 'troupe.model.call')!;
+    expect(handled.attrs['troupe.agent']).toBe('returner');
+    expect(model.parentSpanId).toBe(handled.spanId);
+    expect(model.attrs['gen_ai.request.model']).toBe('returner-model');
+    expect(model.attrs['gen_ai.usage.input_tokens']).toBe(10);
+    expect(model.attrs['gen_ai.usage.output_tokens']).toBe(5);
+  });
+
+  it("records a failing agent's error code on its spans", async () => {
+    const result = await client.send('please break', { to: 'broken', timeoutMs: 15_000 });
+    expect(result.error?.code).toBe('AGENT_ERROR');
+    await tracing!.flush();
+    const send = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === result.threadId), 'the client span');
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(send.traceId);
+        return inTrace.some((s) => s.name === 'troupe.agent.handle') && inTrace.some((s) => s.name === 'troupe.turn') ? inTrace : undefined;
+      },
+      'the spans of the failed turn',
+      15_000,
+    );
+    const handled = spans.find((s) => s.name === 'troupe.agent.handle')!;
+    expect(handled.attrs['troupe.error.code']).toBe('AGENT_ERROR');
+    expect(handled.status?.code).toBe(2);
+    const call = spans.find((s) => s.name === 'troupe.agent.call')!;
+    expect(call.attrs['troupe.error.code']).toBe('AGENT_ERROR');
+    expect(handled.parentSpanId).toBe(call.spanId);
+    expect(send.attrs['troupe.error.code']).toBe('AGENT_ERROR');
+  });
+});
