@@ -141,7 +141,9 @@ describe('traces of a conversation across the client, a node and an agent proces
     // What the node publishes on the thread's output carries the turn's traceparent.
     const threadId = `t-traced-${Date.now()}`;
     const outHeaders: Array<Record<string, string>> = [];
-    const sub = transport.subscribe(subjects.threadOut(TENANT, client.principal, threadId), (m) => outHeaders.push(m.headers));
+    const sub = transport.subscribe(subjects.threadOut(TENANT, client.principal, threadId), (m) => {
+      outHeaders.push(m.headers);
+    });
     await transport.flush();
     const result = await client.send('where is my parcel?', { to: 'front', threadId, timeoutMs: 15_000 });
     sub.unsubscribe();
