@@ -162,7 +162,7 @@ export class TroupeNode {
     await t.flush();
     this.unregisterGauges = registerNodeGauges({
       liveThreads: () => this.threads.liveCount(),
-      passivatedThreads: () => this.threads.list().passivated,
+      passivatedThreads: () => this.threads.passivatedCount(),
       partitionsOwned: () => this.ingress?.owned().length,
       inboundPending: async () => this.ingress?.pending(),
     });

@@ -102,7 +102,7 @@ export class ThreadHost {
   readonly inspection: InspectionPublisher;
   private passivator?: NodeJS.Timeout;
   private unsubscribeRegistry?: () => void;
-  private passivatedCount = 0;
+  private passivatedTotal = 0;
   /**
    * The answers this process published (`<thread>/<message>`, the newest kept). It outlives passivations
    * and releases (a NATS outage longer than the lease ttl releases and reloads threads), so a redelivery
@@ -340,7 +340,7 @@ export class ThreadHost {
 
   /** Live and passivated counts, and one ActorInfo per live thread and its children. */
   list(): { actors: ActorInfo[]; passivated: number } {
-    return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedCount };
+    return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedTotal };
   }
 
   /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
@@ -352,6 +352,11 @@ export class ThreadHost {
 
   liveCount(): number {
     return this.threads.size;
+  }
+
+  /** Threads this host passivated (and has not rehydrated since). */
+  passivatedCount(): number {
+    return this.passivatedTotal;
   }
 
   isLive(threadId: string): boolean {
@@ -499,7 +504,7 @@ export class ThreadHost {
     });
     this.threads.set(threadId, live);
     if (stored) {
-      this.passivatedCount = Math.max(0, this.passivatedCount - 1);
+      this.passivatedTotal = Math.max(0, this.passivatedTotal - 1);
       this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
     }
     live.actor.start();
@@ -669,13 +674,14 @@ export class ThreadHost {
     error?: { code: string; message: string },
     opts: { keepSpan?: boolean } = {},
   ): Span | undefined {
-    const id = messageId !== undefined && live.turns.has(messageId) ? messageId : live.turns.keys().next().value;
-    if (id === undefined) return undefined;
-    const watch = live.turns.get(id)!;
-    live.turns.delete(id);
     const label = outcomeLabel(outcome);
-    const now = this.now();
     metrics.turns.inc({ outcome: label });
+    // A turn this host did not start (resumed after a takeover) is counted, without its durations.
+    const id = messageId ?? live.turns.keys().next().value;
+    const watch = id === undefined ? undefined : live.turns.get(id);
+    if (id === undefined || !watch) return undefined;
+    live.turns.delete(id);
+    const now = this.now();
     metrics.turnSeconds.observe({ outcome: label }, (now - watch.startedAt) / 1000);
     metrics.hopSeconds.observe((now - watch.stepAt) / 1000);
     if (!watch.span) return undefined;
@@ -709,7 +715,7 @@ export class ThreadHost {
     for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
     if (this.threads.get(live.threadId) === live) {
       this.threads.delete(live.threadId);
-      this.passivatedCount++;
+      this.passivatedTotal++;
     }
   }
 }
