@@ -3,15 +3,17 @@
  * agent process (`troupe agent --metrics-port`, the model a local server speaking Anthropic's messages
  * API) on a real nats-server. The metrics are scraped during a conversation and after it: turns by
  * outcome, hops, latencies, agent call errors by agent and code, threads, KV writes, partitions, inbound
- * lag on the node; requests and model tokens on the agents.
+ * lag on the node; requests and model tokens on the agents; A2A turns on a gateway.
  */
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
+import { send, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup } from './helpers/processes.js';
+import { ProcessGroup, runTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -153,5 +155,27 @@ describe('Prometheus metrics of a node and its agents', () => {
     const res = await fetch(`http://127.0.0.1:${ports.node}/nope`);
     expect(res.status).toBe(404);
     expect(await res.text()).toContain('GET /metrics');
+  });
+
+  it('counts the A2A turns a gateway serves (`troupe gateway --metrics-port`)', async () => {
+    const port = await freePort();
+    const gateway = await procs.spawnTroupe(['gateway', '--nats', nats.url, '--port', '0', '--metrics-port', String(port), '--log-level', 'warn'], { TROUPE_NATS_CREDS: nats.credsFile('client') }, {
+      name: 'gateway',
+      ready: /gateway listening on /,
+    });
+    const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
+    const a2a = await v1Client(url);
+    const result = await a2a.sendMessage(send(userText('how are you?', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
+    if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+    expect(textOf(result.status?.message?.parts)).toContain('back: answered');
+    const scraped = await scrape(port);
+    expect(scraped.value('troupe_gateway_turns_total{outcome="input-required"}')).toBe(1);
+    expect(scraped.value('troupe_gateway_turn_duration_seconds_count')).toBe(1);
+  });
+
+  it('refuses a metrics port already in use with exit code 2 and what to do', async () => {
+    const res = await runTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.node)], nats.env);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('pick another --metrics-port');
   });
 });
