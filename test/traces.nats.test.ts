@@ -6,7 +6,8 @@
  * the turn, each agent call under its hop, each agent's handling (in the other process) under its call.
  * A failing agent's spans carry its Troupe error code. The answer comes back with the turn's traceparent.
  * The router's decision is a span with its confidence; a YAML agent's model call is a span under its
- * handling, with the tokens. Log lines about a traced message carry its traceId.
+ * handling, with the tokens. Log lines about a traced message carry its traceId. A request to the A2A
+ * gateway (`troupe gateway`, a process of its own) starts the trace of its turn.
  */
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +16,8 @@ import { HEADERS } from '../src/protocol/headers.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
+import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
+import { send as a2aSend, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
@@ -285,5 +288,34 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(call.attrs['troupe.error.code']).toBe('AGENT_ERROR');
     expect(handled.parentSpanId).toBe(call.spanId);
     expect(send.attrs['troupe.error.code']).toBe('AGENT_ERROR');
+  });
+
+  it('starts the trace at the gateway for an A2A request', async () => {
+    const gateway = await procs.spawnTroupe(
+      ['gateway', '--nats', nats.url, '--port', '0', '--log-level', 'warn'],
+      { TROUPE_NATS_CREDS: nats.credsFile('client'), OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url },
+      { name: 'gateway', ready: /gateway listening on / },
+    );
+    const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
+    const a2a = await v1Client(url);
+    const result = await a2a.sendMessage(a2aSend(userText('hello from A2A', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
+    if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+    expect(textOf(result.status?.message?.parts)).toContain('back: answered');
+    const root = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.attrs['troupe.thread'] === result.id), 'the gateway span', 15_000);
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(root.traceId);
+        return ['troupe.send', 'troupe.turn', 'troupe.agent.handle'].every((n) => inTrace.some((s) => s.name === n)) ? inTrace : undefined;
+      },
+      'the spans of the gateway turn',
+      15_000,
+    );
+    expect(root.service).toBe('troupe-gateway');
+    expect(root.parentSpanId ?? '').toBe('');
+    const sendSpan = spans.find((s) => s.name === 'troupe.send')!;
+    expect(sendSpan.service).toBe('troupe-gateway');
+    expect(sendSpan.parentSpanId).toBe(root.spanId);
+    expect(spans.find((s) => s.name === 'troupe.turn')!.parentSpanId).toBe(sendSpan.spanId);
+    expect(spans.find((s) => s.name === 'troupe.agent.handle')!.attrs['troupe.agent']).toBe('back');
   });
 });

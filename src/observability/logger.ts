@@ -29,6 +29,7 @@ export function createLogger(opts: { level?: string; name?: string; destination?
       level,
       base: opts.name ? { name: opts.name } : {},
       // The active span's ids (an agent handling a traced call, a turn's work); nothing when tracing is off.
+      // A fresh object each time: pino merges the line's own fields into what the mixin returns.
       mixin: () => activeTraceIds() ?? {},
       // Diagnostic output must not leak secrets passed in context.
       redact: { paths: ['*.password', '*.pass', '*.apiKey', '*.token', '*.authorization'], censor: '[redacted]' },
