@@ -23,7 +23,7 @@ export function createLogger(opts: { level?: string; name?: string; destination?
   const destination: pino.DestinationStream =
     (opts.destination as pino.DestinationStream | undefined) ??
     // Synchronous, like pino.destination(2): a crash does not lose the lines before it.
-    (prettyWanted() ? pretty({ destination: 2, sync: true, colorize: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : pino.destination(2));
+    (prettyWanted() ? pretty({ destination: 2, sync: true, translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' }) : pino.destination(2));
   return pino(
     {
       level,
