@@ -123,9 +123,9 @@ describe('traces of a conversation across the client, a node and an agent proces
       async () => {
         const reg = (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'registry');
         const agents = ((reg?.detail?.agents as string[] | undefined) ?? []).map((a) => a.split('×')[0]);
-        return ['front', 'back', 'broken', 'returner'].every((id) => agents.includes(id));
+        return ['front', 'back', 'broken', 'concierge', 'specialist', 'returner'].every((id) => agents.includes(id));
       },
-      'the registry to list front, back, broken and returner',
+      'the registry to list every agent',
       20_000,
     );
   }, 60_000);
@@ -317,5 +317,43 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(sendSpan.parentSpanId).toBe(root.spanId);
     expect(spans.find((s) => s.name === 'troupe.turn')!.parentSpanId).toBe(sendSpan.spanId);
     expect(spans.find((s) => s.name === 'troupe.agent.handle')!.attrs['troupe.agent']).toBe('back');
+  });
+
+  it('follows a handoff: the handoff request, and the next message going straight to the target, each in its turn', async () => {
+    const first = await client.send('my parcel is lost', { to: 'concierge', timeoutMs: 15_000 });
+    expect(first.text).toContain('specialist');
+    const second = await client.send('it was blue', { threadId: first.threadId, timeoutMs: 15_000 });
+    expect(second.text).toContain('specialist: on it');
+    await tracing!.flush();
+    const traceOf = async (threadId: string, nth: number, agents: string[]) => {
+      const sends = await waitUntil(() => {
+        const found = receiver.spans.filter((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === threadId);
+        return found.length > nth ? found : undefined;
+      }, 'the client spans');
+      const root = sends[nth]!;
+      return waitUntil(
+        () => {
+          const inTrace = receiver.inTrace(root.traceId);
+          const handled = inTrace.filter((s) => s.name === 'troupe.agent.handle').map((s) => String(s.attrs['troupe.agent']));
+          return agents.every((a) => handled.includes(a)) && inTrace.some((s) => s.name === 'troupe.turn') ? inTrace : undefined;
+        },
+        `the spans of ${agents.join(', ')}`,
+        15_000,
+      );
+    };
+    const handoff = await traceOf(first.threadId, 0, ['concierge', 'specialist']);
+    const direct = await traceOf(first.threadId, 1, ['specialist']);
+    console.log('handoff trace', handoff.map((s) => `${s.name}${s.attrs['troupe.agent'] ? `(${String(s.attrs['troupe.agent'])})` : ''}`));
+    for (const spans of [handoff, direct]) {
+      const turn = spans.find((s) => s.name === 'troupe.turn')!;
+      const byId = new Map(spans.map((s) => [s.spanId, s]));
+      // Every agent's handling hangs off a call of the node, which hangs (through its hop) off this turn.
+      for (const handled of spans.filter((s) => s.name === 'troupe.agent.handle')) {
+        const call = byId.get(handled.parentSpanId ?? '')!;
+        expect(call.name).toBe('troupe.agent.call');
+        expect(byId.get(call.parentSpanId ?? '')?.parentSpanId).toBe(turn.spanId);
+      }
+    }
+    expect(direct.filter((s) => s.name === 'troupe.agent.handle').map((s) => s.attrs['troupe.agent'])).toEqual(['specialist']);
   });
 });
