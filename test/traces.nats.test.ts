@@ -7,7 +7,8 @@
  * A failing agent's spans carry its Troupe error code. The answer comes back with the turn's traceparent.
  * The router's decision is a span with its confidence; a YAML agent's model call is a span under its
  * handling, with the tokens. Log lines about a traced message carry its traceId. A request to the A2A
- * gateway (`troupe gateway`, a process of its own) starts the trace of its turn.
+ * gateway (`troupe gateway`, a process of its own) starts the trace of its turn. Handoffs and fan-outs
+ * keep every call under its turn.
  */
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -355,5 +356,30 @@ describe('traces of a conversation across the client, a node and an agent proces
       }
     }
     expect(direct.filter((s) => s.name === 'troupe.agent.handle').map((s) => s.attrs['troupe.agent'])).toEqual(['specialist']);
+  });
+
+  it('traces a fan-out: every call of it under the same hop of the turn', async () => {
+    const result = await client.send('a question for everyone', { timeoutMs: 15_000 });
+    expect(result.text).toContain('back: answered');
+    await tracing!.flush();
+    const root = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === result.threadId), 'the client span');
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(root.traceId);
+        return inTrace.filter((s) => s.name === 'troupe.agent.handle').length >= 2 && inTrace.some((s) => s.name === 'troupe.turn') ? inTrace : undefined;
+      },
+      'the spans of the fan-out',
+      15_000,
+    );
+    const turn = spans.find((s) => s.name === 'troupe.turn')!;
+    expect(spans.find((s) => s.name === 'troupe.route')!.attrs['troupe.route.additional']).toBe(1);
+    const calls = spans.filter((s) => s.name === 'troupe.agent.call');
+    expect(calls.map((c) => c.attrs['troupe.agent']).sort()).toEqual(['back', 'specialist']);
+    expect(calls.every((c) => c.attrs['troupe.fan_out'] === true)).toBe(true);
+    expect(new Set(calls.map((c) => c.parentSpanId)).size).toBe(1);
+    const hop = spans.find((s) => s.spanId === calls[0]!.parentSpanId)!;
+    expect(hop.name).toBe('troupe.hop');
+    expect(hop.parentSpanId).toBe(turn.spanId);
+    for (const call of calls) expect(spans.some((s) => s.name === 'troupe.agent.handle' && s.parentSpanId === call.spanId)).toBe(true);
   });
 });
