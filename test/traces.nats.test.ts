@@ -21,7 +21,7 @@ import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { send as a2aSend, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
+import { ProcessGroup, runTroupeJson, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -381,5 +381,18 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(hop.name).toBe('troupe.hop');
     expect(hop.parentSpanId).toBe(turn.spanId);
     for (const call of calls) expect(spans.some((s) => s.name === 'troupe.agent.handle' && s.parentSpanId === call.spanId)).toBe(true);
+  });
+
+  it('starts the trace in `troupe send` and exports it before the command exits', async () => {
+    const out = await runTroupeJson<{ threadId: string; text: string }>(
+      ['send', 'hello from the CLI', '--to', 'back', '--nats', nats.url, '--json'],
+      { TROUPE_NATS_CREDS: nats.credsFile('client'), OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url },
+    );
+    expect(out.text).toContain('back: answered');
+    // The command has exited: its span was flushed on the way out.
+    const root = receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === out.threadId);
+    expect(root?.service).toBe('troupe-cli');
+    const turn = await waitUntil(() => receiver.inTrace(root!.traceId).find((s) => s.name === 'troupe.turn'), 'the node span of the CLI trace', 15_000);
+    expect(turn.parentSpanId).toBe(root!.spanId);
   });
 });
