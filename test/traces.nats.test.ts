@@ -19,7 +19,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { send as a2aSend, textOf, userText, v1Client } from './helpers/a2a.js';
-import { AnthropicScriptedServer } from './helpers/model-servers.js';
+import { AnthropicScriptedServer, OpenAIScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupeJson, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
@@ -94,6 +94,7 @@ describe('traces of a conversation across the client, a node and an agent proces
   let nats: NatsServerHandle;
   const receiver = new OtlpReceiver();
   const anthropic = new AnthropicScriptedServer();
+  const openai = new OpenAIScriptedServer();
   const procs = new ProcessGroup();
   let node: ManagedProcess;
   let agents: ManagedProcess;
@@ -105,6 +106,7 @@ describe('traces of a conversation across the client, a node and an agent proces
     nats = await startNatsServer();
     await receiver.start();
     await anthropic.start();
+    await openai.start();
     const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url };
     const natsArgs = ['--nats', nats.url];
     node = await procs.spawnTroupe(['up', ...natsArgs, '--team', 'test/fixtures/observed-router-team.ts', '--no-agents'], { ...nats.env, ...otel }, { name: 'node' });
@@ -116,6 +118,12 @@ describe('traces of a conversation across the client, a node and an agent proces
         ANTHROPIC_BASE_URL: anthropic.baseURL,
         ANTHROPIC_API_KEY: 'sk-test-traces',
       }, { name: 'returner' }),
+      procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs], {
+        ...nats.env,
+        ...otel,
+        OPENAI_BASE_URL: openai.baseURL,
+        OPENAI_API_KEY: 'sk-test-traces',
+      }, { name: 'concierge' }),
     ]);
     tracing = await startTracing({ serviceName: 'test-client', env: { ...otel } });
     transport = await NatsTransport.connect({ ...nats.asNode, name: 'traces-test' });
@@ -124,7 +132,7 @@ describe('traces of a conversation across the client, a node and an agent proces
       async () => {
         const reg = (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'registry');
         const agents = ((reg?.detail?.agents as string[] | undefined) ?? []).map((a) => a.split('×')[0]);
-        return ['front', 'back', 'broken', 'concierge', 'specialist', 'returner'].every((id) => agents.includes(id));
+        return ['front', 'back', 'broken', 'greeter', 'specialist', 'returner', 'concierge'].every((id) => agents.includes(id));
       },
       'the registry to list every agent',
       20_000,
@@ -137,6 +145,7 @@ describe('traces of a conversation across the client, a node and an agent proces
     await procs.stopAll();
     await receiver.stop();
     await anthropic.stop();
+    await openai.stop();
     await nats?.stop();
   });
 
@@ -321,7 +330,7 @@ describe('traces of a conversation across the client, a node and an agent proces
   });
 
   it('follows a handoff: the handoff request, and the next message going straight to the target, each in its turn', async () => {
-    const first = await client.send('my parcel is lost', { to: 'concierge', timeoutMs: 15_000 });
+    const first = await client.send('my parcel is lost', { to: 'greeter', timeoutMs: 15_000 });
     expect(first.text).toContain('specialist');
     const second = await client.send('it was blue', { threadId: first.threadId, timeoutMs: 15_000 });
     expect(second.text).toContain('specialist: on it');
@@ -342,7 +351,7 @@ describe('traces of a conversation across the client, a node and an agent proces
         15_000,
       );
     };
-    const handoff = await traceOf(first.threadId, 0, ['concierge', 'specialist']);
+    const handoff = await traceOf(first.threadId, 0, ['greeter', 'specialist']);
     const direct = await traceOf(first.threadId, 1, ['specialist']);
     console.log('handoff trace', handoff.map((s) => `${s.name}${s.attrs['troupe.agent'] ? `(${String(s.attrs['troupe.agent'])})` : ''}`));
     for (const spans of [handoff, direct]) {
@@ -381,6 +390,27 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(hop.name).toBe('troupe.hop');
     expect(hop.parentSpanId).toBe(turn.spanId);
     for (const call of calls) expect(spans.some((s) => s.name === 'troupe.agent.handle' && s.parentSpanId === call.spanId)).toBe(true);
+  });
+
+  it("traces a YAML agent's tool calls next to its model calls, a failing tool with its error", async () => {
+    openai.script({ toolCalls: [{ name: 'check_stock', arguments: { item: 'apples' } }] }, { toolCalls: [{ name: 'check_stock', arguments: { item: 'broken' } }] }, { text: 'concierge: checked' });
+    const result = await client.send('are apples in stock?', { to: 'concierge', timeoutMs: 15_000 });
+    expect(result.text).toContain('concierge: checked');
+    await tracing!.flush();
+    const root = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === result.threadId), 'the client span');
+    const spans = await waitUntil(
+      () => {
+        const inTrace = receiver.inTrace(root.traceId);
+        return inTrace.filter((s) => s.name === 'troupe.model.call').length >= 3 && inTrace.filter((s) => s.name === 'troupe.tool.call').length >= 2 ? inTrace : undefined;
+      },
+      'the model and tool spans',
+      15_000,
+    );
+    const handled = spans.find((s) => s.name === 'troupe.agent.handle')!;
+    const tools = spans.filter((s) => s.name === 'troupe.tool.call');
+    expect(tools.every((t) => t.parentSpanId === handled.spanId && t.attrs['troupe.tool'] === 'check_stock')).toBe(true);
+    expect(tools.filter((t) => t.status?.code === 2)).toHaveLength(1);
+    expect(spans.filter((s) => s.name === 'troupe.model.call').every((m) => m.parentSpanId === handled.spanId)).toBe(true);
   });
 
   it('starts the trace in `troupe send` and exports it before the command exits', async () => {
