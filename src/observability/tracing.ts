@@ -69,6 +69,15 @@ export async function startTracing(opts: { serviceName: string; env?: NodeJS.Pro
   };
 }
 
+/**
+ * For a process that registers its own OpenTelemetry SDK (tracer provider, context manager, W3C
+ * propagator) instead of calling `startTracing`: Troupe then makes its spans with that SDK. Without
+ * this (or `startTracing`) Troupe makes none, whatever is registered.
+ */
+export function useGlobalTracing(on = true): void {
+  tracing.on = on;
+}
+
 /** The context a message's headers carry (its `traceparent`), or the active one without. Only when on. */
 export function contextFromHeaders(headers: Record<string, string>): Context {
   return propagation.extract(context.active(), headers);
