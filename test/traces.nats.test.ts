@@ -327,6 +327,28 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(sendSpan.parentSpanId).toBe(root.spanId);
     expect(spans.find((s) => s.name === 'troupe.turn')!.parentSpanId).toBe(sendSpan.spanId);
     expect(spans.find((s) => s.name === 'troupe.agent.handle')!.attrs['troupe.agent']).toBe('back');
+
+    // An A2A client that traces: its `traceparent` header makes the gateway's turn part of its trace.
+    const callerTrace = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
+    const callerSpan = '1122334455667788';
+    const res = await fetch(`${url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', traceparent: `00-${callerTrace}-${callerSpan}-01` },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'message/send',
+        params: { message: { kind: 'message', role: 'user', messageId: `m-${Date.now()}`, parts: [{ kind: 'text', text: 'traced caller' }], metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } } },
+      }),
+    });
+    expect(res.status).toBe(200);
+    const continued = await waitUntil(
+      () => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.traceId === callerTrace),
+      "the gateway span in the caller's trace",
+      15_000,
+    );
+    expect(continued.parentSpanId).toBe(callerSpan);
+    await waitUntil(() => receiver.inTrace(callerTrace).find((s) => s.name === 'troupe.agent.handle'), "the agent's span in the caller's trace", 15_000);
   });
 
   it('follows a handoff: the handoff request, and the next message going straight to the target, each in its turn', async () => {

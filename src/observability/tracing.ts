@@ -106,6 +106,11 @@ export function withSpan<T>(span: Span, fn: () => T): T {
   return context.with(trace.setSpan(context.active(), span), fn);
 }
 
+/** Runs `fn` in `ctx` (e.g. the context a request's headers carry). */
+export function runInContext<T>(ctx: Context, fn: () => T): T {
+  return context.with(ctx, fn);
+}
+
 /** Ends a span, as an error with its Troupe code when one is given. */
 export function endSpan(span: Span, error?: { code: string; message: string }): void {
   if (error) markError(span, error);
