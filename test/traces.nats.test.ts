@@ -14,7 +14,8 @@ import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTracing, type TracingHandle } from '../src/observability/tracing.js';
 import { HEADERS } from '../src/protocol/headers.js';
-import { TroupeClient } from '../src/sdk/client.js';
+import { TroupeClient, userMessage } from '../src/sdk/client.js';
+import { encodeJson } from '../src/protocol/codec.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
@@ -446,5 +447,25 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(root?.service).toBe('troupe-cli');
     const turn = await waitUntil(() => receiver.inTrace(root!.traceId).find((s) => s.name === 'troupe.turn'), 'the node span of the CLI trace', 15_000);
     expect(turn.parentSpanId).toBe(root!.spanId);
+  });
+
+  it('answers a message whose traceparent is garbage, in a trace of its own', async () => {
+    const threadId = `t-garbage-${Date.now()}`;
+    const message = userMessage('garbage trace', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } });
+    const finals: string[] = [];
+    const sub = transport.subscribe(subjects.threadOut(TENANT, client.principal, threadId), (m) => {
+      const event = JSON.parse(new TextDecoder().decode(m.data)) as { final?: boolean; status?: { message?: { parts?: Array<{ text?: string }> } } };
+      if (event.final) finals.push(event.status?.message?.parts?.[0]?.text ?? '');
+    });
+    await transport.flush();
+    await transport.request(subjects.threadIn(TENANT, client.principal, threadId), encodeJson(message), {
+      timeoutMs: 5_000,
+      headers: { [HEADERS.msgId]: `${threadId}/${message.messageId}`, [HEADERS.traceparent]: '00-not-a-trace-at-all-zz' },
+    });
+    await waitUntil(() => finals[0], 'the answer', 15_000);
+    sub.unsubscribe();
+    expect(finals[0]).toContain('back: answered');
+    const turn = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.turn' && s.attrs['troupe.thread'] === threadId), 'the turn span', 15_000);
+    expect(turn.parentSpanId ?? '').toBe('');
   });
 });
