@@ -15,7 +15,9 @@
  *      NATS primitives, memory per live and passivated thread, and rehydrate latency, in a third part;
  *   6. agents from agent.yaml (bench/yaml-agent.ts): a YAML agent's turn, model time excluded, against a
  *      hand-written agent answering the same text (`summary.yamlAgentTurnVsHandwritten`);
- *   7. inspection (bench/inspection.ts): the agent hop and the durable turn with inspection off, on and off again.
+ *   7. inspection (bench/inspection.ts): the agent hop and the durable turn with inspection off, on and off again;
+ *   8. tracing (bench/tracing.ts): the same two with tracing off, on (OTLP/HTTP to a local sink) and off again
+ *      (`summary.tracingOnHopVsOff`, `tracingOnTurnVsOff`, `tracingOffHopVsBaseline`, `tracingOffTurnVsBaseline`).
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
  * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
@@ -71,6 +73,8 @@ import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
 import { renderTakeoverReport, runTakeoverBench, type TakeoverResults } from './takeover.js';
 import { controlInspection } from '../src/studio/stream.js';
+import { renderTracingReport, runTracingBench, type TracingResults } from './tracing.js';
+import { startTracing } from '../src/observability/tracing.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 // ---------------------------------------------------------------------------------------------------
@@ -558,6 +562,21 @@ async function main(): Promise<void> {
       records: () => inspectionRecords,
     });
 
+    // ---- tracing: the same two with tracing off (no provider), on (every span exported over OTLP/HTTP), off again ----
+    process.stderr.write('tracing:\n');
+    const tracing: TracingResults = await runTracingBench({
+      measure: (name, op) => runScenario({ key: 'fullTurn', name, description: '', op, n: TURN_N, warmupN: TURN_WARMUP_N }),
+      scenarios: (['agentHop', 'fullTurn'] as const).map((key) => {
+        const s = scenarios.find((x) => x.key === key)!;
+        return { key, name: s.name, op: s.op, baselinePerSecond: results.find((r) => r.key === key)!.concurrent.perSecond };
+      }),
+      start: async (endpoint) => {
+        const handle = await startTracing({ serviceName: 'troupe-bench', env: { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint } });
+        if (!handle) throw new Error('tracing did not start');
+        return handle;
+      },
+    });
+
     const patterns = await runPatternBench({ url: server.url, asNode: server.asNode, timeoutMs: TIMEOUT_MS, log: (s) => process.stderr.write(s) });
     const yamlAgent = await runYamlAgentBench({
       asNode: server.asNode,
@@ -638,11 +657,18 @@ async function main(): Promise<void> {
       yamlAgent,
       inspection,
       takeover,
-      summary: summarizeRun({ results, patterns, durability, yamlAgent, inspection, takeover }),
+      tracing,
+      summary: {
+        ...summarizeRun({ results, patterns, durability, yamlAgent, inspection, takeover }),
+        tracingOnHopVsOff: tracing.onVsOff.agentHop,
+        tracingOnTurnVsOff: tracing.onVsOff.fullTurn,
+        tracingOffHopVsBaseline: tracing.offVsBaseline.agentHop,
+        tracingOffTurnVsBaseline: tracing.offVsBaseline.fullTurn,
+      },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(
-      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n\n${'failed' in takeover ? `takeover: ${takeover.failed}` : renderTakeoverReport(takeover)}\n`,
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n\n${renderTracingReport(tracing)}\n\n${'failed' in takeover ? `takeover: ${takeover.failed}` : renderTakeoverReport(takeover)}\n`,
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
@@ -651,6 +677,7 @@ async function main(): Promise<void> {
       yamlAgent.handwritten.errors +
       yamlAgent.yaml.errors +
       inspection.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
+      tracing.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
       ('failed' in takeover ? 1 : 0);
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {

@@ -17,6 +17,9 @@ export { MemoryThreadStore } from './store/memory.js';
 export type { ThreadStore } from './store/types.js';
 export { startGateway } from './gateway/index.js';
 export { createLogger } from './observability/logger.js';
+// Traces (OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set) and Prometheus metrics of an embedding process.
+export { startTracing, useGlobalTracing, type TracingHandle } from './observability/tracing.js';
+export { serveMetrics, type MetricsServer } from './observability/metrics.js';
 
 // Router policies.
 export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';

@@ -39,6 +39,8 @@ import { redact } from '../observability/redact.js';
 import { META } from '../protocol/metadata.js';
 import { InspectionPublisher, InspectionSwitch, type InspectObserver } from '../observability/inspection.js';
 import { readHello } from '../observability/inspection-control.js';
+import { metrics, outcomeLabel } from '../observability/metrics.js';
+import { SpanKind, contextFromHeaders, endSpan, startSpan, tracing, withSpan, type Span } from '../observability/tracing.js';
 
 export interface AgentHostOptions {
   transport: Transport;
@@ -212,7 +214,7 @@ export class AgentHost {
         return;
       }
     }
-    const work = this.handle(msg).then((data) => this.fitReply(data));
+    const work = this.observed(msg).then((data) => this.fitReply(data));
     if (key) {
       this.replies.set(key, work);
       if (this.replies.size > this.cacheSize) this.replies.delete(this.replies.keys().next().value as string);
@@ -239,8 +241,31 @@ export class AgentHost {
     return encodeJson(error.toReply());
   }
 
-  /** Produces the encoded reply; never throws. */
-  private async handle(msg: InboundMessage): Promise<Uint8Array> {
+  /** `handle`, measured (troupe_agent_requests_total, ..._duration_seconds) and traced when tracing is on. */
+  private async observed(msg: InboundMessage): Promise<Uint8Array> {
+    const started = performance.now();
+    const outcome: { error?: TroupeError } = {};
+    let span: Span | undefined;
+    let data: Uint8Array;
+    if (tracing.on) {
+      span = startSpan('troupe.agent.handle', {
+        parent: contextFromHeaders(msg.headers),
+        kind: SpanKind.SERVER,
+        attributes: { 'troupe.agent': this.agentId, 'troupe.instance': this.instanceId, 'troupe.thread': msg.headers[HEADERS.threadId] ?? '', 'troupe.hop': Number(msg.headers[HEADERS.hop] ?? 0) },
+      });
+      const active = span;
+      data = await withSpan(active, () => this.handle(msg, outcome));
+      endSpan(span, outcome.error);
+    } else {
+      data = await this.handle(msg, outcome);
+    }
+    metrics.agentRequests.inc({ agent: this.agentId, outcome: outcome.error ? outcomeLabel(outcome.error.code) : 'ok' });
+    metrics.agentRequestSeconds.observe({ agent: this.agentId }, (performance.now() - started) / 1000);
+    return data;
+  }
+
+  /** Produces the encoded reply; never throws. The error it answers with, if any, goes in `outcome`. */
+  private async handle(msg: InboundMessage, outcome: { error?: TroupeError }): Promise<Uint8Array> {
     const threadId = msg.headers[HEADERS.threadId] ?? '';
     const log = this.log.child({ thread: threadId || undefined });
     let message: Message;
@@ -249,6 +274,7 @@ export class AgentHost {
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
       log.warn({ code: error.code }, error.message);
+      outcome.error = error;
       return encodeJson(error.toReply());
     }
     const rawRouting = message.metadata?.[CLIENT_ROUTING_URI];
@@ -264,6 +290,7 @@ export class AgentHost {
           `client-routing metadata on message ${message.messageId} is invalid: ${describeZodError(parsed.error)}`,
         );
         log.warn({ code: error.code }, error.message);
+        outcome.error = error;
         return encodeJson(error.toReply());
       }
       routing = parsed.data;
@@ -318,6 +345,7 @@ export class AgentHost {
       if (inspected) this.inspectedCalls--;
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       log.error({ err, code: error.code }, 'handler failed');
+      outcome.error = error;
       return encodeJson(error.toReply());
     }
   }

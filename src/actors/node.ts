@@ -48,6 +48,8 @@ import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
 import { answerInspectionControl, helloInspection } from '../observability/inspection-control.js';
+import { registerNodeGauges } from '../observability/metrics.js';
+import { contextFromHeaders, tracing } from '../observability/tracing.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
 import { listDeadLetters } from './dead-letters.js';
@@ -89,6 +91,7 @@ export class TroupeNode {
   private ingress?: JetStreamIngress;
   private readonly partitions: number;
   private resumeBatch?: { partitions: Set<number>; done: Promise<void> };
+  private unregisterGauges?: () => void;
 
   constructor(private readonly opts: NodeOptions) {
     this.transport = opts.transport;
@@ -164,11 +167,18 @@ export class TroupeNode {
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspection'), (m) => answerInspectionControl(m, { publisher: this.inspection, transport: t, tenant: this.tenant, node: this.nodeId })));
     if (this.inspection.switch.all) helloInspection(t, this.tenant, true);
     await t.flush();
+    this.unregisterGauges = registerNodeGauges({
+      liveThreads: () => this.threads.liveCount(),
+      passivatedThreads: () => this.threads.passivatedCount(),
+      partitionsOwned: () => this.ingress?.owned().length,
+      inboundPending: async () => this.ingress?.pending(),
+    });
     this.log.info({ transport: t.name }, 'node started');
     return this;
   }
 
   async stop(): Promise<void> {
+    this.unregisterGauges?.();
     await this.ingress?.stop();
     await Promise.all(this.subs.map((s) => s.drain().catch(() => undefined)));
     this.subs = [];
@@ -255,7 +265,11 @@ export class TroupeNode {
       messageId = message.messageId;
       // Acked once the turn is answered and committed (a crash mid-turn replays the message elsewhere);
       // the answer is published once the ack is confirmed (a crash in between never sends it twice).
-      const { publish } = await this.threads.deliver(threadId, message, owner, { seq: msg.seq, until: 'answered' });
+      const { publish } = await this.threads.deliver(threadId, message, owner, {
+        seq: msg.seq,
+        until: 'answered',
+        ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
+      });
       return publish;
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
@@ -309,7 +323,7 @@ export class TroupeNode {
       const owner = this.ownerOf(principal, msg.headers);
       if (owner instanceof TroupeError) throw owner;
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
-      const { duplicate } = await this.threads.deliver(threadId, message, owner);
+      const { duplicate } = await this.threads.deliver(threadId, message, owner, tracing.on ? { trace: contextFromHeaders(msg.headers) } : {});
       const ack: ThreadAck = { kind: 'ack', threadId, messageId: message.messageId, ...(duplicate ? { duplicate } : {}) };
       msg.respond(encodeJson(ack));
     } catch (err) {

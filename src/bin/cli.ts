@@ -103,3 +103,32 @@ export function int(min: number, max = Number.MAX_SAFE_INTEGER): (value: string)
     return n;
   };
 }
+
+/**
+ * Metrics and traces of a long-running command: the OpenTelemetry SDK when OTEL_EXPORTER_OTLP_ENDPOINT is
+ * set (before any work, so every span is exported), and Prometheus metrics on `--metrics-port`. The
+ * returned function flushes the spans and closes the metrics port (for onShutdown, last).
+ */
+export async function startObservability(
+  opts: { metricsPort?: number; metricsHost?: string },
+  serviceName: string,
+  logger: { info: (obj: object, msg: string) => void },
+): Promise<() => Promise<void>> {
+  const { startTracing } = await import('../observability/tracing.js');
+  const tracing = await startTracing({ serviceName });
+  if (tracing) logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, 'exporting traces over OTLP/HTTP');
+  let metrics: { url: string; close(): Promise<void> } | undefined;
+  if (opts.metricsPort !== undefined) {
+    const { serveMetrics } = await import('../observability/metrics.js');
+    try {
+      metrics = await serveMetrics(opts.metricsPort, opts.metricsHost ?? '127.0.0.1');
+    } catch (err) {
+      throw new UsageError(`cannot serve metrics on ${opts.metricsHost ?? '127.0.0.1'}:${opts.metricsPort} (${(err as Error).message}): pick another --metrics-port`);
+    }
+    process.stderr.write(`${color.dim(`metrics: ${metrics.url}`)}\n`);
+  }
+  return async () => {
+    await metrics?.close();
+    await tracing?.shutdown();
+  };
+}

@@ -12,6 +12,8 @@ import { META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, 
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
 import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
 import type { MeshTaskStore } from './task-store.js';
+import { metrics, outcomeLabel } from '../observability/metrics.js';
+import { SpanKind, endSpan, startSpan, tracing, withSpan, type Span } from '../observability/tracing.js';
 
 /** Metadata keys every final answer carries (the names the `ranch` runtime uses). */
 export const RESULT_META = {
@@ -60,15 +62,24 @@ export class MeshExecutor implements AgentExecutor {
       if (turnOpen) this.opts.store.endTurn(rc.context, taskId);
       turnOpen = false;
     };
+    // The gateway request starts the trace: the client's send and everything on the mesh are its children.
+    const span: Span | undefined = tracing.on
+      ? startSpan('troupe.gateway.turn', { kind: SpanKind.SERVER, attributes: { 'troupe.tenant': caller.tenant, 'troupe.thread': taskId, 'troupe.message': userMessage.messageId } })
+      : undefined;
+    let outcome = 'error';
+    let failure: TroupeError | undefined;
     try {
       bus.publish(AgentEvent.task(task));
       bus.publish(AgentEvent.statusUpdate({ taskId, contextId, status: status(SdkTaskState.TASK_STATE_WORKING), metadata: undefined }));
-      const result = await caller.client.send(userMessage, {
-        threadId: taskId,
-        ...caller.as,
-        timeoutMs: this.opts.turnTimeoutMs,
-        onEvent: (event) => this.relay(event, bus, taskId, contextId),
-      });
+      const send = () =>
+        caller.client.send(userMessage, {
+          threadId: taskId,
+          ...caller.as,
+          timeoutMs: this.opts.turnTimeoutMs,
+          onEvent: (event) => this.relay(event, bus, taskId, contextId),
+        });
+      const result = await (span ? withSpan(span, send) : send());
+      outcome = result.error ? result.error.code : result.final.status.state;
       const meta = {
         [RESULT_META.agentsUsed]: agentsUsed(result.final, result.route),
         [RESULT_META.executionTimeMs]: Math.max(0, this.now() - started),
@@ -78,6 +89,8 @@ export class MeshExecutor implements AgentExecutor {
       bus.publish(AgentEvent.statusUpdate(finalUpdate(result.final, meta)));
     } catch (err) {
       const error = TroupeError.from(err, 'WORKFLOW_ERROR');
+      outcome = error.code;
+      failure = error;
       log.warn({ code: error.code }, `turn ended with an error: ${error.message}`);
       endTurn();
       const state = REFUSALS.has(error.code) ? SdkTaskState.TASK_STATE_REJECTED : SdkTaskState.TASK_STATE_FAILED;
@@ -100,6 +113,9 @@ export class MeshExecutor implements AgentExecutor {
     } finally {
       endTurn();
       this.running.delete(bus);
+      metrics.gatewayTurns.inc({ outcome: outcomeLabel(outcome) });
+      metrics.gatewayTurnSeconds.observe(Math.max(0, this.now() - started) / 1000);
+      if (span) endSpan(span, failure);
     }
   };
 

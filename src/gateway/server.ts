@@ -20,6 +20,7 @@ import { DefaultRequestHandler, InMemoryPushNotificationStore } from '@a2a-js/sd
 import { agentCardHandler, jsonRpcHandler, restHandler } from '@a2a-js/sdk/server/express';
 import type { TroupeClient } from '../sdk/client.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
+import { contextFromHeaders, runInContext, tracing } from '../observability/tracing.js';
 import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, LIMITS, exceedsDepth } from '../protocol/index.js';
 import { GatewayCaller } from './caller.js';
 import { AGENT_CARD_PATHS, REST_PATH, gatewayCard, type GatewayCardOptions } from './card.js';
@@ -132,6 +133,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     next();
   });
   app.use(readBody(maxBodyBytes));
+  // An A2A client that traces sends `traceparent`: the turn it asks for continues that trace.
+  app.use((req: Request, _res: Response, next: NextFunction) => {
+    const traceparent = req.headers.traceparent;
+    if (!tracing.on || typeof traceparent !== 'string') return next();
+    runInContext(contextFromHeaders({ traceparent }), next);
+  });
   const userBuilder = async (req: Request) => req.res!.locals.caller as GatewayCaller;
   app.use(REST_PATH, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
   app.all('/', (req: Request, res: Response, next: NextFunction) => {

@@ -29,6 +29,8 @@ import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
 import type { ChatMessage, Completion, ModelProvider } from './types.js';
+import { metrics } from '../observability/metrics.js';
+import { SpanKind, activeContext, endSpan, startSpan, tracing } from '../observability/tracing.js';
 
 export interface LlmAgentOptions {
   env?: NodeJS.ProcessEnv;
@@ -180,32 +182,65 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     let modelMs = 0;
     let modelCalls = 0;
     const turnId = String(++turnSeq);
+    // Model and tool spans are children of the agent's span for this request (the host's active one).
+    const traceParent = tracing.on ? activeContext() : undefined;
     turns.set(turnId, {
       callModel: async (input, signal) => {
         const started = performance.now();
         modelCalls++;
+        const span = traceParent
+          ? startSpan('troupe.model.call', { parent: traceParent, kind: SpanKind.CLIENT, attributes: { 'gen_ai.system': model.provider, 'gen_ai.request.model': model.name, 'troupe.agent': config.name } })
+          : undefined;
         try {
-          return await provider.complete({ messages: input.messages, tools: input.tools, signal: AbortSignal.any([signal, ctx.signal]), onDelta: (text) => ctx.stream(text) });
+          const completion = await provider.complete({ messages: input.messages, tools: input.tools, signal: AbortSignal.any([signal, ctx.signal]), onDelta: (text) => ctx.stream(text) });
+          const usage = completion.usage;
+          if (usage?.inputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'input' }, usage.inputTokens);
+          if (usage?.outputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'output' }, usage.outputTokens);
+          metrics.modelCalls.inc({ model: model.name, outcome: 'ok' });
+          if (span) {
+            span.setAttributes({
+              ...(usage?.inputTokens !== undefined ? { 'gen_ai.usage.input_tokens': usage.inputTokens } : {}),
+              ...(usage?.outputTokens !== undefined ? { 'gen_ai.usage.output_tokens': usage.outputTokens } : {}),
+              'troupe.tool_calls': completion.toolCalls.length,
+            });
+            endSpan(span);
+          }
+          return completion;
+        } catch (err) {
+          metrics.modelCalls.inc({ model: model.name, outcome: 'error' });
+          if (span) endSpan(span, TroupeError.from(err, 'AGENT_ERROR'));
+          throw err;
         } finally {
           modelMs += performance.now() - started;
         }
       },
       runTool: async ({ call }, signal) => {
         if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
-        const tool = byName.get(call.name);
-        if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
-        const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
+        const span = traceParent ? startSpan('troupe.tool.call', { parent: traceParent, attributes: { 'troupe.tool': call.name, 'troupe.agent': config.name } }) : undefined;
         try {
-          const args = parseArguments(call.arguments, paramsByName.get(call.name));
-          const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
-          opts.onToolCall?.({ ...record, result });
+          const result = await runTool(call, signal);
+          if (span) endSpan(span);
           return result;
         } catch (err) {
-          opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
+          if (span) endSpan(span, TroupeError.from(err, 'AGENT_ERROR'));
           throw err;
         }
       },
     });
+    async function runTool(call: ToolRunInput['call'], signal: AbortSignal): Promise<string> {
+      const tool = byName.get(call.name);
+      if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
+      const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
+      try {
+        const args = parseArguments(call.arguments, paramsByName.get(call.name));
+        const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+        opts.onToolCall?.({ ...record, result });
+        return result;
+      } catch (err) {
+        opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
+        throw err;
+      }
+    }
     const actor = createActor(logic, {
       // On the mesh's inspection stream (under the thread) while the thread or this agent is inspected.
       ...(ctx.inspect ? { inspect: ctx.inspect } : {}),

@@ -8,6 +8,7 @@
  * enforced by NATS, not by this class. A principal that fronts many users (the gateway) names the user
  * per call; threads then belong to `<principal>/<user>` and one user cannot see another's.
  */
+import { SpanKind, endSpan, injectTraceparent, startSpan, tracing, type Span } from '../observability/tracing.js';
 import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
 import {
@@ -122,8 +123,25 @@ export class TroupeClient {
     this.principal = checkId('principal', o.principal ?? 'local');
   }
 
-  /** Sends a user message into a thread and resolves with the turn's final status. */
+  /**
+   * Sends a user message into a thread and resolves with the turn's final status. With tracing on, the
+   * message starts a trace (or continues the active one): its `traceparent` header carries it to the mesh.
+   */
   async send(input: string | Message, opts: SendOptions = {}): Promise<SendResult> {
+    if (!tracing.on) return this.sendTraced(input, opts);
+    const span = startSpan('troupe.send', { kind: SpanKind.CLIENT, attributes: { 'troupe.tenant': this.tenant, 'troupe.principal': this.principal } });
+    try {
+      const result = await this.sendTraced(input, opts, span);
+      span.setAttributes({ 'troupe.thread': result.threadId, 'troupe.outcome': result.final.status.state });
+      endSpan(span, result.error);
+      return result;
+    } catch (err) {
+      endSpan(span, TroupeError.from(err, 'WORKFLOW_ERROR'));
+      throw err;
+    }
+  }
+
+  private async sendTraced(input: string | Message, opts: SendOptions, span?: Span): Promise<SendResult> {
     const threadId = checkId('thread', opts.threadId ?? newThreadId());
     const user = opts.user !== undefined ? checkId('user', opts.user) : undefined;
     const metadata = opts.to ? { ...opts.metadata, [CLIENT_ROUTING_URI]: { recipient: checkId('agent', opts.to) } } : opts.metadata;
@@ -155,6 +173,7 @@ export class TroupeClient {
         // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
         [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
         ...(user ? { [HEADERS.user]: user } : {}),
+        ...(span ? injectTraceparent({}, span) : {}),
       });
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);

@@ -5,7 +5,7 @@
  * A reply that fails is turned into a typed error reply, never thrown into the thread machine.
  */
 import type { Logger } from 'pino';
-import type { AgentRequestInput } from '../../machines/agent-call.js';
+import { toErrorBody, type AgentRequestInput } from '../../machines/agent-call.js';
 import type { PolicyInput } from '../../machines/router.js';
 import type { RouterPolicy } from '../../routing/scoring.js';
 import { TaskArtifactUpdateEventSchema, type TaskArtifactUpdateEvent } from '../../protocol/a2a.js';
@@ -21,6 +21,8 @@ import { decode, encodeJson } from '../../protocol/codec.js';
 import { subjects } from '../../transport/subjects.js';
 import type { InboundMessage, Transport } from '../../transport/types.js';
 import type { Registry } from '../registry.js';
+import { metrics, outcomeLabel } from '../../observability/metrics.js';
+import { SpanKind, endSpan, injectTraceparent, startSpan, tracing, type Span } from '../../observability/tracing.js';
 
 export interface AgentCallerOptions {
   tenant: string;
@@ -40,6 +42,10 @@ export interface AgentCallerOptions {
   sanitiser?: SanitiserPolicy | false;
   /** Whether the thread is inspected: its calls then ask the agent to publish inspection records too. */
   inspected?: (threadId: string) => boolean;
+  /** With tracing on: the span an agent call of this thread at this hop belongs to (its hop span). */
+  hopSpan?: (threadId: string, hop: number, agentId: string) => Span | undefined;
+  /** With tracing on: the span of the thread's turn in progress (the router decision's parent). */
+  turnSpan?: (threadId: string) => Span | undefined;
 }
 
 export class AgentCaller {
@@ -56,7 +62,7 @@ export class AgentCaller {
     const outgoing = this.sanitise(input, opts.fanOut === true, threadId);
     const message =
       card && supportsClientRouting(card) ? withRoutingRequest(outgoing, { agentCards: registry.peersOf(input.agentId), sender: input.sender }) : outgoing;
-    const headers = {
+    const headers: Record<string, string> = {
       [HEADERS.threadId]: threadId,
       [HEADERS.tenant]: tenant,
       [HEADERS.hop]: String(input.hop),
@@ -66,6 +72,16 @@ export class AgentCaller {
       [HEADERS.contextId]: input.message.contextId ?? threadId,
       ...(this.opts.inspected?.(threadId) ? { [HEADERS.inspect]: '1' } : {}),
     };
+    let span: Span | undefined;
+    if (tracing.on) {
+      span = startSpan('troupe.agent.call', {
+        parent: this.opts.hopSpan?.(threadId, input.hop, input.agentId),
+        kind: SpanKind.CLIENT,
+        attributes: { 'troupe.agent': input.agentId, 'troupe.attempt': input.attempt, 'troupe.hop': input.hop, 'troupe.thread': threadId, 'troupe.fan_out': opts.fanOut === true },
+      });
+      injectTraceparent(headers, span);
+    }
+    const started = performance.now();
     log.debug({ thread: threadId, agent: input.agentId, attempt: input.attempt, messageId: input.message.messageId }, 'calling agent');
     let res: InboundMessage;
     try {
@@ -76,18 +92,31 @@ export class AgentCaller {
         onChunk: (chunk) => this.relay(threadId, input.agentId, input.message.contextId ?? threadId, chunk),
       });
     } catch (err) {
-      log.warn({ thread: threadId, agent: input.agentId, attempt: input.attempt, err: (err as Error).message }, 'agent call failed');
+      const error = toErrorBody(err, input.agentId);
+      this.settled(input.agentId, started, error, span);
+      log.warn({ thread: threadId, agent: input.agentId, attempt: input.attempt, code: error.code, err: (err as Error).message }, 'agent call failed');
       throw err;
     }
     this.opts.onReply(threadId);
+    let reply: AgentReply;
     try {
-      return decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`, LIMITS.agentReplyBytes);
+      reply = decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`, LIMITS.agentReplyBytes);
     } catch (err) {
       const error = TroupeError.from(err, 'AGENT_ERROR');
       const code = error.code === 'PAYLOAD_TOO_LARGE' ? 'PAYLOAD_TOO_LARGE' : 'AGENT_ERROR';
       log.warn({ thread: threadId, agent: input.agentId, code }, error.message);
-      return { kind: 'error', error: { code, message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
+      reply = { kind: 'error', error: { code, message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
     }
+    this.settled(input.agentId, started, reply.kind === 'error' ? reply.error : undefined, span);
+    return reply;
+  }
+
+  /** Metrics and span of one finished call (attempt). */
+  private settled(agentId: string, started: number, error: { code: string; message: string } | undefined, span: Span | undefined): void {
+    const outcome = error ? outcomeLabel(error.code) : 'ok';
+    metrics.agentCallSeconds.observe({ agent: agentId, outcome }, (performance.now() - started) / 1000);
+    if (error) metrics.agentCallErrors.inc({ agent: agentId, code: outcome });
+    if (span) endSpan(span, error);
   }
 
   /** The copy of the message the agent may see, under the team's sanitiser policy. */
@@ -123,6 +152,18 @@ export class AgentCaller {
   async decide(input: PolicyInput): Promise<RouterDecision> {
     if (!this.opts.policy) throw new TroupeError('ROUTER_FAILURE', 'no router policy configured');
     const agents = this.opts.registry.agents().filter((a) => input.agentIds.includes(a.id));
-    return this.opts.policy.decide({ message: input.message, agents, ...(input.history ? { history: input.history } : {}) });
+    const request = { message: input.message, agents, ...(input.history ? { history: input.history } : {}) };
+    if (!tracing.on) return this.opts.policy.decide(request);
+    const threadId = input.message.taskId ?? '';
+    const span = startSpan('troupe.route', { parent: this.opts.turnSpan?.(threadId), attributes: { 'troupe.thread': threadId, 'troupe.candidates': agents.length } });
+    try {
+      const decision = await this.opts.policy.decide(request);
+      span.setAttributes({ 'troupe.route.agent': decision.agentId, 'troupe.route.confidence': decision.confidence, 'troupe.route.additional': decision.additionalAgents?.length ?? 0 });
+      endSpan(span);
+      return decision;
+    } catch (err) {
+      endSpan(span, TroupeError.from(err, 'ROUTER_FAILURE'));
+      throw err;
+    }
   }
 }

@@ -21,6 +21,7 @@ import type { TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { ThreadStore } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 import { recordOf } from './record.js';
+import { metrics } from '../../observability/metrics.js';
 
 export interface CommitterOptions {
   tenant: string;
@@ -91,10 +92,13 @@ export class Committer {
       try {
         const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
         live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
+        metrics.kvWrites.inc({ result: 'ok' });
         this.opts.committed(live, outbox);
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');
+        metrics.kvWrites.inc({ result: error.code === 'STORE_CONFLICT' ? 'conflict' : 'error' });
+        if (error.code === 'STORE_CONFLICT') metrics.kvConflicts.inc();
         if (error.code === 'PAYLOAD_TOO_LARGE' && trims < MAX_TRIMS) {
           trims++;
           const history = live.actor.getSnapshot().context.history.length;

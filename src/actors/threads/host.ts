@@ -37,7 +37,9 @@ import { InspectionPublisher, InspectionSwitch } from '../../observability/inspe
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
-import type { LiveThread, RecentEvent, ThreadActor } from './live.js';
+import type { LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
+import { metrics, outcomeLabel } from '../../observability/metrics.js';
+import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
 import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
 import { actorsOf, inspectThread } from './views.js';
 
@@ -103,7 +105,7 @@ export class ThreadHost {
   readonly inspection: InspectionPublisher;
   private passivator?: NodeJS.Timeout;
   private unsubscribeRegistry?: () => void;
-  private passivatedCount = 0;
+  private passivatedTotal = 0;
   /**
    * The answers this process published (`<thread>/<message>`, the newest kept). It outlives passivations
    * and releases (a NATS outage longer than the lease ttl releases and reloads threads), so a redelivery
@@ -112,6 +114,8 @@ export class ThreadHost {
   private readonly publishedAnswers = new Set<string>();
   /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
   private readonly pendingAnswers = new Map<string, number>();
+  /** With tracing on: the span of the turn a final answer ends, ended when that answer is published. */
+  private readonly answerSpans = new WeakMap<TaskStatusUpdateEvent, Span>();
 
   constructor(private readonly opts: ThreadHostOptions) {
     this.tenant = opts.tenant ?? 'demo';
@@ -150,6 +154,8 @@ export class ThreadHost {
       },
       onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
       inspected: (threadId) => this.inspection.switch.isOn(threadId),
+      hopSpan: (threadId, hop, agentId) => this.hopSpan(threadId, hop, agentId),
+      turnSpan: (threadId) => this.currentTurn(threadId)?.span,
     });
     // One engine for calling an agent: the thread's own calls and each call of a fan-out are the same
     // agentCall machine with the same wire request (a fan-out's calls carry `fanOut` for the sanitiser).
@@ -254,7 +260,7 @@ export class ThreadHost {
     threadId: string,
     message: Message,
     owner: string,
-    opts: { seq?: number; until?: 'accepted' | 'answered' } = {},
+    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context } = {},
   ): Promise<{ duplicate: boolean; publish?: () => void }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
@@ -282,7 +288,19 @@ export class ThreadHost {
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
     if (opts.seq !== undefined) live.inboundSeq = opts.seq;
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
-    live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
+    const watch: TurnWatch = { startedAt: this.now(), stepAt: this.now() };
+    live.turns.set(message.messageId, watch);
+    if (tracing.on) {
+      watch.span = startSpan('troupe.turn', {
+        ...(opts.trace ? { parent: opts.trace } : {}),
+        kind: SpanKind.SERVER,
+        attributes: { 'troupe.thread': threadId, 'troupe.tenant': this.tenant, 'troupe.message': message.messageId, 'troupe.node': this.opts.nodeId },
+      });
+      // The turn's work started from here (agent calls, their replies, log lines) runs in its context.
+      withSpan(watch.span, () => live.actor.send({ type: 'troupe.user.message', message, now: this.now() }));
+    } else {
+      live.actor.send({ type: 'troupe.user.message', message, now: this.now() });
+    }
     if (!answered) return { duplicate: false };
     const events = await answered;
     return { duplicate: false, publish: this.publishOnce(live, message.messageId, events) };
@@ -317,7 +335,12 @@ export class ThreadHost {
 
   /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
   private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent): void {
-    this.publishToOwner(live, event);
+    const span = tracing.on ? this.answerSpans.get(event) : undefined;
+    this.publishToOwner(live, event, span);
+    if (span) {
+      this.answerSpans.delete(event);
+      span.end();
+    }
     const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
     if (typeof inReplyTo !== 'string') return;
     this.rememberPublished(answerKey(live.threadId, inReplyTo));
@@ -378,7 +401,7 @@ export class ThreadHost {
 
   /** Live and passivated counts, and one ActorInfo per live thread and its children. */
   list(): { actors: ActorInfo[]; passivated: number } {
-    return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedCount };
+    return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedTotal };
   }
 
   /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
@@ -390,6 +413,11 @@ export class ThreadHost {
 
   liveCount(): number {
     return this.threads.size;
+  }
+
+  /** Threads this host passivated (and has not rehydrated since). */
+  passivatedCount(): number {
+    return this.passivatedTotal;
   }
 
   isLive(threadId: string): boolean {
@@ -484,6 +512,7 @@ export class ThreadHost {
       outbox: [],
       waiters: [],
       historyTrimmed: 0,
+      turns: new Map(),
       artifacts: stored?.record.task.artifacts ?? [],
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
@@ -536,7 +565,7 @@ export class ThreadHost {
     });
     this.threads.set(threadId, live);
     if (stored) {
-      this.passivatedCount = Math.max(0, this.passivatedCount - 1);
+      this.passivatedTotal = Math.max(0, this.passivatedTotal - 1);
       this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
     }
     live.actor.start();
@@ -558,6 +587,7 @@ export class ThreadHost {
       // already stopped
     }
     if (this.threads.get(live.threadId) === live) this.threads.delete(live.threadId);
+    for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'error', error);
     if (error.code === 'STORE_CONFLICT') return;
     const ctx = live.actor.getSnapshot().context;
     const inReplyTo = ctx.turn?.userMessageId;
@@ -585,11 +615,15 @@ export class ThreadHost {
 
   // ---- what goes out -------------------------------------------------------------------------------
 
-  private publishToOwner(live: LiveThread, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent): void {
+  private publishToOwner(live: LiveThread, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent, span?: Span): void {
     if (this.transport.closed) return;
     const owner = live.actor.getSnapshot().context.owner;
+    // The answer goes back in the trace of the turn it ends (or the one running).
+    const traced = tracing.on ? (span ?? this.firstTurn(live)?.span) : undefined;
     try {
-      this.transport.publish(subjects.threadOut(this.tenant, principalOf(owner), live.threadId), encodeJson(event));
+      const subject = subjects.threadOut(this.tenant, principalOf(owner), live.threadId);
+      if (traced) this.transport.publish(subject, encodeJson(event), { headers: injectTraceparent({}, traced) });
+      else this.transport.publish(subject, encodeJson(event));
     } catch (err) {
       this.log.warn({ err: (err as Error).message, thread: live.threadId }, 'could not publish a thread event');
     }
@@ -621,8 +655,25 @@ export class ThreadHost {
       final: event.final,
       ...(event.route || event.error ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } } : {}),
     };
-    if (event.route) this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason }, 'routed');
-    if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code }, event.error.message);
+    const watch = this.firstTurn(live);
+    const traceId = traceIdOf(watch?.span);
+    if (event.route) {
+      this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason, ...(traceId ? { traceId } : {}) }, 'routed');
+      metrics.hops.inc();
+      if (watch) {
+        const now = this.now();
+        metrics.hopSeconds.observe((now - watch.stepAt) / 1000);
+        watch.stepAt = now;
+        watch.span?.addEvent('troupe.routed', { 'troupe.from': event.route.from, 'troupe.to': event.route.to, 'troupe.hop': event.route.hop, ...(event.route.reason ? { 'troupe.reason': event.route.reason } : {}) });
+      }
+    }
+    if (event.error) this.log.warn({ thread: live.threadId, code: event.error.code, ...(traceId ? { traceId } : {}) }, event.error.message);
+    if (event.final) {
+      const inReplyTo = event.message?.metadata?.[META.inReplyTo];
+      // The turn's span stays open until its answer goes out (after the commit that includes it).
+      const span = this.endTurn(live, typeof inReplyTo === 'string' ? inReplyTo : undefined, event.error ? 'error' : event.state, event.error, { keepSpan: true });
+      if (span) this.answerSpans.set(update, span);
+    }
     if (!event.final) {
       this.publishToOwner(live, update);
       return;
@@ -645,6 +696,64 @@ export class ThreadHost {
     if (live.events.length > EVENT_LOG_LIMIT) live.events.shift();
   }
 
+  // ---- metrics and traces of turns -------------------------------------------------------------------
+
+  private firstTurn(live: LiveThread): TurnWatch | undefined {
+    for (const w of live.turns.values()) return w;
+    return undefined;
+  }
+
+  private currentTurn(threadId: string): TurnWatch | undefined {
+    const live = this.threads.get(threadId);
+    return live ? this.firstTurn(live) : undefined;
+  }
+
+  /** The span of hop `hop` of the thread's running turn (made on its first call; earlier hops end then). */
+  private hopSpan(threadId: string, hop: number, agentId: string): Span | undefined {
+    const watch = this.currentTurn(threadId);
+    if (!watch?.span) return undefined;
+    watch.hops ??= new Map();
+    let span = watch.hops.get(hop);
+    if (!span) {
+      for (const [n, earlier] of watch.hops) {
+        if (n < hop) {
+          earlier.end();
+          watch.hops.delete(n);
+        }
+      }
+      span = startSpan('troupe.hop', { parent: watch.span, attributes: { 'troupe.hop': hop, 'troupe.agent': agentId, 'troupe.thread': threadId } });
+      watch.hops.set(hop, span);
+    }
+    return span;
+  }
+
+  /** A turn ended (answered, failed, or moved off this node): its metrics, and its spans end. */
+  private endTurn(
+    live: LiveThread,
+    messageId: string | undefined,
+    outcome: string,
+    error?: { code: string; message: string },
+    opts: { keepSpan?: boolean } = {},
+  ): Span | undefined {
+    const label = outcomeLabel(outcome);
+    metrics.turns.inc({ outcome: label });
+    // A turn this host did not start (resumed after a takeover) is counted, without its durations.
+    const id = messageId ?? live.turns.keys().next().value;
+    const watch = id === undefined ? undefined : live.turns.get(id);
+    if (id === undefined || !watch) return undefined;
+    live.turns.delete(id);
+    const now = this.now();
+    metrics.turnSeconds.observe({ outcome: label }, (now - watch.startedAt) / 1000);
+    metrics.hopSeconds.observe((now - watch.stepAt) / 1000);
+    if (!watch.span) return undefined;
+    for (const span of watch.hops?.values() ?? []) span.end();
+    watch.span.setAttribute('troupe.outcome', label);
+    if (error) markError(watch.span, error);
+    if (opts.keepSpan) return watch.span;
+    watch.span.end();
+    return undefined;
+  }
+
   // ---- passivation -----------------------------------------------------------------------------------
 
   private async passivateIdle(): Promise<void> {
@@ -664,9 +773,10 @@ export class ThreadHost {
     // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
     for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
     live.actor.stop();
+    for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
     if (this.threads.get(live.threadId) === live) {
       this.threads.delete(live.threadId);
-      this.passivatedCount++;
+      this.passivatedTotal++;
     }
   }
 }

@@ -3,6 +3,17 @@ import type { Actor } from 'xstate';
 import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TroupeError } from '../../protocol/errors.js';
 import type { Artifact, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Span } from '../../observability/tracing.js';
+
+/** A turn in progress as metrics and traces see it: when it (and its current step) started, its spans. */
+export interface TurnWatch {
+  startedAt: number;
+  /** Start of the current step: the turn start, then each forward to another agent. */
+  stepAt: number;
+  /** With tracing on: the turn's span and its hop spans by hop number. */
+  span?: Span;
+  hops?: Map<number, Span>;
+}
 
 export type ThreadActor = Actor<typeof threadMachine>;
 
@@ -45,6 +56,11 @@ export interface LiveThread {
    * with the Task and committed with the turn's next write. Bounded: see `appendArtifact`.
    */
   artifacts: Artifact[];
+  /**
+   * Turns accepted and not answered yet, by user messageId, oldest first: turns run one at a time in
+   * that order, so the first is the one running.
+   */
+  turns: Map<string, TurnWatch>;
   /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
   inboundSeq?: number;
 }

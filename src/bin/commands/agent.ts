@@ -9,10 +9,12 @@ import { installProcessGuards } from '../../observability/guard.js';
 import type { AgentDefinition } from '../../sdk/agent.js';
 import { remoteAgent } from '../../sdk/remote-agent.js';
 import { loadModule } from '../../sdk/team.js';
-import { connect, globals, onShutdown, UsageError } from '../cli.js';
+import { connect, globals, onShutdown, startObservability, UsageError } from '../cli.js';
 import { color } from '../output.js';
 
 export interface AgentCommandOptions {
+  metricsPort?: number;
+  metricsHost?: string;
   replicas: number;
   heartbeat: number;
   a2a?: string;
@@ -26,6 +28,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
+  const stopObservability = await startObservability(opts, 'troupe-agent', logger);
   if (Boolean(modulePath) === Boolean(opts.a2a)) throw new UsageError('name an agent module or agent.yaml, or a remote A2A agent with --a2a <card-url> (one of the two)');
   if (!opts.a2a && (opts.token || opts.id || opts.timeout)) throw new UsageError('--token, --id and --timeout go with --a2a');
   // Loaded (an agent.yaml validated with its tools and model keys, a remote card fetched) before connecting.
@@ -47,5 +50,6 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await transport.drain();
+    await stopObservability();
   });
 }

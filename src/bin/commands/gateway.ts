@@ -7,11 +7,13 @@ import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { TroupeClient } from '../../sdk/client.js';
 import { defineTeam, loadModule, type TeamDefinition } from '../../sdk/team.js';
-import { connect, globals, onShutdown, principalOf, UsageError } from '../cli.js';
+import { connect, globals, onShutdown, startObservability, principalOf, UsageError } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, printJson } from '../output.js';
 
 export interface GatewayCommandOptions {
+  metricsPort?: number;
+  metricsHost?: string;
   port: number;
   host: string;
   tokens?: string;
@@ -34,6 +36,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
+  const stopObservability = await startObservability(opts, 'troupe-gateway', logger);
   const tokens = opts.tokens ? readOrUsage(() => loadTokens(opts.tokens!)) : undefined;
   if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey)) throw new UsageError('HTTPS needs both --tls-cert and --tls-key');
   const tls = opts.tlsCert && opts.tlsKey ? readOrUsage(() => ({ cert: readFileSync(opts.tlsCert!), key: readFileSync(opts.tlsKey!) })) : undefined;
@@ -106,8 +109,10 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     );
   } catch (err) {
     await stopAll().catch(() => undefined);
+    await stopObservability();
     throw err;
   }
+  stops.push(stopObservability);
   onShutdown(stopAll);
 }
 

@@ -1,4 +1,5 @@
 /** `troupe send <text>`: one turn as the user, with the streamed answer and the route it took. */
+import { startTracing } from '../../observability/tracing.js';
 import type { Command } from 'commander';
 import { startEmbedded } from '../../actors/embedded.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
@@ -40,6 +41,8 @@ export interface SendOptions {
 export async function send(text: string, opts: SendOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   if (opts.cancel && !opts.thread) throw new UsageError('--cancel needs --thread <id>');
+  // With OTEL_EXPORTER_OTLP_ENDPOINT set, the message starts a trace (flushed before the command exits).
+  const tracing = await startTracing({ serviceName: 'troupe-cli' });
   let transport: Transport | undefined;
   let embedded: Awaited<ReturnType<typeof startEmbedded>> | undefined;
   let client: TroupeClient;
@@ -91,5 +94,6 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
   } finally {
     await embedded?.stop();
     await transport?.drain();
+    await tracing?.shutdown();
   }
 }

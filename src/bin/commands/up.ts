@@ -7,11 +7,13 @@ import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../sdk/team.js';
 import { KvThreadStore } from '../../store/kv.js';
-import { connect, globals, onShutdown } from '../cli.js';
+import { connect, globals, onShutdown, startObservability } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color } from '../output.js';
 
 export interface UpOptions {
+  metricsPort?: number;
+  metricsHost?: string;
   team?: string;
   agents: boolean;
   inspect?: boolean;
@@ -26,6 +28,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
+  const stopObservability = await startObservability(opts, 'troupe-node', logger);
   const loaded = opts.team ? await loadModule(opts.team) : undefined;
   const team: TeamDefinition | undefined = loaded?.team ?? (loaded ? { name: opts.team ?? 'team', agents: loaded.agents } : undefined);
   if (!g.nats) {
@@ -34,7 +37,10 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
       `${color.green('troupe')} embedded mesh up (in-memory) with ${(team ?? demoTeam).agents.map((a) => a.card.id).join(', ')}. Ctrl-C to stop.\n` +
         `${color.dim('This mesh lives in this process only. To talk to it from other processes run nats-server and pass --nats.')}\n`,
     );
-    onShutdown(mesh.stop);
+    onShutdown(async () => {
+      await mesh.stop();
+      await stopObservability();
+    });
     return;
   }
   const transport = await connect(g, 'troupe-node', true);
@@ -57,5 +63,6 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     await node.stop();
     await store.close();
     await transport.drain();
+    await stopObservability();
   });
 }

@@ -223,6 +223,21 @@ export class JetStreamIngress {
     return [...this.#runs.values()].filter((r) => r.active && r.messages).map((r) => r.partition).sort((a, b) => a - b);
   }
 
+  /**
+   * Inbound lag of this node: messages of its partitions not acknowledged yet (waiting in the stream or
+   * in a turn), from its consumers' info. One request per owned partition: for scrapes, not hot paths.
+   */
+  async pending(): Promise<number | undefined> {
+    const jsm = this.#jsm;
+    if (!jsm) return undefined;
+    let total = 0;
+    for (const p of this.owned()) {
+      const info = await jsm.consumers.info(INGRESS_STREAM, this.#consumerName(p)).catch(() => undefined);
+      if (info) total += info.num_pending + info.num_ack_pending;
+    }
+    return total;
+  }
+
   /** The lease manager (owned leases, live node count). */
   get leases(): PartitionLeases | undefined {
     return this.#leases;
