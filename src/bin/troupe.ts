@@ -215,6 +215,21 @@ creds
   .action(credsAction('revoke'));
 creds.command('push').description('send every account JWT to the server again (after it was down during a revoke)').addOption(credsDir()).action(credsAction('push'));
 
+program
+  .command('cluster')
+  .description('NATS clusters for development')
+  .command('up')
+  .description('start a NATS cluster on this machine: one nats-server per --servers with routes and JetStream, the accounts of `troupe creds init` (made in --dir if absent); Ctrl-C stops it')
+  .addOption(new Option('--dir <dir>', 'credential store and cluster directory').default('.troupe-cluster'))
+  .option('--servers <n>', 'servers in the cluster (3 tolerates one down)', int(1, 9), 3)
+  .option('--port <n>', 'client port of the first server, the others follow (0: free ports)', int(0, 65_535), 0)
+  .option('--cluster-port <n>', 'route port of the first server, the others follow (0: free ports)', int(0, 65_535), 0)
+  .option('--partitions <n>', 'with a new store: ingress partitions per tenant (8-256; the nodes\' --partitions must match)', int(1, 1024), 8)
+  .option('--tenants <list>', 'with a new store: tenants, comma-separated', 'demo')
+  .option('--host <host>', 'address the servers listen on', '127.0.0.1')
+  .option('--name <name>', 'cluster name', 'troupe')
+  .action(async (...args: unknown[]) => ((await import('./commands/cluster.js')).up as (...a: unknown[]) => Promise<void>)(...args));
+
 program.parseAsync(process.argv).catch(async (err: unknown) => {
   const { reportError } = await import('./output.js');
   process.exitCode = reportError(err, process.argv.includes('--json'));
