@@ -41,6 +41,7 @@ import type { SanitiserPolicy } from '../security/sanitiser.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
@@ -66,7 +67,15 @@ export interface NodeOptions {
    * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
    * per partition through leases. Without it, `in` is a plain queue-group subscription (embedded mode).
    */
-  durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number; replicas?: number };
+  durable?: {
+    nc: NatsConnection;
+    partitions?: number;
+    leaseTtlMs?: number;
+    /** Replicas of TROUPE_IN, TROUPE_DLQ and the lease bucket (see JetStreamIngressOptions). */
+    replicas?: number;
+    /** Check `partitions` against the server's mapping before taking any partition (default true). */
+    checkPartitions?: boolean;
+  };
 }
 
 export class TroupeNode {
@@ -110,6 +119,8 @@ export class TroupeNode {
   }
 
   async start(): Promise<this> {
+    // A node with another partition count than the server's mapping would refuse every message.
+    if (this.opts.durable && this.opts.durable.checkPartitions !== false) await checkPartitionMapping(this.opts.durable.nc, this.tenant, this.partitions);
     this.threads.start();
     await this.registry.start();
     const t = this.transport;

@@ -44,7 +44,8 @@ program
   .option('--inspect', 'publish inspection records from the start (troupe watch, troupe inspect --stately, the studio; switchable with troupe inspect --on/--off)')
   .option('--idle <ms>', 'passivate threads idle this long', int(1))
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
-  .option('--partitions <n>', 'thread partitions (must match the mapping in the server configuration)', int(1, 1024), 8)
+  .option('--partitions <n>', "thread partitions: the server's mapping (`troupe creds init --partitions`, 8-256); the node refuses to start when they differ", int(1, 1024), 8)
+  .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', int(500), 5_000)
   .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', int(1_000), 24 * 60 * 60_000)
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));

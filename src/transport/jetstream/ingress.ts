@@ -55,6 +55,7 @@ import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
+import { checkReplicas, ensureReplicas } from './replicas.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -149,7 +150,10 @@ export interface JetStreamIngressOptions {
   maxDeliver?: number;
   /** Nak backoff: `base * 2^(attempt-1)`, capped at `max`. Default 250 ms .. 30 s. */
   retryDelayMs?: { base?: number; max?: number };
-  /** Replicas of the streams this creates (TROUPE_IN, TROUPE_DLQ). Default 1. */
+  /**
+   * Replicas of TROUPE_IN, TROUPE_DLQ and the lease bucket (1..5). Created with 1 when absent; given, an
+   * existing stream with another count is scaled to it.
+   */
   replicas?: number;
   /**
    * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
@@ -202,6 +206,7 @@ export class JetStreamIngress {
     this.tenant = opts.tenant;
     this.nodeId = opts.nodeId;
     this.partitions = opts.partitions ?? DEFAULT_PARTITIONS;
+    checkReplicas(opts.replicas);
     this.#nc = opts.nc;
     this.#opts = opts;
     this.#log = (opts.logger ?? silentLogger()).child({ component: 'ingress', node: opts.nodeId, tenant: opts.tenant });
@@ -243,6 +248,7 @@ export class JetStreamIngress {
       partitions: this.partitions,
       leaseTtlMs: this.#opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS,
       ...(this.#opts.leaseBucket ? { bucket: this.#opts.leaseBucket } : {}),
+      ...(this.#opts.replicas !== undefined ? { replicas: this.#opts.replicas } : {}),
       logger: this.#opts.logger ?? silentLogger(),
       onAcquired: (p) => this.#op(p, () => this.#acquire(p)),
       onLost: (p, reason) => this.#op(p, () => this.#release(p, reason)),
@@ -307,11 +313,13 @@ export class JetStreamIngress {
       });
       this.#log.info({ stream: INGRESS_STREAM }, 'updated inbound stream configuration');
     }
+    await ensureReplicas(jsm, INGRESS_STREAM, this.#opts.replicas, this.#log);
   }
 
   async #ensureDeadLetterStream(jsm: JetStreamManager): Promise<void> {
     try {
       await jsm.streams.info(DEAD_LETTER_STREAM);
+      await ensureReplicas(jsm, DEAD_LETTER_STREAM, this.#opts.replicas, this.#log);
     } catch (err) {
       if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
       try {
