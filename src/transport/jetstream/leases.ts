@@ -191,16 +191,19 @@ export class PartitionLeases {
   async start(): Promise<this> {
     if (this.#started) throw new Error('PartitionLeases already started');
     this.#started = true;
-    // KV calls time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
-    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
-    const kv = await new Kvm(js).create(this.bucket, {
+    // Creating (or scaling) the bucket may take a cluster a few seconds: the default timeout. Lease
+    // calls afterwards time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
+    const setup = jetstream(this.#nc);
+    await new Kvm(setup).create(this.bucket, {
       history: 1,
       ttl: this.#ttlMs,
       storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
       replicas: this.#opts.replicas ?? 1,
     });
+    await ensureReplicas(await setup.jetstreamManager(), `KV_${this.bucket}`, this.#opts.replicas, this.#log);
+    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
+    const kv = await new Kvm(js).open(this.bucket);
     this.#jsm = await js.jetstreamManager();
-    await ensureReplicas(this.#jsm, `KV_${this.bucket}`, this.#opts.replicas, this.#log);
     const status = await kv.status();
     if (status.ttl === 0) {
       throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
