@@ -21,7 +21,7 @@ import { TroupeClient, userMessage } from '../src/sdk/client.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsCluster } from '../test/helpers/nats-cluster.js';
-import { startRawTurn, type RawTurn } from './durability.js';
+import { meanRecordBytes, startRawTurn, type RawTurn } from './durability.js';
 import { concurrent, sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
@@ -41,6 +41,8 @@ export interface ClusterRow {
 export interface ClusterResults {
   servers: number;
   replicas: number;
+  /** Mean thread record after the durable rows: the raw turn's KV value size. */
+  recordBytes: number;
   durableTurn: ClusterRow;
   rawTurn: ClusterRow;
   /** durable p50 / raw p50 (how many raw turns one durable turn costs, sequentially). */
@@ -111,6 +113,10 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
       if (res.text !== TEXT) throw new Error(`unexpected answer ${JSON.stringify(res.text)}`);
     };
 
+    const durableTurn = await measure('durable turn, 3 servers, replicas 3', durableOp, o);
+    // The raw turn writes a value the size of the durable threads' records, as the thread store does.
+    const recordBytes = await meanRecordBytes(rawRequester.connection, TENANT, Array.from({ length: o.concurrency }, (_, w) => `bench-cluster-${w}`));
+
     rawSub = rawResponder.connection.subscribe(RAW_SUBJECT, {
       callback: (err, msg) => {
         if (!err) msg.respond(msg.data);
@@ -121,18 +127,18 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     rawTurn = await startRawTurn(rawRequester.connection, {
       echoSubject: RAW_SUBJECT,
       request,
-      valueBytes: 2_000,
+      valueBytes: recordBytes,
       messageBytes: request.length,
       workers: o.concurrency,
       timeoutMs: o.timeoutMs,
       replicas: REPLICAS,
     });
 
-    const durableTurn = await measure('durable turn, 3 servers, replicas 3', durableOp, o);
     const raw = await measure('raw turn (js.publish + kv.update + request), 3 servers, replicas 3', rawTurn.op, o);
     return {
       servers: 3,
       replicas: REPLICAS,
+      recordBytes,
       durableTurn,
       rawTurn: raw,
       durableVsRawP50: durableTurn.sequential.p50Us / raw.sequential.p50Us,
@@ -160,6 +166,7 @@ export function renderClusterReport(r: ClusterResults): string {
   return [
     `Durable turn on a ${r.servers}-server NATS cluster, replicas ${r.replicas} (TROUPE_IN, thread and lease buckets), vs the raw primitives on the same cluster:`,
     renderTable(['row', 'p50', 'p99', 'ops/s', 'errors'], [row(r.durableTurn), row(r.rawTurn)], ['left', 'right', 'right', 'right', 'right']),
+    `raw turn: KV value ${(r.recordBytes / 1024).toFixed(1)} KiB (the mean thread record after the durable rows); the durable turn: one stream message, one KV write, two agent-call messages, the answer.`,
     `clusterDurableTurnVsRaw: ${formatRatio(r.durableVsRawP50)} the raw turn's p50; raw throughput is ${formatRatio(r.durableVsRawThroughput)} the durable turn's`,
   ].join('\n');
 }
