@@ -9,7 +9,7 @@
  *     server's count), and its probes leave nothing in the stream.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -21,6 +21,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
+import { pushAccountJwts } from '../src/security/creds.js';
 import { startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
@@ -84,6 +85,33 @@ describe('troupe cluster up', () => {
       expect(exit.code).toBe(0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe('the same accounts on every server', () => {
+  it('a revocation rewrites every server config and, pushed to one server, cuts the user off on all of them', async () => {
+    await cluster.store.addUser({ tenant: 'demo', role: 'client', name: 'leaver' });
+    const before = readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8');
+    // A new user needs no server change: it connects through every server.
+    for (const url of cluster.urls) {
+      const t = await NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 });
+      await t.close();
+    }
+    const { accountJwt } = await cluster.store.revoke('demo', 'leaver');
+    expect(readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8')).not.toBe(before);
+    await pushAccountJwts([accountJwt], { servers: cluster.urls[0]!, systemCreds: cluster.store.systemCredsFile });
+    for (const url of cluster.urls) {
+      await waitUntil(
+        () =>
+          NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 }).then(
+            async (t) => (await t.close(), undefined),
+            () => true,
+          ),
+        `the revoked user refused by ${url}`,
+        10_000,
+        200,
+      );
     }
   }, 60_000);
 });
