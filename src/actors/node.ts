@@ -40,7 +40,7 @@ import type { ThreadStore } from '../store/types.js';
 import type { SanitiserPolicy } from '../security/sanitiser.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { CLIENT_ERROR_CODES, isTransientJetStreamError, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
@@ -49,6 +49,9 @@ import { answerInspectionControl, helloInspection } from '../observability/inspe
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
 import { listDeadLetters } from './dead-letters.js';
+
+/** Tries at listing a taken-over partition's threads while JetStream is unavailable (about 20 s with the backoff). */
+const RESUME_ATTEMPTS = 12;
 
 export interface NodeOptions {
   transport: Transport;
@@ -221,7 +224,18 @@ export class TroupeNode {
       // A takeover acquires its partitions within a few ms of each other: 25 ms gathers them.
       const done = new Promise<void>((resolve) => setTimeout(resolve, 25)).then(async () => {
         this.resumeBatch = undefined;
-        await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
+        // Listing the store makes a consumer: on a cluster electing its JetStream meta leader that times out
+        // for a few seconds. Try again rather than giving the partitions back (they would only move around).
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
+            return;
+          } catch (err) {
+            if (attempt >= RESUME_ATTEMPTS || !isTransientJetStreamError(err)) throw err;
+            this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again');
+            await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
+          }
+        }
       });
       this.resumeBatch = { partitions, done };
     }

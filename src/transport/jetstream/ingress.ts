@@ -70,6 +70,17 @@ export const DEAD_LETTER_HEADERS = {
 export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
 export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
 const ATTEMPTS_TRACKED = 10_000;
+/** How long one pull request lasts; its idle heartbeat is half of it. */
+const PULL_EXPIRES_MS = 5_000;
+/** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
+const FRESH_CONSUMER_ATTEMPTS = 12;
+
+/** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
+export function isTransientJetStreamError(err: unknown): boolean {
+  if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message);
+  const text = err instanceof Error ? `${err.name} ${err.message}` : String(err);
+  return /timeout|timed out|no responders|temporarily unavailable|disconnect|reconnect/i.test(text);
+}
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -364,12 +375,25 @@ export class JetStreamIngress {
   /** Deletes the partition's consumer (whoever made it) and creates it afresh. */
   async #freshConsumer(p: number): Promise<void> {
     const jsm = this.#jsm!;
-    try {
-      await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
-    } catch (err) {
-      if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        try {
+          await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
+        } catch (err) {
+          if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+        }
+        await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
+        return;
+      } catch (err) {
+        // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a
+        // server died, which is also when nodes reconnect and restart their consumers) every attempt
+        // times out for a few seconds. Keep trying while this node holds the partition rather than
+        // giving it up: handing it around the nodes during the election only moves its messages.
+        if (!isTransientJetStreamError(err) || attempt >= FRESH_CONSUMER_ATTEMPTS || this.#stopping || !this.#leases?.owned().includes(p)) throw err;
+        this.#log.info({ partition: p, attempt, err: errText(err) }, 'could not make the partition consumer yet; trying again');
+        await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
+      }
     }
-    await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
   }
 
   // ---- partition lifecycle ------------------------------------------------------------------------
@@ -415,6 +439,9 @@ export class JetStreamIngress {
       const consumer = await this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p));
       const messages = await consumer.consume({
         max_messages: Math.min(this.#maxAckPending, 256),
+        // Pulls expire (and heartbeats come) often: a pull the server dropped (its consumer leader changed,
+        // a server was frozen and cut off) is noticed and sent again within seconds, not after 30 s.
+        expires: PULL_EXPIRES_MS,
         callback: (m) => this.#onMessage(run, m),
       });
       run.messages = messages;
