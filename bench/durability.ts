@@ -108,7 +108,7 @@ export interface RawTurn {
  */
 export async function startRawTurn(
   nc: NatsConnection,
-  opts: { echoSubject: string; request: Uint8Array; valueBytes: number; messageBytes: number; workers: number; timeoutMs: number },
+  opts: { echoSubject: string; request: Uint8Array; valueBytes: number; messageBytes: number; workers: number; timeoutMs: number; replicas?: number },
 ): Promise<RawTurn> {
   const jsm = await jetstreamManager(nc);
   const js = jetstream(nc);
@@ -121,7 +121,7 @@ export async function startRawTurn(
     max_age: nanos(24 * 60 * 60_000),
     max_msgs: 100_000,
     discard: DiscardPolicy.Old,
-    num_replicas: 1,
+    num_replicas: opts.replicas ?? 1,
   });
   await jsm.consumers.add(SCRATCH_STREAM, {
     durable_name: 'raw',
@@ -130,8 +130,9 @@ export async function startRawTurn(
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(30_000),
     max_ack_pending: 1_024,
+    num_replicas: opts.replicas ?? 1,
   });
-  const kv = await new Kvm(nc).create(SCRATCH_BUCKET, { history: 1, ttl: 24 * 60 * 60_000, replicas: 1, storage: StorageType.File });
+  const kv = await new Kvm(nc).create(SCRATCH_BUCKET, { history: 1, ttl: 24 * 60 * 60_000, replicas: opts.replicas ?? 1, storage: StorageType.File });
   const value = new Uint8Array(Math.max(1, Math.round(opts.valueBytes))).fill(0x61);
   const message = new Uint8Array(Math.max(1, Math.round(opts.messageBytes))).fill(0x62);
   const revisions: number[] = [];

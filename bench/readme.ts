@@ -35,7 +35,7 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'inspectionOnTurnThroughputVsOff', label: 'durable turn throughput with inspection on ÷ off', unit: 'ratio' },
   { key: 'takeoverMedianMs', label: 'takeover after a crash, median of 30 (lease ttl 1 s)', unit: 'ms' },
   { key: 'takeoverMaxVsTtl', label: 'takeover after a crash, worst of 30 ÷ lease ttl', unit: 'ratio' },
-  { key: 'clusterDurableTurnVsRaw', label: 'durable turn on a 3-server cluster, replicas 3, ÷ raw turn there', unit: 'ratio' },
+  { key: 'clusterDurableTurnVsRaw', label: 'durable turn p50 on a 3-server cluster (replicas 3) ÷ raw turn p50 there', unit: 'ratio' },
 ];
 
 function format(x: number, unit: Unit): string {

@@ -18,6 +18,9 @@
  *   7. inspection (bench/inspection.ts): the agent hop and the durable turn with inspection off, on and off again;
  *   8. tracing (bench/tracing.ts): the same two with tracing off, on (OTLP/HTTP to a local sink) and off again
  *      (`summary.tracingOnHopVsOff`, `tracingOnTurnVsOff`, `tracingOffHopVsBaseline`, `tracingOffTurnVsBaseline`).
+ *   9. cluster (bench/cluster.ts): the durable turn on a 3-server NATS cluster with replicas 3 against the raw
+ *      primitives on the same cluster, in the same run (`summary.clusterDurableTurnVsRaw`: p50 over p50).
+ *  10. takeover (bench/takeover.ts): a series of crashes, min/median/max of the time to take the partitions over.
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
  * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
@@ -33,6 +36,7 @@
  *   BENCH_REHYDRATE_N  passivated threads for the rehydrate rows
  *   BENCH_PATTERN_HANDOFF_N, BENCH_PATTERN_ORCH_N: see bench/patterns.ts
  *   BENCH_YAML_N, BENCH_YAML_WARMUP_N: see bench/yaml-agent.ts
+ *   BENCH_CLUSTER_N    sequential turns of each cluster row (default 300)
  */
 import { randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -72,6 +76,7 @@ import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
 import { renderTakeoverReport, runTakeoverBench, type TakeoverResults } from './takeover.js';
+import { renderClusterReport, runClusterBench } from './cluster.js';
 import { controlInspection } from '../src/studio/stream.js';
 import { renderTracingReport, runTracingBench, type TracingResults } from './tracing.js';
 import { startTracing } from '../src/observability/tracing.js';
@@ -102,6 +107,7 @@ const TAKEOVER_TTL_MS = envNumber('BENCH_TAKEOVER_TTL_MS', 1_000, { integer: tru
 const YAML_WARMUP_N = envNumber('BENCH_YAML_WARMUP_N', 50, { integer: true });
 const WARMUP_N = Math.max(100, Math.round(N / 10));
 const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
+const CLUSTER_N = envNumber('BENCH_CLUSTER_N', 300, { integer: true });
 const PARTITIONS = 8;
 const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
 const TIMEOUT_MS = 10_000;
@@ -625,6 +631,14 @@ async function main(): Promise<void> {
       rehydrate,
     };
 
+    // ---- a 3-server cluster, replicas 3: the durable turn vs the raw primitives on it ----
+    process.stderr.write('cluster (3 servers, replicas 3):\n');
+    const cluster = await attempt(
+      'cluster',
+      () => runClusterBench({ n: CLUSTER_N, warmupN: TURN_WARMUP_N, seconds: SECONDS, concurrency: CONCURRENCY, timeoutMs: TIMEOUT_MS, log }),
+      log,
+    );
+
     const raw = results[0]!;
     const meta = {
       date: new Date().toISOString(),
@@ -658,17 +672,19 @@ async function main(): Promise<void> {
       inspection,
       takeover,
       tracing,
+      cluster,
       summary: {
         ...summarizeRun({ results, patterns, durability, yamlAgent, inspection, takeover }),
         tracingOnHopVsOff: tracing.onVsOff.agentHop,
         tracingOnTurnVsOff: tracing.onVsOff.fullTurn,
         tracingOffHopVsBaseline: tracing.offVsBaseline.agentHop,
         tracingOffTurnVsBaseline: tracing.offVsBaseline.fullTurn,
+        clusterDurableTurnVsRaw: 'failed' in cluster ? null : cluster.durableVsRawP50,
       },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
     process.stdout.write(
-      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n\n${renderTracingReport(tracing)}\n\n${'failed' in takeover ? `takeover: ${takeover.failed}` : renderTakeoverReport(takeover)}\n`,
+      `\n${report(meta, results, header)}\n\n${renderPatternReport(patterns)}\n\n${renderDurabilityReport(durability, CONCURRENCY)}\n\n${renderYamlAgentReport(yamlAgent)}\n\n${renderInspectionReport(inspection)}\n\n${renderTracingReport(tracing)}\n\n${'failed' in takeover ? `takeover: ${takeover.failed}` : renderTakeoverReport(takeover)}\n\n${'failed' in cluster ? `cluster: ${cluster.failed}` : renderClusterReport(cluster)}\n`,
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
@@ -678,7 +694,8 @@ async function main(): Promise<void> {
       yamlAgent.yaml.errors +
       inspection.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
       tracing.rows.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
-      ('failed' in takeover ? 1 : 0);
+      ('failed' in takeover ? 1 : 0) +
+      ('failed' in cluster ? 1 : [cluster.durableTurn, cluster.rawTurn].reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0));
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();

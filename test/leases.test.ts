@@ -144,7 +144,7 @@ describe('PartitionLeases', () => {
       expect(converged).toBeLessThan(3 * TTL);
       expect([...a.leases.owned(), ...b.leases.owned()].sort()).toEqual(ALL);
 
-      // A third node: ceil(8/3) = 3, so 3/3/2.
+      // A third node: 8 split over 3 in node-id order (shareOf), so 3/3/2.
       const c = await makeNode('node-c', bucket, events);
       const sampler3 = overlapSampler([a.leases, b.leases, c.leases]);
       await c.leases.start();

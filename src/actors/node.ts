@@ -43,7 +43,8 @@ import type { SanitiserPolicy } from '../security/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { CLIENT_ERROR_CODES, isTransientJetStreamError, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
@@ -53,6 +54,9 @@ import { contextFromHeaders, tracing } from '../observability/tracing.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
 import { listDeadLetters } from './dead-letters.js';
+
+/** Tries at listing a taken-over partition's threads while JetStream is unavailable (about 20 s with the backoff). */
+const RESUME_ATTEMPTS = 12;
 
 export interface NodeOptions {
   transport: Transport;
@@ -73,7 +77,15 @@ export interface NodeOptions {
    * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
    * per partition through leases. Without it, `in` is a plain queue-group subscription (embedded mode).
    */
-  durable?: { nc: NatsConnection; partitions?: number; leaseTtlMs?: number; replicas?: number };
+  durable?: {
+    nc: NatsConnection;
+    partitions?: number;
+    leaseTtlMs?: number;
+    /** Replicas of TROUPE_IN, TROUPE_DLQ and the lease bucket (see JetStreamIngressOptions). */
+    replicas?: number;
+    /** Check `partitions` against the server's mapping before taking any partition (default true). */
+    checkPartitions?: boolean;
+  };
 }
 
 export class TroupeNode {
@@ -119,6 +131,8 @@ export class TroupeNode {
   }
 
   async start(): Promise<this> {
+    // A node with another partition count than the server's mapping would refuse every message.
+    if (this.opts.durable && this.opts.durable.checkPartitions !== false) await checkPartitionMapping(this.opts.durable.nc, this.tenant, this.partitions);
     this.threads.start();
     await this.registry.start();
     const t = this.transport;
@@ -227,7 +241,18 @@ export class TroupeNode {
       // A takeover acquires its partitions within a few ms of each other: 25 ms gathers them.
       const done = new Promise<void>((resolve) => setTimeout(resolve, 25)).then(async () => {
         this.resumeBatch = undefined;
-        await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
+        // Listing the store makes a consumer: on a cluster electing its JetStream meta leader that times out
+        // for a few seconds. Try again rather than giving the partitions back (they would only move around).
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
+            return;
+          } catch (err) {
+            if (attempt >= RESUME_ATTEMPTS || !isTransientJetStreamError(err)) throw err;
+            this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again');
+            await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
+          }
+        }
       });
       this.resumeBatch = { partitions, done };
     }

@@ -44,7 +44,8 @@ program
   .option('--inspect', 'publish inspection records from the start (troupe watch, troupe inspect --stately, the studio; switchable with troupe inspect --on/--off)')
   .option('--idle <ms>', 'passivate threads idle this long', int(1))
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
-  .option('--partitions <n>', 'thread partitions (must match the mapping in the server configuration)', int(1, 1024), 8)
+  .option('--partitions <n>', "thread partitions: the server's mapping (`troupe creds init --partitions`, 8-256); the node refuses to start when they differ", int(1, 1024), 8)
+  .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', int(500), 5_000)
   .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', int(1_000), 24 * 60 * 60_000)
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics at this port (0: any free port)', int(0, 65_535))
@@ -224,6 +225,21 @@ creds
   .addOption(credsDir())
   .action(credsAction('revoke'));
 creds.command('push').description('send every account JWT to the server again (after it was down during a revoke)').addOption(credsDir()).action(credsAction('push'));
+
+program
+  .command('cluster')
+  .description('NATS clusters for development')
+  .command('up')
+  .description('start a NATS cluster on this machine: one nats-server per --servers with routes and JetStream, the accounts of `troupe creds init` (made in --dir if absent); Ctrl-C stops it')
+  .addOption(new Option('--dir <dir>', 'credential store and cluster directory').default('.troupe-cluster'))
+  .option('--servers <n>', 'servers in the cluster (3 tolerates one down)', int(1, 9), 3)
+  .option('--port <n>', 'client port of the first server, the others follow (0: free ports)', int(0, 65_535), 0)
+  .option('--cluster-port <n>', 'route port of the first server, the others follow (0: free ports)', int(0, 65_535), 0)
+  .option('--partitions <n>', 'with a new store: ingress partitions per tenant (8-256; the nodes\' --partitions must match)', int(1, 1024), 8)
+  .option('--tenants <list>', 'with a new store: tenants, comma-separated', 'demo')
+  .option('--host <host>', 'address the servers listen on', '127.0.0.1')
+  .option('--name <name>', 'cluster name', 'troupe')
+  .action(async (...args: unknown[]) => ((await import('./commands/cluster.js')).up as (...a: unknown[]) => Promise<void>)(...args));
 
 program.parseAsync(process.argv).catch(async (err: unknown) => {
   const { reportError } = await import('./output.js');

@@ -33,6 +33,7 @@ export const ERROR_CODES = {
   MODEL_ERROR: { jsonRpc: -32603, hint: "the model provider failed; check the model name, the endpoint and the key in the agent's environment" },
   TOOL_ROUND_LIMIT: { jsonRpc: -32603, hint: "the model kept calling tools past the round limit; raise max_tool_rounds or tighten the agent's instructions" },
   TOOL_START_FAILED: { jsonRpc: -32603, hint: "a tool's MCP server or vector index could not be set up; the message names the tool and what failed" },
+  PARTITIONS_MISMATCH: { jsonRpc: -32603, hint: "start the node with the server's partition count (--partitions), or change the mapping with `troupe creds init --partitions` on a new store" },
   UNSUPPORTED: { jsonRpc: -32603, hint: 'this feature is declared but not available in this version of Troupe' },
 } as const;
 

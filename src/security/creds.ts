@@ -16,6 +16,7 @@
  * The store (default `.troupe/`, git-ignored; keys and seeds are 0600, directories 0700):
  *
  *   server.conf                          generated nats-server config (server-config.ts)
+ *   cluster/<server>.conf, cluster/<server>/  a cluster's configs and stores (`writeClusterConfigs`, `troupe cluster up`)
  *   nats/jetstream/, nats/jwt/           the server's JetStream store (store_dir nats/) and account resolver
  *   tls/                                 CA and server certificate when made with --tls (tls.ts)
  *   creds/store.json                     settings: listen address, tenants, JetStream limits, TLS files
@@ -39,7 +40,7 @@ import { DEFAULT_PARTITIONS } from '../transport/jetstream/leases.js';
 import { SUBJECT_PREFIX } from '../transport/subjects.js';
 import { idProblem, idSchema, isValidId } from '../protocol/ids.js';
 import { idKindOf, inboxPrefix, rolePermissions, ROLES, type AnyRole, type ResponseRules, type Role, type RolePermissions } from './roles.js';
-import { renderServerConfig } from './server-config.js';
+import { renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
 
 export const DEFAULT_STORE_DIR = '.troupe';
@@ -362,6 +363,8 @@ function storePaths(dir: string) {
     account: (tenant: string) => join(tenants, tenant, 'account.json'),
     users: (tenant: string) => join(tenants, tenant, 'users'),
     serverConf: join(dir, 'server.conf'),
+    clusterDir: join(dir, 'cluster'),
+    clusterLayout: join(dir, 'cluster', 'cluster.json'),
     resolverDir: join(dir, 'nats', 'jwt'),
     // nats-server puts its files in <store_dir>/jetstream.
     jetstreamDir: join(dir, 'nats'),
@@ -562,28 +565,108 @@ export class CredentialStore {
     return { user: { ...user, revoked: true }, accountJwt: jwt };
   }
 
-  /** (Re)writes server.conf from the store. */
+  /** (Re)writes server.conf from the store, and the cluster's configs when there is a cluster (`writeClusterConfigs`). */
   async writeServerConfig(): Promise<string> {
+    const text = renderServerConfig(await this.#serverConfigInput(this.settings.host, this.settings.port, this.paths.resolverDir, this.paths.jetstreamDir));
+    await writeFileAtomic(this.paths.serverConf, text, 0o644);
+    const layout = await this.clusterLayout();
+    if (layout) await this.writeClusterConfigs(layout);
+    return this.paths.serverConf;
+  }
+
+  async #serverConfigInput(host: string, port: number, resolverDir: string, jetstreamDir: string): Promise<ServerConfigInput> {
     const system = await readJson(this.paths.systemAccount, SystemSchema, 'system account');
     const preload = await this.accountJwts();
     const n = this.settings.tenants.length;
-    const text = renderServerConfig({
-      host: this.settings.host,
-      port: this.settings.port,
+    return {
+      host,
+      port,
       operatorJwtFile: this.paths.operatorJwt,
       systemAccount: system.publicKey,
-      resolverDir: this.paths.resolverDir,
+      resolverDir,
       preload,
-      jetstreamDir: this.paths.jetstreamDir,
-      // A standalone server reserves each account's limits out of its own: make room for every tenant.
+      jetstreamDir,
+      // Each server reserves each account's limits out of its own: make room for every tenant.
       jetstreamMaxMemoryBytes: this.settings.jetstream.memoryBytes * n,
       jetstreamMaxFileBytes: this.settings.jetstream.diskBytes * n,
       maxPayloadBytes: MAX_PAYLOAD_BYTES,
       ...(this.settings.tls ? { tls: { certFile: this.settings.tls.certFile, keyFile: this.settings.tls.keyFile } } : {}),
-    });
-    await writeFileAtomic(this.paths.serverConf, text, 0o644);
-    return this.paths.serverConf;
+    };
   }
+
+  /** The cluster written by `writeClusterConfigs`, if any (`<dir>/cluster/cluster.json`). */
+  async clusterLayout(): Promise<ClusterLayout | undefined> {
+    if (!(await exists(this.paths.clusterLayout))) return undefined;
+    return readJson(this.paths.clusterLayout, ClusterLayoutSchema, 'cluster layout');
+  }
+
+  /**
+   * Writes one nats-server config per server of a cluster, `<dir>/cluster/<name>.conf`: the same operator,
+   * accounts (with the partition mapping) and JetStream limits as server.conf, plus `server_name`, routes
+   * to every server, and each server's own resolver and JetStream directories (`<dir>/cluster/<name>/`).
+   * Revocations rewrite them too.
+   */
+  async writeClusterConfigs(layout: ClusterLayout): Promise<ClusterServerFiles[]> {
+    const parsed = ClusterLayoutSchema.parse(layout);
+    const names = new Set(parsed.servers.map((s) => s.name));
+    if (names.size !== parsed.servers.length) throw new TroupeError('CREDENTIALS_INVALID', 'cluster server names must be unique');
+    await mkdir(this.paths.clusterDir, { recursive: true, mode: 0o700 });
+    const routes = parsed.servers.map((s) => `nats-route://${connectHost(parsed.host)}:${s.clusterPort}`);
+    const out: ClusterServerFiles[] = [];
+    for (const server of parsed.servers) {
+      const base = join(this.paths.clusterDir, server.name);
+      const resolverDir = join(base, 'jwt');
+      await mkdir(resolverDir, { recursive: true, mode: 0o700 });
+      const input = await this.#serverConfigInput(parsed.host, server.port, resolverDir, base);
+      input.cluster = {
+        serverName: server.name,
+        clusterName: parsed.name,
+        listen: `${parsed.host}:${server.clusterPort}`,
+        routes,
+        ...(parsed.pingIntervalS !== undefined ? { pingIntervalS: parsed.pingIntervalS } : {}),
+        ...(parsed.pingMax !== undefined ? { pingMax: parsed.pingMax } : {}),
+      };
+      const configFile = join(this.paths.clusterDir, `${server.name}.conf`);
+      await writeFileAtomic(configFile, renderServerConfig(input), 0o644);
+      out.push({ ...server, configFile, storeDir: base, url: `${this.settings.tls ? 'tls' : 'nats'}://${connectHost(parsed.host)}:${server.port}` });
+    }
+    await writeJson(this.paths.clusterLayout, parsed, false);
+    return out;
+  }
+}
+
+/** Where a client connects for a listen address (0.0.0.0 listens everywhere, including loopback). */
+function connectHost(host: string): string {
+  return host === '0.0.0.0' ? '127.0.0.1' : host;
+}
+
+const ClusterLayoutSchema = z.object({
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a cluster name is 1-64 of A-Z, a-z, 0-9, _ and -'),
+  host: z.string().min(1).max(253),
+  servers: z
+    .array(
+      z.object({
+        name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a server name is 1-64 of A-Z, a-z, 0-9, _ and -'),
+        port: z.number().int().min(1).max(65_535),
+        clusterPort: z.number().int().min(1).max(65_535),
+      }),
+    )
+    .min(1)
+    .max(32),
+  pingIntervalS: z.number().int().min(1).max(3600).optional(),
+  pingMax: z.number().int().min(1).max(100).optional(),
+});
+/** The servers of a cluster: names, client ports and route ports, on one host (a development cluster). */
+export type ClusterLayout = z.infer<typeof ClusterLayoutSchema>;
+export interface ClusterServerFiles {
+  name: string;
+  port: number;
+  clusterPort: number;
+  /** `<dir>/cluster/<name>.conf`: `nats-server -c` it. */
+  configFile: string;
+  /** Its JetStream and resolver directory. */
+  storeDir: string;
+  url: string;
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -23,6 +23,26 @@ export interface ServerConfigInput {
   /** Bytes; the mesh's payload limit is 1 MiB. */
   maxPayloadBytes: number;
   tls?: { certFile: string; keyFile: string };
+  /** One server of a cluster (routes between the servers; JetStream clustered, so streams can have replicas). */
+  cluster?: ClusterMemberConfig;
+}
+
+/** What makes a server a member of a NATS cluster (deploy/nats-cluster, `troupe cluster up`). */
+export interface ClusterMemberConfig {
+  /** Unique per server: JetStream's peers are named by it. */
+  serverName: string;
+  /** The cluster's name, the same on every server. */
+  clusterName: string;
+  /** `host:port` the routes listen on. */
+  listen: string;
+  /** Route URLs of every server (its own is skipped by nats-server). */
+  routes: readonly string[];
+  /**
+   * Seconds between pings on client and route connections, and pings missed before a peer is cut off:
+   * the route timeout is about their product. nats-server's default is 120 s × 2.
+   */
+  pingIntervalS?: number;
+  pingMax?: number;
 }
 
 /** A double-quoted string for the NATS config parser (JSON escapes are understood). */
@@ -41,6 +61,9 @@ export function renderServerConfig(c: ServerConfigInput): string {
     '',
     `listen: ${quote(`${c.host}:${c.port}`)}`,
     `max_payload: ${c.maxPayloadBytes}`,
+    ...(c.cluster ? [`server_name: ${quote(c.cluster.serverName)}`] : []),
+    ...(c.cluster?.pingIntervalS !== undefined ? [`ping_interval: "${c.cluster.pingIntervalS}s"`] : []),
+    ...(c.cluster?.pingMax !== undefined ? [`ping_max: ${c.cluster.pingMax}`] : []),
     '',
     `operator: ${quote(c.operatorJwtFile)}`,
     `system_account: ${c.systemAccount}`,
@@ -63,6 +86,19 @@ export function renderServerConfig(c: ServerConfigInput): string {
     `  max_file_store: ${c.jetstreamMaxFileBytes}`,
     '}',
   ];
+  if (c.cluster) {
+    lines.push(
+      '',
+      '# One server of a cluster: routes to every server (its own URL is ignored), JetStream clustered.',
+      'cluster {',
+      `  name: ${quote(c.cluster.clusterName)}`,
+      `  listen: ${quote(c.cluster.listen)}`,
+      '  routes: [',
+      ...c.cluster.routes.map((r) => `    ${quote(r)}`),
+      '  ]',
+      '}',
+    );
+  }
   if (c.tls) {
     lines.push(
       '',

@@ -6,11 +6,13 @@
  * `kv.update` send; the server answers a mismatch with JetStream API error 10071 ("wrong last sequence"),
  * which this class turns into STORE_CONFLICT.
  */
-import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
+import { JetStreamApiCodes, JetStreamApiError, StorageType, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
+import { silentLogger } from '../observability/logger.js';
+import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
 import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
 export const DEFAULT_THREAD_BUCKET = 'troupe_threads';
@@ -28,6 +30,10 @@ export interface KvThreadStoreOptions {
   ttlMs?: number;
   /** Revisions kept per key. 1 is enough for compare-and-set; more only helps forensics. */
   history?: number;
+  /**
+   * Replicas of the bucket's stream (1..5; 3 on a 3-server cluster). Created with 1 when absent; given,
+   * an existing bucket with another count is scaled to it.
+   */
   replicas?: number;
   storage?: 'file' | 'memory';
 }
@@ -53,6 +59,7 @@ export class KvThreadStore implements ThreadStore {
     const bucket = opts.bucket ?? DEFAULT_THREAD_BUCKET;
     const ttlMs = opts.ttlMs ?? DEFAULT_THREAD_TTL_MS;
     if (!Number.isSafeInteger(ttlMs) || ttlMs < 0) throw new RangeError(`ttlMs must be a whole number of ms >= 0, got ${ttlMs}`);
+    checkReplicas(opts.replicas);
     try {
       const kv = await new Kvm(nc).create(bucket, {
         history: opts.history ?? 1,
@@ -61,6 +68,7 @@ export class KvThreadStore implements ThreadStore {
         replicas: opts.replicas ?? 1,
         storage: opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
       });
+      await ensureReplicas(await jetstreamManager(nc), `KV_${bucket}`, opts.replicas, silentLogger());
       const status = await kv.status();
       // Values travel as one message; past the server's max_payload the publish fails with a bare error.
       return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);

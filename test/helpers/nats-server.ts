@@ -96,7 +96,7 @@ async function waitForPort(port: number, child: ChildProcess, log: () => string,
 }
 
 /** One nats-server process: (re)launch with `args`, stop with SIGTERM then SIGKILL. */
-function natsProcess(args: string[], port: number, env: Record<string, string> = {}) {
+export function natsProcess(args: string[], port: number, env: Record<string, string> = {}) {
   let child: ChildProcess | undefined;
   let output = '';
   const launch = async () => {
@@ -106,6 +106,20 @@ function natsProcess(args: string[], port: number, env: Record<string, string> =
     child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
     child.on('error', (err) => (output += `\nspawn error: ${err.message} (is nats-server installed? apt-get install nats-server)`));
     await waitForPort(port, child, () => output);
+  };
+  /** Sends a signal without waiting (SIGSTOP, SIGCONT); SIGKILL waits for the exit. */
+  const signal = async (sig: NodeJS.Signals) => {
+    const c = child;
+    if (!c || c.exitCode !== null) return;
+    if (sig !== 'SIGKILL') {
+      c.kill(sig);
+      return;
+    }
+    child = undefined;
+    await new Promise<void>((res) => {
+      c.once('exit', () => res());
+      c.kill('SIGKILL');
+    });
   };
   const shutdown = async () => {
     const c = child;
@@ -120,11 +134,11 @@ function natsProcess(args: string[], port: number, env: Record<string, string> =
       c.kill('SIGTERM');
     });
   };
-  return { launch, shutdown, log: () => output };
+  return { launch, shutdown, signal, running: () => child !== undefined && child.exitCode === null, log: () => output };
 }
 
 /** The agent users of the demo tenant (the demo team, the examples, the Python agent, the tests' own). */
-const TEST_AGENTS = ['triage', 'researcher', 'writer', 'echo', 'pyecho', 'slowecho', 'main', 'skills', 'crashy', 'picky', 'sloth', 'weather', 'travel', 'billing'];
+export const TEST_AGENTS = ['triage', 'researcher', 'writer', 'echo', 'pyecho', 'slowecho', 'main', 'skills', 'crashy', 'picky', 'sloth', 'weather', 'travel', 'billing'];
 
 /**
  * A nats-server exactly as shipped: operator mode from `troupe creds init` (tenants demo and acme, the
@@ -206,6 +220,15 @@ export interface SecureNatsServerHandle {
 /** A nats-server in operator mode, configured by `creds init`'s library functions in a temp dir. */
 export async function startSecureNatsServer(opts: SecureNatsServerOptions = {}): Promise<SecureNatsServerHandle> {
   const port = await freePort();
+  const { store, dir } = await startSecureNatsServerStore({ ...opts, port });
+  const { launch, shutdown } = natsProcess(['-c', store.serverConfigFile], port);
+  await launch();
+  return secureHandle(store, dir, port, launch, shutdown);
+}
+
+/** `creds init` in a temp dir as the test servers use it (small JetStream reservations); starts nothing. */
+export async function startSecureNatsServerStore(opts: SecureNatsServerOptions & { port: number }): Promise<{ store: CredentialStore; dir: string }> {
+  const { port } = opts;
   const dir = mkdtempSync(join(tmpdir(), 'troupe-secure-nats-'));
   const store = await initCredentialStore({
     dir,
@@ -218,8 +241,10 @@ export async function startSecureNatsServer(opts: SecureNatsServerOptions = {}):
     // Small reservations: every test server reserves these out of its JetStream limits.
     jetstream: { memoryBytes: 64 * 1024 ** 2, diskBytes: 256 * 1024 ** 2 },
   });
-  const { launch, shutdown } = natsProcess(['-c', store.serverConfigFile], port);
-  await launch();
+  return { store, dir };
+}
+
+function secureHandle(store: CredentialStore, dir: string, port: number, launch: () => Promise<void>, shutdown: () => Promise<void>): SecureNatsServerHandle {
   const caFile = store.caFile;
   const roles = new Map<string, string>();
   const roleOf = async (tenant: string, name: string) => {

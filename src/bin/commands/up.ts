@@ -22,6 +22,8 @@ export interface UpOptions {
   partitions: number;
   leaseTtl: number;
   threadTtl: number;
+  /** Replicas of TROUPE_IN, TROUPE_DLQ, the thread and lease buckets; undefined: 1 when created, else as they are. */
+  replicas?: number;
 }
 
 export async function up(opts: UpOptions, cmd: Command): Promise<void> {
@@ -44,24 +46,35 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     return;
   }
   const transport = await connect(g, 'troupe-node', true);
-  const store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl });
-  if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
-  const node = await new TroupeNode({
-    transport,
-    tenant: g.tenant,
-    logger,
-    store,
-    ...nodeOptionsOf(team),
-    ...(opts.inspect ? { inspect: true } : {}),
-    ...(opts.idle ? { idleMs: opts.idle } : {}),
-    ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl } } : {}),
-  }).start();
+  const replicas = opts.replicas !== undefined ? { replicas: opts.replicas } : {};
+  let store: KvThreadStore | undefined;
+  let node: TroupeNode;
+  try {
+    store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl, ...replicas });
+    if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
+    node = await new TroupeNode({
+      transport,
+      tenant: g.tenant,
+      logger,
+      store,
+      ...nodeOptionsOf(team),
+      ...(opts.inspect ? { inspect: true } : {}),
+      ...(opts.idle ? { idleMs: opts.idle } : {}),
+      ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl, ...replicas } } : {}),
+    }).start();
+  } catch (err) {
+    // Nothing started: let go of the connection so the process exits with the error (code 1).
+    await store?.close().catch(() => undefined);
+    await transport.close().catch(() => undefined);
+    throw err;
+  }
+  const threadStore = store;
   const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start())) : [];
-  process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant})\n`);
+  process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant}${opts.durable ? `, ${opts.partitions} partitions` : ''}${opts.replicas ? `, ${opts.replicas} replicas` : ''})\n`);
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await node.stop();
-    await store.close();
+    await threadStore.close();
     await transport.drain();
     await stopObservability();
   });

@@ -55,6 +55,7 @@ import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
+import { checkReplicas, ensureReplicas } from './replicas.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -69,6 +70,17 @@ export const DEAD_LETTER_HEADERS = {
 export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
 export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
 const ATTEMPTS_TRACKED = 10_000;
+/** How long one pull request lasts; its idle heartbeat is half of it. */
+const PULL_EXPIRES_MS = 5_000;
+/** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
+const FRESH_CONSUMER_ATTEMPTS = 12;
+
+/** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
+export function isTransientJetStreamError(err: unknown): boolean {
+  if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message);
+  const text = err instanceof Error ? `${err.name} ${err.message}` : String(err);
+  return /timeout|timed out|no responders|temporarily unavailable|disconnect|reconnect/i.test(text);
+}
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -149,7 +161,10 @@ export interface JetStreamIngressOptions {
   maxDeliver?: number;
   /** Nak backoff: `base * 2^(attempt-1)`, capped at `max`. Default 250 ms .. 30 s. */
   retryDelayMs?: { base?: number; max?: number };
-  /** Replicas of the streams this creates (TROUPE_IN, TROUPE_DLQ). Default 1. */
+  /**
+   * Replicas of TROUPE_IN, TROUPE_DLQ and the lease bucket (1..5). Created with 1 when absent; given, an
+   * existing stream with another count is scaled to it.
+   */
   replicas?: number;
   /**
    * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
@@ -202,6 +217,7 @@ export class JetStreamIngress {
     this.tenant = opts.tenant;
     this.nodeId = opts.nodeId;
     this.partitions = opts.partitions ?? DEFAULT_PARTITIONS;
+    checkReplicas(opts.replicas);
     this.#nc = opts.nc;
     this.#opts = opts;
     this.#log = (opts.logger ?? silentLogger()).child({ component: 'ingress', node: opts.nodeId, tenant: opts.tenant });
@@ -258,6 +274,7 @@ export class JetStreamIngress {
       partitions: this.partitions,
       leaseTtlMs: this.#opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS,
       ...(this.#opts.leaseBucket ? { bucket: this.#opts.leaseBucket } : {}),
+      ...(this.#opts.replicas !== undefined ? { replicas: this.#opts.replicas } : {}),
       logger: this.#opts.logger ?? silentLogger(),
       onAcquired: (p) => this.#op(p, () => this.#acquire(p)),
       onLost: (p, reason) => this.#op(p, () => this.#release(p, reason)),
@@ -322,11 +339,13 @@ export class JetStreamIngress {
       });
       this.#log.info({ stream: INGRESS_STREAM }, 'updated inbound stream configuration');
     }
+    await ensureReplicas(jsm, INGRESS_STREAM, this.#opts.replicas, this.#log);
   }
 
   async #ensureDeadLetterStream(jsm: JetStreamManager): Promise<void> {
     try {
       await jsm.streams.info(DEAD_LETTER_STREAM);
+      await ensureReplicas(jsm, DEAD_LETTER_STREAM, this.#opts.replicas, this.#log);
     } catch (err) {
       if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
       try {
@@ -371,12 +390,25 @@ export class JetStreamIngress {
   /** Deletes the partition's consumer (whoever made it) and creates it afresh. */
   async #freshConsumer(p: number): Promise<void> {
     const jsm = this.#jsm!;
-    try {
-      await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
-    } catch (err) {
-      if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        try {
+          await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
+        } catch (err) {
+          if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+        }
+        await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
+        return;
+      } catch (err) {
+        // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a
+        // server died, which is also when nodes reconnect and restart their consumers) every attempt
+        // times out for a few seconds. Keep trying while this node holds the partition rather than
+        // giving it up: handing it around the nodes during the election only moves its messages.
+        if (!isTransientJetStreamError(err) || attempt >= FRESH_CONSUMER_ATTEMPTS || this.#stopping || !this.#leases?.owned().includes(p)) throw err;
+        this.#log.info({ partition: p, attempt, err: errText(err) }, 'could not make the partition consumer yet; trying again');
+        await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
+      }
     }
-    await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
   }
 
   // ---- partition lifecycle ------------------------------------------------------------------------
@@ -422,6 +454,9 @@ export class JetStreamIngress {
       const consumer = await this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p));
       const messages = await consumer.consume({
         max_messages: Math.min(this.#maxAckPending, 256),
+        // Pulls expire (and heartbeats come) often: a pull the server dropped (its consumer leader changed,
+        // a server was frozen and cut off) is noticed and sent again within seconds, not after 30 s.
+        expires: PULL_EXPIRES_MS,
         callback: (m) => this.#onMessage(run, m),
       });
       run.messages = messages;

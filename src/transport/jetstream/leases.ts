@@ -14,9 +14,11 @@
  * A revision mismatch means someone else holds it now: the lease is lost.
  *
  * Every `ttl / 3` a node refreshes its heartbeat and renews its leases (one timer), and, on a second
- * timer so a slow survey can never delay a renewal, counts live nodes and moves towards
- * `ceil(partitions / liveNodes)` leases: it takes free partitions up to that target and gives back the
- * ones above it, so a joining node gets its share without anyone crashing. The survey is one stream-info
+ * timer so a slow survey can never delay a renewal, counts live nodes and moves towards its share
+ * (`shareOf`: the partitions split evenly in node-id order, so 3 nodes × 64 partitions hold 22/21/21):
+ * it takes free partitions up to that target and gives back the ones above it, so a joining node gets
+ * its share without anyone crashing. Partitions left free for a whole ttl (a node counted live that
+ * cannot take its share) may be taken up to `ceil(partitions / liveNodes)`. The survey is one stream-info
  * request (the bucket's subjects under `<tenant>.`) plus a get per key, no consumer. A KV watch on the
  * tenant's keys runs the next balance round at once when a lease is given back or a node appears, so a
  * clean stop is taken over in milliseconds; a crashed node's leases are taken over as they age out: each
@@ -37,6 +39,7 @@ import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetS
 import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
+import { checkReplicas, ensureReplicas } from './replicas.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
@@ -66,6 +69,8 @@ export interface PartitionLeasesOptions {
   leaseTtlMs?: number;
   /** KV bucket. Default `troupe_leases`. */
   bucket?: string;
+  /** Replicas of the bucket (created with 1 when absent; given, an existing bucket is scaled to it). */
+  replicas?: number;
   /** File (default) keeps leases over a server restart, so owners keep their partitions. */
   storage?: 'file' | 'memory';
   onAcquired?: (partition: number) => void | Promise<void>;
@@ -84,6 +89,18 @@ interface HeldLease {
 }
 
 const KEY_TOKEN = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * The leases a node should hold: the partitions split evenly over the live nodes in node-id order, the
+ * first `partitions mod nodes` nodes one more (3 nodes, 64 partitions: 22, 21, 21). Every node computes
+ * the same split from the same survey, so shares always add up to the partition count.
+ */
+export function shareOf(nodeId: string, nodes: Iterable<string>, partitions: number): number {
+  const sorted = [...new Set(nodes)].sort();
+  const n = Math.max(1, sorted.length);
+  const rank = Math.max(0, sorted.indexOf(nodeId));
+  return Math.floor(partitions / n) + (rank < partitions % n ? 1 : 0);
+}
 
 export class PartitionLeases {
   readonly tenant: string;
@@ -113,6 +130,8 @@ export class PartitionLeases {
   /** Local time at which the earliest key of another node ages out (from the last survey). */
   #nextExpiry = Infinity;
   #renewing?: Promise<void>;
+  /** Since when the last surveys saw a partition nobody holds. */
+  #freeSince?: number;
   #watch?: QueuedIterator<KvWatchEntry>;
   #status?: AsyncIterable<Status> & { stop?: () => void };
 
@@ -123,6 +142,7 @@ export class PartitionLeases {
     if (!Number.isSafeInteger(partitions) || partitions < 1) throw new RangeError(`partitions must be a whole number >= 1, got ${partitions}`);
     const ttl = opts.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
     if (!Number.isSafeInteger(ttl) || ttl < 100) throw new RangeError(`leaseTtlMs must be a whole number of ms >= 100, got ${ttl}`);
+    checkReplicas(opts.replicas);
     this.tenant = opts.tenant;
     this.nodeId = opts.nodeId;
     this.partitions = partitions;
@@ -171,13 +191,19 @@ export class PartitionLeases {
   async start(): Promise<this> {
     if (this.#started) throw new Error('PartitionLeases already started');
     this.#started = true;
-    // KV calls time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
-    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
-    const kv = await new Kvm(js).create(this.bucket, {
+    // Creating (or scaling) the bucket may take a cluster a few seconds: the default timeout. Lease
+    // calls afterwards time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
+    const setup = jetstream(this.#nc);
+    await new Kvm(setup).create(this.bucket, {
       history: 1,
       ttl: this.#ttlMs,
       storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
+      replicas: this.#opts.replicas ?? 1,
     });
+    await ensureReplicas(await setup.jetstreamManager(), `KV_${this.bucket}`, this.#opts.replicas, this.#log);
+    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
+    const kv = await new Kvm(js).open(this.bucket);
+    this.#jsm = await js.jetstreamManager();
     const status = await kv.status();
     if (status.ttl === 0) {
       throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
@@ -187,7 +213,6 @@ export class PartitionLeases {
       this.#ttlMs = status.ttl;
     }
     this.#kv = kv;
-    this.#jsm = await js.jetstreamManager();
     await this.#startWatch(kv);
     this.#watchStatus();
     await this.#renewRound();
@@ -369,7 +394,13 @@ export class PartitionLeases {
     this.#nextExpiry = survey.nextExpiry;
     this.#knownNodes = nodes;
     this.#liveNodes = nodes.size;
-    const target = Math.ceil(this.partitions / this.#liveNodes);
+    // Free partitions nobody has taken for a whole ttl (a node counted live cannot take its share): then
+    // everyone may go up to ceil(partitions / nodes), so no partition stays unconsumed.
+    const anyFree = taken.size < this.partitions;
+    if (!anyFree) this.#freeSince = undefined;
+    else this.#freeSince ??= Date.now();
+    const stuck = this.#freeSince !== undefined && Date.now() - this.#freeSince > this.#ttlMs;
+    const target = stuck ? Math.ceil(this.partitions / this.#liveNodes) : shareOf(this.nodeId, nodes, this.partitions);
 
     // Give back what is above the target, highest partitions first.
     const keeping = [...this.#held.entries()].filter(([, l]) => !l.releasing).map(([p]) => p).sort((a, b) => b - a);

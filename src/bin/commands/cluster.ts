@@ -1,0 +1,142 @@
+/**
+ * `troupe cluster up`: a NATS cluster on this machine for development. It makes (or reuses) a credential
+ * store in --dir, writes one nats-server config per server (`<dir>/cluster/<name>.conf`: routes to every
+ * server, JetStream on each, the accounts and partition mapping of `troupe creds init`), starts the servers
+ * and keeps them up until Ctrl-C. Production clusters use the same configs (deploy/nats-cluster/README.md).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import type { Command } from 'commander';
+import { TroupeError } from '../../protocol/errors.js';
+import { CredentialStore, initCredentialStore, type ClusterServerFiles } from '../../security/creds.js';
+import { UsageError, globals, onShutdown } from '../cli.js';
+import { color, printJson, table } from '../output.js';
+
+export interface ClusterUpOptions {
+  dir: string;
+  servers: number;
+  port: number;
+  clusterPort: number;
+  partitions: number;
+  tenants: string;
+  host: string;
+  name: string;
+}
+
+const NATS_BIN = process.env.NATS_SERVER_BIN ?? 'nats-server';
+const READY_TIMEOUT_MS = 15_000;
+
+async function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, host, () => {
+      const addr = srv.address();
+      srv.close(() => (addr && typeof addr === 'object' ? resolve(addr.port) : reject(new Error('no free port'))));
+    });
+  });
+}
+
+/** Ports base, base+1, … or free ones when base is 0. */
+async function ports(base: number, n: number, host: string): Promise<number[]> {
+  if (base === 0) return Promise.all(Array.from({ length: n }, () => freePort(host)));
+  if (base + n - 1 > 65_535) throw new UsageError(`ports ${base}..${base + n - 1} do not exist: pick a lower --port/--cluster-port`);
+  return Array.from({ length: n }, (_, i) => base + i);
+}
+
+function launch(file: ClusterServerFiles): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(NATS_BIN, ['-c', file.configFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const timer = setTimeout(() => fail(`did not report ready within ${READY_TIMEOUT_MS} ms`), READY_TIMEOUT_MS);
+    const fail = (why: string) => {
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(new TroupeError('TRANSPORT_ERROR', `nats-server ${file.name} (${file.configFile}) ${why}:\n${output.slice(-2_000)}`));
+    };
+    const onData = (d: Buffer) => {
+      output += d.toString();
+      if (output.includes('Server is ready')) {
+        clearTimeout(timer);
+        child.stdout?.off('data', onData);
+        child.stderr?.off('data', onData);
+        // Keep draining its output so the pipe never blocks it.
+        child.stdout?.resume();
+        child.stderr?.resume();
+        resolve(child);
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    child.once('error', (err) => fail(`could not start (${err.message}); install nats-server (https://docs.nats.io/running-a-nats-service/introduction/installation) or set NATS_SERVER_BIN`));
+    child.once('exit', (code) => fail(`exited with ${code}`));
+  });
+}
+
+export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  if (opts.servers < 1) throw new UsageError('--servers must be at least 1');
+  const clientPorts = await ports(opts.port, opts.servers, opts.host);
+  const routePorts = await ports(opts.clusterPort, opts.servers, opts.host);
+  let store: CredentialStore;
+  let created = false;
+  try {
+    store = await CredentialStore.open(opts.dir);
+  } catch (err) {
+    if (!(err instanceof TroupeError && err.code === 'CREDENTIALS_NOT_FOUND')) throw err;
+    const tenants = opts.tenants.split(',').map((t) => t.trim()).filter(Boolean);
+    store = await initCredentialStore({ dir: opts.dir, tenants, partitions: opts.partitions, host: opts.host, port: clientPorts[0]! });
+    created = true;
+  }
+  const files = await store.writeClusterConfigs({
+    name: opts.name,
+    host: opts.host,
+    servers: clientPorts.map((port, i) => ({ name: `n${i + 1}`, port, clusterPort: routePorts[i]! })),
+  });
+  const children: ChildProcess[] = [];
+  try {
+    for (const child of await Promise.all(files.map(launch))) children.push(child);
+  } catch (err) {
+    for (const c of children) c.kill('SIGTERM');
+    throw err;
+  }
+  const url = files.map((f) => f.url).join(',');
+  const node = store.credsFile(store.tenants[0]!, 'node');
+  if (g.json) {
+    printJson({ dir: store.dir, created, url, servers: files.map((f, i) => ({ ...f, pid: children[i]!.pid })) });
+  } else {
+    process.stdout.write(
+      [
+        `${color.green('✓')} NATS cluster "${opts.name}" up: ${files.length} servers, JetStream on each (store ${store.dir}${created ? ', created' : ''})`,
+        '',
+        table(['server', 'url', 'routes', 'pid', 'config'], files.map((f, i) => [f.name, f.url, `${opts.host}:${f.clusterPort}`, children[i]!.pid, f.configFile])),
+        '',
+        'Start nodes (each reconnects across the servers), with 3 replicas of every stream and bucket:',
+        `  troupe up --nats ${url} --creds ${node} --replicas ${Math.min(3, files.length)}`,
+        'Ctrl-C stops the servers; their data stays in the store for the next `troupe cluster up`.',
+        '',
+      ].join('\n'),
+    );
+  }
+  let stopping = false;
+  for (const [i, child] of children.entries()) {
+    child.once('exit', (code, signal) => {
+      if (!stopping) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
+    });
+  }
+  onShutdown(async () => {
+    stopping = true;
+    await Promise.all(
+      children.map(
+        (c) =>
+          new Promise<void>((resolve) => {
+            if (c.exitCode !== null || c.signalCode !== null) return resolve();
+            const timer = setTimeout(() => c.kill('SIGKILL'), 5_000);
+            c.once('exit', () => (clearTimeout(timer), resolve()));
+            c.kill('SIGTERM');
+          }),
+      ),
+    );
+  });
+}

@@ -1,0 +1,334 @@
+/**
+ * Chaos on a real 3-server NATS cluster (replicas 3), 3 Troupe nodes and 2 echo agents, each its own
+ * process, while conversations run without pause (every thread sends its next message as soon as the
+ * previous one is answered):
+ *   1. kill -9 of the JetStream meta leader, restarted;
+ *   2. kill -9 of the leader of the thread bucket's stream, restarted;
+ *   3. SIGSTOP of one server for longer than the route timeout (ping 1 s × 3), then SIGCONT;
+ *   4. kill -9 of a Troupe node at random moments, CLUSTER_CHAOS_KILLS times (default 12; 20 takes about
+ *      a minute more), each time the owner of a probe thread's partition, with a replacement started at
+ *      once; the time from the kill to the answer of a probe message sent right after it is the takeover.
+ * A client that gets no answer on `out` for 8 s reads the thread's stored history (a node killed between
+ * its ack and its publish leaves the answer there only), as a client should.
+ * Printed: turns attempted, answered, lost, duplicated, and each message not answered exactly once.
+ * Asserted: 0 lost turns, no turn ran twice (every duplicate is the same stored answer), answers in the
+ * order of their messages, every stored history in send order with each answered message followed by its
+ * answer. NOT asserted, because it does not hold yet on a cluster (docs/cluster.md): 0 duplicated.
+ * Nothing asserts a timing.
+ *
+ *   npx vitest run test/cluster.chaos.nats.test.ts
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { META } from '../src/protocol/metadata.js';
+import { HEADERS, ThreadEventSchema, decode, encodeJson, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
+import { TroupeClient, userMessage } from '../src/sdk/client.js';
+import { KvThreadStore } from '../src/store/kv.js';
+import { partitionOf } from '../src/transport/jetstream/ingress.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import { startNatsCluster, type ClusterServerHandle, type NatsClusterHandle } from './helpers/nats-cluster.js';
+import { ProcessGroup, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { sleep, waitUntil } from './helpers/wait.js';
+
+const PARTITIONS = 16;
+const LEASE_TTL_MS = 3_000;
+const THREADS = 24;
+/** 20 is the goal; each kill costs a node process start (~5 s on 2 busy cores), so the default keeps the file near 2 minutes. */
+const NODE_KILLS = Number(process.env.CLUSTER_CHAOS_KILLS ?? 12);
+const PAUSE_MS = 6_000;
+const textOf = (m: Message | undefined) => (m?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('');
+
+let cluster: NatsClusterHandle;
+const group = new ProcessGroup();
+const transports: NatsTransport[] = [];
+const nodes: ManagedProcess[] = [];
+
+async function transport(name: string, user = 'node'): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ ...cluster.as(user), name, maxReconnectAttempts: -1 });
+  transports.push(t);
+  return t;
+}
+
+function startNode(name: string): Promise<ManagedProcess> {
+  return spawnTroupe(
+    ['up', '--team', 'test/fixtures/cluster-chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'error'],
+    cluster.env,
+    { name, readyTimeoutMs: 60_000 },
+    group,
+  );
+}
+
+async function owners(client: TroupeClient): Promise<Map<string, number[]>> {
+  const found = (await client.ps(300)).flatMap((r) => r.actors).filter((a) => a.kind === 'node');
+  return new Map(found.map((n) => [n.id, ((n.detail?.partitions as number[] | undefined) ?? []).slice().sort((a, b) => a - b)]));
+}
+
+/** Threads that talk without pause: each message waits for its stream ack (retried), then for its answer. */
+class Conversations {
+  readonly sent = new Map<string, string[]>();
+  /** Final answers per thread, in arrival order: the messageId each answers. */
+  readonly finals = new Map<string, string[]>();
+  readonly texts = new Map<string, string>();
+  /** The answer message ids seen for each user message: more than one would mean its turn ran twice. */
+  readonly answerIds = new Map<string, Set<string>>();
+  readonly answeredAt = new Map<string, number>();
+  /** What the chaos was doing when each message was sent (for the report of any lost or duplicated). */
+  readonly phaseOf = new Map<string, string>();
+  phase = 'warm-up';
+  private readonly waiting = new Map<string, () => void>();
+  private stopping = false;
+  private loops: Promise<void>[] = [];
+
+  /** Answers a client found in the thread's stored history after none came on `out` (TroupeClient does so too). */
+  readonly recovered = new Set<string>();
+
+  constructor(
+    private readonly t: NatsTransport,
+    private readonly client: TroupeClient,
+  ) {
+    t.subscribe('troupe.demo.out.local.*', (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'event');
+      if (e.kind !== 'status-update' || !e.final) return;
+      const message = (e as TaskStatusUpdateEvent).status.message;
+      const inReplyTo = String(message?.metadata?.[META.inReplyTo] ?? '?');
+      this.finals.set(e.taskId, [...(this.finals.get(e.taskId) ?? []), inReplyTo]);
+      if (!this.texts.has(inReplyTo)) this.texts.set(inReplyTo, textOf(message));
+      this.answerIds.set(inReplyTo, (this.answerIds.get(inReplyTo) ?? new Set()).add(message?.messageId ?? '?'));
+      if (!this.answeredAt.has(inReplyTo)) this.answeredAt.set(inReplyTo, Date.now());
+      this.waiting.get(inReplyTo)?.();
+    });
+  }
+
+  get attempted(): number {
+    return [...this.sent.values()].reduce((n, ids) => n + ids.length, 0);
+  }
+
+  get answered(): number {
+    return [...this.sent.values()].flat().filter((id) => this.answeredAt.has(id)).length;
+  }
+
+  /** Sends one message and resolves once the stream has it; the answer is awaited separately. */
+  async send(threadId: string, messageId: string, text: string): Promise<{ answered: Promise<void> }> {
+    const answered = new Promise<void>((resolve) => {
+      if (this.answeredAt.has(messageId)) resolve();
+      this.waiting.set(messageId, resolve);
+    });
+    const msg = userMessage(text, { messageId });
+    for (;;) {
+      try {
+        const ack = await this.t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), { timeoutMs: 3_000, headers: { [HEADERS.msgId]: `${threadId}/${messageId}` } });
+        // During an election JetStream answers with an error instead of a PubAck: send again (same id).
+        const body = JSON.parse(new TextDecoder().decode(ack.data)) as { seq?: number };
+        if (typeof body.seq === 'number') break;
+      } catch {
+        // no answer (server down, reconnecting): the same Nats-Msg-Id makes the retry safe
+      }
+      await sleep(150);
+    }
+    this.sent.set(threadId, [...(this.sent.get(threadId) ?? []), messageId]);
+    this.phaseOf.set(messageId, this.phase);
+    return { answered };
+  }
+
+  start(threads: string[]): void {
+    this.loops = threads.map(async (threadId) => {
+      for (let i = 0; !this.stopping; i++) {
+        const messageId = `${threadId}-m${i}`;
+        const { answered } = await this.send(threadId, messageId, `turn ${i} of ${threadId}`);
+        await this.answerOf(threadId, messageId, answered);
+        await sleep(100); // the user reads the answer
+      }
+    });
+  }
+
+  /**
+   * Waits for the answer on `out`; when none comes for a while, reads the thread's stored history as a
+   * client does: an answer committed by a node killed before it published is there.
+   */
+  async answerOf(threadId: string, messageId: string, answered: Promise<void>): Promise<void> {
+    let done = false;
+    void answered.then(() => (done = true));
+    await Promise.race([answered, sleep(8_000)]);
+    while (!done && !this.stopped) {
+      const history = await this.client.task(threadId).then((t) => t.history ?? [], () => []);
+      const i = history.findIndex((m) => m.messageId === messageId);
+      const answer = i >= 0 ? history[i + 1] : undefined;
+      if (answer?.role === 'agent' && !this.answeredAt.has(messageId)) {
+        this.recovered.add(messageId);
+        this.answeredAt.set(messageId, Date.now());
+        this.texts.set(messageId, textOf(answer));
+        return;
+      }
+      await Promise.race([answered, sleep(2_000)]);
+    }
+  }
+
+  private stopped = false;
+
+  /** Stops after each thread's current turn; resolves once every sent message is answered (or the deadline passed). */
+  async stop(timeoutMs: number): Promise<void> {
+    this.stopping = true;
+    await Promise.race([Promise.all(this.loops), sleep(timeoutMs)]);
+    this.stopped = true;
+    await sleep(1_000); // a late duplicate would arrive now
+  }
+}
+
+beforeAll(async () => {
+  cluster = await startNatsCluster(3, { partitions: PARTITIONS, pingIntervalS: 1, pingMax: 3 });
+}, 60_000);
+afterAll(async () => {
+  await group.stopAll(2_000);
+  await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+  await cluster?.stop();
+});
+
+describe('chaos on a 3-server cluster, conversations running all along', () => {
+  it(`server kills (meta leader, thread bucket leader), a paused server and ${NODE_KILLS} node kills: 0 lost, no turn runs twice, answers and histories in order (duplicates printed)`, async () => {
+    const startedAt = Date.now();
+    nodes.push(...(await Promise.all([startNode('node 1'), startNode('node 2'), startNode('node 3')])));
+    const agentArgs = ['agent', 'examples/agents/echo.ts', '--heartbeat', '500', '--log-level', 'error'];
+    const agentEnv = { TROUPE_NATS_URL: cluster.url, TROUPE_NATS_CREDS: cluster.credsFile('echo') };
+    await Promise.all([group.spawnTroupe(agentArgs, agentEnv, { name: 'echo 1' }), group.spawnTroupe(agentArgs, agentEnv, { name: 'echo 2' })]);
+    const clientT = await transport('chaos-client');
+    const client = new TroupeClient(clientT);
+    await waitUntil(async () => {
+      const o = await owners(client);
+      return o.size === 3 && [...o.values()].flat().length === PARTITIONS ? true : undefined;
+    }, '3 nodes sharing the partitions', 60_000);
+
+    const talk = new Conversations(clientT, client);
+    await clientT.flush();
+    talk.start(Array.from({ length: THREADS }, (_, i) => `chaos-${i}`));
+    /** Every thread makes progress: `turns` more answers than now. */
+    const progress = async (what: string, turns = THREADS) => {
+      const base = talk.answered;
+      await waitUntil(() => talk.answered >= base + turns || undefined, `${turns} more answers ${what}`, 90_000);
+    };
+    await progress('to warm up');
+    const log = (s: string) => console.log(`[cluster-chaos] +${((Date.now() - startedAt) / 1000).toFixed(1)} s ${s} (answered so far ${talk.answered})`);
+    const byName = (name: string): ClusterServerHandle => cluster.servers.find((s) => s.name === name)!;
+
+    // 1. The JetStream meta leader, kill -9, restarted after 3 s.
+    const meta = byName(await cluster.metaLeader());
+    log(`kill -9 of nats-server ${meta.name} (JetStream meta leader)`);
+    talk.phase = 'meta leader killed';
+    await meta.kill();
+    await progress(`with ${meta.name} down`);
+    await sleep(1_000);
+    await meta.restart();
+    await cluster.ready(60_000);
+    log(`${meta.name} restarted`);
+    talk.phase = 'meta leader restarted';
+    await progress(`after ${meta.name} came back`);
+
+    // 2. The leader of the thread bucket's stream.
+    const bucketLeader = byName(await waitUntil(() => cluster.streamLeader('KV_troupe_threads').catch(() => undefined), 'a thread bucket leader', 30_000));
+    log(`kill -9 of nats-server ${bucketLeader.name} (leader of KV_troupe_threads)`);
+    talk.phase = 'bucket leader killed';
+    await bucketLeader.kill();
+    await progress(`with ${bucketLeader.name} down`);
+    await sleep(1_000);
+    await bucketLeader.restart();
+    await cluster.ready(60_000);
+    log(`${bucketLeader.name} restarted`);
+    talk.phase = 'bucket leader restarted';
+    await progress(`after ${bucketLeader.name} came back`);
+
+    // 3. A server frozen past the route timeout (its peers cut it off), then thawed.
+    const frozen = byName(await waitUntil(() => cluster.streamLeader('TROUPE_IN').catch(() => undefined), 'an inbound stream leader', 30_000));
+    log(`SIGSTOP of nats-server ${frozen.name} (leader of TROUPE_IN) for ${PAUSE_MS} ms`);
+    talk.phase = 'server paused';
+    frozen.pause();
+    await sleep(PAUSE_MS);
+    frozen.resume();
+    log(`SIGCONT of ${frozen.name}`);
+    talk.phase = 'server thawed';
+    await cluster.ready(60_000);
+    await progress(`after ${frozen.name} thawed`);
+
+    // 4. Troupe nodes killed at random moments: each time the owner of the probe thread's partition.
+    const probe = 'takeover-probe';
+    const p = partitionOf(probe, PARTITIONS);
+    const takeovers: number[] = [];
+    let kills = 0;
+    for (let k = 0; k < NODE_KILLS; k++) {
+      await sleep(200 + Math.random() * 800);
+      const o = await owners(client);
+      const ownerId = [...o].find(([, parts]) => parts.includes(p))?.[0];
+      const victim = ownerId ? nodes.find((n) => n.stderr.includes(ownerId)) : undefined;
+      if (!victim) {
+        k--; // the partition is between owners right now: look again
+        continue;
+      }
+      const killedAt = Date.now();
+      talk.phase = `node kill ${k}`;
+      await victim.kill('SIGKILL');
+      kills++;
+      nodes.splice(nodes.indexOf(victim), 1);
+      const replacement = startNode(`node k${k}`);
+      const { answered } = await talk.send(probe, `probe-${k}`, `probe after kill ${k}`);
+      await Promise.race([talk.answerOf(probe, `probe-${k}`, answered), sleep(60_000)]);
+      const at = talk.answeredAt.get(`probe-${k}`);
+      if (at !== undefined) takeovers.push(at - killedAt);
+      nodes.push(await replacement);
+    }
+    log(`${kills} node kills done`);
+    await progress('after the node kills');
+
+    await talk.stop(30_000);
+    const storeT = await transport('chaos-store');
+    const store = await KvThreadStore.open(storeT.connection);
+    const problems: string[] = [];
+    for (const [threadId, ids] of talk.sent) {
+      const got = talk.finals.get(threadId) ?? [];
+      const history = (await store.get('demo', threadId))?.record.task.history ?? [];
+      for (const id of ids) {
+        const n = got.filter((g) => g === id).length;
+        if (n === 1 || (n === 0 && talk.recovered.has(id))) continue;
+        const stored = history.findIndex((m) => m.messageId === id);
+        problems.push(`${id} (${talk.phaseOf.get(id)}): answered ${n}×, in the stored history: ${stored < 0 ? 'no' : history[stored + 1]?.role === 'agent' ? 'with its answer' : 'without an answer'}`);
+      }
+    }
+    if (problems.length) console.log(`[cluster-chaos] not answered exactly once:\n  ${problems.join('\n  ')}`);
+    const sorted = [...takeovers].sort((a, b) => a - b);
+    let duplicated = 0;
+    let lost = 0;
+    for (const [threadId, ids] of talk.sent) {
+      const got = talk.finals.get(threadId) ?? [];
+      duplicated += got.length - new Set(got).size;
+      // (an answer recovered from the store came on `out` 0 times)
+      lost += ids.filter((id) => !talk.answeredAt.has(id)).length;
+    }
+    console.log(
+      `[cluster-chaos] turns attempted ${talk.attempted}, answered ${talk.answered} (${talk.recovered.size} of them read from the stored history: their node was killed between the ack and the publish), lost ${lost}, duplicated ${duplicated}; ` +
+        `node kills ${kills}, takeover (kill -9 to the answer of a message sent right after it, lease ttl ${LEASE_TTL_MS} ms) ` +
+        `min ${sorted[0]} ms, median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms; whole run ${((Date.now() - startedAt) / 1000).toFixed(0)} s`,
+    );
+    expect(kills).toBe(NODE_KILLS);
+    expect(lost).toBe(0);
+    // What holds on the cluster (and is asserted): no turn ran twice (a message's answers, however many
+    // arrived, are one stored answer); answers arrive in the order of their messages; every stored history
+    // holds its thread's messages in the order sent, each answered message followed by its answer.
+    // What does not hold yet (printed above, see docs/cluster.md): some answers are published twice, mostly
+    // while the thread bucket's stream elects a new leader.
+    for (const [id, answers] of talk.answerIds) expect(answers.size, `answers to ${id}`).toBe(1);
+    for (const [threadId, ids] of talk.sent) {
+      const firsts = [...new Set(talk.finals.get(threadId) ?? [])];
+      expect(firsts, `answers of ${threadId}`).toEqual(ids.filter((id) => firsts.includes(id)));
+      for (const id of ids) if (talk.texts.has(id)) expect(talk.texts.get(id), id).toMatch(/^echo\(\d+\): /);
+    }
+    for (const [threadId, ids] of talk.sent) {
+      const history = (await store.get('demo', threadId))?.record.task.history ?? [];
+      const users = history.filter((m) => m.role === 'user').map((m) => m.messageId);
+      expect(users, `history of ${threadId}`).toEqual(ids.filter((id) => users.includes(id)));
+      for (const id of ids) {
+        if (!talk.answeredAt.has(id)) continue;
+        const i = history.findIndex((m) => m.messageId === id);
+        expect(i, `${id} in the history of ${threadId}`).toBeGreaterThanOrEqual(0);
+        expect(history[i + 1]?.role, `the answer to ${id} after it`).toBe('agent');
+      }
+    }
+    await store.close();
+  }, 600_000);
+});

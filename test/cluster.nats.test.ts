@@ -1,0 +1,184 @@
+/**
+ * Troupe on a real 3-server NATS cluster (test/helpers/nats-cluster.ts: the configs `troupe cluster up`
+ * writes, from the same credential store as `troupe creds init`):
+ *   - `troupe cluster up` starts a working cluster (routes, JetStream with replicas 3);
+ *   - `troupe up --replicas 3` makes TROUPE_IN, TROUPE_DLQ and the thread and lease buckets with 3
+ *     replicas, nodes given every server URL;
+ *   - 3 nodes share 64 partitions 22/21/21; killing one (kill -9) moves its partitions to the other two;
+ *   - a node whose --partitions disagrees with the server's mapping refuses to start (exit 1, says the
+ *     server's count), and its probes leave nothing in the stream.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { TroupeError } from '../src/protocol/errors.js';
+import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
+import { pushAccountJwts } from '../src/security/creds.js';
+import { startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
+import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
+
+const PARTITIONS = 64;
+const LEASE_TTL_MS = 1_500;
+
+let cluster: NatsClusterHandle;
+const group = new ProcessGroup();
+const transports: NatsTransport[] = [];
+
+async function transport(name: string, user = 'node'): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ ...cluster.as(user), name, maxReconnectAttempts: -1 });
+  transports.push(t);
+  return t;
+}
+
+function startNode(name: string, extra: string[] = []): Promise<ManagedProcess> {
+  return spawnTroupe(
+    ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn', ...extra],
+    cluster.env,
+    { name, readyTimeoutMs: 40_000 },
+    group,
+  );
+}
+
+async function owners(client: TroupeClient): Promise<Map<string, number[]>> {
+  const nodes = (await client.ps(400)).flatMap((r) => r.actors).filter((a) => a.kind === 'node');
+  return new Map(nodes.map((n) => [n.id, ((n.detail?.partitions as number[] | undefined) ?? []).slice().sort((a, b) => a - b)]));
+}
+
+beforeAll(async () => {
+  cluster = await startNatsCluster(3, { partitions: PARTITIONS });
+}, 60_000);
+afterAll(async () => {
+  await group.stopAll();
+  await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+  await cluster?.stop();
+});
+
+describe('troupe cluster up', () => {
+  it('starts 3 routed servers with JetStream; a bucket with 3 replicas works through any of them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'troupe-cluster-up-'));
+    try {
+      const proc = await spawnTroupe(['cluster', 'up', '--dir', dir, '--json'], {}, { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 }, group);
+      const out = JSON.parse(proc.stdout) as { url: string; servers: Array<{ name: string; url: string; configFile: string }> };
+      expect(out.servers.map((s) => s.name)).toEqual(['n1', 'n2', 'n3']);
+      const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
+      try {
+        // JetStream elects its meta leader once the routes are up: retry until it answers.
+        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 20_000);
+        await kv.put('k', 'v');
+        expect((await kv.get('k'))?.string()).toBe('v');
+        const info = await (await jetstreamManager(t.connection)).streams.info('KV_cluster_up_check');
+        expect(info.config.num_replicas).toBe(3);
+        expect(1 + (info.cluster?.replicas?.length ?? 0)).toBe(3);
+      } finally {
+        await t.close();
+      }
+      const exit = await proc.kill('SIGTERM');
+      expect(exit.code).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
+describe('the same accounts on every server', () => {
+  it('a revocation rewrites every server config and, pushed to one server, cuts the user off on all of them', async () => {
+    await cluster.store.addUser({ tenant: 'demo', role: 'client', name: 'leaver' });
+    const before = readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8');
+    // A new user needs no server change: it connects through every server.
+    for (const url of cluster.urls) {
+      const t = await NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 });
+      await t.close();
+    }
+    const { accountJwt } = await cluster.store.revoke('demo', 'leaver');
+    expect(readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8')).not.toBe(before);
+    await pushAccountJwts([accountJwt], { servers: cluster.urls[0]!, systemCreds: cluster.store.systemCredsFile });
+    for (const url of cluster.urls) {
+      await waitUntil(
+        () =>
+          NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 }).then(
+            async (t) => (await t.close(), undefined),
+            () => true,
+          ),
+        `the revoked user refused by ${url}`,
+        10_000,
+        200,
+      );
+    }
+  }, 60_000);
+});
+
+describe('nodes on the cluster', () => {
+  let client: TroupeClient;
+  const nodes: ManagedProcess[] = [];
+  let agentHost: AgentHost;
+
+  beforeAll(async () => {
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    agentHost = await new AgentHost({ transport: await transport('cluster-echo', 'echo'), agent: echo, heartbeatMs: 300 }).start();
+    client = new TroupeClient(await transport('cluster-client'));
+  });
+  afterAll(async () => {
+    await agentHost?.stop();
+  });
+
+  it('a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server\'s count', async () => {
+    const res = await runTroupe(['up', '--partitions', '8', '--log-level', 'warn'], cluster.env, { timeoutMs: 30_000 });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toMatch(/PARTITIONS_MISMATCH/);
+    expect(res.stderr).toMatch(/maps tenant "demo" into 64: start it with --partitions 64/);
+    // The library check agrees, and passes with the right count.
+    const t = await transport('probe');
+    await expect(checkPartitionMapping(t.connection, 'demo', 63)).rejects.toSatisfy((e: unknown) => e instanceof TroupeError && e.code === 'PARTITIONS_MISMATCH' && e.details?.serverPartitions === 64);
+    await expect(checkPartitionMapping(t.connection, 'demo', PARTITIONS)).resolves.toEqual({ serverPartitions: PARTITIONS });
+    // A TroupeNode does the same before it takes anything.
+    const node = new TroupeNode({ transport: t, nodeId: 'wrong-count', durable: { nc: t.connection, partitions: 16 } });
+    await expect(node.start()).rejects.toThrow(/into 64: start it with --partitions 64/);
+  }, 60_000);
+
+  it('troupe up --replicas 3 on the 3 servers: every stream and bucket has 3 replicas; 3 nodes own 22/21/21 of 64 partitions', async () => {
+    nodes.push(await startNode('node 1'), await startNode('node 2'), await startNode('node 3'));
+    const shares = await waitUntil(async () => {
+      const o = await owners(client);
+      const counts = [...o.values()].map((p) => p.length).sort((a, b) => a - b);
+      return o.size === 3 && counts.join() === '21,21,22' ? o : undefined;
+    }, '3 nodes sharing 64 partitions 22/21/21', 30_000);
+    expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
+    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')}`);
+
+    const t = await transport('replica-check');
+    const jsm = await jetstreamManager(t.connection);
+    for (const stream of ['TROUPE_IN', 'TROUPE_DLQ', 'KV_troupe_threads', 'KV_troupe_leases']) {
+      const info = await jsm.streams.info(stream);
+      expect(info.config.num_replicas, stream).toBe(3);
+    }
+    // The probes of the three nodes' partition checks were refused by the stream: nothing was stored.
+    expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(0);
+
+    const res = await client.send('hello cluster', { threadId: 'cluster-1', timeoutMs: 20_000 });
+    expect(res.text).toBe('echo: hello cluster');
+  }, 120_000);
+
+  it('kill -9 of one node: the other two take its partitions (32/32) and keep answering', async () => {
+    const victim = nodes.shift()!;
+    const killedAt = Date.now();
+    await victim.kill('SIGKILL');
+    const o = await waitUntil(async () => {
+      const m = await owners(client);
+      const counts = [...m.values()].map((p) => p.length).sort((a, b) => a - b);
+      return m.size === 2 && counts.join() === '32,32' ? m : undefined;
+    }, 'two nodes owning 32/32', 30_000);
+    console.log(`[cluster] after kill -9 of a node: ${[...o.values()].map((p) => p.length).join('/')} after ${Date.now() - killedAt} ms (lease ttl ${LEASE_TTL_MS} ms)`);
+    expect([...o.values()].flat().length).toBe(PARTITIONS);
+    const res = await client.send('still here', { threadId: 'cluster-1', timeoutMs: 20_000 });
+    expect(res.text).toBe('echo: still here');
+  }, 60_000);
+});

@@ -1,0 +1,177 @@
+/**
+ * A real NATS cluster for a suite: `startNatsCluster(3)` makes a credential store with `creds init`'s
+ * library functions (operator mode, tenants demo and acme, the test users), writes one config per server
+ * with `CredentialStore.writeClusterConfigs` (what `troupe cluster up` runs), starts the servers on free
+ * ports and waits until JetStream has a meta leader.
+ *
+ *   const cluster = await startNatsCluster(3, { partitions: 64 });
+ *   NatsTransport.connect({ ...cluster.asNode, name })      // every server URL: reconnects across them
+ *   cluster.servers[0].kill()                               // kill -9; .restart() brings it back
+ *   await cluster.metaLeader(); await cluster.streamLeader('KV_troupe_threads')
+ */
+import { readFileSync, rmSync } from 'node:fs';
+import { credsAuthenticator } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { NatsTransport } from '../../src/transport/nats.js';
+import { inboxPrefix } from '../../src/security/roles.js';
+import { freePort, natsProcess, startSecureNatsServerStore, TEST_AGENTS, type UserConnectOptions } from './nats-server.js';
+import type { CredentialStore } from '../../src/security/creds.js';
+
+/** Connection options of one user on the cluster: spread into `NatsTransport.connect`. */
+export type ClusterUserOptions = Omit<UserConnectOptions, 'servers'> & { servers: string[] };
+
+export interface ClusterServerHandle {
+  readonly name: string;
+  readonly port: number;
+  readonly url: string;
+  readonly running: boolean;
+  /** kill -9 (the store dir stays). */
+  kill(): Promise<void>;
+  /** SIGSTOP: the process is frozen, its sockets stay open (a network partition as its peers see it). */
+  pause(): void;
+  /** SIGCONT. */
+  resume(): void;
+  /** Starts it again (after `kill`) on the same port and store dir. */
+  restart(): Promise<void>;
+}
+
+export interface NatsClusterHandle {
+  readonly servers: readonly ClusterServerHandle[];
+  /** Every server's URL, comma-separated (`--nats`, TROUPE_NATS_URL). */
+  readonly url: string;
+  readonly urls: readonly string[];
+  readonly dir: string;
+  readonly store: CredentialStore;
+  readonly asNode: ClusterUserOptions;
+  as(name: string, tenant?: string): ClusterUserOptions;
+  credsFile(name: string, tenant?: string): string;
+  /** For `troupe` child processes: every URL and the demo node's creds. */
+  readonly env: Record<string, string>;
+  /** The server name of the JetStream meta leader (asked through the system account). */
+  metaLeader(): Promise<string>;
+  /** The server name leading a stream's replicas (e.g. `KV_troupe_threads`, `TROUPE_IN`). */
+  streamLeader(stream: string): Promise<string>;
+  /** Resolves once JetStream answers (a meta leader is elected) and every server is up. */
+  ready(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface NatsClusterOptions {
+  partitions?: number;
+  /** Route/client ping interval (s) and pings missed: the route timeout is about their product. Default 1 s × 3. */
+  pingIntervalS?: number;
+  pingMax?: number;
+}
+
+export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}): Promise<NatsClusterHandle> {
+  const ports = await Promise.all(Array.from({ length: size * 2 }, () => freePort()));
+  const { store, dir } = await startSecureNatsServerStore({
+    tenants: ['demo', 'acme'],
+    agents: TEST_AGENTS,
+    clients: ['client', 'cli'],
+    port: ports[0]!,
+    ...(opts.partitions !== undefined ? { partitions: opts.partitions } : {}),
+  });
+  const files = await store.writeClusterConfigs({
+    name: 'troupe-test',
+    host: '127.0.0.1',
+    servers: Array.from({ length: size }, (_, i) => ({ name: `n${i + 1}`, port: ports[i]!, clusterPort: ports[size + i]! })),
+    pingIntervalS: opts.pingIntervalS ?? 1,
+    pingMax: opts.pingMax ?? 3,
+  });
+  const procs = files.map((f) => ({ file: f, proc: natsProcess(['-c', f.configFile], f.port) }));
+  // Each waits for "Server is ready", which a clustered JetStream server prints before its peers are up.
+  await Promise.all(procs.map((p) => p.proc.launch()));
+  const urls = files.map((f) => f.url);
+  const roles = new Map((await store.users()).map((u) => [`${u.tenant}/${u.name}`, u.role]));
+  const as = (name: string, tenant = 'demo') => {
+    const role = roles.get(`${tenant}/${name}`);
+    if (!role) throw new Error(`no test user "${name}" in tenant "${tenant}"`);
+    return {
+      servers: [...urls],
+      authenticator: credsAuthenticator(readFileSync(store.credsFile(tenant, name))),
+      ...(role === 'client' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
+    };
+  };
+  const system = () => NatsTransport.connect({ servers: [...urls], creds: store.systemCredsFile, name: 'cluster-probe', maxReconnectAttempts: 0 });
+  const handle: NatsClusterHandle = {
+    servers: procs.map(({ file, proc }) => ({
+      name: file.name,
+      port: file.port,
+      url: file.url,
+      get running() {
+        return proc.running();
+      },
+      kill: () => proc.signal('SIGKILL'),
+      pause: () => void proc.signal('SIGSTOP'),
+      resume: () => void proc.signal('SIGCONT'),
+      restart: async () => {
+        if (proc.running()) await proc.shutdown();
+        await proc.launch();
+      },
+    })),
+    url: urls.join(','),
+    urls,
+    dir,
+    store,
+    asNode: as('node'),
+    as,
+    credsFile: (name, tenant = 'demo') => store.credsFile(tenant, name),
+    env: { TROUPE_NATS_CREDS: store.credsFile('demo', 'node'), TROUPE_NATS_URL: urls.join(',') },
+    metaLeader: async () => {
+      const t = await system();
+      try {
+        const replies = await t.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 1_000, maxReplies: size });
+        for (const r of replies) {
+          const body = JSON.parse(new TextDecoder().decode(r.data)) as { data?: { meta_cluster?: { leader?: string } } };
+          const leader = body.data?.meta_cluster?.leader;
+          if (leader) return leader;
+        }
+        throw new Error('no server names a JetStream meta leader');
+      } finally {
+        await t.close();
+      }
+    },
+    streamLeader: async (stream) => {
+      const t = await NatsTransport.connect({ ...as('node'), name: 'cluster-probe', maxReconnectAttempts: 0 });
+      try {
+        const jsm = await jetstreamManager(t.connection);
+        const info = await jsm.streams.info(stream);
+        const leader = info.cluster?.leader;
+        if (!leader) throw new Error(`stream ${stream} has no leader now`);
+        return leader;
+      } finally {
+        await t.close();
+      }
+    },
+    ready: async (timeoutMs = 30_000) => {
+      const deadline = Date.now() + timeoutMs;
+      let last: unknown;
+      while (Date.now() < deadline) {
+        try {
+          await handle.metaLeader();
+          const t = await NatsTransport.connect({ ...as('node'), name: 'cluster-probe', maxReconnectAttempts: 0 });
+          try {
+            await (await jetstreamManager(t.connection)).getAccountInfo();
+            return;
+          } finally {
+            await t.close();
+          }
+        } catch (err) {
+          last = err;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }
+      throw new Error(`the cluster's JetStream was not ready within ${timeoutMs} ms: ${(last as Error)?.message}`);
+    },
+    stop: async () => {
+      await Promise.all(procs.map(async ({ proc }) => {
+        proc.signal('SIGCONT').catch(() => undefined);
+        await proc.shutdown();
+      }));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  await handle.ready();
+  return handle;
+}
