@@ -277,11 +277,14 @@ export class ThreadHost {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
         // thread after a takeover): wait for the same answer and publish it after this ack.
         const events = await this.waitFor(live, message.messageId);
-        return { duplicate: true, publish: this.publishOnce(live, message.messageId, events) };
+        // A redelivery of the same stream message shares the first delivery's answer; a client sending the
+        // message again is owed an answer of its own.
+        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events) };
       }
-      // Answered already: by this process (published, or waiting for its delivery's ack to go out), or not.
+      // A redelivery whose answer this process gave (published, or waiting for its delivery's ack to go
+      // out) needs nothing; a client sending it again, or a new owner after a crash, gets the stored answer.
       const key = answerKey(threadId, message.messageId);
-      if (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) this.answerDuplicate(live, message.messageId);
+      if (!redelivery || (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key))) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
