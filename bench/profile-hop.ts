@@ -19,7 +19,8 @@ const WORKERS = 64;
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 
 const server = await startNatsServer();
-const agentT = await NatsTransport.connect({ ...server.as('echo'), name: 'hop-agent' });
+// PROFILE_AGENT_USER=node connects the agent without its role's limits (to see what the broker's response permissions cost).
+const agentT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'echo'), name: 'hop-agent' });
 const nodeT = await NatsTransport.connect({ ...server.as('node'), name: 'hop-node' });
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
 const host = await new AgentHost({ transport: agentT, agent: echo }).start();
