@@ -94,6 +94,17 @@ describe('team.yaml validation', () => {
     expect(validateTeamFile(own, ENV).problems).toEqual([]);
   });
 
+  it('permissions name members, and become the thread\'s permissions', () => {
+    const bad = teamFile('perms-bad.yaml', 'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a, ghost]}\n  delegate: [nobody]\n');
+    expect(validateTeamFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'permissions.handoff.initiate[1]: the agent allowed to start handoffs "ghost" is not a member of the team (members: a, b)',
+      'permissions.delegate[0]: the agent allowed to delegate "nobody" is not a member of the team (members: a, b)',
+    ]);
+    const good = teamFile('perms.yaml', 'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a], accept: [b]}\n  delegate: [a]\n');
+    expect(validateTeamFile(good, ENV).problems).toEqual([]);
+    expect(threadConfigOf(loadTeamConfig(good, ENV).config, 'a').permissions).toEqual({ handoffInitiate: ['a'], handoffAccept: ['b'], delegate: ['a'] });
+  });
+
   it('fills in the defaults of the thread machine, and the router defaults', () => {
     const file = teamFile('minimal.yaml', 'id: minimal\nname: Minimal\nagents:\n  - id: solo\n');
     const { config } = loadTeamConfig(file, ENV);

@@ -303,3 +303,36 @@ describe('a YAML agent that delegates with the delegate tool', () => {
     expect((last.body.tools as Array<{ function: { name: string } }> | undefined)?.map((t) => t.function.name) ?? []).not.toContain('delegate');
   });
 });
+
+describe('team permissions on top of the cards', () => {
+  let mesh: Mesh;
+  /** Hands off to `open`, whose card accepts handoffs; the team lets only `lead` start one. */
+  const opener = defineAgent({
+    card: { id: 'opener', name: 'opener', description: 'Hands off to open' },
+    handle: () => reply('Passing you on.', { handoff: { targetAgentId: 'open', contextSummary: 'wants open', handoffReason: 'open knows' } }),
+  });
+  const open = defineAgent({ card: { id: 'open', name: 'open', description: 'Takes handoffs' }, handle: () => 'open: hello' });
+
+  beforeAll(async () => {
+    mesh = await startMesh('delegation-rbac', [lead, billing, opener, open], {
+      entryAgent: 'lead',
+      permissions: { delegate: ['opener'], handoffInitiate: ['lead'] },
+    });
+  }, 30_000);
+
+  afterAll(async () => {
+    await mesh?.stop();
+  });
+
+  it('refuses a delegation and a handoff the cards allow but the team does not, naming the team rule; nobody is called', async () => {
+    seen.length = 0;
+    const delegation = await mesh.client.send('ask billing: hi', { to: 'lead', timeoutMs: 10_000 });
+    expect(delegation.error?.code).toBe('DELEGATION_NOT_ALLOWED');
+    expect(delegation.error?.message).toContain('permissions.delegate');
+    expect(seen).toEqual([]);
+    const handoff = await mesh.client.send('help', { to: 'opener', timeoutMs: 10_000 });
+    expect(handoff.error?.code).toBe('HANDOFF_NOT_ALLOWED');
+    expect(handoff.error?.message).toContain('permissions.handoff.initiate');
+    expect(routes(handoff)).toEqual([['user', 'opener', 0]]);
+  });
+});

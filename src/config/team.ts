@@ -114,6 +114,12 @@ export const OrchestrationSchema = z.strictObject({
   synthesis: z.strictObject({ model: ModelConfigSchema.optional(), prompt: Text.optional() }).optional(),
 });
 
+/** What the team lets its agents do (lists of agent ids; absent: every agent), on top of their cards. */
+export const PermissionsSchema = z.strictObject({
+  handoff: z.strictObject({ initiate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(), accept: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional() }).optional(),
+  delegate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(),
+});
+
 export const TeamConfigSchema = z.strictObject({
   id: AgentId,
   name: z.string().min(1).max(200),
@@ -125,6 +131,7 @@ export const TeamConfigSchema = z.strictObject({
   router: RouterSchema.optional(),
   routing: RoutingSchema.prefault({}),
   orchestration: OrchestrationSchema.prefault({}),
+  permissions: PermissionsSchema.optional(),
 });
 export type TeamConfig = z.infer<typeof TeamConfigSchema>;
 
@@ -227,6 +234,17 @@ export function checkTeamDocument(raw: unknown, ctx: CheckContext, nested: Confi
       ctx.report(['routing', 'fallback_agent'], 'constraints', 'applies with a router only: without one, every message goes to the entry agent');
     }
   }
+  if (isRecord(raw.permissions)) {
+    const perms = raw.permissions;
+    const each = (list: unknown, path: PathSegment[], what: string) => {
+      if (Array.isArray(list)) list.forEach((id, j) => mustBeMember(id, [...path, j], what));
+    };
+    if (isRecord(perms.handoff)) {
+      each(perms.handoff.initiate, ['permissions', 'handoff', 'initiate'], 'the agent allowed to start handoffs');
+      each(perms.handoff.accept, ['permissions', 'handoff', 'accept'], 'the agent allowed to take handoffs');
+    }
+    each(perms.delegate, ['permissions', 'delegate'], 'the agent allowed to delegate');
+  }
   const prompts = isRecord(raw.router) && isRecord(raw.router.prompts) ? raw.router.prompts : undefined;
   if (prompts && prompts.clarification_template !== undefined && isRecord(raw.routing) && raw.routing.clarification_text !== undefined) {
     ctx.report(['router', 'prompts', 'clarification_template'], 'constraints', 'give routing.clarification_text or router.prompts.clarification_template, not both');
@@ -314,6 +332,15 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
     ...(fallbackReason ? { fallbackReasonTemplate: fallbackReason } : {}),
     ...(config.router ? { routerHistoryMessages: config.router.history_messages } : {}),
     handoffMaxDurationMs: r.handoff_max_duration_ms,
+    ...(config.permissions
+      ? {
+          permissions: {
+            ...(config.permissions.handoff?.initiate ? { handoffInitiate: config.permissions.handoff.initiate } : {}),
+            ...(config.permissions.handoff?.accept ? { handoffAccept: config.permissions.handoff.accept } : {}),
+            ...(config.permissions.delegate ? { delegate: config.permissions.delegate } : {}),
+          },
+        }
+      : {}),
     orchestration: {
       strategy: o.strategy,
       maxParallelAgents: o.max_parallel_agents,

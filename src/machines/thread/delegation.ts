@@ -35,6 +35,10 @@ export function planDelegation(context: ThreadContext): { delegation: TurnDelega
   if (!directive) return undefined;
   const delegator = turn.lastFrom ?? turn.current;
   const card = liveAgent(context.agents, delegator);
+  const allowed = context.config.permissions?.delegate;
+  if (allowed && !allowed.includes(delegator)) {
+    return { error: { code: 'DELEGATION_NOT_ALLOWED', message: `${delegator} asked to delegate, but the team does not let it (permissions.delegate)`, details: { delegator } } };
+  }
   if (card?.orchestration?.canDelegate === false) {
     return { error: { code: 'DELEGATION_NOT_ALLOWED', message: `${delegator} asked to delegate, but its card does not allow it (capabilities.orchestration.canDelegate is false)`, details: { delegator } } };
   }

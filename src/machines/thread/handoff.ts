@@ -39,6 +39,13 @@ export function planHandoff(context: ThreadContext): { request: HandoffRequest }
   if (!target) {
     return { error: { code: 'AGENT_NOT_FOUND', message: `${source} asked to hand off to "${directive.targetAgentId}", which is not a live agent` } };
   }
+  const allowed = context.config.permissions;
+  if (allowed?.handoffInitiate && !allowed.handoffInitiate.includes(source)) {
+    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, but the team does not let it start handoffs (permissions.handoff.initiate)`, details: { source, target: directive.targetAgentId } } };
+  }
+  if (allowed?.handoffAccept && !allowed.handoffAccept.includes(directive.targetAgentId)) {
+    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, which the team does not let take handoffs (permissions.handoff.accept)`, details: { source, target: directive.targetAgentId } } };
+  }
   if (liveAgent(context.agents, source)?.handoff?.canInitiate === false) {
     return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, but its card does not allow it to start handoffs`, details: { source, target: directive.targetAgentId } } };
   }

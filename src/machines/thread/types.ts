@@ -31,6 +31,19 @@ export interface ThreadConfig {
   routerHistoryMessages?: number;
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
+  /**
+   * What the team lets its agents do, beyond what their cards say (both must allow it). Each list names the
+   * agents allowed; absent, every agent is. A denied action ends the turn with HANDOFF_NOT_ALLOWED or
+   * DELEGATION_NOT_ALLOWED, logged and shown to the user.
+   */
+  permissions?: {
+    /** Agents that may start a handoff. */
+    handoffInitiate?: string[];
+    /** Agents that may be handed a conversation. */
+    handoffAccept?: string[];
+    /** Agents that may delegate to others. */
+    delegate?: string[];
+  };
   /** How a decision naming several agents fans out. */
   orchestration: {
     strategy: OrchestrationStrategy;
