@@ -262,29 +262,36 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   const orchestrationRuns = opts.orchestrationRuns ?? envRuns('BENCH_PATTERN_ORCH_N', 80);
   const warmupRuns = 10;
 
-  // a. Handoffs. The thread stays in the handoff after each run; every run is a new thread.
+  // a. Handoffs. The thread stays in the handoff after each run; every run is a new thread. The baseline
+  // (the target addressed directly) runs first, each on a fresh node, so neither measures the other's
+  // open handoff threads.
   log('  handoff transition: ');
-  const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   let transition: PatternRow;
   let direct: PatternRow;
+  const directMesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   try {
-    log(`warm-up… ×${handoffRuns} via handoff…`);
-    transition = await sampled(
-      () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
-      handoffRuns,
-      warmupRuns,
-    );
-    log(` ×${handoffRuns} addressed directly…`);
+    log(`warm-up… ×${handoffRuns} addressed directly (fresh node)…`);
     direct = await sampled(
       () =>
         timeToFirstChunk(
-          handoffMesh,
+          directMesh,
           opts.tenant,
           userMessage('I need the specialist', { metadata: { [CLIENT_ROUTING_URI]: { recipient: TARGET } } }),
           TARGET,
           `user>${TARGET}`,
           timeoutMs,
         ),
+      handoffRuns,
+      warmupRuns,
+    );
+  } finally {
+    await directMesh.stop();
+  }
+  const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
+  try {
+    log(` ×${handoffRuns} via handoff (fresh node)…`);
+    transition = await sampled(
+      () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
       handoffRuns,
       warmupRuns,
     );

@@ -217,7 +217,8 @@ export class LlmRouterPolicy implements RouterPolicy {
 
 /** The system and user messages for a routing request. */
 export function buildPrompt(input: RouterPolicyInput, historyMessages = DEFAULT_LLM_ROUTER_HISTORY, prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS): ChatMessage[] {
-  const team = input.agents.map((card) => describeAgent(card, prompts)).join('\n\n');
+  // In id order: the same team gives the same prompt whichever agent announced itself first.
+  const team = [...input.agents].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).map((card) => describeAgent(card, prompts)).join('\n\n');
   const catalog = prompts.catalogHeader ? `${prompts.catalogHeader}\n${team}` : team;
   const system = prompts.system.includes('{{catalog}}') ? fill(prompts.system, { catalog }) : `${prompts.system}\n\n${catalog}`;
   const history = (input.history ?? [])
