@@ -190,12 +190,11 @@ describe.each([memoryBackend(), natsBackend()])('Transport conformance: $name', 
     expect(Date.now() - started).toBeGreaterThanOrEqual(140);
   });
 
-  it('rejects a request with no subscriber at all with NO_RESPONDERS, well before the timeout', async () => {
+  it('rejects a request with no subscriber at all with NO_RESPONDERS, not by waiting for the timeout', async () => {
     const client = await connect();
-    const started = Date.now();
-    const err = await rejection(client.request(`${p}.svc.nobody`, bytes('?'), { timeoutMs: 3_000 }));
+    // A timeout far beyond the test's own: only an immediate NO_RESPONDERS can settle it in time.
+    const err = await rejection(client.request(`${p}.svc.nobody`, bytes('?'), { timeoutMs: 120_000 }));
     expectTransportError(err, 'NO_RESPONDERS');
-    expect(Date.now() - started).toBeLessThan(500);
   });
 
   it('gathers replies from several responders with requestMany', async () => {
@@ -210,11 +209,9 @@ describe.each([memoryBackend(), natsBackend()])('Transport conformance: $name', 
     expect(replies.map(text).sort()).toEqual(['r1', 'r2', 'r3']);
     expect(replies.map((r) => r.headers['Troupe-Sender']).sort()).toEqual(['r1', 'r2', 'r3']);
 
-    // maxReplies ends the gathering early rather than at the timeout.
-    const started = Date.now();
-    const two = await client.requestMany(`${p}.ctl.ps`, bytes('ps'), { timeoutMs: 2_000, maxReplies: 2 });
+    // maxReplies ends the gathering early rather than at the timeout (far beyond the test's own).
+    const two = await client.requestMany(`${p}.ctl.ps`, bytes('ps'), { timeoutMs: 120_000, maxReplies: 2 });
     expect(two).toHaveLength(2);
-    expect(Date.now() - started).toBeLessThan(1_000);
 
     // Nobody there: an empty answer, quickly.
     const none = await client.requestMany(`${p}.ctl.nobody`, bytes('ps'), { timeoutMs: 2_000 });
@@ -381,11 +378,9 @@ describe('connecting', () => {
 
   it('turns "nothing listening" into CONNECT with the command that fixes it', async () => {
     const url = `nats://127.0.0.1:${await freePort()}`;
-    const started = Date.now();
     const err = await rejection(connectTransport({ natsUrl: url }));
     expectTransportError(err, 'CONNECT');
     expect((err as Error).message).toContain(`no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\``);
     expect((err as Error).cause).toBeInstanceOf(Error);
-    expect(Date.now() - started).toBeLessThan(2_000);
   });
 });
