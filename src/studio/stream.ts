@@ -17,6 +17,9 @@ import {
 } from '../protocol/inspection.js';
 import { subjects } from '../transport/subjects.js';
 import type { Subscription, Transport } from '../transport/types.js';
+import { stateLabel } from '../protocol/state-label.js';
+
+export { stateLabel };
 
 /** What to follow: everything, one thread (and the actors agents run for it), one actor, or one agent. */
 export type InspectionTarget = { kind: 'all' } | { kind: 'thread'; threadId: string; actorId?: string } | { kind: 'agent'; agentId: string };
@@ -93,20 +96,6 @@ export async function controlInspection(transport: Transport, tenant: string, co
     }
   }
   return states;
-}
-
-/** A state value as one line: `working.routing`, `ready.busy`, `input-required`. */
-export function stateLabel(value: unknown): string {
-  if (typeof value === 'string') return value;
-  if (value && typeof value === 'object') {
-    return Object.entries(value)
-      .map(([k, v]) => {
-        const inner = stateLabel(v);
-        return inner && inner !== '{}' ? `${k}.${inner}` : k;
-      })
-      .join(',');
-  }
-  return value === undefined ? '' : String(value);
 }
 
 export interface ActorEntry {

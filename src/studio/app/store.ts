@@ -5,6 +5,9 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import type { InspectionActorRecord, InspectionRecord, InspectionSnapshotRecord } from './types.js';
+import { stateLabel } from '../../protocol/state-label.js';
+
+export { stateLabel };
 
 export interface ActorView {
   actor: InspectionActorRecord;
@@ -121,19 +124,6 @@ class Store {
   actorsOf(threadId: string): ActorView[] {
     return [...this.actors.values()].filter((v) => v.actor.rootId === threadId || v.actor.threadId === threadId);
   }
-}
-
-export function stateLabel(value: unknown): string {
-  if (typeof value === 'string') return value;
-  if (value && typeof value === 'object') {
-    return Object.entries(value)
-      .map(([k, v]) => {
-        const inner = stateLabel(v);
-        return inner ? `${k}.${inner}` : k;
-      })
-      .join(',');
-  }
-  return value === undefined || value === null ? '' : String(value);
 }
 
 export function stateOf(v: ActorView): string {
