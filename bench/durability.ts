@@ -325,6 +325,10 @@ export interface MemorySample {
 export interface MemoryResults {
   mesh: string;
   threads: number;
+  /** Turns each thread completed before the measurement (25 = 50 messages, the default history limit). */
+  turnsPerThread: number;
+  /** Mean messages in a stored record's history. */
+  historyMessages: number;
   liveCount: number;
   liveAfterPassivate: number;
   records: number;
@@ -425,7 +429,8 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
     .map(([k, v]) => `${v} ${k}`)
     .join(', ');
   return [
-    `b. memory per idle thread — ${r.mesh}; ${r.threads} threads, one completed turn each (created in ${(r.createMs / 1000).toFixed(1)} s, ` +
+    `b. memory per idle thread — ${r.mesh}; ${r.threads} threads, ${r.turnsPerThread === 1 ? 'one completed turn' : `${r.turnsPerThread} completed turns`} each ` +
+      `(${r.historyMessages.toFixed(0)} messages of history; created in ${(r.createMs / 1000).toFixed(1)} s, ` +
       `${r.errors} errors); gc() before each sample`,
     '',
     table,
@@ -435,7 +440,8 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
       `records: ${r.records} (${states}), ${formatBytes(r.recordBytesPerThread)} encoded per thread in the memory store` +
       (kvRecordBytes !== undefined ? `, ${formatBytes(kvRecordBytes)} per one-turn thread in the JetStream KV bucket (rehydrate threads below)` : ''),
     `heapUsed: baseline ${formatBytes(s.baseline.heapUsed)}, live ${formatBytes(s.live.heapUsed)}, passivated ${formatBytes(s.passivated.heapUsed)}, ` +
-      `store emptied ${formatBytes(s.storeEmptied.heapUsed)}; rss live ${formatBytes(s.live.rss)}`,
+      `store emptied ${formatBytes(s.storeEmptied.heapUsed)}; rss baseline ${formatBytes(s.baseline.rss)}, live ${formatBytes(s.live.rss)}: ` +
+      `${formatBytes((s.live.rss - s.baseline.rss) / r.threads)} of RSS per live thread (embedded: the record included)`,
     `one node holds ~${formatRate(d.liveThreadsIn2GiB.node)} live idle threads in 2 GiB with the KV store ` +
       `(~${formatRate(d.liveThreadsIn2GiB.embedded)} embedded, records in process); a passivated thread costs the durable node ` +
       `${formatBytes(total(d.passivatedNode))} (ThreadHost keeps only a counter; the residue is compiled code and GC noise, not thread objects)`,
@@ -454,6 +460,8 @@ export interface Failed {
 export interface DurabilityResults {
   throughput: ThroughputResults;
   memory: MemoryResults | Failed;
+  /** The same measurement on threads at the history limit (BENCH_MEM_TURNS=25). */
+  memoryAtLimit: MemoryResults | Failed;
   rehydrate: RehydrateResults | Failed;
 }
 
@@ -566,6 +574,8 @@ export function renderDurabilityReport(r: DurabilityResults, concurrency: number
     renderThroughput(r.throughput, concurrency),
     '',
     isFailed(r.memory) ? `b. memory per idle thread — FAILED: ${r.memory.failed}` : renderMemoryReport(r.memory, kvRecordBytes),
+    '',
+    isFailed(r.memoryAtLimit) ? `b'. memory per idle thread at the history limit — FAILED: ${r.memoryAtLimit.failed}` : renderMemoryReport(r.memoryAtLimit),
     '',
     isFailed(r.rehydrate) ? `c. rehydrate latency — FAILED: ${r.rehydrate.failed}` : renderRehydrate(r.rehydrate),
   ].join('\n');

@@ -6,6 +6,11 @@
  *   node --expose-gc --import tsx bench/memory.ts            # prints a table
  *   node --expose-gc --import tsx bench/memory.ts --json     # one JSON line (bench/run.ts uses this)
  *   BENCH_MEM_THREADS=5000 node --expose-gc --import tsx bench/memory.ts
+ *   BENCH_MEM_TURNS=25 BENCH_MEM_THREADS=400 node --expose-gc --import tsx bench/memory.ts   # at the history limit
+ *
+ * BENCH_MEM_TURNS (default 1) is the number of turns each thread completes before it is measured: 25 turns
+ * are 50 messages, the default history limit, so the thread's history (live, in its context) and its record
+ * are as large as they get.
  *
  * Steps: warm up (500 threads, then passivated and deleted), gc, baseline; N threads with one completed
  * turn each (64 in flight), gc, measure ("live"); passivate every thread (ThreadHost.releaseThreads, the
@@ -62,6 +67,7 @@ async function settle(): Promise<MemorySample> {
 
 async function main(): Promise<MemoryResults> {
   const threads = envInt('BENCH_MEM_THREADS', 2_000);
+  const turnsPerThread = envInt('BENCH_MEM_TURNS', 1);
   const log = (s: string) => process.stderr.write(s);
   const bus = new MemoryBus();
   const store = new MemoryThreadStore();
@@ -82,15 +88,15 @@ async function main(): Promise<MemoryResults> {
     if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
     if (res.text !== TEXT) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
   };
-  /** One turn on each of `ids`, CONCURRENCY in flight. */
-  const oneTurnEach = async (ids: string[]) => {
+  /** `turns` turns on each of `ids` (one after the other on a thread), CONCURRENCY threads in flight. */
+  const turnsEach = async (ids: string[], turns: number) => {
     let next = 0;
     const r = await concurrent(
       async () => {
         const id = ids[next++];
-        if (id !== undefined) await turn(id);
+        if (id !== undefined) for (let t = 0; t < turns; t++) await turn(id);
       },
-      { concurrency: Math.min(CONCURRENCY, ids.length), seconds: 600, maxOps: ids.length },
+      { concurrency: Math.min(CONCURRENCY, ids.length), seconds: 1_200, maxOps: ids.length },
     );
     errors += r.errors;
     firstError ??= r.firstError;
@@ -103,14 +109,14 @@ async function main(): Promise<MemoryResults> {
   try {
     log(`  memory (embedded mesh, ${threads} threads): warm-up…`);
     const warm = Array.from({ length: WARMUP_THREADS }, (_, i) => `mem-warm-${i}`);
-    await oneTurnEach(warm);
+    await turnsEach(warm, 1);
     await dropAll(warm);
     const baseline = await settle();
 
-    log(` ${threads} threads × 1 turn…`);
+    log(` ${threads} threads × ${turnsPerThread} turn${turnsPerThread === 1 ? '' : 's'}…`);
     const ids = Array.from({ length: threads }, () => `mem-${randomUUID()}`);
     const created = Date.now();
-    await oneTurnEach(ids);
+    await turnsEach(ids, turnsPerThread);
     const createMs = Date.now() - created;
     const liveCount = node.threads.liveCount();
     const live = await settle();
@@ -124,15 +130,18 @@ async function main(): Promise<MemoryResults> {
     // Store bytes: the encoded record of each thread, exactly what the memory store (and KV) holds.
     let recordBytes = 0;
     let records = 0;
+    let historyTotal = 0;
     const states = new Map<string, number>();
     for (const id of ids) {
       const stored = await store.get(TENANT, id);
       if (!stored) continue;
       records++;
       recordBytes += encodeRecord(stored.record).data.byteLength;
+      historyTotal += stored.record.task.history?.length ?? 0;
       const state = stored.record.task.status.state;
       states.set(state, (states.get(state) ?? 0) + 1);
     }
+    const historyMessages = records ? historyTotal / records : 0;
     log(' empty the store…');
     for (const id of ids) await store.delete(TENANT, id);
     const storeEmptied = await settle();
@@ -141,6 +150,8 @@ async function main(): Promise<MemoryResults> {
     return {
       mesh: 'embedded (MemoryBus transport, MemoryThreadStore), one process',
       threads,
+      turnsPerThread,
+      historyMessages,
       liveCount,
       liveAfterPassivate,
       records,

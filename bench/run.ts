@@ -32,7 +32,8 @@
  *   BENCH_N            sequential runs of the raw and agent-hop rows
  *   BENCH_TURN_N       sequential runs of the full-turn rows and of the raw turn
  *   BENCH_SECONDS      length of each concurrent run; BENCH_CONCURRENCY operations in flight
- *   BENCH_MEM_THREADS  threads created for the memory measurement (child process)
+ *   BENCH_MEM_THREADS  threads created for the memory measurement (child process), one turn each
+ *   BENCH_MEM_LIMIT_THREADS  threads taken to the history limit (25 turns, 50 messages) for the second one (400)
  *   BENCH_REHYDRATE_N  passivated threads for the rehydrate rows
  *   BENCH_PATTERN_HANDOFF_N, BENCH_PATTERN_ORCH_N: see bench/patterns.ts
  *   BENCH_YAML_N, BENCH_YAML_WARMUP_N: see bench/yaml-agent.ts
@@ -100,6 +101,7 @@ const TURN_N = envNumber('BENCH_TURN_N', 1_000, { integer: true });
 const SECONDS = envNumber('BENCH_SECONDS', 3);
 const CONCURRENCY = envNumber('BENCH_CONCURRENCY', 64, { integer: true });
 const MEM_THREADS = envNumber('BENCH_MEM_THREADS', 2_000, { integer: true });
+const MEM_LIMIT_THREADS = envNumber('BENCH_MEM_LIMIT_THREADS', 400, { integer: true });
 const REHYDRATE_N = envNumber('BENCH_REHYDRATE_N', 500, { integer: true });
 const YAML_N = envNumber('BENCH_YAML_N', 500, { integer: true });
 const TAKEOVER_KILLS = envNumber('BENCH_TAKEOVER_KILLS', 30, { integer: true });
@@ -299,6 +301,9 @@ export interface RunSummary {
   embeddedTurnsPerSecond: number | null;
   liveIdleThreadBytes: number | null;
   liveIdleThreadRssBytes: number | null;
+  liveIdleThreadAtLimitBytes: number | null;
+  liveIdleThreadAtLimitRssBytes: number | null;
+  recordAtLimitBytes: number | null;
   passivatedThreadBytes: number | null;
   rehydrateP99Us: number | null;
   handoffP99Us: number | null;
@@ -327,6 +332,8 @@ function summarizeRun(r: {
   const vsRawTurn = (k: Scenario['key']) => fin((perSecond(k) ?? Number.NaN) / (rawTurnRow?.concurrent.perSecond ?? Number.NaN));
   const memory = 'failed' in r.durability.memory ? undefined : r.durability.memory;
   const derived = memory ? deriveMemory(memory) : undefined;
+  const atLimit = 'failed' in r.durability.memoryAtLimit ? undefined : r.durability.memoryAtLimit;
+  const derivedAtLimit = atLimit ? deriveMemory(atLimit) : undefined;
   const rehydrate = 'failed' in r.durability.rehydrate ? undefined : r.durability.rehydrate;
   const onVsOff = Object.values(r.inspection.onVsOff);
   return {
@@ -340,6 +347,9 @@ function summarizeRun(r: {
     embeddedTurnsPerSecond: fin(perSecond('fullTurnEmbedded')),
     liveIdleThreadBytes: derived ? fin(derived.liveNode.heap + derived.liveNode.buffers) : null,
     liveIdleThreadRssBytes: memory ? fin((memory.samples.live.rss - memory.samples.baseline.rss) / memory.threads) : null,
+    liveIdleThreadAtLimitBytes: derivedAtLimit ? fin(derivedAtLimit.liveNode.heap + derivedAtLimit.liveNode.buffers) : null,
+    liveIdleThreadAtLimitRssBytes: atLimit ? fin((atLimit.samples.live.rss - atLimit.samples.baseline.rss) / atLimit.threads) : null,
+    recordAtLimitBytes: atLimit ? fin(atLimit.recordBytesPerThread) : null,
     passivatedThreadBytes: derived ? fin(derived.passivatedNode.heap + derived.passivatedNode.buffers) : null,
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
@@ -612,7 +622,9 @@ async function main(): Promise<void> {
       log,
     }), log);
     const takeover = await attempt('takeover', () => runTakeoverBench({ asNode: server.asNode, kills: TAKEOVER_KILLS, ttlMs: TAKEOVER_TTL_MS, log }), log);
-    const memory = await attempt('memory', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_THREADS) }), log);
+    const memory = await attempt('memory', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_THREADS), BENCH_MEM_TURNS: '1' }), log);
+    // The same at the history limit: 25 turns are 50 messages, the default historyLimit.
+    const memoryAtLimit = await attempt('memory at the history limit', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_LIMIT_THREADS), BENCH_MEM_TURNS: '25' }), log);
     const durability: DurabilityResults = {
       throughput: {
         rawTurn: rawTurnResult,
@@ -628,6 +640,7 @@ async function main(): Promise<void> {
         },
       },
       memory,
+      memoryAtLimit,
       rehydrate,
     };
 
