@@ -81,11 +81,11 @@ describe('fuzz: every NATS ingress of a node', () => {
       callback: (_err, m) => {
         counts.agentCalls++;
         if (r() < 0.05) return; // silence: the call times out
+        // Chunks to the call's chunk subject, and now and then to a made-up one of its own (no open call).
+        const chunkSubject = m.headers?.get(HEADERS.chunks) ?? '';
         for (let i = int(r, 4); i > 0; i--) {
           counts.chunks++;
-          const h = natsHeaders();
-          h.set(HEADERS.chunk, '1');
-          m.respond(enc.encode(chunkBody(r)), { headers: h });
+          triage.publish(r() < 0.1 ? `${T}.chunks.triage.${int(r, 1_000)}.${int(r, 1_000)}` : chunkSubject, enc.encode(chunkBody(r)));
         }
         counts.agentReplies++;
         const body = agentReplyBody(r);

@@ -50,6 +50,8 @@ const TABLE: Row[] = [
   { what: 'every thread event', sub: { subject: `${T}.out.>`, literal: `${T}.out.bob.T2` }, subBy: ['node'] },
   { what: 'own requests', pub: `${T}.req.cli.task`, pubBy: ['node', 'client'], sub: { subject: `${T}.req.cli.*`, literal: `${T}.req.cli.task` }, subBy: ['node'] },
   { what: "another principal's requests", pub: `${T}.req.bob.cancel`, pubBy: ['node'], sub: { subject: `${T}.req.>`, literal: `${T}.req.bob.cancel` }, subBy: ['node'] },
+  { what: 'own chunk subjects', pub: `${T}.chunks.echo.caller-1.c1`, pubBy: ['node', 'agent'], sub: { subject: `${T}.chunks.*.caller-1.*`, literal: `${T}.chunks.echo.caller-1.c1` }, subBy: ['node'] },
+  { what: "another agent's chunk subjects", pub: `${T}.chunks.writer.caller-1.c1`, pubBy: ['node'], sub: { subject: `${T}.chunks.>`, literal: `${T}.chunks.writer.caller-1.c1` }, subBy: ['node'] },
   { what: 'inspection', pub: `${T}.inspect.node-1`, pubBy: ['node'], sub: { subject: `${T}.inspect.>`, literal: `${T}.inspect.node-1` }, subBy: ['node', 'operator'] },
   { what: 'own agent inspection', pub: `${T}.inspect.agent.echo.state`, pubBy: ['node', 'agent'], sub: { subject: `${T}.inspect.agent.echo.>`, literal: `${T}.inspect.agent.echo.state` }, subBy: ['node', 'operator'] },
   { what: "another agent's inspection", pub: `${T}.inspect.agent.writer.state`, pubBy: ['node'] },
@@ -86,7 +88,7 @@ describe('the roles table', () => {
     expect(() => rolePermissions('node', 't'.repeat(33), 'node')).toThrow(/tenant/);
     // 0 in a JWT means the server default (one reply in two minutes), not unlimited.
     expect(() => rolePermissions('agent', 'demo', 'echo', { responses: { max: 0, ttlMs: 1_000 } })).toThrow(/max >= 1/);
-    expect(rolePermissions('agent', 'demo', 'echo').resp).toEqual({ max: 10_000, ttlMs: 600_000 });
+    expect(rolePermissions('agent', 'demo', 'echo').resp).toEqual({ max: 1, ttlMs: 600_000 });
     expect(rolePermissions('client', 'demo', 'cli').resp).toBeUndefined();
   });
 });
@@ -182,26 +184,36 @@ describe('roles enforced by nats-server (operator mode)', () => {
       return got;
     }
 
-    it('streams 500 chunks into the reply subject of a request it received, and nothing into any other inbox', async () => {
+    it('answers a request it received once, streams 500 chunks to its own chunk subject, and nothing into any other inbox', async () => {
       const agent = await connectAs('echo');
       const violations = new ViolationLog(agent);
-      const got = collect(publisher, '_INBOX.stream-500.*');
+      const answers = collect(publisher, '_INBOX.stream-500.*');
+      const chunks = collect(publisher, `${T}.chunks.echo.caller-1.*`);
       const other = collect(publisher, '_INBOX.other.*');
       await publisher.flush();
       const reply = await requestTo(agent, 'echo', '_INBOX.stream-500.1');
       expect(reply).toBe('_INBOX.stream-500.1');
-      for (let i = 0; i < 500; i++) agent.publish(reply, String(i));
+      for (let i = 0; i < 500; i++) agent.publish(`${T}.chunks.echo.caller-1.c1`, String(i));
+      agent.publish(reply, 'the answer');
       await agent.flush();
-      await waitUntil(() => got.length === 500, '500 chunks at the node');
-      expect(got).toEqual(Array.from({ length: 500 }, (_, i) => String(i)));
+      await waitUntil(() => chunks.length === 500 && answers.length === 1, '500 chunks and the answer at the node');
+      expect(chunks).toEqual(Array.from({ length: 500 }, (_, i) => String(i)));
+      expect(answers).toEqual(['the answer']);
       expect(violations.publish).toHaveLength(0);
+
+      // A second answer to the same request is refused: one reply per request.
+      agent.publish(reply, 'again');
+      await agent.flush();
+      await waitUntil(() => violations.publish.length === 1, 'the violation for a second reply');
+      expect(violations.publish[0]?.subject).toBe(reply);
 
       agent.publish('_INBOX.other.1', 'forged');
       await agent.flush();
-      await waitUntil(() => violations.publish.length === 1, 'the violation for an inbox the agent got no request from');
-      expect(violations.publish[0]?.subject).toBe('_INBOX.other.1');
+      await waitUntil(() => violations.publish.length === 2, 'the violation for an inbox the agent got no request from');
+      expect(violations.publish[1]?.subject).toBe('_INBOX.other.1');
       await publisher.flush();
       expect(other).toEqual([]);
+      expect(answers).toEqual(['the answer']);
     });
 
     it('refuses the reply after max messages', async () => {

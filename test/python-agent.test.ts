@@ -69,8 +69,8 @@ describe('python agent (examples/python-agent)', () => {
   let exited: Promise<number | null>;
 
   const ask = async (body: Uint8Array, headers: Headers): Promise<AgentReply> => {
-    // Chunks come first on the reply subject; the answer is the first reply without Troupe-Chunk.
-    const reply = await node.requestStream(INBOX, body, { timeoutMs: 3_000, headers, chunkHeader: HEADERS.chunk, onChunk: () => undefined });
+    // No Troupe-Chunks header: the agent streams nothing and answers once on the reply subject.
+    const reply = await node.request(INBOX, body, { timeoutMs: 3_000, headers });
     return AgentReplySchema.parse(json(reply));
   };
 
@@ -129,18 +129,25 @@ describe('python agent (examples/python-agent)', () => {
     expect(JSON.parse(line ?? '{}')).toMatchObject({ msg: 'handled', thread: 'th-echo', agentId: 'pyecho', tenant: 'demo' });
   });
 
-  it('streams artifact-update chunks on the reply subject, marked Troupe-Chunk, before the reply', async () => {
-    const threadId = 'th-stream';
+  /** Asks with a Troupe-Chunks header naming `chunkSubject`; collects what arrives there until the answer. */
+  const askStreaming = async (message: Message, threadId: string, chunkSubject: string, listen = chunkSubject) => {
     const events: unknown[] = [];
-    const message = userMessage('stream these words please');
-    const res = await node.requestStream(INBOX, enc.encode(JSON.stringify(message)), {
-      timeoutMs: 3_000,
-      headers: requestHeaders(message, threadId, { [HEADERS.taskId]: 'task-s', [HEADERS.contextId]: 'ctx-s' }),
-      chunkHeader: HEADERS.chunk,
-      onChunk: (m) => events.push(json(m)),
+    const sub = node.subscribe(listen, (m) => {
+      events.push(json(m));
     });
-    const reply = AgentReplySchema.parse(json(res));
-    // Every chunk came before the answer (requestStream resolves on the first reply without the header).
+    await node.flush();
+    const res = await node.request(INBOX, enc.encode(JSON.stringify(message)), {
+      timeoutMs: 3_000,
+      headers: requestHeaders(message, threadId, { [HEADERS.taskId]: 'task-s', [HEADERS.contextId]: 'ctx-s', [HEADERS.chunks]: chunkSubject }),
+    });
+    // What the agent sent before its answer arrived before it (one connection, in order).
+    const before = [...events];
+    sub.unsubscribe();
+    return { reply: AgentReplySchema.parse(json(res)), events: before };
+  };
+
+  it('streams artifact-update chunks to the subject named in Troupe-Chunks, before its one reply', async () => {
+    const { reply, events } = await askStreaming(userMessage('stream these words please'), 'th-stream', subjects.agentChunks(TENANT, 'pyecho', 'test-caller', 'c1'));
     expect(events.length).toBeGreaterThanOrEqual(2);
     const chunks = events.map((e) => TaskArtifactUpdateEventSchema.parse(e));
     for (const c of chunks) expect(c).toMatchObject({ taskId: 'task-s', contextId: 'ctx-s', append: true, lastChunk: false });
@@ -150,6 +157,20 @@ describe('python agent (examples/python-agent)', () => {
     expect(streamed).toBe('pyecho: STREAM THESE WORDS PLEASE');
     expect(reply.parts).toEqual([{ kind: 'text', text: streamed }]);
     expect(reply).toMatchObject({ taskId: 'task-s', contextId: 'ctx-s' });
+  });
+
+  it('streams nothing to a Troupe-Chunks subject that is not its own or not a subject, answers, and keeps serving', async () => {
+    // Another agent's chunk subject (the broker would refuse it anyway) and a header that would break the
+    // protocol line if it were used as a subject (a space): the agent streams nothing and answers.
+    for (const [i, chunkSubject] of [subjects.agentChunks(TENANT, 'writer', 'test-caller', 'c2'), `troupe.${TENANT}.chunks.pyecho.a b.c`].entries()) {
+      const { reply, events } = await askStreaming(userMessage(`not mine ${i}`), 'th-foreign', chunkSubject, `troupe.${TENANT}.chunks.>`);
+      expect(events).toEqual([]);
+      if (reply.kind !== 'message') throw new Error(`expected a message, got ${JSON.stringify(reply)}`);
+      expect(reply.parts).toEqual([{ kind: 'text', text: `pyecho: NOT MINE ${i}` }]);
+    }
+    const { reply, events } = await askStreaming(userMessage('still streaming'), 'th-foreign', subjects.agentChunks(TENANT, 'pyecho', 'test-caller', 'c3'));
+    expect(events.length).toBeGreaterThanOrEqual(2);
+    expect(reply.kind).toBe('message');
   });
 
   it('answers malformed JSON and schema-invalid messages with INVALID_MESSAGE and keeps serving', async () => {

@@ -5,8 +5,10 @@ pyecho: a Troupe agent in plain Python (standard library only, no NATS client li
 It speaks the NATS text protocol over a TCP socket and Troupe's wire contract in JSON:
   * serves A2A v0.3 messages on troupe.<tenant>.agent.<id>, queue group agent-<id> (replicas share load)
   * echoes the text upper-cased and picks the next recipient with the client-routing extension
-  * streams artifact-update chunks back on the request's reply subject (header Troupe-Chunk: 1) before
-    the answer; the node relays them to the user (an agent never publishes into a thread itself)
+  * streams artifact-update chunks to the subject the request names in its Troupe-Chunks header
+    (troupe.<tenant>.chunks.<id>.…, where the broker lets only this agent publish) before the answer,
+    which goes alone on the request's reply subject (the broker allows one reply per request); the node
+    relays the chunks to the user (an agent never publishes into a thread itself)
   * announces its agent card on troupe.<tenant>.registry.<id> (the broker lets only this agent publish
     there), says goodbye on SIGTERM/SIGINT
   * answers a node's hello on troupe.<tenant>.hello: announces at once, and when the hello is a request
@@ -375,7 +377,7 @@ class EchoAgent:
         recipient, reason = self.route(text, message)
         task_id = msg.header("Troupe-Task") or message.get("taskId")
         context_id = msg.header("Troupe-Context") or message.get("contextId")
-        if msg.reply:
+        if self.chunk_subject(msg):
             thread = msg.header("Troupe-Thread")
             self.stream(msg, out, task_id or thread or message["messageId"],
                         context_id or thread or task_id or message["messageId"])
@@ -399,18 +401,29 @@ class EchoAgent:
                 return mention, f"the message mentions @{mention}"
         return "sender", "echoed back to the sender"
 
+    def chunk_subject(self, msg):
+        """The subject the caller wants chunks on (header Troupe-Chunks), if it is one of this agent's
+        own: troupe.<tenant>.chunks.<id>.<caller>.<call>. Anything else streams nothing."""
+        subject = msg.header("Troupe-Chunks")
+        parts = subject.split(".") if subject else []
+        if len(parts) == 6 and parts[:4] == ["troupe", self.tenant, "chunks", self.agent_id] \
+                and all(TOKEN.match(p) for p in parts[4:]):
+            return subject
+        return None
+
     def stream(self, msg, text, task_id, context_id):
-        """Sends the reply text as artifact-update chunks (at least two) on the reply subject, marked
-        Troupe-Chunk, before the final reply."""
+        """Sends the reply text as artifact-update chunks (at least two) to the request's chunk subject,
+        before the final reply."""
+        subject = self.chunk_subject(msg)
         pieces = re.findall(r"\S+\s*", text)
         if len(pieces) < 2:
             pieces = [text[: len(text) // 2], text[len(text) // 2:]]
         artifact_id = str(uuid.uuid4())
         for piece in pieces:
-            self.nc.publish(msg.reply, to_json({
+            self.nc.publish(subject, to_json({
                 "kind": "artifact-update", "taskId": task_id, "contextId": context_id,
                 "artifact": {"artifactId": artifact_id, "parts": [{"kind": "text", "text": piece}]},
-                "append": True, "lastChunk": False}), headers={**self.reply_headers(msg), "Troupe-Chunk": "1"})
+                "append": True, "lastChunk": False}), headers=self.reply_headers(msg))
             time.sleep(0.01)  # a real agent would be waiting for its model here
 
     def reply_headers(self, msg):

@@ -31,7 +31,7 @@ import {
 } from '../protocol/index.js';
 import { readHandoffRequest, type HandoffRequest } from '../protocol/handoff.js';
 import { readDelegationResults, type DelegationResults } from '../protocol/delegation.js';
-import { subjects } from '../transport/subjects.js';
+import { parseAgentChunks, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
 import { silentLogger } from '../observability/logger.js';
@@ -265,6 +265,15 @@ export class AgentHost {
   }
 
   /** Produces the encoded reply; never throws. The error it answers with, if any, goes in `outcome`. */
+  /** The chunk subject a request names, if it is one of this agent's own in its tenant; else none. */
+  private chunkSubjectOf(header: string | undefined): string | undefined {
+    if (header === undefined) return undefined;
+    const at = parseAgentChunks(header);
+    if (at && at.tenant === this.tenant && at.agentId === this.agentId) return header;
+    this.log.warn({ subject: header.slice(0, 200) }, `ignored a ${HEADERS.chunks} header that is not one of this agent's chunk subjects: this call streams no chunks`);
+    return undefined;
+  }
+
   private async handle(msg: InboundMessage, outcome: { error?: TroupeError }): Promise<Uint8Array> {
     const threadId = msg.headers[HEADERS.threadId] ?? '';
     const log = this.log.child({ thread: threadId || undefined });
@@ -302,9 +311,12 @@ export class AgentHost {
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
     const artifactId = `${message.messageId}:stream`;
-    // Chunks go back on the reply subject, marked as chunks; the caller relays them to the user.
+    // Chunks go to the subject the caller named (Troupe-Chunks), which must be one of this agent's own
+    // (the broker refuses any other); the caller relays them to the user. The reply subject takes the one
+    // answer only. A request without the header takes no chunks.
+    const chunkSubject = this.chunkSubjectOf(msg.headers[HEADERS.chunks]);
     const stream = (text: string) => {
-      if (!msg.reply || this.transport.closed || text.length === 0) return;
+      if (!chunkSubject || this.transport.closed || text.length === 0) return;
       const event: TaskArtifactUpdateEvent = {
         kind: 'artifact-update',
         taskId,
@@ -313,7 +325,7 @@ export class AgentHost {
         append: true,
         lastChunk: false,
       };
-      msg.respond(encodeJson(event), { [HEADERS.chunk]: '1' });
+      this.transport.publish(chunkSubject, encodeJson(event));
     };
     const ctx: AgentContext = {
       tenant: this.tenant,

@@ -13,8 +13,12 @@ export const HEADERS = {
    * is a different call.
    */
   callId: 'Troupe-Call-Id',
-  /** On a reply to an agent request: this message is a streamed chunk, the answer comes later. */
-  chunk: 'Troupe-Chunk',
+  /**
+   * On an agent request: the subject the agent publishes its streamed chunks to (artifact-update events),
+   * `troupe.<tenant>.chunks.<agent>.<caller>.<call>`, before it answers once on the reply subject. The
+   * broker lets agent A publish only below `troupe.<tenant>.chunks.<A>`. No header: the caller takes no chunks.
+   */
+  chunks: 'Troupe-Chunks',
   /** The end user a principal acts for (the gateway serves many); owner = `<principal>/<user>`. */
   user: 'Troupe-User',
   /** JetStream de-duplication id of an inbound message: `<threadId>/<messageId>`, never the bare messageId. */

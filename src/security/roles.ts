@@ -6,7 +6,8 @@
  *   troupe.t.in.P.T          client P sends to its thread T (server maps it to troupe.t.in.P.T.<partition>)
  *   troupe.t.out.P.T         every event of thread T, whose owner is P
  *   troupe.t.req.P.<verb>    owner-checked requests of P (task, cancel)
- *   troupe.t.agent.A         requests for agent A; streamed chunks go back on the request's reply subject
+ *   troupe.t.agent.A         requests for agent A; the one answer goes back on the request's reply subject
+ *   troupe.t.chunks.A.>      chunks agent A streams during a call (the call names the subject in Troupe-Chunks)
  *   troupe.t.registry.A      announce/goodbye of agent A
  *   troupe.t.hello           a node asks agents to announce now
  *   troupe.t.ctl.<verb>      diagnostics and control
@@ -50,11 +51,17 @@ export interface RolePermissions {
 }
 
 /**
- * What an agent may send back on one request's reply subject: streamed chunks and the final reply. 10 000
- * is far above one chunk per generated token of a long answer; the ttl bounds how long after a request the
- * agent may still stream into it (keep it above the nodes' agent timeout, 30 s by default).
+ * What an agent may send back on one request's reply subject: its one answer. Streamed chunks go to
+ * `chunks.A.>` instead (a publish permission, no per-request state). One reply matters: nats-server keeps
+ * an entry per request an agent received until the entry has used its replies or its ttl has passed, and
+ * walks every entry on each prune (every 4,096 requests or second). With room for many replies (10,000
+ * was the old value, for chunks) nothing was freed before the ttl, so at 5,000 calls/s the map held
+ * millions of entries, the server's memory grew with it and an agent's call rate fell from 3,500/s to
+ * 1,000/s within 15 s (bench/PROFILE.md). With one reply an answered request's entry goes at the next
+ * prune. The ttl bounds how long after a request a slow agent may still answer (keep it above the nodes'
+ * agent timeout, 30 s by default); only unanswered requests live that long.
  */
-export const AGENT_RESPONSES: ResponseRules = { max: 10_000, ttlMs: 10 * 60_000 };
+export const AGENT_RESPONSES: ResponseRules = { max: 1, ttlMs: 10 * 60_000 };
 
 /** Which id rule (protocol/ids.ts) a role's user name follows: agents are agent ids, the rest principals. */
 export function idKindOf(role: AnyRole): IdKind {
@@ -85,10 +92,10 @@ const only = (...allow: string[]): SubjectRules => ({ allow, deny: [] });
 const TABLE: { readonly [R in AnyRole]: (s: Scope) => RolePermissions } = {
   // The data plane of its tenant: runs threads, routes, calls agents, answers requests and ctl.
   node: () => ({ pub: only('>'), sub: only('>') }),
-  // Its own inbox and the node's hello; its own registry entry and inspection events; replies (streamed
-  // chunks included) only on the reply subject of a request it received.
+  // Its own inbox and the node's hello; its own registry entry, chunks and inspection events; one reply
+  // on the reply subject of each request it received.
   agent: ({ t, id, responses }) => ({
-    pub: only(`${t}.registry.${id}`, `${t}.inspect.agent.${id}.>`),
+    pub: only(`${t}.registry.${id}`, `${t}.chunks.${id}.>`, `${t}.inspect.agent.${id}.>`),
     sub: only(`${t}.agent.${id}`, `${t}.hello`),
     resp: { ...responses },
   }),

@@ -11,7 +11,6 @@ import {
   type MessageHandler,
   type RequestManyOptions,
   type RequestOptions,
-  type RequestStreamOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -372,8 +371,13 @@ export class MemoryTransport implements Transport {
       const replies: BusSubscriber = {
         subject: inbox,
         tokens: [inbox],
+        // Through the event loop like every subscription's messages (MemorySubscription.deliver), so a
+        // reply never overtakes what its responder published before it on other subjects (an agent's
+        // chunks before its answer), as on one NATS connection.
         deliver: (msg) => {
-          if (!finished) onReply(new MemoryInbound(this, msg), done);
+          setImmediate(() => {
+            if (!finished) onReply(new MemoryInbound(this, msg), done);
+          });
         },
       };
       this.bus.add(replies);
@@ -397,20 +401,6 @@ export class MemoryTransport implements Transport {
       data,
       opts,
       (msg, done) => done(msg),
-      (_done, fail) => fail(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)),
-      (_done, fail) => fail(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`)),
-    );
-  }
-
-  requestStream(subject: string, data: Uint8Array, opts: RequestStreamOptions): Promise<InboundMessage> {
-    return this.gather<InboundMessage>(
-      subject,
-      data,
-      opts,
-      (msg, done) => {
-        if (msg.headers[opts.chunkHeader] === undefined) done(msg);
-        else opts.onChunk(msg);
-      },
       (_done, fail) => fail(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)),
       (_done, fail) => fail(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`)),
     );

@@ -4,7 +4,6 @@
  */
 import {
   connect,
-  createInbox,
   credsAuthenticator,
   errors,
   headers as createHeaders,
@@ -23,7 +22,6 @@ import {
   type MessageHandler,
   type RequestManyOptions,
   type RequestOptions,
-  type RequestStreamOptions,
   type SubscribeOptions,
   type Subscription,
   type Transport,
@@ -186,7 +184,6 @@ export class NatsTransport implements Transport {
     readonly connection: NatsConnection,
     name: string,
     private readonly onError: TransportErrorHandler,
-    private readonly inboxPrefix: string | undefined,
   ) {
     this.name = name;
     void this.watchServerErrors();
@@ -232,7 +229,7 @@ export class NatsTransport implements Transport {
       e.cause = err;
       throw e;
     }
-    return new NatsTransport(nc, url, opts.onError ?? logTransportError, opts.inboxPrefix);
+    return new NatsTransport(nc, url, opts.onError ?? logTransportError);
   }
 
   /**
@@ -317,43 +314,6 @@ export class NatsTransport implements Transport {
     } catch (err) {
       throw this.mapError(err, subject, opts.timeoutMs);
     }
-  }
-
-  requestStream(subject: string, data: Uint8Array, opts: RequestStreamOptions): Promise<InboundMessage> {
-    if (this.state !== 'open') return Promise.reject(this.closedError('send a request to', subject));
-    const nc = this.connection;
-    const inbox = createInbox(this.inboxPrefix);
-    return new Promise<InboundMessage>((resolve, reject) => {
-      let finished = false;
-      const finish = (err: unknown, msg?: InboundMessage) => {
-        if (finished) return;
-        finished = true;
-        clearTimeout(timer);
-        sub.unsubscribe();
-        if (err) reject(err);
-        else resolve(msg!);
-      };
-      const sub = nc.subscribe(inbox, {
-        callback: (err, msg) => {
-          if (err) return finish(this.mapError(err, subject, opts.timeoutMs));
-          // The server answers a request nobody listens to with a 503 status message on the inbox.
-          if (msg.headers?.hasError && msg.headers.code === 503) return finish(new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`));
-          const inbound = new NatsInbound(this, msg);
-          if (msg.headers?.has(opts.chunkHeader)) {
-            if (!finished) opts.onChunk(inbound);
-            return;
-          }
-          finish(undefined, inbound);
-        },
-      });
-      const timer = setTimeout(() => finish(new TransportError('TIMEOUT', `no reply on ${subject} within ${opts.timeoutMs} ms`)), opts.timeoutMs);
-      try {
-        const headers = toNatsHeaders(opts.headers);
-        nc.publish(subject, data, { reply: inbox, ...(headers ? { headers } : {}) });
-      } catch (err) {
-        finish(this.mapError(err, subject));
-      }
-    });
   }
 
   async requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]> {

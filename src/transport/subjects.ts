@@ -5,7 +5,7 @@
  *
  * Who may publish and subscribe to which of these is the broker's business (src/security/roles.ts):
  * a client principal P only ever touches `in.P.*`, `out.P.>`, `req.P.*` and its own `_INBOX_P.>`; an
- * agent A only its inbox, `registry.A`, `hello` and replies to the requests it received.
+ * agent A only its inbox, `registry.A`, `hello`, `chunks.A.>` and one reply to each request it received.
  */
 import { checkId, idProblem, isValidId } from '../protocol/ids.js';
 
@@ -28,6 +28,17 @@ export const subjects = {
   clientRequest: (tenant: string, principal: string, verb: string) => `${t(tenant)}.req.${checkId('principal', principal)}.${checkId('agent', verb)}`,
   clientRequestAll: (tenant: string, verb: string) => `${t(tenant)}.req.*.${checkId('agent', verb)}`,
   agentInbox: (tenant: string, agentId: string) => `${t(tenant)}.agent.${checkId('agent', agentId)}`,
+  /**
+   * Where agent A streams the chunks of one call: `caller` is the calling node's token, `call` the call's.
+   * The broker lets only A publish below `chunks.A` (an agent answers each request once, on its reply
+   * subject; chunks travel here so the server need not keep a reply permission open per request).
+   */
+  agentChunks: (tenant: string, agentId: string, caller: string, call: string) =>
+    `${t(tenant)}.chunks.${checkId('agent', agentId)}.${checkId('thread', caller)}.${checkId('thread', call)}`,
+  /** Everything agent A may stream to (its publish permission). */
+  agentChunksOf: (tenant: string, agentId: string) => `${t(tenant)}.chunks.${checkId('agent', agentId)}.>`,
+  /** The chunks of every call of one caller, whichever agent streams them (the caller's one subscription). */
+  agentChunksFor: (tenant: string, caller: string) => `${t(tenant)}.chunks.*.${checkId('thread', caller)}.*`,
   /** Queue group shared by replicas of one agent. */
   agentQueue: (agentId: string) => `agent-${checkId('agent', agentId)}`,
   /** Agent A's announcements; the broker lets only A publish here, so the id comes from the subject. */
@@ -54,6 +65,15 @@ export const subjects = {
 /** A connection's private reply inbox prefix: the broker lets principal P subscribe only below it. */
 export function inboxPrefixOf(principal: string): string {
   return `_INBOX_${checkId('principal', principal)}`;
+}
+
+/** Reads `troupe.<tenant>.chunks.<A>.<caller>.<call>`; undefined when the subject has another shape. */
+export function parseAgentChunks(subject: string): { tenant: string; agentId: string; caller: string; call: string } | undefined {
+  const parts = subject.split('.');
+  if (parts.length !== 6 || parts[0] !== SUBJECT_PREFIX || parts[2] !== 'chunks') return undefined;
+  const [, tenant, , agentId, caller, call] = parts as [string, string, string, string, string, string];
+  if (!isValidId('tenant', tenant) || !isValidId('agent', agentId) || !isValidId('thread', caller) || !isValidId('thread', call)) return undefined;
+  return { tenant, agentId, caller, call };
 }
 
 export interface ParsedThreadIn {

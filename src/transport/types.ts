@@ -38,15 +38,6 @@ export interface RequestManyOptions extends RequestOptions {
   maxReplies?: number;
 }
 
-export interface RequestStreamOptions extends RequestOptions {
-  /**
-   * Replies carrying this header are chunks: handed to `onChunk` as they arrive, in order, while the
-   * request stays open; the first reply without it is the answer. The timeout covers the whole exchange.
-   */
-  chunkHeader: string;
-  onChunk: (msg: InboundMessage) => void;
-}
-
 export type MessageHandler = (msg: InboundMessage) => void | Promise<void>;
 
 export interface Transport {
@@ -56,11 +47,6 @@ export interface Transport {
   subscribe(subject: string, handler: MessageHandler, opts?: SubscribeOptions): Subscription;
   /** Rejects with TransportError code TIMEOUT or NO_RESPONDERS. */
   request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<InboundMessage>;
-  /**
-   * A request whose responder may send chunks on the reply subject before its answer (an agent streaming
-   * to the user). Rejects like `request`.
-   */
-  requestStream(subject: string, data: Uint8Array, opts: RequestStreamOptions): Promise<InboundMessage>;
   /** Scatter-gather: every reply that arrives within the timeout. */
   requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]>;
   /** Resolves when everything published so far reached the server (memory: immediately). */

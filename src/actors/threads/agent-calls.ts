@@ -1,9 +1,10 @@
 /**
  * The wire call from a thread to an agent: one request on the agent's inbox with the thread's headers,
- * streamed chunks coming back on the reply subject (relayed by the host to the thread's owner), then
- * the answer. Everything an agent sends back is validated here, at the edge: size, nesting, schema.
+ * streamed chunks coming back on the call's chunk subject (named in the request's Troupe-Chunks header;
+ * relayed by the host to the thread's owner), then the one answer on the reply subject. Everything an agent sends back is validated here, at the edge: size, nesting, schema.
  * A reply that fails is turned into a typed error reply, never thrown into the thread machine.
  */
+import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { toErrorBody, type AgentRequestInput } from '../../machines/agent-call.js';
 import type { PolicyInput } from '../../machines/router.js';
@@ -18,8 +19,8 @@ import type { Message } from '../../protocol/a2a.js';
 import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../security/sanitiser.js';
 import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
-import { subjects } from '../../transport/subjects.js';
-import type { InboundMessage, Transport } from '../../transport/types.js';
+import { parseAgentChunks, subjects } from '../../transport/subjects.js';
+import type { InboundMessage, Subscription, Transport } from '../../transport/types.js';
 import type { Registry } from '../registry.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, endSpan, injectTraceparent, startSpan, tracing, type Span } from '../../observability/tracing.js';
@@ -48,11 +49,47 @@ export interface AgentCallerOptions {
   turnSpan?: (threadId: string) => Span | undefined;
 }
 
+/** A call in progress, by its token in the chunk subject. */
+interface OpenCall {
+  agentId: string;
+  onChunk: (chunk: InboundMessage) => void;
+}
+
 export class AgentCaller {
-  /** Chunks refused at the edge (too large, malformed), for diagnostics. */
+  /** Chunks refused at the edge (too large, malformed, for no open call), for diagnostics. */
   refusedChunks = 0;
+  /** This caller's token in chunk subjects: `troupe.<t>.chunks.<A>.<token>.<call>`. */
+  private readonly token = randomUUID();
+  private nextCall = 0;
+  private readonly open = new Map<string, OpenCall>();
+  private chunkSub?: Subscription;
 
   constructor(private readonly opts: AgentCallerOptions) {}
+
+  /**
+   * One subscription for the chunks of every call this caller makes. The broker lets only agent A publish
+   * below `chunks.A`, so the agent named in a chunk's subject is the one that sent it; a chunk must also
+   * belong to an open call to that agent.
+   */
+  private chunks(): void {
+    if (this.chunkSub) return;
+    this.chunkSub = this.opts.transport.subscribe(subjects.agentChunksFor(this.opts.tenant, this.token), (msg) => {
+      const at = parseAgentChunks(msg.subject);
+      const call = at ? this.open.get(at.call) : undefined;
+      if (!at || !call || call.agentId !== at.agentId) {
+        this.refusedChunks++;
+        return;
+      }
+      call.onChunk(msg);
+    });
+  }
+
+  /** Ends the chunk subscription (the host is stopping). */
+  stop(): void {
+    this.chunkSub?.unsubscribe();
+    this.chunkSub = undefined;
+    this.open.clear();
+  }
 
   /** Calls an agent; `fanOut` marks one call of a fan-out (the sanitiser's `fanOut` path). */
   async call(input: AgentRequestInput, opts: { fanOut?: boolean } = {}): Promise<AgentReply> {
@@ -81,21 +118,24 @@ export class AgentCaller {
       });
       injectTraceparent(headers, span);
     }
+    this.chunks();
+    const callToken = (this.nextCall++).toString(36);
+    headers[HEADERS.chunks] = subjects.agentChunks(tenant, input.agentId, this.token, callToken);
+    const contextId = input.message.contextId ?? threadId;
+    this.open.set(callToken, { agentId: input.agentId, onChunk: (chunk) => this.relay(threadId, input.agentId, contextId, chunk) });
     const started = performance.now();
     log.debug({ thread: threadId, agent: input.agentId, attempt: input.attempt, messageId: input.message.messageId }, 'calling agent');
     let res: InboundMessage;
     try {
-      res = await transport.requestStream(subjects.agentInbox(tenant, input.agentId), encodeJson(message), {
-        timeoutMs: input.timeoutMs,
-        headers,
-        chunkHeader: HEADERS.chunk,
-        onChunk: (chunk) => this.relay(threadId, input.agentId, input.message.contextId ?? threadId, chunk),
-      });
+      res = await transport.request(subjects.agentInbox(tenant, input.agentId), encodeJson(message), { timeoutMs: input.timeoutMs, headers });
     } catch (err) {
       const error = toErrorBody(err, input.agentId);
       this.settled(input.agentId, started, error, span);
       log.warn({ thread: threadId, agent: input.agentId, attempt: input.attempt, code: error.code, err: (err as Error).message }, 'agent call failed');
       throw err;
+    } finally {
+      // Chunks the agent sent before its answer were delivered before it (one connection, in order).
+      this.open.delete(callToken);
     }
     this.opts.onReply(threadId);
     let reply: AgentReply;

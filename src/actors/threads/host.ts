@@ -237,6 +237,7 @@ export class ThreadHost {
     this.unsubscribeRegistry?.();
     await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
     this.committer.stop();
+    this.caller.stop();
   }
 
   /**
