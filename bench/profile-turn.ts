@@ -1,0 +1,114 @@
+/**
+ * Where a durable turn's time goes: a fresh nats-server, a durable TroupeNode (TROUPE_IN, KV store, ack
+ * after commit), the echo agent as its own NATS user and 64 threads with one turn in flight each, all
+ * in this process, for PROFILE_SECONDS; then the raw turn (the same NATS work without Troupe: bench/
+ * durability.ts `startRawTurn`) for as long. For each it prints turns per second, this process's CPU per
+ * turn and the nats-server's CPU per turn (from /proc), so it tells whether a turn waits on the broker or
+ * on Troupe:
+ *
+ *   node --conditions=source --import tsx bench/profile-turn.ts
+ *   node --conditions=source --cpu-prof --cpu-prof-dir=.tmp/prof-turn --import tsx bench/profile-turn.ts
+ *   node bench/profile-summary.mjs .tmp/prof-turn/<the newest>.cpuprofile
+ *
+ * PROFILE_ONLY=troupe (or raw) runs one of the two.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { encodeJson } from '../src/protocol/index.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeClient, userMessage } from '../src/sdk/client.js';
+import { KvThreadStore } from '../src/store/kv.js';
+import { encodeRecord } from '../src/store/codec.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { startNatsServer } from '../test/helpers/nats-server.js';
+import { startRawTurn } from './durability.js';
+
+const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
+const WORKERS = 64;
+const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
+const only = process.env.PROFILE_ONLY;
+
+/** CPU time (user + system, µs) the process listening on `port` has used so far. */
+function serverCpuUs(port: number): () => number {
+  const out = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'utf8' });
+  const pid = /pid=(\d+)/.exec(out)?.[1];
+  if (!pid) throw new Error(`no process listens on ${port}: ${out}`);
+  const ticksPerSecond = 100;
+  return () => {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    // utime and stime are fields 14 and 15 of /proc/<pid>/stat (12 and 13 after the command).
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / ticksPerSecond;
+  };
+}
+
+const server = await startNatsServer();
+const brokerCpu = serverCpuUs(server.port);
+const nodeT = await NatsTransport.connect({ ...server.asNode, name: 'turn-node' });
+const agentT = await NatsTransport.connect({ ...server.as('echo'), name: 'turn-agent' });
+const clientT = await NatsTransport.connect({ ...server.as('client'), name: 'turn-client' });
+const rawT = await NatsTransport.connect({ ...server.asNode, name: 'turn-raw' });
+const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
+const host = await new AgentHost({ transport: agentT, agent: echo }).start();
+const store = await KvThreadStore.open(nodeT.connection);
+const node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.connection, partitions: 8 }, config: { entryAgent: 'echo' } }).start();
+await node.registry.waitFor(['echo']);
+const client = new TroupeClient(clientT, { tenant: 'demo', principal: 'client' });
+
+async function run(what: string, op: (w: number) => Promise<void>): Promise<void> {
+  // Warm-up: every worker's thread exists and the code is compiled.
+  await Promise.all(Array.from({ length: WORKERS }, (_, w) => op(w)));
+  let n = 0;
+  const until = performance.now() + SECONDS * 1000;
+  const cpu0 = process.cpuUsage();
+  const broker0 = brokerCpu();
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: WORKERS }, async (_, w) => {
+      while (performance.now() < until) {
+        await op(w);
+        n++;
+      }
+    }),
+  );
+  const cpu = process.cpuUsage(cpu0);
+  const s = (performance.now() - t0) / 1000;
+  console.log(
+    JSON.stringify({
+      what,
+      perSecond: Math.round(n / s),
+      processCpuUsPerTurn: Math.round((cpu.user + cpu.system) / n),
+      brokerCpuUsPerTurn: Math.round((brokerCpu() - broker0) / n),
+      processCpuShare: +((cpu.user + cpu.system) / 1e6 / s).toFixed(2),
+      brokerCpuShare: +((brokerCpu() - broker0) / 1e6 / s).toFixed(2),
+    }),
+  );
+}
+
+if (only !== 'raw') {
+  await run('durable turn', async (w) => {
+    const res = await client.send(TEXT, { threadId: `turn-${w}`, timeoutMs: 10_000 });
+    if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
+  });
+}
+if (only !== 'troupe') {
+  const stored = await store.get('demo', 'turn-0');
+  const valueBytes = stored ? encodeRecord(stored.record).data.byteLength : 10_000;
+  const sub = rawT.connection.subscribe('bench.raw.echo', { callback: (_e, m) => void m.respond(m.data) });
+  const raw = await startRawTurn(rawT.connection, {
+    echoSubject: 'bench.raw.echo',
+    request: encodeJson(userMessage(TEXT)),
+    valueBytes,
+    messageBytes: encodeJson(userMessage(TEXT)).length,
+    workers: WORKERS,
+    timeoutMs: 10_000,
+  });
+  await run('raw turn', async (w) => void (await raw.op(w, 0)));
+  await raw.stop();
+  sub.unsubscribe();
+}
+await node.stop();
+await host.stop();
+for (const t of [nodeT, agentT, clientT, rawT]) await t.close();
+await server.stop();
