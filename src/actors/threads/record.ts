@@ -38,7 +38,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     tenant: opts.tenant,
     threadId: live.threadId,
     task,
-    snapshot: slimSnapshot(live.actor.getPersistedSnapshot()),
+    snapshot: slimPersistedSnapshot(live),
     updatedAt: at,
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
@@ -88,11 +88,16 @@ export function ownerOfRecord(record: ThreadRecord): string {
   return typeof owner === 'string' ? owner : 'local';
 }
 
-function slimSnapshot(snapshot: unknown): unknown {
-  const snap = snapshot as { context?: Record<string, unknown> };
-  if (!snap?.context) return snapshot;
+/**
+ * The persisted snapshot without history and route log (the Task holds them): XState persists the
+ * context by walking and copying all of it, so they are left out before, not after (at the history
+ * limit they are most of the context, and this runs once per turn).
+ */
+function slimPersistedSnapshot(live: LiveThread): unknown {
+  const snap = live.actor.getSnapshot();
   const { history: _h, routeLog: _r, ...context } = snap.context;
-  return { ...snap, context: { ...context, [SLIM]: true } };
+  const persisted = live.actor.logic.getPersistedSnapshot({ ...snap, context } as never) as { context?: Record<string, unknown> };
+  return { ...persisted, context: { ...persisted.context, [SLIM]: true } };
 }
 
 export function fullSnapshot(record: ThreadRecord): unknown {
