@@ -3,7 +3,7 @@
  * what the KV store does.
  */
 import { z } from 'zod';
-import { DEFAULT_MAX_PAYLOAD, META, TaskStateSchema, TroupeError, describeZodError } from '../protocol/index.js';
+import { DEFAULT_MAX_PAYLOAD, META, MessageSchema, TaskStateSchema, TroupeError, describeZodError } from '../protocol/index.js';
 import { ThreadRecordSchema, type ThreadListEntry, type ThreadListFilter, type ThreadRecord } from './types.js';
 
 /**
@@ -43,18 +43,35 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder('utf-8', { fatal: true });
 
 /**
+ * History messages an earlier write already checked against the record's message schema. A message in a
+ * history is never changed (the thread machine builds a new history array around the same message
+ * objects), so each is checked once in its thread's life instead of once per turn; a history at its limit
+ * is most of a record.
+ */
+const checkedMessages = new WeakSet<object>();
+
+/**
  * Validates a record before it is written (a store never holds what it would refuse to read) and
  * serializes it. Returns the key it belongs under.
  */
 export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOAD): { key: string; data: Uint8Array } {
   const key = threadKey(record.tenant, record.threadId);
-  const parsed = ThreadRecordSchema.safeParse(record);
-  if (!parsed.success) {
-    throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": ${describeZodError(parsed.error)}`, { key });
+  const refuse = (problem: string) => new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": ${problem}`, { key });
+  const history = record.task.history;
+  const parsed = ThreadRecordSchema.safeParse(history ? { ...record, task: { ...record.task, history: [] } } : record);
+  if (!parsed.success) throw refuse(describeZodError(parsed.error));
+  if (history) {
+    for (let i = 0; i < history.length; i++) {
+      const message = history[i];
+      if (typeof message === 'object' && message !== null && checkedMessages.has(message)) continue;
+      const checked = MessageSchema.safeParse(message);
+      if (!checked.success) throw refuse(`task.history.${i}: ${describeZodError(checked.error)}`);
+      checkedMessages.add(message as object);
+    }
   }
   let json: string;
   try {
-    json = JSON.stringify(parsed.data);
+    json = JSON.stringify(record);
   } catch (err) {
     // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
     throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });
