@@ -15,7 +15,7 @@ import { HEADERS, scopedMessageKey } from '../../protocol/headers.js';
 import { LIMITS } from '../../protocol/limits.js';
 import { META } from '../../protocol/metadata.js';
 import { USER, supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
-import type { Message } from '../../protocol/a2a.js';
+import type { Message, Task } from '../../protocol/a2a.js';
 import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../security/sanitiser.js';
 import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
@@ -148,7 +148,26 @@ export class AgentCaller {
       reply = { kind: 'error', error: { code, message: `agent "${input.agentId}" sent an invalid reply: ${error.message}` } };
     }
     this.settled(input.agentId, started, reply.kind === 'error' ? reply.error : undefined, span);
+    if (reply.kind === 'task') this.relayArtifacts(threadId, input.agentId, input.message.contextId ?? threadId, reply);
     return reply;
+  }
+
+  /**
+   * The artifacts of a Task an agent answers with become the thread's, like streamed chunks: each one
+   * whole (`append: false`, `lastChunk: true`), with the thread's ids and the agent's name, before the
+   * answer itself, so a streaming client sees them before the final status and the turn's write keeps them.
+   */
+  private relayArtifacts(threadId: string, agentId: string, contextId: string, task: Task): void {
+    for (const artifact of task.artifacts ?? []) {
+      this.opts.relayChunk(threadId, {
+        kind: 'artifact-update',
+        taskId: threadId,
+        contextId,
+        artifact: { ...artifact, metadata: { ...artifact.metadata, [META.agent]: agentId } },
+        append: false,
+        lastChunk: true,
+      });
+    }
   }
 
   /** Metrics and span of one finished call (attempt). */

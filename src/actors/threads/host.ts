@@ -518,6 +518,7 @@ export class ThreadHost {
       historyTrimmed: 0,
       turns: new Map(),
       artifacts: stored?.record.task.artifacts ?? [],
+      ...(stored?.record.task.status.timestamp ? { statusAt: { state: stored.record.task.status.state, at: stored.record.task.status.timestamp } } : {}),
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
     };
@@ -650,12 +651,13 @@ export class ThreadHost {
 
   private publishStatus(live: LiveThread, event: ThreadStatusEmitted): void {
     live.lastStatus = event;
+    live.statusAt = { state: event.state, at: new Date(this.now()).toISOString() };
     const ctx = live.actor.getSnapshot().context;
     const update: TaskStatusUpdateEvent = {
       kind: 'status-update',
       taskId: live.threadId,
       contextId: ctx.contextId,
-      status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: new Date(this.now()).toISOString() },
+      status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: live.statusAt.at },
       final: event.final,
       ...(event.route || event.error ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } } : {}),
     };

@@ -2,7 +2,7 @@
 import type { Actor } from 'xstate';
 import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TroupeError } from '../../protocol/errors.js';
-import type { Artifact, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { Span } from '../../observability/tracing.js';
 
 /** A turn in progress as metrics and traces see it: when it (and its current step) started, its spans. */
@@ -30,6 +30,11 @@ export interface LiveThread {
   /** The last events, for `troupe inspect` (bounded). */
   events: RecentEvent[];
   lastStatus?: ThreadStatusEmitted;
+  /**
+   * When the task's status last changed (the timestamp of its last status event, or of the first read
+   * that saw a new state): every read of an unchanged task reports the same `status.timestamp`.
+   */
+  statusAt?: { state: TaskState; at: string };
   /** Serialises commits of this thread. */
   commit: Promise<void>;
   /** A commit is scheduled and has not started yet. */

@@ -5,7 +5,7 @@
  */
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
-import type { Artifact, Task, TaskArtifactUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 
@@ -22,7 +22,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     kind: 'task',
     id: live.threadId,
     contextId: ctx.contextId,
-    status: { state, ...(statusMessage ? { message: statusMessage } : {}), timestamp: at },
+    status: { state, ...(statusMessage ? { message: statusMessage } : {}), timestamp: statusTimestamp(live, state, at) },
     history,
     artifacts: live.artifacts,
     metadata: {
@@ -43,6 +43,12 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
   };
+}
+
+/** When the thread's status last changed; `at` (now) if its state is not the one last stamped. */
+function statusTimestamp(live: LiveThread, state: TaskState, at: string): string {
+  if (live.statusAt?.state !== state) live.statusAt = { state, at };
+  return live.statusAt.at;
 }
 
 /** Most artifacts a thread keeps (the oldest go first), and the most text one artifact holds. */
