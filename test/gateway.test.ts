@@ -16,6 +16,7 @@ import { defineAgent, defineTeam, reply } from '../src/sdk/index.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
+import tckTeam from '../examples/tck/team.js';
 import { skillsOfAgents, startGateway, type Gateway } from '../src/gateway/index.js';
 import { bearerFetch, collect, rpc, send, textOf, userText, v03Client, v03Text, v1Client } from './helpers/a2a.js';
 import { testCertificates, type TestCertificates } from './helpers/tls.js';
@@ -203,6 +204,111 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     const second = taskOf(await client.sendMessage(send(userText('Write about shrews', { messageId: 'reused-id-1' }))));
     expect(second.id).not.toBe(first.id);
     expect(textOf(second.status?.message?.parts)).toContain('Write about shrews');
+  });
+});
+
+describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
+  let tck: Mesh;
+  let sut: Gateway;
+  beforeAll(async () => {
+    tck = await startEmbedded(tckTeam, silentLogger());
+    sut = await startGateway({ clients: { demo: tck.client }, cardVersionWithoutHeader: '1.0' });
+  });
+  afterAll(async () => {
+    await sut?.close();
+    await tck?.stop();
+  });
+
+  const rest = (path: string, init: { body?: unknown; accept?: string } = {}) =>
+    fetch(`${sut.url}/rest${path}`, {
+      method: init.body === undefined ? 'GET' : 'POST',
+      headers: { 'a2a-version': '1.0', ...(init.body === undefined ? {} : { 'content-type': 'application/json' }), ...(init.accept ? { accept: init.accept } : {}) },
+      ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
+    });
+  const restSend = (messageId: string, accept?: string) =>
+    rest('/message:send', { body: { message: { role: 'ROLE_USER', parts: [{ text: 'TCK artifact test' }], messageId } }, ...(accept ? { accept } : {}) });
+
+  it("an agent's Task answer brings its artifacts (text, file bytes, file URL, data) into the A2A Task, kept by the node", async () => {
+    const client = await v1Client(sut.url);
+    const expected: Record<string, unknown> = {
+      'tck-artifact-text': { $case: 'text', value: 'Generated text content' },
+      'tck-artifact-file': { $case: 'raw', value: new Uint8Array(Buffer.from('tck')) },
+      'tck-artifact-file-url': { $case: 'url', value: 'https://example.com/output.txt' },
+      'tck-artifact-data': { $case: 'data', value: { key: 'value', count: 42 } },
+    };
+    for (const [prefix, content] of Object.entries(expected)) {
+      const task = taskOf(await client.sendMessage(send(userText('TCK artifact test', { messageId: `${prefix}-${crypto.randomUUID()}` }))));
+      expect(task.status?.state, prefix).toBe(TaskState.TASK_STATE_COMPLETED);
+      expect(task.artifacts, prefix).toHaveLength(1);
+      const part = task.artifacts[0]!.parts[0]!;
+      expect({ ...part.content, value: part.content?.value instanceof Uint8Array ? new Uint8Array(part.content.value) : part.content?.value }, prefix).toEqual(content);
+      if (prefix.startsWith('tck-artifact-file')) expect([part.filename, part.mediaType], prefix).toEqual(['output.txt', 'text/plain']);
+      expect(task.artifacts[0]!.metadata?.['troupe/agent']).toBe('tck');
+      // What the node stored, read back through another transport.
+      const stored = (await (await rest(`/tasks/${task.id}`)).json()) as { artifacts: Array<{ artifactId: string; parts: unknown[] }> };
+      expect(stored.artifacts.map((a) => a.artifactId)).toEqual([task.artifacts[0]!.artifactId]);
+      expect(stored.artifacts[0]!.parts).toHaveLength(1);
+    }
+  });
+
+  it('streamed: the Task answer\'s artifact arrives as an artifact update before the final status', async () => {
+    const client = await v1Client(sut.url, { rest: true });
+    const events = await collect(client.sendMessageStream(send(userText('TCK stream', { messageId: `tck-stream-artifact-file-${crypto.randomUUID()}` }))));
+    const cases = events.map((e) => e.payload?.$case);
+    expect(cases[0]).toBe('task');
+    expect(cases.at(-1)).toBe('statusUpdate');
+    const updates = events.flatMap((e) => (e.payload?.$case === 'artifactUpdate' ? [e.payload.value] : []));
+    expect(updates).toHaveLength(1);
+    expect(updates[0]!.lastChunk).toBe(true);
+    expect(updates[0]!.artifact?.parts[0]?.filename).toBe('output.txt');
+  });
+
+  it('REST answers are application/json (A2A 1.0 §11.1), errors too; application/a2a+json to a client that asks for it', async () => {
+    const plain = await restSend(`tck-complete-task-${crypto.randomUUID()}`);
+    expect(plain.status).toBe(200);
+    expect(plain.headers.get('content-type')).toMatch(/^application\/json(;|$)/);
+    const id = ((await plain.json()) as { task: { id: string } }).task.id;
+    const missing = await rest('/tasks/no-such-task', { accept: 'application/json' });
+    expect(missing.status).toBe(404);
+    expect(missing.headers.get('content-type')).toMatch(/^application\/json(;|$)/);
+    expect(((await missing.json()) as { error: { details: Array<{ reason: string }> } }).error.details[0]?.reason).toBe('TASK_NOT_FOUND');
+    // The SDK's client asks for `application/a2a+json, application/json`: it gets the registered type.
+    const asked = await rest(`/tasks/${id}`, { accept: 'application/a2a+json, application/json' });
+    expect(asked.headers.get('content-type')).toMatch(/^application\/a2a\+json(;|$)/);
+    expect(((await asked.json()) as { id: string }).id).toBe(id);
+    // Preferring application/json by q-value gets application/json.
+    const prefers = await rest(`/tasks/${id}`, { accept: 'application/a2a+json;q=0.5, application/json' });
+    expect(prefers.headers.get('content-type')).toMatch(/^application\/json(;|$)/);
+    // SSE is left alone.
+    const stream = await rest('/message:stream', { body: { message: { role: 'ROLE_USER', parts: [{ text: 'x' }], messageId: `tck-complete-task-${crypto.randomUUID()}` } } });
+    expect(stream.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    await stream.text();
+  });
+
+  it("a task's status timestamp is when its status changed: every read of an unchanged task says the same", async () => {
+    const client = await v1Client(sut.url);
+    const task = taskOf(await client.sendMessage(send(userText('wait for me', { messageId: `tck-input-required-${crypto.randomUUID()}` }))));
+    expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    const at = task.status!.timestamp!;
+    // Let the clock pass the status time, so a read that stamped "now" could not match it.
+    await waitFor(() => Date.now() > Date.parse(at) + 1, 'the clock to move past the status timestamp');
+    const [a, b] = await Promise.all([client.getTask({ tenant: '', id: task.id }), client.getTask({ tenant: '', id: task.id })]);
+    expect(a.status?.timestamp).toBe(at);
+    expect(b.status?.timestamp).toBe(at);
+    // Two subscribers of the same task get the same events.
+    const first = async () => {
+      const events = client.resubscribeTask({ tenant: '', id: task.id })[Symbol.asyncIterator]();
+      const event = await events.next();
+      await events.return?.(undefined);
+      return event.value;
+    };
+    const [s1, s2] = await Promise.all([first(), first()]);
+    expect(JSON.stringify(s1)).toBe(JSON.stringify(s2));
+    // A new status gets a new time.
+    const done = taskOf(await client.sendMessage(send(userText('done', { taskId: task.id, messageId: `tck-complete-task-${crypto.randomUUID()}` }))));
+    expect(done.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
+    expect(Date.parse(done.status!.timestamp!)).toBeGreaterThan(Date.parse(at));
+    expect((await client.getTask({ tenant: '', id: task.id })).status?.timestamp).toBe(done.status!.timestamp);
   });
 });
 

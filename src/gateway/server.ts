@@ -140,7 +140,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     runInContext(contextFromHeaders({ traceparent }), next);
   });
   const userBuilder = async (req: Request) => req.res!.locals.caller as GatewayCaller;
-  app.use(REST_PATH, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
+  app.use(REST_PATH, restMediaType, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
   app.all('/', (req: Request, res: Response, next: NextFunction) => {
     if (req.method === 'POST') return next();
     res.status(405).set('allow', 'POST').json({ error: 'the JSON-RPC endpoint takes POST with a JSON-RPC 2.0 body' });
@@ -349,6 +349,42 @@ function readBody(maxBytes: number) {
       next();
     });
   };
+}
+
+/**
+ * The media type of REST answers. A2A 1.0 §11.1 names `application/json` for the HTTP+JSON binding's
+ * requests and responses (and §11.6 for its errors); the SDK's REST handler labels every answer with
+ * `application/a2a+json`, the type §14.1 registers. A client that asks for that type in `Accept` (the
+ * SDK's own client asks for `application/a2a+json, application/json`) gets it; any other client gets
+ * `application/json`. Only the label changes (the body is the same JSON); SSE streams are left alone.
+ */
+function restMediaType(req: Request, res: Response, next: NextFunction): void {
+  if (prefersA2aJson(req.headers.accept)) return next();
+  const writeHead = res.writeHead;
+  res.writeHead = function (this: Response, ...args: Parameters<Response['writeHead']>) {
+    const type = res.getHeader('content-type');
+    if (typeof type === 'string' && type.toLowerCase().startsWith(A2A_JSON)) res.setHeader('content-type', `application/json${type.slice(A2A_JSON.length)}`);
+    return writeHead.apply(this, args);
+  } as Response['writeHead'];
+  next();
+}
+
+const A2A_JSON = 'application/a2a+json';
+
+/** Whether `Accept` asks for application/a2a+json at least as much as for application/json. */
+function prefersA2aJson(accept: string | undefined): boolean {
+  if (!accept) return false;
+  let a2a = 0;
+  let json = 0;
+  for (const range of accept.slice(0, 1024).split(',')) {
+    const [media = '', ...params] = range.split(';').map((s) => s.trim().toLowerCase());
+    const qParam = params.find((p) => p.startsWith('q='));
+    const q = qParam ? Number(qParam.slice(2)) : 1;
+    if (!Number.isFinite(q)) continue;
+    if (media === A2A_JSON) a2a = Math.max(a2a, q);
+    else if (media === 'application/json') json = Math.max(json, q);
+  }
+  return a2a > 0 && a2a >= json;
 }
 
 /** How much of a body over the cap is read and dropped before answering 413 (see readBody). */
