@@ -5,7 +5,7 @@
  * limits, HTTPS, diagnostics, push notifications with retries, and the `troupe gateway` command.
  */
 import { request as httpsRequest } from 'node:https';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -98,6 +98,26 @@ describe('agent card', () => {
       expect(v1.skills.map((s) => s.id)).toEqual(['triage/triage', 'researcher/research', 'writer/write']);
       const v03 = (await (await fetch(`${open.url}${path}`)).json()) as Record<string, unknown>;
       expect(v03).toMatchObject({ name: 'Troupe demo', url: `${open.url}/`, preferredTransport: 'JSONRPC', protocolVersion: '0.3' });
+    }
+  });
+
+  it('can be cached (A2A 1.0 §8.6.1): Cache-Control max-age, ETag, Last-Modified; a conditional GET is 304 (both versions)', async () => {
+    for (const headers of [{ 'A2A-Version': '1.0' }, {}] as Array<Record<string, string>>) {
+      const res = await fetch(`${open.url}/.well-known/agent-card.json`, { headers });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('cache-control')).toMatch(/max-age=\d+/);
+      const etag = res.headers.get('etag');
+      const lastModified = res.headers.get('last-modified');
+      expect(etag).toBeTruthy();
+      expect(Number.isNaN(Date.parse(lastModified ?? ''))).toBe(false);
+      await res.arrayBuffer();
+      // node:http, not fetch: fetch adds `Cache-Control: no-cache` to a conditional request, which asks the server not to answer 304.
+      const statusOf = (extra: Record<string, string>) =>
+        new Promise<number | undefined>((resolve, reject) => {
+          httpRequest(`${open.url}/.well-known/agent-card.json`, { headers: { ...headers, ...extra } }, (r) => (r.resume(), resolve(r.statusCode))).on('error', reject).end();
+        });
+      expect(await statusOf({ 'if-none-match': etag! })).toBe(304);
+      expect(await statusOf({ 'if-modified-since': lastModified! })).toBe(304);
     }
   });
 

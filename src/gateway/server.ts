@@ -114,7 +114,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     res.status(503).set('retry-after', '1').json({ error: 'the gateway is starting' });
   });
   if (opts.diagnostics && opts.diagnostics.port === undefined) app.use('/diagnostics', diagnosticsRouter(opts.diagnostics));
-  app.use(AGENT_CARD_PATHS as string[], v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+  // The card is made once, when the gateway starts listening: that is when it last changed (A2A 1.0 §8.6.1).
+  let cardMadeAt = '';
+  const lastModified = (_req: Request, res: Response, next: NextFunction) => {
+    if (cardMadeAt) res.set('last-modified', cardMadeAt);
+    next();
+  };
+  app.use(AGENT_CARD_PATHS as string[], lastModified, v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
   app.use((req: Request, res: Response, next: NextFunction) => {
     const who = tokens ? tokens.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
     if (!who) {
@@ -166,6 +172,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const { port } = server.address() as AddressInfo;
   const url = urlOf(opts.tls ? 'https' : 'http', opts.host ?? '127.0.0.1', port);
   card = gatewayCard(url, opts.card ?? {}, Boolean(tokens));
+  cardMadeAt = new Date().toUTCString();
   const sdkHandler = new DefaultRequestHandler(
     card,
     store,
