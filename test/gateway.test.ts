@@ -699,6 +699,23 @@ describe('push notifications', () => {
     await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: 'no-such-task', url: receiverUrl, token: '', authentication: undefined })).rejects.toThrow(/Task not found/);
     await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: task.id, url: 'file:///etc/passwd', token: '', authentication: undefined })).rejects.toThrow(/http or https/);
   });
+
+  it("a config set without an id is the task's own: a 0.3 client gets it back with the task id alone", async () => {
+    const sent = await rpc(open.url, 'message/send', { message: v03Text('Write about swans') });
+    const taskId = (sent.body.result as { id: string }).id;
+    const set = await rpc(open.url, 'tasks/pushNotificationConfig/set', { taskId, pushNotificationConfig: { url: receiverUrl } });
+    expect(set.body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
+    const got = await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId });
+    expect(got.body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: taskId })).body.result).toMatchObject({ taskId });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'other' })).body.error).toMatchObject({ code: -32001 });
+    // The same in A2A 1.0.
+    const client = await v1Client(open.url);
+    const v1 = await client.createTaskPushNotificationConfig({ tenant: '', id: '', taskId, url: receiverUrl, token: '', authentication: undefined });
+    expect(v1.id).toBe(taskId);
+    expect(await client.getTaskPushNotificationConfig({ tenant: '', taskId, id: '' })).toMatchObject({ id: taskId, url: receiverUrl });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/delete', { id: taskId, pushNotificationConfigId: taskId })).body.result).toBeNull();
+  });
 });
 
 describe('troupe gateway (CLI)', () => {

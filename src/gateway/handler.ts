@@ -126,17 +126,21 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     return task;
   }
 
+  /**
+   * A config without an id gets the task's id, and a get without one reads that config: what A2A 0.3's
+   * reference servers do (a 0.3 client sets `{ url }` and gets with `{ id: taskId }`), for both versions.
+   */
   createTaskPushNotificationConfig(params: TaskPushNotificationConfig, context: ServerCallContext): Promise<TaskPushNotificationConfig> {
     checkTaskId(params.taskId);
     checkPushUrl(params.url);
     if (params.id) checkConfigId(params.id);
-    return this.sdk.createTaskPushNotificationConfig(params, context);
+    return this.sdk.createTaskPushNotificationConfig(params.id ? params : { ...params, id: params.taskId }, context);
   }
 
   getTaskPushNotificationConfig(params: GetTaskPushNotificationConfigRequest, context: ServerCallContext): Promise<TaskPushNotificationConfig> {
     checkTaskId(params.taskId);
-    checkConfigId(params.id);
-    return this.sdk.getTaskPushNotificationConfig(params, context);
+    if (params.id) checkConfigId(params.id);
+    return this.sdk.getTaskPushNotificationConfig(params.id ? params : { ...params, id: params.taskId }, context);
   }
 
   listTaskPushNotificationConfigs(params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext): Promise<ListTaskPushNotificationConfigsResponse> {
