@@ -266,16 +266,33 @@ export class ThreadHost {
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
+    const key = answerKey(threadId, message.messageId);
+    const behind = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
+      // Another delivery of a message the thread answered as it ended (a cancel answers every message it
+      // had taken): its final event is the answer, not THREAD_CLOSED as well.
+      if (behind && opts.until === 'answered' && this.answerComing(live, message.messageId)) {
+        const events = await this.waitFor(live, message.messageId);
+        return { duplicate: true, publish: this.publishOnce(live, message.messageId, events) };
+      }
+      if (behind && (this.publishedAnswers.has(key) || this.pendingAnswers.has(key))) return { duplicate: true };
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
     const ctx = snap.context;
-    const redelivery = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     const inTurn = ctx.turn?.userMessageId === message.messageId || ctx.pending.some((m) => m.messageId === message.messageId);
-    if (redelivery || inTurn || ctx.history.some((m) => m.messageId === message.messageId)) {
-      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId))) {
+    const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
+    // At or below the last stream sequence the thread took: another delivery of a message it has — if it
+    // knows the message (in its turn, queue or history, or answered by this process). One it does not know
+    // it never took (it was sent back to the stream and came back behind newer ones): taken now, late
+    // rather than never — nothing a thread accepted ends without its final event.
+    const redelivery =
+      behind && (inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key));
+    if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
+    if (redelivery || inTurn || inHistory) {
+      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answerComing(live, message.messageId))) {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
-        // thread after a takeover): wait for the same answer and publish it after this ack.
+        // thread after a takeover), or its answer waits for its commit: wait for the same answer and
+        // publish it after this ack.
         const events = await this.waitFor(live, message.messageId);
         // A redelivery of the same stream message shares the first delivery's answer; a client sending the
         // message again is owed an answer of its own.
@@ -283,13 +300,12 @@ export class ThreadHost {
       }
       // A redelivery whose answer this process gave (published, or waiting for its delivery's ack to go
       // out) needs nothing; a client sending it again, or a new owner after a crash, gets the stored answer.
-      const key = answerKey(threadId, message.messageId);
       if (!redelivery || (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key))) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
-    if (opts.seq !== undefined) live.inboundSeq = opts.seq;
+    if (opts.seq !== undefined) live.inboundSeq = Math.max(live.inboundSeq ?? 0, opts.seq);
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     const watch: TurnWatch = { startedAt: this.now(), stepAt: this.now() };
     live.turns.set(message.messageId, watch);
@@ -325,6 +341,12 @@ export class ThreadHost {
       this.publishAnswered(live, events);
       this.rememberPublished(key);
     };
+  }
+
+  /** A final event for the message waits to be committed (in the outbox, or in the write in flight): it is about to go out. */
+  private answerComing(live: LiveThread, messageId: string): boolean {
+    const names = (e: TaskStatusUpdateEvent) => e.status.message?.metadata?.[META.inReplyTo] === messageId;
+    return live.outbox.some(names) || (live.committing?.some(names) ?? false);
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */
@@ -492,6 +514,11 @@ export class ThreadHost {
 
   private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
     const live = this.threads.get(threadId);
+    if (live?.passivating) {
+      // Being passivated: a message handed to it now would be refused on its way out. Wait, then load it again.
+      await live.passivating;
+      return this.obtain(threadId, opts);
+    }
     if (live) return live;
     let pending = this.loading.get(threadId);
     if (!pending) {
@@ -768,18 +795,26 @@ export class ThreadHost {
     }
   }
 
-  /** Commits the state, stops the actor and frees its memory. */
-  private async passivate(live: LiveThread): Promise<void> {
+  /** Commits the state, stops the actor and frees its memory (once, however many ask). */
+  private passivate(live: LiveThread): Promise<void> {
+    live.passivating ??= this.unload(live);
+    return live.passivating;
+  }
+
+  private async unload(live: LiveThread): Promise<void> {
     this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
     live.stopped = true;
-    // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
-    for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
-    live.actor.stop();
-    for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
-    if (this.threads.get(live.threadId) === live) {
-      this.threads.delete(live.threadId);
-      this.passivatedTotal++;
+    try {
+      // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
+      for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
+      live.actor.stop();
+      for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
+    } finally {
+      if (this.threads.get(live.threadId) === live) {
+        this.threads.delete(live.threadId);
+        this.passivatedTotal++;
+      }
     }
   }
 }
