@@ -139,6 +139,11 @@ describe('fuzz: every NATS ingress of a node', () => {
     const answeredIds = new Set<string>();
     const acceptedIds = new Map<string, string[]>();
     /**
+     * The same messages by the id a refusal names when the body does not decode (then the node only has
+     * the Nats-Msg-Id, `<thread>/<i>`, and names `<i>`).
+     */
+    const headerIds = new Map<string, string[]>();
+    /**
      * Messages re-sent into a thread with a messageId it already had. Known gap (wave 2): under this storm
      * some of them get no final event of their own (the first one's answer stands); they are counted and
      * printed, not required. Every message with a new id must get its final event.
@@ -178,6 +183,7 @@ describe('fuzz: every NATS ingress of a node', () => {
           if (mid !== '?' && ids.includes(mid)) reusedIds++;
           else expected.set(threadId, (expected.get(threadId) ?? 0) + 1);
           acceptedIds.set(threadId, [...ids, mid]);
+          headerIds.set(threadId, [...(headerIds.get(threadId) ?? []), String(i)]);
         }
         else invalidStored++;
       } catch {
@@ -259,7 +265,8 @@ describe('fuzz: every NATS ingress of a node', () => {
       for (const [id] of missing) {
         const ids = acceptedIds.get(id) ?? [];
         const seen = [...answeredIds].filter((a) => a.startsWith(`${id}/`));
-        const unanswered = ids.filter((m) => !seen.some((a) => a.startsWith(`${id}/${m}:`)));
+        const alt = headerIds.get(id) ?? [];
+        const unanswered = ids.filter((m, k) => !seen.some((a) => a.startsWith(`${id}/${m}:`) || a.startsWith(`${id}/${alt[k]}:`)));
         console.log(`[fuzz] ${id}: accepted ${ids.length}, finals ${finals.get(id) ?? 0}; accepted ids without a final naming them: ${JSON.stringify(unanswered.slice(0, 20))}; finals not naming one: ${JSON.stringify(seen.filter((a) => a.includes('/?:')).slice(0, 10))}; repeated ids: ${ids.length - new Set(ids).size}`);
       }
       console.log(`[fuzz] stuck in TROUPE_IN: ${stuck}\n[fuzz] consumers: ${consumers.join(' | ')}`);
