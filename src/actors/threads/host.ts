@@ -112,6 +112,12 @@ export class ThreadHost {
    * after those is not answered twice; another process (after a crash) starts without it and answers.
    */
   private readonly publishedAnswers = new Set<string>();
+  /**
+   * The final events this process published (by identity: every delivery waiting for one turn holds the
+   * same event objects), so two deliveries of one message publish its answer once, while another message
+   * that reuses the messageId, answered by a turn of its own, still gets its own.
+   */
+  private readonly publishedEvents = new WeakSet<TaskStatusUpdateEvent>();
   /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
   private readonly pendingAnswers = new Map<string, number>();
   /** With tracing on: the span of the turn a final answer ends, ended when that answer is published. */
@@ -296,11 +302,13 @@ export class ThreadHost {
         const events = await this.waitFor(live, message.messageId);
         // A redelivery of the same stream message shares the first delivery's answer; a client sending the
         // message again is owed an answer of its own.
-        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events) };
+        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events, { remember: false }) };
       }
       // A redelivery whose answer this process gave (published, or waiting for its delivery's ack to go
       // out) needs nothing; a client sending it again, or a new owner after a crash, gets the stored answer.
-      if (!redelivery || (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key))) this.answerDuplicate(live, message.messageId);
+      // The client's copy does not count as the original's answer: that one still goes out after its own ack.
+      if (!redelivery) this.answerDuplicate(live, message.messageId, { remember: false });
+      else if (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
@@ -326,7 +334,8 @@ export class ThreadHost {
   }
 
   /**
-   * The after-ack step of a delivery: publishes the message's answer unless this process already did. From
+   * The after-ack step of a delivery: publishes the message's answer unless this process already did
+   * (the same final events: another message reusing the messageId has answers of its own). From
    * now until it runs, the answer counts as given, so a redelivery arriving meanwhile (a consumer recreated
    * on reconnect) neither answers it again nor waits; two deliveries waiting for one turn publish it once.
    */
@@ -337,8 +346,7 @@ export class ThreadHost {
       const left = (this.pendingAnswers.get(key) ?? 1) - 1;
       if (left > 0) this.pendingAnswers.set(key, left);
       else this.pendingAnswers.delete(key);
-      if (this.publishedAnswers.has(key)) return;
-      this.publishAnswered(live, events);
+      this.publishAnswered(live, events.filter((e) => !this.publishedEvents.has(e)));
       this.rememberPublished(key);
     };
   }
@@ -354,20 +362,22 @@ export class ThreadHost {
     return new Promise((resolve, reject) => live.waiters.push({ messageId, events: [], resolve, reject }));
   }
 
-  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[]): void {
-    for (const event of events) this.publishFinal(live, event);
+  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[], opts: { remember?: boolean } = {}): void {
+    for (const event of events) this.publishFinal(live, event, opts);
   }
 
   /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
-  private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent): void {
+  private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent, opts: { remember?: boolean } = {}): void {
     const span = tracing.on ? this.answerSpans.get(event) : undefined;
     this.publishToOwner(live, event, span);
+    // A copy for a client that sent the messageId again does not count as the message's own answer.
+    if (opts.remember !== false) this.publishedEvents.add(event);
     if (span) {
       this.answerSpans.delete(event);
       span.end();
     }
     const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
-    if (typeof inReplyTo !== 'string') return;
+    if (typeof inReplyTo !== 'string' || opts.remember === false) return;
     this.rememberPublished(answerKey(live.threadId, inReplyTo));
   }
 
@@ -659,11 +669,41 @@ export class ThreadHost {
     }
   }
 
-  /** A message the thread already has: its final answer again (if it has one yet), at once. */
-  private answerDuplicate(live: LiveThread, messageId: string): void {
+  /**
+   * A message the thread already has: its final answer again (if it has one yet), at once. With
+   * `remember: false` (a client sending a messageId again, not a redelivery) this copy does not count as
+   * the answer this process gave for that message.
+   */
+  private answerDuplicate(live: LiveThread, messageId: string, opts: { remember?: boolean } = {}): void {
     const ctx = live.actor.getSnapshot().context;
     const answer = answerIn(ctx.history, messageId, isWorking(live.actor.getSnapshot().value));
-    if (!answer) return; // still being answered: the answer will come
+    if (!answer) {
+      // Still being answered (its turn runs, it is queued, or its answer waits for its commit): the answer will come.
+      if (ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId) || this.answerComing(live, messageId)) return;
+      // Its answer is no longer kept (the history keeps the latest messages): a typed error, not silence.
+      const error = new TroupeError('INVALID_MESSAGE', `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`);
+      this.publishFinal(live, {
+        kind: 'status-update',
+        taskId: live.threadId,
+        contextId: ctx.contextId,
+        status: {
+          state: 'rejected',
+          message: {
+            kind: 'message',
+            role: 'agent',
+            messageId: `${messageId}:rejected`.slice(0, 256),
+            contextId: ctx.contextId,
+            taskId: live.threadId,
+            parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+            metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), [META.inReplyTo]: messageId },
+          },
+          timestamp: new Date(this.now()).toISOString(),
+        },
+        final: true,
+        metadata: { [META.error]: error.toBody() },
+      }, opts);
+      return;
+    }
     this.publishFinal(live, {
       kind: 'status-update',
       taskId: live.threadId,
@@ -671,7 +711,7 @@ export class ThreadHost {
       status: { state: taskStateOf(live.actor.getSnapshot().value), message: answer, timestamp: new Date(this.now()).toISOString() },
       final: true,
       ...(answer.metadata?.[META.error] ? { metadata: { [META.error]: answer.metadata[META.error] } } : {}),
-    });
+    }, opts);
   }
 
   private publishStatus(live: LiveThread, event: ThreadStatusEmitted): void {
