@@ -5,9 +5,11 @@
  * while the operator keeps reloading it in the middle of its turns (each reload sends the delivery of the
  * turn's message back to the stream, and the messages queued behind it with it), the node passivates it
  * whenever it is idle for a moment, and a cancel comes in the middle of the stream. The thread must take
- * its messages in the order they were accepted, and answer each of them once.
+ * its messages in the order they were accepted, and answer each of them once. And a message that reuses a
+ * messageId the thread already had is a message of its own: it gets a final event, and the first one
+ * keeps its own.
  */
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -28,6 +30,11 @@ describe('every accepted message gets exactly one final event', () => {
   let nats: NatsServerHandle;
   let node: ManagedProcess;
   let nc: NatsConnection;
+  /** The inbound stream, read as the node user (clients may only publish into it). */
+  let nodeNc: NatsConnection;
+  let jsm: JetStreamManager;
+  /** Nothing waits in the inbound stream: everything sent so far was taken (answered, or lost). */
+  const drained = async () => (await jsm.streams.info(INGRESS_STREAM)).state.messages === 0;
   const transports: NatsTransport[] = [];
   let agent: AgentHost;
   /** The messageIds the agent was called for, in the order of their first call. */
@@ -53,11 +60,14 @@ describe('every accepted message gets exactly one final event', () => {
       }),
     }).start();
     nc = await connect({ ...nats.as('client'), name: 'final-events-client' });
+    nodeNc = await connect({ ...nats.as('node'), name: 'final-events-stream-reader' });
+    jsm = await jetstreamManager(nodeNc);
   }, 60_000);
 
   afterAll(async () => {
     await agent?.stop().catch(() => undefined);
     await nc?.close();
+    await nodeNc?.close();
     await Promise.all(transports.map((t) => t.close()));
     await procs.stopAll();
     await nats?.stop();
@@ -90,12 +100,6 @@ describe('every accepted message gets exactly one final event', () => {
     await waitUntil(async () => (await cli.send('warm up', { timeoutMs: 10_000 }).then((x) => x.text === 'echo: warm up', () => false)) || undefined, 'the mesh to answer', 30_000);
     called.length = 0;
 
-    // The stream is read as the node user (clients may only publish into it).
-    const nodeNc = await connect({ ...nats.as('node'), name: 'final-events-stream-reader' });
-    onTestFinished(() => nodeNc.close());
-    const jsm = await jetstreamManager(nodeNc);
-    /** Nothing waits in the inbound stream: everything sent so far was taken (answered, or lost). */
-    const drained = async () => (await jsm.streams.info(INGRESS_STREAM)).state.messages === 0;
     const TOTAL = 160;
     const CANCEL_AFTER = 120;
     const accepted: string[] = [];
@@ -171,4 +175,43 @@ describe('every accepted message gets exactly one final event', () => {
     expect(called.filter((id) => answeredSet.has(id))).toEqual(answered.filter((id) => calledSet.has(id)));
     expect(node.running, node.stderr.slice(-3_000)).toBe(true);
   }, 240_000);
+
+  it('a messageId sent again is a message of its own: the first answer again while the thread has it, a turn of its own once it left the history', async () => {
+    const threadId = 't-reused-ids';
+    const finals = new Map<string, number>();
+    const sub = nc.subscribe(`${T}.out.client.${threadId}`, {
+      callback: (_err, m) => {
+        const parsed = ThreadEventSchema.safeParse(JSON.parse(dec.decode(m.data)));
+        if (!parsed.success || parsed.data.kind !== 'status-update' || !parsed.data.final) return;
+        const to = parsed.data.status.message?.metadata?.['troupe/inReplyTo'];
+        if (typeof to === 'string') finals.set(to, (finals.get(to) ?? 0) + 1);
+      },
+    });
+    onTestFinished(() => sub.unsubscribe());
+    await nc.flush();
+    let n = 0;
+    const send = async (messageId: string) => {
+      const h = natsHeaders();
+      // A de-duplication id of its own each time: these are new messages that happen to reuse a messageId.
+      h.set(HEADERS.msgId, `${threadId}/${messageId}/${n++}`);
+      const ack = JSON.parse(dec.decode((await nc.request(`${T}.in.client.${threadId}`, encodeJson(userMessage(`text of ${messageId}`, { messageId })), { headers: h, timeout: 10_000 })).data)) as { duplicate?: boolean };
+      expect(ack.duplicate).toBeFalsy();
+    };
+    const finalsFor = (id: string) => finals.get(id) ?? 0;
+
+    // Sent twice in a row: the second gets the first one's answer, and the first keeps its own.
+    await send('r-0');
+    await send('r-0');
+    await waitUntil(() => finalsFor('r-0') >= 2 || undefined, 'both answers to r-0', 30_000);
+    // 30 more turns push r-0 out of the thread's history (the last 50 messages).
+    for (let i = 1; i <= 30; i++) await send(`r-${i}`);
+    await waitUntil(() => finalsFor('r-30') >= 1 || undefined, 'the answer to r-30', 60_000);
+    // Sent a third time: the thread no longer has it, so it is a turn of its own, with its own answer.
+    await send('r-0');
+    await waitUntil(() => finalsFor('r-0') >= 3 || undefined, 'the third answer to r-0', 30_000);
+    await waitUntil(async () => (await drained()) || undefined, 'the inbound stream to be empty', 30_000);
+    await nc.flush();
+    expect(finalsFor('r-0')).toBe(3);
+    expect(Array.from({ length: 30 }, (_, i) => finalsFor(`r-${i + 1}`))).toEqual(Array.from({ length: 30 }, () => 1));
+  }, 120_000);
 });
