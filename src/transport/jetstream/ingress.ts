@@ -25,8 +25,8 @@
  * with exponential backoff, and the thread is held: its later messages are sent back too, and the thread
  * takes nothing newer until every message it sent back has come back, oldest first, so none can overtake
  * another (a message sent back and overtaken would look like an old redelivery to the thread). Messages
- * sent back behind a failed one do not count as failed attempts. After `maxDeliver` failed attempts the message is moved to
- * the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
+ * sent back behind a failed one do not count as failed attempts. After `maxDeliver` failed attempts the
+ * message is moved to the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
  * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
  * stall its thread forever. Attempts are counted here too, not only by the consumer: a consumer made
  * afresh (after a reconnect) starts its delivery counts at 1 again.
