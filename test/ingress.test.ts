@@ -290,6 +290,37 @@ describe('JetStreamIngress', () => {
     expect(await drained()).toBe(0); // the terminated one is gone from the work queue too
   });
 
+  it('takes the messages sent back behind a failed one before any newer one, and does not count them as failed attempts', async () => {
+    const calls: string[] = [];
+    const thread = 'held-thread';
+    let pub: NatsConnection | undefined;
+    let failedOnce = false;
+    const { ingress } = await startIngress(
+      'node-a',
+      async (m) => {
+        calls.push(`${m.messageId}#${m.deliveryCount}`);
+        if (m.messageId !== 'held-1') return;
+        if (!failedOnce) {
+          failedOnce = true;
+          throw new TroupeError('STORE_CONFLICT', 'lost a race');
+        }
+        // Back again: a new message arrives while held-2..4 (sent back behind held-1) are still out.
+        // The handler returns once the consumer has delivered it, so it is queued before they are back.
+        const { seq } = await send(pub!, thread, 'held-5', 'x');
+        const consumer = `p${partitionOf(thread)}`;
+        for (let i = 0; i < 200 && ((await jsm.consumers.info(INGRESS_STREAM, consumer)).delivered.stream_seq ?? 0) < seq; i++) await sleep(2);
+      },
+      { retryDelayMs: { base: 150 } },
+    );
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    pub = await connectNode();
+    for (let i = 1; i <= 4; i++) await send(pub, thread, `held-${i}`, 'x');
+    await waitFor(() => calls.some((c) => c.startsWith('held-5')) && calls.filter((c) => c.startsWith('held-')).length >= 6, 'every message of the thread', 10_000);
+    expect(await drained()).toBe(0);
+    // Stream order, each once after held-1's retry; held-2..4 were sent back untried: no failed attempt each.
+    expect(calls).toEqual(['held-1#1', 'held-1#2', 'held-2#1', 'held-3#1', 'held-4#1', 'held-5#1']);
+  });
+
   it('hands a crashed node\'s partition to another node, which redelivers the unacked message first', async () => {
     const entered = deferred<IngressMessage>();
     const aGot: string[] = [];

@@ -84,6 +84,16 @@ export class Committer {
       return;
     }
     const outbox: TaskStatusUpdateEvent[] = [];
+    // Visible while the write is in flight: a delivery of one of their messages arriving meanwhile waits for them.
+    live.committing = outbox;
+    try {
+      await this.attempt(live, outbox);
+    } finally {
+      live.committing = undefined;
+    }
+  }
+
+  private async attempt(live: LiveThread, outbox: TaskStatusUpdateEvent[]): Promise<void> {
     const started = this.opts.now();
     let trims = 0;
     for (let attempt = 0; ; attempt++) {

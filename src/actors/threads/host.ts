@@ -112,6 +112,12 @@ export class ThreadHost {
    * after those is not answered twice; another process (after a crash) starts without it and answers.
    */
   private readonly publishedAnswers = new Set<string>();
+  /**
+   * The final events this process published (by identity: every delivery waiting for one turn holds the
+   * same event objects), so two deliveries of one message publish its answer once, while another message
+   * that reuses the messageId, answered by a turn of its own, still gets its own.
+   */
+  private readonly publishedEvents = new WeakSet<TaskStatusUpdateEvent>();
   /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
   private readonly pendingAnswers = new Map<string, number>();
   /** With tracing on: the span of the turn a final answer ends, ended when that answer is published. */
@@ -267,30 +273,48 @@ export class ThreadHost {
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
+    const key = answerKey(threadId, message.messageId);
+    const behind = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
+      // Another delivery of a message the thread answered as it ended (a cancel answers every message it
+      // had taken): its final event is the answer, not THREAD_CLOSED as well.
+      if (behind && opts.until === 'answered' && this.answerComing(live, message.messageId)) {
+        const events = await this.waitFor(live, message.messageId);
+        return { duplicate: true, publish: this.publishOnce(live, message.messageId, events) };
+      }
+      if (behind && (this.publishedAnswers.has(key) || this.pendingAnswers.has(key))) return { duplicate: true };
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
     const ctx = snap.context;
-    const redelivery = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     const inTurn = ctx.turn?.userMessageId === message.messageId || ctx.pending.some((m) => m.messageId === message.messageId);
-    if (redelivery || inTurn || ctx.history.some((m) => m.messageId === message.messageId)) {
-      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId))) {
+    const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
+    // At or below the last stream sequence the thread took: another delivery of a message it has — if it
+    // knows the message (in its turn, queue or history, or answered by this process). One it does not know
+    // it never took (it was sent back to the stream and came back behind newer ones): taken now, late
+    // rather than never — nothing a thread accepted ends without its final event.
+    const redelivery =
+      behind && (inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key));
+    if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
+    if (redelivery || inTurn || inHistory) {
+      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answerComing(live, message.messageId))) {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
-        // thread after a takeover): wait for the same answer and publish it after this ack.
+        // thread after a takeover), or its answer waits for its commit: wait for the same answer and
+        // publish it after this ack.
         const events = await this.waitFor(live, message.messageId);
         // A redelivery of the same stream message shares the first delivery's answer; a client sending the
         // message again is owed an answer of its own.
-        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events) };
+        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events, { remember: false }) };
       }
       // A redelivery whose answer this process gave (published, or waiting for its delivery's ack to go
       // out) needs nothing; a client sending it again, or a new owner after a crash, gets the stored answer.
-      const key = answerKey(threadId, message.messageId);
-      if (!redelivery || (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key))) this.answerDuplicate(live, message.messageId);
+      // The client's copy does not count as the original's answer: that one still goes out after its own ack.
+      if (!redelivery) this.answerDuplicate(live, message.messageId, { remember: false });
+      else if (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) this.answerDuplicate(live, message.messageId);
       return { duplicate: true };
     }
     live.lastActive = this.now();
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
-    if (opts.seq !== undefined) live.inboundSeq = opts.seq;
+    if (opts.seq !== undefined) live.inboundSeq = Math.max(live.inboundSeq ?? 0, opts.seq);
     live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
     const watch: TurnWatch = { startedAt: this.now(), stepAt: this.now() };
     live.turns.set(message.messageId, watch);
@@ -311,7 +335,8 @@ export class ThreadHost {
   }
 
   /**
-   * The after-ack step of a delivery: publishes the message's answer unless this process already did. From
+   * The after-ack step of a delivery: publishes the message's answer unless this process already did
+   * (the same final events: another message reusing the messageId has answers of its own). From
    * now until it runs, the answer counts as given, so a redelivery arriving meanwhile (a consumer recreated
    * on reconnect) neither answers it again nor waits; two deliveries waiting for one turn publish it once.
    */
@@ -322,10 +347,15 @@ export class ThreadHost {
       const left = (this.pendingAnswers.get(key) ?? 1) - 1;
       if (left > 0) this.pendingAnswers.set(key, left);
       else this.pendingAnswers.delete(key);
-      if (this.publishedAnswers.has(key)) return;
-      this.publishAnswered(live, events);
+      this.publishAnswered(live, events.filter((e) => !this.publishedEvents.has(e)));
       this.rememberPublished(key);
     };
+  }
+
+  /** A final event for the message waits to be committed (in the outbox, or in the write in flight): it is about to go out. */
+  private answerComing(live: LiveThread, messageId: string): boolean {
+    const names = (e: TaskStatusUpdateEvent) => e.status.message?.metadata?.[META.inReplyTo] === messageId;
+    return live.outbox.some(names) || (live.committing?.some(names) ?? false);
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */
@@ -333,20 +363,22 @@ export class ThreadHost {
     return new Promise((resolve, reject) => live.waiters.push({ messageId, events: [], resolve, reject }));
   }
 
-  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[]): void {
-    for (const event of events) this.publishFinal(live, event);
+  private publishAnswered(live: LiveThread, events: TaskStatusUpdateEvent[], opts: { remember?: boolean } = {}): void {
+    for (const event of events) this.publishFinal(live, event, opts);
   }
 
   /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
-  private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent): void {
+  private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent, opts: { remember?: boolean } = {}): void {
     const span = tracing.on ? this.answerSpans.get(event) : undefined;
     this.publishToOwner(live, event, span);
+    // A copy for a client that sent the messageId again does not count as the message's own answer.
+    if (opts.remember !== false) this.publishedEvents.add(event);
     if (span) {
       this.answerSpans.delete(event);
       span.end();
     }
     const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
-    if (typeof inReplyTo !== 'string') return;
+    if (typeof inReplyTo !== 'string' || opts.remember === false) return;
     this.rememberPublished(answerKey(live.threadId, inReplyTo));
   }
 
@@ -493,6 +525,11 @@ export class ThreadHost {
 
   private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
     const live = this.threads.get(threadId);
+    if (live?.passivating) {
+      // Being passivated: a message handed to it now would be refused on its way out. Wait, then load it again.
+      await live.passivating;
+      return this.obtain(threadId, opts);
+    }
     if (live) return live;
     let pending = this.loading.get(threadId);
     if (!pending) {
@@ -634,11 +671,41 @@ export class ThreadHost {
     }
   }
 
-  /** A message the thread already has: its final answer again (if it has one yet), at once. */
-  private answerDuplicate(live: LiveThread, messageId: string): void {
+  /**
+   * A message the thread already has: its final answer again (if it has one yet), at once. With
+   * `remember: false` (a client sending a messageId again, not a redelivery) this copy does not count as
+   * the answer this process gave for that message.
+   */
+  private answerDuplicate(live: LiveThread, messageId: string, opts: { remember?: boolean } = {}): void {
     const ctx = live.actor.getSnapshot().context;
     const answer = answerIn(ctx.history, messageId, isWorking(live.actor.getSnapshot().value));
-    if (!answer) return; // still being answered: the answer will come
+    if (!answer) {
+      // Still being answered (its turn runs, it is queued, or its answer waits for its commit): the answer will come.
+      if (ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId) || this.answerComing(live, messageId)) return;
+      // Its answer is no longer kept (the history keeps the latest messages): a typed error, not silence.
+      const error = new TroupeError('INVALID_MESSAGE', `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`);
+      this.publishFinal(live, {
+        kind: 'status-update',
+        taskId: live.threadId,
+        contextId: ctx.contextId,
+        status: {
+          state: 'rejected',
+          message: {
+            kind: 'message',
+            role: 'agent',
+            messageId: `${messageId}:rejected`.slice(0, 256),
+            contextId: ctx.contextId,
+            taskId: live.threadId,
+            parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+            metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), [META.inReplyTo]: messageId },
+          },
+          timestamp: new Date(this.now()).toISOString(),
+        },
+        final: true,
+        metadata: { [META.error]: error.toBody() },
+      }, opts);
+      return;
+    }
     this.publishFinal(live, {
       kind: 'status-update',
       taskId: live.threadId,
@@ -646,7 +713,7 @@ export class ThreadHost {
       status: { state: taskStateOf(live.actor.getSnapshot().value), message: answer, timestamp: new Date(this.now()).toISOString() },
       final: true,
       ...(answer.metadata?.[META.error] ? { metadata: { [META.error]: answer.metadata[META.error] } } : {}),
-    });
+    }, opts);
   }
 
   private publishStatus(live: LiveThread, event: ThreadStatusEmitted): void {
@@ -771,18 +838,26 @@ export class ThreadHost {
     }
   }
 
-  /** Commits the state, stops the actor and frees its memory. */
-  private async passivate(live: LiveThread): Promise<void> {
+  /** Commits the state, stops the actor and frees its memory (once, however many ask). */
+  private passivate(live: LiveThread): Promise<void> {
+    live.passivating ??= this.unload(live);
+    return live.passivating;
+  }
+
+  private async unload(live: LiveThread): Promise<void> {
     this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
     live.stopped = true;
-    // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
-    for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
-    live.actor.stop();
-    for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
-    if (this.threads.get(live.threadId) === live) {
-      this.threads.delete(live.threadId);
-      this.passivatedTotal++;
+    try {
+      // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
+      for (const w of live.waiters.splice(0)) w.reject(new TroupeError('TRANSPORT_ERROR', `thread ${live.threadId} moved off this node before its turn ended`));
+      live.actor.stop();
+      for (const id of [...live.turns.keys()]) this.endTurn(live, id, 'moved');
+    } finally {
+      if (this.threads.get(live.threadId) === live) {
+        this.threads.delete(live.threadId);
+        this.passivatedTotal++;
+      }
     }
   }
 }

@@ -45,12 +45,16 @@ export interface LiveThread {
   failed?: TroupeError;
   /** Passivated or dropped: nothing more is committed from this actor. */
   stopped?: boolean;
+  /** Set while it is being passivated (its last commit, then the stop): whoever needs the thread waits and loads it again. */
+  passivating?: Promise<void>;
   /** The state changed since the last commit. */
   changed: boolean;
   /** The next write happens whatever the state (passivation, stop). */
   forceWrite?: boolean;
   /** Final status events waiting for the commit that includes them; published right after it. */
   outbox: TaskStatusUpdateEvent[];
+  /** The final events of the write in flight (taken from the outbox), until it settles. */
+  committing?: TaskStatusUpdateEvent[];
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
   waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
 

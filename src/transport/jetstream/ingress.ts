@@ -22,9 +22,11 @@
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
  * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
- * with exponential backoff, and the thread is held: its later messages are nak'ed too until the failed
- * one comes back, so they cannot overtake it. After `maxDeliver` failed attempts the message is moved to
- * the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
+ * with exponential backoff, and the thread is held: its later messages are sent back too, and the thread
+ * takes nothing newer until every message it sent back has come back, oldest first, so none can overtake
+ * another (a message sent back and overtaken would look like an old redelivery to the thread). Messages
+ * sent back behind a failed one do not count as failed attempts. After `maxDeliver` failed attempts the
+ * message is moved to the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
  * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
  * stall its thread forever. Attempts are counted here too, not only by the consumer: a consumer made
  * afresh (after a reconnect) starts its delivery counts at 1 again.
@@ -173,6 +175,17 @@ export interface JetStreamIngressOptions {
   releaseTimeoutMs?: number;
 }
 
+/**
+ * A thread held behind a message that failed: the sequences it sent back to the stream (the failed one,
+ * and each later one nak'ed behind it) and has not taken again. It takes them in stream order, and nothing
+ * newer meanwhile.
+ */
+interface Hold {
+  back: Set<number>;
+  /** When the oldest of them is due back (then: when the hold last moved on); a hold stuck long after it is given up. */
+  until: number;
+}
+
 /** One consumption run of a partition; a restart makes a new one, and the old one's messages are dropped. */
 interface PartitionRun {
   readonly partition: number;
@@ -181,8 +194,8 @@ interface PartitionRun {
   readonly chains: Map<string, Promise<void>>;
   /** Every queued or running message, plus pending ack confirmations. */
   readonly inflight: Set<Promise<unknown>>;
-  /** Threads held behind a nak'ed message: later messages wait until it comes back. */
-  readonly held: Map<string, { seq: number; until: number }>;
+  /** Threads held behind a nak'ed message: later messages wait until it, and every one sent back behind it, came back. */
+  readonly held: Map<string, Hold>;
   messages?: ConsumerMessages;
   active: boolean;
 }
@@ -212,6 +225,8 @@ export class JetStreamIngress {
   #stopping = false;
   /** Failed attempts per stream sequence, across consumers of this node. */
   readonly #attempts = new Map<number, number>();
+  /** Times a message was sent back untried because its thread was held (not failed attempts). */
+  readonly #parked = new Map<number, number>();
 
   constructor(opts: JetStreamIngressOptions) {
     this.tenant = opts.tenant;
@@ -618,18 +633,26 @@ export class JetStreamIngress {
     const hold = run.held.get(threadId);
     if (hold) {
       const now = Date.now();
-      // Give up holding if the failed message does not come back (e.g. someone terminated it).
-      const stale = now > hold.until + Math.max(5_000, this.#ackWaitMs);
-      if (seq > hold.seq && !stale) {
-        // Behind a failed message of the same thread: come back after it.
+      const oldest = Math.min(...hold.back);
+      if (now > hold.until + Math.max(5_000, this.#ackWaitMs)) {
+        // Give up holding when what was sent back does not come back (e.g. someone terminated it).
+        run.held.delete(threadId);
+      } else if (seq > oldest) {
+        // Behind a message sent back: come back after it. Sent back itself, it must not be overtaken either.
+        hold.back.add(seq);
+        this.#count(this.#parked, seq, (this.#parked.get(seq) ?? 0) + 1);
         m.nak(Math.max(0, hold.until - now) + 50);
         return;
+      } else {
+        hold.back.delete(seq);
+        hold.until = Math.max(hold.until, now);
+        if (hold.back.size === 0) run.held.delete(threadId);
       }
-      if (seq >= hold.seq || stale) run.held.delete(threadId);
     }
     const info = m.info;
-    // A fresh consumer counts from 1 again; our own count survives it (bounded map, oldest first out).
-    const deliveryCount = Math.max(info.deliveryCount, (this.#attempts.get(seq) ?? 0) + 1);
+    // A fresh consumer counts from 1 again; our own count survives it (bounded map, oldest first out). Times
+    // it was sent back untried behind a failed message of its thread are not attempts.
+    const deliveryCount = Math.max(info.deliveryCount - (this.#parked.get(seq) ?? 0), (this.#attempts.get(seq) ?? 0) + 1);
     const msg: IngressMessage = {
       threadId,
       principal,
@@ -656,6 +679,7 @@ export class JetStreamIngress {
       clearInterval(working);
     }
     this.#attempts.delete(seq);
+    this.#parked.delete(seq);
     // Done: ack, and keep the confirmation among the partition's in-flight work, so a release waits for
     // it, without holding up the thread's next message.
     // The after-ack step runs once the ack is settled, confirmed or not: if it was lost, this process
@@ -678,9 +702,14 @@ export class JetStreamIngress {
   }
 
   #countAttempt(seq: number, count: number): void {
-    this.#attempts.delete(seq);
-    this.#attempts.set(seq, count);
-    if (this.#attempts.size > ATTEMPTS_TRACKED) this.#attempts.delete(this.#attempts.keys().next().value as number);
+    this.#count(this.#attempts, seq, count);
+  }
+
+  /** Sets a per-sequence count (bounded map, oldest first out). */
+  #count(counts: Map<number, number>, seq: number, count: number): void {
+    counts.delete(seq);
+    counts.set(seq, count);
+    if (counts.size > ATTEMPTS_TRACKED) counts.delete(counts.keys().next().value as number);
   }
 
   /** A message refused before any handler: tell the host (it answers the sender), dead-letter it, terminate it. */
@@ -717,6 +746,8 @@ export class JetStreamIngress {
     const fields = { partition: run.partition, threadId: msg.threadId, messageId: msg.messageId, seq: msg.seq, deliveryCount: msg.deliveryCount };
     if (err instanceof TroupeError && CLIENT_ERROR_CODES.has(err.code)) {
       this.#log.info({ ...fields, code: err.code }, 'message refused; terminating it');
+      this.#attempts.delete(msg.seq);
+      this.#parked.delete(msg.seq);
       m.term();
       return;
     }
@@ -732,6 +763,7 @@ export class JetStreamIngress {
       void this.#deadLetter(m, error, msg.deliveryCount).finally(() => {
         m.term();
         this.#attempts.delete(msg.seq);
+        this.#parked.delete(msg.seq);
         try {
           this.#opts.onDeadLetter?.(msg, error);
         } catch (hookErr) {
@@ -743,8 +775,11 @@ export class JetStreamIngress {
     const delay = Math.min(this.#retryMax, this.#retryBase * 2 ** Math.max(0, msg.deliveryCount - 1));
     this.#log.warn({ ...fields, err: errText(err), retryInMs: delay }, 'handler failed; will retry');
     m.nak(delay);
-    const hold = run.held.get(msg.threadId);
-    if (!hold || hold.seq >= msg.seq) run.held.set(msg.threadId, { seq: msg.seq, until: Date.now() + delay });
+    // The thread takes nothing newer until this message is back (and anything sent back behind it).
+    const hold = run.held.get(msg.threadId) ?? { back: new Set<number>(), until: 0 };
+    hold.back.add(msg.seq);
+    hold.until = Math.max(hold.until, Date.now() + delay);
+    run.held.set(msg.threadId, hold);
   }
 }
 
