@@ -398,7 +398,7 @@ export class ThreadHost {
       return;
     }
     const key = answerKey(threadId, messageId);
-    for (const until = this.now() + ANSWERED_WAIT_MS; this.pendingAnswers.has(key) && this.now() < until; ) await new Promise((r) => setTimeout(r, 50));
+    for (let waited = 0; this.pendingAnswers.has(key) && waited < ANSWERED_WAIT_MS; waited += 50) await new Promise((r) => setTimeout(r, 50));
     m.respond(encodeJson({ published: this.publishedAnswers.has(key) }));
   }
 
