@@ -121,6 +121,11 @@ export class ThreadHost {
   private readonly publishedAnswers = new Set<string>();
   /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
   private readonly pendingAnswers = new Map<string, number>();
+  /**
+   * Answers this process told another node it had not published (see `onAnsweredAsk`): that node publishes
+   * them, so this one never does, even if its ack is confirmed later (oldest forgotten first).
+   */
+  private readonly disclaimedAnswers = new Set<string>();
   /** With tracing on: the span of the turn a final answer ends, ended when that answer is published. */
   private readonly answerSpans = new WeakMap<TaskStatusUpdateEvent, Span>();
 
@@ -305,7 +310,7 @@ export class ThreadHost {
         };
       }
       // A redelivery needs nothing when its answer was given: by this process (published, or waiting for
-      // its delivery's ack to go out), before a later message of the thread was accepted (the ingress
+      // its delivery's ack to go out), by the node this one told it had not published it, before a later message of the thread was accepted (the ingress
       // hands a thread's next message over only after the previous one's ack settled and its answer went
       // out — or, its ack unknown, was left to the delivery that comes again, which this is not: a later
       // message came first), or on a delivery the partition's previous consumer acknowledged (the answer
@@ -316,7 +321,7 @@ export class ThreadHost {
       const key = answerKey(threadId, message.messageId);
       const settled = redelivery && (opts.seq! < live.inboundSeq! || opts.ackedBefore === true);
       if (!redelivery) this.answerDuplicate(live, message.messageId);
-      else if (!settled && !this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) {
+      else if (!settled && !this.publishedAnswers.has(key) && !this.pendingAnswers.has(key) && !this.disclaimedAnswers.has(key)) {
         // The thread's latest message, answered by another node (its state is what that node committed):
         // only that node knows whether the answer went out (its ack may have been confirmed and then lost
         // with a consumer's leader, so the stream gives the message again). Ask it; no answer (it died,
@@ -363,7 +368,8 @@ export class ThreadHost {
       if (this.publishedAnswers.has(key)) return;
       // Not known to be acknowledged: the message comes again (here or to the partition's next owner),
       // and that delivery publishes the stored answer; published now as well, it would go out twice.
-      if (!acked) return;
+      // Likewise once this process told the next owner it had not published it: that one did.
+      if (!acked || this.disclaimedAnswers.has(key)) return;
       this.publishAnswered(live, events);
       this.rememberPublished(key);
     };
@@ -399,7 +405,14 @@ export class ThreadHost {
     }
     const key = answerKey(threadId, messageId);
     for (let waited = 0; this.pendingAnswers.has(key) && waited < ANSWERED_WAIT_MS; waited += 50) await new Promise((r) => setTimeout(r, 50));
-    m.respond(encodeJson({ published: this.publishedAnswers.has(key) }));
+    const published = this.publishedAnswers.has(key);
+    // "Not published" is a promise: the asker publishes it, so this process must not any more (its ack
+    // may still be settling, and be confirmed after this answer).
+    if (!published) {
+      this.disclaimedAnswers.add(key);
+      if (this.disclaimedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.disclaimedAnswers.delete(this.disclaimedAnswers.values().next().value as string);
+    }
+    m.respond(encodeJson({ published }));
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */

@@ -708,8 +708,9 @@ export class JetStreamIngress {
   /**
    * Acks a handled message and finds out whether the ack took: confirmed by the server (asked again a few
    * times while this node still consumes the partition: during an election the consumer's leader does not
-   * answer for a while), else whether the stream still holds the message (gone: it was acknowledged).
-   * False when neither is known; the message then comes again if it was not acknowledged.
+   * answer for a while), else, while it still consumes the partition, whether the stream still holds the
+   * message (gone: it was acknowledged). False when neither is known; the message then comes again if it
+   * was not acknowledged.
    */
   async #settleAck(run: PartitionRun, m: JsMsg): Promise<boolean> {
     const seq = m.seq;
@@ -733,6 +734,12 @@ export class JetStreamIngress {
       } catch (err) {
         lastErr = err;
       }
+    }
+    // Gone from the stream means acknowledged by this node's ack only while this run consumes the partition:
+    // after it lost the partition, the next owner may have acked it (and published its answer).
+    if (!run.active) {
+      this.#log.info({ partition: run.partition, seq, err: errText(lastErr) }, 'ack not confirmed and the partition moved on: the message may come again');
+      return false;
     }
     try {
       const stored = await this.#jsm!.streams.getMessage(INGRESS_STREAM, { seq });
