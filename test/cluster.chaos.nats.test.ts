@@ -15,7 +15,7 @@
  * Asserted: no turn ran twice (every answer to a message is the same stored answer), answers in the order
  * of their messages, every stored history in send order with each answered message followed by its
  * answer. NOT asserted, because they do not hold on every run yet (docs/cluster.md): 0 lost, and 0
- * duplicated (90 to 119 per run before the fix described there; after it 0 in 6 runs of 8, 3 and 2 in
+ * duplicated (90 to 119 per run before the fix described there; after it 0 in 8 runs of 11, 2 or 3 in
  * the others). Nothing asserts a timing.
  *
  *   npx vitest run test/cluster.chaos.nats.test.ts

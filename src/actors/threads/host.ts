@@ -73,6 +73,7 @@ const PUBLISHED_ANSWERS_KEPT = 100_000;
 const answerKey = (threadId: string, messageId: string) => `${threadId}/${messageId}`;
 /** How long a node waits for another to say whether it published an answer. */
 const ANSWERED_ASK_MS = 2_000;
+const ANSWERED_ASK_ATTEMPTS = 3;
 /** How long a node asked that question waits for an answer of its own still waiting for its ack. */
 const ANSWERED_WAIT_MS = 1_500;
 
@@ -375,16 +376,23 @@ export class ThreadHost {
     };
   }
 
-  /** Whether node `nodeId` says it published the answer to `messageId` (false when it does not answer). */
+  /**
+   * Whether node `nodeId` says it published the answer to `messageId`; false when it does not answer, asked
+   * a few times (a node that is alive may be reconnecting after the same server fault that moved its
+   * partition: a trace showed one unreachable for a moment, and its answer went out twice).
+   */
   private async publishedElsewhere(nodeId: string, threadId: string, messageId: string): Promise<boolean> {
     if (!isValidId('thread', nodeId)) return false;
-    try {
-      const reply = await this.transport.request(subjects.answeredBy(this.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
-      const body: unknown = JSON.parse(new TextDecoder().decode(reply.data));
-      return typeof body === 'object' && body !== null && (body as { published?: unknown }).published === true;
-    } catch {
-      return false;
+    for (let attempt = 1; attempt <= ANSWERED_ASK_ATTEMPTS; attempt++) {
+      try {
+        const reply = await this.transport.request(subjects.answeredBy(this.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
+        const body: unknown = JSON.parse(new TextDecoder().decode(reply.data));
+        return typeof body === 'object' && body !== null && (body as { published?: unknown }).published === true;
+      } catch {
+        if (attempt < ANSWERED_ASK_ATTEMPTS) await new Promise((r) => setTimeout(r, 500));
+      }
     }
+    return false;
   }
 
   /**
