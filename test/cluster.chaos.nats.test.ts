@@ -9,12 +9,14 @@
  *      a minute more), each time the owner of a probe thread's partition, with a replacement started at
  *      once; the time from the kill to the answer of a probe message sent right after it is the takeover.
  * A client that gets no answer on `out` for 8 s reads the thread's stored history (a node killed between
- * its ack and its publish leaves the answer there only), as a client should.
+ * its ack and its publish, or one that could not tell whether its ack took, leaves the answer there only),
+ * as a client should.
  * Printed: turns attempted, answered, lost, duplicated, and each message not answered exactly once.
- * Asserted: no turn ran twice (every duplicate is the same stored answer), answers in the
- * order of their messages, every stored history in send order with each answered message followed by its
- * answer. NOT asserted, because it does not hold yet on a cluster (docs/cluster.md): 0 duplicated.
- * Nothing asserts a timing.
+ * Asserted: no turn ran twice (every answer to a message is the same stored answer), answers in the order
+ * of their messages, every stored history in send order with each answered message followed by its
+ * answer. NOT asserted, because they do not hold on every run yet (docs/cluster.md): 0 lost, and 0
+ * duplicated (90 to 119 per run before the fix described there; after it 0 in 8 runs of 11, 2 or 3 in
+ * the others). Nothing asserts a timing.
  *
  *   npx vitest run test/cluster.chaos.nats.test.ts
  */
@@ -301,7 +303,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       lost += ids.filter((id) => !talk.answeredAt.has(id)).length;
     }
     console.log(
-      `[cluster-chaos] turns attempted ${talk.attempted}, answered ${talk.answered} (${talk.recovered.size} of them read from the stored history: their node was killed between the ack and the publish), lost ${lost}, duplicated ${duplicated}; ` +
+      `[cluster-chaos] turns attempted ${talk.attempted}, answered ${talk.answered} (${talk.recovered.size} of them read from the stored history: their node was killed between the ack and the publish, or could not tell whether its ack took), lost ${lost}, duplicated ${duplicated}; ` +
         `node kills ${kills}, takeover (kill -9 to the answer of a message sent right after it, lease ttl ${LEASE_TTL_MS} ms) ` +
         `min ${sorted[0]} ms, median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms; whole run ${((Date.now() - startedAt) / 1000).toFixed(0)} s`,
     );
@@ -310,11 +312,12 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     // messages that JetStream had acknowledged (a PubAck with a sequence) after a frozen stream leader
     // thawed were never delivered to a node nor stored in their thread. Every other run lost none.
     if (lost > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${lost} acknowledged messages never answered nor stored (see docs/cluster.md)`);
-    // What holds on the cluster (and is asserted): no turn ran twice (a message's answers, however many
-    // arrived, are one stored answer); answers arrive in the order of their messages; every stored history
-    // holds its thread's messages in the order sent, each answered message followed by its answer.
-    // What does not hold yet (printed above, see docs/cluster.md): some answers are published twice, mostly
-    // while the thread bucket's stream elects a new leader.
+    // Known defect, printed rather than asserted (issue 14 stays open): rare now (docs/cluster.md), but not 0
+    // on every run. Each is listed above with what the chaos was doing.
+    if (duplicated > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${duplicated} answers published twice (see docs/cluster.md)`);
+    // What holds on the cluster (and is asserted): no turn ran twice (a message's answers are one stored
+    // answer); answers arrive in the order of their messages; every stored history holds its thread's
+    // messages in the order sent, each answered message followed by its answer.
     for (const [id, answers] of talk.answerIds) expect(answers.size, `answers to ${id}`).toBe(1);
     for (const [threadId, ids] of talk.sent) {
       // (An answer the client read from the store — its node was killed between the ack and the publish —

@@ -85,7 +85,7 @@ describe('embedded mesh with the demo team', () => {
     expect(seen).toEqual(['input-required']);
   });
 
-  it('a redelivered message is answered again after a reload (the old owner may have died before publishing), but not by the actor that published it', async () => {
+  it('a redelivered message is answered again when the node that committed it cannot say it published it (it may have died before publishing), but not by the actor or node that published it', async () => {
     const threadId = 'redelivery-1';
     const host = mesh.node.threads;
     const message = userMessage('first', { messageId: 'redelivered-m1' });
@@ -99,20 +99,63 @@ describe('embedded mesh with the demo team', () => {
     // answer goes out when the ingress calls `publish` (after the server confirmed the ack).
     const first = await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' });
     expect(answers).toEqual([]);
-    first.publish?.();
+    first.publish?.({ acked: true });
     await waitFor(() => answers.length === 1, 'the answer');
     // The ack was lost (a reconnect): the same actor gets it again and publishes nothing.
     expect(await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
     // A reload in this process still knows it published it.
     await host.rehydrate(threadId);
     expect(await host.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
-    // Another process on the same store (the next owner after a crash) cannot know whether the answer
-    // went out before the ack, so it publishes it.
+    // Another process on the same store (the next owner) asks the node that committed the thread whether
+    // it published the answer: it did, so nothing goes out again.
     await host.passivateThread(threadId);
-    const other = new TroupeNode({ transport: new MemoryTransport({ bus: (mesh.client.transport as MemoryTransport).bus }), store: host.store, nodeId: 'other-node' });
+    const bus = (mesh.client.transport as MemoryTransport).bus;
+    const other = new TroupeNode({ transport: new MemoryTransport({ bus }), store: host.store, nodeId: 'other-node' });
     expect(await other.threads.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
+    await mesh.client.transport.flush();
+    expect(answers).toEqual(['redelivered-m1']);
+    // Had that node died (nobody answers for it: it may have died between its commit and its ack), the
+    // next owner cannot know whether the answer went out, so it publishes it.
+    const stored = (await host.store.get('demo', threadId))!;
+    await host.store.update({ ...stored.record, node: 'gone-node' }, stored.revision);
+    const third = new TroupeNode({ transport: new MemoryTransport({ bus }), store: host.store, nodeId: 'third-node' });
+    expect(await third.threads.deliver(threadId, message, 'local', { seq: 7, until: 'answered' })).toEqual({ duplicate: true });
     await waitFor(() => answers.length === 2, 'the answer again');
     expect(answers).toEqual(['redelivered-m1', 'redelivered-m1']);
+  });
+
+  it('an answer whose ack is not known to have taken goes out once, with the delivery that comes again; an older message the stream gives again after a later one is not answered again', async () => {
+    const threadId = 'ack-unknown-1';
+    const host = mesh.node.threads;
+    const answers: string[] = [];
+    mesh.client.transport.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'event');
+      if (e.kind === 'status-update' && e.final) answers.push(String(e.status.message?.metadata?.['troupe/inReplyTo']));
+    });
+    await mesh.client.transport.flush();
+    const m1 = userMessage('first', { messageId: 'unknown-m1' });
+    const m2 = userMessage('second', { messageId: 'unknown-m2' });
+    // The ack of m1 is not known to have taken (a consumer leader election): no answer goes out now.
+    const first = await host.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' });
+    first.publish?.({ acked: false });
+    // The message comes again (it was not acknowledged): that delivery publishes the stored answer.
+    const again = await host.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' });
+    expect(again).toEqual({ duplicate: true });
+    await waitFor(() => answers.length === 1, 'the answer of m1');
+    // m2 is answered; then the stream gives m1 again (an acknowledged message it kept): m1 was settled
+    // before m2 was accepted, so neither this process nor the next owner answers it a second time.
+    const second = await host.deliver(threadId, m2, 'local', { seq: 12, until: 'answered' });
+    second.publish?.({ acked: true });
+    await waitFor(() => answers.length === 2, 'the answer of m2');
+    expect(await host.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' })).toEqual({ duplicate: true });
+    await host.passivateThread(threadId);
+    const other = new TroupeNode({ transport: new MemoryTransport({ bus: (mesh.client.transport as MemoryTransport).bus }), store: host.store, nodeId: 'other-node-2' });
+    expect(await other.threads.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' })).toEqual({ duplicate: true });
+    // The latest message given again (its ack confirmed, then lost with a consumer's leader): the node that
+    // committed it says it published the answer, so the next owner does not.
+    expect(await other.threads.deliver(threadId, m2, 'local', { seq: 12, until: 'answered' })).toEqual({ duplicate: true });
+    await mesh.client.transport.flush();
+    expect(answers).toEqual(['unknown-m1', 'unknown-m2']);
   });
 
   it('an answer whose publish the client missed (e.g. while reconnecting) is found in the stored thread', async () => {

@@ -188,6 +188,7 @@ describe('JetStreamIngress', () => {
       partition: partitionOf('dup-thread'),
       messageId: 'msg-1',
       redelivered: false,
+      ackedBefore: false,
       deliveryCount: 1,
       subject: `troupe.demo.in.local.dup-thread.${partitionOf('dup-thread')}`,
     });

@@ -43,7 +43,7 @@ import type { SanitiserPolicy } from '../security/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import { CLIENT_ERROR_CODES, isTransientJetStreamError, JetStreamIngress, partitionOf, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { CLIENT_ERROR_CODES, isTransientJetStreamError, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
@@ -280,7 +280,7 @@ export class TroupeNode {
    * includes the answer is committed (then the ingress acks it: one write per turn). A message that can never be accepted is refused on the sender's `out`
    * subject and thrown as a client error, so it is not redelivered.
    */
-  private async onDurableIn(msg: IngressMessage): Promise<(() => void) | undefined> {
+  private async onDurableIn(msg: IngressMessage): Promise<AfterAck | undefined> {
     const { threadId, principal } = msg;
     let messageId = bareMessageId(threadId, msg.messageId);
     try {
@@ -289,10 +289,12 @@ export class TroupeNode {
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
       messageId = message.messageId;
       // Acked once the turn is answered and committed (a crash mid-turn replays the message elsewhere);
-      // the answer is published once the ack is confirmed (a crash in between never sends it twice).
+      // the answer is published once the ack is known to have taken (a crash in between never sends it
+      // twice; an ack whose fate is unknown leaves it to the delivery that comes again).
       const { publish } = await this.threads.deliver(threadId, message, owner, {
         seq: msg.seq,
         until: 'answered',
+        ackedBefore: msg.ackedBefore,
         ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
       });
       return publish;

@@ -29,7 +29,9 @@ import { encodeJson } from '../../protocol/codec.js';
 import { MemoryThreadStore } from '../../store/memory.js';
 import type { ThreadStore } from '../../store/types.js';
 import { subjects } from '../../transport/subjects.js';
-import type { Transport } from '../../transport/types.js';
+import type { InboundMessage, Subscription, Transport } from '../../transport/types.js';
+import { isValidId } from '../../protocol/ids.js';
+import type { AfterAck } from '../../transport/jetstream/ingress.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { SanitiserPolicy } from '../../security/sanitiser.js';
 import type { Synthesizer } from '../../llm/synthesis.js';
@@ -69,6 +71,11 @@ const EVENT_LOG_LIMIT = 25;
 /** Answers a host remembers having published (oldest forgotten first). */
 const PUBLISHED_ANSWERS_KEPT = 100_000;
 const answerKey = (threadId: string, messageId: string) => `${threadId}/${messageId}`;
+/** How long a node waits for another to say whether it published an answer. */
+const ANSWERED_ASK_MS = 2_000;
+const ANSWERED_ASK_ATTEMPTS = 3;
+/** How long a node asked that question waits for an answer of its own still waiting for its ack. */
+const ANSWERED_WAIT_MS = 1_500;
 
 /** A thread in the middle of a turn (its task state `working`). */
 function isWorking(value: unknown): boolean {
@@ -105,6 +112,7 @@ export class ThreadHost {
   readonly inspection: InspectionPublisher;
   private passivator?: NodeJS.Timeout;
   private unsubscribeRegistry?: () => void;
+  private answeredSub?: Subscription;
   private passivatedTotal = 0;
   /**
    * The answers this process published (`<thread>/<message>`, the newest kept). It outlives passivations
@@ -120,6 +128,11 @@ export class ThreadHost {
   private readonly publishedEvents = new WeakSet<TaskStatusUpdateEvent>();
   /** Answers handed to a delivery's after-ack step and not yet published (count of deliveries holding one). */
   private readonly pendingAnswers = new Map<string, number>();
+  /**
+   * Answers this process told another node it had not published (see `onAnsweredAsk`): that node publishes
+   * them, so this one never does, even if its ack is confirmed later (oldest forgotten first).
+   */
+  private readonly disclaimedAnswers = new Set<string>();
   /** With tracing on: the span of the turn a final answer ends, ended when that answer is published. */
   private readonly answerSpans = new WeakMap<TaskStatusUpdateEvent, Span>();
 
@@ -139,7 +152,10 @@ export class ThreadHost {
       store: this.store,
       now: this.now,
       log: this.log,
-      committed: (live, finals) => this.afterCommit(live, finals),
+      committed: (live, finals) => {
+        live.committedBy = opts.nodeId;
+        this.afterCommit(live, finals);
+      },
       shouldWrite: (live) => atRest(live.actor.getSnapshot()),
       drop: (live, error) => this.drop(live, error),
     });
@@ -221,6 +237,12 @@ export class ThreadHost {
   }
 
   start(): this {
+    // Other nodes ask here whether this process published an answer (see `deliver`).
+    if (isValidId('thread', this.opts.nodeId)) {
+      this.answeredSub = this.transport.subscribe(subjects.answeredBy(this.tenant, this.opts.nodeId), (m) =>
+        this.onAnsweredAsk(m).catch((err: unknown) => this.log.warn({ err: (err as Error).message }, 'could not answer whether an answer was published')),
+      );
+    }
     // Only a turn in progress (or an open handoff, whose deadline can start one) routes with the catalog;
     // an idle thread gets it with its next message (deliver), so an agent joining does not rewrite every
     // live thread's record.
@@ -241,6 +263,7 @@ export class ThreadHost {
   async stop(): Promise<void> {
     if (this.passivator) clearInterval(this.passivator);
     this.unsubscribeRegistry?.();
+    this.answeredSub?.unsubscribe();
     await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
     this.committer.stop();
     this.caller.stop();
@@ -253,22 +276,25 @@ export class ThreadHost {
    * `until: 'accepted'` (the default) once the thread has it.
    *
    * With `until: 'answered'`, the answer is not published by the time it resolves: the result's `publish`
-   * does that, and the ingress calls it once the server confirmed the ack. A crash after the ack and
-   * before the publish leaves the answer in the store only (clients find it there, as TroupeClient does);
-   * a crash before the ack replays the message, and the next owner publishes the stored answer. Either
-   * way no answer goes out twice.
+   * does that, and the ingress calls it once the ack is settled, saying whether it is known to have taken.
+   * Known: the answer goes out. Not known (the consumer's leader was being elected): it does not, as the
+   * message comes again if the ack did not take, and that delivery publishes the stored answer. A crash
+   * after the ack and before the publish leaves the answer in the store only (clients find it there, as
+   * TroupeClient does); a crash before the ack replays the message, and the next owner publishes the
+   * stored answer. Either way no answer goes out twice.
    *
    * A message the thread already has: while its turn is still running here (a redelivery after a lost
    * consumer, or a thread this node resumed after a takeover), it waits for the same answer and
    * publishes it after its own ack; once answered, it gets the stored answer again unless this process
-   * published that answer itself (a client sending again, or the next owner after a crash, do get it).
+   * published that answer itself or the thread has accepted a later message since (a client sending
+   * again, or the next owner after a crash before the ack, do get it).
    */
   async deliver(
     threadId: string,
     message: Message,
     owner: string,
-    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context } = {},
-  ): Promise<{ duplicate: boolean; publish?: () => void }> {
+    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean } = {},
+  ): Promise<{ duplicate: boolean; publish?: AfterAck }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
@@ -303,13 +329,31 @@ export class ThreadHost {
         const events = await this.waitFor(live, message.messageId);
         // A redelivery of the same stream message shares the first delivery's answer; a client sending the
         // message again is owed an answer of its own.
-        return { duplicate: true, publish: redelivery ? this.publishOnce(live, message.messageId, events) : () => this.publishAnswered(live, events, { remember: false }) };
+        return {
+          duplicate: true,
+          publish: redelivery ? this.publishOnce(live, message.messageId, events) : ({ acked }) => (acked ? this.publishAnswered(live, events, { remember: false }) : undefined),
+        };
       }
-      // A redelivery whose answer this process gave (published, or waiting for its delivery's ack to go
-      // out) needs nothing; a client sending it again, or a new owner after a crash, gets the stored answer.
-      // The client's copy does not count as the original's answer: that one still goes out after its own ack.
+      // A redelivery needs nothing when its answer was given: by this process (published, or waiting for
+      // its delivery's ack to go out), by the node this one told it had not published it, before a later
+      // message of the thread was accepted (the ingress hands a thread's next message over only after the
+      // previous one's ack settled and its answer went out — or, its ack unknown, was left to the delivery
+      // that comes again, which this is not: a later message came first), or on a delivery the partition's
+      // previous consumer acknowledged (the answer goes out only once an ack is known to have taken). So a
+      // message the stream gives again after its ack (a replicated work-queue stream can keep acknowledged
+      // messages when its consumer is remade during an election) is not answered twice. A client sending
+      // it again, or the next owner after a crash before the ack, gets the stored answer; the client's copy
+      // does not count as the original's answer: that one still goes out after its own ack.
+      const settled = redelivery && (opts.seq! < live.inboundSeq! || opts.ackedBefore === true);
       if (!redelivery) this.answerDuplicate(live, message.messageId, { remember: false });
-      else if (!this.publishedAnswers.has(key) && !this.pendingAnswers.has(key)) this.answerDuplicate(live, message.messageId);
+      else if (!settled && !this.publishedAnswers.has(key) && !this.pendingAnswers.has(key) && !this.disclaimedAnswers.has(key)) {
+        // The thread's latest message, answered by another node (its state is what that node committed):
+        // only that node knows whether the answer went out (its ack may have been confirmed and then lost
+        // with a consumer's leader, so the stream gives the message again). Ask it; no answer (it died,
+        // maybe between its commit and its ack) means the answer may never have gone out: publish it.
+        const by = live.committedBy;
+        if (!(by && by !== this.opts.nodeId && (await this.publishedElsewhere(by, threadId, message.messageId)))) this.answerDuplicate(live, message.messageId);
+      }
       return { duplicate: true };
     }
     live.lastActive = this.now();
@@ -340,13 +384,18 @@ export class ThreadHost {
    * now until it runs, the answer counts as given, so a redelivery arriving meanwhile (a consumer recreated
    * on reconnect) neither answers it again nor waits; two deliveries waiting for one turn publish it once.
    */
-  private publishOnce(live: LiveThread, messageId: string, events: TaskStatusUpdateEvent[]): () => void {
+  private publishOnce(live: LiveThread, messageId: string, events: TaskStatusUpdateEvent[]): AfterAck {
     const key = answerKey(live.threadId, messageId);
     this.pendingAnswers.set(key, (this.pendingAnswers.get(key) ?? 0) + 1);
-    return () => {
+    return ({ acked }) => {
       const left = (this.pendingAnswers.get(key) ?? 1) - 1;
       if (left > 0) this.pendingAnswers.set(key, left);
       else this.pendingAnswers.delete(key);
+      // Not known to be acknowledged: the message comes again (here or to the partition's next owner),
+      // and that delivery publishes the stored answer; published now as well, it would go out twice.
+      // Likewise once this process told the next owner it had not published it: that one did.
+      if (!acked || this.disclaimedAnswers.has(key)) return;
+      // The same final events are not published twice (another message reusing the messageId has answers of its own).
       this.publishAnswered(live, events.filter((e) => !this.publishedEvents.has(e)));
       this.rememberPublished(key);
     };
@@ -356,6 +405,53 @@ export class ThreadHost {
   private answerComing(live: LiveThread, messageId: string): boolean {
     const names = (e: TaskStatusUpdateEvent) => e.status.message?.metadata?.[META.inReplyTo] === messageId;
     return live.outbox.some(names) || (live.committing?.some(names) ?? false);
+  }
+
+  /**
+   * Whether node `nodeId` says it published the answer to `messageId`; false when it does not answer, asked
+   * a few times (a node that is alive may be reconnecting after the same server fault that moved its
+   * partition: a trace showed one unreachable for a moment, and its answer went out twice).
+   */
+  private async publishedElsewhere(nodeId: string, threadId: string, messageId: string): Promise<boolean> {
+    if (!isValidId('thread', nodeId)) return false;
+    for (let attempt = 1; attempt <= ANSWERED_ASK_ATTEMPTS; attempt++) {
+      try {
+        const reply = await this.transport.request(subjects.answeredBy(this.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
+        const body: unknown = JSON.parse(new TextDecoder().decode(reply.data));
+        return typeof body === 'object' && body !== null && (body as { published?: unknown }).published === true;
+      } catch {
+        if (attempt < ANSWERED_ASK_ATTEMPTS) await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Answers another node asking whether this process published an answer (see `deliver`). An answer
+   * still waiting for its delivery's ack is waited for (bounded): whether it goes out depends on the ack.
+   */
+  private async onAnsweredAsk(m: InboundMessage): Promise<void> {
+    let body: unknown;
+    try {
+      body = m.data.length <= 2_048 ? JSON.parse(new TextDecoder().decode(m.data)) : undefined;
+    } catch {
+      body = undefined;
+    }
+    const { threadId, messageId } = (typeof body === 'object' && body !== null ? body : {}) as { threadId?: unknown; messageId?: unknown };
+    if (!isValidId('thread', threadId) || !isValidId('message', messageId)) {
+      m.respond(encodeJson({ error: { code: 'INVALID_MESSAGE', message: 'expected { threadId, messageId }' } }));
+      return;
+    }
+    const key = answerKey(threadId, messageId);
+    for (let waited = 0; this.pendingAnswers.has(key) && waited < ANSWERED_WAIT_MS; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    const published = this.publishedAnswers.has(key);
+    // "Not published" is a promise: the asker publishes it, so this process must not any more (its ack
+    // may still be settling, and be confirmed after this answer).
+    if (!published) {
+      this.disclaimedAnswers.add(key);
+      if (this.disclaimedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.disclaimedAnswers.delete(this.disclaimedAnswers.values().next().value as string);
+    }
+    m.respond(encodeJson({ published }));
   }
 
   /** Resolves with the final events of the message's turn once that turn is committed. */
@@ -558,6 +654,7 @@ export class ThreadHost {
       ...(stored?.record.task.status.timestamp ? { statusAt: { state: stored.record.task.status.state, at: stored.record.task.status.timestamp } } : {}),
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
+      ...(stored?.record.node ? { committedBy: stored.record.node } : {}),
     };
     const publish = this.inspection.observe({ subject: subjects.inspectThread(this.tenant, threadId), rootId: threadId, threadId });
     const inspect = (ev: InspectionEvent) => {

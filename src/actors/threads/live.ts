@@ -70,6 +70,8 @@ export interface LiveThread {
    * that order, so the first is the one running.
    */
   turns: Map<string, TurnWatch>;
+  /** The node that wrote the stored state this actor holds (this node, once it committed). */
+  committedBy?: string;
   /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
   inboundSeq?: number;
 }

@@ -74,6 +74,12 @@ export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
 const ATTEMPTS_TRACKED = 10_000;
 /** How long one pull request lasts; its idle heartbeat is half of it. */
 const PULL_EXPIRES_MS = 5_000;
+/** Acks sent again (each waiting up to ACK_CONFIRM_MS for the server's confirmation) before asking the stream. */
+const ACK_ATTEMPTS = 3;
+const ACK_CONFIRM_MS = 5_000;
+const JS_ACK = new TextEncoder().encode('+ACK');
+/** Prefix of a partition consumer's description: the ack floor of the consumers before it. */
+const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
 
@@ -115,6 +121,15 @@ export interface IngressMessage {
   /** Seen before by some node (redelivery after a failure, a takeover or a lost ack). */
   redelivered: boolean;
   deliveryCount: number;
+  /**
+   * At or below the ack floor of the partition's previous consumer: acknowledged before, yet the stream
+   * gave it again. A replicated work-queue stream on nats-server 2.9 can keep acknowledged messages when a
+   * consumer's leader changes or the consumer is deleted right after the acks (the deletes ride on the
+   * consumer's replication, not the stream's). A hint for what to publish, not a reason to skip the
+   * message: the floor comes from the server's consumer state, which these same faults can leave ahead
+   * of what was handled, so the handler still sees it (and finds it handled in its own state).
+   */
+  ackedBefore: boolean;
   /** Stream sequence. */
   seq: number;
   subject: string;
@@ -128,10 +143,14 @@ export interface IngressHandlerContext {
 /**
  * Handles one message. It may return a function to run once the message's ack is settled (e.g.
  * publishing an answer: a crash before the ack makes the message come back to the next owner, which
- * answers it; a crash after cannot, so nothing is answered twice). It runs whether the ack was confirmed
- * or not: a process that is alive remembers what it did if the message comes again.
+ * answers it; a crash after cannot, so nothing is answered twice). It is told whether the message is
+ * known to be acknowledged (`acked`): the server confirmed the ack, or the stream no longer holds the
+ * message. When that is not known (the consumer's leader was being elected, the consumer was remade by
+ * the partition's next owner), the message may come again, to this node or another, and is answered then.
+ * The thread's next message is handed over only after this step ran.
  */
-export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void | (() => void) | undefined>;
+export type AfterAck = (outcome: { acked: boolean }) => void;
+export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void | AfterAck | undefined>;
 
 export interface JetStreamIngressOptions {
   nc: NatsConnection;
@@ -196,6 +215,11 @@ interface PartitionRun {
   readonly inflight: Set<Promise<unknown>>;
   /** Threads held behind a nak'ed message: later messages wait until it, and every one sent back behind it, came back. */
   readonly held: Map<string, Hold>;
+  /**
+   * Stream sequence up to which the partition's previous consumer had every message acknowledged (its ack
+   * floor, read before it was deleted; 0 when it could not be read). See `IngressMessage.ackedBefore`.
+   */
+  readonly ackedThrough: number;
   messages?: ConsumerMessages;
   active: boolean;
 }
@@ -402,18 +426,29 @@ export class JetStreamIngress {
     };
   }
 
-  /** Deletes the partition's consumer (whoever made it) and creates it afresh. */
-  async #freshConsumer(p: number): Promise<void> {
+  /**
+   * Deletes the partition's consumer (whoever made it) and creates it afresh. Returns the ack floor the
+   * partition's consumers reached so far (0 when unknown): see `PartitionRun.ackedThrough`. A consumer's
+   * floor dies with it, and a partition can change hands several times before anyone consumes it (a node
+   * takes it and gives it back at once while the nodes balance), so each fresh consumer carries the
+   * floor of the one it replaces in its description (`ACKED_THROUGH`), and the next reads the higher of
+   * the two.
+   */
+  async #freshConsumer(p: number): Promise<number> {
     const jsm = this.#jsm!;
+    const name = this.#consumerName(p);
+    let ackedThrough = 0;
     for (let attempt = 1; ; attempt++) {
       try {
+        const old = await jsm.consumers.info(INGRESS_STREAM, name).catch(() => undefined);
+        ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
         try {
-          await jsm.consumers.delete(INGRESS_STREAM, this.#consumerName(p));
+          await jsm.consumers.delete(INGRESS_STREAM, name);
         } catch (err) {
           if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
         }
-        await jsm.consumers.add(INGRESS_STREAM, this.#consumerConfig(p));
-        return;
+        await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description: `${ACKED_THROUGH}${ackedThrough}` });
+        return ackedThrough;
       } catch (err) {
         // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a
         // server died, which is also when nodes reconnect and restart their consumers) every attempt
@@ -443,10 +478,10 @@ export class JetStreamIngress {
   /** Lease acquired: fresh consumer, host hook, then consume. A throw gives the lease back. */
   async #acquire(p: number): Promise<void> {
     if (this.#stopping) return;
-    await this.#freshConsumer(p);
+    const ackedThrough = await this.#freshConsumer(p);
     await this.#opts.onPartitionAcquired?.(p);
     try {
-      await this.#startRun(p);
+      await this.#startRun(p, ackedThrough);
     } catch (err) {
       // The host was told it has the partition: tell it it does not, then let the leases give it back.
       await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
@@ -455,9 +490,10 @@ export class JetStreamIngress {
     this.#log.info({ partition: p }, 'consuming partition');
   }
 
-  async #startRun(p: number): Promise<void> {
+  async #startRun(p: number, ackedThrough: number): Promise<void> {
     const run: PartitionRun = {
       partition: p,
+      ackedThrough,
       abort: new AbortController(),
       chains: new Map(),
       inflight: new Set(),
@@ -535,8 +571,7 @@ export class JetStreamIngress {
         return;
       }
       try {
-        await this.#freshConsumer(p);
-        await this.#startRun(p);
+        await this.#startRun(p, await this.#freshConsumer(p));
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later).
         this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
@@ -662,6 +697,7 @@ export class JetStreamIngress {
       headers: headersToRecord(m.headers),
       redelivered: info.redelivered || deliveryCount > 1,
       deliveryCount,
+      ackedBefore: seq <= run.ackedThrough,
       seq,
       subject: m.subject,
     };
@@ -669,7 +705,7 @@ export class JetStreamIngress {
     const working = setInterval(() => {
       if (run.active) m.working();
     }, Math.max(1_000, Math.floor(this.#ackWaitMs / 3)));
-    let afterAck: void | (() => void) | undefined;
+    let afterAck: void | AfterAck | undefined;
     try {
       afterAck = await this.#opts.handler(msg, { signal: run.abort.signal });
     } catch (err) {
@@ -680,25 +716,64 @@ export class JetStreamIngress {
     }
     this.#attempts.delete(seq);
     this.#parked.delete(seq);
-    // Done: ack, and keep the confirmation among the partition's in-flight work, so a release waits for
-    // it, without holding up the thread's next message.
-    // The after-ack step runs once the ack is settled, confirmed or not: if it was lost, this process
-    // is alive and the handler knows it did the step when the message comes again.
-    const acked = m
-      .ackAck({ timeout: 5_000 })
-      .catch((err: unknown) => {
-        this.#log.debug({ partition: run.partition, seq, err: errText(err) }, 'ack not confirmed; the message may come again');
-      })
-      .then(() => {
-        if (typeof afterAck !== 'function') return;
-        try {
-          afterAck();
-        } catch (err) {
-          this.#log.error({ partition: run.partition, seq, err: errText(err) }, 'the after-ack step failed');
-        }
-      });
-    run.inflight.add(acked);
-    void acked.then(() => run.inflight.delete(acked));
+    // Done: ack, then the after-ack step, told whether the message is known to be acknowledged. The
+    // thread's next message waits for both (its chain includes this), so when a later message of a thread
+    // has been accepted, every earlier one was settled: its answer published, or, ack unknown, left for
+    // the delivery that comes again.
+    const acked = await this.#settleAck(run, m);
+    if (typeof afterAck !== 'function') return;
+    try {
+      afterAck({ acked });
+    } catch (err) {
+      this.#log.error({ partition: run.partition, seq, err: errText(err) }, 'the after-ack step failed');
+    }
+  }
+
+  /**
+   * Acks a handled message and finds out whether the ack took: confirmed by the server (asked again a few
+   * times while this node still consumes the partition: during an election the consumer's leader does not
+   * answer for a while), else, while it still consumes the partition, whether the stream still holds the
+   * message (gone: it was acknowledged). False when neither is known; the message then comes again if it
+   * was not acknowledged.
+   */
+  async #settleAck(run: PartitionRun, m: JsMsg): Promise<boolean> {
+    const seq = m.seq;
+    let lastErr: unknown;
+    try {
+      await m.ackAck({ timeout: ACK_CONFIRM_MS });
+      return true;
+    } catch (err) {
+      lastErr = err;
+    }
+    // The same ack again, on the subject of this delivery, only while this run's consumer is the
+    // partition's (a successor's consumer of the same name must not take an ack meant for this one).
+    // (JsMsg does not type the reply subject its implementation carries: the ack subject.)
+    const ackSubject = (m as unknown as { reply?: unknown }).reply;
+    for (let attempt = 2; typeof ackSubject === 'string' && attempt <= ACK_ATTEMPTS && run.active && !this.#nc.isClosed(); attempt++) {
+      await new Promise((r) => setTimeout(r, 500 * (attempt - 1)));
+      if (!run.active) break;
+      try {
+        await this.#nc.request(ackSubject, JS_ACK, { timeout: ACK_CONFIRM_MS });
+        return true;
+      } catch (err) {
+        lastErr = err;
+      }
+    }
+    // Gone from the stream means acknowledged by this node's ack only while this run consumes the partition:
+    // after it lost the partition, the next owner may have acked it (and published its answer).
+    if (!run.active) {
+      this.#log.info({ partition: run.partition, seq, err: errText(lastErr) }, 'ack not confirmed and the partition moved on: the message may come again');
+      return false;
+    }
+    try {
+      const stored = await this.#jsm!.streams.getMessage(INGRESS_STREAM, { seq });
+      const gone = stored === null;
+      this.#log.info({ partition: run.partition, seq, err: errText(lastErr), acked: gone }, gone ? 'ack not confirmed, but the stream no longer holds the message' : 'ack not confirmed and the stream still holds the message: it may come again');
+      return gone;
+    } catch (err) {
+      this.#log.info({ partition: run.partition, seq, err: errText(lastErr), check: errText(err) }, 'ack not confirmed and the stream could not be asked: the message may come again');
+      return false;
+    }
   }
 
   #countAttempt(seq: number, count: number): void {
@@ -783,6 +858,13 @@ export class JetStreamIngress {
   }
 }
 
+
+/** The floor a partition consumer carries over from the one it replaced (see `#freshConsumer`). */
+function carriedFloor(description: string | undefined): number {
+  if (!description?.startsWith(ACKED_THROUGH)) return 0;
+  const n = Number(description.slice(ACKED_THROUGH.length));
+  return Number.isSafeInteger(n) && n > 0 ? n : 0;
+}
 
 function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
   const out: Record<string, string> = {};
