@@ -47,8 +47,8 @@ export const subjects = {
   /** A node starting up asks every agent to announce now. */
   hello: (tenant: string) => `${t(tenant)}.hello`,
   ctl: (tenant: string, verb: string) => `${t(tenant)}.ctl.${checkId('agent', verb)}`,
-  /** A node answers here whether it published the answer to a thread's message (nodes only subscribe to ctl). */
-  answeredBy: (tenant: string, nodeId: string) => `${t(tenant)}.ctl.answered.${checkId('thread', nodeId)}`,
+  /** A node answers here whether it published the answer to a thread's message; only node users may publish or subscribe below `nodes` (operators may publish `ctl.>`, so not there). */
+  answeredBy: (tenant: string, nodeId: string) => `${t(tenant)}.nodes.answered.${checkId('thread', nodeId)}`,
   /** Inspection records of thread T and every actor under it (protocol/inspection.ts). */
   inspectThread: (tenant: string, threadId: string) => `${t(tenant)}.inspect.thread.${checkId('thread', threadId)}`,
   /** Inspection records of one instance of agent A (the broker lets A publish only below `inspect.agent.A`). */
