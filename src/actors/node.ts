@@ -23,7 +23,6 @@ import {
   HEADERS,
   InspectRequestSchema,
   LIMITS,
-  META,
   MessageSchema,
   ThreadCtlSchema,
   ThreadsRequestSchema,
@@ -31,11 +30,11 @@ import {
   decode,
   encodeJson,
   isValidId,
+  rejectionEvent,
   type ActorInfo,
   type InspectReply,
   type PsReply,
   type TaskListReply,
-  type TaskStatusUpdateEvent,
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
@@ -314,23 +313,7 @@ export class TroupeNode {
   /** Tells the sender on its `out` subject for the thread that its message was refused (final for that message). */
   private publishRejection(principal: string, threadId: string, messageId: string | undefined, error: TroupeError): void {
     if (!isValidId('principal', principal) || !isValidId('thread', threadId)) return;
-    const event: TaskStatusUpdateEvent = {
-      kind: 'status-update',
-      taskId: threadId,
-      contextId: threadId,
-      status: {
-        state: 'rejected',
-        message: {
-          kind: 'message',
-          role: 'agent',
-          messageId: `${isValidId('message', messageId) ? messageId : 'unknown'}:rejected`.slice(0, 256),
-          parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
-          metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(isValidId('message', messageId) ? { [META.inReplyTo]: messageId } : {}) },
-        },
-      },
-      final: true,
-      metadata: { [META.error]: error.toBody() },
-    };
+    const event = rejectionEvent({ taskId: threadId, contextId: threadId, messageId: isValidId('message', messageId) ? messageId : undefined, error });
     try {
       this.transport.publish(subjects.threadOut(this.tenant, principal, threadId), encodeJson(event));
     } catch (err) {

@@ -77,6 +77,10 @@ export const TaskListReplySchema = z.object({
 });
 export type TaskListReply = z.infer<typeof TaskListReplySchema>;
 
+/** Between nodes (`nodes.answered.<node>`): did the node asked publish the answer to this message? */
+export const AnsweredAskSchema = z.object({ threadId: idSchema('thread'), messageId: idSchema('message') });
+export const AnsweredReplySchema = z.object({ published: z.boolean() });
+
 export const OkReplySchema = z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() });
 export const TaskReplySchema = z.object({ kind: z.literal('task'), task: TaskSchema, revision: z.number() });
 

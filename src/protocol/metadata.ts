@@ -2,6 +2,9 @@
  * Every `troupe/*` key Troupe puts in A2A metadata (messages, status events, the stored Task), in one
  * place, with what it carries. Agents in other languages read the same names (README, wire contract).
  */
+import type { TaskStatusUpdateEvent } from './a2a.js';
+import type { TroupeError } from './errors.js';
+
 export const META = {
   /** Message: the agent that wrote it (`troupe` for messages of the runtime itself). */
   agent: 'troupe/agent',
@@ -85,4 +88,33 @@ export function answerIn<M extends { role: string; messageId: string; metadata?:
   for (; i < history.length && history[i]!.role !== 'user'; i++) answer = history[i];
   if (working && i >= history.length) return undefined;
   return answer ? { ...answer, metadata: { ...answer.metadata, [META.inReplyTo]: messageId } } : undefined;
+}
+
+/**
+ * The final event that refuses user message `messageId` with a typed error (state `rejected`, the error in
+ * the event's and the message's metadata, `inReplyTo` naming the message when there is one), so a client
+ * waiting for that message's answer gets this instead.
+ */
+export function rejectionEvent(opts: { taskId: string; contextId: string; messageId?: string | undefined; error: TroupeError; timestamp?: string }): TaskStatusUpdateEvent {
+  const { taskId, contextId, messageId, error } = opts;
+  return {
+    kind: 'status-update',
+    taskId,
+    contextId,
+    status: {
+      state: 'rejected',
+      message: {
+        kind: 'message',
+        role: 'agent',
+        messageId: `${messageId ?? 'unknown'}:rejected`.slice(0, 256),
+        contextId,
+        taskId,
+        parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
+        metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), ...(messageId !== undefined ? { [META.inReplyTo]: messageId } : {}) },
+      },
+      ...(opts.timestamp ? { timestamp: opts.timestamp } : {}),
+    },
+    final: true,
+    metadata: { [META.error]: error.toBody() },
+  };
 }

@@ -21,11 +21,12 @@ import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type SynthesisInput,
 import type { RouterPolicy } from '../../routing/scoring.js';
 import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import { TroupeError } from '../../protocol/errors.js';
-import { META, answerIn } from '../../protocol/metadata.js';
+import { META, answerIn, rejectionEvent } from '../../protocol/metadata.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import type { RouterDecision } from '../../protocol/routing.js';
 import type { AgentReply } from '../../protocol/wire.js';
-import { encodeJson } from '../../protocol/codec.js';
+import { decode, encodeJson } from '../../protocol/codec.js';
+import { AnsweredAskSchema, AnsweredReplySchema } from '../../protocol/ctl.js';
 import { MemoryThreadStore } from '../../store/memory.js';
 import type { ThreadStore } from '../../store/types.js';
 import { subjects } from '../../transport/subjects.js';
@@ -71,6 +72,11 @@ const EVENT_LOG_LIMIT = 25;
 /** Answers a host remembers having published (oldest forgotten first). */
 const PUBLISHED_ANSWERS_KEPT = 100_000;
 const answerKey = (threadId: string, messageId: string) => `${threadId}/${messageId}`;
+/** Adds `key` to a set of answers kept, forgetting the oldest past PUBLISHED_ANSWERS_KEPT. */
+function remember(set: Set<string>, key: string): void {
+  set.add(key);
+  if (set.size > PUBLISHED_ANSWERS_KEPT) set.delete(set.values().next().value as string);
+}
 /** How long a node waits for another to say whether it published an answer. */
 const ANSWERED_ASK_MS = 2_000;
 const ANSWERED_ASK_ATTEMPTS = 3;
@@ -417,8 +423,7 @@ export class ThreadHost {
     for (let attempt = 1; attempt <= ANSWERED_ASK_ATTEMPTS; attempt++) {
       try {
         const reply = await this.transport.request(subjects.answeredBy(this.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
-        const body: unknown = JSON.parse(new TextDecoder().decode(reply.data));
-        return typeof body === 'object' && body !== null && (body as { published?: unknown }).published === true;
+        return decode(AnsweredReplySchema, reply.data, 'answer of another node', 2_048).published;
       } catch {
         if (attempt < ANSWERED_ASK_ATTEMPTS) await new Promise((r) => setTimeout(r, 500));
       }
@@ -431,26 +436,20 @@ export class ThreadHost {
    * still waiting for its delivery's ack is waited for (bounded): whether it goes out depends on the ack.
    */
   private async onAnsweredAsk(m: InboundMessage): Promise<void> {
-    let body: unknown;
+    let ask: { threadId: string; messageId: string };
     try {
-      body = m.data.length <= 2_048 ? JSON.parse(new TextDecoder().decode(m.data)) : undefined;
-    } catch {
-      body = undefined;
-    }
-    const { threadId, messageId } = (typeof body === 'object' && body !== null ? body : {}) as { threadId?: unknown; messageId?: unknown };
-    if (!isValidId('thread', threadId) || !isValidId('message', messageId)) {
-      m.respond(encodeJson({ error: { code: 'INVALID_MESSAGE', message: 'expected { threadId, messageId }' } }));
+      ask = decode(AnsweredAskSchema, m.data, 'question of another node', 2_048);
+    } catch (err) {
+      m.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
       return;
     }
+    const { threadId, messageId } = ask;
     const key = answerKey(threadId, messageId);
     for (let waited = 0; this.pendingAnswers.has(key) && waited < ANSWERED_WAIT_MS; waited += 50) await new Promise((r) => setTimeout(r, 50));
     const published = this.publishedAnswers.has(key);
     // "Not published" is a promise: the asker publishes it, so this process must not any more (its ack
     // may still be settling, and be confirmed after this answer).
-    if (!published) {
-      this.disclaimedAnswers.add(key);
-      if (this.disclaimedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.disclaimedAnswers.delete(this.disclaimedAnswers.values().next().value as string);
-    }
+    if (!published) remember(this.disclaimedAnswers, key);
     m.respond(encodeJson({ published }));
   }
 
@@ -479,8 +478,7 @@ export class ThreadHost {
   }
 
   private rememberPublished(key: string): void {
-    this.publishedAnswers.add(key);
-    if (this.publishedAnswers.size > PUBLISHED_ANSWERS_KEPT) this.publishedAnswers.delete(this.publishedAnswers.values().next().value as string);
+    remember(this.publishedAnswers, key);
   }
 
   /**
@@ -781,26 +779,7 @@ export class ThreadHost {
       if (ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId) || this.answerComing(live, messageId)) return;
       // Its answer is no longer kept (the history keeps the latest messages): a typed error, not silence.
       const error = new TroupeError('INVALID_MESSAGE', `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`);
-      this.publishFinal(live, {
-        kind: 'status-update',
-        taskId: live.threadId,
-        contextId: ctx.contextId,
-        status: {
-          state: 'rejected',
-          message: {
-            kind: 'message',
-            role: 'agent',
-            messageId: `${messageId}:rejected`.slice(0, 256),
-            contextId: ctx.contextId,
-            taskId: live.threadId,
-            parts: [{ kind: 'text', text: `${error.code}: ${error.message}` }],
-            metadata: { [META.agent]: 'troupe', [META.error]: error.toBody(), [META.inReplyTo]: messageId },
-          },
-          timestamp: new Date(this.now()).toISOString(),
-        },
-        final: true,
-        metadata: { [META.error]: error.toBody() },
-      }, opts);
+      this.publishFinal(live, rejectionEvent({ taskId: live.threadId, contextId: ctx.contextId, messageId, error, timestamp: new Date(this.now()).toISOString() }), opts);
       return;
     }
     this.publishFinal(live, {
