@@ -1,10 +1,9 @@
 /**
  * What a live idle thread holds: V8 heap snapshots of an embedded mesh before and after 1,000 threads with
- * one turn each, summed by node type (self sizes per thread). Then bench/heap-retainers.mjs sums the same
- * by what retains each node. bench/PROFILE.md reads them.
+ * one turn each: the growth per thread in self sizes, summed by node type, then by node type and what
+ * first retains each node (the edge it hangs on). bench/PROFILE.md reads them.
  *
- *   node --expose-gc --conditions=source --import tsx bench/heap-diff.ts
- *   node --max-old-space-size=4096 bench/heap-retainers.mjs 1000
+ *   node --expose-gc --max-old-space-size=4096 --conditions=source --import tsx bench/heap-diff.ts
  */
 import { writeHeapSnapshot } from 'node:v8';
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -33,49 +32,82 @@ async function many(prefix: string, n: number): Promise<void> {
 }
 
 interface Snapshot {
-  snapshot: { meta: { node_fields: string[]; node_types: [string[]] } };
+  snapshot: { meta: { node_fields: string[]; node_types: [string[]]; edge_fields: string[]; edge_types: [string[]] } };
   nodes: number[];
+  edges: number[];
   strings: string[];
 }
 
-/** Count and self size by `type:name`. */
-function summarize(file: string): Map<string, { count: number; size: number }> {
+type Sums = Map<string, { count: number; size: number }>;
+
+/** Count and self size of the nodes by `type:name`, and by `type <- retainer .edge`. */
+function summarize(file: string): { byType: Sums; byRetainer: Sums } {
   const snap = JSON.parse(readFileSync(file, 'utf8')) as Snapshot;
-  const f = snap.snapshot.meta.node_fields;
-  const types = snap.snapshot.meta.node_types[0];
+  const { node_fields: f, node_types, edge_fields: ef, edge_types } = snap.snapshot.meta;
+  const types = node_types[0];
+  const etypes = edge_types[0];
   const nf = f.length;
-  const ti = f.indexOf('type');
-  const ni = f.indexOf('name');
-  const si = f.indexOf('self_size');
-  const m = new Map<string, { count: number; size: number }>();
-  for (let i = 0; i < snap.nodes.length; i += nf) {
-    const t = types[snap.nodes[i + ti]!] ?? '?';
-    const name = t === 'object' || t === 'closure' ? snap.strings[snap.nodes[i + ni]!] : t;
-    const k = `${t}:${String(name).slice(0, 60)}`;
+  const nef = ef.length;
+  const [ti, ni, si, eci] = [f.indexOf('type'), f.indexOf('name'), f.indexOf('self_size'), f.indexOf('edge_count')];
+  const [eti, eni, eto] = [ef.indexOf('type'), ef.indexOf('name_or_index'), ef.indexOf('to_node')];
+  const { nodes, edges, strings } = snap;
+  const typeOf = (i: number) => types[nodes[i + ti]!] ?? '?';
+  const label = (i: number) => {
+    const t = typeOf(i);
+    return `${t}:${String(t === 'object' || t === 'closure' ? strings[nodes[i + ni]!] : t).slice(0, 60)}`;
+  };
+  // The first strong edge that reaches each node.
+  const owner = new Map<number, string>();
+  for (let i = 0, e = 0; i < nodes.length; i += nf) {
+    for (let k = 0; k < nodes[i + eci]!; k++, e += nef) {
+      const to = edges[e + eto]!;
+      const et = etypes[edges[e + eti]!];
+      if (et === 'weak' || owner.has(to)) continue;
+      owner.set(to, `${label(i)} .${et === 'element' || et === 'hidden' ? `[${et}]` : String(strings[edges[e + eni]!])}`);
+    }
+  }
+  const byType: Sums = new Map();
+  const byRetainer: Sums = new Map();
+  const add = (m: Sums, k: string, size: number) => {
     const e = m.get(k) ?? { count: 0, size: 0 };
     e.count++;
-    e.size += snap.nodes[i + si]!;
+    e.size += size;
     m.set(k, e);
+  };
+  for (let i = 0; i < nodes.length; i += nf) {
+    const size = nodes[i + si]!;
+    add(byType, label(i), size);
+    add(byRetainer, `${typeOf(i)} <- ${owner.get(i) ?? '?'}`, size);
   }
-  return m;
+  return { byType, byRetainer };
+}
+
+/** The growth per thread, largest first. */
+function growth(before: Sums, after: Sums): { total: number; rows: Array<{ key: string; count: number; size: number }> } {
+  const rows: Array<{ key: string; count: number; size: number }> = [];
+  let total = 0;
+  for (const [key, { count, size }] of after) {
+    const was = before.get(key) ?? { count: 0, size: 0 };
+    total += size - was.size;
+    if (size > was.size) rows.push({ key, count: (count - was.count) / N, size: (size - was.size) / N });
+  }
+  return { total: total / N, rows: rows.sort((x, y) => y.size - x.size) };
 }
 
 await many('warm', 200);
 await node.threads.releaseThreads(() => true);
 for (let i = 0; i < 5; i++) gc();
-const before = summarize(writeHeapSnapshot('.tmp/h0.heapsnapshot'));
+// Both snapshots first: what summarize() keeps must not be in the second one.
+const first = writeHeapSnapshot('.tmp/h0.heapsnapshot');
 await many(`t-${randomUUID()}`, N);
 for (let i = 0; i < 5; i++) gc();
-const after = summarize(writeHeapSnapshot('.tmp/h1.heapsnapshot'));
-const rows: Array<{ key: string; count: number; size: number }> = [];
-let total = 0;
-for (const [key, { count, size }] of after) {
-  const was = before.get(key) ?? { count: 0, size: 0 };
-  total += size - was.size;
-  if (size > was.size) rows.push({ key, count: (count - was.count) / N, size: (size - was.size) / N });
-}
-rows.sort((x, y) => y.size - x.size);
-console.log(`self size per live thread: ${(total / N).toFixed(0)} B (the memory store's record included)`);
-for (const r of rows.slice(0, 30)) console.log(`${r.size.toFixed(0).padStart(6)} B  ${r.count.toFixed(1).padStart(6)} objects  ${r.key}`);
+const second = writeHeapSnapshot('.tmp/h1.heapsnapshot');
+const before = summarize(first);
+const after = summarize(second);
+const types = growth(before.byType, after.byType);
+console.log(`self size per live thread: ${types.total.toFixed(0)} B (the memory store's record included)`);
+for (const r of types.rows.slice(0, 30)) console.log(`${r.size.toFixed(0).padStart(6)} B  ${r.count.toFixed(1).padStart(6)} objects  ${r.key}`);
+console.log('\nby what retains them:');
+for (const r of growth(before.byRetainer, after.byRetainer).rows.slice(0, 25)) console.log(`${r.size.toFixed(0).padStart(6)} B  ${r.key}`);
 await host.stop();
 await node.stop();

@@ -5,6 +5,7 @@
  *
  *   node --conditions=source --cpu-prof --cpu-prof-dir=.tmp/prof-hop --import tsx bench/profile-hop.ts
  *   node bench/profile-summary.mjs .tmp/prof-hop/<the newest>.cpuprofile
+ *   PROFILE_ONLY=hop PROFILE_SECONDS=3 PROFILE_WINDOWS=5 node --conditions=source --import tsx bench/profile-hop.ts
  */
 import { randomUUID } from 'node:crypto';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -31,15 +32,24 @@ const raw = nodeT.connection.subscribe('bench.raw', {
 });
 /** PROFILE_ONLY=hop (or raw) runs one of the two, so a profile shows one alone. */
 const only = process.env.PROFILE_ONLY;
+/**
+ * PROFILE_WINDOWS=N measures each row N times in a row (PROFILE_SECONDS each), printing each window: a
+ * rate that falls window after window means state growing per request somewhere (bench/PROFILE.md).
+ */
+const WINDOWS = Number(process.env.PROFILE_WINDOWS ?? 1);
 
 async function run(what: string, op: (w: number, i: number) => Promise<void>): Promise<void> {
+  for (let window = 1; window <= WINDOWS; window++) await measure(WINDOWS > 1 ? `${what}, window ${window}` : what, op, window);
+}
+
+async function measure(what: string, op: (w: number, i: number) => Promise<void>, window: number): Promise<void> {
   let n = 0;
   const until = performance.now() + SECONDS * 1000;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   await Promise.all(Array.from({ length: WORKERS }, async (_, w) => {
     for (let i = 0; performance.now() < until; i++) {
-      await op(w, i);
+      await op(w, window * 1e9 + i);
       n++;
     }
   }));

@@ -377,9 +377,10 @@ class EchoAgent:
         recipient, reason = self.route(text, message)
         task_id = msg.header("Troupe-Task") or message.get("taskId")
         context_id = msg.header("Troupe-Context") or message.get("contextId")
-        if self.chunk_subject(msg):
+        chunks = self.chunk_subject(msg)
+        if chunks:
             thread = msg.header("Troupe-Thread")
-            self.stream(msg, out, task_id or thread or message["messageId"],
+            self.stream(chunks, msg, out, task_id or thread or message["messageId"],
                         context_id or thread or task_id or message["messageId"])
         reply = {"kind": "message", "role": "agent", "messageId": str(uuid.uuid4()),
                  "parts": [{"kind": "text", "text": out}],
@@ -411,10 +412,9 @@ class EchoAgent:
             return subject
         return None
 
-    def stream(self, msg, text, task_id, context_id):
+    def stream(self, subject, msg, text, task_id, context_id):
         """Sends the reply text as artifact-update chunks (at least two) to the request's chunk subject,
         before the final reply."""
-        subject = self.chunk_subject(msg)
         pieces = re.findall(r"\S+\s*", text)
         if len(pieces) < 2:
             pieces = [text[: len(text) // 2], text[len(text) // 2:]]
