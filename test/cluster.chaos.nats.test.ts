@@ -211,31 +211,26 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     const log = (s: string) => console.log(`[cluster-chaos] +${((Date.now() - startedAt) / 1000).toFixed(1)} s ${s} (answered so far ${talk.answered})`);
     const byName = (name: string): ClusterServerHandle => cluster.servers.find((s) => s.name === name)!;
 
-    // 1. The JetStream meta leader, kill -9, restarted after 3 s.
-    const meta = byName(await cluster.metaLeader());
-    log(`kill -9 of nats-server ${meta.name} (JetStream meta leader)`);
-    talk.phase = 'meta leader killed';
-    await meta.kill();
-    await progress(`with ${meta.name} down`);
-    await sleep(1_000);
-    await meta.restart();
-    await cluster.ready(60_000);
-    log(`${meta.name} restarted`);
-    talk.phase = 'meta leader restarted';
-    await progress(`after ${meta.name} came back`);
+    /** kill -9 of `server` (the `phase` leader), then a restart once every thread moved on without it. */
+    const killAndRestart = async (server: ClusterServerHandle, role: string, phase: string) => {
+      log(`kill -9 of nats-server ${server.name} (${role})`);
+      talk.phase = `${phase} killed`;
+      await server.kill();
+      await progress(`with ${server.name} down`);
+      await sleep(1_000);
+      await server.restart();
+      await cluster.ready(60_000);
+      log(`${server.name} restarted`);
+      talk.phase = `${phase} restarted`;
+      await progress(`after ${server.name} came back`);
+    };
+
+    // 1. The JetStream meta leader.
+    await killAndRestart(byName(await cluster.metaLeader()), 'JetStream meta leader', 'meta leader');
 
     // 2. The leader of the thread bucket's stream.
     const bucketLeader = byName(await waitUntil(() => cluster.streamLeader('KV_troupe_threads').catch(() => undefined), 'a thread bucket leader', 30_000));
-    log(`kill -9 of nats-server ${bucketLeader.name} (leader of KV_troupe_threads)`);
-    talk.phase = 'bucket leader killed';
-    await bucketLeader.kill();
-    await progress(`with ${bucketLeader.name} down`);
-    await sleep(1_000);
-    await bucketLeader.restart();
-    await cluster.ready(60_000);
-    log(`${bucketLeader.name} restarted`);
-    talk.phase = 'bucket leader restarted';
-    await progress(`after ${bucketLeader.name} came back`);
+    await killAndRestart(bucketLeader, 'leader of KV_troupe_threads', 'bucket leader');
 
     // 3. A server frozen past the route timeout (its peers cut it off), then thawed.
     const frozen = byName(await waitUntil(() => cluster.streamLeader('TROUPE_IN').catch(() => undefined), 'an inbound stream leader', 30_000));
