@@ -20,10 +20,9 @@ import { encodeJson } from '../src/protocol/index.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient, userMessage } from '../src/sdk/client.js';
 import { KvThreadStore } from '../src/store/kv.js';
-import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsCluster } from '../test/helpers/nats-cluster.js';
 import { meanRecordBytes, startRawTurn, type RawTurn } from './durability.js';
-import { concurrent, sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { concurrent, connections, sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 const TENANT = 'demo';
@@ -75,12 +74,7 @@ async function measure(name: string, op: Op, o: ClusterBenchOptions): Promise<Cl
 
 export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterResults> {
   const cluster = await startNatsCluster(3, { partitions: PARTITIONS });
-  const transports: NatsTransport[] = [];
-  const connect = async (name: string, user = 'node') => {
-    const t = await NatsTransport.connect({ ...cluster.as(user), name });
-    transports.push(t);
-    return t;
-  };
+  const { connect, closeAll } = connections((user, tenant) => cluster.as(user, tenant));
   let host: AgentHost | undefined;
   let node: TroupeNode | undefined;
   let store: KvThreadStore | undefined;
@@ -151,7 +145,7 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     await host?.stop().catch(() => undefined);
     await node?.stop().catch(() => undefined);
     await store?.close().catch(() => undefined);
-    await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+    await closeAll();
     await cluster.stop();
   }
 }

@@ -4,6 +4,8 @@
  */
 
 /** One operation; `worker` is the concurrent worker's index (0 in a sequential run), `i` its iteration. */
+import { NatsTransport, type NatsConnectOptions } from '../src/transport/nats.js';
+
 export type Op = (worker: number, i: number) => Promise<unknown>;
 
 export interface LatencyStats {
@@ -123,5 +125,21 @@ export async function concurrent(op: Op, opts: ConcurrentOptions): Promise<Concu
     seconds,
     perSecond: samples.length / seconds,
     latency: summarize(samples),
+  };
+}
+
+/**
+ * The connections of one bench section: `connect(name, user, tenant?)` opens one as `as(user, tenant)` of
+ * its server or cluster, and `closeAll()` drains them all (closing any that will not drain).
+ */
+export function connections(as: (user: string, tenant?: string) => Omit<NatsConnectOptions, 'name'>) {
+  const open: NatsTransport[] = [];
+  return {
+    async connect(name: string, user = 'node', tenant?: string): Promise<NatsTransport> {
+      const t = await NatsTransport.connect({ ...as(user, tenant), name });
+      open.push(t);
+      return t;
+    },
+    closeAll: () => Promise.all(open.map((t) => t.drain().catch(() => t.close()))),
   };
 }

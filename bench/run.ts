@@ -53,7 +53,6 @@ import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
-import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
 import { ProcessGroup } from '../test/helpers/processes.js';
@@ -72,7 +71,7 @@ import {
   type RawTurn,
   type StreamCounters,
 } from './durability.js';
-import { concurrent, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { concurrent, connections, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
@@ -378,13 +377,9 @@ async function waitForPartitions(node: TroupeNode, timeoutMs = 15_000): Promise<
 
 async function main(): Promise<void> {
   const server: NatsServerHandle = await startNatsServer();
-  const transports: NatsTransport[] = [];
   const procs = new ProcessGroup();
-  const connect = async (name: string, user = 'node', tenant = TENANT) => {
-    const t = await NatsTransport.connect({ ...server.as(user, tenant), name });
-    transports.push(t);
-    return t;
-  };
+  const pool = connections((user, tenant) => server.as(user, tenant));
+  const connect = (name: string, user = 'node', tenant = TENANT) => pool.connect(name, user, tenant);
   let host: AgentHost | undefined;
   let node: TroupeNode | undefined;
   let plainHost: AgentHost | undefined;
@@ -719,7 +714,7 @@ async function main(): Promise<void> {
     await host?.stop().catch((err: unknown) => console.error('agent host stop failed:', err));
     await node?.stop().catch((err: unknown) => console.error('node stop failed:', err));
     await store?.close().catch(() => undefined);
-    await Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
+    await pool.closeAll();
     await procs.stopAll();
     await server.stop();
   }
