@@ -158,16 +158,7 @@ export class AgentCaller {
    * answer itself, so a streaming client sees them before the final status and the turn's write keeps them.
    */
   private relayArtifacts(threadId: string, agentId: string, contextId: string, task: Task): void {
-    for (const artifact of task.artifacts ?? []) {
-      this.opts.relayChunk(threadId, {
-        kind: 'artifact-update',
-        taskId: threadId,
-        contextId,
-        artifact: { ...artifact, metadata: { ...artifact.metadata, [META.agent]: agentId } },
-        append: false,
-        lastChunk: true,
-      });
-    }
+    for (const artifact of task.artifacts ?? []) this.forward(threadId, agentId, contextId, { kind: 'artifact-update', taskId: threadId, contextId, artifact, append: false, lastChunk: true });
   }
 
   /** Metrics and span of one finished call (attempt). */
@@ -200,6 +191,11 @@ export class AgentCaller {
       this.opts.log.warn({ thread: threadId, agent: agentId, err: (err as Error).message }, 'refused a streamed chunk');
       return;
     }
+    this.forward(threadId, agentId, contextId, event);
+  }
+
+  /** Hands an artifact update to the thread's owner under the thread's own ids, marked with the agent that made it. */
+  private forward(threadId: string, agentId: string, contextId: string, event: TaskArtifactUpdateEvent): void {
     this.opts.relayChunk(threadId, {
       ...event,
       taskId: threadId,
