@@ -319,7 +319,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
     const turn = async (text: string, expectAgents: string[]) => {
       const res = await orchMesh.client.send(text, { threadId: `bench-orch-${randomUUID()}`, timeoutMs });
       if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
-      const used = res.final.status.message?.metadata?.['agents_used'] ?? [res.final.status.message?.metadata?.['troupe/agent']];
+      const used = res.final.status.message?.metadata?.['agentsUsed'] ?? [res.final.status.message?.metadata?.['troupe/agent']];
       if ([...(used as string[])].sort().join(',') !== [...expectAgents].sort().join(',')) throw new Error(`answered by ${JSON.stringify(used)}: "${res.text}"`);
     };
     log(`warm-up… ×${orchestrationRuns} fan-out…`);

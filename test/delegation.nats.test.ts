@@ -4,7 +4,7 @@
  * results (success and latency per delegate) go back to the delegating agent — not to the user — which
  * answers; a failing delegate is reported to it; the delegation counts against the hop limit; a card
  * that does not allow delegating (or accepting a handoff) gets a typed error. A router fan-out's answer
- * carries agents_used, execution_time_ms and per-agent latency_ms.
+ * carries agentsUsed, executionTimeMs and per-agent latencyMs.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -153,15 +153,15 @@ describe('delegation', () => {
     ]);
     expect(res.final.status.message?.metadata?.['troupe/hops']).toBe(2);
     const [d] = delegations;
-    expect(d).toMatchObject({ delegator: 'lead', strategy: 'parallel', agents_used: ['billing', 'weather'] });
+    expect(d).toMatchObject({ delegator: 'lead', strategy: 'parallel', agentsUsed: ['billing', 'weather'] });
     expect(d!.results.map((r) => [r.agentId, r.success])).toEqual([
       ['billing', true],
       ['weather', true],
     ]);
-    for (const r of d!.results) expect(r.latency_ms).toBeGreaterThanOrEqual(0);
-    expect(Object.keys(d!.latency_ms).sort()).toEqual(['billing', 'weather']);
-    expect(d!.execution_time_ms).toBeGreaterThanOrEqual(0);
-    console.log(`delegation latency_ms ${JSON.stringify(d!.latency_ms)}, execution_time_ms ${d!.execution_time_ms}`);
+    for (const r of d!.results) expect(r.latencyMs).toBeGreaterThanOrEqual(0);
+    expect(Object.keys(d!.latencyMs).sort()).toEqual(['billing', 'weather']);
+    expect(d!.executionTimeMs).toBeGreaterThanOrEqual(0);
+    console.log(`delegation latencyMs ${JSON.stringify(d!.latencyMs)}, executionTimeMs ${d!.executionTimeMs}`);
   });
 
   it('reports a failing delegate to the delegating agent, which still answers', async () => {
@@ -171,7 +171,7 @@ describe('delegation', () => {
     expect(res.text).toContain('lead sums up (billing=ok, broken=AGENT_ERROR)');
     expect(res.text).toContain('broken failed');
     const [d] = delegations;
-    expect(d!.agents_used).toEqual(['billing']);
+    expect(d!.agentsUsed).toEqual(['billing']);
     expect(d!.results.find((r) => r.agentId === 'broken')).toMatchObject({ success: false, error: { code: 'AGENT_ERROR' } });
   });
 
@@ -236,7 +236,7 @@ describe('a router fan-out', () => {
     await mesh?.stop();
   });
 
-  it('answers with agents_used, execution_time_ms and per-agent latency_ms in the metadata', async () => {
+  it('answers with agentsUsed, executionTimeMs and per-agent latencyMs in the metadata', async () => {
     const res = await mesh.client.send('status?', { timeoutMs: 10_000 });
     expect(res.error).toBeUndefined();
     const meta = res.final.status.message?.metadata ?? {};
@@ -247,7 +247,7 @@ describe('a router fan-out', () => {
       ['billing', true],
       ['weather', true],
     ]);
-    console.log(`fan-out latency_ms ${JSON.stringify(meta[RESULT_META.latencyMs])}, execution_time_ms ${String(meta[RESULT_META.executionTimeMs])}`);
+    console.log(`fan-out latencyMs ${JSON.stringify(meta[RESULT_META.latencyMs])}, executionTimeMs ${String(meta[RESULT_META.executionTimeMs])}`);
   });
 });
 

@@ -96,7 +96,7 @@ describe('A2A gateway over NATS with a durable node', () => {
     const first = taskOf(await alice.sendMessage(send(userText('Write about otters'))));
     expect(first.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
     expect(textOf(first.status?.message?.parts)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
-    expect(first.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
+    expect(first.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher', 'writer'], taskState: 'fresh' });
     const stored = await store.get('demo', first.id);
     expect(stored?.record.task.history).toHaveLength(4);
     expect(stored?.record.task.metadata?.['troupe/owner']).toBe('client/alice');
@@ -145,7 +145,7 @@ describe('A2A gateway over NATS with a durable node', () => {
     const first = taskOf(await one.sendMessage(send(userText('Write about puffins'))));
     const continued = taskOf(await two.sendMessage(send(userText('and gannets?', { contextId: first.contextId }))));
     expect(continued.id).toBe(first.id);
-    expect(continued.metadata?.['task_state']).toBe('resumed');
+    expect(continued.metadata?.['taskState']).toBe('resumed');
     // Bob's message in the same context id is bob's own task.
     const bob = await v1Client(second.url, { token: BOB });
     expect(taskOf(await bob.sendMessage(send(userText('Write about gulls', { contextId: first.contextId })))).id).not.toBe(first.id);

@@ -224,13 +224,13 @@ describe('orchestration machine: model-based, with real agent calls', () => {
         if (r.final.status === 'done') {
           finals += 1;
           const out = r.final.output as OrchestrationOutput;
-          const used = out.metadata.agents_used;
+          const used = out.metadata.agentsUsed;
           expect(out.message.role).toBe('agent');
           expect(out.message.messageId).toBe('q-1-orchestrated');
           expect(out.metadata.strategy).toBe(strategy);
-          expect(out.metadata.task_state).toBe(used.length ? 'completed' : 'failed');
+          expect(out.metadata.taskState).toBe(used.length ? 'completed' : 'failed');
           expect(used).toEqual(MODEL_AGENTS.filter((a) => used.includes(a))); // agent order
-          expect(out.metadata.execution_time_ms).toBe(r.final.context.now - T0);
+          expect(out.metadata.executionTimeMs).toBe(r.final.context.now - T0);
           if (strategy === 'first_success') expect(used.length).toBeLessThanOrEqual(1);
           const failedIds = out.metadata.failures.map((f) => f.agentId);
           expect([...used, ...failedIds, ...out.metadata.cancelled].sort()).toEqual([...MODEL_AGENTS].sort());
@@ -300,20 +300,20 @@ describe('orchestration machine: behaviour', () => {
       ],
     });
     expect(out.metadata).toEqual({
-      agents_used: ['researcher', 'critic'],
-      execution_time_ms: 1_234,
-      task_state: 'completed',
+      agentsUsed: ['researcher', 'critic'],
+      executionTimeMs: 1_234,
+      taskState: 'completed',
       strategy: 'parallel',
       failures: [{ agentId: 'writer', code: 'AGENT_ERROR', message: 'the writer crashed' }],
       cancelled: [],
       skipped: [],
       // Each call ran from T0 to the tick at T0 + 1234 (the machine's clock moves only with events).
       results: [
-        { agentId: 'researcher', success: true, latency_ms: 1_234 },
-        { agentId: 'writer', success: false, latency_ms: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' } },
-        { agentId: 'critic', success: true, latency_ms: 1_234 },
+        { agentId: 'researcher', success: true, latencyMs: 1_234 },
+        { agentId: 'writer', success: false, latencyMs: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' } },
+        { agentId: 'critic', success: true, latencyMs: 1_234 },
       ],
-      latency_ms: { researcher: 1_234, writer: 1_234, critic: 1_234 },
+      latencyMs: { researcher: 1_234, writer: 1_234, critic: 1_234 },
     });
   });
 
@@ -332,11 +332,11 @@ describe('orchestration machine: behaviour', () => {
     openB();
     const out = await toPromise(actor);
     expect(out.metadata.results).toEqual([
-      { agentId: 'a', success: true, latency_ms: 100 },
-      { agentId: 'b', success: true, latency_ms: 250 },
+      { agentId: 'a', success: true, latencyMs: 100 },
+      { agentId: 'b', success: true, latencyMs: 250 },
     ]);
-    expect(out.metadata.latency_ms).toEqual({ a: 100, b: 250 });
-    expect(out.metadata.execution_time_ms).toBe(350);
+    expect(out.metadata.latencyMs).toEqual({ a: 100, b: 250 });
+    expect(out.metadata.executionTimeMs).toBe(350);
     expect(out.answers).toEqual([
       { agentId: 'a', text: 'a' },
       { agentId: 'b', text: 'b' },
@@ -357,7 +357,7 @@ describe('orchestration machine: behaviour', () => {
     const { log, request } = scripted({ a: async () => reply('a'), b: async () => reply('b'), c: async () => reply('c') });
     const out = await toPromise(run({ decision: decision('a', 'b', 'c'), strategy: 'parallel', maxParallelAgents: 2 }, request));
     expect(log.map((c) => c.input.agentId)).toEqual(['a', 'b']);
-    expect(out.metadata.agents_used).toEqual(['a', 'b']);
+    expect(out.metadata.agentsUsed).toEqual(['a', 'b']);
     expect(out.metadata.skipped).toEqual(['c']);
   });
 
@@ -385,7 +385,7 @@ describe('orchestration machine: behaviour', () => {
     const out = await toPromise(run({ decision: decision('first', 'second', 'third'), strategy: 'sequential', message, maxParallelAgents: 1 }, request));
     expect(events).toEqual(['first:start', 'first:end', 'second:start', 'second:end', 'third:start']);
     for (const c of log) expect(c.input.message).toBe(message);
-    expect(out.metadata.agents_used).toEqual(['first', 'second', 'third']); // sequential ignores maxParallelAgents
+    expect(out.metadata.agentsUsed).toEqual(['first', 'second', 'third']); // sequential ignores maxParallelAgents
     expect(out.message.parts).toEqual([{ kind: 'text', text: '**first**: one\n\n**second**: two\n\n**third**: three' }]);
   });
 
@@ -411,8 +411,8 @@ describe('orchestration machine: behaviour', () => {
     // the winner's own content, parts included
     expect(out.message.parts).toEqual([{ kind: 'text', text: 'fast answer' }, { kind: 'data', data: { n: 1 } }]);
     expect(out.metadata).toMatchObject({
-      agents_used: ['fast'],
-      task_state: 'completed',
+      agentsUsed: ['fast'],
+      taskState: 'completed',
       strategy: 'first_success',
       cancelled: ['slow'],
       failures: [{ agentId: 'broken', code: 'AGENT_ERROR', message: 'nope' }],
@@ -431,8 +431,8 @@ describe('orchestration machine: behaviour', () => {
     });
     const out = await toPromise(run({ decision: decision('a', 'ghost', 'refusing', 'quitter'), strategy: 'parallel', retries: 0, maxParallelAgents: 4 }, request));
     expect(out.metadata).toMatchObject({
-      agents_used: [],
-      task_state: 'failed',
+      agentsUsed: [],
+      taskState: 'failed',
       failures: [
         { agentId: 'a', code: 'AGENT_ERROR', message: 'down' },
         { agentId: 'ghost', code: 'AGENT_NOT_FOUND', message: 'agent "ghost" is not on the mesh' },
@@ -451,7 +451,7 @@ describe('orchestration machine: behaviour', () => {
       run({ decision: decision('a'), strategy: 'first_success', retries: 0, fallbackMessage: 'Nobody is home ({failureMessage})' }, request),
     );
     expect(custom.message.parts).toEqual([{ kind: 'text', text: 'Nobody is home (a failed (down).)' }]);
-    expect(custom.metadata.task_state).toBe('failed');
+    expect(custom.metadata.taskState).toBe('failed');
   });
 
   it('an agent that does not answer in time fails with AGENT_TIMEOUT (the agent call times out) and its request is aborted', async () => {
@@ -501,7 +501,7 @@ describe('orchestration machine: behaviour', () => {
     expect(of('dead')).toEqual([0, 1, 2]); // 1 + retries
     expect(of('sleepy')).toEqual([0, 1, 2]);
     expect(log.filter((c) => c.input.agentId === 'sleepy').every((c) => c.signal.aborted)).toBe(true);
-    expect(out.metadata.agents_used).toEqual(['flaky']);
+    expect(out.metadata.agentsUsed).toEqual(['flaky']);
     expect(out.metadata.failures).toEqual([
       { agentId: 'dead', code: 'AGENT_ERROR', message: 'always down' },
       { agentId: 'sleepy', code: 'AGENT_TIMEOUT', message: 'agent "sleepy" did not answer within 2000 ms (attempt 3 of 3)' },
@@ -514,7 +514,7 @@ describe('orchestration machine: behaviour', () => {
     expect(out.message.parts[0]).toEqual({ kind: 'text', text: 'third time lucky However, dead failed (always down); sleepy did not answer in time.' });
   });
 
-  it('execution_time_ms comes from injected time: ticks before a call settles count', async () => {
+  it('executionTimeMs comes from injected time: ticks before a call settles count', async () => {
     let host: ReturnType<typeof createActor<typeof orchestrationMachine>> | undefined;
     let fakeNow = T0;
     const request = fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
@@ -528,7 +528,7 @@ describe('orchestration machine: behaviour', () => {
     });
     host.start();
     const out = await toPromise(host);
-    expect(out.metadata.execution_time_ms).toBe(700);
+    expect(out.metadata.executionTimeMs).toBe(700);
     expect(host.getSnapshot().context.calls.map((c) => c.finishedAt)).toEqual([T0 + 300, T0 + 700]);
   });
 
@@ -559,9 +559,9 @@ describe('orchestration machine: behaviour', () => {
     expect(restored.getSnapshot().status).toBe('active');
     await vi.advanceTimersByTimeAsync(1);
     const out = restored.getSnapshot().output!;
-    expect(out.metadata.agents_used).toEqual(['a']);
+    expect(out.metadata.agentsUsed).toEqual(['a']);
     expect(out.metadata.failures.map((f) => f.code)).toEqual(['AGENT_TIMEOUT']);
-    expect(out.metadata.execution_time_ms).toBe(600);
+    expect(out.metadata.executionTimeMs).toBe(600);
   });
 
   it('a call whose actor crashes is reported as failed and the others go on', async () => {
@@ -572,7 +572,7 @@ describe('orchestration machine: behaviour', () => {
       },
     });
     const out = await toPromise(run({ decision: decision('a', 'b'), strategy: 'parallel', retries: 1 }, request));
-    expect(out.metadata.agents_used).toEqual(['a']);
+    expect(out.metadata.agentsUsed).toEqual(['a']);
     expect(out.metadata.failures).toEqual([{ agentId: 'b', code: 'AGENT_ERROR', message: CRASH_REPORT }]);
   });
 });

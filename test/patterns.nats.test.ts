@@ -370,10 +370,10 @@ describe('Q&A orchestration over NATS (scoring policy, parallel fan-out)', () =>
     expect(r.text).toContain('However');
     expect([...routeTo(r)].sort()).toEqual(['billing', 'weather']);
     const meta = metadataOf(r);
-    expect(meta.agents_used).toEqual(['weather']);
-    expect(typeof meta.execution_time_ms).toBe('number');
-    expect(meta.execution_time_ms as number).toBeGreaterThan(0);
-    expect(meta.task_state).toBe('completed');
+    expect(meta.agentsUsed).toEqual(['weather']);
+    expect(typeof meta.executionTimeMs).toBe('number');
+    expect(meta.executionTimeMs as number).toBeGreaterThan(0);
+    expect(meta.taskState).toBe('completed');
     expect(meta.strategy).toBe('parallel');
     expect(meta.failures).toEqual([expect.objectContaining({ agentId: 'billing', code: 'AGENT_ERROR' })]);
     expect(calls).toEqual({ weather: 1, travel: 0, billing: 1 });
@@ -460,9 +460,9 @@ describe('first_success orchestration over NATS', () => {
     expect(r.text).not.toContain('slow: ');
     const meta = metadataOf(r);
     expect(meta.strategy).toBe('first_success');
-    expect(meta.agents_used).toEqual(['fast']);
+    expect(meta.agentsUsed).toEqual(['fast']);
     expect(meta.cancelled).toEqual(['slow']);
-    expect(meta.task_state).toBe('completed');
+    expect(meta.taskState).toBe('completed');
     expect(meta.failures).toEqual([]);
     // Both were really asked: the slow one was called and is still working on it.
     expect(calls).toEqual({ fast: 1, slow: 1 });

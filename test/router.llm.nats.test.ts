@@ -238,7 +238,7 @@ describe('natural-language joining (aggregation: synthesis)', () => {
     ]);
     const meta = res.final.status.message?.metadata ?? {};
     expect(meta[META.synthesis]).toBe('model');
-    expect(meta.agents_used).toEqual(['billing', 'weather']);
+    expect(meta.agentsUsed).toEqual(['billing', 'weather']);
     // The model read the question and each agent's answer.
     const synthesis = openai.requestsFor(model)[1]!;
     const user = messagesOf(synthesis).find((m) => m.role === 'user')!.content;

@@ -117,7 +117,7 @@ describe('context sanitiser between agents', () => {
     const mesh = await startEmbedded(fanned.def, silentLogger());
     stop = mesh.stop;
     const res = await mesh.client.send(`both of you: ${SECRET_TEXT}`);
-    expect(res.final.status.message?.metadata?.agents_used).toEqual(['notes', 'billing']);
+    expect(res.final.status.message?.metadata?.agentsUsed).toEqual(['notes', 'billing']);
     for (const agent of ['notes', 'billing']) {
       const seen = textOf(fanned.seen.get(agent)?.[0]);
       expect(seen).not.toContain('ada@example.com');

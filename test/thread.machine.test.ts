@@ -452,7 +452,7 @@ describe('thread machine: routing behaviour', () => {
     const final = statuses.find((s) => s.final)!;
     expect(textOf(final.message)).toContain('the facts');
     expect(textOf(final.message)).toContain('However');
-    expect(final.message?.metadata).toMatchObject({ agents_used: ['researcher'], task_state: 'completed' });
+    expect(final.message?.metadata).toMatchObject({ agentsUsed: ['researcher'], taskState: 'completed' });
     expect((final.message?.metadata?.failures as Array<{ agentId: string }>).map((f) => f.agentId)).toEqual(['writer']);
   });
 
@@ -589,7 +589,7 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     expect(rig.snapshot.context.handoff).toBeUndefined();
   });
 
-  it('a fan-out keeps the thread\'s time: ticks reach the orchestration and make execution_time_ms', async () => {
+  it('a fan-out keeps the thread\'s time: ticks reach the orchestration and make executionTimeMs', async () => {
     const rig = new ThreadRig({ config: { usePolicy: true } });
     rig.say('weather and flights');
     await rig.settle();
@@ -603,7 +603,7 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     rig.answer(agentReply('sunny'));
     rig.answer(agentReply('booked'));
     await rig.settle();
-    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher'], execution_time_ms: 250, task_state: 'completed' });
+    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher'], executionTimeMs: 250, taskState: 'completed' });
   });
 
   it('a restored thread runs its agent call again and re-arms its timeout and retry', async () => {
@@ -647,7 +647,7 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     expect(rig.openRequests().map((r) => [r.input.agentId, r.input.fanOut, r.input.message.messageId])).toEqual([['researcher', true, 'u1']]);
     rig.answer(agentReply('booked'));
     await rig.settle();
-    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher'], execution_time_ms: 400 });
+    expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher'], executionTimeMs: 400 });
     expect(rig.snapshot.value).toBe('input-required');
   });
 });

@@ -6,8 +6,8 @@
  *
  * The SDK also writes: its ResultManager loads, changes and saves the task on every event of a turn.
  * Those writes land in a bounded per-owner overlay held by this gateway, for what the node does not keep
- * (yet): the streamed chunks accumulated as artifacts and the gateway's own metadata (agents_used,
- * execution_time_ms, task_state). While a turn runs here the overlay is the task (one node round trip per
+ * (yet): the streamed chunks accumulated as artifacts and the gateway's own metadata (agentsUsed,
+ * executionTimeMs, taskState). While a turn runs here the overlay is the task (one node round trip per
  * streamed chunk would cost more than the chunk); when the turn ends the node's stored task is read again
  * and the overlay only adds artifacts and metadata to it. Persisting artifacts with the thread needs the
  * node (see docs/gateway.md, "What the node keeps").

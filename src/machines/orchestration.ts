@@ -18,7 +18,7 @@
  * first_success, and the aggregation.
  *
  * Pure: the clock comes in from `startedAt` and `troupe.orchestration.tick { now }` (the thread forwards
- * its own ticks, which the host sends as agents answer); `execution_time_ms` is `now - startedAt`.
+ * its own ticks, which the host sends as agents answer); `executionTimeMs` is `now - startedAt`.
  * After a restore the host sends `troupe.orchestration.restored { now }`, which passes
  * `troupe.agentCall.restored` on to every running call so it re-arms its timers (XState does not
  * persist delays) and runs its request again with the same idempotency key (the message's messageId).
@@ -81,15 +81,15 @@ export interface AgentCallSummary {
   agentId: string;
   success: boolean;
   /** How long its call took (retries included); 0 for a call that never started. */
-  latency_ms: number;
+  latencyMs: number;
   error?: { code: ErrorCode; message: string };
 }
 
 export interface OrchestrationMetadata {
   /** Agents that answered, in agent order. */
-  agents_used: string[];
-  execution_time_ms: number;
-  task_state: 'completed' | 'failed';
+  agentsUsed: string[];
+  executionTimeMs: number;
+  taskState: 'completed' | 'failed';
   strategy: OrchestrationStrategy;
   failures: AgentFailure[];
   /** first_success: calls stopped because another agent answered first. */
@@ -99,7 +99,7 @@ export interface OrchestrationMetadata {
   /** Per agent called, in agent order: success and latency. */
   results: AgentCallSummary[];
   /** Per agent called: how long its call took. */
-  latency_ms: Record<string, number>;
+  latencyMs: Record<string, number>;
 }
 
 export interface OrchestrationOutput {
@@ -314,11 +314,11 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
   const summaries: AgentCallSummary[] = context.calls.map((c) => ({
     agentId: c.agentId,
     success: c.status === 'succeeded',
-    latency_ms: c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0,
+    latencyMs: c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0,
     ...(c.error ? { error: c.error } : {}),
   }));
   const latency: Record<string, number> = Object.create(null) as Record<string, number>;
-  for (const r of summaries) latency[r.agentId] = r.latency_ms;
+  for (const r of summaries) latency[r.agentId] = r.latencyMs;
   return {
     message: {
       kind: 'message',
@@ -329,15 +329,15 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
       parts: agg.parts,
     },
     metadata: {
-      agents_used: agg.agentsUsed,
-      execution_time_ms: Math.max(0, context.now - context.startedAt),
-      task_state: agg.taskState,
+      agentsUsed: agg.agentsUsed,
+      executionTimeMs: Math.max(0, context.now - context.startedAt),
+      taskState: agg.taskState,
       strategy: context.strategy,
       failures: failuresOf(results),
       cancelled: agg.cancelled,
       skipped: context.skipped,
       results: summaries,
-      latency_ms: { ...latency },
+      latencyMs: { ...latency },
     },
     answers,
   };

@@ -26,7 +26,7 @@ export type DelegateDirective = z.infer<typeof DelegateDirectiveSchema>;
 export const DelegateResultSchema = z.object({
   agentId: AgentIdSchema,
   success: z.boolean(),
-  latency_ms: z.number().nonnegative(),
+  latencyMs: z.number().nonnegative(),
   /** The delegate's answer (text parts), when it answered. */
   text: z.string().optional(),
   error: z.object({ code: ErrorCodeSchema, message: z.string() }).optional(),
@@ -40,9 +40,9 @@ export const DelegationResultsSchema = z.object({
   /** What the delegates were asked. */
   input: z.string().optional(),
   results: z.array(DelegateResultSchema),
-  agents_used: z.array(AgentIdSchema),
-  execution_time_ms: z.number().nonnegative(),
-  latency_ms: z.record(z.string(), z.number().nonnegative()),
+  agentsUsed: z.array(AgentIdSchema),
+  executionTimeMs: z.number().nonnegative(),
+  latencyMs: z.record(z.string(), z.number().nonnegative()),
 });
 export type DelegationResults = z.infer<typeof DelegationResultsSchema>;
 

@@ -192,7 +192,7 @@ export class ThreadHost {
         request: fromPromise<AgentReply, AgentRequestInput>(({ input }) =>
           this.caller.call(input, { fanOut: input.fanOut === true }).catch((err: unknown) => {
             // The thread's clock moves with the answers (onReply); a failure moves it too, so a fan-out's
-            // execution_time_ms counts up to the last call that settled.
+            // executionTimeMs counts up to the last call that settled.
             this.threads.get(input.message.taskId ?? '')?.actor.send({ type: 'troupe.tick', now: this.now() });
             throw err;
           }),

@@ -130,14 +130,14 @@ export async function runDemo(json: boolean, opts: { llm?: boolean } = {}): Prom
           route: result.route,
           error: result.error,
           state: result.final.status.state,
-          ...(meta.agents_used ? { agents_used: meta.agents_used, execution_time_ms: meta.execution_time_ms, task_state: meta.task_state } : {}),
+          ...(meta.agentsUsed ? { agentsUsed: meta.agentsUsed, executionTimeMs: meta.executionTimeMs, taskState: meta.taskState } : {}),
         });
         if (json) continue;
         const from = String(meta[META.agent] ?? 'agent');
         process.stdout.write(`${color.bold(from)}: ${result.text.replace(/\n+/g, '\n    ')}\n`);
         if (result.error) process.stdout.write(`${color.red(`${result.error.code}`)}: ${result.error.message}\n`);
         const facts = [`route: ${result.route.map((s) => `${s.to}${s.confidence !== undefined ? ` (${s.confidence.toFixed(2)})` : ''}`).join(' → ') || '—'}`];
-        if (meta.agents_used) facts.push(`agents_used ${JSON.stringify(meta.agents_used)}`, `${String(meta.execution_time_ms)} ms`, `task_state ${String(meta.task_state)}`);
+        if (meta.agentsUsed) facts.push(`agentsUsed ${JSON.stringify(meta.agentsUsed)}`, `${String(meta.executionTimeMs)} ms`, `taskState ${String(meta.taskState)}`);
         facts.push(`state ${result.final.status.state}`);
         process.stdout.write(color.dim(`  ${facts.join('  ·  ')}\n`));
       }

@@ -151,10 +151,10 @@ export const threadWithDelegation = threadWithTurns.extend({
         delegator: delegation.delegator,
         strategy: delegation.strategy,
         input: messageText(delegation.input),
-        results: m.results.map((r) => ({ agentId: r.agentId, success: r.success, latency_ms: r.latency_ms, ...(r.error ? { error: r.error } : {}) })),
-        agents_used: m.agents_used,
-        execution_time_ms: m.execution_time_ms,
-        latency_ms: m.latency_ms,
+        results: m.results.map((r) => ({ agentId: r.agentId, success: r.success, latencyMs: r.latencyMs, ...(r.error ? { error: r.error } : {}) })),
+        agentsUsed: m.agentsUsed,
+        executionTimeMs: m.executionTimeMs,
+        latencyMs: m.latencyMs,
       };
       const hop = delegation.hop + 1;
       const message: Message = {
@@ -167,11 +167,11 @@ export const threadWithDelegation = threadWithTurns.extend({
         metadata: {
           [META.agent]: 'troupe',
           [META.delegation]: results,
-          [RESULT_META.agentsUsed]: m.agents_used,
-          [RESULT_META.executionTimeMs]: m.execution_time_ms,
-          [RESULT_META.latencyMs]: m.latency_ms,
+          [RESULT_META.agentsUsed]: m.agentsUsed,
+          [RESULT_META.executionTimeMs]: m.executionTimeMs,
+          [RESULT_META.latencyMs]: m.latencyMs,
           [RESULT_META.results]: results.results,
-          [RESULT_META.taskState]: m.task_state,
+          [RESULT_META.taskState]: m.taskState,
         },
       };
       const ok = m.results.filter((r) => r.success).length;

@@ -58,7 +58,7 @@ export const threadWithTurns = threadWithHandoff.extend({
     /** While a handoff is active the handoff actor counts the user's turns. */
     rearmAgentCall: sendTo('agentCall', { type: 'troupe.agentCall.restored' }),
     rearmOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.restored' as const, now: context.now })),
-    /** A fan-out keeps time from the thread's clock (its execution_time_ms). */
+    /** A fan-out keeps time from the thread's clock (its executionTimeMs). */
     tickOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.tick' as const, now: context.now })),
     recordAgentAnswer: assign(({ context }, output: AgentCallOutput) => {
       const turn = context.turn;
@@ -84,14 +84,14 @@ export const threadWithTurns = threadWithHandoff.extend({
         ...output.message,
         contextId: context.contextId,
         taskId: context.threadId,
-        metadata: { ...output.message.metadata, [META.agent]: output.metadata.agents_used.join('+') || 'troupe', ...output.metadata },
+        metadata: { ...output.message.metadata, [META.agent]: output.metadata.agentsUsed.join('+') || 'troupe', ...output.metadata },
       };
       const failures = output.metadata.failures;
       return {
         turn: { ...turn, lastAnswer: answer, lastFrom: turn.current },
         history: prune([...context.history, answer], context.config.historyLimit),
         lastError:
-          output.metadata.task_state === 'failed'
+          output.metadata.taskState === 'failed'
             ? { code: 'WORKFLOW_ERROR' as const, message: `every agent failed: ${failures.map((f) => `${f.agentId} (${f.code})`).join(', ')}` }
             : undefined,
       };
