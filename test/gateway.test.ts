@@ -70,7 +70,7 @@ afterAll(async () => {
   await Promise.all([demo?.stop(), acme?.stop()]);
 });
 
-const RESULT_KEYS = ['agents_used', 'execution_time_ms', 'task_state'];
+const RESULT_KEYS = ['agentsUsed', 'executionTimeMs', 'taskState'];
 
 function taskOf(result: unknown): SdkTask {
   if (!result || typeof result !== 'object' || !('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
@@ -131,16 +131,16 @@ describe('agent card', () => {
 });
 
 describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
-  it('sends: one turn, the Task with the whole history and the result metadata (task_state fresh)', async () => {
+  it('sends: one turn, the Task with the whole history and the result metadata (taskState fresh)', async () => {
     const client = await v1Client(open.url);
     expect(client.protocolVersion).toBe('1.0');
     const task = taskOf(await client.sendMessage(send(userText('Write about otters'))));
     expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
     expect(textOf(task.status?.message?.parts)).toBe('Here is your piece. Facts on "Write about otters": 3 sources agree it is worth writing about.');
     expect(task.history.map((m) => m.role)).toEqual([1, 2, 2, 2]);
-    expect(task.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
-    expect(task.metadata?.['execution_time_ms']).toEqual(expect.any(Number));
-    expect(task.status?.message?.metadata).toMatchObject({ agents_used: ['triage', 'researcher', 'writer'], task_state: 'fresh' });
+    expect(task.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher', 'writer'], taskState: 'fresh' });
+    expect(task.metadata?.['executionTimeMs']).toEqual(expect.any(Number));
+    expect(task.status?.message?.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher', 'writer'], taskState: 'fresh' });
   });
 
   it('streams: the Task first, route steps, chunks that accumulate into the Task artifacts, the final status last', async () => {
@@ -164,12 +164,12 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     expect(textOf(stored.artifacts[0]?.parts)).toBe('Here is your piece. ');
   });
 
-  it('continues a task by taskId (task_state resumed) and trims history on get', async () => {
+  it('continues a task by taskId (taskState resumed) and trims history on get', async () => {
     const client = await v1Client(open.url);
     const first = taskOf(await client.sendMessage(send(userText('Tell me about kelp'))));
     const second = taskOf(await client.sendMessage(send(userText('Is the sea cold?', { taskId: first.id }))));
     expect(second.id).toBe(first.id);
-    expect(second.metadata?.['task_state']).toBe('resumed');
+    expect(second.metadata?.['taskState']).toBe('resumed');
     expect(textOf(second.status?.message?.parts)).toContain('Checked with researcher');
     const stored = await client.getTask({ tenant: '', id: first.id });
     expect(stored.history.length).toBeGreaterThanOrEqual(7);
@@ -184,13 +184,13 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     const again = taskOf(await client.sendMessage(send(userText('and lobsters?', { contextId: first.contextId }))));
     expect(again.id).toBe(first.id);
     expect(again.contextId).toBe(first.contextId);
-    expect(again.metadata?.['task_state']).toBe('resumed');
+    expect(again.metadata?.['taskState']).toBe('resumed');
     const canceled = await client.cancelTask({ tenant: '', id: first.id, metadata: undefined });
     expect(canceled.status?.state).toBe(TaskState.TASK_STATE_CANCELED);
     const next = taskOf(await client.sendMessage(send(userText('new topic: whales', { contextId: first.contextId }))));
     expect(next.id).not.toBe(first.id);
     expect(next.contextId).toBe(first.contextId);
-    expect(next.metadata?.['task_state']).toBe('fresh');
+    expect(next.metadata?.['taskState']).toBe('fresh');
     // A context the client names itself works the same way.
     const own = taskOf(await client.sendMessage(send(userText('Write about herons', { contextId: 'my-context-1' }))));
     expect(own.contextId).toBe('my-context-1');
@@ -271,6 +271,28 @@ describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
     }
   });
 
+  it('an answer marked troupe/response "message" is a bare Message to a blocking send (JSON-RPC and REST); a stream still gets the Task', async () => {
+    for (const rest of [false, true]) {
+      const client = await v1Client(sut.url, { rest });
+      const result = await client.sendMessage(send(userText('TCK message response', { messageId: `tck-message-response-${crypto.randomUUID()}` })));
+      expect('status' in result, `rest=${rest}: ${JSON.stringify(result)}`).toBe(false);
+      const message = result as { messageId: string; taskId: string; parts: Array<{ content?: { value?: unknown } }>; metadata?: Record<string, unknown> };
+      expect(message.parts[0]?.content?.value).toBe('Direct message response');
+      expect(Object.keys(message.metadata ?? {})).toEqual(expect.arrayContaining(RESULT_KEYS));
+      // The turn ran on a thread all the same: the Message names its task, which waits for the next message.
+      const task = await client.getTask({ id: message.taskId, historyLength: undefined, tenant: '' });
+      expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+      expect(task.status?.message?.messageId).toBe(message.messageId);
+      // The client keeps the conversation by its contextId alone.
+      const next = taskOf(await client.sendMessage(send(userText('and then', { messageId: `tck-complete-task-${crypto.randomUUID()}`, contextId: task.contextId }))));
+      expect([next.id, next.status?.state]).toEqual([message.taskId, TaskState.TASK_STATE_COMPLETED]);
+    }
+    const client = await v1Client(sut.url);
+    const events = await collect(client.sendMessageStream(send(userText('TCK message response', { messageId: `tck-message-response-${crypto.randomUUID()}` }))));
+    expect(events[0]?.payload?.$case).toBe('task');
+    expect(events.at(-1)?.payload?.$case).toBe('statusUpdate');
+  });
+
   it('streamed: the Task answer\'s artifact arrives as an artifact update before the final status', async () => {
     const client = await v1Client(sut.url, { rest: true });
     const events = await collect(client.sendMessageStream(send(userText('TCK stream', { messageId: `tck-stream-artifact-file-${crypto.randomUUID()}` }))));
@@ -338,7 +360,7 @@ describe('A2A 0.3: the SDK 0.3 client', () => {
     const sent = await client.sendMessage({ message: v03Text('Write about otters') });
     if (sent.kind !== 'task') throw new Error(`expected a task, got ${sent.kind}`);
     expect(sent.status.state).toBe('input-required');
-    expect(sent.metadata).toMatchObject({ task_state: 'fresh', agents_used: ['triage', 'researcher', 'writer'] });
+    expect(sent.metadata).toMatchObject({ taskState: 'fresh', agentsUsed: ['triage', 'researcher', 'writer'] });
     const kinds: string[] = [];
     for await (const event of client.sendMessageStream({ message: v03Text('again', { taskId: sent.id }) })) kinds.push(event.kind);
     expect(kinds[0]).toBe('task');
@@ -692,7 +714,7 @@ describe('push notifications', () => {
     expect(kinds[0]).toBe('task');
     expect(kinds.at(-1)).toBe('statusUpdate');
     expect(received.every((r) => r.token === 'secret-hook-token')).toBe(true);
-    expect(received.some((r) => JSON.stringify(r.body).includes('agents_used'))).toBe(true);
+    expect(received.some((r) => JSON.stringify(r.body).includes('agentsUsed'))).toBe(true);
     await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: 'hook-1' });
     expect((await client.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toHaveLength(0);
     // A config for someone else's task, or a bad URL, is refused.
@@ -708,12 +730,20 @@ describe('push notifications', () => {
     const got = await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId });
     expect(got.body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
     expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: taskId })).body.result).toMatchObject({ taskId });
+    // A 0.3 client that asks for "default" (as 0.3's Python reference server allows) gets the task's one config …
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'default' })).body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
+    // … but not once the task has two, and a task with none is still not found.
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/set', { taskId, pushNotificationConfig: { id: 'second', url: receiverUrl } })).body.result).toMatchObject({ pushNotificationConfig: { id: 'second' } });
     expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'other' })).body.error).toMatchObject({ code: -32001 });
-    // The same in A2A 1.0.
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/delete', { id: taskId, pushNotificationConfigId: 'second' })).body.result).toBeNull();
+    const bare = (await rpc(open.url, 'message/send', { message: v03Text('Write about geese') })).body.result as { id: string };
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: bare.id, pushNotificationConfigId: 'default' })).body.error).toMatchObject({ code: -32001 });
+    // The same in A2A 1.0, where a get is exact.
     const client = await v1Client(open.url);
     const v1 = await client.createTaskPushNotificationConfig({ tenant: '', id: '', taskId, url: receiverUrl, token: '', authentication: undefined });
     expect(v1.id).toBe(taskId);
     expect(await client.getTaskPushNotificationConfig({ tenant: '', taskId, id: '' })).toMatchObject({ id: taskId, url: receiverUrl });
+    await expect(client.getTaskPushNotificationConfig({ tenant: '', taskId, id: 'default' })).rejects.toThrow(/not found/i);
     expect((await rpc(open.url, 'tasks/pushNotificationConfig/delete', { id: taskId, pushNotificationConfigId: taskId })).body.result).toBeNull();
   });
 });

@@ -9,7 +9,7 @@
  * Not a team to build on: it exists so the TCK's scenario tests have the agent they are written for.
  */
 import { randomUUID } from 'node:crypto';
-import { defineAgent, defineTeam, reply, type AgentContext, type AgentResult } from 'troupe';
+import { META, defineAgent, defineTeam, reply, type AgentContext, type AgentResult } from 'troupe';
 import type { Message, Part, Task, TaskState } from 'troupe';
 
 /** The TCK's streaming timeout is 2 s; the resubscribe scenario runs for twice that. */
@@ -35,6 +35,8 @@ const SCENARIOS: Array<[string, (ctx: AgentContext, message: Message) => AgentRe
   ['tck-artifact-file-url', (ctx) => task(ctx, 'completed', 'Artifact attached', [FILE_URL])],
   ['tck-artifact-file', (ctx) => task(ctx, 'completed', 'Artifact attached', [FILE])],
   ['tck-artifact-data', (ctx) => task(ctx, 'completed', 'Artifact attached', [{ kind: 'data', data: { key: 'value', count: 42 } }])],
+  // An answer that needs no task: a blocking SendMessage gets this Message instead of the Task (the thread waits for the next message of the context).
+  ['tck-message-response', () => reply('Direct message response', { metadata: { [META.response]: 'message' } })],
   // The thread waits for the user: Troupe's `input-required` after an answer to the user.
   ['tck-input-required', () => reply('Input required: send the next message', { to: 'user' })],
   ['tck-reject-task', (ctx) => task(ctx, 'rejected', 'rejected')],

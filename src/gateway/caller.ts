@@ -49,6 +49,8 @@ export function callerOf(context: ServerCallContext): GatewayCaller {
 export const STATE = {
   /** The Task the handler decided to start for a message without taskId (its id derives from the context). */
   newTask: 'troupe/newTask',
-  /** `fresh` (a new task) or `resumed` (a continued one), for the final answer's `task_state`. */
+  /** `fresh` (a new task) or `resumed` (a continued one), for the final answer's `taskState`. */
   taskState: 'troupe/taskState',
+  /** Set for a blocking, non-streaming send: its answer may be a bare Message (META.response). */
+  messageAnswer: 'troupe/messageAnswer',
 } as const;

@@ -3,24 +3,20 @@
  * caller's TroupeClient. It publishes the Task first (so a streaming client learns the task id at once),
  * then `working`, then every event of the turn as it comes from the thread's output (route steps as
  * status updates, streamed chunks as artifact updates that accumulate into the Task's artifacts) and
- * last the turn's final status, which carries `agents_used`, `execution_time_ms` and `task_state`.
+ * last the turn's final status, which carries `agentsUsed`, `executionTimeMs` and `taskState`.
  */
 import { AgentEvent, type AgentExecutor, type ExecutionEventBus, type RequestContext } from '@a2a-js/sdk/server';
 import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as SdkTaskStatus } from '@a2a-js/sdk';
 import type { Logger } from '../observability/logger.js';
-import { META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
+import { META, RESULT_META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
 import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
 import type { MeshTaskStore } from './task-store.js';
 import { metrics, outcomeLabel } from '../observability/metrics.js';
 import { SpanKind, endSpan, startSpan, tracing, withSpan, type Span } from '../observability/tracing.js';
 
-/** Metadata keys every final answer carries (the names the `ranch` runtime uses). */
-export const RESULT_META = {
-  agentsUsed: 'agents_used',
-  executionTimeMs: 'execution_time_ms',
-  taskState: 'task_state',
-} as const;
+/** Turns that ended with the agent's answer to the user (done, or the conversation waits for the next message). */
+const ANSWERED = new Set<SdkTaskState | undefined>([SdkTaskState.TASK_STATE_COMPLETED, SdkTaskState.TASK_STATE_INPUT_REQUIRED]);
 
 /** Refusals of the message itself: the task did not run, so the turn ends `rejected`, not `failed`. */
 const REFUSALS = new Set(['INVALID_MESSAGE', 'PAYLOAD_TOO_LARGE', 'THREAD_CLOSED', 'THREAD_NOT_FOUND', 'TENANT_FORBIDDEN']);
@@ -30,7 +26,7 @@ export interface MeshExecutorOptions {
   log: Logger;
   /** How long a turn may take before the gateway stops waiting for it. */
   turnTimeoutMs: number;
-  /** Wall clock for execution_time_ms (the gateway is an I/O edge; tests may pin it). */
+  /** Wall clock for executionTimeMs (the gateway is an I/O edge; tests may pin it). */
   now?: () => number;
 }
 
@@ -86,7 +82,13 @@ export class MeshExecutor implements AgentExecutor {
         [RESULT_META.taskState]: TERMINAL_TASK_STATES.includes(result.final.status.state) ? result.final.status.state : taskState,
       };
       endTurn();
-      bus.publish(AgentEvent.statusUpdate(finalUpdate(result.final, meta)));
+      const update = finalUpdate(result.final, meta);
+      const answer = update.status?.message;
+      if (answer && rc.context.state.get(STATE.messageAnswer) === true && ANSWERED.has(update.status?.state) && answer.metadata?.[META.response] === 'message') {
+        // The agent answered with a message that needs no task: a blocking send returns it as it is (the
+        // thread stays, and the next message of the same contextId continues it).
+        bus.publish(AgentEvent.message(answer));
+      } else bus.publish(AgentEvent.statusUpdate(update));
     } catch (err) {
       const error = TroupeError.from(err, 'WORKFLOW_ERROR');
       outcome = error.code;

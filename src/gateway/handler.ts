@@ -80,7 +80,10 @@ export class TroupeRequestHandler implements A2ARequestHandler {
 
   async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<SdkMessage | SdkTask> {
     try {
-      return await this.sdk.sendMessage(await this.prepare(params, context), context);
+      const prepared = await this.prepare(params, context);
+      // Only a blocking send waits for the answer, so only its answer may be a Message (META.response).
+      if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, true);
+      return await this.sdk.sendMessage(prepared, context);
     } catch (err) {
       throw toA2AError(err, { taskId: params.message?.taskId });
     }
@@ -137,10 +140,22 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     return this.sdk.createTaskPushNotificationConfig(params.id ? params : { ...params, id: params.taskId }, context);
   }
 
-  getTaskPushNotificationConfig(params: GetTaskPushNotificationConfigRequest, context: ServerCallContext): Promise<TaskPushNotificationConfig> {
+  /**
+   * A 0.3 get that names a config the task does not have, of a task with exactly one config, reads that
+   * one: 0.3's Python reference server answers every get with the task's first config, and 0.3 clients
+   * (the 0.3 TCK among them) ask for `"default"` after setting a config without an id. 1.0 gets are exact.
+   */
+  async getTaskPushNotificationConfig(params: GetTaskPushNotificationConfigRequest, context: ServerCallContext): Promise<TaskPushNotificationConfig> {
     checkTaskId(params.taskId);
     if (params.id) checkConfigId(params.id);
-    return this.sdk.getTaskPushNotificationConfig(params.id ? params : { ...params, id: params.taskId }, context);
+    try {
+      return await this.sdk.getTaskPushNotificationConfig(params.id ? params : { ...params, id: params.taskId }, context);
+    } catch (err) {
+      if (!params.id || !context.requestedVersion.startsWith('0.')) throw err;
+      const { configs } = await this.sdk.listTaskPushNotificationConfigs({ tenant: params.tenant, taskId: params.taskId, pageSize: 2, pageToken: '' }, context);
+      if (configs.length !== 1) throw err;
+      return configs[0]!;
+    }
   }
 
   listTaskPushNotificationConfigs(params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext): Promise<ListTaskPushNotificationConfigsResponse> {

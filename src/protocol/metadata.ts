@@ -38,23 +38,32 @@ export const META = {
   delegation: 'troupe/delegation',
   /** A fan-out's answer of a team that synthesises: `model` (written by the model) or `join` (the model failed). */
   synthesis: 'troupe/synthesis',
+  /**
+   * An agent's answer to the user: `message` asks the A2A gateway to answer a blocking SendMessage with
+   * this Message instead of the Task (A2A's "message response", for an answer that needs no task). The
+   * thread and its task exist all the same (the Message names its taskId); a streaming or non-blocking
+   * send has already had the Task and gets the final status as usual.
+   */
+  response: 'troupe/response',
 } as const;
 
 /**
- * Keys of an aggregated answer's metadata (a fan-out's answer to the user, the results a delegating
- * agent gets back), next to the `troupe/*` keys: snake_case, as the orchestrator design names them.
+ * Keys of a turn's result metadata, next to the `troupe/*` keys: on every final answer the gateway sends
+ * (`agentsUsed`, `executionTimeMs`, `taskState`), on a fan-out's answer to the user and on the results a
+ * delegating agent gets back. camelCase like every other field of A2A's JSON (spec §5.5; the A2A TCK's
+ * DM-SERIAL-001 reads metadata keys too), where the orchestrator design wrote `agents_used` etc.
  */
 export const RESULT_META = {
   /** Agents that answered, in agent order (string[]). */
-  agentsUsed: 'agents_used',
+  agentsUsed: 'agentsUsed',
   /** From the fan-out's start to its last settled call (number, ms). */
-  executionTimeMs: 'execution_time_ms',
+  executionTimeMs: 'executionTimeMs',
   /** Per agent: how long its call took ({ [agentId]: ms }). */
-  latencyMs: 'latency_ms',
-  /** Per agent, in agent order: { agentId, success, latency_ms, error? }. */
+  latencyMs: 'latencyMs',
+  /** Per agent, in agent order: { agentId, success, latencyMs, error? }. */
   results: 'results',
   /** `completed` or `failed`. */
-  taskState: 'task_state',
+  taskState: 'taskState',
 } as const;
 export type MetaKey = (typeof META)[keyof typeof META];
 
