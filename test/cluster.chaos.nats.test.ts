@@ -10,7 +10,8 @@
  *      once; the time from the kill to the answer of a probe message sent right after it is the takeover.
  * A client that gets no answer on `out` for 8 s reads the thread's stored history (a node killed between
  * its ack and its publish, or one that could not tell whether its ack took, leaves the answer there only),
- * as a client should.
+ * and after 10 s sends a copy of its message (HEADERS.resend: taken only by a thread that never had the
+ * message), as TroupeClient does.
  * Printed: turns attempted, answered, lost, duplicated, and each message not answered exactly once.
  * Asserted: no turn ran twice (every answer to a message is the same stored answer), answers in the order
  * of their messages, every stored history in send order with each answered message followed by its
@@ -37,6 +38,8 @@ const LEASE_TTL_MS = 3_000;
 const THREADS = 24;
 /** 20 is the goal; each kill costs a node process start (~5 s on 2 busy cores), so the default keeps the file near 2 minutes. */
 const NODE_KILLS = Number(process.env.CLUSTER_CHAOS_KILLS ?? 12);
+/** test/fixtures/cluster-chaos-team.ts: messages a thread's history keeps (1,000 turns). */
+const CHAOS_HISTORY_LIMIT = 2_000;
 const PAUSE_MS = 6_000;
 const textOf = (m: Message | undefined) => (m?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('');
 
@@ -136,8 +139,9 @@ class Conversations {
     this.loops = threads.map(async (threadId) => {
       for (let i = 0; !this.stopping; i++) {
         const messageId = `${threadId}-m${i}`;
-        const { answered } = await this.send(threadId, messageId, `turn ${i} of ${threadId}`);
-        await this.answerOf(threadId, messageId, answered);
+        const text = `turn ${i} of ${threadId}`;
+        const { answered } = await this.send(threadId, messageId, text);
+        await this.answerOf(threadId, messageId, text, answered);
         await sleep(100); // the user reads the answer
       }
     });
@@ -147,11 +151,19 @@ class Conversations {
    * Waits for the answer on `out`; when none comes for a while, reads the thread's stored history as a
    * client does: an answer committed by a node killed before it published is there.
    */
-  async answerOf(threadId: string, messageId: string, answered: Promise<void>): Promise<void> {
+  async answerOf(threadId: string, messageId: string, text: string, answered: Promise<void>): Promise<void> {
     let done = false;
     void answered.then(() => (done = true));
     await Promise.race([answered, sleep(8_000)]);
+    // As TroupeClient does (SendOptions.resendAfterMs): about 10 s without an answer, a copy; then after 20 s, 40 s.
+    let resendAt = Date.now() + 2_000;
+    let resendDelay = 20_000;
     while (!done && !this.stopped) {
+      if (Date.now() >= resendAt) {
+        await this.resend(threadId, messageId, text);
+        resendAt = Date.now() + resendDelay;
+        resendDelay *= 2;
+      }
       const history = await this.client.task(threadId).then((t) => t.history ?? [], () => []);
       const i = history.findIndex((m) => m.messageId === messageId);
       const answer = i >= 0 ? history[i + 1] : undefined;
@@ -166,6 +178,16 @@ class Conversations {
   }
 
   private stopped = false;
+
+  /** Copies sent per message for want of an answer (HEADERS.resend). */
+  readonly resent = new Map<string, number>();
+
+  private async resend(threadId: string, messageId: string, text: string): Promise<void> {
+    const n = (this.resent.get(messageId) ?? 0) + 1;
+    this.resent.set(messageId, n);
+    const headers = { [HEADERS.msgId]: `${threadId}/${messageId}#${n}`, [HEADERS.resend]: String(n) };
+    await this.t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(userMessage(text, { messageId })), { timeoutMs: 3_000, headers }).catch(() => undefined);
+  }
 
   /** Stops after each thread's current turn; resolves once every sent message is answered (or the deadline passed). */
   async stop(timeoutMs: number): Promise<void> {
@@ -265,7 +287,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       nodes.splice(nodes.indexOf(victim), 1);
       const replacement = startNode(`node k${k}`);
       const { answered } = await talk.send(probe, `probe-${k}`, `probe after kill ${k}`);
-      await Promise.race([talk.answerOf(probe, `probe-${k}`, answered), sleep(60_000)]);
+      await Promise.race([talk.answerOf(probe, `probe-${k}`, `probe after kill ${k}`, answered), sleep(60_000)]);
       const at = talk.answeredAt.get(`probe-${k}`);
       if (at !== undefined) takeovers.push(at - killedAt);
       nodes.push(await replacement);
@@ -298,15 +320,15 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       lost += ids.filter((id) => !talk.answeredAt.has(id)).length;
     }
     console.log(
-      `[cluster-chaos] turns attempted ${talk.attempted}, answered ${talk.answered} (${talk.recovered.size} of them read from the stored history: their node was killed between the ack and the publish, or could not tell whether its ack took), lost ${lost}, duplicated ${duplicated}; ` +
+      `[cluster-chaos] turns attempted ${talk.attempted}, answered ${talk.answered} (${talk.recovered.size} of them read from the stored history: their node was killed between the ack and the publish, or could not tell whether its ack took), lost ${lost}, duplicated ${duplicated}, sent again for want of an answer ${talk.resent.size}; ` +
         `node kills ${kills}, takeover (kill -9 to the answer of a message sent right after it, lease ttl ${LEASE_TTL_MS} ms) ` +
         `min ${sorted[0]} ms, median ${sorted[Math.floor(sorted.length / 2)]} ms, max ${sorted[sorted.length - 1]} ms; whole run ${((Date.now() - startedAt) / 1000).toFixed(0)} s`,
     );
     expect(kills).toBe(NODE_KILLS);
-    // Known defect, printed rather than asserted (issue 14 stays open): in one run of five, 6 of 4,404
-    // messages that JetStream had acknowledged (a PubAck with a sequence) after a frozen stream leader
-    // thawed were never delivered to a node nor stored in their thread. Every other run lost none.
-    if (lost > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${lost} acknowledged messages never answered nor stored (see docs/cluster.md)`);
+    // Printed rather than asserted (issue 14 stays open): before clients sent copies, in 2 runs of 16, 3 to
+    // 6 messages that JetStream had acknowledged (a PubAck with a sequence), most around a frozen stream
+    // leader's thaw, were never delivered to a node nor stored in their thread. A copy now brings them in.
+    if (lost > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${lost} acknowledged messages never answered nor stored, copies included (see docs/cluster.md)`);
     // Known defect, printed rather than asserted (issue 14 stays open): rare now (docs/cluster.md), but not 0
     // on every run. Each is listed above with what the chaos was doing.
     if (duplicated > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${duplicated} answers published twice (see docs/cluster.md)`);
@@ -325,7 +347,10 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       const history = (await store.get('demo', threadId))?.record.task.history ?? [];
       const users = history.filter((m) => m.role === 'user').map((m) => m.messageId);
       expect(users, `history of ${threadId}`).toEqual(ids.filter((id) => users.includes(id)));
-      for (const id of ids) {
+      // A long run can pass the history limit (historyLimit in the team): the oldest turns have left it.
+      const kept = ids.slice(Math.max(0, ids.indexOf(users[0] ?? '')));
+      if (history.length >= CHAOS_HISTORY_LIMIT) expect(ids.indexOf(users[0] ?? ''), `the oldest turn kept in the history of ${threadId}`).toBeGreaterThan(0);
+      for (const id of kept) {
         if (!talk.answeredAt.has(id)) continue;
         const i = history.findIndex((m) => m.messageId === id);
         expect(i, `${id} in the history of ${threadId}`).toBeGreaterThanOrEqual(0);

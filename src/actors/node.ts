@@ -294,6 +294,7 @@ export class TroupeNode {
         seq: msg.seq,
         until: 'answered',
         ackedBefore: msg.ackedBefore,
+        resend: msg.headers[HEADERS.resend] !== undefined,
         ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
       });
       return publish;
@@ -333,7 +334,10 @@ export class TroupeNode {
       const owner = this.ownerOf(principal, msg.headers);
       if (owner instanceof TroupeError) throw owner;
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
-      const { duplicate } = await this.threads.deliver(threadId, message, owner, tracing.on ? { trace: contextFromHeaders(msg.headers) } : {});
+      const { duplicate } = await this.threads.deliver(threadId, message, owner, {
+        resend: msg.headers[HEADERS.resend] !== undefined,
+        ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
+      });
       const ack: ThreadAck = { kind: 'ack', threadId, messageId: message.messageId, ...(duplicate ? { duplicate } : {}) };
       msg.respond(encodeJson(ack));
     } catch (err) {

@@ -23,6 +23,12 @@ export const HEADERS = {
   user: 'Troupe-User',
   /** JetStream de-duplication id of an inbound message: `<threadId>/<messageId>`, never the bare messageId. */
   msgId: 'Nats-Msg-Id',
+  /**
+   * On a user message a client sends again because no answer came (`1`, `2`, … with `Nats-Msg-Id`
+   * `<threadId>/<messageId>#<n>`, so JetStream stores the copy): taken only if the thread never had the
+   * message (the stream lost the first copy), acknowledged without an answer if it has it.
+   */
+  resend: 'Troupe-Resend',
   traceparent: 'traceparent',
   /** On an agent call: its thread is inspected, so the agent publishes inspection records for this call too. */
   inspect: 'Troupe-Inspect',

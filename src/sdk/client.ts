@@ -65,6 +65,13 @@ export interface SendOptions {
    * whether it already answered this message. Default 2000; 0 turns it off.
    */
   recheckMs?: number;
+  /**
+   * After this many ms without an answer (stored or published), the message is sent again as a resend
+   * (HEADERS.resend), then after twice as long, and so on: a thread that has the message only acknowledges
+   * the copy; one that never had it (a replicated stream that lost an acknowledged message in a failover)
+   * takes it then — late rather than never. Default 10000; 0 turns it off.
+   */
+  resendAfterMs?: number;
   /** Called for every event on the thread's output, as it arrives (chunks, route steps, final). */
   onEvent?: (event: ThreadEvent) => void;
   timeoutMs?: number;
@@ -81,6 +88,8 @@ export interface SendResult {
   error?: ErrorBody;
   /** The message was a duplicate of one the thread already had; `final` is its original answer. */
   duplicate?: boolean;
+  /** How many times it was sent again for want of an answer (SendOptions.resendAfterMs). */
+  resent?: number;
 }
 
 /** JetStream's answer when the thread's inbound stream took the message (durable mode). */
@@ -167,14 +176,35 @@ export class TroupeClient {
     finalEvent.catch(() => undefined);
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
     let duplicate = false;
+    let answered = false;
+    let resent = 0;
+    let resendTimer: ReturnType<typeof setTimeout> | undefined;
+    void finalEvent.then(() => (answered = true), () => (answered = true));
+    const subject = subjects.threadIn(this.tenant, this.principal, threadId);
+    const body = encodeJson(message);
+    const headers = {
+      // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
+      [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
+      ...(user ? { [HEADERS.user]: user } : {}),
+      ...(span ? injectTraceparent({}, span) : {}),
+    };
+    /** No answer yet: unless the store has one, send a copy the thread takes only if it never had the message. */
+    const resendAfter = (delayMs: number) => {
+      resendTimer = setTimeout(() => {
+        void (async () => {
+          const stored = await this.storedAnswer(threadId, message.messageId, user);
+          if (stored) return settle(stored);
+          if (answered || this.transport.closed) return;
+          resent++;
+          const copy = { ...headers, [HEADERS.msgId]: `${headers[HEADERS.msgId]}#${resent}`, [HEADERS.resend]: String(resent) };
+          await this.transport.request(subject, body, { timeoutMs: 10_000, headers: copy }).catch(() => undefined);
+          if (!answered) resendAfter(delayMs * 2);
+        })();
+      }, delayMs);
+    };
     try {
       await this.transport.flush();
-      const res = await this.requestOrExplain(subjects.threadIn(this.tenant, this.principal, threadId), encodeJson(message), Math.min(timeoutMs, 10_000), {
-        // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
-        [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
-        ...(user ? { [HEADERS.user]: user } : {}),
-        ...(span ? injectTraceparent({}, span) : {}),
-      });
+      const res = await this.requestOrExplain(subject, body, Math.min(timeoutMs, 10_000), headers);
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);
       if ('error' in ack && !('kind' in ack)) {
@@ -186,6 +216,8 @@ export class TroupeClient {
       // A duplicate's original answer may be stored already: look at once.
       if (duplicate) recheck();
       const interval = recheckMs > 0 ? setInterval(recheck, recheckMs) : undefined;
+      const resendAfterMs = opts.resendAfterMs ?? 10_000;
+      if (resendAfterMs > 0) resendAfter(resendAfterMs);
       let final: TaskStatusUpdateEvent;
       try {
         final = await finalEvent;
@@ -204,8 +236,10 @@ export class TroupeClient {
             return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
           });
       const error = (final.metadata?.[META.error] ?? final.status.message?.metadata?.[META.error]) as ErrorBody | undefined;
-      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}), ...(duplicate ? { duplicate } : {}) };
+      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}), ...(duplicate ? { duplicate } : {}), ...(resent ? { resent } : {}) };
     } finally {
+      answered = true;
+      clearTimeout(resendTimer);
       clearTimeout(timer);
       sub.unsubscribe();
     }

@@ -299,13 +299,17 @@ export class ThreadHost {
     threadId: string,
     message: Message,
     owner: string,
-    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean } = {},
+    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean; resend?: boolean } = {},
   ): Promise<{ duplicate: boolean; publish?: AfterAck }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
     const key = answerKey(threadId, message.messageId);
+    // A client's second copy of a message it got no answer for (HEADERS.resend): the thread has the first
+    // one (its answer is on its way or stored, where the client looks), so the copy is only acknowledged.
+    // A thread that never had it (the stream lost the first copy) takes it below like any new message.
+    if (opts.resend && this.hasMessage(live, message.messageId)) return { duplicate: true };
     const behind = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
       // Another delivery of a message the thread answered as it ended (a cancel answers every message it
@@ -382,6 +386,20 @@ export class ThreadHost {
     if (!answered) return { duplicate: false };
     const events = await answered;
     return { duplicate: false, publish: this.publishOnce(live, message.messageId, events) };
+  }
+
+  /** Whether the thread has taken this message: in its turn, queue or history, or answered by this process. */
+  private hasMessage(live: LiveThread, messageId: string): boolean {
+    const ctx = live.actor.getSnapshot().context;
+    const key = answerKey(live.threadId, messageId);
+    return (
+      ctx.turn?.userMessageId === messageId ||
+      ctx.pending.some((m) => m.messageId === messageId) ||
+      ctx.history.some((m) => m.messageId === messageId) ||
+      live.waiters.some((w) => w.messageId === messageId) ||
+      this.publishedAnswers.has(key) ||
+      this.pendingAnswers.has(key)
+    );
   }
 
   /**
