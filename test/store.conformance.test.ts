@@ -163,6 +163,22 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
     expect(again?.record.snapshot).toEqual(record('demo', 't1').snapshot);
   });
 
+  it('a history written turn after turn around the same message objects reads back exactly each time', async () => {
+    // Each history message is encoded once in its life (store/codec.ts): every write must still hold
+    // exactly the history it was given, whatever the text holds.
+    const texts = ['plain', 'quotes " and \\ backslash', 'unicode ünï 😀 \u2028', '</script>{"history":[]}', ''];
+    let history: Message[] = [];
+    const rec = record('demo', 't-hist');
+    let revision = await store.create(rec);
+    for (let turn = 0; turn < 30; turn++) {
+      history = [...history, message(`u${turn}`, texts[turn % texts.length]!), message(`a${turn}`, `answer ${turn}`)].slice(-50);
+      const next = { ...rec, task: { ...rec.task, history, metadata: { turn } } };
+      revision = await store.update(next, revision);
+      const got = await store.get('demo', 't-hist');
+      expect(got?.record).toEqual(JSON.parse(JSON.stringify(next)));
+    }
+  });
+
   it('mutate: 20 concurrent mutators each append to history and none is lost', async () => {
     await store.create(record('demo', 'hot'));
     let conflicts = 0;
