@@ -369,7 +369,9 @@ export class ThreadHost {
     live.lastActive = this.now();
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
     if (opts.seq !== undefined) live.inboundSeq = Math.max(live.inboundSeq ?? 0, opts.seq);
-    live.actor.send({ type: 'troupe.agents', agents: this.registry.directory() });
+    // The registry's directory is one object until an agent joins or leaves: the thread has it already.
+    const agents = this.registry.directory();
+    if (live.actor.getSnapshot().context.agents !== agents) live.actor.send({ type: 'troupe.agents', agents });
     const watch: TurnWatch = { startedAt: this.now(), stepAt: this.now() };
     live.turns.set(message.messageId, watch);
     if (tracing.on) {
