@@ -276,13 +276,15 @@ export class AgentHost {
 
   private async handle(msg: InboundMessage, outcome: { error?: TroupeError }): Promise<Uint8Array> {
     const threadId = msg.headers[HEADERS.threadId] ?? '';
-    const log = this.log.child({ thread: threadId || undefined });
+    // The call's logger is made when something logs (most calls log nothing at the default level).
+    let child: Logger | undefined;
+    const log = () => (child ??= this.log.child({ thread: threadId || undefined }));
     let message: Message;
     try {
       message = decode(MessageSchema, msg.data, `message to agent "${this.agentId}"`, this.maxPayload);
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
-      log.warn({ code: error.code }, error.message);
+      log().warn({ code: error.code }, error.message);
       outcome.error = error;
       return encodeJson(error.toReply());
     }
@@ -298,7 +300,7 @@ export class AgentHost {
           'EXTENSION_PARSE_ERROR',
           `client-routing metadata on message ${message.messageId} is invalid: ${describeZodError(parsed.error)}`,
         );
-        log.warn({ code: error.code }, error.message);
+        log().warn({ code: error.code }, error.message);
         outcome.error = error;
         return encodeJson(error.toReply());
       }
@@ -340,7 +342,9 @@ export class AgentHost {
       ...handoffContext(message),
       ...delegationContext(message),
       signal: this.abort.signal,
-      log,
+      get log() {
+        return log();
+      },
       stream,
       inspect: this.callInspector(threadId, message.messageId, inspected),
     };
@@ -349,14 +353,14 @@ export class AgentHost {
       const result = await this.run(message, ctx);
       const replyMessage = this.toReply(result, ctx);
       this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
-      log.debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
+      if (this.log.isLevelEnabled('debug')) log().debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
       if (inspected) this.inspectedCalls--;
       return encodeJson(replyMessage);
     } catch (err) {
       this.actor.send({ type: 'troupe.agent.failed', messageId: message.messageId });
       if (inspected) this.inspectedCalls--;
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
-      log.error({ err, code: error.code }, 'handler failed');
+      log().error({ err, code: error.code }, 'handler failed');
       outcome.error = error;
       return encodeJson(error.toReply());
     }
