@@ -2,15 +2,20 @@
  * A client that gets no answer sends its message again (SendOptions.resendAfterMs, HEADERS.resend): on a
  * real nats-server with the node as its own process. A message the inbound stream lost after
  * acknowledging it (a replicated stream can, in a failover: docs/cluster.md) is answered once the copy
- * arrives; a message whose turn is only slow is not run again nor answered twice for its copies.
+ * arrives; a message whose turn is only slow is not run again nor answered twice for its copies — on
+ * NATS, and on the embedded mesh, where copies reach the node as requests.
  */
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
+import { defineTeam } from '../src/sdk/team.js';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/observability/logger.js';
+import { MemoryTransport } from '../src/transport/memory.js';
 import { TroupeClient } from '../src/sdk/client.js';
-import { ThreadEventSchema } from '../src/protocol/index.js';
+import { HEADERS, ThreadEventSchema } from '../src/protocol/index.js';
 import { INGRESS_STREAM } from '../src/transport/jetstream/ingress.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -126,5 +131,55 @@ describe('a client sends again what got no answer', () => {
     await waitUntil(async () => (await streamState()).messages === 0, 'the copies to be acknowledged', 30_000);
     expect(calls.get(messageId)).toBe(1);
     await expectOneFinal(threadId, messageId);
+  });
+});
+
+describe('a client sends again what got no answer: the embedded mesh (no JetStream)', () => {
+  it('copies of a slow message reach the node as requests: each is acknowledged as a duplicate, the turn runs and is answered once', async () => {
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let called = 0;
+    const team = defineTeam({
+      name: 'resend-embedded',
+      agents: [
+        defineAgent({
+          card: { id: 'slow', name: 'Slow', description: 'Answers when the test opens its gate' },
+          handle: async (_message, ctx) => {
+            called++;
+            await gate;
+            return reply(`done: ${ctx.text}`, { to: 'user' });
+          },
+        }),
+      ],
+      config: { entryAgent: 'slow', agentTimeoutMs: 60_000, retries: 0 },
+    });
+    const mesh = await startEmbedded(team, silentLogger());
+    try {
+      const finals: string[] = [];
+      mesh.client.follow('t-embedded-resend', (e) => {
+        if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.['troupe/inReplyTo']));
+      });
+      let copies = 0;
+      const sending = mesh.client.send('slow', { threadId: 't-embedded-resend', messageId: 'm-embedded', resendAfterMs: 50, timeoutMs: 60_000 });
+      // Three copies went while the agent works (each acknowledged by the node: the send keeps waiting).
+      const seen = new Set<string>();
+      const sub = new MemoryTransport({ bus: mesh.bus }).subscribe('troupe.demo.in.>', (m) => {
+        const id = m.headers[HEADERS.msgId];
+        if (!id || seen.has(id)) return;
+        seen.add(id);
+        if (id.includes('#')) copies++;
+      });
+      await waitUntil(() => copies >= 3 || undefined, 'three copies of the slow message', 30_000);
+      sub.unsubscribe();
+      open();
+      const result = await sending;
+      expect(result.text).toBe('done: slow');
+      expect(result.resent).toBeGreaterThanOrEqual(3);
+      expect(called).toBe(1);
+      expect((await mesh.client.send('and then', { threadId: 't-embedded-resend' })).text).toBe('done: and then');
+      expect(finals.filter((id) => id === 'm-embedded')).toHaveLength(1);
+    } finally {
+      await mesh.stop();
+    }
   });
 });

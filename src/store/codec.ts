@@ -51,40 +51,6 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
- * The JSON of each history message, kept from the write that first checked it (see `checkedMessages`:
- * the same immutability). A record at the history limit is mostly its history: each turn re-encodes
- * only the messages that are new, and the record's JSON is put together around them.
- */
-const encodedMessages = new WeakMap<object, string>();
-
-function historyJson(history: readonly unknown[]): string {
-  let out = '[';
-  for (let i = 0; i < history.length; i++) {
-    const message = history[i];
-    let json = typeof message === 'object' && message !== null ? encodedMessages.get(message) : undefined;
-    if (json === undefined) {
-      json = JSON.stringify(message) ?? 'null';
-      if (typeof message === 'object' && message !== null) encodedMessages.set(message, json);
-    }
-    out += i === 0 ? json : `,${json}`;
-  }
-  return `${out}]`;
-}
-
-/** `{...}` with one more member, `"name":<json>`, at its end. */
-function withMember(objectJson: string, name: string, json: string): string {
-  return objectJson === '{}' ? `{"${name}":${json}}` : `${objectJson.slice(0, -1)},"${name}":${json}}`;
-}
-
-/** JSON.stringify(record), but the history's messages encoded once in their life (members in another order). */
-function recordJson(record: ThreadRecord): string {
-  const { task, ...rest } = record;
-  const { history, ...taskRest } = task;
-  const taskJson = history ? withMember(JSON.stringify(taskRest), 'history', historyJson(history)) : JSON.stringify(taskRest);
-  return withMember(JSON.stringify(rest), 'task', taskJson);
-}
-
-/**
  * Validates a record before it is written (a store never holds what it would refuse to read) and
  * serializes it. Returns the key it belongs under.
  */
@@ -105,7 +71,7 @@ export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOA
   }
   let json: string;
   try {
-    json = recordJson(record);
+    json = JSON.stringify(record);
   } catch (err) {
     // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
     throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });
