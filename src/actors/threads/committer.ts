@@ -38,8 +38,11 @@ export interface CommitterOptions {
    * scheduled mid-turn is skipped and the change stays pending. Forced writes (passivation) ignore it.
    */
   shouldWrite: (live: LiveThread) => boolean;
-  /** After every successful write, with the final events it included (the host publishes or hands them on). */
-  committed: (live: LiveThread, finals: TaskStatusUpdateEvent[]) => void;
+  /**
+   * After every successful write, with the final events it included (the host publishes or hands them on);
+   * `wrote` is false when there was nothing new to write (the store still holds another write).
+   */
+  committed: (live: LiveThread, finals: TaskStatusUpdateEvent[], wrote: boolean) => void;
 }
 
 const MAX_TRIMS = 12;
@@ -80,7 +83,7 @@ export class Committer {
     live.forceWrite = false;
     // Nothing new: no write.
     if (!live.changed && live.outbox.length === 0 && live.revision !== undefined) {
-      this.opts.committed(live, []);
+      this.opts.committed(live, [], false);
       return;
     }
     const outbox: TaskStatusUpdateEvent[] = [];
@@ -103,7 +106,7 @@ export class Committer {
         const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
         live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
         metrics.kvWrites.inc({ result: 'ok' });
-        this.opts.committed(live, outbox);
+        this.opts.committed(live, outbox, true);
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');

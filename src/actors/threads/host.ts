@@ -158,8 +158,10 @@ export class ThreadHost {
       store: this.store,
       now: this.now,
       log: this.log,
-      committed: (live, finals) => {
-        live.committedBy = opts.nodeId;
+      committed: (live, finals, wrote) => {
+        // The node the stored record names: the one to ask whether the thread's latest answer went out. A
+        // commit with nothing new wrote nothing, and the record still names the node that answered.
+        if (wrote) live.committedBy = opts.nodeId;
         this.afterCommit(live, finals);
       },
       shouldWrite: (live) => atRest(live.actor.getSnapshot()),
