@@ -306,7 +306,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
         const n = got.filter((g) => g === id).length;
         if (n === 1 || (n === 0 && talk.recovered.has(id))) continue;
         const stored = history.findIndex((m) => m.messageId === id);
-        problems.push(`${id} (${talk.phaseOf.get(id)}): answered ${n}×, in the stored history: ${stored < 0 ? 'no' : history[stored + 1]?.role === 'agent' ? 'with its answer' : 'without an answer'}`);
+        problems.push(`${id} (${talk.phaseOf.get(id)}): answered ${n}×, in the stored history: ${stored < 0 ? 'no' : history[stored + 1]?.role === 'agent' ? 'with its answer' : 'without an answer'}, copies sent ${talk.resent.get(id) ?? 0}`);
       }
     }
     if (problems.length) console.log(`[cluster-chaos] not answered exactly once:\n  ${problems.join('\n  ')}`);
