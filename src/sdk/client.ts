@@ -176,10 +176,10 @@ export class TroupeClient {
     finalEvent.catch(() => undefined);
     const timer = setTimeout(() => fail(new TroupeError('AGENT_TIMEOUT', `no final answer on thread ${threadId} within ${timeoutMs} ms`)), timeoutMs);
     let duplicate = false;
-    let answered = false;
+    /** Set once the send is over (answered, failed or timed out): no more copies. */
+    let over = false;
     let resent = 0;
     let resendTimer: ReturnType<typeof setTimeout> | undefined;
-    void finalEvent.then(() => (answered = true), () => (answered = true));
     const subject = subjects.threadIn(this.tenant, this.principal, threadId);
     const body = encodeJson(message);
     const headers = {
@@ -188,18 +188,21 @@ export class TroupeClient {
       ...(user ? { [HEADERS.user]: user } : {}),
       ...(span ? injectTraceparent({}, span) : {}),
     };
-    /** No answer yet: unless the store has one, send a copy the thread takes only if it never had the message. */
+    /**
+     * No answer yet (published, or stored: `recheck` reads the store meanwhile): a copy the thread takes
+     * only if it never had the message.
+     */
     const resendAfter = (delayMs: number) => {
       resendTimer = setTimeout(() => {
-        void (async () => {
-          const stored = await this.storedAnswer(threadId, message.messageId, user);
-          if (stored) return settle(stored);
-          if (answered || this.transport.closed) return;
-          resent++;
-          const copy = { ...headers, [HEADERS.msgId]: `${headers[HEADERS.msgId]}#${resent}`, [HEADERS.resend]: String(resent) };
-          await this.transport.request(subject, body, { timeoutMs: 10_000, headers: copy }).catch(() => undefined);
-          if (!answered) resendAfter(delayMs * 2);
-        })();
+        if (over || this.transport.closed) return;
+        resent++;
+        const copy = { ...headers, [HEADERS.msgId]: `${headers[HEADERS.msgId]}#${resent}`, [HEADERS.resend]: String(resent) };
+        void this.transport
+          .request(subject, body, { timeoutMs: 10_000, headers: copy })
+          .catch(() => undefined)
+          .then(() => {
+            if (!over) resendAfter(delayMs * 2);
+          });
       }, delayMs);
     };
     try {
@@ -238,7 +241,7 @@ export class TroupeClient {
       const error = (final.metadata?.[META.error] ?? final.status.message?.metadata?.[META.error]) as ErrorBody | undefined;
       return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}), ...(duplicate ? { duplicate } : {}), ...(resent ? { resent } : {}) };
     } finally {
-      answered = true;
+      over = true;
       clearTimeout(resendTimer);
       clearTimeout(timer);
       sub.unsubscribe();

@@ -83,6 +83,11 @@ const ANSWERED_ASK_ATTEMPTS = 3;
 /** How long a node asked that question waits for an answer of its own still waiting for its ack. */
 const ANSWERED_WAIT_MS = 1_500;
 
+/** The message is the thread's current turn or waits in its queue. */
+function inTurnOf(ctx: { turn?: { userMessageId: string } | undefined; pending: readonly Message[] }, messageId: string): boolean {
+  return ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId);
+}
+
 /** A thread in the middle of a turn (its task state `working`). */
 function isWorking(value: unknown): boolean {
   return taskStateOf(value) === 'working';
@@ -308,10 +313,11 @@ export class ThreadHost {
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
     const key = answerKey(threadId, message.messageId);
+    const has = this.hasMessage(live, message.messageId);
     // A client's second copy of a message it got no answer for (HEADERS.resend): the thread has the first
     // one (its answer is on its way or stored, where the client looks), so the copy is only acknowledged.
     // A thread that never had it (the stream lost the first copy) takes it below like any new message.
-    if (opts.resend && this.hasMessage(live, message.messageId)) return { duplicate: true };
+    if (opts.resend && has) return { duplicate: true };
     const behind = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
       // Another delivery of a message the thread answered as it ended (a cancel answers every message it
@@ -324,14 +330,13 @@ export class ThreadHost {
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
     const ctx = snap.context;
-    const inTurn = ctx.turn?.userMessageId === message.messageId || ctx.pending.some((m) => m.messageId === message.messageId);
+    const inTurn = inTurnOf(ctx, message.messageId);
     const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
     // At or below the last stream sequence the thread took: another delivery of a message it has — if it
     // knows the message (in its turn, queue or history, or answered by this process). One it does not know
     // it never took (it was sent back to the stream and came back behind newer ones): taken now, late
     // rather than never — nothing a thread accepted ends without its final event.
-    const redelivery =
-      behind && (inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key));
+    const redelivery = behind && has;
     if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
     if (redelivery || inTurn || inHistory) {
       if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answerComing(live, message.messageId))) {
@@ -397,8 +402,7 @@ export class ThreadHost {
     const ctx = live.actor.getSnapshot().context;
     const key = answerKey(live.threadId, messageId);
     return (
-      ctx.turn?.userMessageId === messageId ||
-      ctx.pending.some((m) => m.messageId === messageId) ||
+      inTurnOf(ctx, messageId) ||
       ctx.history.some((m) => m.messageId === messageId) ||
       live.waiters.some((w) => w.messageId === messageId) ||
       this.publishedAnswers.has(key) ||
@@ -798,7 +802,7 @@ export class ThreadHost {
     const answer = answerIn(ctx.history, messageId, isWorking(live.actor.getSnapshot().value));
     if (!answer) {
       // Still being answered (its turn runs, it is queued, or its answer waits for its commit): the answer will come.
-      if (ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId) || this.answerComing(live, messageId)) return;
+      if (inTurnOf(ctx, messageId) || this.answerComing(live, messageId)) return;
       // Its answer is no longer kept (the history keeps the latest messages): a typed error, not silence.
       const error = new TroupeError('INVALID_MESSAGE', `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`);
       this.publishFinal(live, rejectionEvent({ taskId: live.threadId, contextId: ctx.contextId, messageId, error, timestamp: new Date(this.now()).toISOString() }), opts);
