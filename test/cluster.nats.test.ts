@@ -6,7 +6,9 @@
  *     replicas, nodes given every server URL;
  *   - 3 nodes share 64 partitions 22/21/21; killing one (kill -9) moves its partitions to the other two;
  *   - a node whose --partitions disagrees with the server's mapping refuses to start (exit 1, says the
- *     server's count), and its probes leave nothing in the stream.
+ *     server's count), and its probes leave nothing in the stream;
+ *   - with two servers of three down (no JetStream quorum) a starting node waits and says so, and starts
+ *     once they are back; opening a store past its setup deadline fails with what to check.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -19,6 +21,7 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { TroupeNode } from '../src/actors/node.js';
+import { KvThreadStore } from '../src/store/kv.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
 import { pushAccountJwts } from '../src/security/creds.js';
@@ -39,11 +42,11 @@ async function transport(name: string, user = 'node'): Promise<NatsTransport> {
   return t;
 }
 
-function startNode(name: string, extra: string[] = []): Promise<ManagedProcess> {
+function startNode(name: string, extra: string[] = [], ready?: RegExp): Promise<ManagedProcess> {
   return spawnTroupe(
     ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn', ...extra],
     cluster.env,
-    { name, readyTimeoutMs: 40_000 },
+    { name, readyTimeoutMs: 40_000, ...(ready ? { ready } : {}) },
     group,
   );
 }
@@ -181,4 +184,37 @@ describe('nodes on the cluster', () => {
     const res = await client.send('still here', { threadId: 'cluster-1', timeoutMs: 20_000 });
     expect(res.text).toBe('echo: still here');
   }, 60_000);
+});
+
+describe('a cluster that has lost its JetStream quorum', () => {
+  it('a node started meanwhile waits, says so, and starts once the servers are back; a store open past its deadline says what to check', async () => {
+    const client = new TroupeClient(await transport('quorum-client'));
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const agentHost = await new AgentHost({ transport: await transport('quorum-echo', 'echo'), agent: echo, heartbeatMs: 300 }).start();
+    const [, down1, down2] = cluster.servers;
+    await Promise.all([down1!.kill(), down2!.kill()]);
+    try {
+      // One server of three: no meta leader, so every JetStream API request fails or goes unanswered.
+      const t = await transport('quorum-store');
+      const failed = await KvThreadStore.open(t.connection, { bucket: 'quorum_probe', replicas: 3, setupDeadlineMs: 1_500 }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(failed).toBeInstanceOf(TroupeError);
+      expect((failed as TroupeError).code).toBe('TRANSPORT_ERROR');
+      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "quorum_probe" .*most servers of the cluster are up/);
+
+      // A node started now (a restart after a crash, a rolling deploy) does not exit: it reports that it waits.
+      const node = await startNode('node q', [], /JetStream did not answer while/);
+      expect(node.running).toBe(true);
+      await Promise.all([down1!.restart(), down2!.restart()]);
+      await cluster.ready(60_000);
+      await node.waitFor(/troupe node \S+ up on /, { timeoutMs: 90_000 });
+      const res = await client.send('after the quorum came back', { threadId: 'quorum-1', timeoutMs: 30_000 });
+      expect(res.text).toBe('echo: after the quorum came back');
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+    }
+  }, 180_000);
 });

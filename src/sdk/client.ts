@@ -72,6 +72,12 @@ export interface SendOptions {
    * takes it then — late rather than never. Default 10000; 0 turns it off.
    */
   resendAfterMs?: number;
+  /**
+   * How long a send keeps trying while nothing takes the message (no responders: a replicated stream
+   * electing its leader after a server died, or a node restarting). Default 3000; 0 fails at once. A
+   * message that is not acknowledged in time is sent again until `timeoutMs` (JetStream keeps one copy).
+   */
+  unavailableRetryMs?: number;
   /** Called for every event on the thread's output, as it arrives (chunks, route steps, final). */
   onEvent?: (event: ThreadEvent) => void;
   timeoutMs?: number;
@@ -207,7 +213,7 @@ export class TroupeClient {
     };
     try {
       await this.transport.flush();
-      const res = await this.requestOrExplain(subject, body, Math.min(timeoutMs, 10_000), headers);
+      const res = await this.publishUntilTaken(subject, body, headers, { timeoutMs, unavailableRetryMs: opts.unavailableRetryMs ?? 3_000 });
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);
       if ('error' in ack && !('kind' in ack)) {
@@ -391,17 +397,46 @@ export class TroupeClient {
     return json;
   }
 
+  /**
+   * The first publish of a message: no responders (a stream without a leader for a moment) is tried again
+   * for `unavailableRetryMs`, an unanswered publish until `timeoutMs`; both are safe to repeat because
+   * the message carries its de-duplication id. Then the error says what to do.
+   */
+  private async publishUntilTaken(subject: string, body: Uint8Array, headers: Record<string, string>, opts: { timeoutMs: number; unavailableRetryMs: number }): Promise<Uint8Array> {
+    const started = Date.now();
+    let pause = 100;
+    for (;;) {
+      const left = opts.timeoutMs - (Date.now() - started);
+      try {
+        return (await this.transport.request(subject, body, { timeoutMs: Math.max(1, Math.min(left, 10_000)), headers })).data;
+      } catch (err) {
+        const elapsed = Date.now() - started;
+        const unavailable = err instanceof TransportError && err.code === 'NO_RESPONDERS' && elapsed + pause <= Math.min(opts.unavailableRetryMs, opts.timeoutMs);
+        const unanswered = err instanceof TransportError && err.code === 'TIMEOUT' && elapsed < opts.timeoutMs && !this.transport.closed;
+        if (!unavailable && !unanswered) return this.explain(err, subject, opts.timeoutMs);
+        if (unavailable) {
+          await new Promise((r) => setTimeout(r, pause));
+          pause = Math.min(pause * 2, 1_000);
+        }
+      }
+    }
+  }
+
+  private explain(err: unknown, subject: string, timeoutMs: number): never {
+    if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
+      throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\` (on a cluster, the inbound stream may have no leader: check that most servers are up)`, undefined, { cause: err });
+    }
+    if (err instanceof TransportError && err.code === 'TIMEOUT') {
+      throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`, undefined, { cause: err });
+    }
+    throw err;
+  }
+
   private async requestOrExplain(subject: string, data: Uint8Array, timeoutMs: number, headers?: Record<string, string>): Promise<Uint8Array> {
     try {
       return (await this.transport.request(subject, data, { timeoutMs, ...(headers ? { headers } : {}) })).data;
     } catch (err) {
-      if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
-        throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\``, undefined, { cause: err });
-      }
-      if (err instanceof TransportError && err.code === 'TIMEOUT') {
-        throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`, undefined, { cause: err });
-      }
-      throw err;
+      return this.explain(err, subject, timeoutMs);
     }
   }
 }

@@ -13,6 +13,8 @@ import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
 import { silentLogger } from '../observability/logger.js';
 import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
+import { retrySetup } from '../transport/jetstream/setup-retry.js';
+import type { Logger } from 'pino';
 import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
 export const DEFAULT_THREAD_BUCKET = 'troupe_threads';
@@ -36,6 +38,10 @@ export interface KvThreadStoreOptions {
    */
   replicas?: number;
   storage?: 'file' | 'memory';
+  /** How long to keep asking a cluster that does not answer yet (a leader election); default 60 s. */
+  setupDeadlineMs?: number;
+  /** Where the waiting is reported. */
+  logger?: Logger;
 }
 
 export class KvThreadStore implements ThreadStore {
@@ -61,15 +67,21 @@ export class KvThreadStore implements ThreadStore {
     if (!Number.isSafeInteger(ttlMs) || ttlMs < 0) throw new RangeError(`ttlMs must be a whole number of ms >= 0, got ${ttlMs}`);
     checkReplicas(opts.replicas);
     try {
-      const kv = await new Kvm(nc).create(bucket, {
-        history: opts.history ?? 1,
-        // The client turns `ttl` (ms) into the stream's max_age; 0 leaves it unlimited.
-        ttl: ttlMs,
-        replicas: opts.replicas ?? 1,
-        storage: opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
-      });
-      await ensureReplicas(await jetstreamManager(nc), `KV_${bucket}`, opts.replicas, silentLogger());
-      const status = await kv.status();
+      const { kv, status } = await retrySetup(
+        `opening the thread bucket "${bucket}"`,
+        async () => {
+          const kv = await new Kvm(nc).create(bucket, {
+            history: opts.history ?? 1,
+            // The client turns `ttl` (ms) into the stream's max_age; 0 leaves it unlimited.
+            ttl: ttlMs,
+            replicas: opts.replicas ?? 1,
+            storage: opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
+          });
+          await ensureReplicas(await jetstreamManager(nc), `KV_${bucket}`, opts.replicas, opts.logger ?? silentLogger());
+          return { kv, status: await kv.status() };
+        },
+        { ...(opts.setupDeadlineMs !== undefined ? { deadlineMs: opts.setupDeadlineMs } : {}), ...(opts.logger ? { log: opts.logger } : {}) },
+      );
       // Values travel as one message; past the server's max_payload the publish fails with a bare error.
       return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);
     } catch (err) {

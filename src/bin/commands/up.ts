@@ -50,7 +50,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   let store: KvThreadStore | undefined;
   let node: TroupeNode;
   try {
-    store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl, ...replicas });
+    store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl, ...replicas, logger });
     if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
     node = await new TroupeNode({
       transport,

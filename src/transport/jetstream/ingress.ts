@@ -58,6 +58,7 @@ import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
+import { retrySetup } from './setup-retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -187,6 +188,8 @@ export interface JetStreamIngressOptions {
    * existing stream with another count is scaled to it.
    */
   replicas?: number;
+  /** How long setup keeps asking a cluster that does not answer yet (a leader election); default 60 s. */
+  setupDeadlineMs?: number;
   /**
    * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
    * aborted. Default 10 s. On a lost lease they are aborted at once.
@@ -301,10 +304,15 @@ export class JetStreamIngress {
   async start(): Promise<this> {
     if (this.#started) throw new Error('JetStreamIngress already started');
     this.#started = true;
-    this.#jsm = await jetstreamManager(this.#nc);
+    const retry = { ...(this.#opts.logger ? { log: this.#opts.logger } : {}), ...(this.#opts.setupDeadlineMs !== undefined ? { deadlineMs: this.#opts.setupDeadlineMs } : {}) };
+    const jsm = await retrySetup(`creating the inbound streams ${INGRESS_STREAM} and ${DEAD_LETTER_STREAM}`, async () => {
+      const jsm = await jetstreamManager(this.#nc);
+      await this.#ensureStream(jsm);
+      await this.#ensureDeadLetterStream(jsm);
+      return jsm;
+    }, retry);
+    this.#jsm = jsm;
     this.#js = jetstream(this.#nc);
-    await this.#ensureStream(this.#jsm);
-    await this.#ensureDeadLetterStream(this.#jsm);
     this.#watchStatus();
     this.#leases = new PartitionLeases({
       nc: this.#nc,
@@ -315,6 +323,7 @@ export class JetStreamIngress {
       ...(this.#opts.leaseBucket ? { bucket: this.#opts.leaseBucket } : {}),
       ...(this.#opts.replicas !== undefined ? { replicas: this.#opts.replicas } : {}),
       logger: this.#opts.logger ?? silentLogger(),
+      ...(this.#opts.setupDeadlineMs !== undefined ? { setupDeadlineMs: this.#opts.setupDeadlineMs } : {}),
       onAcquired: (p) => this.#op(p, () => this.#acquire(p)),
       onLost: (p, reason) => this.#op(p, () => this.#release(p, reason)),
     });

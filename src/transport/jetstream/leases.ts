@@ -40,6 +40,7 @@ import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
+import { retrySetup } from './setup-retry.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
@@ -76,6 +77,8 @@ export interface PartitionLeasesOptions {
   onAcquired?: (partition: number) => void | Promise<void>;
   onLost?: (partition: number, reason: LeaseLossReason) => void | Promise<void>;
   logger?: Logger;
+  /** How long to keep asking a cluster that does not answer yet (a leader election); default 60 s. */
+  setupDeadlineMs?: number;
 }
 
 interface HeldLease {
@@ -194,17 +197,23 @@ export class PartitionLeases {
     // Creating (or scaling) the bucket may take a cluster a few seconds: the default timeout. Lease
     // calls afterwards time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
     const setup = jetstream(this.#nc);
-    await new Kvm(setup).create(this.bucket, {
-      history: 1,
-      ttl: this.#ttlMs,
-      storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
-      replicas: this.#opts.replicas ?? 1,
-    });
-    await ensureReplicas(await setup.jetstreamManager(), `KV_${this.bucket}`, this.#opts.replicas, this.#log);
     const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
-    const kv = await new Kvm(js).open(this.bucket);
-    this.#jsm = await js.jetstreamManager();
-    const status = await kv.status();
+    const { kv, status } = await retrySetup(
+      `opening the lease bucket "${this.bucket}"`,
+      async () => {
+        await new Kvm(setup).create(this.bucket, {
+          history: 1,
+          ttl: this.#ttlMs,
+          storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
+          replicas: this.#opts.replicas ?? 1,
+        });
+        await ensureReplicas(await setup.jetstreamManager(), `KV_${this.bucket}`, this.#opts.replicas, this.#log);
+        const kv = await new Kvm(js).open(this.bucket);
+        this.#jsm = await js.jetstreamManager();
+        return { kv, status: await kv.status() };
+      },
+      { log: this.#log, ...(this.#opts.setupDeadlineMs !== undefined ? { deadlineMs: this.#opts.setupDeadlineMs } : {}) },
+    );
     if (status.ttl === 0) {
       throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
     }
