@@ -5,8 +5,8 @@
  *   1. kill -9 of the JetStream meta leader, restarted;
  *   2. kill -9 of the leader of the thread bucket's stream, restarted;
  *   3. SIGSTOP of one server for longer than the route timeout (ping 1 s × 3), then SIGCONT;
- *   4. kill -9 of a Troupe node at random moments, CLUSTER_CHAOS_KILLS times (default 12; 20 takes about
- *      a minute more), each time the owner of a probe thread's partition, with a replacement started at
+ *   4. kill -9 of a Troupe node at random moments, CLUSTER_CHAOS_KILLS times (default 20, as the issue asks; 12 takes about
+ *      a minute less), each time the owner of a probe thread's partition, with a replacement started at
  *      once; the time from the kill to the answer of a probe message sent right after it is the takeover.
  * A client that gets no answer on `out` for 8 s reads the thread's stored history (a node killed between
  * its ack and its publish, or one that could not tell whether its ack took, leaves the answer there only),
@@ -37,7 +37,7 @@ const PARTITIONS = 16;
 const LEASE_TTL_MS = 3_000;
 const THREADS = 24;
 /** 20 is the goal; each kill costs a node process start (~5 s on 2 busy cores), so the default keeps the file near 2 minutes. */
-const NODE_KILLS = Number(process.env.CLUSTER_CHAOS_KILLS ?? 12);
+const NODE_KILLS = Number(process.env.CLUSTER_CHAOS_KILLS ?? 20);
 /** test/fixtures/cluster-chaos-team.ts: messages a thread's history keeps (1,000 turns). */
 const CHAOS_HISTORY_LIMIT = 2_000;
 const PAUSE_MS = 6_000;
