@@ -197,6 +197,30 @@ describe.each([memoryBackend(), natsBackend()])('Transport conformance: $name', 
     expectTransportError(err, 'NO_RESPONDERS');
   });
 
+  it('gives each of many requests in flight its own reply, whatever order the replies come in', async () => {
+    const [client, server] = [await connect(), await connect()];
+    const held: InboundMessage[] = [];
+    server.subscribe(`${p}.svc.later`, (m) => {
+      held.push(m);
+      // Answered all at once, last asked first.
+      if (held.length === 50) for (const q of held.slice().reverse()) q.respond(bytes(`re:${text(q)}`));
+    });
+    await server.flush();
+    const replies = await Promise.all(Array.from({ length: 50 }, (_, i) => client.request(`${p}.svc.later`, bytes(String(i)), { timeoutMs: 5_000 })));
+    expect(replies.map((r) => text(r))).toEqual(Array.from({ length: 50 }, (_, i) => `re:${i}`));
+  });
+
+  it('fails a request still waiting when the transport closes with CLOSED, not by its timeout', async () => {
+    const [client, server] = [await connect(), await connect()];
+    server.subscribe(`${p}.svc.silent`, () => undefined);
+    await server.flush();
+    // A timeout far beyond the test's own: only the close can settle it in time.
+    const waiting = rejection(client.request(`${p}.svc.silent`, bytes('?'), { timeoutMs: 120_000 }));
+    await client.flush();
+    await client.close();
+    expectTransportError(await waiting, 'CLOSED');
+  });
+
   it('gathers replies from several responders with requestMany', async () => {
     const client = await connect();
     for (const id of ['r1', 'r2', 'r3']) {
@@ -365,6 +389,49 @@ describe.each([memoryBackend(), natsBackend()])('Transport conformance: $name', 
     pub.publish(`${p}.u`, bytes('2'));
     await waitFor(() => other.length === 2, 'the second message on the other subscription');
     expect(got).toEqual(['1']);
+  });
+});
+
+describe('requests on NATS', () => {
+  let server: NatsServerHandle;
+  beforeAll(async () => {
+    server = await startNatsServer();
+  });
+  afterAll(() => server?.stop());
+
+  it('a request the server refuses (no publish permission) fails at once with its permission violation', async () => {
+    // The client role may publish into its own threads only, never to an agent's inbox.
+    const client = await NatsTransport.connect({ ...server.as('client'), name: 'refused', onError: () => undefined });
+    try {
+      const err = await rejection(client.request('troupe.demo.agent.echo', bytes('?'), { timeoutMs: 120_000 }));
+      expect((err as Error).message).toMatch(/permission/i);
+      // Still usable: the next request to a subject it may use gets its answer.
+      const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });
+      node.subscribe('troupe.demo.req.client.ps', (m) => m.respond(bytes('pong')));
+      await node.flush();
+      expect(text(await client.request('troupe.demo.req.client.ps', bytes('?'), { timeoutMs: 5_000 }))).toBe('pong');
+      await node.close();
+    } finally {
+      await client.close();
+    }
+  });
+
+  it('a user that may not receive on the default inbox gets its replies below its own prefix', async () => {
+    const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });
+    let replyTo = '';
+    node.subscribe('troupe.demo.req.client.ps', (m) => {
+      replyTo = m.reply ?? '';
+      m.respond(bytes('pong'));
+    });
+    await node.flush();
+    const client = await NatsTransport.connect({ ...server.as('client'), name: 'prefixed' });
+    try {
+      expect(text(await client.request('troupe.demo.req.client.ps', bytes('?'), { timeoutMs: 5_000 }))).toBe('pong');
+      expect(replyTo.startsWith(`${server.as('client').inboxPrefix}.`)).toBe(true);
+    } finally {
+      await client.close();
+      await node.close();
+    }
   });
 });
 
