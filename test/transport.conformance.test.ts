@@ -407,7 +407,9 @@ describe('requests on NATS', () => {
       expect((err as Error).message).toMatch(/permission/i);
       // Still usable: the next request to a subject it may use gets its answer.
       const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });
-      node.subscribe('troupe.demo.req.client.ps', (m) => m.respond(bytes('pong')));
+      node.subscribe('troupe.demo.req.client.ps', (m) => {
+        m.respond(bytes('pong'));
+      });
       await node.flush();
       expect(text(await client.request('troupe.demo.req.client.ps', bytes('?'), { timeoutMs: 5_000 }))).toBe('pong');
       await node.close();

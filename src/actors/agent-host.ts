@@ -97,6 +97,7 @@ export class AgentHost {
   readonly inspection: InspectionPublisher;
   /** Calls in progress whose thread is inspected (`Troupe-Inspect`): the agent actor is published meanwhile. */
   private inspectedCalls = 0;
+  private readonly inspector: { sync(): void };
 
   constructor(opts: AgentHostOptions) {
     this.transport = opts.transport;
@@ -109,13 +110,16 @@ export class AgentHost {
     this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
     this.cacheSize = opts.idempotencyCacheSize ?? 1_000;
     this.inspection = new InspectionPublisher({ transport: this.transport, process: `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`, switch: new InspectionSwitch(opts.inspect ?? false) });
-    const inspect = this.inspection.observe({
+    this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}` });
+    // Attached only while this agent or a call's thread is inspected.
+    this.inspector = this.inspection.attach(this.actor, {
       subject: subjects.inspectAgent(this.tenant, this.agentId, this.instanceId),
       rootId: `agent:${this.agentId}:${this.instanceId.slice(0, 8)}`,
       enabled: () => this.inspection.switch.all || this.inspectedCalls > 0,
       meta: { agentId: this.agentId, instanceId: this.instanceId, card: this.agent.card },
     });
-    this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}`, inspect });
+    this.inspection.switch.onChange(() => this.inspector.sync());
+    this.inspector.sync();
   }
 
   async start(): Promise<this> {
@@ -308,7 +312,10 @@ export class AgentHost {
     }
 
     const inspected = msg.headers[HEADERS.inspect] === '1';
-    if (inspected) this.inspectedCalls++;
+    if (inspected) {
+      this.inspectedCalls++;
+      this.inspector.sync();
+    }
     this.actor.send({ type: 'troupe.agent.received', messageId: message.messageId, threadId });
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
@@ -354,16 +361,21 @@ export class AgentHost {
       const replyMessage = this.toReply(result, ctx);
       this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
       if (this.log.isLevelEnabled('debug')) log().debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
-      if (inspected) this.inspectedCalls--;
+      if (inspected) this.uninspectCall();
       return encodeJson(replyMessage);
     } catch (err) {
       this.actor.send({ type: 'troupe.agent.failed', messageId: message.messageId });
-      if (inspected) this.inspectedCalls--;
+      if (inspected) this.uninspectCall();
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       log().error({ err, code: error.code }, 'handler failed');
       outcome.error = error;
       return encodeJson(error.toReply());
     }
+  }
+
+  private uninspectCall(): void {
+    this.inspectedCalls--;
+    this.inspector.sync();
   }
 
   /**
