@@ -4,7 +4,6 @@
  */
 import {
   connect,
-  createInbox,
   credsAuthenticator,
   errors,
   headers as createHeaders,
@@ -16,6 +15,7 @@ import {
   type Subscription as NatsSubscriptionHandle,
 } from '@nats-io/transport-node';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
+import { RequestMux } from './request-mux.js';
 import {
   TransportError,
   type Headers,
@@ -174,39 +174,27 @@ export class NatsSubscription implements Subscription {
   }
 }
 
-/** A request waiting for its reply on the transport's reply subscription. */
-interface PendingRequest {
-  subject: string;
-  resolve: (msg: Msg) => void;
-  reject: (err: unknown) => void;
-  timer: ReturnType<typeof setTimeout>;
-}
-
 export class NatsTransport implements Transport {
   readonly name: string;
   private state: 'open' | 'draining' | 'closed' = 'open';
   private readonly subs = new Set<NatsSubscription>();
   private drained?: Promise<void>;
   /**
-   * Requests in flight, by the last token of their reply subject. One wildcard subscription takes every
-   * reply, as the client's own request does; ours settles each request once. The client's makes a new
-   * Error (capturing a stack) when it cleans up a request that has already been answered: 6% of an agent
-   * hop's CPU in bench/profile-hop.ts, and a third of a raw request-reply's.
+   * Every request of this transport goes through one reply multiplexer: the client's own makes an Error
+   * per answered request (src/transport/request-mux.ts).
    */
-  private readonly pending = new Map<string, PendingRequest>();
-  private replies?: { prefix: string; sub: NatsSubscriptionHandle };
-  private nextToken = 0;
+  private readonly mux: RequestMux;
 
   private constructor(
     /** The raw client connection, for JetStream / KV and anything the Transport seam does not cover. */
     readonly connection: NatsConnection,
     name: string,
     private readonly onError: TransportErrorHandler,
-    private readonly inboxPrefix?: string,
+    inboxPrefix?: string,
   ) {
     this.name = name;
+    this.mux = new RequestMux(connection, inboxPrefix);
     void this.watchServerErrors();
-    void this.connection.closed().then(() => this.failPending(() => new TransportError('CLOSED', 'the NATS connection closed before the reply came')));
   }
 
   static async connect(opts: NatsConnectOptions): Promise<NatsTransport> {
@@ -261,7 +249,7 @@ export class NatsTransport implements Transport {
       if (status.type !== 'error') continue;
       const err = status.error;
       // A refused request fails at once (the oldest one to that subject: the server names no more).
-      if (err instanceof errors.PermissionViolationError && err.operation === 'publish') this.failRequestTo(err.subject, err);
+      if (err instanceof errors.PermissionViolationError && err.operation === 'publish') this.mux.refused(err.subject, err);
       if (err instanceof errors.PermissionViolationError && err.operation === 'subscription') continue;
       try {
         this.onError(err, err instanceof errors.PermissionViolationError ? { subject: err.subject } : {});
@@ -330,75 +318,12 @@ export class NatsTransport implements Transport {
   async request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<InboundMessage> {
     if (this.state !== 'open') throw this.closedError('send a request to', subject);
     const headers = toNatsHeaders(opts.headers);
-    const timeoutMs = opts.timeoutMs;
-    if (!(timeoutMs >= 1)) throw new RangeError(`request timeout must be at least 1 ms, got ${timeoutMs}`);
-    let replies: { prefix: string; sub: NatsSubscriptionHandle };
     try {
-      replies = this.replySubscription();
+      const msg = await this.mux.request(subject, data, { timeout: opts.timeoutMs, ...(headers ? { headers } : {}) });
+      return new NatsInbound(this, msg);
     } catch (err) {
-      throw this.mapError(err, subject, timeoutMs);
+      throw this.mapError(err, subject, opts.timeoutMs);
     }
-    const token = (this.nextToken++).toString(36);
-    const msg = await new Promise<Msg>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(token);
-        reject(new TransportError('TIMEOUT', `no reply on ${subject} within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.pending.set(token, { subject, resolve, reject, timer });
-      try {
-        this.connection.publish(subject, data, { reply: replies.prefix + token, ...(headers ? { headers } : {}) });
-      } catch (err) {
-        clearTimeout(timer);
-        this.pending.delete(token);
-        reject(this.mapError(err, subject, timeoutMs));
-      }
-    });
-    return new NatsInbound(this, msg);
-  }
-
-  /** The wildcard subscription every reply comes on, made on the first request (and again if refused). */
-  private replySubscription(): { prefix: string; sub: NatsSubscriptionHandle } {
-    if (this.replies && !this.replies.sub.isClosed()) return this.replies;
-    const prefix = `${createInbox(this.inboxPrefix)}.`;
-    const sub = this.connection.subscribe(`${prefix}*`, {
-      callback: (err, msg) => {
-        if (err) {
-          // The subscription was refused (this user may not receive below its inbox prefix): every
-          // request waiting on it fails, and the next request subscribes again.
-          if (this.replies?.sub === sub) this.replies = undefined;
-          this.failPending(() => err);
-          return;
-        }
-        const token = msg.subject.slice(prefix.length);
-        const waiting = this.pending.get(token);
-        if (!waiting) return;
-        this.pending.delete(token);
-        clearTimeout(waiting.timer);
-        // A reply with status 503 and no data: nobody was subscribed to the request's subject.
-        if (msg.data.length === 0 && msg.headers?.code === 503) waiting.reject(new TransportError('NO_RESPONDERS', `no subscriber on ${waiting.subject}`));
-        else waiting.resolve(msg);
-      },
-    });
-    this.replies = { prefix, sub };
-    return this.replies;
-  }
-
-  private failRequestTo(subject: string, err: unknown): void {
-    for (const [token, waiting] of this.pending) {
-      if (waiting.subject !== subject) continue;
-      this.pending.delete(token);
-      clearTimeout(waiting.timer);
-      waiting.reject(err);
-      return;
-    }
-  }
-
-  private failPending(error: () => unknown): void {
-    for (const waiting of this.pending.values()) {
-      clearTimeout(waiting.timer);
-      waiting.reject(error());
-    }
-    this.pending.clear();
   }
 
   async requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]> {
