@@ -210,7 +210,8 @@ describe('a cluster that has lost its JetStream quorum', () => {
       await Promise.all([down1!.restart(), down2!.restart()]);
       await cluster.ready(60_000);
       await node.waitFor(/troupe node \S+ up on /, { timeoutMs: 90_000 });
-      const res = await client.send('after the quorum came back', { threadId: 'quorum-1', timeoutMs: 30_000 });
+      // The inbound stream elects its leader after the servers return: the send keeps trying meanwhile.
+      const res = await client.send('after the quorum came back', { threadId: 'quorum-1', timeoutMs: 60_000, unavailableRetryMs: 45_000 });
       expect(res.text).toBe('echo: after the quorum came back');
     } finally {
       await agentHost.stop();
