@@ -8,7 +8,8 @@ import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { TransportError, type InboundMessage, type Transport } from '../src/transport/types.js';
 import type { HandlerErrorContext } from '../src/transport/memory.js';
-import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { freePort, natsProcess, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { runTroupe } from './helpers/processes.js';
 import { bytes, sleep, text, waitFor } from './helpers/wait.js';
 
 
@@ -443,6 +444,19 @@ describe('connecting', () => {
     expect(t).toBeInstanceOf(MemoryTransport);
     expect(t.name).toBe('memory');
     await t.close();
+  });
+
+  it('troupe up on a server without JetStream exits 1 at once (no waiting for a leader) and says how to enable it', async () => {
+    const port = await freePort();
+    const plain = natsProcess(['-a', '127.0.0.1', '-p', String(port)], port);
+    await plain.launch();
+    try {
+      const res = await runTroupe(['up', '--nats', `nats://127.0.0.1:${port}`], {}, { timeoutMs: 30_000 });
+      expect(res.code).toBe(1);
+      expect(res.stderr).toMatch(/jetstream is not enabled \(run nats-server with JetStream: `-js`/);
+    } finally {
+      await plain.shutdown();
+    }
   });
 
   it('turns "nothing listening" into CONNECT with the command that fixes it', async () => {

@@ -175,7 +175,10 @@ function isWrongLastSequence(err: unknown): boolean {
 
 function transportError(what: string, err: unknown): TroupeError {
   if (err instanceof TroupeError) return err;
-  const wrapped = new TroupeError('TRANSPORT_ERROR', `${what}: ${err instanceof Error ? err.message : String(err)}`);
+  const message = err instanceof Error ? err.message : String(err);
+  // The client says only "jetstream is not enabled": say how to enable it.
+  const hint = /jetstream is not enabled/i.test(message) ? ' (run nats-server with JetStream: `-js`, or the config `troupe creds init` writes)' : '';
+  const wrapped = new TroupeError('TRANSPORT_ERROR', `${what}: ${message}${hint}`);
   wrapped.cause = err;
   return wrapped;
 }
