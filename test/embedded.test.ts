@@ -43,6 +43,11 @@ describe('embedded mesh with the demo team', () => {
     const info = mesh.node.threads.inspect(first.threadId);
     const history = (info?.context as { history: unknown[] }).history;
     expect(history.length).toBeGreaterThanOrEqual(6);
+    // The recent events of the thread (the last 25, kept compact, shown as times and types; children by their path).
+    expect(info?.events.length).toBe(25);
+    expect(info?.events.some((e) => e.type === 'troupe.user.message')).toBe(true);
+    for (const e of info!.events) expect(new Date(e.at).toISOString()).toBe(e.at);
+    expect(info?.events.every((e) => e.summary === undefined || e.summary.startsWith(`${first.threadId}/`))).toBe(true);
   });
 
   it('ps lists the node, registry, agents and live threads', async () => {

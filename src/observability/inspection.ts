@@ -189,17 +189,27 @@ export class InspectionPublisher {
     const sw = this.switch;
     const threadId = scope.threadId;
     const enabled = scope.enabled ?? (() => sw.isOn(threadId));
-    const facts = new WeakMap<AnyActorRef, ActorFacts>();
-    const parents = new WeakMap<AnyActorRef, AnyActorRef>();
-    /** The state each actor was last seen in: the `from` of its next snapshot. */
-    const last = new WeakMap<AnyActorRef, unknown>();
-    /** The context object each actor's last record carried. */
-    const contexts = new WeakMap<AnyActorRef, unknown>();
-    /** Actors whose event is being processed, innermost last: the parent of an actor created now is the last one. */
-    const open: AnyActorRef[] = [];
+    /**
+     * What the observer remembers of the tree, made the first time it is on: most trees (a node's idle
+     * threads) are never inspected, and four WeakMaps per thread are most of what inspection costs one.
+     */
+    let tree:
+      | {
+          facts: WeakMap<AnyActorRef, ActorFacts>;
+          parents: WeakMap<AnyActorRef, AnyActorRef>;
+          /** The state each actor was last seen in: the `from` of its next snapshot. */
+          last: WeakMap<AnyActorRef, unknown>;
+          /** The context object each actor's last record carried. */
+          contexts: WeakMap<AnyActorRef, unknown>;
+          /** Actors whose event is being processed, innermost last: the parent of an actor created now is the last one. */
+          open: AnyActorRef[];
+        }
+      | undefined;
+    const state = () => (tree ??= { facts: new WeakMap(), parents: new WeakMap(), last: new WeakMap(), contexts: new WeakMap(), open: [] });
     let root: AnyActorRef | undefined;
 
     const factsOf = (ref: AnyActorRef, machine: AnyStateMachine): ActorFacts => {
+      const { facts, parents } = state();
       let f = facts.get(ref);
       if (f) return f;
       const parent = ref === root ? undefined : (parents.get(ref) ?? this.findParent(root, ref) ?? root);
@@ -229,6 +239,7 @@ export class InspectionPublisher {
 
     const announce = () => {
       if (!root) return;
+      const { parents, contexts, last } = state();
       const walk = (ref: AnyActorRef, parent: AnyActorRef | undefined) => {
         if (parent) parents.set(ref, parent);
         const snap = snapshotOf(ref);
@@ -253,9 +264,10 @@ export class InspectionPublisher {
         this.live.set(ref, { scope, announce });
       }
       if (!enabled()) {
-        if (open.length) open.length = 0;
+        if (tree?.open.length) tree.open.length = 0;
         return;
       }
+      const { parents, last, contexts, open } = state();
       switch (ev.type) {
         case '@xstate.actor': {
           const parent = open.at(-1);

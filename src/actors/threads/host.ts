@@ -865,9 +865,7 @@ export class ThreadHost {
     if (ev.type !== '@xstate.event' || !live.actor) return;
     const type = ev.event.type;
     if (type === 'troupe.tick' || type === 'troupe.agents' || type.startsWith('xstate.init')) return;
-    const isRoot = ev.actorRef === live.actor;
-    const actorPath = isRoot ? live.threadId : `${live.threadId}/${(ev.actorRef as AnyActorRef).id}`;
-    live.events.push({ at: new Date(this.now()).toISOString(), type, ...(isRoot ? {} : { summary: actorPath }) });
+    live.events.push({ at: this.now(), type, child: ev.actorRef === live.actor ? undefined : (ev.actorRef as AnyActorRef).id });
     if (live.events.length > EVENT_LOG_LIMIT) live.events.shift();
   }
 

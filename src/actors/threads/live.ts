@@ -23,12 +23,23 @@ export interface RecentEvent {
   summary?: string;
 }
 
+/**
+ * One entry of a thread's recent-events log as kept: every live thread holds up to 25, so the time is a
+ * number and a child is its id; the `RecentEvent` view is made when someone asks (`troupe inspect`).
+ */
+export interface RecentEventEntry {
+  at: number;
+  type: string;
+  /** The child actor's id, for an event a child took. */
+  child: string | undefined;
+}
+
 export interface LiveThread {
   threadId: string;
   actor: ThreadActor;
   lastActive: number;
   /** The last events, for `troupe inspect` (bounded). */
-  events: RecentEvent[];
+  events: RecentEventEntry[];
   lastStatus?: ThreadStatusEmitted;
   /**
    * When the task's status last changed (the timestamp of its last status event, or of the first read

@@ -1,7 +1,7 @@
 /** What `troupe ps` and `troupe inspect` show of live threads and their children. */
 import { redact } from '../../observability/redact.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
-import type { LiveThread, RecentEvent } from './live.js';
+import type { LiveThread, RecentEvent, RecentEventEntry } from './live.js';
 
 const CHILD_KINDS: Record<string, ActorInfo['kind']> = { router: 'router', agentCall: 'agent-call', handoff: 'handoff', orchestration: 'orchestration' };
 
@@ -60,9 +60,13 @@ export function inspectThread(
       ? (snap.children[childId as keyof typeof snap.children] as { getSnapshot(): { value?: unknown; context?: unknown } } | undefined)
       : undefined;
     const childSnap = child?.getSnapshot();
-    return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.summary === actorId) };
+    return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live, e)) };
   }
-  return { actor: info, value: snap.value, context: redact(snap.context), events: live.events };
+  return { actor: info, value: snap.value, context: redact(snap.context), events: live.events.map((e) => recentEvent(live, e)) };
+}
+
+function recentEvent(live: LiveThread, e: RecentEventEntry): RecentEvent {
+  return { at: new Date(e.at).toISOString(), type: e.type, ...(e.child !== undefined ? { summary: `${live.threadId}/${e.child}` } : {}) };
 }
 
 export function stateString(value: unknown): string {
