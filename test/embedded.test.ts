@@ -5,7 +5,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { MemoryTransport } from '../src/transport/memory.js';
+import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeError } from '../src/protocol/errors.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { ThreadEventSchema, decode } from '../src/protocol/index.js';
@@ -237,5 +240,38 @@ describe('cancel with messages queued behind the turn', () => {
       release();
       await local.stop();
     }
+  });
+});
+
+describe('a send before any node is up', () => {
+  const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+
+  it('keeps trying while nothing takes the message (unavailableRetryMs) and is answered once a node starts', async () => {
+    const bus = new MemoryBus();
+    const client = new TroupeClient(new MemoryTransport({ bus }), 'demo');
+    const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo, tenant: 'demo' }).start();
+    let node: TroupeNode | undefined;
+    try {
+      const sent = client.send('are you there?', { threadId: 'early-1', unavailableRetryMs: 30_000, timeoutMs: 30_000 });
+      // The first attempts found no subscriber; the node starts only once they have been made.
+      await new Promise((r) => setTimeout(r, 300));
+      node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: 'demo', config: { entryAgent: 'echo' } }).start();
+      const res = await sent;
+      expect(res.text).toBe('echo: are you there?');
+    } finally {
+      await node?.stop();
+      await host.stop();
+    }
+  });
+
+  it('without a node it fails after unavailableRetryMs with what to do, not after the whole timeout', async () => {
+    const client = new TroupeClient(new MemoryTransport({ bus: new MemoryBus() }), 'demo');
+    const err = await client.send('anyone?', { threadId: 'early-2', unavailableRetryMs: 300, timeoutMs: 120_000 }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(TroupeError);
+    expect((err as TroupeError).code).toBe('TRANSPORT_ERROR');
+    expect((err as TroupeError).message).toMatch(/no Troupe node is listening .*troupe up --nats/);
   });
 });
