@@ -187,7 +187,7 @@ describe('nodes on the cluster', () => {
 });
 
 describe('a cluster that has lost its JetStream quorum', () => {
-  it('a node started meanwhile waits, says so, and starts once the servers are back; a store open past its deadline says what to check', async () => {
+  it('a node started meanwhile waits, says so, and starts once the servers are back; past its --setup-timeout (or a store open past its deadline) it says what to check', async () => {
     const client = new TroupeClient(await transport('quorum-client'));
     const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
     const agentHost = await new AgentHost({ transport: await transport('quorum-echo', 'echo'), agent: echo, heartbeatMs: 300 }).start();
@@ -203,6 +203,11 @@ describe('a cluster that has lost its JetStream quorum', () => {
       expect(failed).toBeInstanceOf(TroupeError);
       expect((failed as TroupeError).code).toBe('TRANSPORT_ERROR');
       expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "quorum_probe" .*most servers of the cluster are up/);
+
+      // So does a node given a short --setup-timeout: exit 1 with what to check.
+      const gaveUp = await runTroupe(['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--setup-timeout', '1000'], cluster.env, { timeoutMs: 60_000 });
+      expect(gaveUp.code).toBe(1);
+      expect(gaveUp.stderr).toMatch(/JetStream did not answer while .*most servers of the cluster are up/);
 
       // A node started now (a restart after a crash, a rolling deploy) does not exit: it reports that it waits.
       const node = await startNode('node q', [], /JetStream did not answer while/);

@@ -84,6 +84,8 @@ export interface NodeOptions {
     replicas?: number;
     /** Check `partitions` against the server's mapping before taking any partition (default true). */
     checkPartitions?: boolean;
+    /** How long each setup step (streams, lease bucket) keeps asking a cluster that does not answer yet; default 60 s. */
+    setupDeadlineMs?: number;
   };
 }
 
@@ -144,6 +146,7 @@ export class TroupeNode {
         partitions: this.partitions,
         ...(durable.leaseTtlMs ? { leaseTtlMs: durable.leaseTtlMs } : {}),
         ...(durable.replicas ? { replicas: durable.replicas } : {}),
+        ...(durable.setupDeadlineMs !== undefined ? { setupDeadlineMs: durable.setupDeadlineMs } : {}),
         handler: (m) => this.onDurableIn(m),
         onPartitionAcquired: (p) => this.resumePartition(p),
         onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),

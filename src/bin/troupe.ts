@@ -48,6 +48,7 @@ program
   .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', int(500), 5_000)
   .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', int(1_000), 24 * 60 * 60_000)
+  .option('--setup-timeout <ms>', 'how long each JetStream setup step keeps asking a cluster that does not answer yet (servers down, a leader election) before the node gives up', int(1_000), 60_000)
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));
