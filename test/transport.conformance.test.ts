@@ -419,6 +419,12 @@ describe('requests on NATS', () => {
     }
   });
 
+  it('troupe up with another account\'s credentials and no --tenant says to check the tenant (exit 1)', async () => {
+    const res = await runTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme')], {}, { timeoutMs: 30_000 });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toMatch(/PARTITIONS_MISMATCH.*tenant "demo".*check that "demo" is the account of these credentials \(`--tenant` or TROUPE_TENANT/s);
+  });
+
   it('a user that may not receive on the default inbox gets its replies below its own prefix', async () => {
     const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });
     let replyTo = '';
