@@ -42,7 +42,8 @@ import type { SanitiserPolicy } from '../security/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import { CLIENT_ERROR_CODES, isTransientJetStreamError, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
@@ -146,7 +147,7 @@ export class TroupeNode {
         partitions: this.partitions,
         ...(durable.leaseTtlMs ? { leaseTtlMs: durable.leaseTtlMs } : {}),
         ...(durable.replicas ? { replicas: durable.replicas } : {}),
-        ...(durable.setupDeadlineMs !== undefined ? { setupDeadlineMs: durable.setupDeadlineMs } : {}),
+        setupDeadlineMs: durable.setupDeadlineMs,
         handler: (m) => this.onDurableIn(m),
         onPartitionAcquired: (p) => this.resumePartition(p),
         onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),
@@ -245,16 +246,10 @@ export class TroupeNode {
         this.resumeBatch = undefined;
         // Listing the store makes a consumer: on a cluster electing its JetStream meta leader that times out
         // for a few seconds. Try again rather than giving the partitions back (they would only move around).
-        for (let attempt = 1; ; attempt++) {
-          try {
-            await this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions)));
-            return;
-          } catch (err) {
-            if (attempt >= RESUME_ATTEMPTS || !isTransientJetStreamError(err)) throw err;
-            this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again');
-            await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
-          }
-        }
+        await retryTransient(() => this.threads.resumeThreads((id) => partitions.has(partitionOf(id, this.partitions))), {
+          attempts: RESUME_ATTEMPTS,
+          onRetry: (attempt, err) => this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again'),
+        });
       });
       this.resumeBatch = { partitions, done };
     }

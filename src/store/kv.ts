@@ -13,7 +13,7 @@ import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
 import { silentLogger } from '../observability/logger.js';
 import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
-import { retrySetup } from '../transport/jetstream/setup-retry.js';
+import { retrySetup } from '../transport/jetstream/retry.js';
 import type { Logger } from 'pino';
 import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
@@ -80,7 +80,7 @@ export class KvThreadStore implements ThreadStore {
           await ensureReplicas(await jetstreamManager(nc), `KV_${bucket}`, opts.replicas, opts.logger ?? silentLogger());
           return { kv, status: await kv.status() };
         },
-        { ...(opts.setupDeadlineMs !== undefined ? { deadlineMs: opts.setupDeadlineMs } : {}), ...(opts.logger ? { log: opts.logger } : {}) },
+        { deadlineMs: opts.setupDeadlineMs, log: opts.logger },
       );
       // Values travel as one message; past the server's max_payload the publish fails with a bare error.
       return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);

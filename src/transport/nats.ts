@@ -319,7 +319,7 @@ export class NatsTransport implements Transport {
     if (this.state !== 'open') throw this.closedError('send a request to', subject);
     const headers = toNatsHeaders(opts.headers);
     try {
-      const msg = await this.mux.request(subject, data, { timeout: opts.timeoutMs, ...(headers ? { headers } : {}) });
+      const msg = await this.mux.request(subject, data, { timeout: opts.timeoutMs, headers });
       return new NatsInbound(this, msg);
     } catch (err) {
       throw this.mapError(err, subject, opts.timeoutMs);

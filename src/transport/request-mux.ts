@@ -33,11 +33,6 @@ export class RequestMux {
     void nc.closed().then(() => this.failAll(() => new errors.RequestError('connection closed')));
   }
 
-  /** Requests waiting for their reply. */
-  get size(): number {
-    return this.waiting.size;
-  }
-
   request(subject: string, data: Uint8Array, opts: { timeout: number; headers?: MsgHdrs }): Promise<Msg> {
     const timeout = opts.timeout;
     if (!(timeout >= 1)) return Promise.reject(errors.InvalidArgumentError.format('timeout', 'must be greater than 0'));
@@ -55,7 +50,7 @@ export class RequestMux {
       }, timeout);
       this.waiting.set(token, { subject, resolve, reject, timer });
       try {
-        this.nc.publish(subject, data, { reply: prefix + token, ...(opts.headers ? { headers: opts.headers } : {}) });
+        this.nc.publish(subject, data, { reply: prefix + token, headers: opts.headers });
       } catch (err) {
         clearTimeout(timer);
         this.waiting.delete(token);

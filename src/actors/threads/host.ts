@@ -313,7 +313,11 @@ export class ThreadHost {
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
     const key = answerKey(threadId, message.messageId);
-    const has = this.hasMessage(live, message.messageId);
+    const ctx = snap.context;
+    const inTurn = inTurnOf(ctx, message.messageId);
+    const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
+    // Whether the thread has taken this message: in its turn, queue or history, or answered by this process.
+    const has = inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key);
     // A client's second copy of a message it got no answer for (HEADERS.resend): the thread has the first
     // one (its answer is on its way or stored, where the client looks), so the copy is only acknowledged.
     // A thread that never had it (the stream lost the first copy) takes it below like any new message.
@@ -329,9 +333,6 @@ export class ThreadHost {
       if (behind && (this.publishedAnswers.has(key) || this.pendingAnswers.has(key))) return { duplicate: true };
       throw new TroupeError('THREAD_CLOSED', `thread ${threadId} is ${taskStateOf(snap.value)}; start a new thread`);
     }
-    const ctx = snap.context;
-    const inTurn = inTurnOf(ctx, message.messageId);
-    const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
     // At or below the last stream sequence the thread took: another delivery of a message it has — if it
     // knows the message (in its turn, queue or history, or answered by this process). One it does not know
     // it never took (it was sent back to the stream and came back behind newer ones): taken now, late
@@ -395,19 +396,6 @@ export class ThreadHost {
     if (!answered) return { duplicate: false };
     const events = await answered;
     return { duplicate: false, publish: this.publishOnce(live, message.messageId, events) };
-  }
-
-  /** Whether the thread has taken this message: in its turn, queue or history, or answered by this process. */
-  private hasMessage(live: LiveThread, messageId: string): boolean {
-    const ctx = live.actor.getSnapshot().context;
-    const key = answerKey(live.threadId, messageId);
-    return (
-      inTurnOf(ctx, messageId) ||
-      ctx.history.some((m) => m.messageId === messageId) ||
-      live.waiters.some((w) => w.messageId === messageId) ||
-      this.publishedAnswers.has(key) ||
-      this.pendingAnswers.has(key)
-    );
   }
 
   /**

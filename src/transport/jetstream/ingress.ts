@@ -58,7 +58,7 @@ import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
-import { retrySetup } from './setup-retry.js';
+import { retrySetup, retryTransient } from './retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -83,13 +83,6 @@ const JS_ACK = new TextEncoder().encode('+ACK');
 const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
-
-/** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
-export function isTransientJetStreamError(err: unknown): boolean {
-  if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message);
-  const text = err instanceof Error ? `${err.name} ${err.message}` : String(err);
-  return /timeout|timed out|no responders|temporarily unavailable|disconnect|reconnect/i.test(text);
-}
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -304,14 +297,16 @@ export class JetStreamIngress {
   async start(): Promise<this> {
     if (this.#started) throw new Error('JetStreamIngress already started');
     this.#started = true;
-    const retry = { ...(this.#opts.logger ? { log: this.#opts.logger } : {}), ...(this.#opts.setupDeadlineMs !== undefined ? { deadlineMs: this.#opts.setupDeadlineMs } : {}) };
-    const jsm = await retrySetup(`creating the inbound streams ${INGRESS_STREAM} and ${DEAD_LETTER_STREAM}`, async () => {
-      const jsm = await jetstreamManager(this.#nc);
-      await this.#ensureStream(jsm);
-      await this.#ensureDeadLetterStream(jsm);
-      return jsm;
-    }, retry);
-    this.#jsm = jsm;
+    this.#jsm = await retrySetup(
+      `creating the inbound streams ${INGRESS_STREAM} and ${DEAD_LETTER_STREAM}`,
+      async () => {
+        const jsm = await jetstreamManager(this.#nc);
+        await this.#ensureStream(jsm);
+        await this.#ensureDeadLetterStream(jsm);
+        return jsm;
+      },
+      { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs },
+    );
     this.#js = jetstream(this.#nc);
     this.#watchStatus();
     this.#leases = new PartitionLeases({
@@ -323,7 +318,7 @@ export class JetStreamIngress {
       ...(this.#opts.leaseBucket ? { bucket: this.#opts.leaseBucket } : {}),
       ...(this.#opts.replicas !== undefined ? { replicas: this.#opts.replicas } : {}),
       logger: this.#opts.logger ?? silentLogger(),
-      ...(this.#opts.setupDeadlineMs !== undefined ? { setupDeadlineMs: this.#opts.setupDeadlineMs } : {}),
+      setupDeadlineMs: this.#opts.setupDeadlineMs,
       onAcquired: (p) => this.#op(p, () => this.#acquire(p)),
       onLost: (p, reason) => this.#op(p, () => this.#release(p, reason)),
     });
@@ -447,8 +442,12 @@ export class JetStreamIngress {
     const jsm = this.#jsm!;
     const name = this.#consumerName(p);
     let ackedThrough = 0;
-    for (let attempt = 1; ; attempt++) {
-      try {
+    // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a server
+    // died, which is also when nodes reconnect and restart their consumers) every attempt times out for a
+    // few seconds. Keep trying while this node holds the partition rather than giving it up: handing it
+    // around the nodes during the election only moves its messages.
+    return retryTransient(
+      async () => {
         const old = await jsm.consumers.info(INGRESS_STREAM, name).catch(() => undefined);
         ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
         try {
@@ -458,16 +457,13 @@ export class JetStreamIngress {
         }
         await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description: `${ACKED_THROUGH}${ackedThrough}` });
         return ackedThrough;
-      } catch (err) {
-        // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a
-        // server died, which is also when nodes reconnect and restart their consumers) every attempt
-        // times out for a few seconds. Keep trying while this node holds the partition rather than
-        // giving it up: handing it around the nodes during the election only moves its messages.
-        if (!isTransientJetStreamError(err) || attempt >= FRESH_CONSUMER_ATTEMPTS || this.#stopping || !this.#leases?.owned().includes(p)) throw err;
-        this.#log.info({ partition: p, attempt, err: errText(err) }, 'could not make the partition consumer yet; trying again');
-        await new Promise((r) => setTimeout(r, Math.min(2_000, 250 * 2 ** (attempt - 1))));
-      }
-    }
+      },
+      {
+        attempts: FRESH_CONSUMER_ATTEMPTS,
+        keepTrying: () => !this.#stopping && this.#leases?.owned().includes(p) === true,
+        onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'could not make the partition consumer yet; trying again'),
+      },
+    );
   }
 
   // ---- partition lifecycle ------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
-import { retrySetup } from './setup-retry.js';
+import { retrySetup } from './retry.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
@@ -212,7 +212,7 @@ export class PartitionLeases {
         this.#jsm = await js.jetstreamManager();
         return { kv, status: await kv.status() };
       },
-      { log: this.#log, ...(this.#opts.setupDeadlineMs !== undefined ? { deadlineMs: this.#opts.setupDeadlineMs } : {}) },
+      { log: this.#log, deadlineMs: this.#opts.setupDeadlineMs },
     );
     if (status.ttl === 0) {
       throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
