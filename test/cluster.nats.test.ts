@@ -159,7 +159,7 @@ describe('nodes on the cluster', () => {
 
     const t = await transport('replica-check');
     const jsm = await jetstreamManager(t.connection);
-    for (const stream of ['TROUPE_IN', 'TROUPE_DLQ', 'KV_troupe_threads', 'KV_troupe_leases']) {
+    for (const stream of ['TROUPE_IN', 'TROUPE_DLQ', 'TROUPE_ANSWERED', 'KV_troupe_threads', 'KV_troupe_leases']) {
       const info = await jsm.streams.info(stream);
       expect(info.config.num_replicas, stream).toBe(3);
     }

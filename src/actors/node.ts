@@ -42,6 +42,7 @@ import type { SanitiserPolicy } from '../security/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
+import { JetStreamAnsweredLog } from '../transport/jetstream/answered.js';
 import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
@@ -103,6 +104,7 @@ export class TroupeNode {
   private subs: Subscription[] = [];
   private readonly startedAt = Date.now();
   private ingress?: JetStreamIngress;
+  private readonly answered?: JetStreamAnsweredLog;
   private readonly partitions: number;
   private resumeBatch?: { partitions: Set<number>; done: Promise<void> };
   private unregisterGauges?: () => void;
@@ -116,6 +118,17 @@ export class TroupeNode {
     this.partitions = opts.durable?.partitions ?? 8;
     this.inspection = new InspectionPublisher({ transport: this.transport, process: this.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
     this.registry = new Registry(this.transport, this.tenant, { logger: opts.logger ?? silentLogger() });
+    // Durable nodes mark each final answer as published, for a thread's next owner (issue 14). The marker
+    // follows the answer on one connection when `durable.nc` is the transport's (as `troupe up` makes it).
+    if (opts.durable) {
+      this.answered = new JetStreamAnsweredLog({
+        nc: opts.durable.nc,
+        tenant: this.tenant,
+        ...(opts.durable.replicas ? { replicas: opts.durable.replicas } : {}),
+        setupDeadlineMs: opts.durable.setupDeadlineMs,
+        ...(opts.logger ? { logger: opts.logger } : {}),
+      });
+    }
     this.threads = new ThreadHost({
       transport: this.transport,
       registry: this.registry,
@@ -128,6 +141,7 @@ export class TroupeNode {
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       ...(opts.synthesizer ? { synthesizer: opts.synthesizer } : {}),
       inspection: this.inspection,
+      ...(this.answered ? { answered: this.answered } : {}),
       logger: opts.logger ?? silentLogger(),
     });
   }
@@ -140,6 +154,7 @@ export class TroupeNode {
     const t = this.transport;
     const durable = this.opts.durable;
     if (durable) {
+      await this.answered?.start();
       this.ingress = new JetStreamIngress({
         nc: durable.nc,
         tenant: this.tenant,

@@ -45,7 +45,7 @@ program
   .option('--idle <ms>', 'passivate threads idle this long', int(1))
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
   .option('--partitions <n>', "thread partitions: the server's mapping (`troupe creds init --partitions`, 8-256); the node refuses to start when they differ", int(1, 1024), 8)
-  .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))
+  .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ, TROUPE_ANSWERED and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', int(500), 5_000)
   .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', int(1_000), 24 * 60 * 60_000)
   .option('--setup-timeout <ms>', 'how long each JetStream setup step keeps asking a cluster that does not answer yet (servers down, a leader election) before the node gives up', int(1_000), 60_000)

@@ -66,6 +66,12 @@ export const metrics = {
     help: 'Thread writes that lost a compare-and-set: another node wrote the thread (a takeover)',
     registers: [registry],
   }),
+  redeliveredAnswers: new Counter({
+    name: 'troupe_redelivered_answers_total',
+    help: "A thread's latest message given again to a node that did not answer it (a takeover): not published again because its published-answer marker (marker) or the node that answered (node) said it went out, or published (published: nobody could say)",
+    labelNames: ['decision'] as const,
+    registers: [registry],
+  }),
   agentRequests: new Counter({
     name: 'troupe_agent_requests_total',
     help: 'Requests an agent process handled, by agent and outcome (ok, or the error code it answered with)',

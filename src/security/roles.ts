@@ -11,7 +11,8 @@
  *   troupe.t.registry.A      announce/goodbye of agent A
  *   troupe.t.hello           a node asks agents to announce now
  *   troupe.t.ctl.<verb>      diagnostics and control
- *   troupe.t.nodes.>         between nodes only (whether a node published an answer: nodes.answered.<node>)
+ *   troupe.t.nodes.>         between nodes only (whether a node published an answer: nodes.answered.<node>,
+ *                            and the marker of each published answer: nodes.published.<thread>)
  *   troupe.t.inspect.>       inspection events (agents only under troupe.t.inspect.agent.A.>)
  *   _INBOX_P.>               the private reply inbox of client P (nats.js `inboxPrefix: _INBOX_P`)
  *

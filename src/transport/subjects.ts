@@ -49,6 +49,9 @@ export const subjects = {
   ctl: (tenant: string, verb: string) => `${t(tenant)}.ctl.${checkId('agent', verb)}`,
   /** A node answers here whether it published the answer to a thread's message; only node users may publish or subscribe below `nodes` (operators may publish `ctl.>`, so not there). */
   answeredBy: (tenant: string, nodeId: string) => `${t(tenant)}.nodes.answered.${checkId('thread', nodeId)}`,
+  /** After a node published the final answer of thread T: which message it answered (kept by the stream TROUPE_ANSWERED; nodes only). */
+  answerPublished: (tenant: string, threadId: string) => `${t(tenant)}.nodes.published.${checkId('thread', threadId)}`,
+  answerPublishedAll: (tenant: string) => `${t(tenant)}.nodes.published.*`,
   /** Inspection records of thread T and every actor under it (protocol/inspection.ts). */
   inspectThread: (tenant: string, threadId: string) => `${t(tenant)}.inspect.thread.${checkId('thread', threadId)}`,
   /** Inspection records of one instance of agent A (the broker lets A publish only below `inspect.agent.A`). */

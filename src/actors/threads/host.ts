@@ -45,6 +45,7 @@ import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
 import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
 import { actorsOf, inspectThread } from './views.js';
+import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
 export interface ThreadHostOptions {
   transport: Transport;
@@ -65,6 +66,12 @@ export interface ThreadHostOptions {
   synthesizer?: Synthesizer;
   /** The process's inspection publisher (the node's); default one of its own. */
   inspection?: InspectionPublisher;
+  /**
+   * Where final answers are marked as published, for the next owner of a thread to read
+   * (transport/jetstream/answered.ts; durable nodes). Without it a redelivered latest message is settled
+   * by asking the node that answered it.
+   */
+  answered?: AnsweredLog;
   now?: () => number;
 }
 
@@ -366,11 +373,11 @@ export class ThreadHost {
       if (!redelivery) this.answerDuplicate(live, message.messageId, { remember: false });
       else if (!settled && !this.publishedAnswers.has(key) && !this.pendingAnswers.has(key) && !this.disclaimedAnswers.has(key)) {
         // The thread's latest message, answered by another node (its state is what that node committed):
-        // only that node knows whether the answer went out (its ack may have been confirmed and then lost
-        // with a consumer's leader, so the stream gives the message again). Ask it; no answer (it died,
-        // maybe between its commit and its ack) means the answer may never have gone out: publish it.
-        const by = live.committedBy;
-        if (!(by && by !== this.opts.nodeId && (await this.publishedElsewhere(by, threadId, message.messageId)))) this.answerDuplicate(live, message.messageId);
+        // its ack may have been confirmed and then lost with a consumer's leader, so the stream gives the
+        // message again. The thread's last published-answer marker says whether the answer went out
+        // (whoever published it, alive or not); without one, only the node that committed knows: ask it.
+        // No answer (it died, maybe between its commit and its ack) means it may never have gone out: publish it.
+        if (!(await this.publishedBefore(live, message.messageId))) this.answerDuplicate(live, message.messageId);
       }
       return { duplicate: true };
     }
@@ -425,6 +432,19 @@ export class ThreadHost {
   private answerComing(live: LiveThread, messageId: string): boolean {
     const names = (e: TaskStatusUpdateEvent) => e.status.message?.metadata?.[META.inReplyTo] === messageId;
     return live.outbox.some(names) || (live.committing?.some(names) ?? false);
+  }
+
+  /** Whether the answer to the thread's latest message went out from another node (see `deliver`). */
+  private async publishedBefore(live: LiveThread, messageId: string): Promise<boolean> {
+    if ((await this.opts.answered?.published(live.threadId, messageId)) === true) {
+      this.log.debug({ thread: live.threadId, message: messageId }, 'a redelivered message was answered already (its published-answer marker)');
+      metrics.redeliveredAnswers.inc({ decision: 'marker' });
+      return true;
+    }
+    const by = live.committedBy;
+    const published = by !== undefined && by !== this.opts.nodeId && (await this.publishedElsewhere(by, live.threadId, messageId));
+    metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
+    return published;
   }
 
   /**
@@ -489,6 +509,8 @@ export class ThreadHost {
     const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
     if (typeof inReplyTo !== 'string' || opts.remember === false) return;
     this.rememberPublished(answerKey(live.threadId, inReplyTo));
+    // After the answer, on the same connection: a stored marker means the answer went out before it.
+    if (!this.transport.closed) this.opts.answered?.mark(live.threadId, inReplyTo);
   }
 
   private rememberPublished(key: string): void {

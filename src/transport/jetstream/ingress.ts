@@ -878,7 +878,7 @@ function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
   return out;
 }
 
-function msToNanos(ms: number): number {
+export function msToNanos(ms: number): number {
   return ms * 1_000_000;
 }
 

@@ -1,0 +1,159 @@
+/**
+ * Which message of a thread was answered last on the wire, kept by the broker for a while: the marker
+ * behind "an answer goes out once" when a thread changes hands.
+ *
+ * A node publishes a thread's final answer with a core publish after the message's ack, so a node that
+ * takes the thread over and is given that message again (the stream kept it: an ack lost with a
+ * consumer's leader, or a consumer remade during an election) cannot tell whether the answer went out.
+ * Asking the node that answered works while it lives; a dead or unreachable one cannot say, and the
+ * answer went out twice (issue 14). So each final answer is followed, on the same connection, by a small
+ * marker on `troupe.<t>.nodes.published.<thread>` (`{ messageId }`), which the memory stream
+ * `TROUPE_ANSWERED` keeps (the last one per thread, for an hour). The next owner reads the thread's last
+ * marker (`published`) before it asks anyone.
+ *
+ * Costs: one core publish per final answer for the node (no round trip), one stored message per final
+ * answer for the broker (in memory; replicated on a cluster), one stream read per redelivered latest
+ * message. A marker lost on the way (the stream had no leader at that moment) only means the next owner
+ * asks the answering node as before. The marker follows its answer on one connection, so a stored marker
+ * means the answer was handed to the server before it.
+ */
+import { jetstreamManager, RetentionPolicy, StorageType, DiscardPolicy, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { z } from 'zod';
+import { subjects } from '../subjects.js';
+import { idSchema } from '../../protocol/ids.js';
+import { TroupeError } from '../../protocol/errors.js';
+import { silentLogger, type Logger } from '../../observability/logger.js';
+import { ensureReplicas } from './replicas.js';
+import { retrySetup } from './retry.js';
+import { msToNanos } from './ingress.js';
+
+export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
+/** How long a marker is kept: far longer than a takeover or a redelivery takes. */
+export const ANSWERED_MAX_AGE_MS = 60 * 60 * 1000;
+/**
+ * The stream's cap: about 50,000 threads' markers (the oldest go first; a marker is needed for seconds,
+ * while a thread changes hands). A memory stream reserves it, times its replicas, from the account's
+ * JetStream memory.
+ */
+export const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
+/** How long the next owner waits for the stream to answer before it asks the answering node instead. */
+const LOOKUP_TIMEOUT_MS = 2_000;
+
+const MarkerSchema = z.object({ messageId: idSchema('message') });
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** What a thread host needs: mark an answer as published, and ask whether one was. */
+export interface AnsweredLog {
+  /** After publishing the final answer to `messageId` on the same connection. */
+  mark(threadId: string, messageId: string): void;
+  /** Whether the thread's last marked answer is the one to `messageId`; undefined when the stream cannot tell (no marker, unreadable, no answer in time). */
+  published(threadId: string, messageId: string): Promise<boolean | undefined>;
+}
+
+export interface JetStreamAnsweredLogOptions {
+  nc: NatsConnection;
+  tenant: string;
+  /** Replicas of TROUPE_ANSWERED (as the other streams; scaled when given explicitly). */
+  replicas?: number;
+  setupDeadlineMs?: number;
+  logger?: Logger;
+}
+
+export class JetStreamAnsweredLog implements AnsweredLog {
+  readonly #opts: JetStreamAnsweredLogOptions;
+  readonly #log: Logger;
+  #jsm?: JetStreamManager;
+
+  constructor(opts: JetStreamAnsweredLogOptions) {
+    this.#opts = opts;
+    this.#log = (opts.logger ?? silentLogger()).child({ component: 'answered-log' });
+  }
+
+  /**
+   * Creates (or checks) the stream; waits for JetStream like the node's other streams. A server that
+   * refuses the stream (e.g. the account's JetStream memory is used up) leaves the node running without
+   * markers, as before them: a warning says so and what to do.
+   */
+  async start(): Promise<this> {
+    try {
+      this.#jsm = await retrySetup(
+        `creating the stream ${ANSWERED_STREAM}`,
+        async () => {
+          const jsm = await jetstreamManager(this.#opts.nc, { timeout: LOOKUP_TIMEOUT_MS });
+          await this.#ensureStream(jsm);
+          return jsm;
+        },
+        { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs },
+      );
+    } catch (err) {
+      // JetStream not answering, or too few servers for the replicas: as for the node's other streams.
+      if (err instanceof TroupeError && err.code === 'TRANSPORT_ERROR') throw err;
+      this.#log.warn(
+        { stream: ANSWERED_STREAM, err: (err as Error).message },
+        `could not create the stream ${ANSWERED_STREAM} (${ANSWERED_MAX_BYTES} bytes of JetStream memory per replica): running without published-answer markers, so an answer may go out twice when a node dies; raise the account's JetStream memory`,
+      );
+    }
+    return this;
+  }
+
+  /** Whether answers are being marked (the stream exists). */
+  get on(): boolean {
+    return this.#jsm !== undefined;
+  }
+
+  async #ensureStream(jsm: JetStreamManager): Promise<void> {
+    const want: Partial<StreamConfig> & { name: string } = {
+      name: ANSWERED_STREAM,
+      subjects: [subjects.answerPublishedAll(this.#opts.tenant)],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.Memory,
+      max_msgs_per_subject: 1,
+      max_age: msToNanos(ANSWERED_MAX_AGE_MS),
+      max_bytes: ANSWERED_MAX_BYTES,
+      discard: DiscardPolicy.Old,
+      num_replicas: this.#opts.replicas ?? 1,
+    };
+    const existing = await jsm.streams.info(ANSWERED_STREAM).catch(() => undefined);
+    if (!existing) {
+      try {
+        await jsm.streams.add(want);
+        this.#log.info({ stream: ANSWERED_STREAM }, 'created the stream of published answers');
+        return;
+      } catch (addErr) {
+        // Another node created it at the same moment.
+        await jsm.streams.info(ANSWERED_STREAM).catch(() => {
+          throw addErr;
+        });
+      }
+    }
+    await ensureReplicas(jsm, ANSWERED_STREAM, this.#opts.replicas, this.#log);
+  }
+
+  mark(threadId: string, messageId: string): void {
+    if (!this.#jsm) return;
+    try {
+      this.#opts.nc.publish(subjects.answerPublished(this.#opts.tenant, threadId), encoder.encode(JSON.stringify({ messageId })));
+    } catch (err) {
+      // A closed connection: the answer did not go out either.
+      this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not mark an answer as published');
+    }
+  }
+
+  async published(threadId: string, messageId: string): Promise<boolean | undefined> {
+    const jsm = this.#jsm;
+    if (!jsm) return undefined;
+    try {
+      const stored = await jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) });
+      if (!stored) return undefined;
+      if (stored.data.length > 1_024) return undefined;
+      const marker = MarkerSchema.safeParse(JSON.parse(decoder.decode(stored.data)));
+      if (!marker.success) return undefined;
+      return marker.data.messageId === messageId ? true : undefined;
+    } catch (err) {
+      this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not read the last published answer');
+      return undefined;
+    }
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * The published-answer marker (src/transport/jetstream/answered.ts), on a real nats-server: a thread's
+ * latest message given again to the next owner after the node that answered it is gone — the path that
+ * published answers twice in the cluster chaos suite (issue 14). Two thread hosts share one store, as two
+ * nodes do; each message is handed over as the durable ingress does (`until: 'answered'`, its stream
+ * sequence, the answer published by the after-ack step).
+ */
+import { Writable } from 'node:stream';
+import { jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { Registry } from '../src/actors/registry.js';
+import { ThreadHost } from '../src/actors/threads/host.js';
+import { createLogger } from '../src/observability/logger.js';
+import { metrics } from '../src/observability/metrics.js';
+import { META } from '../src/protocol/metadata.js';
+import { ThreadEventSchema, decode } from '../src/protocol/index.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { userMessage } from '../src/sdk/client.js';
+import { KvThreadStore } from '../src/store/kv.js';
+import { ANSWERED_STREAM, JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { sleep, waitUntil } from './helpers/wait.js';
+
+const TENANT = 'demo';
+let nats: NatsServerHandle;
+let agent: AgentHost;
+const closers: Array<() => Promise<unknown>> = [];
+
+async function transport(name: string, user = 'node'): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ ...nats.as(user), name });
+  closers.push(() => t.close());
+  return t;
+}
+
+/** A node's thread side: a thread host on the shared store, with the marker log unless `marker: false`. */
+async function node(nodeId: string, opts: { marker?: boolean } = {}) {
+  const t = await transport(nodeId);
+  const store = await KvThreadStore.open(t.connection, { bucket: 'answered_threads' });
+  const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+  const registry = await new Registry(t, TENANT).start();
+  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, ...(answered ? { answered } : {}) }).start();
+  await registry.waitFor(['echo']);
+  const stop = async () => {
+    await host.stop();
+    await registry.stop();
+    await t.close();
+  };
+  closers.push(stop);
+  return { host, stop };
+}
+
+/** Final answers seen on the thread's `out`, by the message they answer. */
+async function watchFinals(threadId: string) {
+  const t = await transport(`watch-${threadId}`);
+  const finals: string[] = [];
+  t.subscribe(subjects.threadOut(TENANT, 'local', threadId), (m) => {
+    const e = decode(ThreadEventSchema, m.data, 'thread event');
+    if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
+  });
+  await t.flush();
+  return finals;
+}
+
+const answered = (seq: number) => ({ seq, until: 'answered' as const });
+
+/** troupe_redelivered_answers_total by decision (this process's registry: the hosts run here). */
+async function decisions(): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const v of (await metrics.redeliveredAnswers.get()).values) out[String(v.labels.decision)] = v.value;
+  return out;
+}
+const grew = (before: Record<string, number>, after: Record<string, number>) =>
+  Object.fromEntries(Object.entries(after).filter(([k, v]) => v !== (before[k] ?? 0)).map(([k, v]) => [k, v - (before[k] ?? 0)]));
+
+beforeAll(async () => {
+  nats = await startNatsServer();
+  const agentT = await NatsTransport.connect({ ...nats.as('echo'), name: 'answered-echo' });
+  agent = await new AgentHost({ transport: agentT, agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }) }).start();
+}, 60_000);
+
+afterEach(async () => {
+  for (const close of closers.splice(0).reverse()) await close().catch(() => undefined);
+});
+
+afterAll(async () => {
+  await agent?.stop();
+  await nats?.stop();
+});
+
+describe('a redelivered latest message after its node is gone', () => {
+  it('answered and marked by the dead node: the next owner reads the marker and does not publish it again', async () => {
+    const threadId = 'marked-1';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-a');
+    const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    // The ack took; the after-ack step publishes the answer and its marker. Then node a dies.
+    first.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await sleep(200); // the marker reaches the stream
+    await a.stop();
+    // The stream gives the message to the next owner again (its ack lost with a consumer's leader).
+    const b = await node('node-b');
+    const before = await decisions();
+    const again = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    expect(again).toEqual({ duplicate: true });
+    expect(grew(before, await decisions())).toEqual({ marker: 1 });
+    await sleep(1_000); // a second publication would arrive now
+    expect(finals).toEqual(['m1']);
+    // The thread goes on at the next owner.
+    const next = await b.host.deliver(threadId, userMessage('and again', { messageId: 'm2' }), 'local', answered(2));
+    next.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 2 || undefined, 'the second answer');
+    expect(finals).toEqual(['m1', 'm2']);
+  }, 60_000);
+
+  it('committed but never published (the node died before its ack): the next owner publishes it, once', async () => {
+    const threadId = 'unmarked-1';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-c');
+    await a.host.deliver(threadId, userMessage('first', { messageId: 'm1' }), 'local', answered(1)).then((r) => r.publish?.({ acked: true }));
+    await waitUntil(() => finals.length === 1 || undefined, 'the first answer');
+    // m2's turn is committed, and node c dies before its ack: its answer never goes out.
+    await a.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2));
+    await a.stop();
+    const b = await node('node-d');
+    const before = await decisions();
+    await b.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2));
+    expect(grew(before, await decisions())).toEqual({ published: 1 });
+    await waitUntil(() => finals.length === 2 || undefined, 'the stored answer, from the next owner');
+    await sleep(500);
+    expect(finals).toEqual(['m1', 'm2']);
+  }, 60_000);
+
+  it('without a marker (the stream lost it), the node that answered is asked while it lives', async () => {
+    const threadId = 'asked-1';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-e');
+    const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    first.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await sleep(200);
+    const t = await transport('purger');
+    await (await jetstreamManager(t.connection)).streams.purge(ANSWERED_STREAM);
+    // Node e is alive: asked, it says it published the answer.
+    const b = await node('node-f', { marker: false });
+    const before = await decisions();
+    await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    expect(grew(before, await decisions())).toEqual({ node: 1 });
+    await sleep(1_000);
+    expect(finals).toEqual(['m1']);
+  }, 60_000);
+
+  it("an account without room for the stream: the node runs without markers and says so", async () => {
+    const t = await transport('filler');
+    const jsm = await jetstreamManager(t.connection);
+    await jsm.streams.delete(ANSWERED_STREAM).catch(() => undefined);
+    // The test account has 64 MiB of JetStream memory; a memory stream reserves its max_bytes.
+    await jsm.streams.add({ name: 'FILLER', subjects: ['troupe.demo.filler'], storage: StorageType.Memory, max_bytes: 60 * 1024 ** 2 });
+    try {
+      const lines: string[] = [];
+      const logger = createLogger({ level: 'warn', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }) });
+      const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, logger }).start();
+      expect(log.on).toBe(false);
+      expect(await log.published('no-such-thread', 'm1')).toBeUndefined();
+      expect(lines.join('')).toMatch(/running without published-answer markers.*raise the account's JetStream memory/);
+    } finally {
+      await jsm.streams.delete('FILLER');
+    }
+  }, 30_000);
+
+  it('keeps one marker per thread, in memory, with the replicas asked for', async () => {
+    const t = await transport('inspector');
+    await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, replicas: 1 }).start();
+    const info = await (await jetstreamManager(t.connection)).streams.info(ANSWERED_STREAM);
+    expect(info.config).toMatchObject({ storage: 'memory', max_msgs_per_subject: 1, num_replicas: 1, subjects: [subjects.answerPublishedAll(TENANT)] });
+  }, 30_000);
+});
