@@ -39,6 +39,8 @@ const TABLE: Row[] = [
   { what: "the operator's inbox", pub: '_INBOX_operator.a.1', pubBy: ['node'], sub: { subject: '_INBOX_operator.>', literal: '_INBOX_operator.a.1' }, subBy: ['node', 'operator'] },
   { what: 'ctl', pub: `${T}.ctl.ps`, pubBy: ['node', 'operator'], sub: { subject: `${T}.ctl.>`, literal: `${T}.ctl.thread` }, subBy: ['node'] },
   { what: 'between nodes', pub: `${T}.nodes.answered.node-1`, pubBy: ['node'], sub: { subject: `${T}.nodes.>`, literal: `${T}.nodes.answered.node-1` }, subBy: ['node'] },
+  // A forged marker would make a node withhold an answer: only nodes may publish or read them.
+  { what: 'published-answer markers', pub: `${T}.nodes.published.T1`, pubBy: ['node'], sub: { subject: `${T}.nodes.published.*`, literal: `${T}.nodes.published.T1` }, subBy: ['node'] },
   { what: 'own registry entry', pub: `${T}.registry.echo`, pubBy: ['node', 'agent'], sub: { subject: `${T}.registry.echo`, literal: `${T}.registry.echo` }, subBy: ['node'] },
   { what: "another agent's registry entry", pub: `${T}.registry.writer`, pubBy: ['node'], sub: { subject: `${T}.registry.*`, literal: `${T}.registry.writer` }, subBy: ['node'] },
   { what: 'own thread input', pub: `${T}.in.cli.T1`, pubBy: ['node', 'client'], sub: { subject: `${T}.in.cli.*.*`, literal: `${T}.in.cli.T1` }, subBy: ['node'] },
