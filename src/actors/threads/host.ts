@@ -437,13 +437,17 @@ export class ThreadHost {
   /** Whether the answer to the thread's latest message went out from another node (see `deliver`). */
   private async publishedBefore(live: LiveThread, messageId: string): Promise<boolean> {
     if ((await this.opts.answered?.published(live.threadId, messageId)) === true) {
-      this.log.debug({ thread: live.threadId, message: messageId }, 'a redelivered message was answered already (its published-answer marker)');
+      this.log.info({ thread: live.threadId, message: messageId }, 'a redelivered message was answered already (its published-answer marker): not published again');
       metrics.redeliveredAnswers.inc({ decision: 'marker' });
       return true;
     }
     const by = live.committedBy;
     const published = by !== undefined && by !== this.opts.nodeId && (await this.publishedElsewhere(by, live.threadId, messageId));
     metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
+    this.log.info(
+      { thread: live.threadId, message: messageId, committedBy: by },
+      published ? 'a redelivered message was answered already (the node that answered said so): not published again' : 'a redelivered message nobody says was answered: publishing its stored answer',
+    );
     return published;
   }
 
@@ -499,6 +503,7 @@ export class ThreadHost {
   /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
   private publishFinal(live: LiveThread, event: TaskStatusUpdateEvent, opts: { remember?: boolean } = {}): void {
     const span = tracing.on ? this.answerSpans.get(event) : undefined;
+    if (this.log.isLevelEnabled('debug')) this.log.debug({ thread: live.threadId, message: event.status.message?.metadata?.[META.inReplyTo], remember: opts.remember !== false }, 'publishing a final answer');
     this.publishToOwner(live, event, span);
     // A copy for a client that sent the messageId again does not count as the message's own answer.
     if (opts.remember !== false) this.publishedEvents.add(event);

@@ -706,6 +706,9 @@ export class JetStreamIngress {
       seq,
       subject: m.subject,
     };
+    if (msg.redelivered || msg.ackedBefore) {
+      this.#log.info({ partition: run.partition, seq, thread: threadId, message: msg.messageId, deliveryCount, ackedBefore: msg.ackedBefore }, 'a message delivered again');
+    }
     // A turn can outlast ack_wait (a slow model, a long tool): tell the server it is still in progress.
     const working = setInterval(() => {
       if (run.active) m.working();
