@@ -9,7 +9,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { TransportError, type InboundMessage, type Transport } from '../src/transport/types.js';
 import type { HandlerErrorContext } from '../src/transport/memory.js';
 import { freePort, natsProcess, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { runTroupe } from './helpers/processes.js';
+import { runTroupe, spawnTroupe } from './helpers/processes.js';
 import { bytes, sleep, text, waitFor } from './helpers/wait.js';
 
 
@@ -419,11 +419,21 @@ describe('requests on NATS', () => {
     }
   });
 
-  it('troupe up with another account\'s credentials and no --tenant says to check the tenant (exit 1)', async () => {
-    const res = await runTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme')], {}, { timeoutMs: 30_000 });
-    expect(res.code).toBe(1);
-    expect(res.stderr).toMatch(/PARTITIONS_MISMATCH.*tenant "demo".*check that "demo" is the account of these credentials \(`--tenant` or TROUPE_TENANT/s);
+  it("troupe up with acme's credentials and no --tenant runs as tenant acme (the tenant the credentials name)", async () => {
+    const node = await spawnTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--no-agents', '--log-level', 'warn'], {}, { name: 'acme node' });
+    try {
+      expect(node.stderr).toMatch(/up on .*\(tenant acme, 8 partitions\)/);
+    } finally {
+      await node.kill('SIGTERM');
+    }
   });
+
+  it("troupe up with acme's credentials and --tenant demo refuses at once: the tenants disagree (exit 2)", async () => {
+    const res = await runTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--tenant', 'demo'], {}, { timeoutMs: 30_000 });
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/--tenant \(or TROUPE_TENANT\) is "demo" but the credentials .* are for tenant "acme": leave out --tenant/);
+  });
+
 
   it('a user that may not receive on the default inbox gets its replies below its own prefix', async () => {
     const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });

@@ -39,6 +39,27 @@ export async function principalOf(g: GlobalOpts): Promise<string> {
   return g.user ?? 'cli';
 }
 
+/**
+ * The tenant a command works in: `--tenant` / TROUPE_TENANT when given, else the tenant named in the
+ * `--creds` file (`troupe creds` tags each user with its tenant), else `demo`. Given both, they must agree:
+ * the broker would refuse every subject of the other tenant, so this says so before connecting (exit 2).
+ * `fromCreds: false` (the `creds` commands, whose --tenant names a tenant of the store) skips the file.
+ */
+export async function resolveTenant(g: { tenant?: string | undefined; creds?: string | undefined }, opts: { fromCreds?: boolean } = {}): Promise<string> {
+  let credsTenant: string | undefined;
+  if (g.creds && opts.fromCreds !== false) {
+    const { readCredsIdentity } = await import('../security/creds.js');
+    // An unreadable file is reported by the connection that uses it, with what to do.
+    credsTenant = (await readCredsIdentity(g.creds).catch(() => undefined))?.tenant;
+  }
+  if (g.tenant !== undefined && credsTenant !== undefined && g.tenant !== credsTenant) {
+    throw new UsageError(
+      `--tenant (or TROUPE_TENANT) is "${g.tenant}" but the credentials ${g.creds} are for tenant "${credsTenant}": leave out --tenant to use "${credsTenant}", or use credentials of tenant "${g.tenant}" (troupe creds ls)`,
+    );
+  }
+  return g.tenant ?? credsTenant ?? 'demo';
+}
+
 /** Connects to the NATS servers named by --nats (a comma-separated list reconnects across them). */
 export async function connect(g: GlobalOpts, name: string, longLived = false): Promise<NatsTransport> {
   if (!g.nats) throw new UsageError('this command needs a NATS server: pass --nats nats://127.0.0.1:4222 or set TROUPE_NATS_URL');

@@ -9,7 +9,7 @@
  * usage (unknown option, invalid value).
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { int } from './cli.js';
+import { int, resolveTenant } from './cli.js';
 
 // `troupe … | head` closes the pipe early: that is not an error.
 process.stdout.on('error', (err: NodeJS.ErrnoException) => {
@@ -26,7 +26,7 @@ program
   .addOption(new Option('--password <password>', 'NATS password').env('TROUPE_NATS_PASSWORD'))
   .addOption(new Option('--creds <file>', 'NATS credentials file (from `troupe creds`)').env('TROUPE_NATS_CREDS'))
   .addOption(new Option('--tls-ca <file>', 'CA certificate to trust for tls:// NATS servers (from `troupe creds init --tls`)').env('TROUPE_NATS_TLS_CA'))
-  .addOption(new Option('--tenant <tenant>', 'tenant (a NATS account)').env('TROUPE_TENANT').default('demo'))
+  .addOption(new Option('--tenant <tenant>', 'tenant (a NATS account); default: the tenant of --creds, else demo').env('TROUPE_TENANT'))
   .addOption(new Option('--log-level <level>', 'pino log level').env('TROUPE_LOG_LEVEL'))
   .option('--json', 'machine-readable output')
   .showHelpAfterError()
@@ -241,6 +241,14 @@ program
   .option('--host <host>', 'address the servers listen on', '127.0.0.1')
   .option('--name <name>', 'cluster name', 'troupe')
   .action(async (...args: unknown[]) => ((await import('./commands/cluster.js')).up as (...a: unknown[]) => Promise<void>)(...args));
+
+// The tenant, once the options are parsed: given, from the credentials, or demo (cli.ts resolveTenant).
+program.hook('preAction', async (_program, action) => {
+  let top: Command = action;
+  while (top.parent && top.parent !== program) top = top.parent;
+  const g = program.opts<{ tenant?: string; creds?: string }>();
+  program.setOptionValue('tenant', await resolveTenant(g, { fromCreds: top.name() !== 'creds' }));
+});
 
 program.parseAsync(process.argv).catch(async (err: unknown) => {
   const { reportError } = await import('./output.js');

@@ -70,7 +70,7 @@ export async function checkPartitionMapping(nc: NatsConnection, tenant: string, 
   if (unmapped.length > 0) {
     throw new TroupeError(
       'PARTITIONS_MISMATCH',
-      `the server does not partition tenant "${tenant}"'s inbound messages (no subject mapping for ${prefix.slice(0, -PROBE_PRINCIPAL.length - 1)}*.*): run it with the config \`troupe creds init\` writes (server.conf, or cluster/<server>.conf), and check that "${tenant}" is the account of these credentials (\`--tenant\` or TROUPE_TENANT; default demo)`,
+      `the server does not partition tenant "${tenant}"'s inbound messages (no subject mapping for ${prefix.slice(0, -PROBE_PRINCIPAL.length - 1)}*.*): run it with the config \`troupe creds init\` writes (server.conf, or cluster/<server>.conf), and check that "${tenant}" is the account of these credentials (\`--tenant\` or TROUPE_TENANT; by default the tenant the credentials name, else demo)`,
       { nodePartitions: partitions },
     );
   }
