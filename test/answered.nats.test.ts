@@ -178,3 +178,52 @@ describe('a redelivered latest message after its node is gone', () => {
     expect(info.config).toMatchObject({ storage: 'memory', max_msgs_per_subject: 1, num_replicas: 1, subjects: [subjects.answerPublishedAll(TENANT)] });
   }, 30_000);
 });
+
+describe('a second stored copy of a message (the stream missed the duplicate)', () => {
+  // nats-server before 2.11 can store a message twice under one Nats-Msg-Id when a clustered stream's
+  // leader changes while a client retries its publish (nats-server#6486); the chaos suite saw one answer
+  // published twice that way after the thaw. Both copies reach the thread as new messages (two sequences).
+  const copy = (at: number, id = 'dup-1/m1') => ({ stored: { at, id, duplicateWindowMs: 120_000 } });
+
+  it('under the same Nats-Msg-Id within the duplicate window: acknowledged, not answered again', async () => {
+    const threadId = 'dup-1';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-g');
+    const at = Date.now();
+    const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at) });
+    first.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    const second = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 1_500) });
+    expect(second).toEqual({ duplicate: true });
+    await sleep(1_000);
+    expect(finals).toEqual(['m1']);
+  }, 60_000);
+
+  it('while the first copy is still being answered: one answer, from the first copy', async () => {
+    const threadId = 'dup-2';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-h');
+    const at = Date.now();
+    const both = await Promise.all([
+      a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, 'dup-2/m1') }),
+      a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 20, 'dup-2/m1') }),
+    ]);
+    expect(both[1]).toEqual({ duplicate: true });
+    for (const r of both) r.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await sleep(1_000);
+    expect(finals).toEqual(['m1']);
+  }, 60_000);
+
+  it('after the window (a client sending the messageId again): its answer again', async () => {
+    const threadId = 'dup-3';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-i');
+    const at = Date.now();
+    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, 'dup-3/m1') })).publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 180_000, 'dup-3/m1') });
+    await waitUntil(() => finals.length === 2 || undefined, 'the answer again');
+    expect(finals).toEqual(['m1', 'm1']);
+  }, 60_000);
+});

@@ -43,7 +43,7 @@ import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { JetStreamAnsweredLog } from '../transport/jetstream/answered.js';
-import { CLIENT_ERROR_CODES, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { CLIENT_ERROR_CODES, INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
@@ -308,6 +308,7 @@ export class TroupeNode {
         until: 'answered',
         ackedBefore: msg.ackedBefore,
         resend: msg.headers[HEADERS.resend] !== undefined,
+        ...(msg.messageId ? { stored: { at: msg.storedAt, id: msg.messageId, duplicateWindowMs: INGRESS_DUPLICATE_WINDOW_MS } } : {}),
         ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
       });
       return publish;

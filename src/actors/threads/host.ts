@@ -84,6 +84,14 @@ function remember(set: Set<string>, key: string): void {
   set.add(key);
   if (set.size > PUBLISHED_ANSWERS_KEPT) set.delete(set.values().next().value as string);
 }
+/** A stream copy of a message: when it was stored, its Nats-Msg-Id, and the stream's duplicate window. */
+export interface StoredCopy {
+  at: number;
+  id: string;
+  duplicateWindowMs: number;
+}
+/** Stream copies remembered per live thread (`LiveThread.taken`). */
+const TAKEN_KEPT = 16;
 /** How long a node waits for another to say whether it published an answer. */
 const ANSWERED_ASK_MS = 2_000;
 const ANSWERED_ASK_ATTEMPTS = 3;
@@ -313,7 +321,7 @@ export class ThreadHost {
     threadId: string,
     message: Message,
     owner: string,
-    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean; resend?: boolean } = {},
+    opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean; resend?: boolean; stored?: StoredCopy } = {},
   ): Promise<{ duplicate: boolean; publish?: AfterAck }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
     const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
@@ -346,6 +354,18 @@ export class ThreadHost {
     // rather than never — nothing a thread accepted ends without its final event.
     const redelivery = behind && has;
     if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
+    // A second stored copy of a message the thread took, under the same Nats-Msg-Id and within the stream's
+    // duplicate window: JetStream should have refused it (a client re-sending within the window gets a
+    // duplicate PubAck, and TroupeClient reads the answer from the store), but a clustered stream on
+    // nats-server before 2.11 can store both copies when its leader changes while a client retries the
+    // publish. The first copy's delivery gives the answer; this one is only acknowledged.
+    if (!redelivery && (inTurn || inHistory) && opts.stored && !opts.resend) {
+      const first = live.taken?.find((t) => t.messageId === message.messageId);
+      if (first && first.id === opts.stored.id && Math.abs(opts.stored.at - first.at) < opts.stored.duplicateWindowMs) {
+        this.log.info({ thread: threadId, message: message.messageId, seq: opts.seq, apartMs: opts.stored.at - first.at }, 'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again');
+        return { duplicate: true };
+      }
+    }
     if (redelivery || inTurn || inHistory) {
       if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answerComing(live, message.messageId))) {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
@@ -382,6 +402,11 @@ export class ThreadHost {
       return { duplicate: true };
     }
     live.lastActive = this.now();
+    if (opts.stored) {
+      live.taken ??= [];
+      live.taken.push({ messageId: message.messageId, at: opts.stored.at, id: opts.stored.id });
+      if (live.taken.length > TAKEN_KEPT) live.taken.shift();
+    }
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
     if (opts.seq !== undefined) live.inboundSeq = Math.max(live.inboundSeq ?? 0, opts.seq);
     // The registry's directory is one object until an agent joins or leaves: the thread has it already.

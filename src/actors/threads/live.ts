@@ -66,6 +66,12 @@ export interface LiveThread {
   outbox: TaskStatusUpdateEvent[];
   /** The final events of the write in flight (taken from the outbox), until it settles. */
   committing?: TaskStatusUpdateEvent[];
+  /**
+   * The stream copies of the last messages the thread took (durable ingress; the newest last, bounded):
+   * when, and under which Nats-Msg-Id, each was stored. A second copy under the same id within the
+   * stream's duplicate window is the broker's duplicate detection missing it (see `deliver`).
+   */
+  taken?: Array<{ messageId: string; at: number; id: string }>;
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
   waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
 

@@ -126,6 +126,8 @@ export interface IngressMessage {
   ackedBefore: boolean;
   /** Stream sequence. */
   seq: number;
+  /** When the stream stored this copy (ms since the epoch, the server's clock). */
+  storedAt: number;
   subject: string;
 }
 
@@ -704,6 +706,7 @@ export class JetStreamIngress {
       deliveryCount,
       ackedBefore: seq <= run.ackedThrough,
       seq,
+      storedAt: Math.floor(info.timestampNanos / 1_000_000),
       subject: m.subject,
     };
     if (msg.redelivered || msg.ackedBefore) {
