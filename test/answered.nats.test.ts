@@ -193,8 +193,11 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at) });
     first.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    const counted = async () => (await metrics.inboundDuplicates.get()).values[0]?.value ?? 0;
+    const before = await counted();
     const second = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 1_500) });
     expect(second).toEqual({ duplicate: true });
+    expect((await counted()) - before).toBe(1);
     await sleep(1_000);
     expect(finals).toEqual(['m1']);
   }, 60_000);

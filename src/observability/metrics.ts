@@ -72,6 +72,11 @@ export const metrics = {
     labelNames: ['decision'] as const,
     registers: [registry],
   }),
+  inboundDuplicates: new Counter({
+    name: 'troupe_inbound_duplicates_total',
+    help: 'Second stored copies of a message under the same Nats-Msg-Id within the duplicate window (the stream missed the duplicate, e.g. across a leader change): acknowledged, not answered again',
+    registers: [registry],
+  }),
   agentRequests: new Counter({
     name: 'troupe_agent_requests_total',
     help: 'Requests an agent process handled, by agent and outcome (ok, or the error code it answered with)',

@@ -363,6 +363,7 @@ export class ThreadHost {
       const first = live.taken?.find((t) => t.messageId === message.messageId);
       if (first && first.id === opts.stored.id && Math.abs(opts.stored.at - first.at) < opts.stored.duplicateWindowMs) {
         this.log.info({ thread: threadId, message: message.messageId, seq: opts.seq, apartMs: opts.stored.at - first.at }, 'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again');
+        metrics.inboundDuplicates.inc();
         return { duplicate: true };
       }
     }
