@@ -25,7 +25,7 @@ import { idSchema } from '../../protocol/ids.js';
 import { TroupeError } from '../../protocol/errors.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureReplicas } from './replicas.js';
-import { retrySetup } from './retry.js';
+import { retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
@@ -37,8 +37,10 @@ export const ANSWERED_MAX_AGE_MS = 60 * 60 * 1000;
  * JetStream memory.
  */
 export const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
-/** How long the next owner waits for the stream to answer before it asks the answering node instead. */
+/** How long one read of the stream waits for its answer. */
 const LOOKUP_TIMEOUT_MS = 2_000;
+/** How long the next owner keeps reading a stream that does not answer (an election) before it asks the answering node instead. */
+const LOOKUP_DEADLINE_MS = 6_000;
 
 const MarkerSchema = z.object({ messageId: idSchema('message') });
 const encoder = new TextEncoder();
@@ -145,7 +147,10 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     const jsm = this.#jsm;
     if (!jsm) return undefined;
     try {
-      const stored = await jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) });
+      // A stream electing its leader (the failovers that bring messages back) answers within seconds.
+      const stored = await retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
+        deadlineMs: LOOKUP_DEADLINE_MS,
+      });
       if (!stored) return undefined;
       if (stored.data.length > 1_024) return undefined;
       const marker = MarkerSchema.safeParse(JSON.parse(decoder.decode(stored.data)));
