@@ -218,6 +218,21 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     expect(finals).toEqual(['m1']);
   }, 60_000);
 
+  it('the second copy reaching the next owner (the first node is gone): the record tells, not answered again', async () => {
+    const threadId = 'dup-4';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-j');
+    const at = Date.now();
+    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, 'dup-4/m1') })).publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await a.stop();
+    const b = await node('node-k');
+    const second = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 800, 'dup-4/m1') });
+    expect(second).toEqual({ duplicate: true });
+    await sleep(1_000);
+    expect(finals).toEqual(['m1']);
+  }, 60_000);
+
   it('after the window (a client sending the messageId again): its answer again', async () => {
     const threadId = 'dup-3';
     const finals = await watchFinals(threadId);

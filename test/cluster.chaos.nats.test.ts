@@ -24,6 +24,8 @@
  *
  *   npx vitest run test/cluster.chaos.nats.test.ts
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { META } from '../src/protocol/metadata.js';
 import { HEADERS, ThreadEventSchema, decode, encodeJson, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
@@ -346,6 +348,13 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       const id = problem.slice(0, problem.indexOf(' '));
       const lines = everyNode.flatMap((n) => n.stderr.split('\n').filter((l) => l.includes(`${id}"`)).map((l) => `${n.name}: ${l}`));
       if (lines.length) console.log(`[cluster-chaos] what the nodes logged about ${id} (log level ${LOG_LEVEL}):\n  ${lines.join('\n  ')}`);
+    }
+    if (problems.length && LOG_LEVEL !== 'error') {
+      // Every node's whole log, for what the lines above do not show (sequences, partitions, leases).
+      const dir = join('.tmp', 'cluster-chaos');
+      mkdirSync(dir, { recursive: true });
+      for (const n of everyNode) writeFileSync(join(dir, `${n.name.replace(/\W+/g, '-')}.log`), n.stderr);
+      console.log(`[cluster-chaos] the nodes' logs are in ${dir}`);
     }
     const sorted = [...takeovers].sort((a, b) => a - b);
     let duplicated = 0;

@@ -18,6 +18,15 @@ export const ThreadRecordSchema = z.object({
   updatedAt: z.iso.datetime({ offset: true }),
   /** Inbound stream sequence of the last user message this state includes (tells redeliveries from resends). */
   inboundSeq: z.number().int().nonnegative().optional(),
+  /**
+   * The stream copies of the thread's last messages (when each was stored, under which Nats-Msg-Id), so
+   * that the next owner too tells a second stored copy of a message (the stream's duplicate detection
+   * missed it) from a client sending the message again (see ThreadHost.deliver).
+   */
+  taken: z
+    .array(z.object({ messageId: z.string().min(1).max(256), at: z.number().int().nonnegative(), id: z.string().min(1).max(512) }))
+    .max(64)
+    .optional(),
   /** The node that wrote this revision (diagnostics; the thread's owner — who may use it — is in the Task metadata). */
   node: z.string().optional(),
   /**

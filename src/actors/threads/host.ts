@@ -90,8 +90,8 @@ export interface StoredCopy {
   id: string;
   duplicateWindowMs: number;
 }
-/** Stream copies remembered per live thread (`LiveThread.taken`). */
-const TAKEN_KEPT = 16;
+/** Stream copies remembered per thread (`LiveThread.taken`, kept in its record). */
+const TAKEN_KEPT = 8;
 /** How long a node waits for another to say whether it published an answer. */
 const ANSWERED_ASK_MS = 2_000;
 const ANSWERED_ASK_ATTEMPTS = 3;
@@ -719,6 +719,7 @@ export class ThreadHost {
       ...(stored?.record.task.status.timestamp ? { statusAt: { state: stored.record.task.status.state, at: stored.record.task.status.timestamp } } : {}),
       ...(stored ? { revision: stored.revision } : {}),
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
+      ...(stored?.record.taken?.length ? { taken: stored.record.taken.slice(-TAKEN_KEPT) } : {}),
       ...(stored?.record.node ? { committedBy: stored.record.node } : {}),
     };
     const publish = this.inspection.observe({ subject: subjects.inspectThread(this.tenant, threadId), rootId: threadId, threadId });

@@ -67,9 +67,10 @@ export interface LiveThread {
   /** The final events of the write in flight (taken from the outbox), until it settles. */
   committing?: TaskStatusUpdateEvent[];
   /**
-   * The stream copies of the last messages the thread took (durable ingress; the newest last, bounded):
-   * when, and under which Nats-Msg-Id, each was stored. A second copy under the same id within the
-   * stream's duplicate window is the broker's duplicate detection missing it (see `deliver`).
+   * The stream copies of the last messages the thread took (durable ingress; the newest last, bounded;
+   * kept in the record for the next owner): when, and under which Nats-Msg-Id, each was stored. A second
+   * copy under the same id within the stream's duplicate window is the broker's duplicate detection
+   * missing it (see `deliver`).
    */
   taken?: Array<{ messageId: string; at: number; id: string }>;
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */

@@ -42,6 +42,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     updatedAt: at,
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
+    ...(live.taken?.length ? { taken: live.taken } : {}),
   };
 }
 

@@ -711,6 +711,8 @@ export class JetStreamIngress {
     };
     if (msg.redelivered || msg.ackedBefore) {
       this.#log.info({ partition: run.partition, seq, thread: threadId, message: msg.messageId, deliveryCount, ackedBefore: msg.ackedBefore }, 'a message delivered again');
+    } else if (this.#log.isLevelEnabled('debug')) {
+      this.#log.debug({ partition: run.partition, seq, thread: threadId, message: msg.messageId, storedAt: msg.storedAt }, 'a message delivered');
     }
     // A turn can outlast ack_wait (a slow model, a long tool): tell the server it is still in progress.
     const working = setInterval(() => {
