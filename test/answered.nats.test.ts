@@ -37,11 +37,13 @@ async function transport(name: string, user = 'node'): Promise<NatsTransport> {
 
 /** A node's thread side: a thread host on the shared store, with the marker log unless `marker: false`. */
 async function node(nodeId: string, opts: { marker?: boolean } = {}) {
+  // As a durable node runs it (INGRESS_DUPLICATE_WINDOW_MS).
+  const duplicateWindowMs = 120_000;
   const t = await transport(nodeId);
   const store = await KvThreadStore.open(t.connection, { bucket: 'answered_threads' });
   const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
   const registry = await new Registry(t, TENANT).start();
-  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, ...(answered ? { answered } : {}) }).start();
+  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, duplicateWindowMs, ...(answered ? { answered } : {}) }).start();
   await registry.waitFor(['echo']);
   const stop = async () => {
     await host.stop();
@@ -183,7 +185,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
   // nats-server before 2.11 can store a message twice under one Nats-Msg-Id when a clustered stream's
   // leader changes while a client retries its publish (nats-server#6486); the chaos suite saw one answer
   // published twice that way after the thaw. Both copies reach the thread as new messages (two sequences).
-  const copy = (at: number, id = 'dup-1/m1') => ({ stored: { at, id, duplicateWindowMs: 120_000 } });
+  const copy = (at: number, id = 'dup-1/m1') => ({ stored: { at, id } });
 
   it('under the same Nats-Msg-Id within the duplicate window: acknowledged, not answered again', async () => {
     const threadId = 'dup-1';

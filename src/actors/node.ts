@@ -141,7 +141,7 @@ export class TroupeNode {
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       ...(opts.synthesizer ? { synthesizer: opts.synthesizer } : {}),
       inspection: this.inspection,
-      ...(this.answered ? { answered: this.answered } : {}),
+      ...(this.answered ? { answered: this.answered, duplicateWindowMs: INGRESS_DUPLICATE_WINDOW_MS } : {}),
       logger: opts.logger ?? silentLogger(),
     });
   }
@@ -308,7 +308,7 @@ export class TroupeNode {
         until: 'answered',
         ackedBefore: msg.ackedBefore,
         resend: msg.headers[HEADERS.resend] !== undefined,
-        ...(msg.messageId ? { stored: { at: msg.storedAt, id: msg.messageId, duplicateWindowMs: INGRESS_DUPLICATE_WINDOW_MS } } : {}),
+        ...(msg.messageId ? { stored: { at: msg.storedAt, id: msg.messageId } } : {}),
         ...(tracing.on ? { trace: contextFromHeaders(msg.headers) } : {}),
       });
       return publish;

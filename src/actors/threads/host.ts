@@ -72,6 +72,11 @@ export interface ThreadHostOptions {
    * by asking the node that answered it.
    */
   answered?: AnsweredLog;
+  /**
+   * The inbound stream's duplicate window (durable ingress): a second stored copy of a message under the
+   * same Nats-Msg-Id within it is the stream's duplicate detection missing it (see `deliver`).
+   */
+  duplicateWindowMs?: number;
   now?: () => number;
 }
 
@@ -84,11 +89,10 @@ function remember(set: Set<string>, key: string): void {
   set.add(key);
   if (set.size > PUBLISHED_ANSWERS_KEPT) set.delete(set.values().next().value as string);
 }
-/** A stream copy of a message: when it was stored, its Nats-Msg-Id, and the stream's duplicate window. */
+/** A stream copy of a message: when it was stored and its Nats-Msg-Id. */
 export interface StoredCopy {
   at: number;
   id: string;
-  duplicateWindowMs: number;
 }
 /** Stream copies remembered per thread (`LiveThread.taken`, kept in its record). */
 const TAKEN_KEPT = 8;
@@ -333,10 +337,11 @@ export class ThreadHost {
     const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
     // Whether the thread has taken this message: in its turn, queue or history, or answered by this process.
     const has = inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key);
-    // A client's second copy of a message it got no answer for (HEADERS.resend): the thread has the first
-    // one (its answer is on its way or stored, where the client looks), so the copy is only acknowledged.
-    // A thread that never had it (the stream lost the first copy) takes it below like any new message.
-    if (opts.resend && has) return { duplicate: true };
+    // A client's second copy of a message it got no answer for (HEADERS.resend), or a second stored copy
+    // the stream's duplicate detection missed (`secondCopy`): the thread has the first one (its answer is
+    // on its way or stored, where the client looks), so the copy is only acknowledged. A thread that never
+    // had it (the stream lost the first copy) takes it below like any new message.
+    if (has && (opts.resend || this.secondCopy(live, message.messageId, opts.seq, opts.stored))) return { duplicate: true };
     const behind = opts.seq !== undefined && live.inboundSeq !== undefined && opts.seq <= live.inboundSeq;
     if (snap.status === 'done' || TERMINAL_TASK_STATES.includes(taskStateOf(snap.value))) {
       // Another delivery of a message the thread answered as it ended (a cancel answers every message it
@@ -354,19 +359,6 @@ export class ThreadHost {
     // rather than never — nothing a thread accepted ends without its final event.
     const redelivery = behind && has;
     if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
-    // A second stored copy of a message the thread took, under the same Nats-Msg-Id and within the stream's
-    // duplicate window: JetStream should have refused it (a client re-sending within the window gets a
-    // duplicate PubAck, and TroupeClient reads the answer from the store), but a clustered stream on
-    // nats-server before 2.11 can store both copies when its leader changes while a client retries the
-    // publish. The first copy's delivery gives the answer; this one is only acknowledged.
-    if (!redelivery && (inTurn || inHistory) && opts.stored && !opts.resend) {
-      const first = live.taken?.find((t) => t.messageId === message.messageId);
-      if (first && first.id === opts.stored.id && Math.abs(opts.stored.at - first.at) < opts.stored.duplicateWindowMs) {
-        this.log.info({ thread: threadId, message: message.messageId, seq: opts.seq, apartMs: opts.stored.at - first.at }, 'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again');
-        metrics.inboundDuplicates.inc();
-        return { duplicate: true };
-      }
-    }
     if (redelivery || inTurn || inHistory) {
       if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answerComing(live, message.messageId))) {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
@@ -403,9 +395,9 @@ export class ThreadHost {
       return { duplicate: true };
     }
     live.lastActive = this.now();
-    if (opts.stored) {
+    if (opts.stored && opts.seq !== undefined) {
       live.taken ??= [];
-      live.taken.push({ messageId: message.messageId, at: opts.stored.at, id: opts.stored.id });
+      live.taken.push({ messageId: message.messageId, seq: opts.seq, at: opts.stored.at, id: opts.stored.id });
       if (live.taken.length > TAKEN_KEPT) live.taken.shift();
     }
     const answered = opts.until === 'answered' ? this.waitFor(live, message.messageId) : undefined;
@@ -429,6 +421,24 @@ export class ThreadHost {
     if (!answered) return { duplicate: false };
     const events = await answered;
     return { duplicate: false, publish: this.publishOnce(live, message.messageId, events) };
+  }
+
+  /**
+   * Whether `stored` is a second stored copy of a message the thread took: the same Nats-Msg-Id within the
+   * stream's duplicate window. JetStream should have refused it (a client re-sending within the window gets
+   * a duplicate PubAck, and TroupeClient reads the answer from the store), but a clustered stream on
+   * nats-server before 2.11 can store both copies when its leader changes while a client retries the
+   * publish. The first copy's delivery gives the answer.
+   */
+  private secondCopy(live: LiveThread, messageId: string, seq: number | undefined, stored: StoredCopy | undefined): boolean {
+    const window = this.opts.duplicateWindowMs;
+    if (!stored || seq === undefined || window === undefined) return false;
+    const first = live.taken?.find((t) => t.messageId === messageId);
+    // The same stream message given again (seq) is a redelivery, settled below.
+    if (!first || first.seq === seq || first.id !== stored.id || Math.abs(stored.at - first.at) >= window) return false;
+    this.log.info({ thread: live.threadId, message: messageId, apartMs: stored.at - first.at }, 'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again');
+    metrics.inboundDuplicates.inc();
+    return true;
   }
 
   /**
@@ -462,7 +472,7 @@ export class ThreadHost {
 
   /** Whether the answer to the thread's latest message went out from another node (see `deliver`). */
   private async publishedBefore(live: LiveThread, messageId: string): Promise<boolean> {
-    if ((await this.opts.answered?.published(live.threadId, messageId)) === true) {
+    if (await this.opts.answered?.published(live.threadId, messageId)) {
       this.log.info({ thread: live.threadId, message: messageId }, 'a redelivered message was answered already (its published-answer marker): not published again');
       metrics.redeliveredAnswers.inc({ decision: 'marker' });
       return true;
@@ -541,7 +551,7 @@ export class ThreadHost {
     if (typeof inReplyTo !== 'string' || opts.remember === false) return;
     this.rememberPublished(answerKey(live.threadId, inReplyTo));
     // After the answer, on the same connection: a stored marker means the answer went out before it.
-    if (!this.transport.closed) this.opts.answered?.mark(live.threadId, inReplyTo);
+    this.opts.answered?.mark(live.threadId, inReplyTo);
   }
 
   private rememberPublished(key: string): void {

@@ -72,7 +72,7 @@ export interface LiveThread {
    * copy under the same id within the stream's duplicate window is the broker's duplicate detection
    * missing it (see `deliver`).
    */
-  taken?: Array<{ messageId: string; at: number; id: string }>;
+  taken?: Array<{ messageId: string; seq: number; at: number; id: string }>;
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
   waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
 

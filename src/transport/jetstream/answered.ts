@@ -23,8 +23,9 @@ import { z } from 'zod';
 import { subjects } from '../subjects.js';
 import { idSchema } from '../../protocol/ids.js';
 import { TroupeError } from '../../protocol/errors.js';
+import { decode, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
-import { ensureReplicas } from './replicas.js';
+import { ensureStream } from './replicas.js';
 import { retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 
@@ -43,15 +44,13 @@ const LOOKUP_TIMEOUT_MS = 2_000;
 const LOOKUP_DEADLINE_MS = 6_000;
 
 const MarkerSchema = z.object({ messageId: idSchema('message') });
-const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 /** What a thread host needs: mark an answer as published, and ask whether one was. */
 export interface AnsweredLog {
   /** After publishing the final answer to `messageId` on the same connection. */
   mark(threadId: string, messageId: string): void;
-  /** Whether the thread's last marked answer is the one to `messageId`; undefined when the stream cannot tell (no marker, unreadable, no answer in time). */
-  published(threadId: string, messageId: string): Promise<boolean | undefined>;
+  /** True when the thread's last marked answer is the one to `messageId`; undefined otherwise, or when the stream cannot tell (no marker, unreadable, no answer in time). */
+  published(threadId: string, messageId: string): Promise<true | undefined>;
 }
 
 export interface JetStreamAnsweredLogOptions {
@@ -117,33 +116,20 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       discard: DiscardPolicy.Old,
       num_replicas: this.#opts.replicas ?? 1,
     };
-    const existing = await jsm.streams.info(ANSWERED_STREAM).catch(() => undefined);
-    if (!existing) {
-      try {
-        await jsm.streams.add(want);
-        this.#log.info({ stream: ANSWERED_STREAM }, 'created the stream of published answers');
-        return;
-      } catch (addErr) {
-        // Another node created it at the same moment.
-        await jsm.streams.info(ANSWERED_STREAM).catch(() => {
-          throw addErr;
-        });
-      }
-    }
-    await ensureReplicas(jsm, ANSWERED_STREAM, this.#opts.replicas, this.#log);
+    if (await ensureStream(jsm, want, this.#opts.replicas, this.#log)) this.#log.info({ stream: ANSWERED_STREAM }, 'created the stream of published answers');
   }
 
   mark(threadId: string, messageId: string): void {
     if (!this.#jsm) return;
     try {
-      this.#opts.nc.publish(subjects.answerPublished(this.#opts.tenant, threadId), encoder.encode(JSON.stringify({ messageId })));
+      this.#opts.nc.publish(subjects.answerPublished(this.#opts.tenant, threadId), encodeJson({ messageId }));
     } catch (err) {
       // A closed connection: the answer did not go out either.
       this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not mark an answer as published');
     }
   }
 
-  async published(threadId: string, messageId: string): Promise<boolean | undefined> {
+  async published(threadId: string, messageId: string): Promise<true | undefined> {
     const jsm = this.#jsm;
     if (!jsm) return undefined;
     try {
@@ -151,11 +137,7 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       const stored = await retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
         deadlineMs: LOOKUP_DEADLINE_MS,
       });
-      if (!stored) return undefined;
-      if (stored.data.length > 1_024) return undefined;
-      const marker = MarkerSchema.safeParse(JSON.parse(decoder.decode(stored.data)));
-      if (!marker.success) return undefined;
-      return marker.data.messageId === messageId ? true : undefined;
+      return stored !== null && decode(MarkerSchema, stored.data, 'published-answer marker', 1_024).messageId === messageId ? true : undefined;
     } catch (err) {
       this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not read the last published answer');
       return undefined;

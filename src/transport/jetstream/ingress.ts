@@ -41,7 +41,6 @@ import {
   jetstream,
   jetstreamManager,
   JetStreamApiCodes,
-  JetStreamApiError,
   RetentionPolicy,
   StorageType,
   type ConsumerConfig,
@@ -57,7 +56,7 @@ import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
-import { checkReplicas, ensureReplicas } from './replicas.js';
+import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
 import { retrySetup, retryTransient } from './retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
@@ -388,30 +387,18 @@ export class JetStreamIngress {
   }
 
   async #ensureDeadLetterStream(jsm: JetStreamManager): Promise<void> {
-    try {
-      await jsm.streams.info(DEAD_LETTER_STREAM);
-      await ensureReplicas(jsm, DEAD_LETTER_STREAM, this.#opts.replicas, this.#log);
-    } catch (err) {
-      if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
-      try {
-        await jsm.streams.add({
-          name: DEAD_LETTER_STREAM,
-          subjects: [subjects.deadLetterAll(this.tenant)],
-          retention: RetentionPolicy.Limits,
-          storage: StorageType.File,
-          max_age: msToNanos(7 * DEFAULT_INGRESS_MAX_AGE_MS),
-          max_msgs: 10_000,
-          max_bytes: 32 * 1024 * 1024,
-          discard: DiscardPolicy.Old,
-          num_replicas: this.#opts.replicas ?? 1,
-        });
-      } catch (addErr) {
-        // Another node created it at the same moment.
-        await jsm.streams.info(DEAD_LETTER_STREAM).catch(() => {
-          throw addErr;
-        });
-      }
-    }
+    const want: Partial<StreamConfig> & { name: string } = {
+      name: DEAD_LETTER_STREAM,
+      subjects: [subjects.deadLetterAll(this.tenant)],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      max_age: msToNanos(7 * DEFAULT_INGRESS_MAX_AGE_MS),
+      max_msgs: 10_000,
+      max_bytes: 32 * 1024 * 1024,
+      discard: DiscardPolicy.Old,
+      num_replicas: this.#opts.replicas ?? 1,
+    };
+    await ensureStream(jsm, want, this.#opts.replicas, this.#log);
   }
 
   #consumerName(p: number): string {
@@ -888,10 +875,6 @@ function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
 
 export function msToNanos(ms: number): number {
   return ms * 1_000_000;
-}
-
-function isApiError(err: unknown, code: number): boolean {
-  return err instanceof JetStreamApiError && err.code === code;
 }
 
 function errText(err: unknown): string {

@@ -4,7 +4,7 @@
  * (`troupe up --replicas 3` on a cluster whose streams have 1), the existing stream is scaled to it: a NATS
  * cluster moves a stream between replica counts online. Without an explicit count nothing changes.
  */
-import type { JetStreamManager } from '@nats-io/jetstream';
+import { JetStreamApiCodes, JetStreamApiError, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream';
 import { TroupeError } from '../../protocol/errors.js';
 import type { Logger } from '../../observability/logger.js';
 
@@ -30,4 +30,32 @@ export async function ensureReplicas(jsm: JetStreamManager, stream: string, repl
     throw e;
   }
   log.info({ stream, from: has, to: replicas }, 'scaled stream replicas');
+}
+
+export function isApiError(err: unknown, code: number): boolean {
+  return err instanceof JetStreamApiError && err.code === code;
+}
+
+/**
+ * Creates stream `want.name` unless it exists (another node may create it at the same moment), then scales
+ * it to `replicas` when they are given. True when this call created it. Errors other than "not found"
+ * (JetStream not answering) are thrown for the caller's setup retry.
+ */
+export async function ensureStream(jsm: JetStreamManager, want: Partial<StreamConfig> & { name: string }, replicas: number | undefined, log: Logger): Promise<boolean> {
+  try {
+    await jsm.streams.info(want.name);
+  } catch (err) {
+    if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
+    try {
+      await jsm.streams.add(want);
+      return true;
+    } catch (addErr) {
+      // Another node created it at the same moment.
+      await jsm.streams.info(want.name).catch(() => {
+        throw addErr;
+      });
+    }
+  }
+  await ensureReplicas(jsm, want.name, replicas, log);
+  return false;
 }
