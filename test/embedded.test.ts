@@ -43,9 +43,11 @@ describe('embedded mesh with the demo team', () => {
     expect(first.route.map((s) => s.to)).toEqual(['triage', 'researcher', 'triage']);
     const second = await mesh.client.send('Write a poem', { threadId: first.threadId });
     expect(second.threadId).toBe(first.threadId);
+    // A third turn: more events than the recent-events log keeps.
+    await mesh.client.send('And one about crabs', { threadId: first.threadId });
     const info = mesh.node.threads.inspect(first.threadId);
     const history = (info?.context as { history: unknown[] }).history;
-    expect(history.length).toBeGreaterThanOrEqual(6);
+    expect(history.length).toBeGreaterThanOrEqual(9);
     // The recent events of the thread (the last 25, kept compact, shown as times and types; children by their path).
     expect(info?.events.length).toBe(25);
     expect(info?.events.some((e) => e.type === 'troupe.user.message')).toBe(true);

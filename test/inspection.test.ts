@@ -65,16 +65,18 @@ describe('inspection stream', () => {
       else expect(registered.has(r.actorId), `${r.actorId} snapshot before its definition`).toBe(true);
     }
     const actorIds = [...registered];
-    expect(actorIds).toEqual(expect.arrayContaining([turn.threadId, `${turn.threadId}/router`, `${turn.threadId}/agentCall`]));
+    expect(actorIds).toEqual(expect.arrayContaining([turn.threadId, `${turn.threadId}/agentCall`]));
+    // The demo team routes without a policy: its decisions are the thread's own steps, not router actors.
+    expect(actorIds).not.toContain(`${turn.threadId}/router`);
     const thread = mine.find((r) => r.kind === 'actor' && r.actorId === turn.threadId);
     expect(thread).toMatchObject({ machineId: 'thread', definition: expect.objectContaining({ id: 'thread' }) });
-    const router = mine.find((r) => r.kind === 'actor' && r.actorId === `${turn.threadId}/router`);
-    expect(router).toMatchObject({ machineId: 'router', parentId: turn.threadId, rootId: turn.threadId });
+    const call = mine.find((r) => r.kind === 'actor' && r.actorId === `${turn.threadId}/agentCall`);
+    expect(call).toMatchObject({ machineId: 'agentCall', parentId: turn.threadId, rootId: turn.threadId });
     // The thread's transitions, in order: the last one goes from working.* to input-required.
     const threadSteps = mine.filter((r) => r.kind === 'snapshot' && r.actorId === turn.threadId).map((r) => r.kind === 'snapshot' && `${stateLabel(r.from)} → ${stateLabel(r.value)} (${r.event.type})`);
     const last = threadSteps.at(-1)!;
     expect(last).toMatch(/^working\.\w+ → input-required \(/);
-    expect(threadSteps.some((s) => s && s.startsWith('submitted → working.routing (troupe.user.message)'))).toBe(true);
+    expect(threadSteps.some((s) => s && s.startsWith('submitted → working.calling (troupe.user.message)'))).toBe(true);
     // Agents were told through hello: their actors go busy and idle again for this turn's calls.
     const agentSteps = records.filter((r) => r.machineId === 'agent' && r.kind === 'snapshot').map((r) => stateLabel(r.value));
     expect(agentSteps).toEqual(expect.arrayContaining(['ready.busy', 'ready.idle']));
@@ -241,7 +243,7 @@ describe('an LLM agent loop on the stream', () => {
     const loop = seen.filter((r) => r.machineId === 'llmAgent');
     expect(loop[0]).toMatchObject({ kind: 'actor', threadId: 'llm-thread', parentId: 'llm-thread' });
     expect(loop.at(-1)).toMatchObject({ kind: 'snapshot', status: 'done' });
-    expect(seen.filter((r) => r.threadId === 'llm-thread').map((r) => r.machineId)).toEqual(expect.arrayContaining(['thread', 'router', 'agentCall', 'llmAgent']));
+    expect(seen.filter((r) => r.threadId === 'llm-thread').map((r) => r.machineId)).toEqual(expect.arrayContaining(['thread', 'agentCall', 'llmAgent']));
     // The agent's own actor went busy for the call (the call carried Troupe-Inspect).
     expect(seen.some((r) => r.machineId === 'agent' && r.kind === 'snapshot' && stateLabel(r.value) === 'ready.busy')).toBe(true);
   });

@@ -131,18 +131,18 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     const actors = checkDefinitionsFirst(live);
     const thread = actors.find((a) => a.sessionId === threadId)!;
     expect(JSON.parse(thread.definition!)).toMatchObject({ id: 'thread', states: expect.objectContaining({ working: expect.anything(), 'input-required': expect.anything() }) });
-    for (const child of ['router', 'agentCall']) expect(actors.find((a) => a.sessionId === `${threadId}/${child}`)).toMatchObject({ parentId: threadId, rootId: threadId });
-    // The thread's states in the order they happened.
+    expect(actors.find((a) => a.sessionId === `${threadId}/agentCall`)).toMatchObject({ parentId: threadId, rootId: threadId });
+    // The demo team routes without a policy: each decision is a step of the thread, not a router actor.
+    expect(actors.some((a) => a.sessionId === `${threadId}/router`)).toBe(false);
+    // The thread's states in the order they happened: it waits only on its agent calls.
     const states = threadSnapshots().map((e) => label(valueOf(e)));
-    const firstOf = (s: string) => states.indexOf(s);
-    expect(firstOf('working.routing')).toBeGreaterThanOrEqual(0);
-    expect(firstOf('working.calling')).toBeGreaterThan(firstOf('working.routing'));
-    expect(firstOf('working.routingReply')).toBeGreaterThan(firstOf('working.calling'));
+    expect(states.indexOf('working.calling')).toBeGreaterThanOrEqual(0);
+    expect(states.filter((s) => s.startsWith('working.') && s !== 'working.calling')).toEqual([]);
     expect(states.at(-1)).toBe('input-required');
     // Each event comes right before the snapshot it led to.
     const i = live.findIndex((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId);
     expect(live[i - 1]).toMatchObject({ type: '@xstate.event', sessionId: threadId });
-    // Its children too: three router decisions and three agent calls (triage, researcher, writer), each ending in its final state.
+    // Its children too: three agent calls (triage, researcher, writer), each ending in its final state.
     // XState reports a child's final snapshot after its parent has taken the child's done event (and the
     // thread may reach input-required in that same step), and the writer goes idle after it has replied:
     // those records may still be on their way when the thread's last one has arrived.
@@ -150,7 +150,6 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     const agentStates = () => live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId.startsWith('agent:writer:')).map((e) => label(valueOf(e)));
     await waitUntil(() => ends(`${threadId}/agentCall`).length >= 3 && agentStates().includes('ready.idle'), 'the last agent call to end and the writer to go idle', ARRIVAL_MS);
     expect(ends(`${threadId}/agentCall`)).toEqual(['succeeded', 'succeeded', 'succeeded']);
-    expect(ends(`${threadId}/router`).length).toBeGreaterThanOrEqual(3);
     // And the agents it called went busy and idle again.
     expect(agentStates()).toEqual(expect.arrayContaining(['ready.busy', 'ready.idle']));
   });
@@ -159,7 +158,7 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     const late = receive(relayUrl);
     await waitUntil(() => late.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId), 'the late inspector to get the thread', ARRIVAL_MS);
     const actors = checkDefinitionsFirst(late);
-    expect(actors.map((a) => a.sessionId)).toEqual(expect.arrayContaining([threadId, `${threadId}/router`, `${threadId}/agentCall`]));
+    expect(actors.map((a) => a.sessionId)).toEqual(expect.arrayContaining([threadId, `${threadId}/agentCall`]));
     const last = late.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === threadId).at(-1);
     expect((last ? valueOf(last) : undefined)).toBe('input-required');
   });
@@ -167,12 +166,12 @@ describe('following the mesh', { timeout: 180_000 }, () => {
   it('troupe watch prints each transition as from → to (event); --json prints only JSON lines', async () => {
     await waitUntil(() => /→ input-required \(/.test(watcher.stdout), 'the watcher to print input-required', ARRIVAL_MS);
     const lines = watcher.stdout.trim().split('\n');
-    expect(lines.some((l) => l.includes(`${threadId}  submitted → working.routing (troupe.user.message)`))).toBe(true);
+    expect(lines.some((l) => l.includes(`${threadId}  submitted → working.calling (troupe.user.message)`))).toBe(true);
     expect(lines.some((l) => l.includes(`${threadId}/agentCall  calling → succeeded (xstate.done.actor.request)`))).toBe(true);
     await waitUntil(() => jsonWatcher.stdout.includes('"input-required"'), 'the JSON watcher to see input-required', ARRIVAL_MS);
     const records = jsonWatcher.stdout.trim().split('\n').map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
     expect(records.every((r) => r.threadId === threadId)).toBe(true);
-    expect(records.some((r) => r.kind === 'actor' && r.actorId === `${threadId}/router`)).toBe(true);
+    expect(records.some((r) => r.kind === 'actor' && r.actorId === `${threadId}/agentCall`)).toBe(true);
   });
 
   it('troupe inspect --record writes the thread as JSON lines, and troupe replay sends it to a relay', async () => {

@@ -205,7 +205,6 @@ describe('thread machine with its real children: the reachable graph', () => {
       'thread.working.delegating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.working.answering',
       'thread.working.routing --xstate.error.actor.router--> thread.working.answering',
-      'thread.working.routingReply --xstate.error.actor.router--> thread.working.answering',
     ]);
     // The real handoff actor went through every state it has on the way.
     expect(threadCoverage.missingOf(handoffMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
@@ -216,19 +215,15 @@ describe('thread machine with its real children: the reachable graph', () => {
     const bug = (what: string) => () => {
       throw new Error(what);
     };
-    const router = routerMachine.provide({ actions: { routeReply: bug('router bug'), routeToEntryAgent: bug('router bug') } }) as typeof routerMachine;
+    // The router actor runs only when the policy decides (policy-free decisions are the thread's own states).
+    const router = routerMachine.provide({ actions: { countAttempt: bug('router bug') } }) as typeof routerMachine;
     const orchestration = orchestrationMachine.provide({ actions: { aggregateResults: bug('aggregation bug') } }) as typeof orchestrationMachine;
     const cases: Array<{ what: string; answer: string; rig: () => ThreadRig; drive: (rig: ThreadRig) => Promise<void> }> = [
-      { what: 'the router, on a user message', answer: 'troupe: No agent answered.', rig: () => new ThreadRig({ router, recorder: threadCoverage }), drive: async () => undefined },
       {
-        what: 'the router, on a reply',
-        answer: 'writer: writer says', // the last answer of the turn
+        what: 'the router, asking its policy',
+        answer: 'troupe: No agent answered.',
         rig: () => new ThreadRig({ router, config: { usePolicy: true, maxAttempts: 1 }, recorder: threadCoverage }),
-        drive: async (rig) => {
-          rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'r' });
-          await rig.settle();
-          rig.answer(agentReply('writer says'));
-        },
+        drive: async () => undefined,
       },
       {
         what: 'the orchestration',

@@ -1,8 +1,12 @@
 /**
- * The router: an actor per routing decision. For an agent reply it applies the client-routing rules
- * (`routeReply`); for a user message it picks the first agent — the active handoff target, an agent the
- * user named, the policy's choice (retried up to `maxAttempts`, under `threshold` -> clarify, failing
- * -> the fallback agent when one is set, else ROUTER_FAILURE to the user: never a silent substitute), or the team's entry agent. The policy is an injected actor, so this stays pure.
+ * The router. For an agent reply it applies the client-routing rules (`routeReply`); for a user message
+ * it picks the first agent — the active handoff target, an agent the user named, the policy's choice
+ * (retried up to `maxAttempts`, under `threshold` -> clarify, failing -> the fallback agent when one is
+ * set, else ROUTER_FAILURE to the user: never a silent substitute), or the team's entry agent.
+ *
+ * The decisions that need no policy are one pure function (`decideWithoutPolicy`), which the thread
+ * machine calls in its own states; the machine here is the actor a thread runs when its policy decides
+ * (injected, so this stays pure), and it takes the same policy-free decisions when run on its own.
  */
 import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
@@ -74,6 +78,34 @@ function userInput(context: RouterContext): UserRouteInput {
   return context.input;
 }
 
+/**
+ * The decision that needs no policy, or undefined when the policy must decide: a reply follows the
+ * client-routing rules; a user message goes to the active handoff's target, to the agent the user
+ * addressed (an unknown one is refused), or, without a policy, to the entry agent.
+ *
+ * Pure and synchronous. The thread machine takes these decisions in its own states (an actor per
+ * decision cost a child actor's whole life — construction, initial step, done event, stop — twice a
+ * turn, for a function call); the router actor runs only when a policy decides, which is asynchronous,
+ * retried and worth watching.
+ */
+export function decideWithoutPolicy(input: RouterInput): RouteDecision | undefined {
+  if (input.kind === 'reply') return routeReply(input);
+  if (input.handoffTarget !== undefined) {
+    return { to: 'agent', agentId: input.handoffTarget, mode: 'initial', reason: 'an active handoff holds control' };
+  }
+  const addressed = addressedAgent(input.message);
+  if (addressed !== undefined) {
+    if (liveAgent(input.agents, addressed)) return { to: 'agent', agentId: addressed, mode: 'initial', reason: `the user addressed ${addressed}` };
+    return {
+      to: 'user',
+      reason: `the user addressed "${addressed}", which is not a live agent`,
+      error: { code: 'INVALID_RECIPIENT', message: `no live agent "${addressed}": list the agents with \`troupe ps\``, details: { recipient: addressed } },
+    };
+  }
+  if (input.usePolicy) return undefined;
+  return { to: 'agent', agentId: input.entryAgent, mode: 'initial', reason: `entry agent ${input.entryAgent}` };
+}
+
 export const routerSetup = setup({
   types: {
     input: {} as RouterInput,
@@ -86,19 +118,7 @@ export const routerSetup = setup({
     }),
   },
   guards: {
-    isReply: ({ context }) => context.input.kind === 'reply',
-    inHandoff: ({ context }) => context.input.kind === 'user' && context.input.handoffTarget !== undefined,
-    userAddressedAgent: ({ context }) => {
-      if (context.input.kind !== 'user') return false;
-      const id = addressedAgent(context.input.message);
-      return id !== undefined && liveAgent(context.input.agents, id) !== undefined;
-    },
-    userAddressedUnknownAgent: ({ context }) => {
-      if (context.input.kind !== 'user') return false;
-      const id = addressedAgent(context.input.message);
-      return id !== undefined && liveAgent(context.input.agents, id) === undefined;
-    },
-    usesPolicy: ({ context }) => context.input.kind === 'user' && context.input.usePolicy,
+    needsPolicy: ({ context }) => decideWithoutPolicy(context.input) === undefined,
     confident: ({ context }, decision: RouterDecision) => decision.confidence >= userInput(context).threshold,
     invalidDecision: ({ context }, decision: RouterDecision) => decisionProblem(decision, userInput(context).agents) !== undefined,
     invalidDecisionRetryable: ({ context }, decision: RouterDecision) =>
@@ -109,42 +129,7 @@ export const routerSetup = setup({
     hasFallbackAgent: ({ context }) => context.input.kind === 'user' && context.input.fallbackAgent !== undefined,
   },
   actions: {
-    routeReply: assign({
-      decision: ({ context }) => {
-        if (context.input.kind !== 'reply') throw new Error('router: expected a reply route input');
-        return routeReply(context.input);
-      },
-    }),
-    routeToHandoffTarget: assign({
-      decision: ({ context }): RouteDecision => ({
-        to: 'agent',
-        agentId: userInput(context).handoffTarget ?? '',
-        mode: 'initial',
-        reason: 'an active handoff holds control',
-      }),
-    }),
-    routeToAddressedAgent: assign({
-      decision: ({ context }): RouteDecision => {
-        const agentId = addressedAgent(userInput(context).message) ?? '';
-        return { to: 'agent', agentId, mode: 'initial', reason: `the user addressed ${agentId}` };
-      },
-    }),
-    refuseUnknownAgent: assign({
-      decision: ({ context }): RouteDecision => {
-        const agentId = addressedAgent(userInput(context).message) ?? '';
-        return {
-          to: 'user',
-          reason: `the user addressed "${agentId}", which is not a live agent`,
-          error: { code: 'INVALID_RECIPIENT', message: `no live agent "${agentId}": list the agents with \`troupe ps\``, details: { recipient: agentId } },
-        };
-      },
-    }),
-    routeToEntryAgent: assign({
-      decision: ({ context }): RouteDecision => {
-        const { entryAgent } = userInput(context);
-        return { to: 'agent', agentId: entryAgent, mode: 'initial', reason: `entry agent ${entryAgent}` };
-      },
-    }),
+    decideWithoutPolicy: assign({ decision: ({ context }) => decideWithoutPolicy(context.input) }),
     acceptPolicyDecision: assign({
       decision: (_, decision: RouterDecision): RouteDecision => ({
         to: 'agent',
@@ -206,14 +191,7 @@ export const routerMachine = routerSetup.createMachine({
   initial: 'start',
   states: {
     start: {
-      always: [
-        { guard: 'isReply', target: 'decided', actions: 'routeReply' },
-        { guard: 'inHandoff', target: 'decided', actions: 'routeToHandoffTarget' },
-        { guard: 'userAddressedAgent', target: 'decided', actions: 'routeToAddressedAgent' },
-        { guard: 'userAddressedUnknownAgent', target: 'decided', actions: 'refuseUnknownAgent' },
-        { guard: 'usesPolicy', target: 'scoring' },
-        { target: 'decided', actions: 'routeToEntryAgent' },
-      ],
+      always: [{ guard: 'needsPolicy', target: 'scoring' }, { target: 'decided', actions: 'decideWithoutPolicy' }],
     },
     scoring: {
       entry: 'countAttempt',

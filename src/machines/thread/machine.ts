@@ -14,18 +14,9 @@ import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import type { RouteDecision } from '../route.js';
 import type { RouterInput } from '../router.js';
-import { threadSetup } from './routing.js';
+import { replyDecision, threadSetup, userDecisionWithoutPolicy, userRouterInput } from './routing.js';
 import { delegationOrchestrationInput } from './delegation.js';
-import { DEFAULT_ROUTER_HISTORY_MESSAGES, DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput, type ThreadContext } from './types.js';
-import type { Message } from '../../protocol/a2a.js';
-
-/** The earlier messages the router policy sees: the last N before the turn's message. */
-function routerHistory(context: ThreadContext): Message[] {
-  const n = context.config.routerHistoryMessages ?? DEFAULT_ROUTER_HISTORY_MESSAGES;
-  const current = context.turn?.userMessageId;
-  const earlier = context.history.filter((m) => m.messageId !== current);
-  return n > 0 ? earlier.slice(-n) : [];
-}
+import { DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput } from './types.js';
 
 export const threadMachine = threadSetup.createMachine({
   id: 'thread',
@@ -67,28 +58,29 @@ export const threadMachine = threadSetup.createMachine({
       },
       initial: 'starting',
       states: {
-        /** A turn that gives control back to a handoff's source goes to it; any other asks the router. */
+        /**
+         * A turn that gives control back to a handoff's source goes to it. Any other is routed: at once
+         * when no policy needs asking (the active handoff's target, an agent the user addressed, the
+         * entry agent), else by the router actor (`routing`).
+         */
         starting: {
-          always: [{ guard: 'startsWithResume', target: 'calling', actions: ['applyQueuedResume', 'announceRoute'] }, { target: 'routing' }],
+          always: [
+            { guard: 'startsWithResume', target: 'calling', actions: ['applyQueuedResume', 'announceRoute'] },
+            { guard: 'routerPolicyDecides', target: 'routing' },
+            {
+              guard: { type: 'routesToAgent', params: ({ context }) => userDecisionWithoutPolicy(context) },
+              target: 'calling',
+              actions: [{ type: 'applyAgentRoute', params: ({ context }) => userDecisionWithoutPolicy(context) }, 'announceRoute'],
+            },
+            { target: 'answering', actions: { type: 'recordRouteError', params: ({ context }) => userDecisionWithoutPolicy(context) } },
+          ],
         },
-        /** The router picks the first agent for the user's message. */
+        /** The router actor asks the team's policy which agent takes the user's message. */
         routing: {
           invoke: {
             id: 'router',
             src: 'router',
-            input: ({ context }): RouterInput => ({
-              kind: 'user',
-              message: context.turn?.outgoing ?? { kind: 'message', role: 'user', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
-              agents: context.agents,
-              entryAgent: context.config.entryAgent,
-              ...(context.turn?.mode === 'handoffActive' && context.handoff ? { handoffTarget: context.handoff.request.targetAgentId } : {}),
-              usePolicy: context.config.usePolicy,
-              threshold: context.config.threshold,
-              maxAttempts: context.config.maxAttempts,
-              ...(context.config.fallbackAgent ? { fallbackAgent: context.config.fallbackAgent } : {}),
-              ...(context.config.fallbackReasonTemplate ? { fallbackReasonTemplate: context.config.fallbackReasonTemplate } : {}),
-              ...(context.config.usePolicy ? { history: routerHistory(context) } : {}),
-            }),
+            input: ({ context }): RouterInput => userRouterInput(context),
             onDone: [
               {
                 guard: { type: 'routesToFanOut', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
@@ -284,39 +276,16 @@ export const threadMachine = threadSetup.createMachine({
             onError: { target: 'answering' },
           },
         },
-        /** The router decides where the agent's reply goes: the user, back to its sender, or another agent. */
+        /** Where the agent's reply goes (the client-routing rules): the user, back to its sender, or another agent. */
         routingReply: {
-          invoke: {
-            id: 'router',
-            src: 'router',
-            input: ({ context }): RouterInput => {
-              const turn = context.turn;
-              return {
-                kind: 'reply',
-                reply: turn?.lastAnswer ?? { kind: 'message', role: 'agent', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
-                from: turn?.lastFrom ?? turn?.current ?? '',
-                senderStack: turn?.senderStack ?? [],
-                hops: turn?.hops ?? 0,
-                maxHops: context.config.maxHops,
-                agents: context.agents,
-              };
+          always: [
+            {
+              guard: { type: 'routesToAgent', params: ({ context }) => replyDecision(context) },
+              target: 'calling',
+              actions: [{ type: 'applyAgentRoute', params: ({ context }) => replyDecision(context) }, 'announceRoute'],
             },
-            onDone: [
-              {
-                guard: { type: 'routesToAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
-                target: 'calling',
-                actions: [
-                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
-                  'announceRoute',
-                ],
-              },
-              {
-                target: 'answering',
-                actions: { type: 'recordRouteError', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
-              },
-            ],
-            onError: { target: 'answering' },
-          },
+            { target: 'answering', actions: { type: 'recordRouteError', params: ({ context }) => replyDecision(context) } },
+          ],
         },
         answering: {
           always: {

@@ -5,18 +5,65 @@
 import { assign, emit, enqueueActions } from 'xstate';
 import { META, type RouteStep } from '../../protocol/metadata.js';
 import { USER } from '../../protocol/routing.js';
-import type { RouteDecision } from '../route.js';
+import { routeReply, type RouteDecision } from '../route.js';
+import { decideWithoutPolicy, type RouterInput } from '../router.js';
+import type { Message } from '../../protocol/a2a.js';
 import { withHandoffContext } from './handoff.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage } from './messages.js';
 import { threadWithDelegation } from './delegation.js';
-import type { ThreadStatusEmitted } from './types.js';
+import { DEFAULT_ROUTER_HISTORY_MESSAGES, type ThreadContext, type ThreadStatusEmitted } from './types.js';
 
 function fillClarify(template: string, values: Record<string, string>): string {
   return template.replace(/\{\{\s*(candidate|confidence|reasoning)\s*\}\}/g, (_, name: string) => values[name] ?? '');
 }
 
+/** The earlier messages the router policy sees: the last N before the turn's message. */
+function routerHistory(context: ThreadContext): Message[] {
+  const n = context.config.routerHistoryMessages ?? DEFAULT_ROUTER_HISTORY_MESSAGES;
+  const current = context.turn?.userMessageId;
+  const earlier = context.history.filter((m) => m.messageId !== current);
+  return n > 0 ? earlier.slice(-n) : [];
+}
+
+/** What the router is given for the turn's user message. */
+export function userRouterInput(context: ThreadContext): RouterInput {
+  return {
+    kind: 'user',
+    message: context.turn?.outgoing ?? { kind: 'message', role: 'user', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
+    agents: context.agents,
+    entryAgent: context.config.entryAgent,
+    ...(context.turn?.mode === 'handoffActive' && context.handoff ? { handoffTarget: context.handoff.request.targetAgentId } : {}),
+    usePolicy: context.config.usePolicy,
+    threshold: context.config.threshold,
+    maxAttempts: context.config.maxAttempts,
+    ...(context.config.fallbackAgent ? { fallbackAgent: context.config.fallbackAgent } : {}),
+    ...(context.config.fallbackReasonTemplate ? { fallbackReasonTemplate: context.config.fallbackReasonTemplate } : {}),
+    ...(context.config.usePolicy ? { history: routerHistory(context) } : {}),
+  };
+}
+
+/** Where the user's message goes when no policy decides (see `routerPolicyDecides`). */
+export function userDecisionWithoutPolicy(context: ThreadContext): RouteDecision {
+  return decideWithoutPolicy(userRouterInput(context)) ?? { to: 'user', reason: 'the router policy decides', error: { code: 'ROUTER_FAILURE', message: 'the router policy decides' } };
+}
+
+/** Where the agent's reply goes: the client-routing rules (a pure function of the turn). */
+export function replyDecision(context: ThreadContext): RouteDecision {
+  const turn = context.turn;
+  return routeReply({
+    reply: turn?.lastAnswer ?? { kind: 'message', role: 'agent', messageId: 'none', parts: [{ kind: 'text', text: '' }] },
+    from: turn?.lastFrom ?? turn?.current ?? '',
+    senderStack: turn?.senderStack ?? [],
+    hops: turn?.hops ?? 0,
+    maxHops: context.config.maxHops,
+    agents: context.agents,
+  });
+}
+
 export const threadSetup = threadWithDelegation.extend({
   guards: {
+    /** The user's message needs the router policy (no handoff target, no agent addressed, a policy configured). */
+    routerPolicyDecides: ({ context }) => decideWithoutPolicy(userRouterInput(context)) === undefined,
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
     routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
