@@ -337,10 +337,7 @@ export interface MemoryResults {
   createMs: number;
   errors: number;
   firstError?: string;
-  /** Live threads whose kept history encoding was freed between the "talking" and the "live" samples. */
-  encodingsFreed?: number;
-  /** `talking`: right after the turns (history encodings kept); `live`: the same threads idle (freed). */
-  samples: { baseline: MemorySample; talking?: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
+  samples: { baseline: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
 }
 
 /** Runs bench/memory.ts in `node --expose-gc --import tsx` and returns its JSON. */
@@ -386,8 +383,6 @@ interface MemoryRow {
 export interface MemoryDerived {
   liveEmbedded: MemoryRow;
   liveNode: MemoryRow;
-  /** A durable node's live thread right after its turn, with its kept history encoding (when measured). */
-  talkingNode?: MemoryRow;
   passivatedEmbedded: MemoryRow;
   passivatedNode: MemoryRow;
   store: MemoryRow;
@@ -401,14 +396,10 @@ export function deriveMemory(r: MemoryResults): MemoryDerived {
   const store = per(p, e);
   const liveAll = per(live, b);
   const liveNode = { heap: liveAll.heap - store.heap, buffers: liveAll.buffers - store.buffers };
-  const talkingAll = r.samples.talking ? per(r.samples.talking, b) : undefined;
   const total = (m: { heap: number; buffers: number }) => m.heap + m.buffers;
   return {
     liveEmbedded: { name: 'live, embedded (actor + memory-store record)', ...liveAll },
     liveNode: { name: 'live, durable node (actor; record in KV)', ...liveNode },
-    ...(talkingAll
-      ? { talkingNode: { name: 'live, durable node, right after its turn (history encoding kept 30 s)', heap: talkingAll.heap - store.heap, buffers: talkingAll.buffers - store.buffers } }
-      : {}),
     passivatedEmbedded: { name: 'passivated, embedded (memory-store record + host residue)', ...per(p, b) },
     passivatedNode: { name: 'passivated, durable node (host residue)', ...per(e, b) },
     store: { name: 'memory store footprint (record + slot)', ...store },
@@ -419,7 +410,7 @@ export function deriveMemory(r: MemoryResults): MemoryDerived {
 export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): string {
   const d = deriveMemory(r);
   const total = (m: MemoryRow) => m.heap + m.buffers;
-  const liveOf = (m: MemoryRow) => (m === d.passivatedNode || m === d.liveNode || m === d.talkingNode ? d.liveNode : d.liveEmbedded);
+  const liveOf = (m: MemoryRow) => (m === d.passivatedNode || m === d.liveNode ? d.liveNode : d.liveEmbedded);
   const row = (m: MemoryRow) => [
     m.name,
     formatBytes(m.heap),
@@ -430,7 +421,7 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
   ];
   const table = renderTable(
     ['thread', 'heap/thread', 'buffers/thread', 'total/thread', 'vs live', 'live threads in 2 GiB'],
-    [row(d.liveEmbedded), row(d.liveNode), ...(d.talkingNode ? [row(d.talkingNode)] : []), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
+    [row(d.liveEmbedded), row(d.liveNode), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
     ['left', 'right', 'right', 'right', 'right', 'right'],
   );
   const s = r.samples;

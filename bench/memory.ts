@@ -119,10 +119,6 @@ async function main(): Promise<MemoryResults> {
     await turnsEach(ids, turnsPerThread);
     const createMs = Date.now() - created;
     const liveCount = node.threads.liveCount();
-    // Right after their turns threads keep their history encoding (store/codec.ts RecordEncoding) for
-    // 30 s; an idle thread has given it back. Both are measured: "talking", then "live" (idle).
-    const talking = await settle();
-    const encodingsFreed = node.threads.releaseEncodings(0);
     const live = await settle();
 
     log(' passivate…');
@@ -164,8 +160,7 @@ async function main(): Promise<MemoryResults> {
       createMs,
       errors,
       ...(firstError ? { firstError } : {}),
-      encodingsFreed,
-      samples: { baseline, talking, live, passivated, storeEmptied },
+      samples: { baseline, live, passivated, storeEmptied },
     };
   } finally {
     await host.stop().catch(() => undefined);

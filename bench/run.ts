@@ -302,9 +302,6 @@ export interface RunSummary {
   liveIdleThreadRssBytes: number | null;
   liveIdleThreadAtLimitBytes: number | null;
   liveIdleThreadAtLimitRssBytes: number | null;
-  /** A durable node's live thread right after its turn, with its history encoding kept (30 s). */
-  liveTalkingThreadBytes: number | null;
-  liveTalkingThreadAtLimitBytes: number | null;
   recordAtLimitBytes: number | null;
   passivatedThreadBytes: number | null;
   rehydrateP99Us: number | null;
@@ -351,8 +348,6 @@ function summarizeRun(r: {
     liveIdleThreadRssBytes: memory ? fin((memory.samples.live.rss - memory.samples.baseline.rss) / memory.threads) : null,
     liveIdleThreadAtLimitBytes: derivedAtLimit ? fin(derivedAtLimit.liveNode.heap + derivedAtLimit.liveNode.buffers) : null,
     liveIdleThreadAtLimitRssBytes: atLimit ? fin((atLimit.samples.live.rss - atLimit.samples.baseline.rss) / atLimit.threads) : null,
-    liveTalkingThreadBytes: derived?.talkingNode ? fin(derived.talkingNode.heap + derived.talkingNode.buffers) : null,
-    liveTalkingThreadAtLimitBytes: derivedAtLimit?.talkingNode ? fin(derivedAtLimit.talkingNode.heap + derivedAtLimit.talkingNode.buffers) : null,
     recordAtLimitBytes: atLimit ? fin(atLimit.recordBytesPerThread) : null,
     passivatedThreadBytes: derived ? fin(derived.passivatedNode.heap + derived.passivatedNode.buffers) : null,
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),

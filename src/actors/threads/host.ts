@@ -988,24 +988,9 @@ export class ThreadHost {
 
   /** Frees the history encodings of threads quiet for ENCODING_KEPT_MS, then passivates idle ones. */
   private async sweep(): Promise<void> {
-    this.releaseEncodings(ENCODING_KEPT_MS);
+    const quiet = this.now() - ENCODING_KEPT_MS;
+    for (const live of this.threads.values()) if (live.lastActive <= quiet) live.encoding = undefined;
     if (this.idleMs > 0) await this.passivateIdle();
-  }
-
-  /**
-   * Frees the kept history encodings (LiveThread.encoding) of live threads quiet for at least
-   * `quietForMs`; their next write serializes the history in full again. Returns how many were freed.
-   */
-  releaseEncodings(quietForMs: number): number {
-    const quiet = this.now() - quietForMs;
-    let freed = 0;
-    for (const live of this.threads.values()) {
-      if (live.encoding && live.lastActive <= quiet) {
-        live.encoding = undefined;
-        freed++;
-      }
-    }
-    return freed;
   }
 
   private async passivateIdle(): Promise<void> {
