@@ -51,47 +51,10 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
- * The JSON of a thread's history messages, kept between its writes. At the history limit a record is
- * mostly its history, and each write serialized all of it again for the one or two messages a turn adds:
- * `JSON.stringify` of the history was half of `encodeRecord` and `encodeRecord` the largest single item of
- * a turn's CPU (bench/PROFILE.md). A history message is never changed (see `checkedMessages`), so its JSON
- * is made once and spliced into each record. The strings cost about the history's encoded size, so the
- * owner keeps an encoding only while the thread talks (ThreadHost drops it when the thread goes quiet).
- */
-export class RecordEncoding {
-  readonly #messages = new WeakMap<object, string>();
-
-  /** The record's JSON: its envelope and task serialized as usual, the history from the kept strings. */
-  json(record: ThreadRecord, history: readonly unknown[]): string {
-    const { task, ...envelope } = record;
-    const { history: _history, ...rest } = task;
-    const parts = new Array<string>(history.length);
-    for (let i = 0; i < history.length; i++) {
-      const message = history[i];
-      if (typeof message !== 'object' || message === null) {
-        parts[i] = JSON.stringify(message);
-        continue;
-      }
-      let json = this.#messages.get(message);
-      if (json === undefined) {
-        json = JSON.stringify(message);
-        this.#messages.set(message, json);
-      }
-      parts[i] = json;
-    }
-    // Both always have keys (version, tenant, …; kind, id, …), so each ends in `}` after a member.
-    const head = JSON.stringify(envelope);
-    const body = JSON.stringify(rest);
-    return `${head.slice(0, -1)},"task":${body.slice(0, -1)},"history":[${parts.join(',')}]}}`;
-  }
-}
-
-/**
  * Validates a record before it is written (a store never holds what it would refuse to read) and
- * serializes it. Returns the key it belongs under. With an `encoding`, history messages it already
- * serialized are not serialized again.
+ * serializes it. Returns the key it belongs under.
  */
-export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOAD, encoding?: RecordEncoding): { key: string; data: Uint8Array } {
+export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOAD): { key: string; data: Uint8Array } {
   const key = threadKey(record.tenant, record.threadId);
   const refuse = (problem: string) => new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": ${problem}`, { key });
   const history = record.task.history;
@@ -108,7 +71,7 @@ export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOA
   }
   let json: string;
   try {
-    json = history && encoding ? encoding.json(record, history) : JSON.stringify(record);
+    json = JSON.stringify(record);
   } catch (err) {
     // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
     throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });

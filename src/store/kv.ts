@@ -15,7 +15,7 @@ import { silentLogger } from '../observability/logger.js';
 import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
 import { retrySetup } from '../transport/jetstream/retry.js';
 import type { Logger } from 'pino';
-import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore, WriteOptions } from './types.js';
+import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
 export const DEFAULT_THREAD_BUCKET = 'troupe_threads';
 export const DEFAULT_THREAD_TTL_MS = 24 * 60 * 60 * 1000;
@@ -98,18 +98,18 @@ export class KvThreadStore implements ThreadStore {
     return { record: decodeRecord(entry.value, tenant, threadId, entry.revision), revision: entry.revision };
   }
 
-  async create(record: ThreadRecord, opts: WriteOptions = {}): Promise<number> {
+  async create(record: ThreadRecord): Promise<number> {
     this.#checkOpen();
-    const { key, data } = encodeRecord(record, this.#maxValueBytes, opts.encoding);
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
     // kv.create also succeeds over a DEL/PURGE marker, itself with a CAS on the marker's revision.
     return this.#call(`create ${key}`, () => this.#kv.create(key, data), () =>
       new TroupeError('STORE_CONFLICT', `thread record "${key}" already exists`, { key }),
     );
   }
 
-  async update(record: ThreadRecord, expectedRevision: number, opts: WriteOptions = {}): Promise<number> {
+  async update(record: ThreadRecord, expectedRevision: number): Promise<number> {
     this.#checkOpen();
-    const { key, data } = encodeRecord(record, this.#maxValueBytes, opts.encoding);
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
     const conflict = () =>
       new TroupeError('STORE_CONFLICT', `thread record "${key}" is no longer at revision ${expectedRevision}`, { key, expectedRevision });
     // kv.update throws synchronously on revision <= 0; no record is ever at such a revision.

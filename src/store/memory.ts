@@ -5,7 +5,7 @@
  */
 import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
-import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore, WriteOptions } from './types.js';
+import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
 interface Slot {
   data: Uint8Array;
@@ -36,9 +36,9 @@ export class MemoryThreadStore implements ThreadStore {
     return { record: decodeRecord(slot.data, tenant, threadId, slot.revision), revision: slot.revision };
   }
 
-  async create(record: ThreadRecord, opts: WriteOptions = {}): Promise<number> {
+  async create(record: ThreadRecord): Promise<number> {
     this.#checkOpen();
-    const { key, data } = encodeRecord(record, this.#maxValueBytes, opts.encoding);
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
     const slot = this.#slots.get(key);
     if (slot) {
       throw new TroupeError('STORE_CONFLICT', `thread record "${key}" already exists (revision ${slot.revision})`, {
@@ -49,9 +49,9 @@ export class MemoryThreadStore implements ThreadStore {
     return this.#write(key, data);
   }
 
-  async update(record: ThreadRecord, expectedRevision: number, opts: WriteOptions = {}): Promise<number> {
+  async update(record: ThreadRecord, expectedRevision: number): Promise<number> {
     this.#checkOpen();
-    const { key, data } = encodeRecord(record, this.#maxValueBytes, opts.encoding);
+    const { key, data } = encodeRecord(record, this.#maxValueBytes);
     const slot = this.#slots.get(key);
     if (slot?.revision !== expectedRevision) {
       const now = slot ? `is at revision ${slot.revision}` : 'does not exist';

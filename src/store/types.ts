@@ -4,7 +4,6 @@
  */
 import { z } from 'zod';
 import { TaskSchema, type TaskState } from '../protocol/index.js';
-import type { RecordEncoding } from './codec.js';
 
 export const THREAD_RECORD_VERSION = 1;
 
@@ -77,18 +76,13 @@ export interface ThreadListFilter {
  * the key alphabet, or a record that fails the schema on write: nothing is written),
  * PAYLOAD_TOO_LARGE, TRANSPORT_ERROR (the backend failed, or the store is closed).
  */
-export interface WriteOptions {
-  /** The writer's kept encoding of this thread's history (see RecordEncoding): what it holds is not serialized again. */
-  encoding?: RecordEncoding;
-}
-
 export interface ThreadStore {
   /** The record and its revision, or undefined when there is none (never written, deleted or expired). */
   get(tenant: string, threadId: string): Promise<StoredThread | undefined>;
   /** Writes a new record and returns its revision. STORE_CONFLICT when the key already holds one. */
-  create(record: ThreadRecord, opts?: WriteOptions): Promise<number>;
+  create(record: ThreadRecord): Promise<number>;
   /** Compare-and-set: writes only if the key is still at `expectedRevision`, else STORE_CONFLICT. */
-  update(record: ThreadRecord, expectedRevision: number, opts?: WriteOptions): Promise<number>;
+  update(record: ThreadRecord, expectedRevision: number): Promise<number>;
   /** Removes the record. Deleting a missing record is not an error. */
   delete(tenant: string, threadId: string): Promise<void>;
   /** The tenant's threads, in no particular order. Never yields another tenant's threads. */

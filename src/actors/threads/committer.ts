@@ -19,7 +19,6 @@ import type { Logger } from 'pino';
 import { TroupeError } from '../../protocol/errors.js';
 import type { TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { ThreadStore } from '../../store/types.js';
-import { RecordEncoding } from '../../store/codec.js';
 import type { LiveThread } from './live.js';
 import { recordOf } from './record.js';
 import { metrics } from '../../observability/metrics.js';
@@ -105,8 +104,7 @@ export class Committer {
       live.changed = false;
       try {
         const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
-        const encoding = (live.encoding ??= new RecordEncoding());
-        live.revision = live.revision === undefined ? await this.opts.store.create(record, { encoding }) : await this.opts.store.update(record, live.revision, { encoding });
+        live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
         metrics.kvWrites.inc({ result: 'ok' });
         this.opts.committed(live, outbox, true);
         return;

@@ -47,12 +47,6 @@ import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.
 import { actorsOf, inspectThread } from './views.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
-/**
- * How long a quiet thread keeps its history encoding (LiveThread.encoding): a thread that talks reuses it
- * turn after turn; one whose user went away gives its memory back well before it is passivated.
- */
-const ENCODING_KEPT_MS = 30_000;
-
 export interface ThreadHostOptions {
   transport: Transport;
   registry: Registry;
@@ -291,9 +285,10 @@ export class ThreadHost {
         if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff)) t.actor.send({ type: 'troupe.agents', agents });
       }
     });
-    const sweepEvery = Math.min(this.idleMs > 0 ? this.idleMs : ENCODING_KEPT_MS, ENCODING_KEPT_MS);
-    this.passivator = setInterval(() => void this.sweep().catch((err: unknown) => this.log.error({ err }, 'passivation failed')), sweepEvery);
-    this.passivator.unref();
+    if (this.idleMs > 0) {
+      this.passivator = setInterval(() => void this.passivateIdle().catch((err: unknown) => this.log.error({ err }, 'passivation failed')), Math.min(this.idleMs, 30_000));
+      this.passivator.unref();
+    }
     return this;
   }
 
@@ -985,13 +980,6 @@ export class ThreadHost {
   }
 
   // ---- passivation -----------------------------------------------------------------------------------
-
-  /** Frees the history encodings of threads quiet for ENCODING_KEPT_MS, then passivates idle ones. */
-  private async sweep(): Promise<void> {
-    const quiet = this.now() - ENCODING_KEPT_MS;
-    for (const live of this.threads.values()) if (live.lastActive <= quiet) live.encoding = undefined;
-    if (this.idleMs > 0) await this.passivateIdle();
-  }
 
   private async passivateIdle(): Promise<void> {
     const cutoff = this.now() - this.idleMs;

@@ -1,5 +1,4 @@
 /** A thread actor held by a ThreadHost, with the bookkeeping of its commits. */
-import type { RecordEncoding } from '../../store/codec.js';
 import type { Actor } from 'xstate';
 import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TroupeError } from '../../protocol/errors.js';
@@ -41,11 +40,6 @@ export interface LiveThread {
   lastActive: number;
   /** The last events, for `troupe inspect` (bounded). */
   events: RecentEventEntry[];
-  /**
-   * The JSON of its history messages, reused by its writes while it talks (store/codec.ts RecordEncoding);
-   * made by its first write, dropped by the host's sweep once the thread has been quiet a while.
-   */
-  encoding?: RecordEncoding;
   lastStatus?: ThreadStatusEmitted;
   /**
    * When the task's status last changed (the timestamp of its last status event, or of the first read
