@@ -186,15 +186,19 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
   // leader changes while a client retries its publish (nats-server#6486); the chaos suite saw one answer
   // published twice that way after the thaw. Both copies reach the thread as new messages (two sequences).
   const copy = (at: number, id = 'dup-1/m1') => ({ stored: { at, id } });
+  /** A node that answered the first stored copy of `m1` on the thread (sequence 1, stored at `at`). */
+  const firstCopyAnswered = async (threadId: string, nodeId: string) => {
+    const finals = await watchFinals(threadId);
+    const a = await node(nodeId);
+    const at = Date.now();
+    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, `${threadId}/m1`) })).publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    return { finals, a, at };
+  };
 
   it('under the same Nats-Msg-Id within the duplicate window: acknowledged, not answered again', async () => {
     const threadId = 'dup-1';
-    const finals = await watchFinals(threadId);
-    const a = await node('node-g');
-    const at = Date.now();
-    const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at) });
-    first.publish?.({ acked: true });
-    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    const { finals, a, at } = await firstCopyAnswered(threadId, 'node-g');
     const counted = async () => (await metrics.inboundDuplicates.get()).values[0]?.value ?? 0;
     const before = await counted();
     const second = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 1_500) });
@@ -222,11 +226,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
 
   it('the second copy reaching the next owner (the first node is gone): the record tells, not answered again', async () => {
     const threadId = 'dup-4';
-    const finals = await watchFinals(threadId);
-    const a = await node('node-j');
-    const at = Date.now();
-    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, 'dup-4/m1') })).publish?.({ acked: true });
-    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    const { finals, a, at } = await firstCopyAnswered(threadId, 'node-j');
     await a.stop();
     const b = await node('node-k');
     const second = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 800, 'dup-4/m1') });
@@ -237,11 +237,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
 
   it('after the window (a client sending the messageId again): its answer again', async () => {
     const threadId = 'dup-3';
-    const finals = await watchFinals(threadId);
-    const a = await node('node-i');
-    const at = Date.now();
-    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, 'dup-3/m1') })).publish?.({ acked: true });
-    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    const { finals, a, at } = await firstCopyAnswered(threadId, 'node-i');
     await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 180_000, 'dup-3/m1') });
     await waitUntil(() => finals.length === 2 || undefined, 'the answer again');
     expect(finals).toEqual(['m1', 'm1']);
