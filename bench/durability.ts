@@ -338,6 +338,8 @@ export interface MemoryResults {
   errors: number;
   firstError?: string;
   samples: { baseline: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
+  /** Heap per started XState root actor of a one-state machine: the floor of any live thread (an XState actor). */
+  bareActorBytes?: number;
 }
 
 /** Runs bench/memory.ts in `node --expose-gc --import tsx` and returns its JSON. */
@@ -445,6 +447,9 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
     `one node holds ~${formatRate(d.liveThreadsIn2GiB.node)} live idle threads in 2 GiB with the KV store ` +
       `(~${formatRate(d.liveThreadsIn2GiB.embedded)} embedded, records in process); a passivated thread costs the durable node ` +
       `${formatBytes(total(d.passivatedNode))} (ThreadHost keeps only a counter; the residue is compiled code and GC noise, not thread objects)`,
+    ...(r.bareActorBytes !== undefined
+      ? [`the floor of a live thread: a started XState root actor of a one-state machine holds ${formatBytes(r.bareActorBytes)} (its own actor system, scheduler, snapshot)`]
+      : []),
     ...(r.firstError ? ['', `first error: ${r.firstError}`] : []),
   ].join('\n');
 }

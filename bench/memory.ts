@@ -17,7 +17,8 @@
  * path a node takes when it gives up a partition; liveCount() must reach 0), gc, measure ("passivated":
  * the node's residue plus the memory store's records, which in embedded mode live in this process);
  * measure the encoded record sizes; delete every record from the store, gc, measure ("store emptied": what
- * the host itself keeps per passivated thread). The memory store keeps records as Uint8Array, whose bytes
+ * the host itself keeps per passivated thread); then the floor of a live thread, a bare XState root actor
+ * (`bareActorBytes`). The memory store keeps records as Uint8Array, whose bytes
  * are off the V8 heap (`arrayBuffers`), so both heapUsed and arrayBuffers are reported.
  *
  * With durable nodes the store is JetStream KV, in nats-server: a node's cost per live thread is then
@@ -27,6 +28,7 @@
  * (in production it lives in the agent's process, capped at 1000 replies).
  */
 import { randomUUID } from 'node:crypto';
+import { createActor, createMachine } from 'xstate';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient } from '../src/sdk/client.js';
@@ -63,6 +65,21 @@ async function settle(): Promise<MemorySample> {
   }
   const m = process.memoryUsage();
   return { heapUsed: m.heapUsed, arrayBuffers: m.arrayBuffers, external: m.external, rss: m.rss };
+}
+
+/**
+ * The floor of a live thread: heap per started XState v5 root actor of a one-state machine with no
+ * context (its actor system, scheduler, snapshot and observers), measured on `n` of them.
+ */
+async function bareActorBytes(n: number): Promise<number> {
+  const machine = createMachine({ id: 'bare', initial: 'idle', states: { idle: {} } });
+  const warm = Array.from({ length: 200 }, () => createActor(machine).start());
+  for (const a of warm) a.stop();
+  const before = await settle();
+  const actors = Array.from({ length: n }, () => createActor(machine).start());
+  const after = await settle();
+  for (const a of actors) a.stop();
+  return (after.heapUsed + after.arrayBuffers - before.heapUsed - before.arrayBuffers) / actors.length;
 }
 
 async function main(): Promise<MemoryResults> {
@@ -145,6 +162,8 @@ async function main(): Promise<MemoryResults> {
     log(' empty the store…');
     for (const id of ids) await store.delete(TENANT, id);
     const storeEmptied = await settle();
+    log(' bare actors…');
+    const bare = await bareActorBytes(Math.max(threads, 1_000));
     log(' done\n');
 
     return {
@@ -161,6 +180,7 @@ async function main(): Promise<MemoryResults> {
       errors,
       ...(firstError ? { firstError } : {}),
       samples: { baseline, live, passivated, storeEmptied },
+      bareActorBytes: bare,
     };
   } finally {
     await host.stop().catch(() => undefined);

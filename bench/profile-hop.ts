@@ -9,14 +9,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { HEADERS, encodeJson, type Message } from '../src/protocol/index.js';
+import { AgentReplySchema, HEADERS, MessageSchema, decode, encodeJson, messageText, type Message } from '../src/protocol/index.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 6);
-const WORKERS = 64;
+/** PROFILE_WORKERS=1 measures one request at a time (the bench's p50 rows). */
+const WORKERS = Number(process.env.PROFILE_WORKERS ?? 64);
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 
 const server = await startNatsServer();
@@ -30,7 +31,25 @@ const raw = nodeT.connection.subscribe('bench.raw', {
     m.respond(m.data);
   },
 });
-/** PROFILE_ONLY=hop (or raw) runs one of the two, so a profile shows one alone. */
+/**
+ * The floor of a hop's guarantees: the same request over the same transport to a responder that only
+ * reads the call's headers, validates the A2A message (size, JSON, depth, schema), answers with an A2A message, and a caller that
+ * validates the reply. No agent actor, metrics, idempotency cache or handler context.
+ */
+// Its own agent user (pyecho's, with the same permissions as echo's), so it may take only its own inbox.
+const floorT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'pyecho'), name: 'hop-floor' });
+const floor = floorT.subscribe(subjects.agentInbox('demo', 'pyecho'), (m) => {
+  const { headers } = m;
+  const message = decode(MessageSchema, m.data, 'message to the floor responder');
+  const threadId = headers[HEADERS.threadId] ?? '';
+  m.respond(encodeJson({ kind: 'message', role: 'agent', messageId: randomUUID(), contextId: message.contextId ?? threadId, taskId: message.taskId ?? threadId, parts: [{ kind: 'text', text: messageText(message) }] }));
+}, { queue: subjects.agentQueue('pyecho') });
+/** The transport alone: the same request with the thread's headers over Troupe's transport, echoed unread (no validation). */
+const bareT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'slowecho'), name: 'hop-bare' });
+const bare = bareT.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {
+  m.respond(m.data);
+}, { queue: subjects.agentQueue('slowecho') });
+/** PROFILE_ONLY=hop (or raw, bare, floor) runs one of them, so a profile shows one alone. */
 const only = process.env.PROFILE_ONLY;
 /**
  * PROFILE_WINDOWS=N measures each row N times in a row (PROFILE_SECONDS each), printing each window: a
@@ -44,18 +63,23 @@ async function run(what: string, op: (w: number, i: number) => Promise<void>): P
 
 async function measure(what: string, op: (w: number, i: number) => Promise<void>, window: number): Promise<void> {
   let n = 0;
+  const times: number[] = [];
   const until = performance.now() + SECONDS * 1000;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
   await Promise.all(Array.from({ length: WORKERS }, async (_, w) => {
     for (let i = 0; performance.now() < until; i++) {
+      const t = performance.now();
       await op(w, window * 1e9 + i);
+      times.push(performance.now() - t);
       n++;
     }
   }));
   const cpu = process.cpuUsage(cpu0);
   const s = (performance.now() - t0) / 1000;
-  console.log(JSON.stringify({ what, perSecond: Math.round(n / s), cpuUsPerOp: Math.round((cpu.user + cpu.system) / n) }));
+  times.sort((a, b) => a - b);
+  const p50Us = Math.round(1000 * (times[Math.floor(times.length / 2)] ?? 0));
+  console.log(JSON.stringify({ what, perSecond: Math.round(n / s), cpuUsPerOp: Math.round((cpu.user + cpu.system) / n), p50Us }));
 }
 
 const body = (threadId: string): Uint8Array => {
@@ -63,17 +87,37 @@ const body = (threadId: string): Uint8Array => {
   return encodeJson(message);
 };
 const rawBody = body('t-raw');
-if (only !== 'hop') await run('raw request-reply', async () => {
+if (only === undefined || only === 'raw') await run('raw request-reply', async () => {
   await nodeT.connection.request('bench.raw', rawBody, { timeout: 10_000 });
 });
-if (only !== 'raw') await run('agent hop', async (w, i) => {
+if (only === undefined || only === 'bare') await run('Troupe transport request-reply with the thread\'s headers, unvalidated', async (w, i) => {
   const threadId = `hop-${w}`;
-  await nodeT.request(subjects.agentInbox('demo', 'echo'), body(threadId), {
+  await nodeT.request(subjects.agentInbox('demo', 'slowecho'), rawBody, {
     timeoutMs: 10_000,
     headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
   });
 });
+if (only === undefined || only === 'floor') await run('validated request-reply (the floor of a hop\'s guarantees)', async (w, i) => {
+  const threadId = `hop-${w}`;
+  const res = await nodeT.request(subjects.agentInbox('demo', 'pyecho'), body(threadId), {
+    timeoutMs: 10_000,
+    headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
+  });
+  decode(AgentReplySchema, res.data, 'floor reply');
+});
+if (only === undefined || only === 'hop') await run('agent hop', async (w, i) => {
+  const threadId = `hop-${w}`;
+  const res = await nodeT.request(subjects.agentInbox('demo', 'echo'), body(threadId), {
+    timeoutMs: 10_000,
+    headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
+  });
+  decode(AgentReplySchema, res.data, 'echo reply');
+});
 raw.unsubscribe();
+floor.unsubscribe();
+bare.unsubscribe();
+await bareT.close();
+await floorT.close();
 await host.stop();
 await agentT.close();
 await nodeT.close();

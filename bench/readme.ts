@@ -18,6 +18,8 @@ type Unit = 'ratio' | 'us' | 'ms' | 'bytes' | 'rate';
 const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>=' | '<='; value: number } }> = [
   { key: 'hopThroughputVsRaw', label: 'agent hop throughput, 64 in flight, ÷ raw request-reply', unit: 'ratio', target: { op: '>=', value: 0.8 } },
   { key: 'hopP50VsRaw', label: 'agent hop p50 ÷ raw request-reply p50', unit: 'ratio', target: { op: '<=', value: 1.2 } },
+  { key: 'hopFloorThroughputVsRaw', label: 'the floor of a hop\'s guarantees (validation at both edges, no agent host), 64 in flight, ÷ raw', unit: 'ratio' },
+  { key: 'hopFloorP50VsRaw', label: 'the floor of a hop\'s guarantees, p50 ÷ raw p50', unit: 'ratio' },
   { key: 'durableTurnThroughputVsRawTurn', label: 'durable full turn throughput, 64 threads, ÷ the raw turn (same NATS work)', unit: 'ratio', target: { op: '>=', value: 0.5 } },
   { key: 'durableTurnP50VsRawTurn', label: 'durable full turn p50 ÷ raw turn p50', unit: 'ratio' },
   { key: 'durableTurnsPerSecond', label: 'durable full turns per second (one process)', unit: 'rate' },
@@ -25,6 +27,7 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'multiProcessTurnThroughputVsRawTurn', label: 'multi-process turn throughput ÷ raw turn', unit: 'ratio' },
   { key: 'embeddedTurnsPerSecond', label: 'embedded full turns per second (no NATS)', unit: 'rate', target: { op: '>=', value: 10_000 } },
   { key: 'liveIdleThreadBytes', label: 'live idle thread on a durable node (heap + buffers)', unit: 'bytes', target: { op: '<=', value: 4_096 } },
+  { key: 'xstateRootActorBytes', label: 'a started XState root actor of a one-state machine (the floor of a live thread)', unit: 'bytes' },
   { key: 'liveIdleThreadRssBytes', label: 'live idle thread, RSS growth per thread (embedded, record included)', unit: 'bytes' },
   { key: 'liveIdleThreadAtLimitBytes', label: 'live idle thread at the history limit (50 messages) on a durable node (heap + buffers)', unit: 'bytes' },
   { key: 'liveIdleThreadAtLimitRssBytes', label: 'live idle thread at the history limit, RSS growth per thread (embedded, record included)', unit: 'bytes' },

@@ -51,7 +51,8 @@ import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
+import { AgentReplySchema, HEADERS, MessageSchema, decode, encodeJson, messageText, withRoutingRequest, type Message } from '../src/protocol/index.js';
+import type { Transport } from '../src/transport/types.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
@@ -118,6 +119,8 @@ const PLAIN_TENANT = 'bench';
 /** The tenant of the multi-process row (its node and agent are child processes). */
 const MP_TENANT = 'acme';
 const AGENT_ID = 'echo';
+/** The floor row's responder takes another agent's user (same permissions as echo's): a user may take only its own inbox. */
+const FLOOR_AGENT_ID = 'pyecho';
 const RAW_SUBJECT = 'bench.raw.echo';
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 const RESULTS_FILE = process.env.BENCH_RESULTS_FILE ?? join(import.meta.dirname, 'results.json');
@@ -126,7 +129,7 @@ const RESULTS_FILE = process.env.BENCH_RESULTS_FILE ?? join(import.meta.dirname,
 // Scenarios
 
 interface Scenario {
-  key: 'raw' | 'agentHop' | 'rawTurn' | 'fullTurn' | 'fullTurnNewThread' | 'fullTurnPlain' | 'fullTurnEmbedded' | 'fullTurnMultiProcess';
+  key: 'raw' | 'hopFloor' | 'agentHop' | 'rawTurn' | 'fullTurn' | 'fullTurnNewThread' | 'fullTurnPlain' | 'fullTurnEmbedded' | 'fullTurnMultiProcess';
   name: string;
   description: string;
   op: Op;
@@ -160,6 +163,34 @@ function rawEchoResponder(nc: NatsConnection): Subscription {
       if (!err) msg.respond(msg.data);
     },
   });
+}
+
+/**
+ * The floor of an agent hop's guarantees: the same request with the thread's headers over Troupe's transport,
+ * to a responder on its own agent user that does only what a hop must — reads the call's headers, validates
+ * the A2A message (size, JSON, depth, schema) and answers with a new A2A message — while the caller
+ * validates the reply. No agent actor, metrics, idempotency cache or handler context: what stands between
+ * this row and the agent hop is Troupe's agent host; what stands between it and raw is the guarantees.
+ */
+function floorResponder(t: Transport): { unsubscribe(): void } {
+  return t.subscribe(
+    subjects.agentInbox(TENANT, FLOOR_AGENT_ID),
+    (msg) => {
+      const { headers } = msg;
+      const message = decode(MessageSchema, msg.data, 'message to the floor responder');
+      const threadId = headers[HEADERS.threadId] ?? '';
+      const answer: Message = {
+        kind: 'message',
+        role: 'agent',
+        messageId: randomUUID(),
+        contextId: headers[HEADERS.contextId] ?? message.contextId ?? threadId,
+        taskId: headers[HEADERS.taskId] ?? message.taskId ?? threadId,
+        parts: [{ kind: 'text', text: messageText(message) }],
+      };
+      msg.respond(encodeJson(answer));
+    },
+    { queue: subjects.agentQueue(FLOOR_AGENT_ID) },
+  );
 }
 
 /** The request body and headers a thread sends to an agent (see ThreadHost.callAgent). */
@@ -292,6 +323,9 @@ function report(meta: Record<string, unknown>, results: ScenarioResult[], header
 export interface RunSummary {
   hopThroughputVsRaw: number | null;
   hopP50VsRaw: number | null;
+  /** The floor of a hop's guarantees (validation at both edges, no agent host) ÷ raw: the best the hop rows can reach. */
+  hopFloorThroughputVsRaw: number | null;
+  hopFloorP50VsRaw: number | null;
   durableTurnThroughputVsRawTurn: number | null;
   durableTurnP50VsRawTurn: number | null;
   multiProcessTurnThroughputVsRawTurn: number | null;
@@ -299,6 +333,8 @@ export interface RunSummary {
   multiProcessTurnsPerSecond: number | null;
   embeddedTurnsPerSecond: number | null;
   liveIdleThreadBytes: number | null;
+  /** A started XState root actor of a one-state machine: the floor of a live thread. */
+  xstateRootActorBytes: number | null;
   liveIdleThreadRssBytes: number | null;
   liveIdleThreadAtLimitBytes: number | null;
   liveIdleThreadAtLimitRssBytes: number | null;
@@ -326,6 +362,7 @@ function summarizeRun(r: {
   const by = (k: Scenario['key']) => r.results.find((x) => x.key === k);
   const raw = by('raw')!;
   const hop = by('agentHop');
+  const floor = by('hopFloor');
   const rawTurnRow = by('rawTurn');
   const perSecond = (k: Scenario['key']) => by(k)?.concurrent.perSecond;
   const vsRawTurn = (k: Scenario['key']) => fin((perSecond(k) ?? Number.NaN) / (rawTurnRow?.concurrent.perSecond ?? Number.NaN));
@@ -338,6 +375,8 @@ function summarizeRun(r: {
   return {
     hopThroughputVsRaw: hop ? fin(vsRaw(hop, raw).throughput) : null,
     hopP50VsRaw: hop ? fin(vsRaw(hop, raw).p50) : null,
+    hopFloorThroughputVsRaw: floor ? fin(vsRaw(floor, raw).throughput) : null,
+    hopFloorP50VsRaw: floor ? fin(vsRaw(floor, raw).p50) : null,
     durableTurnThroughputVsRawTurn: vsRawTurn('fullTurn'),
     durableTurnP50VsRawTurn: fin((by('fullTurn')?.sequential.p50Us ?? Number.NaN) / (rawTurnRow?.sequential.p50Us ?? Number.NaN)),
     multiProcessTurnThroughputVsRawTurn: vsRawTurn('fullTurnMultiProcess'),
@@ -345,6 +384,7 @@ function summarizeRun(r: {
     multiProcessTurnsPerSecond: fin(perSecond('fullTurnMultiProcess')),
     embeddedTurnsPerSecond: fin(perSecond('fullTurnEmbedded')),
     liveIdleThreadBytes: derived ? fin(derived.liveNode.heap + derived.liveNode.buffers) : null,
+    xstateRootActorBytes: fin(memory?.bareActorBytes),
     liveIdleThreadRssBytes: memory ? fin((memory.samples.live.rss - memory.samples.baseline.rss) / memory.threads) : null,
     liveIdleThreadAtLimitBytes: derivedAtLimit ? fin(derivedAtLimit.liveNode.heap + derivedAtLimit.liveNode.buffers) : null,
     liveIdleThreadAtLimitRssBytes: atLimit ? fin((atLimit.samples.live.rss - atLimit.samples.baseline.rss) / atLimit.threads) : null,
@@ -388,6 +428,7 @@ async function main(): Promise<void> {
   let embedded: Awaited<ReturnType<typeof startEmbedded>> | undefined;
   let rawTurn: RawTurn | undefined;
   let rawSub: Subscription | undefined;
+  let floorSub: { unsubscribe(): void } | undefined;
   try {
     // One connection per role, each as the user that role runs as in production.
     const rawResponder = await connect('bench-raw-responder', 'node');
@@ -397,6 +438,9 @@ async function main(): Promise<void> {
     const clientT = await connect('bench-client', 'client');
 
     rawSub = rawEchoResponder(rawResponder.connection);
+    const floorT = await connect('bench-floor-responder', FLOOR_AGENT_ID);
+    floorSub = floorResponder(floorT);
+    await floorT.flush();
     await rawResponder.flush();
 
     const echo = defineAgent({
@@ -470,6 +514,20 @@ async function main(): Promise<void> {
         op: async () => {
           const msg = await rawRequester.connection.request(RAW_SUBJECT, rawPayload, { timeout: TIMEOUT_MS });
           if (msg.data.length !== rawPayload.length) throw new Error(`echo returned ${msg.data.length} bytes, sent ${rawPayload.length}`);
+        },
+      },
+      {
+        key: 'hopFloor',
+        name: 'validated request-reply (an agent hop\'s guarantees alone)',
+        description:
+          'NatsTransport.request of the same A2A Message with thread headers to a responder on an agent user that only validates ' +
+          'it and answers with a new A2A Message, the reply validated by the caller',
+        op: async (w) => {
+          const threadId = `bench-floor-${w}`;
+          const { data, headers } = agentCall(troupeNode, threadId);
+          const res = await nodeT.request(subjects.agentInbox(TENANT, FLOOR_AGENT_ID), data, { timeoutMs: TIMEOUT_MS, headers });
+          const answer = decode(AgentReplySchema, res.data, 'floor reply');
+          if (answer.kind !== 'message' || textOfMessage(answer) !== TEXT) throw new Error(`floor replied ${JSON.stringify(answer).slice(0, 200)}`);
         },
       },
       {
@@ -707,6 +765,7 @@ async function main(): Promise<void> {
     if (failed > 0) process.stderr.write(`\n${failed} operations failed: see "first errors" above\n`);
   } finally {
     rawSub?.unsubscribe();
+    floorSub?.unsubscribe();
     await rawTurn?.stop().catch(() => undefined);
     await embedded?.stop().catch(() => undefined);
     await plainHost?.stop().catch(() => undefined);
