@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { createActor, type Actor } from 'xstate';
 import type { Logger } from 'pino';
-import { agentMachine } from '../machines/agent.js';
+import { agentMachine, type AgentCounters } from '../machines/agent.js';
 import {
   CLIENT_ROUTING_URI,
   DEFAULT_MAX_PAYLOAD,
@@ -97,6 +97,11 @@ export class AgentHost {
   readonly inspection: InspectionPublisher;
   /** Calls in progress whose thread is inspected (`Troupe-Inspect`): the agent actor is published meanwhile. */
   private inspectedCalls = 0;
+  /**
+   * The requests this instance counts. Its actor takes them with each event; it gets the events that move it
+   * between idle and busy always, the others only while it is watched (src/machines/agent.ts).
+   */
+  private readonly counters: AgentCounters = { inFlight: 0, handled: 0, failed: 0 };
   private readonly inspector: { sync(): void };
 
   constructor(opts: AgentHostOptions) {
@@ -115,11 +120,30 @@ export class AgentHost {
     this.inspector = this.inspection.attach(this.actor, {
       subject: subjects.inspectAgent(this.tenant, this.agentId, this.instanceId),
       rootId: `agent:${this.agentId}:${this.instanceId.slice(0, 8)}`,
-      enabled: () => this.inspection.switch.all || this.inspectedCalls > 0,
+      enabled: () => this.watched(),
       meta: { agentId: this.agentId, instanceId: this.instanceId, card: this.agent.card },
     });
     this.inspection.switch.onChange(() => this.inspector.sync());
     this.inspector.sync();
+  }
+
+  /** Someone watches this agent (or the thread of a call it is handling): every request event goes to the actor. */
+  private watched(): boolean {
+    return this.inspection.switch.all || this.inspectedCalls > 0;
+  }
+
+  /** Counts a request that starts, and tells the actor when it turns busy or is watched. */
+  private started(messageId: string, threadId: string): void {
+    this.counters.inFlight++;
+    if (this.counters.inFlight === 1 || this.watched()) this.actor.send({ type: 'troupe.agent.received', messageId, threadId, ...this.counters });
+  }
+
+  /** Counts a request that ended, and tells the actor when it turns idle or is watched. */
+  private ended(messageId: string, how: 'answered' | 'failed'): void {
+    this.counters.inFlight = Math.max(0, this.counters.inFlight - 1);
+    if (how === 'answered') this.counters.handled++;
+    else this.counters.failed++;
+    if (this.counters.inFlight === 0 || this.watched()) this.actor.send({ type: `troupe.agent.${how}`, messageId, ...this.counters });
   }
 
   async start(): Promise<this> {
@@ -164,16 +188,15 @@ export class AgentHost {
       state: typeof snap.value === 'string' ? snap.value : `ready.${String((snap.value as { ready: string }).ready)}`,
       node,
       status: 'live',
-      detail: { instance: this.instanceId, inFlight: snap.context.inFlight, handled: snap.context.handled, failed: snap.context.failed },
+      detail: { instance: this.instanceId, ...this.counters },
     };
   }
 
   private status(): AgentStatus {
     const info = this.info('');
-    const ctx = this.actor.getSnapshot().context;
     // What the agent reports about its own work (e.g. where its model loops are), redacted like every diagnostic.
     const detail = this.agent.status?.().detail;
-    return { state: info.state, inFlight: ctx.inFlight, handled: ctx.handled, failed: ctx.failed, ...(detail ? { detail: redact(detail) as Record<string, unknown> } : {}) };
+    return { state: info.state, ...this.counters, ...(detail ? { detail: redact(detail) as Record<string, unknown> } : {}) };
   }
 
   private announce(): void {
@@ -191,7 +214,11 @@ export class AgentHost {
     const { inspection } = readHello(msg.data);
     if (inspection) {
       this.inspection.switch.set(inspection.on);
-      if (inspection.on) this.inspection.announce();
+      if (inspection.on) {
+        // The snapshot a new watcher gets first holds the counters as they are now.
+        this.actor.send({ type: 'troupe.agent.counted', ...this.counters });
+        this.inspection.announce();
+      }
     }
     this.announce();
     if (!msg.reply) return;
@@ -316,7 +343,7 @@ export class AgentHost {
       this.inspectedCalls++;
       this.inspector.sync();
     }
-    this.actor.send({ type: 'troupe.agent.received', messageId: message.messageId, threadId });
+    this.started(message.messageId, threadId);
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
     const artifactId = `${message.messageId}:stream`;
@@ -359,12 +386,12 @@ export class AgentHost {
     try {
       const result = await this.run(message, ctx);
       const replyMessage = this.toReply(result, ctx);
-      this.actor.send({ type: 'troupe.agent.answered', messageId: message.messageId });
+      this.ended(message.messageId, 'answered');
       if (this.log.isLevelEnabled('debug')) log().debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
       if (inspected) this.uninspectCall();
       return encodeJson(replyMessage);
     } catch (err) {
-      this.actor.send({ type: 'troupe.agent.failed', messageId: message.messageId });
+      this.ended(message.messageId, 'failed');
       if (inspected) this.uninspectCall();
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       log().error({ err, code: error.code }, 'handler failed');

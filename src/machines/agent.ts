@@ -1,39 +1,56 @@
 /**
  * An agent process's lifecycle as an actor: `starting -> ready.idle <-> ready.busy -> stopping -> stopped`.
- * The host runs the handler; this machine holds what `troupe ps` and `troupe inspect` show.
+ * The host runs the handler and counts the requests; this machine holds what `troupe ps` and `troupe
+ * inspect` show.
+ *
+ * Every request event carries the host's counters as they stand after it (`inFlight`, `handled`,
+ * `failed`), and the machine takes them as reported: the host sends the events that move the agent between
+ * idle and busy always, and the others (a request that starts or ends while others are in flight) only
+ * while someone watches the agent or a call's thread (bench/PROFILE.md: two XState events per request were
+ * a third of an agent hop's CPU). `troupe.agent.counted` brings the counters up to date without a request,
+ * e.g. before the host publishes the actor to a watcher that has just switched inspection on.
  */
 import { assign, setup } from 'xstate';
 
-export interface AgentActorContext {
-  agentId: string;
+export interface AgentCounters {
+  /** Requests being handled now. */
   inFlight: number;
+  /** Requests answered since the agent started. */
   handled: number;
+  /** Requests that ended with an error reply. */
   failed: number;
+}
+
+export interface AgentActorContext extends AgentCounters {
+  agentId: string;
   lastMessageId?: string;
   lastThreadId?: string;
 }
 
 export type AgentActorEvent =
   | { type: 'troupe.agent.joined' }
-  | { type: 'troupe.agent.received'; messageId: string; threadId?: string }
-  | { type: 'troupe.agent.answered'; messageId: string }
-  | { type: 'troupe.agent.failed'; messageId: string }
+  | ({ type: 'troupe.agent.received'; messageId: string; threadId?: string } & AgentCounters)
+  | ({ type: 'troupe.agent.answered'; messageId: string } & AgentCounters)
+  | ({ type: 'troupe.agent.failed'; messageId: string } & AgentCounters)
+  | ({ type: 'troupe.agent.counted' } & AgentCounters)
   | { type: 'troupe.agent.leave' }
   | { type: 'troupe.agent.left' };
 
 export const agentMachine = setup({
   types: { context: {} as AgentActorContext, events: {} as AgentActorEvent, input: {} as { agentId: string } },
   guards: {
-    lastInFlight: ({ context }) => context.inFlight <= 1,
+    /** The request this event reports was the last in flight (or a count says none is). */
+    noneInFlight: ({ event }) => 'inFlight' in event && event.inFlight <= 0,
+    someInFlight: ({ event }) => 'inFlight' in event && event.inFlight > 0,
   },
   actions: {
-    receive: assign({
-      inFlight: ({ context }) => context.inFlight + 1,
-      lastMessageId: ({ context, event }) => (event.type === 'troupe.agent.received' ? event.messageId : context.lastMessageId),
-      lastThreadId: ({ context, event }) => (event.type === 'troupe.agent.received' ? event.threadId : context.lastThreadId),
+    count: assign(({ context, event }) => {
+      if (!('inFlight' in event)) return {};
+      const counters = { inFlight: Math.max(0, event.inFlight), handled: event.handled, failed: event.failed };
+      return event.type === 'troupe.agent.received'
+        ? { ...counters, lastMessageId: event.messageId, lastThreadId: event.threadId ?? context.lastThreadId }
+        : counters;
     }),
-    answer: assign({ inFlight: ({ context }) => Math.max(0, context.inFlight - 1), handled: ({ context }) => context.handled + 1 }),
-    fail: assign({ inFlight: ({ context }) => Math.max(0, context.inFlight - 1), failed: ({ context }) => context.failed + 1 }),
   },
 }).createMachine({
   id: 'agent',
@@ -45,26 +62,27 @@ export const agentMachine = setup({
       initial: 'idle',
       on: { 'troupe.agent.leave': 'stopping' },
       states: {
-        idle: { on: { 'troupe.agent.received': { target: 'busy', actions: 'receive' } } },
+        idle: {
+          on: {
+            'troupe.agent.received': { target: 'busy', actions: 'count' },
+            'troupe.agent.counted': [{ guard: 'someInFlight', target: 'busy', actions: 'count' }, { actions: 'count' }],
+          },
+        },
         busy: {
           on: {
-            'troupe.agent.received': { actions: 'receive' },
-            'troupe.agent.answered': [
-              { guard: 'lastInFlight', target: 'idle', actions: 'answer' },
-              { actions: 'answer' },
-            ],
-            'troupe.agent.failed': [
-              { guard: 'lastInFlight', target: 'idle', actions: 'fail' },
-              { actions: 'fail' },
-            ],
+            'troupe.agent.received': { actions: 'count' },
+            'troupe.agent.answered': [{ guard: 'noneInFlight', target: 'idle', actions: 'count' }, { actions: 'count' }],
+            'troupe.agent.failed': [{ guard: 'noneInFlight', target: 'idle', actions: 'count' }, { actions: 'count' }],
+            'troupe.agent.counted': [{ guard: 'noneInFlight', target: 'idle', actions: 'count' }, { actions: 'count' }],
           },
         },
       },
     },
     stopping: {
       on: {
-        'troupe.agent.answered': { actions: 'answer' },
-        'troupe.agent.failed': { actions: 'fail' },
+        'troupe.agent.answered': { actions: 'count' },
+        'troupe.agent.failed': { actions: 'count' },
+        'troupe.agent.counted': { actions: 'count' },
         'troupe.agent.left': 'stopped',
       },
     },

@@ -1,0 +1,101 @@
+/**
+ * The agent host's actor and its counters (src/actors/agent-host.ts, src/machines/agent.ts): the host counts
+ * every request; its actor always hears the events that move it between idle and busy, and every request's
+ * events while someone watches (inspection on). `troupe ps` reads the host's counters, exact at any moment.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { AgentReplySchema, HEADERS, decode, encodeJson, type Message } from '../src/protocol/index.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
+import { subjects } from '../src/transport/subjects.js';
+import { waitFor } from './helpers/wait.js';
+
+let host: AgentHost | undefined;
+let pending: Array<() => void> = [];
+afterEach(async () => {
+  // A failed assertion leaves calls waiting: let them end so the host can stop.
+  for (const open of pending.splice(0)) open();
+  await host?.stop();
+  host = undefined;
+});
+
+/** An agent whose every call waits until the test opens its gate; "fail" makes the call throw. */
+async function gatedAgent() {
+  const gates: Array<() => void> = [];
+  pending = gates;
+  const agent = defineAgent({
+    card: { id: 'gated', name: 'Gated', description: 'answers when the test lets it' },
+    handle: async (_m, ctx) => {
+      await new Promise<void>((open) => gates.push(open));
+      if (ctx.text === 'fail') throw new Error('told to fail');
+      return reply(ctx.text, { to: 'user' });
+    },
+  });
+  const bus = new MemoryBus();
+  host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: 'demo' }).start();
+  const events: string[] = [];
+  host.actor.system.inspect((e) => {
+    if (e.type === '@xstate.event' && e.event.type.startsWith('troupe.agent.')) events.push(e.event.type.slice('troupe.agent.'.length));
+  });
+  const caller = new MemoryTransport({ bus });
+  let n = 0;
+  const call = async (text: string) => {
+    const id = `m-${++n}`;
+    const message: Message = { kind: 'message', role: 'user', messageId: id, contextId: 't-1', taskId: 't-1', parts: [{ kind: 'text', text }] };
+    const res = await caller.request(subjects.agentInbox('demo', 'gated'), encodeJson(message), {
+      timeoutMs: 10_000,
+      headers: { [HEADERS.threadId]: 't-1', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `t-1/${id}` },
+    });
+    return decode(AgentReplySchema, res.data, 'reply');
+  };
+  return { host, gates, events, call };
+}
+
+const detail = (h: AgentHost) => {
+  const { inFlight, handled, failed } = h.info('n').detail as { inFlight: number; handled: number; failed: number };
+  return { inFlight, handled, failed };
+};
+
+describe('agent host: the actor hears what changes its state, and everything while watched', () => {
+  it('unwatched, three overlapping calls are one turn to busy and one back to idle; the counters are exact in ps all along and in the actor at rest', async () => {
+    const { host: h, gates, events, call } = await gatedAgent();
+    const replies = Promise.all([call('a'), call('b'), call('fail')]);
+    await waitFor(() => gates.length === 3, 'three calls in the handler');
+    expect(h.actor.getSnapshot().value).toEqual({ ready: 'busy' });
+    expect(detail(h)).toEqual({ inFlight: 3, handled: 0, failed: 0 });
+    expect(events).toEqual(['received']);
+
+    gates.shift()!();
+    await waitFor(() => detail(h).handled === 1, 'the first answer');
+    // Still busy: the end of a call with others in flight is not an event for an unwatched actor.
+    expect(h.actor.getSnapshot().value).toEqual({ ready: 'busy' });
+    expect(events).toEqual(['received']);
+
+    for (const open of gates.splice(0)) open();
+    const answers = await replies;
+    expect(answers.map((a) => a.kind)).toEqual(['message', 'message', 'error']);
+    expect(detail(h)).toEqual({ inFlight: 0, handled: 2, failed: 1 });
+    expect(events).toEqual(['received', 'failed']);
+    const snap = h.actor.getSnapshot();
+    expect(snap.value).toEqual({ ready: 'idle' });
+    expect(snap.context).toMatchObject({ inFlight: 0, handled: 2, failed: 1, lastMessageId: 'm-1', lastThreadId: 't-1' });
+  });
+
+  it('watched (inspection on), every call start and end is an event, carrying the counters', async () => {
+    const { host: h, gates, events, call } = await gatedAgent();
+    h.inspection.switch.set(true);
+    const replies = Promise.all([call('a'), call('b')]);
+    await waitFor(() => gates.length === 2, 'two calls in the handler');
+    expect(h.actor.getSnapshot().context).toMatchObject({ inFlight: 2, lastMessageId: 'm-2' });
+    gates.shift()!();
+    await waitFor(() => events.length === 3, 'the first answer as an event');
+    expect(h.actor.getSnapshot().value).toEqual({ ready: 'busy' });
+    expect(h.actor.getSnapshot().context).toMatchObject({ inFlight: 1, handled: 1 });
+    gates.shift()!();
+    await replies;
+    expect(events).toEqual(['received', 'received', 'answered', 'answered']);
+    expect(h.actor.getSnapshot().value).toEqual({ ready: 'idle' });
+    expect(h.actor.getSnapshot().context).toMatchObject({ inFlight: 0, handled: 2, failed: 0 });
+  });
+});
