@@ -57,6 +57,9 @@ export function readDelegateDirective(message: Message): DelegateDirective | und
 
 /** What a delegating agent's delegates answered, when the message brings it back. */
 export function readDelegationResults(message: Message): DelegationResults | undefined {
-  const parsed = DelegationResultsSchema.safeParse(message.metadata?.[META.delegation]);
+  const slot = message.metadata?.[META.delegation];
+  // Most messages carry none: no parse (and no failure object) for an absent slot.
+  if (slot === undefined) return undefined;
+  const parsed = DelegationResultsSchema.safeParse(slot);
   return parsed.success ? parsed.data : undefined;
 }
