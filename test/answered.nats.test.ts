@@ -155,6 +155,32 @@ describe('a redelivered latest message after its node is gone', () => {
     expect(finals).toEqual(['m1']);
   }, 60_000);
 
+  it('a marker the stream could not take at first (no stream leader) is published again until it is stored: the next owner reads it after the node is gone', async () => {
+    const threadId = 'remarked-1';
+    const finals = await watchFinals(threadId);
+    const a = await node('node-g');
+    // The stream is gone for a while (as while its leader is elected): the marker's first publishes fail.
+    const t = await transport('stream-keeper');
+    const jsm = await jetstreamManager(t.connection);
+    const config = (await jsm.streams.info(ANSWERED_STREAM)).config;
+    await jsm.streams.delete(ANSWERED_STREAM);
+    const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    first.publish?.({ acked: true });
+    await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+    await sleep(1_000); // a few attempts fail meanwhile
+    await jsm.streams.add(config);
+    const reader = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+    await waitUntil(async () => (await reader.published(threadId, 'm1')) ?? undefined, 'the marker, stored once the stream is back', 20_000);
+    await a.stop();
+    const b = await node('node-h');
+    const before = await decisions();
+    const again = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
+    expect(again).toEqual({ duplicate: true });
+    expect(grew(before, await decisions())).toEqual({ marker: 1 });
+    await sleep(1_000);
+    expect(finals).toEqual(['m1']);
+  }, 60_000);
+
   it("an account without room for the stream: the node runs without markers and says so", async () => {
     const t = await transport('filler');
     const jsm = await jetstreamManager(t.connection);

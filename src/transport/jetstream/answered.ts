@@ -11,11 +11,17 @@
  * `TROUPE_ANSWERED` keeps (the last one per thread, for an hour). The next owner reads the thread's last
  * marker (`published`) before it asks anyone.
  *
- * Costs: one core publish per final answer for the node (no round trip), one stored message per final
- * answer for the broker (in memory; replicated on a cluster), one stream read per redelivered latest
- * message. A marker lost on the way (the stream had no leader at that moment) only means the next owner
- * asks the answering node as before. The marker follows its answer on one connection, so a stored marker
- * means the answer was handed to the server before it.
+ * Each marker is published as a request the stream acknowledges, and published again until the stream
+ * has it (its leader being elected, or a server just back from a pause, takes it seconds later): a marker
+ * the stream never took left the decision to the answering node, and when that node died before the
+ * message came back the answer went out twice (a cluster chaos run: the marker published right after a
+ * paused server came back, the node killed 15 s later). A marker is given up only when a newer one of the
+ * same thread has been taken, the connection closes, or after ANSWER_MARK_DEADLINE_MS.
+ *
+ * Costs: one publish per final answer for the node, whose acknowledgement it waits for off the turn's path,
+ * one stored message per final answer for the broker (in memory; replicated on a cluster), one stream read
+ * per redelivered latest message. The marker follows its answer on one connection, so a stored marker means
+ * the answer was handed to the server before it.
  */
 import { jetstreamManager, RetentionPolicy, StorageType, DiscardPolicy, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -42,6 +48,12 @@ export const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
 const LOOKUP_TIMEOUT_MS = 2_000;
 /** How long the next owner keeps reading a stream that does not answer (an election) before it asks the answering node instead. */
 const LOOKUP_DEADLINE_MS = 6_000;
+/** How long one marker's publish waits for the stream's acknowledgement. */
+const MARK_TIMEOUT_MS = 2_000;
+/** How long a marker is published again while the stream does not take it: far beyond an election or a server's restart. */
+export const ANSWER_MARK_DEADLINE_MS = 120_000;
+/** Threads whose marker is still being published again, at most (beyond, a failed marker is given up at once, with a warning). */
+const MAX_PENDING_MARKS = 10_000;
 
 const MarkerSchema = z.object({ messageId: idSchema('message') });
 
@@ -66,6 +78,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   readonly #opts: JetStreamAnsweredLogOptions;
   readonly #log: Logger;
   #jsm?: JetStreamManager;
+  /** The latest marker of each thread that the stream has not acknowledged yet. */
+  readonly #pending = new Map<string, string>();
 
   constructor(opts: JetStreamAnsweredLogOptions) {
     this.#opts = opts;
@@ -121,11 +135,60 @@ export class JetStreamAnsweredLog implements AnsweredLog {
 
   mark(threadId: string, messageId: string): void {
     if (!this.#jsm) return;
+    const fresh = !this.#pending.has(threadId);
+    if (fresh && this.#pending.size >= MAX_PENDING_MARKS) {
+      // The stream has taken none of the last 10,000: publish once, as before the acknowledgements.
+      this.#log.warn({ thread: threadId, pending: this.#pending.size }, 'the stream of published answers takes no markers: this one is published once, unchecked');
+      this.#publishOnce(threadId, messageId);
+      return;
+    }
+    this.#pending.set(threadId, messageId);
+    void this.#markUntilTaken(threadId, messageId);
+  }
+
+  /** How many markers are still waiting for the stream (for tests and diagnostics). */
+  get pendingMarks(): number {
+    return this.#pending.size;
+  }
+
+  #publishOnce(threadId: string, messageId: string): void {
     try {
       this.#opts.nc.publish(subjects.answerPublished(this.#opts.tenant, threadId), encodeJson({ messageId }));
     } catch (err) {
       // A closed connection: the answer did not go out either.
       this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not mark an answer as published');
+    }
+  }
+
+  async #markUntilTaken(threadId: string, messageId: string): Promise<void> {
+    const { nc } = this.#opts;
+    const subject = subjects.answerPublished(this.#opts.tenant, threadId);
+    const data = encodeJson({ messageId });
+    const deadline = Date.now() + ANSWER_MARK_DEADLINE_MS;
+    let lastError = '';
+    for (let attempt = 0; ; attempt++) {
+      // A newer marker of the thread replaces this one (the stream keeps the last per thread).
+      if (this.#pending.get(threadId) !== messageId) return;
+      if (nc.isClosed()) break;
+      try {
+        const ack = await nc.request(subject, data, { timeout: MARK_TIMEOUT_MS });
+        const reply = JSON.parse(new TextDecoder().decode(ack.data)) as { error?: { description?: string } };
+        if (!reply.error) {
+          if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
+          if (attempt > 0) this.#log.info({ thread: threadId, message: messageId, attempts: attempt + 1 }, 'the stream took a published-answer marker on a later attempt');
+          return;
+        }
+        lastError = reply.error.description ?? 'refused';
+      } catch (err) {
+        lastError = (err as Error).message;
+      }
+      if (Date.now() + 250 > deadline) break;
+      this.#log.debug({ thread: threadId, message: messageId, attempt, err: lastError }, 'the stream did not take a published-answer marker; publishing it again');
+      await new Promise((r) => setTimeout(r, Math.min(250 * 2 ** attempt, 4_000)).unref());
+    }
+    if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
+    if (!nc.isClosed()) {
+      this.#log.warn({ thread: threadId, message: messageId, err: lastError }, 'gave up publishing a published-answer marker: if this thread changes hands, its node will be asked instead');
     }
   }
 
