@@ -34,6 +34,7 @@ import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
 import { retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
+import { RequestMux } from '../request-mux.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
 /** How long a marker is kept: far longer than a takeover or a redelivery takes. */
@@ -80,6 +81,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   #jsm?: JetStreamManager;
   /** The latest marker of each thread that the stream has not acknowledged yet. */
   readonly #pending = new Map<string, string>();
+  /** The markers' acknowledgements come on one reply subscription (the client's own request makes an Error per answer). */
+  #mux?: RequestMux;
 
   constructor(opts: JetStreamAnsweredLogOptions) {
     this.#opts = opts;
@@ -171,7 +174,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       if (this.#pending.get(threadId) !== messageId) return;
       if (nc.isClosed()) break;
       try {
-        const ack = await nc.request(subject, data, { timeout: MARK_TIMEOUT_MS });
+        this.#mux ??= new RequestMux(nc);
+        const ack = await this.#mux.request(subject, data, { timeout: MARK_TIMEOUT_MS });
         const reply = JSON.parse(new TextDecoder().decode(ack.data)) as { error?: { description?: string } };
         if (!reply.error) {
           if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
