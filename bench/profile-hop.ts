@@ -90,28 +90,22 @@ const rawBody = body('t-raw');
 if (only === undefined || only === 'raw') await run('raw request-reply', async () => {
   await nodeT.connection.request('bench.raw', rawBody, { timeout: 10_000 });
 });
-if (only === undefined || only === 'bare') await run('Troupe transport request-reply with the thread\'s headers, unvalidated', async (w, i) => {
+/** A call to an agent's inbox as a thread makes it: the thread's headers, 10 s to answer. */
+const callAgent = (agentId: string, data: Uint8Array, w: number, i: number) => {
   const threadId = `hop-${w}`;
-  await nodeT.request(subjects.agentInbox('demo', 'slowecho'), rawBody, {
+  return nodeT.request(subjects.agentInbox('demo', agentId), data, {
     timeoutMs: 10_000,
     headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
   });
+};
+if (only === undefined || only === 'bare') await run('Troupe transport request-reply with the thread\'s headers, unvalidated', async (w, i) => {
+  await callAgent('slowecho', rawBody, w, i);
 });
 if (only === undefined || only === 'floor') await run('validated request-reply (the floor of a hop\'s guarantees)', async (w, i) => {
-  const threadId = `hop-${w}`;
-  const res = await nodeT.request(subjects.agentInbox('demo', 'pyecho'), body(threadId), {
-    timeoutMs: 10_000,
-    headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
-  });
-  decode(AgentReplySchema, res.data, 'floor reply');
+  decode(AgentReplySchema, (await callAgent('pyecho', body(`hop-${w}`), w, i)).data, 'floor reply');
 });
 if (only === undefined || only === 'hop') await run('agent hop', async (w, i) => {
-  const threadId = `hop-${w}`;
-  const res = await nodeT.request(subjects.agentInbox('demo', 'echo'), body(threadId), {
-    timeoutMs: 10_000,
-    headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
-  });
-  decode(AgentReplySchema, res.data, 'echo reply');
+  decode(AgentReplySchema, (await callAgent('echo', body(`hop-${w}`), w, i)).data, 'echo reply');
 });
 raw.unsubscribe();
 floor.unsubscribe();
