@@ -82,6 +82,13 @@ const JS_ACK = new TextEncoder().encode('+ACK');
 const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
+/**
+ * Idle heartbeats (one per PULL_EXPIRES_MS / 2) a partition consumer may miss in a row before it is made
+ * again: a consumer that exists but has lost its leader for good answers no pull and reports no error, and
+ * the node, still holding the partition's lease, would consume nothing from it (a cluster chaos run: one
+ * partition silent for the last 50 s of the run, two messages never answered, their copies included).
+ */
+const STALLED_HEARTBEATS = 4;
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -586,7 +593,14 @@ export class JetStreamIngress {
           void this.#restart(run.partition, s.type);
           break;
         }
-        if (s.type === 'heartbeats_missed') this.#log.debug({ partition: run.partition, count: s.count }, 'consumer heartbeats missed');
+        if (s.type === 'heartbeats_missed') {
+          this.#log.debug({ partition: run.partition, count: s.count }, 'consumer heartbeats missed');
+          if (s.count >= STALLED_HEARTBEATS) {
+            this.#log.warn({ partition: run.partition, missed: s.count }, 'partition consumer silent: making it again');
+            void this.#restart(run.partition, 'heartbeats missed');
+            break;
+          }
+        }
       }
     } catch {
       // status iterator closed
