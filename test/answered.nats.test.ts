@@ -194,7 +194,7 @@ describe('a redelivered latest message after its node is gone', () => {
       const logger = createLogger({ level: 'warn', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }) });
       const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, logger }).start();
       expect(log.on).toBe(false);
-      expect(await log.published('no-such-thread', 'm1')).toBeUndefined();
+      expect(await log.published('no-such-thread', 'm1')).toBe(false);
       expect(lines.join('')).toMatch(/running without published-answer markers.*raise the account's JetStream memory/);
     } finally {
       await jsm.streams.delete('FILLER');

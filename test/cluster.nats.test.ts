@@ -8,7 +8,10 @@
  *   - a node whose --partitions disagrees with the server's mapping refuses to start (exit 1, says the
  *     server's count), and its probes leave nothing in the stream;
  *   - with two servers of three down (no JetStream quorum) a starting node waits and says so, and starts
- *     once they are back; opening a store past its setup deadline fails with what to check.
+ *     once they are back; opening a store past its setup deadline fails with what to check;
+ *   - a thread's latest message given again to its next owner while the marker stream has no quorum and
+ *     the answering node is gone: the node keeps asking, finds the marker once the servers are back, and
+ *     does not publish the answer again.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -27,7 +30,16 @@ import { checkPartitionMapping } from '../src/transport/jetstream/partition-chec
 import { pushAccountJwts } from '../src/security/creds.js';
 import { startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
-import { waitUntil } from './helpers/wait.js';
+import { sleep, waitUntil } from './helpers/wait.js';
+import { Registry } from '../src/actors/registry.js';
+import { ThreadHost } from '../src/actors/threads/host.js';
+import { metrics } from '../src/observability/metrics.js';
+import { META } from '../src/protocol/metadata.js';
+import { ThreadEventSchema, decode } from '../src/protocol/index.js';
+import { userMessage } from '../src/sdk/client.js';
+import { MemoryThreadStore } from '../src/store/memory.js';
+import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
+import { subjects } from '../src/transport/subjects.js';
 
 const PARTITIONS = 64;
 const LEASE_TTL_MS = 1_500;
@@ -238,4 +250,62 @@ describe('a cluster that has lost its JetStream quorum', () => {
       for (const s of [down1!, down2!]) if (!s.running) await s.restart();
     }
   }, 180_000);
+});
+
+describe('a redelivered latest message while the marker stream cannot be read', () => {
+  // Two thread hosts of tenant demo (the two nodes a thread moves between) share a memory store: what is
+  // under test is the marker stream (TROUPE_ANSWERED, 3 replicas) losing its quorum, not the store.
+  it('the next owner keeps asking until the stream answers, finds the marker and does not publish again', async () => {
+    const threadId = 'unreadable-marker-1';
+    const store = new MemoryThreadStore();
+    const agentHost = await new AgentHost({
+      transport: await transport('unreadable-echo', 'echo'),
+      agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
+    }).start();
+    const host = async (nodeId: string) => {
+      const t = await transport(nodeId);
+      const answered = await new JetStreamAnsweredLog({ nc: t.connection, tenant: 'demo', replicas: 3 }).start();
+      const registry = await new Registry(t, 'demo').start();
+      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered }).start();
+      await registry.waitFor(['echo']);
+      return { threads, answered, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
+    };
+    const finals: string[] = [];
+    const watcher = await transport('unreadable-watch');
+    watcher.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'thread event');
+      if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
+    });
+    await watcher.flush();
+    const [, down1, down2] = cluster.servers;
+    try {
+      const a = await host('node-unreadable-a');
+      const first = await a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      first.publish?.({ acked: true });
+      await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+      await waitUntil(async () => (await a.answered.published(threadId, 'm1')) || undefined, 'the marker, stored');
+      const b = await host('node-unreadable-b');
+      // Node a dies; two servers of three go down, so the marker stream cannot be read; the stream gives m1
+      // to node b again (its ack lost with a consumer's leader).
+      await a.stop();
+      await Promise.all([down1!.kill(), down2!.kill()]);
+      const before = (await metrics.redeliveredAnswers.get()).values.find((v) => v.labels.decision === 'marker')?.value ?? 0;
+      const again = b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      // Past one round of asking (the stream's lookup deadline, 3 questions to the dead node): before the
+      // node waited while nobody could tell, it published here.
+      await sleep(12_000);
+      expect(finals).toEqual(['m1']);
+      await Promise.all([down1!.restart(), down2!.restart()]);
+      expect(await again).toEqual({ duplicate: true });
+      const after = (await metrics.redeliveredAnswers.get()).values.find((v) => v.labels.decision === 'marker')?.value ?? 0;
+      expect(after - before).toBe(1);
+      await sleep(1_000);
+      expect(finals).toEqual(['m1']);
+      await b.stop();
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+      await cluster.ready(60_000);
+    }
+  }, 120_000);
 });

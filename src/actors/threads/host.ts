@@ -99,6 +99,8 @@ const TAKEN_KEPT = 8;
 /** How long a node waits for another to say whether it published an answer. */
 const ANSWERED_ASK_MS = 2_000;
 const ANSWERED_ASK_ATTEMPTS = 3;
+/** How long a node keeps asking when neither the marker stream nor the committer can tell whether a redelivered latest message was answered. */
+const ANSWER_UNKNOWN_WAIT_MS = 30_000;
 /** How long a node asked that question waits for an answer of its own still waiting for its ack. */
 const ANSWERED_WAIT_MS = 1_500;
 
@@ -470,30 +472,46 @@ export class ThreadHost {
     return live.outbox.some(names) || (live.committing?.some(names) ?? false);
   }
 
-  /** Whether the answer to the thread's latest message went out from another node (see `deliver`). */
+  /**
+   * Whether the answer to the thread's latest message went out from another node (see `deliver`). The
+   * thread's published-answer marker says so when the stream can be read; else the node that committed
+   * the turn, when it answers. While neither can tell (the marker stream electing a leader, the committer
+   * reconnecting after the same fault: a chaos run published two answers a second time that way, their
+   * markers stored), both are asked again, for up to ANSWER_UNKNOWN_WAIT_MS; only a stream that says there
+   * is no marker, a committer that says it did not publish, or that wait running out lets the answer go out.
+   */
   private async publishedBefore(live: LiveThread, messageId: string): Promise<boolean> {
-    if (await this.opts.answered?.published(live.threadId, messageId)) {
-      this.log.info({ thread: live.threadId, message: messageId }, 'a redelivered message was answered already (its published-answer marker): not published again');
-      metrics.redeliveredAnswers.inc({ decision: 'marker' });
-      return true;
-    }
     const by = live.committedBy;
-    const published = by !== undefined && by !== this.opts.nodeId && (await this.publishedElsewhere(by, live.threadId, messageId));
-    metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
-    this.log.info(
-      { thread: live.threadId, message: messageId, committedBy: by },
-      published ? 'a redelivered message was answered already (the node that answered said so): not published again' : 'a redelivered message nobody says was answered: publishing its stored answer',
-    );
-    return published;
+    const askable = by !== undefined && by !== this.opts.nodeId && isValidId('thread', by);
+    const deadline = Date.now() + ANSWER_UNKNOWN_WAIT_MS;
+    for (let round = 1; ; round++) {
+      const marked = this.opts.answered ? await this.opts.answered.published(live.threadId, messageId) : false;
+      if (marked) {
+        this.log.info({ thread: live.threadId, message: messageId, round }, 'a redelivered message was answered already (its published-answer marker): not published again');
+        metrics.redeliveredAnswers.inc({ decision: 'marker' });
+        return true;
+      }
+      const said = askable ? await this.publishedElsewhere(by, live.threadId, messageId) : undefined;
+      if (said !== undefined || marked === false || Date.now() >= deadline) {
+        const published = said === true;
+        metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
+        this.log.info(
+          { thread: live.threadId, message: messageId, committedBy: by, round, ...(said === undefined && marked === undefined ? { waitedMs: ANSWER_UNKNOWN_WAIT_MS } : {}) },
+          published ? 'a redelivered message was answered already (the node that answered said so): not published again' : 'a redelivered message nobody says was answered: publishing its stored answer',
+        );
+        return published;
+      }
+      this.log.debug({ thread: live.threadId, message: messageId, committedBy: by, round }, 'cannot tell yet whether a redelivered message was answered (the marker stream and the committer do not answer): asking again');
+      await new Promise((r) => setTimeout(r, 1_000));
+    }
   }
 
   /**
-   * Whether node `nodeId` says it published the answer to `messageId`; false when it does not answer, asked
-   * a few times (a node that is alive may be reconnecting after the same server fault that moved its
+   * Whether node `nodeId` says it published the answer to `messageId`; undefined when it does not answer,
+   * asked a few times (a node that is alive may be reconnecting after the same server fault that moved its
    * partition: a trace showed one unreachable for a moment, and its answer went out twice).
    */
-  private async publishedElsewhere(nodeId: string, threadId: string, messageId: string): Promise<boolean> {
-    if (!isValidId('thread', nodeId)) return false;
+  private async publishedElsewhere(nodeId: string, threadId: string, messageId: string): Promise<boolean | undefined> {
     for (let attempt = 1; attempt <= ANSWERED_ASK_ATTEMPTS; attempt++) {
       try {
         const reply = await this.transport.request(subjects.answeredBy(this.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
@@ -502,7 +520,7 @@ export class ThreadHost {
         if (attempt < ANSWERED_ASK_ATTEMPTS) await new Promise((r) => setTimeout(r, 500));
       }
     }
-    return false;
+    return undefined;
   }
 
   /**

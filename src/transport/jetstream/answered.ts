@@ -32,7 +32,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { retrySetup, retryTransient } from './retry.js';
+import { isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 import { RequestMux } from '../request-mux.js';
 
@@ -62,8 +62,12 @@ const MarkerSchema = z.object({ messageId: idSchema('message') });
 export interface AnsweredLog {
   /** After publishing the final answer to `messageId` on the same connection. */
   mark(threadId: string, messageId: string): void;
-  /** True when the thread's last marked answer is the one to `messageId`; undefined otherwise, or when the stream cannot tell (no marker, unreadable, no answer in time). */
-  published(threadId: string, messageId: string): Promise<true | undefined>;
+  /**
+   * True when the thread's last marker names `messageId`; false when the stream says it does not (no
+   * marker for the thread, or one naming another message); undefined when the stream could not be read
+   * in time (no leader, an election): nothing is known.
+   */
+  published(threadId: string, messageId: string): Promise<boolean | undefined>;
 }
 
 export interface JetStreamAnsweredLogOptions {
@@ -196,18 +200,20 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     }
   }
 
-  async published(threadId: string, messageId: string): Promise<true | undefined> {
+  async published(threadId: string, messageId: string): Promise<boolean | undefined> {
     const jsm = this.#jsm;
-    if (!jsm) return undefined;
+    if (!jsm) return false;
     try {
       // A stream electing its leader (the failovers that bring messages back) answers within seconds.
       const stored = await retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
         deadlineMs: LOOKUP_DEADLINE_MS,
       });
-      return stored !== null && decode(MarkerSchema, stored.data, 'published-answer marker', 1_024).messageId === messageId ? true : undefined;
+      return stored !== null && decode(MarkerSchema, stored.data, 'published-answer marker', 1_024).messageId === messageId;
     } catch (err) {
-      this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not read the last published answer');
-      return undefined;
+      // "No message" (no marker for the thread) is an answer; a stream that does not answer is not.
+      const unknown = isTransientJetStreamError(err);
+      this.#log.debug({ err: (err as Error).message, thread: threadId, unknown }, 'could not read the last published answer');
+      return unknown ? undefined : false;
     }
   }
 }
