@@ -349,8 +349,9 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       const lines = everyNode.flatMap((n) => n.stderr.split('\n').filter((l) => l.includes(`${id}"`)).map((l) => `${n.name}: ${l}`));
       if (lines.length) console.log(`[cluster-chaos] what the nodes logged about ${id} (log level ${LOG_LEVEL}):\n  ${lines.join('\n  ')}`);
     }
-    if (problems.length && LOG_LEVEL !== 'error') {
-      // Every node's whole log, for what the lines above do not show (sequences, partitions, leases).
+    if ((problems.length || process.env.CLUSTER_CHAOS_KEEP_LOGS) && LOG_LEVEL !== 'error') {
+      // Every node's whole log, for what the lines above do not show (sequences, partitions, leases), or
+      // always with CLUSTER_CHAOS_KEEP_LOGS=1 (e.g. to see where a slow takeover waited).
       const dir = join('.tmp', 'cluster-chaos');
       mkdirSync(dir, { recursive: true });
       for (const n of everyNode) writeFileSync(join(dir, `${n.name.replace(/\W+/g, '-')}.log`), n.stderr);
