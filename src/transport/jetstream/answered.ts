@@ -29,7 +29,7 @@ import { z } from 'zod';
 import { subjects } from '../subjects.js';
 import { idSchema } from '../../protocol/ids.js';
 import { TroupeError } from '../../protocol/errors.js';
-import { decode, encodeJson } from '../../protocol/codec.js';
+import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
 import { isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
@@ -153,11 +153,6 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     void this.#markUntilTaken(threadId, messageId);
   }
 
-  /** How many markers are still waiting for the stream (for tests and diagnostics). */
-  get pendingMarks(): number {
-    return this.#pending.size;
-  }
-
   #publishOnce(threadId: string, messageId: string): void {
     try {
       this.#opts.nc.publish(subjects.answerPublished(this.#opts.tenant, threadId), encodeJson({ messageId }));
@@ -167,36 +162,38 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     }
   }
 
+  /**
+   * Publishes the marker until the stream acknowledges it, with the backoff of every JetStream retry here
+   * (retryTransient): stops when a newer marker of the thread replaces it (the stream keeps the last per
+   * thread), when the connection closes, for a refusal that will not pass, or after ANSWER_MARK_DEADLINE_MS.
+   */
   async #markUntilTaken(threadId: string, messageId: string): Promise<void> {
     const { nc } = this.#opts;
     const subject = subjects.answerPublished(this.#opts.tenant, threadId);
     const data = encodeJson({ messageId });
-    const deadline = Date.now() + ANSWER_MARK_DEADLINE_MS;
-    let lastError = '';
-    for (let attempt = 0; ; attempt++) {
-      // A newer marker of the thread replaces this one (the stream keeps the last per thread).
-      if (this.#pending.get(threadId) !== messageId) return;
-      if (nc.isClosed()) break;
-      try {
-        this.#mux ??= new RequestMux(nc);
-        const ack = await this.#mux.request(subject, data, { timeout: MARK_TIMEOUT_MS });
-        const reply = JSON.parse(new TextDecoder().decode(ack.data)) as { error?: { description?: string } };
-        if (!reply.error) {
-          if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
-          if (attempt > 0) this.#log.info({ thread: threadId, message: messageId, attempts: attempt + 1 }, 'the stream took a published-answer marker on a later attempt');
-          return;
-        }
-        lastError = reply.error.description ?? 'refused';
-      } catch (err) {
-        lastError = (err as Error).message;
-      }
-      if (Date.now() + 250 > deadline) break;
-      this.#log.debug({ thread: threadId, message: messageId, attempt, err: lastError }, 'the stream did not take a published-answer marker; publishing it again');
-      await new Promise((r) => setTimeout(r, Math.min(250 * 2 ** attempt, 4_000)).unref());
-    }
-    if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
-    if (!nc.isClosed()) {
-      this.#log.warn({ thread: threadId, message: messageId, err: lastError }, 'gave up publishing a published-answer marker: if this thread changes hands, its node will be asked instead');
+    const current = () => this.#pending.get(threadId) === messageId && !nc.isClosed();
+    let attempts = 0;
+    try {
+      await retryTransient(
+        async () => {
+          attempts++;
+          this.#mux ??= new RequestMux(nc);
+          const ack = await this.#mux.request(subject, data, { timeout: MARK_TIMEOUT_MS });
+          const refused = (JSON.parse(decodeText(ack.data)) as { error?: { code?: number; description?: string } }).error;
+          // A PubAck error: 503 while the stream elects its leader is worth another try, as a timeout is.
+          if (refused) throw new Error(`${refused.code === 503 ? 'temporarily unavailable: ' : ''}${refused.description ?? 'refused'}`);
+        },
+        {
+          deadlineMs: ANSWER_MARK_DEADLINE_MS,
+          keepTrying: current,
+          onRetry: (attempt, err) => this.#log.debug({ thread: threadId, message: messageId, attempt, err: (err as Error).message }, 'the stream did not take a published-answer marker; publishing it again'),
+        },
+      );
+      if (attempts > 1) this.#log.info({ thread: threadId, message: messageId, attempts }, 'the stream took a published-answer marker on a later attempt');
+    } catch (err) {
+      if (current()) this.#log.warn({ thread: threadId, message: messageId, err: (err as Error).message }, 'gave up publishing a published-answer marker: if this thread changes hands, its node will be asked instead');
+    } finally {
+      if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
     }
   }
 
