@@ -3,8 +3,41 @@
  * percentiles. Times come from `process.hrtime.bigint()` and are reported in microseconds.
  */
 
-/** One operation; `worker` is the concurrent worker's index (0 in a sequential run), `i` its iteration. */
+import { randomUUID } from 'node:crypto';
+import { HEADERS, MessageSchema, decode, encodeJson, messageText, type Message } from '../src/protocol/index.js';
 import { NatsTransport, type NatsConnectOptions } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import type { Subscription, Transport } from '../src/transport/types.js';
+
+/**
+ * The floor of an agent hop's guarantees (bench/run.ts and bench/profile-hop.ts): a responder on agent
+ * `agentId`'s inbox (connect it as that agent's user) that does only what a hop must — reads the call's
+ * headers, validates the A2A message (size, JSON, depth, schema) and answers with a new A2A message — while
+ * the caller validates the reply. No agent actor, metrics, idempotency cache or handler context: what
+ * stands between it and the agent hop is Troupe's agent host; between it and raw, the guarantees.
+ */
+export function floorResponder(t: Transport, tenant: string, agentId: string): Subscription {
+  return t.subscribe(
+    subjects.agentInbox(tenant, agentId),
+    (msg) => {
+      const { headers } = msg;
+      const message = decode(MessageSchema, msg.data, 'message to the floor responder');
+      const threadId = headers[HEADERS.threadId] ?? '';
+      const answer: Message = {
+        kind: 'message',
+        role: 'agent',
+        messageId: randomUUID(),
+        contextId: headers[HEADERS.contextId] ?? message.contextId ?? threadId,
+        taskId: headers[HEADERS.taskId] ?? message.taskId ?? threadId,
+        parts: [{ kind: 'text', text: messageText(message) }],
+      };
+      msg.respond(encodeJson(answer));
+    },
+    { queue: subjects.agentQueue(agentId) },
+  );
+}
+
+/** One operation; `worker` is the concurrent worker's index (0 in a sequential run), `i` its iteration. */
 
 export type Op = (worker: number, i: number) => Promise<unknown>;
 

@@ -9,11 +9,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import { AgentHost } from '../src/actors/agent-host.js';
-import { AgentReplySchema, HEADERS, MessageSchema, decode, encodeJson, messageText, type Message } from '../src/protocol/index.js';
+import { AgentReplySchema, HEADERS, decode, encodeJson, type Message } from '../src/protocol/index.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
+import { floorResponder } from './measure.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 6);
 /** PROFILE_WORKERS=1 measures one request at a time (the bench's p50 rows). */
@@ -31,19 +32,10 @@ const raw = nodeT.connection.subscribe('bench.raw', {
     m.respond(m.data);
   },
 });
-/**
- * The floor of a hop's guarantees: the same request over the same transport to a responder that only
- * reads the call's headers, validates the A2A message (size, JSON, depth, schema), answers with an A2A message, and a caller that
- * validates the reply. No agent actor, metrics, idempotency cache or handler context.
- */
-// Its own agent user (pyecho's, with the same permissions as echo's), so it may take only its own inbox.
+// The floor of a hop's guarantees (bench/measure.ts), on its own agent user (pyecho's, with the same
+// permissions as echo's), so it may take only its own inbox.
 const floorT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'pyecho'), name: 'hop-floor' });
-const floor = floorT.subscribe(subjects.agentInbox('demo', 'pyecho'), (m) => {
-  const { headers } = m;
-  const message = decode(MessageSchema, m.data, 'message to the floor responder');
-  const threadId = headers[HEADERS.threadId] ?? '';
-  m.respond(encodeJson({ kind: 'message', role: 'agent', messageId: randomUUID(), contextId: message.contextId ?? threadId, taskId: message.taskId ?? threadId, parts: [{ kind: 'text', text: messageText(message) }] }));
-}, { queue: subjects.agentQueue('pyecho') });
+const floor = floorResponder(floorT, 'demo', 'pyecho');
 /** The transport alone: the same request with the thread's headers over Troupe's transport, echoed unread (no validation). */
 const bareT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'slowecho'), name: 'hop-bare' });
 const bare = bareT.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {

@@ -51,8 +51,7 @@ import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { AgentReplySchema, HEADERS, MessageSchema, decode, encodeJson, messageText, withRoutingRequest, type Message } from '../src/protocol/index.js';
-import type { Transport } from '../src/transport/types.js';
+import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
@@ -72,7 +71,7 @@ import {
   type RawTurn,
   type StreamCounters,
 } from './durability.js';
-import { concurrent, connections, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { concurrent, connections, floorResponder, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
@@ -163,34 +162,6 @@ function rawEchoResponder(nc: NatsConnection): Subscription {
       if (!err) msg.respond(msg.data);
     },
   });
-}
-
-/**
- * The floor of an agent hop's guarantees: the same request with the thread's headers over Troupe's transport,
- * to a responder on its own agent user that does only what a hop must — reads the call's headers, validates
- * the A2A message (size, JSON, depth, schema) and answers with a new A2A message — while the caller
- * validates the reply. No agent actor, metrics, idempotency cache or handler context: what stands between
- * this row and the agent hop is Troupe's agent host; what stands between it and raw is the guarantees.
- */
-function floorResponder(t: Transport): { unsubscribe(): void } {
-  return t.subscribe(
-    subjects.agentInbox(TENANT, FLOOR_AGENT_ID),
-    (msg) => {
-      const { headers } = msg;
-      const message = decode(MessageSchema, msg.data, 'message to the floor responder');
-      const threadId = headers[HEADERS.threadId] ?? '';
-      const answer: Message = {
-        kind: 'message',
-        role: 'agent',
-        messageId: randomUUID(),
-        contextId: headers[HEADERS.contextId] ?? message.contextId ?? threadId,
-        taskId: headers[HEADERS.taskId] ?? message.taskId ?? threadId,
-        parts: [{ kind: 'text', text: messageText(message) }],
-      };
-      msg.respond(encodeJson(answer));
-    },
-    { queue: subjects.agentQueue(FLOOR_AGENT_ID) },
-  );
 }
 
 /** The request body and headers a thread sends to an agent (see ThreadHost.callAgent). */
@@ -439,7 +410,7 @@ async function main(): Promise<void> {
 
     rawSub = rawEchoResponder(rawResponder.connection);
     const floorT = await connect('bench-floor-responder', FLOOR_AGENT_ID);
-    floorSub = floorResponder(floorT);
+    floorSub = floorResponder(floorT, TENANT, FLOOR_AGENT_ID);
     await floorT.flush();
     await rawResponder.flush();
 
