@@ -26,6 +26,8 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'multiProcessTurnsPerSecond', label: 'durable full turns per second, node / agent / client in 3 processes', unit: 'rate' },
   { key: 'multiProcessTurnThroughputVsRawTurn', label: 'multi-process turn throughput ÷ raw turn', unit: 'ratio' },
   { key: 'embeddedTurnsPerSecond', label: 'embedded full turns per second (no NATS)', unit: 'rate', target: { op: '>=', value: 10_000 } },
+  { key: 'threadMachineTurnsPerSecond', label: 'the thread machine alone, turns per second (its children, no host, transport or store: the floor of the embedded turn)', unit: 'rate' },
+  { key: 'xstateTurnFloorPerSecond', label: 'an XState turn of the thread\'s shape (a child machine invoking a promise), turns per second: the floor of the thread machine', unit: 'rate' },
   { key: 'liveIdleThreadBytes', label: 'live idle thread on a durable node (heap + buffers)', unit: 'bytes', target: { op: '<=', value: 4_096 } },
   { key: 'xstateRootActorBytes', label: 'a started XState root actor of a one-state machine (the floor of a live thread)', unit: 'bytes' },
   { key: 'liveIdleThreadRssBytes', label: 'live idle thread, RSS growth per thread (embedded, record included)', unit: 'bytes' },

@@ -49,6 +49,7 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/actors/embedded.js';
+import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './machine-floor.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
@@ -128,7 +129,18 @@ const RESULTS_FILE = process.env.BENCH_RESULTS_FILE ?? join(import.meta.dirname,
 // Scenarios
 
 interface Scenario {
-  key: 'raw' | 'hopFloor' | 'agentHop' | 'rawTurn' | 'fullTurn' | 'fullTurnNewThread' | 'fullTurnPlain' | 'fullTurnEmbedded' | 'fullTurnMultiProcess';
+  key:
+    | 'raw'
+    | 'hopFloor'
+    | 'agentHop'
+    | 'rawTurn'
+    | 'fullTurn'
+    | 'fullTurnNewThread'
+    | 'fullTurnPlain'
+    | 'fullTurnEmbedded'
+    | 'threadMachine'
+    | 'xstateTurnFloor'
+    | 'fullTurnMultiProcess';
   name: string;
   description: string;
   op: Op;
@@ -303,6 +315,10 @@ export interface RunSummary {
   durableTurnsPerSecond: number | null;
   multiProcessTurnsPerSecond: number | null;
   embeddedTurnsPerSecond: number | null;
+  /** The thread machine alone (real children, the agent answering at once): the floor of the embedded turn. */
+  threadMachineTurnsPerSecond: number | null;
+  /** XState alone, a turn of the thread's shape (a child machine invoking a promise): the floor of the thread machine. */
+  xstateTurnFloorPerSecond: number | null;
   liveIdleThreadBytes: number | null;
   /** A started XState root actor of a one-state machine: the floor of a live thread. */
   xstateRootActorBytes: number | null;
@@ -354,6 +370,8 @@ function summarizeRun(r: {
     durableTurnsPerSecond: fin(perSecond('fullTurn')),
     multiProcessTurnsPerSecond: fin(perSecond('fullTurnMultiProcess')),
     embeddedTurnsPerSecond: fin(perSecond('fullTurnEmbedded')),
+    threadMachineTurnsPerSecond: fin(perSecond('threadMachine')),
+    xstateTurnFloorPerSecond: fin(perSecond('xstateTurnFloor')),
     liveIdleThreadBytes: derived ? fin(derived.liveNode.heap + derived.liveNode.buffers) : null,
     xstateRootActorBytes: fin(memory?.bareActorBytes),
     liveIdleThreadRssBytes: memory ? fin((memory.samples.live.rss - memory.samples.baseline.rss) / memory.threads) : null,
@@ -397,6 +415,8 @@ async function main(): Promise<void> {
   let plainNode: TroupeNode | undefined;
   let store: KvThreadStore | undefined;
   let embedded: Awaited<ReturnType<typeof startEmbedded>> | undefined;
+  let threadMachineRig: MachineRig | undefined;
+  let xstateFloorRig: MachineRig | undefined;
   let rawTurn: RawTurn | undefined;
   let rawSub: Subscription | undefined;
   let floorSub: { unsubscribe(): void } | undefined;
@@ -441,6 +461,8 @@ async function main(): Promise<void> {
     // The same team on an in-process mesh: MemoryBus transport, memory store.
     embedded = await startEmbedded({ name: 'bench-embedded', agents: [echo], config: { entryAgent: AGENT_ID } }, silentLogger(), TENANT);
     const embeddedClient = embedded.client;
+    threadMachineRig = startThreadMachineRig(TEXT, AGENT_ID);
+    xstateFloorRig = startXstateTurnFloor(TEXT);
     const jsm = await jetstreamManager(rawRequester.connection);
 
     const rawPayload = agentCall(troupeNode, 'bench-hop').data;
@@ -559,6 +581,23 @@ async function main(): Promise<void> {
         warmupN: TURN_WARMUP_N,
       },
       {
+        key: 'threadMachine',
+        name: 'thread machine alone (floor of the embedded turn)',
+        description:
+          'the thread machine with its real children, the agent request answered at once: no host, transport, store, codec or agent host (bench/machine-floor.ts)',
+        op: threadMachineRig.op,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
+        key: 'xstateTurnFloor',
+        name: 'XState turn of the same shape (floor of the thread machine)',
+        description: 'a root actor starting a child machine per turn that invokes a promise: XState alone, nothing of Troupe (bench/machine-floor.ts)',
+        op: xstateFloorRig.op,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
         key: 'fullTurnMultiProcess',
         name: 'Troupe full turn, durable, multi-process',
         description: 'the durable long-lived-thread turn with the node (troupe up), the echo agent (troupe agent) and this load generator in three processes',
@@ -581,6 +620,8 @@ async function main(): Promise<void> {
     }
     await embedded.stop();
     embedded = undefined;
+    threadMachineRig.stop();
+    xstateFloorRig.stop();
     await plainHost.stop();
     plainHost = undefined;
     await plainNode.stop();
@@ -739,6 +780,8 @@ async function main(): Promise<void> {
     floorSub?.unsubscribe();
     await rawTurn?.stop().catch(() => undefined);
     await embedded?.stop().catch(() => undefined);
+    threadMachineRig?.stop();
+    xstateFloorRig?.stop();
     await plainHost?.stop().catch(() => undefined);
     await plainNode?.stop().catch(() => undefined);
     await host?.stop().catch((err: unknown) => console.error('agent host stop failed:', err));

@@ -1,0 +1,151 @@
+/**
+ * The floors under the embedded turn, measured in the bench's own process (no NATS, no store, no host):
+ *
+ *   - the thread machine alone: Troupe's thread machine with its real children (the agent call, its
+ *     request), the agent's request answered at once with an echo reply. What a turn costs in XState and in
+ *     the machine's own guards and actions, before the host, the transport, the store, the codecs and the
+ *     agent host add theirs.
+ *   - XState's floor for a turn of that shape: a root actor that, on a message, starts a child machine
+ *     which invokes a promise, takes the child's output into its context and goes back to rest. No guard,
+ *     no routing, no history rules: what "a thread is an XState actor and an agent call is its child"
+ *     costs on its own.
+ *
+ * Each row gives one actor per worker (a long-lived thread), one turn in flight per actor, as the embedded
+ * row does. Both rows bound the embedded turn from below: the embedded turn does all the machine does and
+ * more, so embedded turns per second cannot exceed the machine's, and a turn of the design's shape cannot
+ * exceed XState's floor.
+ */
+import { createActor, fromPromise, setup, assign, type AnyActorRef } from 'xstate';
+import { agentCallMachine, type AgentRequestInput } from '../src/machines/agent-call.js';
+import { orchestrationMachine } from '../src/machines/orchestration.js';
+import { routerMachine } from '../src/machines/router.js';
+import { DEFAULT_THREAD_CONFIG, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
+import { CLIENT_ROUTING_URI, type Message } from '../src/protocol/index.js';
+import type { AgentReply } from '../src/protocol/wire.js';
+import type { Op } from './measure.js';
+
+export interface MachineRig {
+  op: Op;
+  stop(): void;
+}
+
+const textOf = (m: Message) => m.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('');
+
+/** The thread machine alone, with its real children; the agent answers at once, routing the answer to the user. */
+export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRig {
+  const request = fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => ({
+    kind: 'message',
+    role: 'agent',
+    messageId: `r-${input.message.messageId}`,
+    parts: [{ kind: 'text', text: textOf(input.message) }],
+    metadata: { [CLIENT_ROUTING_URI]: { recipient: 'user' } },
+  }));
+  const agentCall = agentCallMachine.provide({ actors: { request } });
+  const machine = threadMachine.provide({
+    actors: { agentCall, router: routerMachine, orchestration: orchestrationMachine.provide({ actors: { agentCall } }) },
+  });
+  const actors = new Map<number, { actor: AnyActorRef; waiting?: (e: ThreadStatusEmitted) => void }>();
+  let seq = 0;
+  const actorOf = (w: number) => {
+    let entry = actors.get(w);
+    if (entry) return entry;
+    const created: { actor: AnyActorRef; waiting?: (e: ThreadStatusEmitted) => void } = {
+      actor: createActor(machine, {
+        id: `floor-${w}`,
+        input: {
+          threadId: `floor-${w}`,
+          tenant: 'bench',
+          owner: 'local',
+          config: { ...DEFAULT_THREAD_CONFIG, entryAgent: agentId },
+          agents: { [agentId]: { supportsClientRouting: true } },
+          now: Date.now(),
+        },
+      }),
+    };
+    created.actor.on('troupe.thread.status', (e: ThreadStatusEmitted) => {
+      if (e.final) created.waiting?.(e);
+    });
+    created.actor.start();
+    actors.set(w, created);
+    entry = created;
+    return entry;
+  };
+  return {
+    op: (w) => {
+      const entry = actorOf(w);
+      return new Promise<void>((resolve, reject) => {
+        entry.waiting = (e) => {
+          entry.waiting = undefined;
+          if (e.error) reject(new Error(`${e.error.code}: ${e.error.message}`));
+          else if (!e.message || textOf(e.message) !== text) reject(new Error(`the machine answered "${e.message ? textOf(e.message) : ''}"`));
+          else resolve();
+        };
+        const message: Message = { kind: 'message', role: 'user', messageId: `m${++seq}`, parts: [{ kind: 'text', text }] };
+        entry.actor.send({ type: 'troupe.user.message', message, now: Date.now() });
+      });
+    },
+    stop: () => {
+      for (const { actor } of actors.values()) actor.stop();
+      actors.clear();
+    },
+  };
+}
+
+/** XState's floor for a turn of the thread's shape: a child machine per turn that invokes a promise. */
+export function startXstateTurnFloor(text: string): MachineRig {
+  const call = setup({
+    types: { input: {} as { text: string }, context: {} as { text: string; answer?: string }, output: {} as string },
+    actors: { request: fromPromise<string, string>(async ({ input }) => input) },
+  }).createMachine({
+    context: ({ input }) => ({ text: input.text }),
+    initial: 'calling',
+    states: {
+      calling: { invoke: { src: 'request', input: ({ context }) => context.text, onDone: { target: 'done', actions: assign({ answer: ({ event }) => event.output }) } } },
+      done: { type: 'final' },
+    },
+    output: ({ context }) => context.answer ?? '',
+  });
+  type Events = { type: 'message'; text: string };
+  const turn = setup({
+    types: { context: {} as { answers: string[] }, events: {} as Events, emitted: {} as { type: 'answer'; text: string } },
+    actors: { call },
+  }).createMachine({
+    context: { answers: [] },
+    initial: 'idle',
+    states: {
+      idle: { on: { message: 'calling' } },
+      calling: {
+        invoke: {
+          src: 'call',
+          input: ({ event }) => ({ text: (event as Events).text }),
+          onDone: {
+            target: 'idle',
+            actions: [
+              assign({ answers: ({ context, event }) => [...context.answers, event.output].slice(-50) }),
+              ({ event, self }) => (self as unknown as { answer?: (t: string) => void }).answer?.(event.output),
+            ],
+          },
+        },
+      },
+    },
+  });
+  const actors = new Map<number, AnyActorRef & { answer?: (t: string) => void }>();
+  return {
+    op: (w) => {
+      let actor = actors.get(w);
+      if (!actor) {
+        actor = createActor(turn).start();
+        actors.set(w, actor);
+      }
+      const a = actor;
+      return new Promise<void>((resolve, reject) => {
+        a.answer = (t) => (t === text ? resolve() : reject(new Error(`answered "${t}"`)));
+        a.send({ type: 'message', text });
+      });
+    },
+    stop: () => {
+      for (const actor of actors.values()) actor.stop();
+      actors.clear();
+    },
+  };
+}
