@@ -31,6 +31,9 @@ export interface ChaosRun {
   seconds?: number;
 }
 
+/** The suite's machine-readable line: `[cluster-chaos] figures {json}`. */
+const FIGURES = /\[cluster-chaos\] figures (\{.*\})/;
+/** The human line, for runs of the suite from before the figures line. */
 const LINE =
   /turns attempted (\d+), answered (\d+) .*?lost (\d+), duplicated (\d+), sent again for want of an answer (\d+);.*?min (\d+) ms, median (\d+) ms, max (\d+) ms; whole run (\d+) s/;
 
@@ -39,6 +42,22 @@ export function parseRun(run: number, output: string): ChaosRun {
   // vitest prints the suite's summary as "Tests  1 passed (1)" (with colour codes around the words).
   const plain = stripVTControlCharacters(output);
   const passed = /Tests\s+1 passed/.test(plain) && !/Tests\s+.*failed/.test(plain);
+  const f = FIGURES.exec(plain);
+  if (f) {
+    const j = JSON.parse(f[1]!) as Omit<ChaosRun, 'run' | 'passed'> & { takeover?: { minMs: number | null; medianMs: number | null; maxMs: number | null } };
+    const t = j.takeover;
+    return {
+      run,
+      passed,
+      attempted: j.attempted,
+      answered: j.answered,
+      lost: j.lost,
+      duplicated: j.duplicated,
+      copies: j.copies,
+      ...(t && t.minMs !== null && t.medianMs !== null && t.maxMs !== null ? { takeover: { minMs: t.minMs, medianMs: t.medianMs, maxMs: t.maxMs } } : {}),
+      seconds: j.seconds,
+    };
+  }
   const m = LINE.exec(plain);
   if (!m) return { run, passed };
   const n = m.slice(1).map(Number) as number[];
