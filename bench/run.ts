@@ -329,6 +329,8 @@ export interface RunSummary {
   passivatedThreadBytes: number | null;
   rehydrateP99Us: number | null;
   handoffP99Us: number | null;
+  /** The same first chunk when the user addresses the target directly (one agent, no handoff): the handoff row's baseline. */
+  handoffDirectP99Us: number | null;
   fanOutP50VsSlowest: number | null;
   yamlAgentTurnVsHandwritten: number | null;
   inspectionOnHopThroughputVsOff: number | null;
@@ -381,6 +383,7 @@ function summarizeRun(r: {
     passivatedThreadBytes: derived ? fin(derived.passivatedNode.heap + derived.passivatedNode.buffers) : null,
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
+    handoffDirectP99Us: fin(r.patterns.handoff.direct.p99Us),
     fanOutP50VsSlowest: fin(r.patterns.orchestration.overhead.p50),
     yamlAgentTurnVsHandwritten: fin(r.yamlAgent.ratio.excludingModelP50),
     inspectionOnHopThroughputVsOff: fin(onVsOff[0]),
