@@ -268,6 +268,12 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
     expect(all[0]).toEqual({ threadId: 't1', state: 'working', updatedAt: expect.any(String), revision: expect.any(Number), contextId: 'ctx-t1' });
     expect((await collect(store, 'a', { state: 'working' })).map((e) => e.threadId)).toEqual(['t1', 't3']);
     expect((await collect(store, 'a', { state: 'failed' })).map((e) => e.threadId)).toEqual([]);
+    // By thread id, asked before the record is read (with the state filter on top).
+    const asked: string[] = [];
+    const some = (id: string) => (asked.push(id), id !== 't1');
+    expect((await collect(store, 'a', { threadIds: some })).map((e) => e.threadId)).toEqual(['t2', 't3']);
+    expect(asked.sort()).toEqual(['t1', 't2', 't3']);
+    expect((await collect(store, 'a', { threadIds: some, state: 'working' })).map((e) => e.threadId)).toEqual(['t3']);
     expect((await collect(store, 'b')).map((e) => e.threadId)).toEqual(['only-b', 't1']);
     expect(await collect(store, 'nobody')).toEqual([]);
   });

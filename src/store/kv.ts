@@ -129,7 +129,7 @@ export class KvThreadStore implements ThreadStore {
     // Collect the keys first so the ordered consumer behind kv.keys() is gone before a slow caller.
     const keys = await this.#call(`list ${prefix}>`, async () => {
       const found: string[] = [];
-      for await (const key of await this.#kv.keys(`${prefix}>`)) found.push(key);
+      for await (const key of await this.#kv.keys(`${prefix}>`)) if (!filter?.threadIds || filter.threadIds(key.slice(prefix.length))) found.push(key);
       return found;
     });
     // Gets in pipelined batches: one round trip per batch, not per thread.

@@ -69,7 +69,7 @@ export class MemoryThreadStore implements ThreadStore {
     this.#checkOpen();
     const prefix = tenantPrefix(tenant);
     // Copy first: the caller may write while iterating, and KV's listing is a point-in-time key set too.
-    const slots = [...this.#slots].filter(([key]) => key.startsWith(prefix));
+    const slots = [...this.#slots].filter(([key]) => key.startsWith(prefix) && (!filter?.threadIds || filter.threadIds(key.slice(prefix.length))));
     for (const [key, slot] of slots) {
       const entry = listEntry(slot.data, tenant, key.slice(prefix.length), slot.revision, slot.writtenAt);
       if (matchesFilter(entry, filter)) yield entry;

@@ -65,6 +65,11 @@ export interface ThreadListEntry {
 export interface ThreadListFilter {
   /** Only threads in this state. Corrupt records count as `unknown`. */
   state?: TaskState;
+  /**
+   * Only threads whose id passes, asked before a record is read: a node resuming the threads of a few
+   * partitions reads those records, not the tenant's.
+   */
+  threadIds?: (threadId: string) => boolean;
 }
 
 /**

@@ -654,9 +654,11 @@ export class ThreadHost {
    * progress (its agent call re-runs with the same idempotency key and finishes the turn) or an open
    * handoff (its deadline must keep running).
    */
-  async resumeThreads(belongs: (threadId: string) => boolean): Promise<string[]> {
+  async resumeThreads(belongs: (threadId: string) => boolean): Promise<{ resumed: string[]; listed: number }> {
     const resumed: string[] = [];
-    for await (const entry of this.store.list(this.tenant)) {
+    let listed = 0;
+    for await (const entry of this.store.list(this.tenant, { threadIds: belongs })) {
+      listed++;
       if (!belongs(entry.threadId) || this.threads.has(entry.threadId)) continue;
       if (entry.state !== 'working' && entry.state !== 'input-required') continue;
       if (entry.state === 'input-required') {
@@ -670,8 +672,7 @@ export class ThreadHost {
         this.log.error({ err: (err as Error).message, thread: entry.threadId }, 'could not resume a thread');
       }
     }
-    if (resumed.length) this.log.info({ threads: resumed.length }, 'resumed threads after takeover');
-    return resumed;
+    return { resumed, listed };
   }
 
   /** Commits and stops the live threads that another node now owns. */
