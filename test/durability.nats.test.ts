@@ -15,30 +15,22 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { HEADERS } from '../src/protocol/headers.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { natsSuite } from './helpers/nats-suite.js';
+import { runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_500;
 const PARTITIONS = 8;
 const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('');
 
-let nats: NatsServerHandle;
-const group = new ProcessGroup();
-const connections: NatsTransport[] = [];
-
-async function connectTransport(name: string): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ ...nats.asNode, name, maxReconnectAttempts: -1 });
-  connections.push(t);
-  return t;
-}
+const suite = natsSuite();
 
 function startNode(team: string, name: string): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500'],
-    { ...nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
+    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500'],
+    { ...suite.nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
     { name },
-    group,
+    suite.group,
   );
 }
 
@@ -61,16 +53,6 @@ function watch(t: NatsTransport, threadId: string): ThreadEvent[] {
 const finalsFor = (events: ThreadEvent[], messageId: string) =>
   events.filter((e) => e.kind === 'status-update' && e.final && e.status.message?.metadata?.['troupe/inReplyTo'] === messageId);
 
-beforeAll(async () => {
-  nats = await startNatsServer();
-});
-
-afterAll(async () => {
-  await group.stopAll();
-  await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
-  await nats?.stop();
-});
-
 describe('durable threads across node crashes and NATS restarts', () => {
   /** Executions of the slow echo agent per messageId (a retried call with the same id is one execution). */
   const executions = new Map<string, number>();
@@ -90,7 +72,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
         return reply(`echo: ${ctx.text}`, { to: 'user' });
       },
     });
-    const agentTransport = await connectTransport('slowecho');
+    const agentTransport = await suite.connect('slowecho');
     // Count requests (including retries, which the host answers from its idempotency cache).
     agentTransport.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {
       // Troupe-Call-Id is `<threadId>/<messageId>`: count by the messageId.
@@ -100,7 +82,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
     await new AgentHost({ transport: agentTransport, agent: slowEcho, heartbeatMs: 500 }).start();
     nodeA = await startNode('test/fixtures/durable-team.ts', 'node A');
     nodeB = await startNode('test/fixtures/durable-team.ts', 'node B');
-    clientTransport = await connectTransport('client');
+    clientTransport = await suite.connect('client');
     client = new TroupeClient(clientTransport);
     // Both nodes hold partitions and the agent is known before the faults start.
     await waitUntil(async () => {
@@ -160,7 +142,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
     const message = userMessage('slow:800 across the restart');
     const answer = client.send(message, { threadId, timeoutMs: 45_000 });
     await waitUntil(() => (executions.get(message.messageId) ?? 0) > 0, 'the agent to receive the call');
-    await nats.restart();
+    await suite.nats.restart();
     const mid = await answer.catch((err: unknown) => {
       throw new Error(`${String(err)} requests=${requests.get(message.messageId)} executions=${executions.get(message.messageId)}\n${nodeA.describe()}\n${nodeB.describe()}`);
     });
@@ -222,19 +204,19 @@ describe('durable threads across node crashes and NATS restarts', () => {
     const threadId = 'idle-1';
     expect((await client.send('first', { threadId, timeoutMs: 15_000 })).text).toBe('echo: first');
     const ps = await waitUntil(async () => {
-      const res = await runTroupeJson<{ actors: ActorInfo[]; live: number; passivated: number }>(['ps', '--nats', nats.url, '--json'], nats.env);
+      const res = await runTroupeJson<{ actors: ActorInfo[]; live: number; passivated: number }>(['ps', '--nats', suite.nats.url, '--json'], suite.nats.env);
       return res.actors.some((a) => a.id === threadId) ? undefined : res;
     }, 'the idle thread to be passivated');
     expect(ps.passivated).toBeGreaterThanOrEqual(1);
-    const threads = await runTroupeJson<Array<{ threadId: string; state: string; live: boolean }>>(['threads', '--nats', nats.url, '--json', '--state', 'input-required'], nats.env);
+    const threads = await runTroupeJson<Array<{ threadId: string; state: string; live: boolean }>>(['threads', '--nats', suite.nats.url, '--json', '--state', 'input-required'], suite.nats.env);
     expect(threads.find((t) => t.threadId === threadId)).toMatchObject({ state: 'input-required', live: false });
-    const record = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', nats.url, '--json'], nats.env);
+    const record = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', suite.nats.url, '--json'], suite.nats.env);
     expect(record.record.task.history.map(textOf)).toEqual(['first', 'echo: first']);
     // The next message rehydrates it with its history.
     expect((await client.send('second', { threadId, timeoutMs: 15_000 })).text).toBe('echo: second');
-    const rehydrated = await runTroupeJson<{ threadId: string; state: string }>(['rehydrate', threadId, '--nats', nats.url, '--json'], nats.env);
+    const rehydrated = await runTroupeJson<{ threadId: string; state: string }>(['rehydrate', threadId, '--nats', suite.nats.url, '--json'], suite.nats.env);
     expect(rehydrated).toEqual({ threadId, state: 'input-required' });
-    const after = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', nats.url, '--json'], nats.env);
+    const after = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', suite.nats.url, '--json'], suite.nats.env);
     expect(after.record.task.history.map(textOf)).toEqual(['first', 'echo: first', 'second', 'echo: second']);
   }, 60_000);
 
@@ -249,10 +231,10 @@ describe('durable threads across node crashes and NATS restarts', () => {
 
 describe('an active handoff survives a node crash', () => {
   it('the handoff is still active on the new node, and its deadline fires once, at the absolute time it was given', async () => {
-    const agentTransport = await connectTransport('handoff-agents');
+    const agentTransport = await suite.connect('handoff-agents');
     const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
     const node = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node');
-    const clientT = await connectTransport('handoff-client');
+    const clientT = await suite.connect('handoff-client');
     const client = new TroupeClient(clientT);
     const threadId = 'handoff-crash-1';
     const events = watch(clientT, threadId);

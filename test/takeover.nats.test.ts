@@ -9,14 +9,13 @@
  * Real `troupe up` processes on a real nats-server; the agent and the client in this process.
  */
 import { Kvm } from '@nats-io/kv';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { partitionOf } from '../src/transport/jetstream/ingress.js';
-import { NatsTransport } from '../src/transport/nats.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { natsSuite } from './helpers/nats-suite.js';
+import { spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -24,22 +23,14 @@ const PARTITIONS = 8;
 /** Threads stored before the takeover: enough that listing them takes far longer than a turn. */
 const STORED = 10_000;
 
-let nats: NatsServerHandle;
-const group = new ProcessGroup();
-const connections: NatsTransport[] = [];
-
-async function connectTransport(name: string): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ ...nats.asNode, name, maxReconnectAttempts: -1 });
-  connections.push(t);
-  return t;
-}
+const suite = natsSuite();
 
 function startNode(name: string): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS)],
-    { ...nats.env, TROUPE_LOG_LEVEL: 'info' },
+    ['up', '--nats', suite.nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS)],
+    { ...suite.nats.env, TROUPE_LOG_LEVEL: 'info' },
     { name },
-    group,
+    suite.group,
   );
 }
 
@@ -59,22 +50,12 @@ function passes(node: ManagedProcess): ResumePass[] {
     .map((l) => JSON.parse(l) as ResumePass);
 }
 
-beforeAll(async () => {
-  nats = await startNatsServer();
-});
-
-afterAll(async () => {
-  await group.stopAll();
-  await Promise.all(connections.map((c) => c.close().catch(() => undefined)));
-  await nats?.stop();
-});
-
 describe('a takeover does not wait for the threads to resume', () => {
   it(`the next owner answers a message waiting in a taken partition before its pass over ${STORED.toLocaleString('en')} stored threads ends, and the pass still ends`, async () => {
-    const agentT = await connectTransport('agent');
+    const agentT = await suite.connect('agent');
     const echo = defineAgent({ card: { id: 'slowecho', name: 'Echo', description: 'Echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
     const host = await new AgentHost({ transport: agentT, agent: echo, heartbeatMs: 500 }).start();
-    const clientT = await connectTransport('client');
+    const clientT = await suite.connect('client');
     const client = new TroupeClient(clientT);
     const threadId = 'taken-1';
     const p = partitionOf(threadId, PARTITIONS);
