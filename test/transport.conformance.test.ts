@@ -469,7 +469,7 @@ describe('connecting', () => {
     try {
       const res = await runTroupe(['up', '--nats', `nats://127.0.0.1:${port}`], {}, { timeoutMs: 30_000 });
       expect(res.code).toBe(1);
-      expect(res.stderr).toMatch(/jetstream is not enabled \(run nats-server with JetStream: `-js`/);
+      expect(res.stderr).toMatch(/jetstream is not enabled \(no JetStream server answered: run nats-server with JetStream, `-js`/);
     } finally {
       await plain.shutdown();
     }

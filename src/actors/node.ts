@@ -283,9 +283,12 @@ export class TroupeNode {
       .then(async () => {
         this.resumeBatch = undefined;
         // Listing the store makes a consumer: on a cluster electing its JetStream meta leader that times
-        // out for a few seconds. Ask again for as long as this node holds one of the partitions.
+        // out, or finds no responder ("jetstream is not enabled"), for a few seconds. JetStream answered
+        // this node a moment ago (it holds the leases), so whatever fails is asked again, for as long as
+        // the node holds one of the partitions.
         const started = Date.now();
         const { resumed, listed } = await retryTransient(() => this.threads.resumeThreads(owns), {
+          transient: () => true,
           keepTrying: () => !this.stopping && [...partitions].some(holds),
           onRetry: (attempt, err) => this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again'),
         });

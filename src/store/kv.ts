@@ -176,8 +176,11 @@ function isWrongLastSequence(err: unknown): boolean {
 function transportError(what: string, err: unknown): TroupeError {
   if (err instanceof TroupeError) return err;
   const message = err instanceof Error ? err.message : String(err);
-  // The client says only "jetstream is not enabled": say how to enable it.
-  const hint = /jetstream is not enabled/i.test(message) ? ' (run nats-server with JetStream: `-js`, or the config `troupe creds init` writes)' : '';
+  // The client says "jetstream is not enabled" whenever no JetStream server answered: a server without it,
+  // or, on a cluster, one electing its leader (then the call is tried again). Say both.
+  const hint = /jetstream is not enabled/i.test(message)
+    ? ' (no JetStream server answered: run nats-server with JetStream, `-js` or the config `troupe creds init` writes; on a cluster, one electing its leader answers again within seconds)'
+    : '';
   const wrapped = new TroupeError('TRANSPORT_ERROR', `${what}: ${message}${hint}`);
   wrapped.cause = err;
   return wrapped;

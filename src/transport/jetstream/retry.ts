@@ -31,6 +31,8 @@ export interface TransientRetryOptions {
   keepTrying?: () => boolean;
   /** Told of each failed attempt that will be tried again. */
   onRetry?: (attempt: number, err: unknown, waitedMs: number) => void;
+  /** Which failures are worth another attempt; default `isTransientJetStreamError`. */
+  transient?: (err: unknown) => boolean;
 }
 
 /**
@@ -46,7 +48,7 @@ export async function retryTransient<T>(step: () => Promise<T>, opts: TransientR
       const waited = Date.now() - started;
       const pause = Math.min(2_000, 250 * 2 ** (attempt - 1));
       const giveUp =
-        !isTransientJetStreamError(err) ||
+        !(opts.transient ?? isTransientJetStreamError)(err) ||
         (opts.attempts !== undefined && attempt >= opts.attempts) ||
         (opts.deadlineMs !== undefined && waited + pause > opts.deadlineMs) ||
         (opts.keepTrying !== undefined && !opts.keepTrying());
