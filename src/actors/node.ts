@@ -287,9 +287,10 @@ export class TroupeNode {
         // this node a moment ago (it holds the leases), so whatever fails is asked again, for as long as
         // the node holds one of the partitions.
         const started = Date.now();
-        const { resumed, listed } = await retryTransient(() => this.threads.resumeThreads(owns), {
+        const over = () => this.stopping || ![...partitions].some(holds);
+        const { resumed, listed } = await retryTransient(() => this.threads.resumeThreads(owns, over), {
           transient: () => true,
-          keepTrying: () => !this.stopping && [...partitions].some(holds),
+          keepTrying: () => !over(),
           onRetry: (attempt, err) => this.log.info({ attempt, err: (err as Error).message }, 'could not list the threads to resume yet; trying again'),
         });
         // A partition given away while its pass ran: its threads belong to the next owner.

@@ -652,12 +652,14 @@ export class ThreadHost {
   /**
    * After taking over threads (a partition of them), loads the ones that need an actor now: a turn in
    * progress (its agent call re-runs with the same idempotency key and finishes the turn) or an open
-   * handoff (its deadline must keep running).
+   * handoff (its deadline must keep running). `over()` ends the pass early (the node stops, or no longer
+   * holds the partitions): the rest of the listing is not read.
    */
-  async resumeThreads(belongs: (threadId: string) => boolean): Promise<{ resumed: string[]; listed: number }> {
+  async resumeThreads(belongs: (threadId: string) => boolean, over: () => boolean = () => false): Promise<{ resumed: string[]; listed: number }> {
     const resumed: string[] = [];
     let listed = 0;
     for await (const entry of this.store.list(this.tenant, { threadIds: belongs })) {
+      if (over()) break;
       listed++;
       if (!belongs(entry.threadId) || this.threads.has(entry.threadId)) continue;
       if (entry.state !== 'working' && entry.state !== 'input-required') continue;
