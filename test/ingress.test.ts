@@ -5,6 +5,7 @@
  */
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, PermissionViolationError, type NatsConnection } from '@nats-io/transport-node';
+import { Kvm } from '@nats-io/kv';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
 import { createLogger } from '../src/observability/logger.js';
@@ -404,6 +405,51 @@ describe('JetStreamIngress', () => {
     // node-a finished and acked (confirmed) what it had started, dropped what it had only queued, and
     // node-b's fresh consumers began at the oldest unacked message: nothing skipped, replayed or reordered.
     for (const t of threads) expect(got.get(t)).toEqual(Array.from({ length: 20 }, (_, i) => i));
+  });
+
+  it('a node that lost a partition under a running handler does not acknowledge its message: the next owner, whose consumer has the same name, keeps it', async () => {
+    const entered = deferred();
+    const finish = deferred();
+    const aAcked: boolean[] = [];
+    const a = await startIngress('node-a', async (m) => {
+      if (m.messageId !== 'zombie-1') return;
+      entered.resolve();
+      // A turn that outlives its lease (its commit held up by the store), and then finishes: the abort is ignored.
+      await finish.promise;
+      return ({ acked }) => void aAcked.push(acked);
+    });
+    await waitFor(() => a.ingress.owned().length === 8, 'node-a owning every partition', 5 * TTL);
+    const thread = 'zombie-t';
+    const p = partitionOf(thread);
+    const pub = await connectNode();
+    await send(pub, thread, 'zombie-1', 'one');
+    await entered.promise;
+
+    // Another holder writes the lease: node-a's next renewal finds it taken and loses the partition.
+    const kv = await new Kvm(admin).open(bucket);
+    await kv.put(`demo.p${p}`, new TextEncoder().encode(JSON.stringify({ nodeId: 'node-gone', acquiredAt: Date.now(), renewedAt: Date.now() })));
+    await waitFor(() => !a.ingress.leases!.owned().includes(p), 'node-a losing the lease', 5 * TTL);
+    // node-b takes the partition once that holder's key ages out, with a fresh consumer of the same name, and
+    // is given the message node-a never acknowledged.
+    const bGot: string[] = [];
+    const bAcked: boolean[] = [];
+    const bEntered = deferred();
+    const b = await startIngress('node-b', async (m) => {
+      bGot.push(m.messageId!);
+      if (m.messageId === 'zombie-1') bEntered.resolve();
+      return ({ acked }: { acked: boolean }) => void bAcked.push(acked);
+    });
+    await bEntered.promise;
+    expect(b.ingress.owned()).toContain(p);
+
+    // node-a's handler finishes now: it must not acknowledge (node-b's consumer would take the ack as its own).
+    finish.resolve();
+    await waitFor(() => aAcked.length === 1, "node-a's after-ack step", 5 * TTL);
+    expect(aAcked).toEqual([false]);
+    await waitFor(() => bAcked.length === 1, "node-b's after-ack step", 5 * TTL);
+    expect(bAcked).toEqual([true]);
+    expect(bGot.filter((id) => id === 'zombie-1')).toHaveLength(1);
+    expect(await drained()).toBe(0);
   });
 
   it('keeps consuming after a nats-server restart and loses nothing published before it', async () => {

@@ -226,6 +226,11 @@ interface PartitionRun {
   readonly ackedThrough: number;
   messages?: ConsumerMessages;
   active: boolean;
+  /**
+   * The lease was lost (expired, or another node holds it), not given back: another node may consume the
+   * partition now, with a consumer of the same name that would take this run's acks as its own.
+   */
+  lost?: boolean;
 }
 
 export class JetStreamIngress {
@@ -524,6 +529,7 @@ export class JetStreamIngress {
   async #release(p: number, reason: LeaseLossReason): Promise<void> {
     const run = this.#runs.get(p);
     if (!run) return;
+    if (reason !== 'released') run.lost = true;
     await this.#stopRun(run, reason === 'released' ? this.#releaseTimeoutMs : 0);
     if (this.#runs.get(p) === run) this.#runs.delete(p);
     this.#log.info({ partition: p, reason }, 'stopped consuming partition');
@@ -734,7 +740,13 @@ export class JetStreamIngress {
     // thread's next message waits for both (its chain includes this), so when a later message of a thread
     // has been accepted, every earlier one was settled: its answer published, or, ack unknown, left for
     // the delivery that comes again.
-    const acked = await this.#settleAck(run, m);
+    // Not once the lease is lost: the partition's next owner makes a consumer of the same name, which
+    // takes this ack as its own and drops the message it has delivered too; this node would publish an
+    // answer while the next owner runs the turn again (a chaos run: the bucket leader's kill held this
+    // node's commit 4.7 s, past its lease, and both answered). Unacknowledged, the message stays with the
+    // next owner, which answers it from the stored state (or runs it, if this node's write never took).
+    const acked = run.lost ? false : await this.#settleAck(run, m);
+    if (run.lost) this.#log.info({ partition: run.partition, seq }, 'lease lost while the message was handled: not acknowledged, the next owner answers it');
     if (typeof afterAck !== 'function') return;
     try {
       afterAck({ acked });
@@ -753,6 +765,7 @@ export class JetStreamIngress {
   async #settleAck(run: PartitionRun, m: JsMsg): Promise<boolean> {
     const seq = m.seq;
     let lastErr: unknown;
+    if (run.lost) return false;
     try {
       await m.ackAck({ timeout: ACK_CONFIRM_MS });
       return true;
@@ -833,6 +846,11 @@ export class JetStreamIngress {
 
   #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): void {
     const fields = { partition: run.partition, threadId: msg.threadId, messageId: msg.messageId, seq: msg.seq, deliveryCount: msg.deliveryCount };
+    if (run.lost) {
+      // Neither term nor nak: the next owner's consumer (same name) would take them as its own.
+      this.#log.debug({ ...fields, err: errText(err) }, 'handler failed after the partition was lost');
+      return;
+    }
     if (err instanceof TroupeError && CLIENT_ERROR_CODES.has(err.code)) {
       this.#log.info({ ...fields, code: err.code }, 'message refused; terminating it');
       this.#attempts.delete(msg.seq);
