@@ -20,7 +20,7 @@ import { agentCallMachine, type AgentRequestInput } from '../src/machines/agent-
 import { orchestrationMachine } from '../src/machines/orchestration.js';
 import { routerMachine } from '../src/machines/router.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
-import { CLIENT_ROUTING_URI, type Message } from '../src/protocol/index.js';
+import { CLIENT_ROUTING_URI, messageText, type Message } from '../src/protocol/index.js';
 import type { AgentReply } from '../src/protocol/wire.js';
 import type { Op } from './measure.js';
 
@@ -29,27 +29,26 @@ export interface MachineRig {
   stop(): void;
 }
 
-const textOf = (m: Message) => m.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('');
-
 /** The thread machine alone, with its real children; the agent answers at once, routing the answer to the user. */
 export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRig {
   const request = fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => ({
     kind: 'message',
     role: 'agent',
     messageId: `r-${input.message.messageId}`,
-    parts: [{ kind: 'text', text: textOf(input.message) }],
+    parts: [{ kind: 'text', text: messageText(input.message) }],
     metadata: { [CLIENT_ROUTING_URI]: { recipient: 'user' } },
   }));
   const agentCall = agentCallMachine.provide({ actors: { request } });
   const machine = threadMachine.provide({
     actors: { agentCall, router: routerMachine, orchestration: orchestrationMachine.provide({ actors: { agentCall } }) },
   });
-  const actors = new Map<number, { actor: AnyActorRef; waiting?: (e: ThreadStatusEmitted) => void }>();
+  type Entry = { actor: AnyActorRef; waiting?: ((e: ThreadStatusEmitted) => void) | undefined };
+  const actors = new Map<number, Entry>();
   let seq = 0;
-  const actorOf = (w: number) => {
-    let entry = actors.get(w);
-    if (entry) return entry;
-    const created: { actor: AnyActorRef; waiting?: (e: ThreadStatusEmitted) => void } = {
+  const actorOf = (w: number): Entry => {
+    const existing = actors.get(w);
+    if (existing) return existing;
+    const entry: Entry = {
       actor: createActor(machine, {
         id: `floor-${w}`,
         input: {
@@ -62,12 +61,11 @@ export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRi
         },
       }),
     };
-    created.actor.on('troupe.thread.status', (e: ThreadStatusEmitted) => {
-      if (e.final) created.waiting?.(e);
+    entry.actor.on('troupe.thread.status', (e: ThreadStatusEmitted) => {
+      if (e.final) entry.waiting?.(e);
     });
-    created.actor.start();
-    actors.set(w, created);
-    entry = created;
+    entry.actor.start();
+    actors.set(w, entry);
     return entry;
   };
   return {
@@ -77,7 +75,7 @@ export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRi
         entry.waiting = (e) => {
           entry.waiting = undefined;
           if (e.error) reject(new Error(`${e.error.code}: ${e.error.message}`));
-          else if (!e.message || textOf(e.message) !== text) reject(new Error(`the machine answered "${e.message ? textOf(e.message) : ''}"`));
+          else if (!e.message || messageText(e.message) !== text) reject(new Error(`the machine answered "${e.message ? messageText(e.message) : ''}"`));
           else resolve();
         };
         const message: Message = { kind: 'message', role: 'user', messageId: `m${++seq}`, parts: [{ kind: 'text', text }] };

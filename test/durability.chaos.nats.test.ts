@@ -23,8 +23,8 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { partitionOf } from '../src/transport/jetstream/ingress.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { natsSuite } from './helpers/nats-suite.js';
+import { spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_000;
@@ -33,22 +33,15 @@ const PARTITIONS = 8;
 const KILLS = Number(process.env.CHAOS_KILLS ?? 10);
 const textOf = (m: Message | undefined) => (m?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('');
 
-let nats: NatsServerHandle;
-const group = new ProcessGroup();
-const transports: NatsTransport[] = [];
-
-async function transport(name: string, user = 'node'): Promise<NatsTransport> {
-  const t = await NatsTransport.connect({ ...nats.as(user), name, maxReconnectAttempts: -1 });
-  transports.push(t);
-  return t;
-}
+const suite = natsSuite();
+const transport = (name: string, user = 'node') => suite.connect(name, user);
 
 function startNode(name: string, team = 'test/fixtures/chaos-team.ts'): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--log-level', 'warn'],
-    nats.env,
+    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--log-level', 'warn'],
+    suite.nats.env,
     { name },
-    group,
+    suite.group,
   );
 }
 
@@ -113,15 +106,6 @@ function assertExactlyOnceInOrder(sent: Map<string, string[]>, finals: Map<strin
   return { answered, duplicates };
 }
 
-beforeAll(async () => {
-  nats = await startNatsServer();
-});
-afterAll(async () => {
-  await group.stopAll();
-  await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
-  await nats?.stop();
-});
-
 describe('durability under real faults, hundreds of messages in flight', () => {
   let agentHost: AgentHost;
   let client: TroupeClient;
@@ -157,7 +141,7 @@ describe('durability under real faults, hundreds of messages in flight', () => {
       // Restart once a third of the 900 messages are in: the rest, and the answers, straddle it.
       if (n === 300 && !restarted) {
         restarted = true;
-        void nats.restart();
+        void suite.nats.restart();
       }
     });
     const sent = await sending;

@@ -56,7 +56,6 @@ import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
 import { listDeadLetters } from './dead-letters.js';
 
-
 export interface NodeOptions {
   transport: Transport;
   tenant?: string;
@@ -303,7 +302,6 @@ export class TroupeNode {
       .finally(() => this.resuming.delete(pass));
     this.resuming.add(pass);
   }
-
 
   /** Whether this node owns the thread now (always, without durable ingress). */
   ownsThread(threadId: string): boolean {

@@ -4,6 +4,7 @@
  *
  *   const suite = natsSuite();
  *   const t = await suite.connect('client');          // as the demo node user, reconnecting for ever
+ *   const a = await suite.connect('agent', 'echo');   // as another user of the demo tenant
  *   await spawnTroupe([...], suite.nats.env, {}, suite.group);
  */
 import { afterAll, beforeAll } from 'vitest';
@@ -15,8 +16,8 @@ export interface NatsSuite {
   /** The file's server (set once `beforeAll` has run). */
   readonly nats: NatsServerHandle;
   readonly group: ProcessGroup;
-  /** A connection as the demo node user that reconnects for ever, closed after the file. */
-  connect(name: string): Promise<NatsTransport>;
+  /** A connection as `user` of the demo tenant (default its node user) that reconnects for ever, closed after the file. */
+  connect(name: string, user?: string): Promise<NatsTransport>;
 }
 
 export function natsSuite(): NatsSuite {
@@ -37,8 +38,8 @@ export function natsSuite(): NatsSuite {
       return server;
     },
     group,
-    async connect(name) {
-      const t = await NatsTransport.connect({ ...this.nats.asNode, name, maxReconnectAttempts: -1 });
+    async connect(name, user = 'node') {
+      const t = await NatsTransport.connect({ ...this.nats.as(user), name, maxReconnectAttempts: -1 });
       connections.push(t);
       return t;
     },

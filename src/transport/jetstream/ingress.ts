@@ -745,8 +745,7 @@ export class JetStreamIngress {
     // answer while the next owner runs the turn again (a chaos run: the bucket leader's kill held this
     // node's commit 4.7 s, past its lease, and both answered). Unacknowledged, the message stays with the
     // next owner, which answers it from the stored state (or runs it, if this node's write never took).
-    const acked = run.lost ? false : await this.#settleAck(run, m);
-    if (run.lost) this.#log.info({ partition: run.partition, seq }, 'lease lost while the message was handled: not acknowledged, the next owner answers it');
+    const acked = await this.#settleAck(run, m);
     if (typeof afterAck !== 'function') return;
     try {
       afterAck({ acked });
@@ -765,7 +764,10 @@ export class JetStreamIngress {
   async #settleAck(run: PartitionRun, m: JsMsg): Promise<boolean> {
     const seq = m.seq;
     let lastErr: unknown;
-    if (run.lost) return false;
+    if (run.lost) {
+      this.#log.info({ partition: run.partition, seq }, 'lease lost while the message was handled: not acknowledged, the next owner answers it');
+      return false;
+    }
     try {
       await m.ackAck({ timeout: ACK_CONFIRM_MS });
       return true;
