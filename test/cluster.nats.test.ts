@@ -28,7 +28,7 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
 import { pushAccountJwts } from '../src/security/creds.js';
-import { startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
+import { clusterServerBin, startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 import { Registry } from '../src/actors/registry.js';
@@ -81,7 +81,7 @@ describe('troupe cluster up', () => {
   it('starts 3 routed servers with JetStream; a bucket with 3 replicas works through any of them', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'troupe-cluster-up-'));
     try {
-      const proc = await spawnTroupe(['cluster', 'up', '--dir', dir, '--json'], {}, { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 }, group);
+      const proc = await spawnTroupe(['cluster', 'up', '--dir', dir, '--json'], { NATS_SERVER_BIN: clusterServerBin() }, { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 }, group);
       const out = JSON.parse(proc.stdout) as { url: string; servers: Array<{ name: string; url: string; configFile: string }> };
       expect(out.servers.map((s) => s.name)).toEqual(['n1', 'n2', 'n3']);
       const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
@@ -144,6 +144,26 @@ describe('nodes on the cluster', () => {
   afterAll(async () => {
     await agentHost?.stop();
   });
+
+  it('compare-and-set on a bucket of 3 replicas: of 6 writes at the same revision from 3 servers, exactly one is stored, round after round', async () => {
+    // What one owner per partition and per thread rests on (src/transport/jetstream/server-version.ts):
+    // nats-server before 2.9.21 stored several of them in almost every round.
+    const conns = await Promise.all(cluster.urls.map((url, i) => NatsTransport.connect({ ...cluster.asNode, servers: [url], name: `cas-${i}` })));
+    transports.push(...conns);
+    const kv = await new Kvm(conns[0]!.connection).create('cas_check', { replicas: 3, history: 1 });
+    const kvs = await Promise.all(conns.map((c) => new Kvm(c.connection).open('cas_check')));
+    const winners: number[] = [];
+    for (let round = 0; round < 60; round++) {
+      const key = `k${round}`;
+      const revision = await kv.put(key, 'start');
+      const writes = await Promise.allSettled(kvs.flatMap((k, i) => [0, 1].map((j) => k.update(key, `${i}.${j}`, revision))));
+      const stored = writes.flatMap((w) => (w.status === 'fulfilled' ? [w.value] : []));
+      winners.push(stored.length);
+      // The one stored is what the key holds now.
+      if (stored.length === 1) expect((await kv.get(key))?.revision).toBe(stored[0]);
+    }
+    expect(winners.every((n) => n === 1), `writes stored per round: ${winners.join(',')}`).toBe(true);
+  }, 60_000);
 
   it('a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server\'s count', async () => {
     const res = await runTroupe(['up', '--partitions', '8', '--log-level', 'warn'], cluster.env, { timeoutMs: 30_000 });

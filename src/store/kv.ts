@@ -13,6 +13,7 @@ import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tenantPrefix, threadKey } from './codec.js';
 import { silentLogger } from '../observability/logger.js';
 import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
+import { requireSerializableCas } from '../transport/jetstream/server-version.js';
 import { retrySetup } from '../transport/jetstream/retry.js';
 import type { Logger } from 'pino';
 import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
@@ -66,6 +67,8 @@ export class KvThreadStore implements ThreadStore {
     const ttlMs = opts.ttlMs ?? DEFAULT_THREAD_TTL_MS;
     if (!Number.isSafeInteger(ttlMs) || ttlMs < 0) throw new RangeError(`ttlMs must be a whole number of ms >= 0, got ${ttlMs}`);
     checkReplicas(opts.replicas);
+    const bucketName = `the thread bucket "${bucket}"`;
+    requireSerializableCas(nc.info?.version, bucketName, opts.replicas ?? 1);
     try {
       const { kv, status } = await retrySetup(
         `opening the thread bucket "${bucket}"`,
@@ -82,6 +85,8 @@ export class KvThreadStore implements ThreadStore {
         },
         { deadlineMs: opts.setupDeadlineMs, log: opts.logger },
       );
+      // A bucket made with more replicas by someone else, or before this check existed.
+      requireSerializableCas(nc.info?.version, bucketName, status.replicas);
       // Values travel as one message; past the server's max_payload the publish fails with a bare error.
       return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);
     } catch (err) {

@@ -8,13 +8,20 @@
  *   NatsTransport.connect({ ...cluster.asNode, name })      // every server URL: reconnects across them
  *   cluster.servers[0].kill()                               // kill -9; .restart() brings it back
  *   await cluster.metaLeader(); await cluster.streamLeader('KV_troupe_threads')
+ *
+ * The servers are a nats-server of 2.9.21 or later (`clusterServerBin`): on older ones a replicated
+ * bucket stores two compare-and-set writes at the same revision, and Troupe refuses to run on them with
+ * more than one replica (src/transport/jetstream/server-version.ts). Debian bookworm's is 2.9.10, so the
+ * first cluster of a run may fetch Debian trixie's with scripts/nats-server.sh (a few seconds, once).
  */
+import { execFileSync } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { credsAuthenticator } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
-import { freePort, natsProcess, startSecureNatsServerStore, TEST_AGENTS, type UserConnectOptions } from './nats-server.js';
+import { REPO_ROOT, freePort, natsProcess, startSecureNatsServerStore, TEST_AGENTS, type UserConnectOptions } from './nats-server.js';
 import type { CredentialStore } from '../../src/security/creds.js';
 
 /** Connection options of one user on the cluster: spread into `NatsTransport.connect`. */
@@ -63,6 +70,24 @@ export interface NatsClusterOptions {
   pingMax?: number;
 }
 
+let clusterBin: string | undefined;
+
+/**
+ * The nats-server the cluster helpers run: what scripts/nats-server.sh prints ($NATS_CLUSTER_SERVER_BIN,
+ * else $NATS_SERVER_BIN or nats-server when 2.9.21 or later, else Debian trixie's, fetched once into
+ * .tmp/nats-server/). Throws what the script said when it found none.
+ */
+export function clusterServerBin(): string {
+  if (clusterBin) return clusterBin;
+  try {
+    clusterBin = execFileSync(join(REPO_ROOT, 'scripts/nats-server.sh'), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 300_000 }).trim();
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`the cluster suites need nats-server 2.9.21 or later, and scripts/nats-server.sh found none: ${e.stderr?.trim() || e.message}`);
+  }
+  return clusterBin;
+}
+
 export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}): Promise<NatsClusterHandle> {
   const ports = await Promise.all(Array.from({ length: size * 2 }, () => freePort()));
   const { store, dir } = await startSecureNatsServerStore({
@@ -79,7 +104,8 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
     pingIntervalS: opts.pingIntervalS ?? 1,
     pingMax: opts.pingMax ?? 3,
   });
-  const procs = files.map((f) => ({ file: f, proc: natsProcess(['-c', f.configFile], f.port) }));
+  const bin = clusterServerBin();
+  const procs = files.map((f) => ({ file: f, proc: natsProcess(['-c', f.configFile], f.port, {}, bin) }));
   // Each waits for "Server is ready", which a clustered JetStream server prints before its peers are up.
   await Promise.all(procs.map((p) => p.proc.launch()));
   const urls = files.map((f) => f.url);

@@ -96,12 +96,12 @@ async function waitForPort(port: number, child: ChildProcess, log: () => string,
 }
 
 /** One nats-server process: (re)launch with `args`, stop with SIGTERM then SIGKILL. */
-export function natsProcess(args: string[], port: number, env: Record<string, string> = {}) {
+export function natsProcess(args: string[], port: number, env: Record<string, string> = {}, bin = NATS_BIN) {
   let child: ChildProcess | undefined;
   let output = '';
   const launch = async () => {
     output = '';
-    child = spawn(NATS_BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    child = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
     child.on('error', (err) => (output += `\nspawn error: ${err.message} (is nats-server installed? apt-get install nats-server)`));

@@ -4,11 +4,12 @@
  * server, JetStream on each, the accounts and partition mapping of `troupe creds init`), starts the servers
  * and keeps them up until Ctrl-C. Production clusters use the same configs (deploy/nats-cluster/README.md).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
 import { CredentialStore, initCredentialStore, type ClusterServerFiles } from '../../security/creds.js';
+import { SERIALIZABLE_CAS_VERSION, versionAtLeast } from '../../transport/jetstream/server-version.js';
 import { UsageError, globals, onShutdown } from '../cli.js';
 import { color, printJson, table } from '../output.js';
 
@@ -74,9 +75,32 @@ function launch(file: ClusterServerFiles): Promise<ChildProcess> {
   });
 }
 
+/**
+ * The version `nats-server --version` prints; a cluster on one older than 2.9.21 would store two
+ * compare-and-set writes at the same revision (server-version.ts), so `cluster up` refuses it.
+ */
+async function checkServerVersion(servers: number): Promise<void> {
+  if (servers < 2) return;
+  const printed = await new Promise<string>((resolve) => {
+    execFile(NATS_BIN, ['--version'], { timeout: 10_000 }, (err, stdout, stderr) => resolve(err ? '' : `${stdout}${stderr}`));
+  });
+  // Not startable at all: `launch` says so, with what to install.
+  const version = /v?(\d+\.\d+\.\d+\S*)/.exec(printed)?.[1];
+  if (!version || versionAtLeast(version, SERIALIZABLE_CAS_VERSION)) return;
+  throw new TroupeError(
+    'NATS_SERVER_UNSUPPORTED',
+    `${NATS_BIN} is nats-server ${version}: a cluster of it stores two compare-and-set writes at the same revision (nats-io/nats-server#4320, ` +
+      `fixed in ${SERIALIZABLE_CAS_VERSION}), so two Troupe nodes could both own a partition. Install nats-server ${SERIALIZABLE_CAS_VERSION} or later ` +
+      `(2.10 or later recommended: https://github.com/nats-io/nats-server/releases, or Debian trixie's package) and put it first on PATH or set ` +
+      `NATS_SERVER_BIN; in a checkout of Troupe, scripts/nats-server.sh fetches Debian's into .tmp/nats-server/.`,
+    { version, minimum: SERIALIZABLE_CAS_VERSION },
+  );
+}
+
 export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   if (opts.servers < 1) throw new UsageError('--servers must be at least 1');
+  await checkServerVersion(opts.servers);
   const clientPorts = await ports(opts.port, opts.servers, opts.host);
   const routePorts = await ports(opts.clusterPort, opts.servers, opts.host);
   let store: CredentialStore;

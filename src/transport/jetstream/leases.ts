@@ -41,6 +41,7 @@ import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
 import { retrySetup } from './retry.js';
+import { requireSerializableCas } from './server-version.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
@@ -194,6 +195,8 @@ export class PartitionLeases {
   async start(): Promise<this> {
     if (this.#started) throw new Error('PartitionLeases already started');
     this.#started = true;
+    const bucketName = `the lease bucket "${this.bucket}"`;
+    requireSerializableCas(this.#nc.info?.version, bucketName, this.#opts.replicas ?? 1);
     // Creating (or scaling) the bucket may take a cluster a few seconds: the default timeout. Lease
     // calls afterwards time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
     const setup = jetstream(this.#nc);
@@ -214,6 +217,8 @@ export class PartitionLeases {
       },
       { log: this.#log, deadlineMs: this.#opts.setupDeadlineMs },
     );
+    // A bucket made with more replicas by someone else, or before this check existed.
+    requireSerializableCas(this.#nc.info?.version, bucketName, status.replicas);
     if (status.ttl === 0) {
       throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
     }
