@@ -87,7 +87,7 @@ describe('troupe cluster up', () => {
       const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
       try {
         // JetStream elects its meta leader once the routes are up: retry until it answers.
-        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 20_000);
+        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 45_000);
         await kv.put('k', 'v');
         expect((await kv.get('k'))?.string()).toBe('v');
         const info = await (await jetstreamManager(t.connection)).streams.info('KV_cluster_up_check');
@@ -228,6 +228,35 @@ describe('a cluster that has lost its JetStream quorum', () => {
     transports.push(t);
     return t;
   };
+
+  it('a cluster whose third server has not joined yet: a bucket of 3 replicas cannot be placed, so opening it waits, and opens once the server is up', async () => {
+    // Seen on a fresh 2.10 cluster: a node opening its buckets before the meta layer knew every peer got
+    // "no suitable peers for placement" and exited; it now waits as for an election.
+    const young = await startNatsCluster(3, { startNow: 2 });
+    const t = await NatsTransport.connect({ ...young.asNode, name: 'placement-store', maxReconnectAttempts: -1 });
+    try {
+      await young.ready(60_000);
+      const failed = await KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 1_500 }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(failed).toBeInstanceOf(TroupeError);
+      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "placement_probe" .*no suitable peers.*needs N JetStream servers that know each other/);
+      const opening = KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 60_000 });
+      let settled = false;
+      void opening.then(() => (settled = true), () => (settled = true));
+      await sleep(2_000);
+      expect(settled).toBe(false);
+      await young.servers[2]!.restart();
+      const store = await opening;
+      const info = await (await jetstreamManager(t.connection)).streams.info('KV_placement_probe');
+      expect(info.config.num_replicas).toBe(3);
+      await store.close();
+    } finally {
+      await t.close();
+      await young.stop();
+    }
+  }, 120_000);
 
   it('a node started meanwhile waits, says so, and starts once the servers are back; past its --setup-timeout (or a store open past its deadline) it says what to check', async () => {
     const client = new TroupeClient(await acmeTransport('quorum-client'), 'acme');

@@ -65,9 +65,19 @@ export interface NatsClusterHandle {
 
 export interface NatsClusterOptions {
   partitions?: number;
+  /** How many of the servers to start now (default all); the others start with their `restart()`. */
+  startNow?: number;
   /** Route/client ping interval (s) and pings missed: the route timeout is about their product. Default 1 s × 3. */
   pingIntervalS?: number;
   pingMax?: number;
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took more than ${ms} ms`)), ms);
+  });
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
 let clusterBin: string | undefined;
@@ -107,7 +117,7 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
   const bin = clusterServerBin();
   const procs = files.map((f) => ({ file: f, proc: natsProcess(['-c', f.configFile], f.port, {}, bin) }));
   // Each waits for "Server is ready", which a clustered JetStream server prints before its peers are up.
-  await Promise.all(procs.map((p) => p.proc.launch()));
+  await Promise.all(procs.slice(0, opts.startNow ?? size).map((p) => p.proc.launch()));
   const urls = files.map((f) => f.url);
   const roles = new Map((await store.users()).map((u) => [`${u.tenant}/${u.name}`, u.role]));
   const as = (name: string, tenant = 'demo') => {
@@ -175,14 +185,21 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
       let last: unknown;
       while (Date.now() < deadline) {
         try {
-          await handle.metaLeader();
-          const t = await NatsTransport.connect({ ...as('node'), name: 'cluster-probe', maxReconnectAttempts: 0 });
-          try {
-            await (await jetstreamManager(t.connection)).getAccountInfo();
-            return;
-          } finally {
-            await t.close();
-          }
+          // Each attempt bounded: a connection opened to a server that stops answering must not hold it.
+          await withTimeout(
+            (async () => {
+              await handle.metaLeader();
+              const t = await NatsTransport.connect({ ...as('node'), name: 'cluster-probe', maxReconnectAttempts: 0 });
+              try {
+                await (await jetstreamManager(t.connection)).getAccountInfo();
+              } finally {
+                void t.close().catch(() => undefined);
+              }
+            })(),
+            10_000,
+            'an attempt to reach JetStream',
+          );
+          return;
         } catch (err) {
           last = err;
           await new Promise((r) => setTimeout(r, 200));

@@ -15,9 +15,18 @@ import { TroupeError } from '../../protocol/errors.js';
 /** How long a node keeps asking before it gives up on a setup step. */
 export const DEFAULT_SETUP_DEADLINE_MS = 60_000;
 
+/**
+ * Placing a replicated stream failed for want of servers: a cluster that has just started, before its meta
+ * layer knows every peer (seen on nats-server 2.10: "no suitable peers for placement", code 10005), or with
+ * servers down ("insufficient resources", 10023). Both pass as servers join.
+ */
+export function isPlacementError(err: unknown): boolean {
+  return err instanceof JetStreamApiError && (err.code === 10005 || err.code === 10023 || /no suitable peers|insufficient resources/i.test(err.message));
+}
+
 /** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
 export function isTransientJetStreamError(err: unknown): boolean {
-  if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message);
+  if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message) || isPlacementError(err);
   const text = err instanceof Error ? `${err.name} ${err.message}` : String(err);
   return /timeout|timed out|no responders|temporarily unavailable|disconnect|reconnect/i.test(text);
 }
@@ -80,7 +89,8 @@ export async function retrySetup<T>(what: string, step: () => Promise<T>, opts: 
     throw new TroupeError(
       'TRANSPORT_ERROR',
       `JetStream did not answer while ${what} (${attempts} attempts over ${Math.round((Date.now() - started) / 1000)} s; last: ${(err as Error).message}): ` +
-        'check that every nats-server runs with JetStream enabled and that most servers of the cluster are up and routed to each other',
+        'check that every nats-server runs with JetStream enabled and that most servers of the cluster are up and routed to each other' +
+        (isPlacementError(err) ? ' (a stream or bucket of N replicas needs N JetStream servers that know each other)' : ''),
       { attempts },
       { cause: err },
     );
