@@ -357,4 +357,53 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       await cluster.ready(60_000);
     }
   }, 120_000);
+
+  it('the committer deciding on its own redelivery, asked meanwhile by the next owner: after saying "not published" it does not publish', async () => {
+    const threadId = 'unreadable-marker-2';
+    const store = new MemoryThreadStore();
+    const agentHost = await new AgentHost({
+      transport: await transport('unreadable-echo-2', 'echo'),
+      agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
+    }).start();
+    const host = async (nodeId: string) => {
+      const t = await transport(nodeId);
+      const answered = await new JetStreamAnsweredLog({ nc: t.connection, tenant: 'demo', replicas: 3 }).start();
+      const registry = await new Registry(t, 'demo').start();
+      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered }).start();
+      await registry.waitFor(['echo']);
+      return { threads, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
+    };
+    const finals: string[] = [];
+    const watcher = await transport('unreadable-watch-2');
+    watcher.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'thread event');
+      if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
+    });
+    await watcher.flush();
+    const [, down1, down2] = cluster.servers;
+    try {
+      const a = await host('node-deciding-a');
+      const b = await host('node-deciding-b');
+      // Node a answers m1, but cannot tell whether its ack took: the answer is left to the redelivery.
+      const first = await a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      first.publish?.({ acked: false });
+      // The marker stream cannot be read; the stream gives m1 again to node a (its own redelivery: it
+      // committed, so it asks nobody and waits for the stream) and to node b, the partition's next owner.
+      await Promise.all([down1!.kill(), down2!.kill()]);
+      const own = a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      await sleep(500);
+      // Node b asks node a, which says it did not publish: node b publishes it.
+      await b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      await waitUntil(() => finals.length >= 1 || undefined, "node b's answer");
+      // Node a's wait for the stream runs out (30 s): having said "not published", it must not publish.
+      expect(await own).toEqual({ duplicate: true });
+      await sleep(500);
+      expect(finals).toEqual(['m1']);
+      await Promise.all([a.stop(), b.stop()]);
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+      await cluster.ready(60_000);
+    }
+  }, 120_000);
 });

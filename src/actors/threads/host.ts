@@ -392,7 +392,11 @@ export class ThreadHost {
         // message again. The thread's last published-answer marker says whether the answer went out
         // (whoever published it, alive or not); without one, only the node that committed knows: ask it.
         // No answer (it died, maybe between its commit and its ack) means it may never have gone out: publish it.
-        if (!(await this.publishedBefore(live, message.messageId))) this.answerDuplicate(live, message.messageId);
+        const before = await this.publishedBefore(live, message.messageId);
+        // Asked meanwhile by the partition's next owner, this process said it had not published: that node
+        // publishes it (a campaign run on 2.10.27: the committer, deciding on its own redelivery while the
+        // marker stream elected a leader, told the next owner "not published", then published too).
+        if (!before && !this.disclaimedAnswers.has(key) && !this.publishedAnswers.has(key)) this.answerDuplicate(live, message.messageId);
       }
       return { duplicate: true };
     }
