@@ -304,11 +304,11 @@ describe('a cluster that has lost its JetStream quorum', () => {
 describe('a redelivered latest message while the marker stream cannot be read', () => {
   // Two thread hosts of tenant demo (the two nodes a thread moves between) share a memory store: what is
   // under test is the marker stream (TROUPE_ANSWERED, 3 replicas) losing its quorum, not the store.
-  it('the next owner keeps asking until the stream answers, finds the marker and does not publish again', async () => {
-    const threadId = 'unreadable-marker-1';
+  /** An echo agent, a factory of thread hosts sharing one store and the marker stream, and the finals on the thread's `out`. */
+  const markerScene = async (threadId: string) => {
     const store = new MemoryThreadStore();
     const agentHost = await new AgentHost({
-      transport: await transport('unreadable-echo', 'echo'),
+      transport: await transport(`${threadId}-echo`, 'echo'),
       agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
     }).start();
     const host = async (nodeId: string) => {
@@ -320,12 +320,17 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       return { threads, answered, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
     };
     const finals: string[] = [];
-    const watcher = await transport('unreadable-watch');
+    const watcher = await transport(`${threadId}-watch`);
     watcher.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
       const e = decode(ThreadEventSchema, m.data, 'thread event');
       if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
     });
     await watcher.flush();
+    return { threadId, agentHost, host, finals };
+  };
+
+  it('the next owner keeps asking until the stream answers, finds the marker and does not publish again', async () => {
+    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-1');
     const [, down1, down2] = cluster.servers;
     try {
       const a = await host('node-unreadable-a');
@@ -359,27 +364,7 @@ describe('a redelivered latest message while the marker stream cannot be read', 
   }, 120_000);
 
   it('the committer deciding on its own redelivery, asked meanwhile by the next owner: after saying "not published" it does not publish', async () => {
-    const threadId = 'unreadable-marker-2';
-    const store = new MemoryThreadStore();
-    const agentHost = await new AgentHost({
-      transport: await transport('unreadable-echo-2', 'echo'),
-      agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
-    }).start();
-    const host = async (nodeId: string) => {
-      const t = await transport(nodeId);
-      const answered = await new JetStreamAnsweredLog({ nc: t.connection, tenant: 'demo', replicas: 3 }).start();
-      const registry = await new Registry(t, 'demo').start();
-      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered }).start();
-      await registry.waitFor(['echo']);
-      return { threads, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
-    };
-    const finals: string[] = [];
-    const watcher = await transport('unreadable-watch-2');
-    watcher.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
-      const e = decode(ThreadEventSchema, m.data, 'thread event');
-      if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
-    });
-    await watcher.flush();
+    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-2');
     const [, down1, down2] = cluster.servers;
     try {
       const a = await host('node-deciding-a');
