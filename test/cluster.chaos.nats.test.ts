@@ -239,7 +239,7 @@ class Conversations {
 
 beforeAll(async () => {
   cluster = await startNatsCluster(3, { partitions: PARTITIONS, pingIntervalS: 1, pingMax: 3 });
-}, 60_000);
+}, 150_000);
 afterEach((ctx) => {
   // A run that fails before its end (a timeout, a stall) keeps every node's log too, as the end does for a
   // run with a problem.

@@ -70,7 +70,7 @@ async function owners(client: TroupeClient): Promise<Map<string, number[]>> {
 
 beforeAll(async () => {
   cluster = await startNatsCluster(3, { partitions: PARTITIONS });
-}, 60_000);
+}, 150_000);
 afterAll(async () => {
   await group.stopAll();
   await Promise.all(transports.map((t) => t.close().catch(() => undefined)));

@@ -19,6 +19,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { credsAuthenticator } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
 import { REPO_ROOT, freePort, natsProcess, startSecureNatsServerStore, TEST_AGENTS, type UserConnectOptions } from './nats-server.js';
@@ -215,6 +216,40 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
       rmSync(dir, { recursive: true, force: true });
     },
   };
-  await handle.ready();
+  try {
+    await handle.ready();
+  } catch (err) {
+    await handle.stop();
+    throw err;
+  }
+  // A fresh 2.10 cluster can elect its meta leader before it knows every peer, and then refuses to place a
+  // stream on all of them ("no suitable peers for placement") for a while — seen once for over 60 s. Ready
+  // means a bucket of `size` replicas can be made.
+  if ((opts.startNow ?? size) === size) {
+    await placeable(as('node'), size, 90_000).catch(async (err: unknown) => {
+      await handle.stop();
+      throw err;
+    });
+  }
   return handle;
+}
+
+/** Waits until a bucket of `replicas` replicas can be created (and removes it). */
+async function placeable(user: ClusterUserOptions, replicas: number, timeoutMs: number): Promise<void> {
+  const t = await NatsTransport.connect({ ...user, name: 'cluster-placement-probe' });
+  const deadline = Date.now() + timeoutMs;
+  try {
+    for (;;) {
+      try {
+        const kv = await new Kvm(t.connection).create('cluster_ready_probe', { replicas });
+        await kv.destroy();
+        return;
+      } catch (err) {
+        if (Date.now() > deadline) throw new Error(`the cluster could not place a bucket of ${replicas} replicas within ${timeoutMs} ms: ${(err as Error).message}`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  } finally {
+    await t.close();
+  }
 }
