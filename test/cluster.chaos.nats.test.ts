@@ -240,14 +240,17 @@ class Conversations {
 beforeAll(async () => {
   cluster = await startNatsCluster(3, { partitions: PARTITIONS, pingIntervalS: 1, pingMax: 3 });
 }, 150_000);
-afterEach((ctx) => {
-  // A run that fails before its end (a timeout, a stall) keeps every node's log too, as the end does for a
-  // run with a problem.
-  if (ctx.task.result?.state !== 'fail') return;
+/** Writes every node's whole log to .tmp/cluster-chaos/. */
+function keepNodeLogs(why: string): void {
   const dir = join('.tmp', 'cluster-chaos');
   mkdirSync(dir, { recursive: true });
   for (const n of everyNode) writeFileSync(join(dir, `${n.name.replace(/\W+/g, '-')}.log`), n.stderr);
-  console.log(`[cluster-chaos] failed: the nodes' logs (log level ${LOG_LEVEL}) are in ${dir}`);
+  console.log(`[cluster-chaos] ${why}: the nodes' logs (log level ${LOG_LEVEL}) are in ${dir}`);
+}
+afterEach((ctx) => {
+  // A run that fails before its end (a timeout, a stall) keeps every node's log too, as the end does for a
+  // run with a problem.
+  if (ctx.task.result?.state === 'fail') keepNodeLogs('failed');
 });
 afterAll(async () => {
   await group.stopAll(2_000);
@@ -376,10 +379,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     if ((problems.length || process.env.CLUSTER_CHAOS_KEEP_LOGS) && LOG_LEVEL !== 'error') {
       // Every node's whole log, for what the lines above do not show (sequences, partitions, leases), or
       // always with CLUSTER_CHAOS_KEEP_LOGS=1 (e.g. to see where a slow takeover waited).
-      const dir = join('.tmp', 'cluster-chaos');
-      mkdirSync(dir, { recursive: true });
-      for (const n of everyNode) writeFileSync(join(dir, `${n.name.replace(/\W+/g, '-')}.log`), n.stderr);
-      console.log(`[cluster-chaos] the nodes' logs are in ${dir}`);
+      keepNodeLogs(problems.length ? 'not answered exactly once' : 'CLUSTER_CHAOS_KEEP_LOGS');
     }
     const sorted = [...takeovers].sort((a, b) => a - b);
     let duplicated = 0;

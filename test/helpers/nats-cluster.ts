@@ -24,6 +24,7 @@ import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
 import { REPO_ROOT, freePort, natsProcess, startSecureNatsServerStore, TEST_AGENTS, type UserConnectOptions } from './nats-server.js';
 import type { CredentialStore } from '../../src/security/creds.js';
+import { waitUntil } from './wait.js';
 
 /** Connection options of one user on the cluster: spread into `NatsTransport.connect`. */
 export type ClusterUserOptions = Omit<UserConnectOptions, 'servers'> & { servers: string[] };
@@ -218,18 +219,13 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
   };
   try {
     await handle.ready();
+    // A fresh 2.10 cluster can elect its meta leader before it knows every peer, and then refuses to place
+    // a stream on all of them ("no suitable peers for placement") for a while — seen once for over 60 s.
+    // Ready means a bucket of `size` replicas can be made.
+    if ((opts.startNow ?? size) === size) await placeable(as('node'), size, 90_000);
   } catch (err) {
     await handle.stop();
     throw err;
-  }
-  // A fresh 2.10 cluster can elect its meta leader before it knows every peer, and then refuses to place a
-  // stream on all of them ("no suitable peers for placement") for a while — seen once for over 60 s. Ready
-  // means a bucket of `size` replicas can be made.
-  if ((opts.startNow ?? size) === size) {
-    await placeable(as('node'), size, 90_000).catch(async (err: unknown) => {
-      await handle.stop();
-      throw err;
-    });
   }
   return handle;
 }
@@ -237,18 +233,9 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
 /** Waits until a bucket of `replicas` replicas can be created (and removes it). */
 async function placeable(user: ClusterUserOptions, replicas: number, timeoutMs: number): Promise<void> {
   const t = await NatsTransport.connect({ ...user, name: 'cluster-placement-probe' });
-  const deadline = Date.now() + timeoutMs;
   try {
-    for (;;) {
-      try {
-        const kv = await new Kvm(t.connection).create('cluster_ready_probe', { replicas });
-        await kv.destroy();
-        return;
-      } catch (err) {
-        if (Date.now() > deadline) throw new Error(`the cluster could not place a bucket of ${replicas} replicas within ${timeoutMs} ms: ${(err as Error).message}`);
-        await new Promise((r) => setTimeout(r, 500));
-      }
-    }
+    const create = () => new Kvm(t.connection).create('cluster_ready_probe', { replicas }).then((kv) => kv.destroy(), () => undefined);
+    await waitUntil(create, `a bucket of ${replicas} replicas to be placed`, timeoutMs, 500);
   } finally {
     await t.close();
   }
