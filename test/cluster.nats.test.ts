@@ -87,7 +87,9 @@ describe('troupe cluster up', () => {
       const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
       try {
         // JetStream elects its meta leader once the routes are up: retry until it answers.
-        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 45_000);
+        // A fresh 2.10 cluster on 2 busy cores can take over a minute to place a stream on every peer
+        // (test/helpers/nats-cluster.ts waits 90 s for the same).
+        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 90_000, 500);
         await kv.put('k', 'v');
         expect((await kv.get('k'))?.string()).toBe('v');
         const info = await (await jetstreamManager(t.connection)).streams.info('KV_cluster_up_check');
@@ -101,7 +103,7 @@ describe('troupe cluster up', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  }, 60_000);
+  }, 150_000);
 });
 
 describe('the same accounts on every server', () => {
