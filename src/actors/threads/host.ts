@@ -392,7 +392,11 @@ export class ThreadHost {
         // message again. The thread's last published-answer marker says whether the answer went out
         // (whoever published it, alive or not); without one, only the node that committed knows: ask it.
         // No answer (it died, maybe between its commit and its ack) means it may never have gone out: publish it.
-        if (!(await this.publishedBefore(live, message.messageId))) this.answerDuplicate(live, message.messageId);
+        const before = await this.publishedBefore(live, message.messageId);
+        // Asked meanwhile by the partition's next owner, this process said it had not published: that node
+        // publishes it (a campaign run on 2.10.27: the committer, deciding on its own redelivery while the
+        // marker stream elected a leader, told the next owner "not published", then published too).
+        if (!before && !this.disclaimedAnswers.has(key) && !this.publishedAnswers.has(key)) this.answerDuplicate(live, message.messageId);
       }
       return { duplicate: true };
     }
@@ -484,14 +488,7 @@ export class ThreadHost {
     const by = live.committedBy;
     const askable = by !== undefined && by !== this.opts.nodeId && isValidId('thread', by);
     const deadline = Date.now() + ANSWER_UNKNOWN_WAIT_MS;
-    const key = answerKey(live.threadId, messageId);
-    // Settled by this process meanwhile: published by another delivery, or promised to the partition's next
-    // owner (asked while this one waited, it said "not published", so that node publishes it — a campaign
-    // run on 2.10.27: the committer, deciding on its own redelivery while the marker stream elected a
-    // leader, said so and then published too).
-    const settledHere = () => this.publishedAnswers.has(key) || this.disclaimedAnswers.has(key);
     for (let round = 1; ; round++) {
-      if (settledHere()) return true;
       const marked = this.opts.answered ? await this.opts.answered.published(live.threadId, messageId) : false;
       if (marked) {
         this.log.info({ thread: live.threadId, message: messageId, round }, 'a redelivered message was answered already (its published-answer marker): not published again');
@@ -499,7 +496,6 @@ export class ThreadHost {
         return true;
       }
       const said = askable ? await this.publishedElsewhere(by, live.threadId, messageId) : undefined;
-      if (settledHere()) return true;
       if (said !== undefined || marked === false || Date.now() >= deadline) {
         const published = said === true;
         metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
