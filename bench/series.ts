@@ -5,6 +5,7 @@
  *   bench/results.json              every run in full, and `summary`: the median of each figure, with
  *                                   `spread` (min, max and every run's value) beside it
  *   bench/results/<date>.json       the same, a dated copy to commit with the README figures it backs
+ *                                   (<date>-2.json, -3… for a later series of the same day)
  *
  * then rewrites the README's benchmark table (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
  * from that file (bench/readme.ts; `--no-readme` leaves the README alone). Every BENCH_* setting of
@@ -15,7 +16,7 @@
  *   npm run bench:once                 # one run of bench/run.ts, its tables and bench/results.json
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeReadmeTable } from './readme.js';
 
@@ -77,16 +78,18 @@ async function main(): Promise<void> {
   const json = `${JSON.stringify(out, null, 2)}\n`;
   writeFileSync(join(BENCH_DIR, 'results.json'), json);
   mkdirSync(join(BENCH_DIR, 'results'), { recursive: true });
-  const dated = join(BENCH_DIR, 'results', `${date}.json`);
-  writeFileSync(dated, json);
+  // A second series on one day gets its own file: the docs cite the earlier one by name.
+  let name = `${date}.json`;
+  for (let n = 2; existsSync(join(BENCH_DIR, 'results', name)); n++) name = `${date}-${n}.json`;
+  writeFileSync(join(BENCH_DIR, 'results', name), json);
   process.stdout.write(`\nmedian of ${runs} runs (min – max):\n`);
   for (const k of keys) {
     const s = spread[k];
     process.stdout.write(`  ${k}: ${summary[k] === null ? 'not measured' : `${fmt(summary[k]!)} (${fmt(s!.min)} – ${fmt(s!.max)})`}\n`);
   }
-  process.stdout.write(`\nresults: bench/results.json and bench/results/${date}.json\n`);
+  process.stdout.write(`\nresults: bench/results.json and bench/results/${name}\n`);
   if (!process.argv.includes('--no-readme')) {
-    writeReadmeTable(join(REPO_ROOT, 'README.md'), `bench/results/${date}.json`, out);
+    writeReadmeTable(join(REPO_ROOT, 'README.md'), `bench/results/${name}`, out);
     process.stdout.write('README benchmark table rewritten from it\n');
   }
 }
