@@ -508,7 +508,16 @@ export class JetStreamIngress {
     };
     this.#runs.set(p, run);
     try {
-      const consumer = await this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p));
+      // A consumer just made on a cluster has no leader until its replicas elect one, and until then the
+      // meta leader answers its info "JetStream system temporarily unavailable" (on a loaded 2-core
+      // machine, for seconds). Giving the partition back on that answer made the next owner delete and
+      // make the consumer again, and so on: the chaos campaign saw partitions go unconsumed for minutes
+      // that way. Wait for the leader instead, for as long as this node holds the partition.
+      const consumer = await retryTransient(() => this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p)), {
+        attempts: FRESH_CONSUMER_ATTEMPTS,
+        keepTrying: () => !this.#stopping && run.active && this.#leases?.owned().includes(p) === true,
+        onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'the partition consumer has no leader yet; asking again'),
+      });
       const messages = await consumer.consume({
         max_messages: Math.min(this.#maxAckPending, 256),
         // Pulls expire (and heartbeats come) often: a pull the server dropped (its consumer leader changed,
