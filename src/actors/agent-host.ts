@@ -40,7 +40,7 @@ import { META } from '../protocol/metadata.js';
 import { InspectionPublisher, InspectionSwitch, type InspectObserver } from '../observability/inspection.js';
 import { readHello } from '../observability/inspection-control.js';
 import { metrics, outcomeLabel } from '../observability/metrics.js';
-import { SpanKind, contextFromHeaders, endSpan, startSpan, tracing, withSpan, type Span } from '../observability/tracing.js';
+import { SpanKind, contextFromHeaders, endSpan, startSpan, tracing, withSpan } from '../observability/tracing.js';
 
 export interface AgentHostOptions {
   transport: Transport;
@@ -59,6 +59,16 @@ export interface AgentHostOptions {
 }
 
 /** What this agent's delegates answered, when the thread brings it back. */
+/** What one request came to, for the bookkeeping done after its reply is sent. */
+interface Outcome {
+  /** performance.now() when the request arrived. */
+  started: number;
+  /** The error the request was answered with, if any. */
+  error?: TroupeError;
+  /** Set once the handler ran (a request refused at the edge never counted as started). */
+  ended?: { messageId: string; how: 'answered' | 'failed'; inspected: boolean };
+}
+
 function delegationContext(message: Message): { delegation?: DelegationResults } {
   const delegation = readDelegationResults(message);
   return delegation ? { delegation } : {};
@@ -245,7 +255,8 @@ export class AgentHost {
         return;
       }
     }
-    const work = this.observed(msg).then((data) => this.fitReply(data));
+    const outcome: Outcome = { started: performance.now() };
+    const work = this.observed(msg, outcome).then((data) => this.fitReply(data));
     if (key) {
       this.replies.set(key, work);
       if (this.replies.size > this.cacheSize) this.replies.delete(this.replies.keys().next().value as string);
@@ -257,7 +268,22 @@ export class AgentHost {
       // Never leave the caller waiting for its timeout: say why the answer could not be sent.
       this.log.error({ err: (err as Error).message }, 'could not send the reply');
       msg.respond(encodeJson(new TroupeError('AGENT_ERROR', `agent "${this.agentId}" could not send its reply: ${(err as Error).message}`).toReply()));
+    } finally {
+      this.settle(outcome);
     }
+  }
+
+  /**
+   * The bookkeeping of a request, done once its reply has left: the counters and the actor's move back to
+   * idle, the metrics. None of it is part of the answer, so none of it is on the caller's wait.
+   */
+  private settle(outcome: Outcome): void {
+    if (outcome.ended) {
+      this.ended(outcome.ended.messageId, outcome.ended.how);
+      if (outcome.ended.inspected) this.uninspectCall();
+    }
+    metrics.agentRequests.inc({ agent: this.agentId, outcome: outcome.error ? outcomeLabel(outcome.error.code) : 'ok' });
+    metrics.agentRequestSeconds.observe({ agent: this.agentId }, (performance.now() - outcome.started) / 1000);
   }
 
   /** A reply larger than a thread can store becomes a PAYLOAD_TOO_LARGE error the caller can read. */
@@ -272,26 +298,16 @@ export class AgentHost {
     return encodeJson(error.toReply());
   }
 
-  /** `handle`, measured (troupe_agent_requests_total, ..._duration_seconds) and traced when tracing is on. */
-  private async observed(msg: InboundMessage): Promise<Uint8Array> {
-    const started = performance.now();
-    const outcome: { error?: TroupeError } = {};
-    let span: Span | undefined;
-    let data: Uint8Array;
-    if (tracing.on) {
-      span = startSpan('troupe.agent.handle', {
-        parent: contextFromHeaders(msg.headers),
-        kind: SpanKind.SERVER,
-        attributes: { 'troupe.agent': this.agentId, 'troupe.instance': this.instanceId, 'troupe.thread': msg.headers[HEADERS.threadId] ?? '', 'troupe.hop': Number(msg.headers[HEADERS.hop] ?? 0) },
-      });
-      const active = span;
-      data = await withSpan(active, () => this.handle(msg, outcome));
-      endSpan(span, outcome.error);
-    } else {
-      data = await this.handle(msg, outcome);
-    }
-    metrics.agentRequests.inc({ agent: this.agentId, outcome: outcome.error ? outcomeLabel(outcome.error.code) : 'ok' });
-    metrics.agentRequestSeconds.observe({ agent: this.agentId }, (performance.now() - started) / 1000);
+  /** `handle`, traced when tracing is on; measured once the reply is sent (`settle`). */
+  private async observed(msg: InboundMessage, outcome: Outcome): Promise<Uint8Array> {
+    if (!tracing.on) return await this.handle(msg, outcome);
+    const span = startSpan('troupe.agent.handle', {
+      parent: contextFromHeaders(msg.headers),
+      kind: SpanKind.SERVER,
+      attributes: { 'troupe.agent': this.agentId, 'troupe.instance': this.instanceId, 'troupe.thread': msg.headers[HEADERS.threadId] ?? '', 'troupe.hop': Number(msg.headers[HEADERS.hop] ?? 0) },
+    });
+    const data = await withSpan(span, () => this.handle(msg, outcome));
+    endSpan(span, outcome.error);
     return data;
   }
 
@@ -305,7 +321,7 @@ export class AgentHost {
     return undefined;
   }
 
-  private async handle(msg: InboundMessage, outcome: { error?: TroupeError }): Promise<Uint8Array> {
+  private async handle(msg: InboundMessage, outcome: Outcome): Promise<Uint8Array> {
     const threadId = msg.headers[HEADERS.threadId] ?? '';
     // The call's logger is made when something logs (most calls log nothing at the default level).
     let child: Logger | undefined;
@@ -386,13 +402,11 @@ export class AgentHost {
     try {
       const result = await this.run(message, ctx);
       const replyMessage = this.toReply(result, ctx);
-      this.ended(message.messageId, 'answered');
+      outcome.ended = { messageId: message.messageId, how: 'answered', inspected };
       if (this.log.isLevelEnabled('debug')) log().debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
-      if (inspected) this.uninspectCall();
       return encodeJson(replyMessage);
     } catch (err) {
-      this.ended(message.messageId, 'failed');
-      if (inspected) this.uninspectCall();
+      outcome.ended = { messageId: message.messageId, how: 'failed', inspected };
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       log().error({ err, code: error.code }, 'handler failed');
       outcome.error = error;
