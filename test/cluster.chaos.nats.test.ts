@@ -16,12 +16,11 @@
  * times, and how the nodes settled a thread's latest message given to them again (their
  * troupe_redelivered_answers_total, scraped before each kill and at the end).
  * Asserted: 0 lost (every message answered on `out`, or its answer found in the stored history; 0 in every
- * run of every campaign since clients send copies), no turn ran twice (every answer to a message is the
- * same stored answer), answers in the order of their messages, every stored history in send order with each
- * answered message followed by its answer. Printed, not asserted yet: duplicated (answers published twice):
- * session 10's campaign on nats-server 2.10.27 found one more path in its last 13 runs (fixed in c07d602);
- * docs/cluster.md has the tally. A failure lists each message not answered exactly once with what the chaos
- * was doing and what the nodes logged about it. Nothing asserts a timing.
+ * run of every campaign since clients send copies), 0 duplicated (no answer published twice; 0 in every run
+ * of session 11's campaigns, docs/cluster.md has the tally), no turn ran twice (every answer to a message is
+ * the same stored answer), answers in the order of their messages, every stored history in send order with
+ * each answered message followed by its answer. A failure lists each message not answered exactly once with
+ * what the chaos was doing and what the nodes logged about it. Nothing asserts a timing.
  *
  *   npx vitest run test/cluster.chaos.nats.test.ts
  */
@@ -259,7 +258,7 @@ afterAll(async () => {
 });
 
 describe('chaos on a 3-server cluster, conversations running all along', () => {
-  it(`server kills (meta leader, thread bucket leader), a paused server and ${NODE_KILLS} node kills: 0 lost, no turn runs twice, answers and histories in order (duplicated printed)`, async () => {
+  it(`server kills (meta leader, thread bucket leader), a paused server and ${NODE_KILLS} node kills: 0 lost, 0 duplicated, no turn runs twice, answers and histories in order`, async () => {
     const startedAt = Date.now();
     nodes.push(...(await Promise.all([startNode('node 1'), startNode('node 2'), startNode('node 3')])));
     const agentArgs = ['agent', 'examples/agents/echo.ts', '--heartbeat', '500', '--log-level', 'error'];
@@ -415,9 +414,8 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     // Each message not answered exactly once is listed above, with what the chaos was doing when it was
     // sent and the lines the nodes logged about it.
     expect(lost, 'messages never answered nor stored, copies included (listed above)').toBe(0);
-    // Printed, not asserted yet: the campaign on 2.10.27 found one more path (two answers, fixed in
-    // c07d602) in its last 13 runs; assert it once a campaign on the final code is clean (docs/cluster.md).
-    if (duplicated > 0) console.log(`[cluster-chaos] KNOWN DEFECT: ${duplicated} answers published twice (listed above; see docs/cluster.md)`);
+    // 0 in every run of session 11's campaigns on c07d602 and later (docs/cluster.md has the tally).
+    expect(duplicated, 'answers published twice (listed above)').toBe(0);
     // What holds on the cluster (and is asserted): no turn ran twice (a message's answers are one stored
     // answer); answers arrive in the order of their messages; every stored history holds its thread's
     // messages in the order sent, each answered message followed by its answer.
