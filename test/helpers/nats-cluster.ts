@@ -62,7 +62,7 @@ export interface NatsClusterHandle {
   metaLeader(): Promise<string>;
   /** The server name leading a stream's replicas (e.g. `KV_troupe_threads`, `TROUPE_IN`). */
   streamLeader(stream: string): Promise<string>;
-  /** Resolves once JetStream answers (a meta leader is elected) and every server is up. */
+  /** Resolves once JetStream answers (a meta leader is elected) and every server is up; default wait 60 s (a fresh cluster on 2 busy cores once took over 30 s). */
   ready(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
@@ -189,7 +189,7 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
         await t.close();
       }
     },
-    ready: async (timeoutMs = 30_000) => {
+    ready: async (timeoutMs = 60_000) => {
       const deadline = Date.now() + timeoutMs;
       let last: unknown;
       while (Date.now() < deadline) {

@@ -10,6 +10,7 @@ import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
 import { CredentialStore, initCredentialStore, type ClusterServerFiles } from '../../security/creds.js';
 import { SERIALIZABLE_CAS_VERSION, versionAtLeast } from '../../transport/jetstream/server-version.js';
+import { NatsTransport } from '../../transport/nats.js';
 import { UsageError, globals, onShutdown } from '../cli.js';
 import { color, printJson, table } from '../output.js';
 
@@ -26,6 +27,8 @@ export interface ClusterUpOptions {
 
 const NATS_BIN = process.env.NATS_SERVER_BIN ?? 'nats-server';
 const READY_TIMEOUT_MS = 15_000;
+/** How long `cluster up` watches a fresh cluster's meta group form. */
+const META_GROUP_WAIT_MS = 90_000;
 
 async function freePort(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -97,6 +100,56 @@ async function checkServerVersion(servers: number): Promise<void> {
   );
 }
 
+/** The JetStream meta group as its leader reports it (JSZ through the system account), if one leads. */
+async function metaGroup(urls: string[], systemCreds: string, expected: number): Promise<{ leader: string; members: string[] } | undefined> {
+  const t = await NatsTransport.connect({ servers: urls, creds: systemCreds, name: 'troupe-cluster-up', maxReconnectAttempts: 0 });
+  try {
+    const replies = await t.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 2_000, maxReplies: expected });
+    for (const r of replies) {
+      const body = JSON.parse(new TextDecoder().decode(r.data)) as { server?: { name?: string }; data?: { meta_cluster?: { leader?: string; replicas?: { name: string }[] } } };
+      const meta = body.data?.meta_cluster;
+      if (meta?.leader && meta.leader === body.server?.name) return { leader: meta.leader, members: [meta.leader, ...(meta.replicas ?? []).map((m) => m.name)] };
+    }
+    return undefined;
+  } finally {
+    await t.close();
+  }
+}
+
+/**
+ * Waits until every server is in the JetStream meta group, restarting any the leader left out. A fresh
+ * nats-server 2.10 cluster on a busy machine sometimes elects its meta leader with a group one server short
+ * and never adds the last one; streams of all replicas are then refused ("no suitable peers for
+ * placement") until that server restarts (docs/cluster.md). Says what it did on stderr; never throws.
+ */
+async function settleMetaGroup(
+  files: ClusterServerFiles[],
+  systemCreds: string,
+  restart: (i: number) => Promise<void>,
+  stopped: () => boolean,
+): Promise<void> {
+  const urls = files.map((f) => f.url);
+  const started = Date.now();
+  let lastRestart = 0;
+  while (!stopped() && Date.now() - started < META_GROUP_WAIT_MS) {
+    const meta = await metaGroup(urls, systemCreds, files.length).catch(() => undefined);
+    if (meta && meta.members.length >= files.length) {
+      if (lastRestart) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
+      return;
+    }
+    if (meta && Date.now() - started > 8_000 && Date.now() - lastRestart > 15_000) {
+      const left = files.map((f, i) => ({ f, i })).filter(({ f }) => !meta.members.includes(f.name));
+      process.stderr.write(
+        `${color.yellow('!')} nats-server ${left.map(({ f }) => f.name).join(', ')} left out of the JetStream meta group (leader ${meta.leader} counts ${meta.members.join(', ')}); restarting it\n`,
+      );
+      lastRestart = Date.now();
+      for (const { i } of left) await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
+    }
+    await new Promise((r) => setTimeout(r, 1_000));
+  }
+  if (!stopped()) process.stderr.write(`${color.yellow('!')} JetStream has not formed a meta group of all ${files.length} servers after ${META_GROUP_WAIT_MS / 1000} s; streams of ${files.length} replicas will wait\n`);
+}
+
 export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   if (opts.servers < 1) throw new UsageError('--servers must be at least 1');
@@ -144,13 +197,29 @@ export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
     );
   }
   let stopping = false;
-  for (const [i, child] of children.entries()) {
+  const watchExit = (i: number) => {
+    const child = children[i]!;
     child.once('exit', (code, signal) => {
-      if (!stopping) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
+      if (!stopping && children[i] === child) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
     });
-  }
+  };
+  for (const i of children.keys()) watchExit(i);
+  const restart = async (i: number) => {
+    const old = children[i]!;
+    await new Promise<void>((resolve) => {
+      if (old.exitCode !== null || old.signalCode !== null) return resolve();
+      const timer = setTimeout(() => old.kill('SIGKILL'), 5_000);
+      old.once('exit', () => (clearTimeout(timer), resolve()));
+      old.kill('SIGTERM');
+    });
+    if (stopping) return;
+    children[i] = await launch(files[i]!);
+    watchExit(i);
+  };
+  const settled = files.length > 1 ? settleMetaGroup(files, store.systemCredsFile, restart, () => stopping) : Promise.resolve();
   onShutdown(async () => {
     stopping = true;
+    await settled;
     await Promise.all(
       children.map(
         (c) =>
