@@ -19,6 +19,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { credsAuthenticator } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
+import { metaGroup } from '../../src/transport/jetstream/meta-group.js';
 import { Kvm } from '@nats-io/kv';
 import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
@@ -237,28 +238,6 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
   return handle;
 }
 
-/** The JetStream meta group as its leader sees it: the leader and the servers it counts as members. */
-async function metaMembers(system: () => Promise<NatsTransport>, size: number): Promise<{ leader?: string; members: string[]; clusterSize?: number }> {
-  const t = await system();
-  try {
-    const replies = await t.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 2_000, maxReplies: size });
-    for (const r of replies) {
-      const body = JSON.parse(new TextDecoder().decode(r.data)) as {
-        server?: { name?: string };
-        data?: { meta_cluster?: { leader?: string; cluster_size?: number; replicas?: { name: string }[] } };
-      };
-      const meta = body.data?.meta_cluster;
-      // Only the leader lists the group's other members.
-      if (meta?.leader && meta.leader === body.server?.name) {
-        return { leader: meta.leader, members: [meta.leader, ...(meta.replicas ?? []).map((m) => m.name)], ...(meta.cluster_size !== undefined ? { clusterSize: meta.cluster_size } : {}) };
-      }
-    }
-    return { members: [] };
-  } finally {
-    await t.close();
-  }
-}
-
 /**
  * Waits until a bucket of `replicas` replicas can be created (and removes it).
  *
@@ -291,7 +270,9 @@ async function placeable(
       );
       if (made) return made;
       if (Date.now() - started > 8_000 && Date.now() - lastRestart > 15_000) {
-        const meta = await metaMembers(system, cluster.servers.length).catch(() => undefined);
+        const meta = await system()
+          .then((t) => metaGroup(t, cluster.servers.length).finally(() => t.close()))
+          .catch(() => undefined);
         if (meta?.leader) {
           const left = cluster.servers.filter((s) => s.running && !meta.members.includes(s.name));
           if (left.length) {

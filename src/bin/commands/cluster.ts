@@ -10,6 +10,7 @@ import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
 import { CredentialStore, initCredentialStore, type ClusterServerFiles } from '../../security/creds.js';
 import { SERIALIZABLE_CAS_VERSION, versionAtLeast } from '../../transport/jetstream/server-version.js';
+import { metaGroup } from '../../transport/jetstream/meta-group.js';
 import { NatsTransport } from '../../transport/nats.js';
 import { UsageError, globals, onShutdown } from '../cli.js';
 import { color, printJson, table } from '../output.js';
@@ -100,22 +101,6 @@ async function checkServerVersion(servers: number): Promise<void> {
   );
 }
 
-/** The JetStream meta group as its leader reports it (JSZ through the system account), if one leads. */
-async function metaGroup(urls: string[], systemCreds: string, expected: number): Promise<{ leader: string; members: string[] } | undefined> {
-  const t = await NatsTransport.connect({ servers: urls, creds: systemCreds, name: 'troupe-cluster-up', maxReconnectAttempts: 0 });
-  try {
-    const replies = await t.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 2_000, maxReplies: expected });
-    for (const r of replies) {
-      const body = JSON.parse(new TextDecoder().decode(r.data)) as { server?: { name?: string }; data?: { meta_cluster?: { leader?: string; replicas?: { name: string }[] } } };
-      const meta = body.data?.meta_cluster;
-      if (meta?.leader && meta.leader === body.server?.name) return { leader: meta.leader, members: [meta.leader, ...(meta.replicas ?? []).map((m) => m.name)] };
-    }
-    return undefined;
-  } finally {
-    await t.close();
-  }
-}
-
 /**
  * Waits until every server is in the JetStream meta group, restarting any the leader left out. A fresh
  * nats-server 2.10 cluster on a busy machine sometimes elects its meta leader with a group one server short
@@ -132,7 +117,9 @@ async function settleMetaGroup(
   const started = Date.now();
   let lastRestart = 0;
   while (!stopped() && Date.now() - started < META_GROUP_WAIT_MS) {
-    const meta = await metaGroup(urls, systemCreds, files.length).catch(() => undefined);
+    const meta = await NatsTransport.connect({ servers: urls, creds: systemCreds, name: 'troupe-cluster-up', maxReconnectAttempts: 0 })
+      .then((t) => metaGroup(t, files.length).finally(() => t.close()))
+      .catch(() => undefined);
     if (meta && meta.members.length >= files.length) {
       if (lastRestart) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
       return;
