@@ -183,8 +183,16 @@ describe('durability under real faults, hundreds of messages in flight', () => {
     const times: number[] = [];
     for (let k = 0; k < KILLS; k++) {
       // Two nodes up, the probe's partition owned; kill its owner, and start a replacement meanwhile.
-      await waitUntil(async () => ([...(await owners(client))].filter(([, parts]) => parts.length > 0).length === 2 ? true : undefined), 'two nodes holding partitions', 30_000);
-      const o = await owners(client);
+      // Two nodes holding partitions, one of them the probe's (while they rebalance, a partition given back
+      // is briefly nobody's).
+      const o = await waitUntil(
+        async () => {
+          const now = await owners(client);
+          return [...now].filter(([, parts]) => parts.length > 0).length === 2 && [...now].some(([, parts]) => parts.includes(p)) ? now : undefined;
+        },
+        `two nodes holding partitions, one of them partition ${p}`,
+        30_000,
+      );
       const ownerId = [...o].find(([, parts]) => parts.includes(p))![0];
       const victim = nodes.find((n) => n.stderr.includes(ownerId))!;
       expect(victim, `the process of ${ownerId}`).toBeDefined();
