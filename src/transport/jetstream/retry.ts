@@ -24,6 +24,15 @@ export function isPlacementError(err: unknown): boolean {
   return err instanceof JetStreamApiError && (err.code === 10005 || err.code === 10023 || /no suitable peers|insufficient resources/i.test(err.message));
 }
 
+/**
+ * "stream not found" from a step that makes its stream when missing (a bucket's create-or-bind): a cluster
+ * recovering its quorum answers it for a stream that exists or was just made (seen on a node started while
+ * two servers of three were coming back), so such a step asks again.
+ */
+export function isStreamNotFound(err: unknown): boolean {
+  return (err instanceof JetStreamApiError && err.code === 10059) || (err instanceof Error && /stream not found/i.test(err.message));
+}
+
 /** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
 export function isTransientJetStreamError(err: unknown): boolean {
   if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message) || isPlacementError(err);
@@ -73,19 +82,25 @@ export async function retryTransient<T>(step: () => Promise<T>, opts: TransientR
  * 60 s) while JetStream does not answer, each retry logged as a warning. Past the deadline the error says
  * what was being set up and what to check.
  */
-export async function retrySetup<T>(what: string, step: () => Promise<T>, opts: { deadlineMs?: number | undefined; log?: Pick<Logger, 'warn'> | undefined }): Promise<T> {
+export async function retrySetup<T>(
+  what: string,
+  step: () => Promise<T>,
+  opts: { deadlineMs?: number | undefined; log?: Pick<Logger, 'warn'> | undefined; transient?: (err: unknown) => boolean },
+): Promise<T> {
+  const transient = opts.transient ?? isTransientJetStreamError;
   let attempts = 1;
   const started = Date.now();
   try {
     return await retryTransient(step, {
       deadlineMs: opts.deadlineMs ?? DEFAULT_SETUP_DEADLINE_MS,
+      transient,
       onRetry: (attempt, err, waitedMs) => {
         attempts = attempt + 1;
         opts.log?.warn({ attempt, waitedMs, err: (err as Error).message }, `JetStream did not answer while ${what}; asking again (a cluster electing a leader takes a few seconds)`);
       },
     });
   } catch (err) {
-    if (!isTransientJetStreamError(err)) throw err;
+    if (!transient(err)) throw err;
     throw new TroupeError(
       'TRANSPORT_ERROR',
       `JetStream did not answer while ${what} (${attempts} attempts over ${Math.round((Date.now() - started) / 1000)} s; last: ${(err as Error).message}): ` +
