@@ -26,6 +26,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { META } from '../src/protocol/metadata.js';
 import { HEADERS, ThreadEventSchema, decode, encodeJson, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
@@ -295,6 +296,26 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       log(`${server.name} restarted`);
       talk.phase = `${phase} restarted`;
       await progress(`after ${server.name} came back`);
+      // One fault at a time: the next one only once the restarted server has caught up on every stream
+      // (else a second kill leaves two of three replicas of a stream impaired, and it has no quorum).
+      const probe = await NatsTransport.connect({ ...cluster.asNode, name: 'chaos-replicas-probe' });
+      try {
+        const jsm = await jetstreamManager(probe.connection);
+        for (const stream of ['KV_troupe_threads', 'TROUPE_IN']) {
+          await waitUntil(
+            async () => {
+              const info = await jsm.streams.info(stream).catch(() => undefined);
+              const replicas = info?.cluster?.replicas ?? [];
+              return info?.cluster?.leader && replicas.length === 2 && replicas.every((r) => r.current) ? true : undefined;
+            },
+            `every replica of ${stream} current after ${server.name} came back`,
+            60_000,
+            250,
+          );
+        }
+      } finally {
+        await probe.close();
+      }
     };
 
     // 1. The JetStream meta leader.
