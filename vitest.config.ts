@@ -12,7 +12,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // A suite's setup starts servers and CLI processes, each allowed READY_TIMEOUT_MS (test/helpers/processes.ts).
+    hookTimeout: 120_000,
     // Suites start their own nats-server; two cores, so keep parallelism modest.
     pool: 'forks',
     maxWorkers: 2,

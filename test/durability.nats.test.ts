@@ -92,7 +92,7 @@ describe('durable threads across node crashes and NATS restarts', () => {
     }, 'two nodes sharing the partitions', 15_000);
     const warm = await client.send('warm up', { timeoutMs: 15_000 });
     expect(warm.text).toBe('echo: warm up');
-  }, 60_000);
+  });
 
   afterAll(async () => {
     // A clean stop releases the partitions at once for the next suite's node.

@@ -157,7 +157,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
       `the node's registry to list ${JSON.stringify(want)}`,
       15_000,
     );
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await Promise.all([nodeT?.close(), clientT?.close()].map((p) => p?.catch(() => undefined)));

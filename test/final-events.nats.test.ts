@@ -62,7 +62,7 @@ describe('every accepted message gets exactly one final event', () => {
     nc = await connect({ ...nats.as('client'), name: 'final-events-client' });
     nodeNc = await connect({ ...nats.as('node'), name: 'final-events-stream-reader' });
     jsm = await jetstreamManager(nodeNc);
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await agent?.stop().catch(() => undefined);

@@ -56,7 +56,7 @@ describe('fuzz: every NATS ingress of a node', () => {
     const echoT = await NatsTransport.connect({ ...nats.as('echo'), name: 'fuzz-echo' });
     transports.push(echoT);
     echoHost = await new AgentHost({ transport: echoT, agent: echo, heartbeatMs: 1_000 }).start();
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await echoHost?.stop().catch(() => undefined);

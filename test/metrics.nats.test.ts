@@ -76,7 +76,7 @@ describe('Prometheus metrics of a node and its agents', () => {
       'the registry to list front, back, broken and returner',
       20_000,
     );
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await transport?.close().catch(() => undefined);

@@ -74,7 +74,7 @@ describe('a client sends again what got no answer', () => {
     jsm = await jetstreamManager(nodeNc);
     // The node is up and takes messages.
     expect((await client.send('warm up', { threadId: 't-resend-warm', timeoutMs: 60_000 })).text).toBe('echo: warm up');
-  }, 90_000);
+  });
 
   afterAll(async () => {
     await agent?.stop().catch(() => undefined);

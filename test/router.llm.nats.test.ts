@@ -106,7 +106,7 @@ describe('an LLM router configured in team.yaml', () => {
         '  retries: 0',
       ].join('\n'),
     );
-  }, 30_000);
+  });
 
   afterAll(async () => {
     await mesh?.stop();
@@ -188,7 +188,7 @@ describe('an LLM router with a fallback agent', () => {
       'fallback',
       ['  prompts:', '    fallback_reason_template: "{{agent}} answers: the router failed {{attempts}} times"', 'routing:', '  router_max_attempts: 2', '  fallback_agent: helpdesk', '  retries: 0'].join('\n'),
     );
-  }, 30_000);
+  });
 
   afterAll(async () => {
     await mesh?.stop();
@@ -210,7 +210,7 @@ describe('natural-language joining (aggregation: synthesis)', () => {
 
   beforeAll(async () => {
     mesh = await startMesh('synthesis', ['orchestration:', '  aggregation: synthesis', 'routing:', '  retries: 0'].join('\n'));
-  }, 30_000);
+  });
 
   afterAll(async () => {
     await mesh?.stop();
@@ -280,7 +280,7 @@ describe('troupe up --team team.yaml', () => {
       'the node to run the team.yaml agents',
       20_000,
     );
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await transport?.close().catch(() => undefined);

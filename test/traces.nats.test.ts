@@ -22,7 +22,7 @@ import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { send as a2aSend, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer, OpenAIScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupeJson, type ManagedProcess } from './helpers/processes.js';
+import { ProcessGroup, READY_TIMEOUT_MS, runTroupeJson, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -136,9 +136,9 @@ describe('traces of a conversation across the client, a node and an agent proces
         return ['front', 'back', 'broken', 'greeter', 'specialist', 'returner', 'concierge'].every((id) => agents.includes(id));
       },
       'the registry to list every agent',
-      20_000,
+      READY_TIMEOUT_MS,
     );
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await tracing?.shutdown();

@@ -88,7 +88,7 @@ describe('agents from agent.yaml over NATS', () => {
       `the registry to list ${want.join(', ')}`,
       20_000,
     );
-  }, 90_000);
+  });
 
   afterAll(async () => {
     await transport?.close().catch(() => undefined);

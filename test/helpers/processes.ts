@@ -17,6 +17,13 @@ export const TROUPE_ENTRY = 'src/bin/troupe.ts';
 
 export type Env = Record<string, string | undefined>;
 
+/**
+ * How long a child may take to say it is ready. A child compiles its sources with tsx (a cold cache on a fresh
+ * clone) while the other vitest worker runs a suite of its own, so on two busy cores a start has taken over 20 s
+ * (CI, stop 25: an agent started beside three others). The wait ends as soon as the line appears.
+ */
+export const READY_TIMEOUT_MS = 45_000;
+
 /** What the CLI prints on stderr once a long-running command is ready. */
 export const READY = {
   up: /troupe node \S+ up on /,
@@ -67,6 +74,8 @@ export class ManagedProcess {
   private out = '';
   private err = '';
   private exit?: ExitInfo;
+  private readonly startedAt = Date.now();
+  private lastOutputAt?: number;
   private readonly watchers = new Set<() => void>();
 
   constructor(
@@ -79,10 +88,12 @@ export class ManagedProcess {
     child.stderr?.setEncoding('utf8');
     child.stdout?.on('data', (d: string) => {
       this.out += d;
+      this.lastOutputAt = Date.now();
       this.notify();
     });
     child.stderr?.on('data', (d: string) => {
       this.err += d;
+      this.lastOutputAt = Date.now();
       this.notify();
     });
     this.exited = new Promise((resolve) => {
@@ -149,7 +160,9 @@ export class ManagedProcess {
 
   /** The tail of its output, for failure messages. */
   describe(): string {
-    return `--- ${this.name} (pid ${this.pid}) stderr ---\n${tail(this.err)}\n--- stdout ---\n${tail(this.out)}`;
+    const now = Date.now();
+    const quiet = this.lastOutputAt === undefined ? 'no output yet' : `last output ${now - this.lastOutputAt} ms ago`;
+    return `--- ${this.name} (pid ${this.pid}, started ${now - this.startedAt} ms ago, ${quiet}) stderr ---\n${tail(this.err)}\n--- stdout ---\n${tail(this.out)}`;
   }
 }
 
@@ -171,7 +184,7 @@ export async function spawnTroupe(args: string[], env: Env, opts: SpawnOptions =
   const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: opts.name ?? `troupe ${args.slice(0, 2).join(' ')}`, ...opts });
   group?.add(proc);
   const ready = opts.ready ?? (args[0] === 'up' ? READY.up : args[0] === 'agent' ? READY.agent : undefined);
-  if (ready) await proc.waitFor(ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? 20_000 });
+  if (ready) await proc.waitFor(ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS });
   return proc;
 }
 
@@ -229,7 +242,7 @@ export class ProcessGroup {
   /** Starts any program (e.g. the Python agent); resolves once `opts.ready` matches, if given. */
   async spawn(command: string, args: string[], env: Env, opts: SpawnOptions = {}): Promise<ManagedProcess> {
     const proc = this.add(spawnProcess(command, args, env, opts));
-    if (opts.ready) await proc.waitFor(opts.ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? 20_000 });
+    if (opts.ready) await proc.waitFor(opts.ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS });
     return proc;
   }
 
