@@ -14,7 +14,7 @@ import { decodeRecord, encodeRecord, listEntry, matchesFilter, storeClosed, tena
 import { silentLogger } from '../observability/logger.js';
 import { checkReplicas, ensureReplicas } from '../transport/jetstream/replicas.js';
 import { requireSerializableCas } from '../transport/jetstream/server-version.js';
-import { isStreamNotFound, isTransientJetStreamError, retrySetup } from '../transport/jetstream/retry.js';
+import { isCreateOrBindTransient, retrySetup } from '../transport/jetstream/retry.js';
 import type { Logger } from 'pino';
 import type { StoredThread, ThreadListEntry, ThreadListFilter, ThreadRecord, ThreadStore } from './types.js';
 
@@ -84,7 +84,7 @@ export class KvThreadStore implements ThreadStore {
           return { kv, status: await kv.status() };
         },
         // The step makes the bucket when it is missing: "stream not found" is the cluster recovering.
-        { deadlineMs: opts.setupDeadlineMs, log: opts.logger, transient: (err) => isTransientJetStreamError(err) || isStreamNotFound(err) },
+        { deadlineMs: opts.setupDeadlineMs, log: opts.logger, transient: isCreateOrBindTransient },
       );
       // A bucket made with more replicas by someone else, or before this check existed.
       requireSerializableCas(nc.info?.version, bucketName, status.replicas);

@@ -32,7 +32,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 import { RequestMux } from '../request-mux.js';
 
@@ -107,7 +107,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
           await this.#ensureStream(jsm);
           return jsm;
         },
-        { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs },
+        // The step makes the stream when it is missing: "stream not found" is the cluster recovering.
+        { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs, transient: isCreateOrBindTransient },
       );
     } catch (err) {
       // JetStream not answering, or too few servers for the replicas: as for the node's other streams.

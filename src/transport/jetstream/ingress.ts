@@ -57,7 +57,7 @@ import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
-import { retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -318,7 +318,8 @@ export class JetStreamIngress {
         await this.#ensureDeadLetterStream(jsm);
         return jsm;
       },
-      { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs },
+      // The step makes the streams when they are missing: "stream not found" is the cluster recovering.
+      { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs, transient: isCreateOrBindTransient },
     );
     this.#js = jetstream(this.#nc);
     this.#watchStatus();

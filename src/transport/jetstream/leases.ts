@@ -40,7 +40,7 @@ import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
-import { retrySetup } from './retry.js';
+import { isCreateOrBindTransient, retrySetup } from './retry.js';
 import { requireSerializableCas } from './server-version.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
@@ -215,7 +215,8 @@ export class PartitionLeases {
         this.#jsm = await js.jetstreamManager();
         return { kv, status: await kv.status() };
       },
-      { log: this.#log, deadlineMs: this.#opts.setupDeadlineMs },
+      // The step makes the bucket when it is missing: "stream not found" is the cluster recovering.
+      { log: this.#log, deadlineMs: this.#opts.setupDeadlineMs, transient: isCreateOrBindTransient },
     );
     // A bucket made with more replicas by someone else, or before this check existed.
     requireSerializableCas(this.#nc.info?.version, bucketName, status.replicas);

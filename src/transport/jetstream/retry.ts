@@ -33,6 +33,14 @@ export function isStreamNotFound(err: unknown): boolean {
   return (err instanceof JetStreamApiError && err.code === 10059) || (err instanceof Error && /stream not found/i.test(err.message));
 }
 
+/**
+ * What a create-or-bind step (it makes its stream or bucket when missing) asks again: the transient failures,
+ * and "stream not found", which from such a step is the cluster recovering.
+ */
+export function isCreateOrBindTransient(err: unknown): boolean {
+  return isTransientJetStreamError(err) || isStreamNotFound(err);
+}
+
 /** A JetStream call that failed because the cluster is electing or unreachable for now, not because it was refused. */
 export function isTransientJetStreamError(err: unknown): boolean {
   if (err instanceof JetStreamApiError) return err.status === 503 || /temporarily unavailable/i.test(err.message) || isPlacementError(err);
