@@ -7,13 +7,18 @@
  * on Troupe:
  *
  *   node --conditions=source --import tsx bench/profile-turn.ts
- *   node --conditions=source --cpu-prof --cpu-prof-dir=.tmp/prof-turn --import tsx bench/profile-turn.ts
+ *   PROFILE_CPU_DIR=.tmp/prof-turn node --conditions=source --import tsx bench/profile-turn.ts
  *   node bench/profile-summary.mjs .tmp/prof-turn/<the newest>.cpuprofile
+ *
+ * With PROFILE_CPU_DIR the V8 profiler runs during each measured window only (not the server's start, the
+ * credentials' signing or the warm-up) and writes `<what>-<time>.cpuprofile` there.
  *
  * PROFILE_ONLY=troupe (or raw) runs one of the two.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { join } from 'node:path';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { encodeJson } from '../src/protocol/index.js';
@@ -29,6 +34,24 @@ const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
 const WORKERS = 64;
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 const only = process.env.PROFILE_ONLY;
+const cpuDir = process.env.PROFILE_CPU_DIR;
+
+/** Starts the V8 profiler when PROFILE_CPU_DIR is set; the returned function stops it and writes the profile. */
+async function profileWindow(what: string): Promise<() => Promise<void>> {
+  if (!cpuDir) return async () => undefined;
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    mkdirSync(cpuDir, { recursive: true });
+    const file = join(cpuDir, `${what.replace(/\W+/g, '-')}-${Date.now()}.cpuprofile`);
+    writeFileSync(file, JSON.stringify(profile));
+    session.disconnect();
+    console.error(`profile of the ${what}: ${file}`);
+  };
+}
 
 /** CPU time (user + system, µs) the process listening on `port` has used so far. */
 function serverCpuUs(port: number): () => number {
@@ -60,6 +83,7 @@ async function run(what: string, op: (w: number) => Promise<void>): Promise<void
   // Warm-up: every worker's thread exists and the code is compiled.
   await Promise.all(Array.from({ length: WORKERS }, (_, w) => op(w)));
   let n = 0;
+  const stopProfile = await profileWindow(what);
   const until = performance.now() + SECONDS * 1000;
   const cpu0 = process.cpuUsage();
   const broker0 = brokerCpu();
@@ -74,6 +98,7 @@ async function run(what: string, op: (w: number) => Promise<void>): Promise<void
   );
   const cpu = process.cpuUsage(cpu0);
   const s = (performance.now() - t0) / 1000;
+  await stopProfile();
   console.log(
     JSON.stringify({
       what,

@@ -51,6 +51,85 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
+ * Arrays of a record whose JSON is already known (its elements joined by commas, no brackets): a live
+ * thread's history and route log, kept by an `ArrayJson` across its writes. Looked up by the array itself,
+ * so an entry goes with the array (a thread's context holds its arrays until its next turn).
+ */
+const preEncoded = new WeakMap<readonly unknown[], string>();
+
+/**
+ * The JSON of an append-mostly array of objects that are never changed once in it (a thread's history
+ * and route log: new arrays around the same objects, the oldest pruned from the front, an element
+ * replaced now and then), kept from one write to the next so that each element is encoded once: the
+ * elements the last array also held (one run, by identity) are reused from the last JSON, the others
+ * encoded. It holds one string (the last JSON) and the offsets of its elements.
+ */
+export class ArrayJson {
+  #items: readonly unknown[] = [];
+  #json = '';
+  /** End offset of each element in #json (elements are separated by one comma). */
+  #ends: number[] = [];
+
+  /** The JSON of `items` (without brackets), registered for `encodeRecord`; returns `items`. */
+  encode<T extends readonly unknown[]>(items: T): T {
+    const old = this.#items;
+    // Where the new array starts in the old one: pruning drops elements from the front.
+    let from = items.length > 0 ? old.indexOf(items[0]) : -1;
+    let same = 0;
+    if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
+    else from = 0;
+    const ends: number[] = [];
+    let json = '';
+    if (same > 0) {
+      const start = from === 0 ? 0 : this.#ends[from - 1]! + 1;
+      json = this.#json.slice(start, this.#ends[from + same - 1]);
+      for (let i = 0; i < same; i++) ends.push(this.#ends[from + i]! - start);
+    }
+    for (let i = same; i < items.length; i++) {
+      const part = JSON.stringify(items[i]) ?? 'null';
+      json = json.length === 0 && i === 0 ? part : `${json},${part}`;
+      ends.push(json.length);
+    }
+    this.#items = items;
+    // Kept as one flat string: concatenated, it would hold every part and a node per join until it is read.
+    this.#json = flatten(json);
+    this.#ends = ends;
+    preEncoded.set(items, this.#json);
+    return items;
+  }
+}
+
+/**
+ * One flat copy of a string made by concatenation. V8 flattens a joined string when a part of it is taken;
+ * the joined string (and its parts) can then go, the slice holds only the flat copy.
+ */
+function flatten(text: string): string {
+  return text.length < 2 ? text : ` ${text}`.slice(1);
+}
+
+/** The objects on the way to the arrays an `ArrayJson` encodes: the record, its task, the task's metadata. */
+const WALKED = new Set(['task', 'metadata']);
+
+/**
+ * `JSON.stringify(record)`, with the arrays an `ArrayJson` encoded put in as they are: the record, its
+ * task and the task's metadata are walked, every other value is stringified whole.
+ */
+function stringifyRecord(value: unknown, walk = true): string | undefined {
+  if (Array.isArray(value)) {
+    const known = preEncoded.get(value);
+    return known === undefined ? JSON.stringify(value) : `[${known}]`;
+  }
+  if (!walk || value === null || typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype) return JSON.stringify(value);
+  let out = '';
+  for (const key of Object.keys(value)) {
+    const json = stringifyRecord((value as Record<string, unknown>)[key], WALKED.has(key));
+    if (json === undefined) continue;
+    out += `${out.length === 0 ? '' : ','}${JSON.stringify(key)}:${json}`;
+  }
+  return `{${out}}`;
+}
+
+/**
  * Validates a record before it is written (a store never holds what it would refuse to read) and
  * serializes it. Returns the key it belongs under.
  */
@@ -71,7 +150,7 @@ export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOA
   }
   let json: string;
   try {
-    json = JSON.stringify(record);
+    json = stringifyRecord(record) ?? '';
   } catch (err) {
     // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
     throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });

@@ -103,6 +103,12 @@ const ANSWERED_ASK_ATTEMPTS = 3;
 const ANSWER_UNKNOWN_WAIT_MS = 30_000;
 /** How long a node asked that question waits for an answer of its own still waiting for its ack. */
 const ANSWERED_WAIT_MS = 1_500;
+/**
+ * A thread at rest this long gives back the JSON of its history and route log kept for its next write
+ * (`LiveThread.encoded`): a thread that talks without pause writes its record without encoding them again,
+ * one that waits for a person holds only its objects (at the history limit the JSON is about 15 KB).
+ */
+const KEEP_ENCODED_MS = 10_000;
 
 /** The message is the thread's current turn or waits in its queue. */
 function inTurnOf(ctx: { turn?: { userMessageId: string } | undefined; pending: readonly Message[] }, messageId: string): boolean {
@@ -287,10 +293,11 @@ export class ThreadHost {
         if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff)) t.actor.send({ type: 'troupe.agents', agents });
       }
     });
-    if (this.idleMs > 0) {
-      this.passivator = setInterval(() => void this.passivateIdle().catch((err: unknown) => this.log.error({ err }, 'passivation failed')), Math.min(this.idleMs, 30_000));
-      this.passivator.unref();
-    }
+    this.passivator = setInterval(
+      () => void this.housekeeping().catch((err: unknown) => this.log.error({ err }, 'passivation failed')),
+      this.idleMs > 0 ? Math.min(this.idleMs, KEEP_ENCODED_MS) : KEEP_ENCODED_MS,
+    );
+    this.passivator.unref();
     return this;
   }
 
@@ -1005,6 +1012,13 @@ export class ThreadHost {
   }
 
   // ---- passivation -----------------------------------------------------------------------------------
+
+  /** Every few seconds: idle threads give back their kept encodings, then (with `idleMs`) the longer idle are passivated. */
+  private async housekeeping(): Promise<void> {
+    const rested = this.now() - KEEP_ENCODED_MS;
+    for (const live of this.threads.values()) if (live.encoded && live.lastActive <= rested) live.encoded = undefined;
+    if (this.idleMs > 0) await this.passivateIdle();
+  }
 
   private async passivateIdle(): Promise<void> {
     const cutoff = this.now() - this.idleMs;

@@ -4,6 +4,7 @@ import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.j
 import type { TroupeError } from '../../protocol/errors.js';
 import type { Artifact, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { Span } from '../../observability/tracing.js';
+import type { ArrayJson } from '../../store/codec.js';
 
 /** A turn in progress as metrics and traces see it: when it (and its current step) started, its spans. */
 export interface TurnWatch {
@@ -76,6 +77,11 @@ export interface LiveThread {
   /** Messages whose delivery waits for their turn to be answered and committed (durable ingress). */
   waiters: Array<{ messageId: string; events: TaskStatusUpdateEvent[]; resolve: (events: TaskStatusUpdateEvent[]) => void; reject: (err: Error) => void }>;
 
+  /**
+   * The JSON of the history and route log the last record held, so that the next write encodes only
+   * what is new in them (made at the first write).
+   */
+  encoded?: { history: ArrayJson; routes: ArrayJson };
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
   /**

@@ -6,10 +6,18 @@
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
 import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
+import { ArrayJson } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';
+
+/**
+ * From this many history messages on, a thread keeps the JSON of its history and route log from one write
+ * to the next (`ArrayJson`) and encodes only what is new: below it, encoding them again costs less than
+ * keeping them.
+ */
+const ENCODE_ONCE_FROM = 16;
 
 export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number }): ThreadRecord {
   const snap = live.actor.getSnapshot();
@@ -17,7 +25,10 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
   const state = taskStateOf(snap.value);
   const statusMessage = live.lastStatus?.final ? live.lastStatus.message : undefined;
   const at = new Date(opts.now).toISOString();
-  const history = live.historyTrimmed > 0 ? ctx.history.slice(Math.min(live.historyTrimmed, ctx.history.length - 1)) : ctx.history;
+  // A long history is kept encoded for the next write (a short one costs little to encode again).
+  const encoded = ctx.history.length >= ENCODE_ONCE_FROM ? (live.encoded ??= { history: new ArrayJson(), routes: new ArrayJson() }) : undefined;
+  const kept = live.historyTrimmed > 0 ? ctx.history.slice(Math.min(live.historyTrimmed, ctx.history.length - 1)) : ctx.history;
+  const history = encoded ? encoded.history.encode(kept) : kept;
   const task: Task = {
     kind: 'task',
     id: live.threadId,
@@ -27,7 +38,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     artifacts: live.artifacts,
     metadata: {
       [META.owner]: ctx.owner,
-      [META.routes]: ctx.routeLog,
+      [META.routes]: encoded ? encoded.routes.encode(ctx.routeLog) : ctx.routeLog,
       ...(ctx.lastError ? { [META.error]: ctx.lastError } : {}),
       ...(ctx.handoff ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
       [META.turns]: ctx.turns,
