@@ -88,12 +88,12 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     const rawRequester = await connect('bench-cluster-raw-requester');
     const echo = defineAgent({ card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
     host = await new AgentHost({ transport: agentT, agent: echo, tenant: TENANT }).start();
-    store = await KvThreadStore.open(nodeT.connection, { replicas: REPLICAS });
+    store = await KvThreadStore.open(nodeT.jetstreamConnection, { replicas: REPLICAS });
     node = await new TroupeNode({
       transport: nodeT,
       tenant: TENANT,
       store,
-      durable: { nc: nodeT.connection, partitions: PARTITIONS, replicas: REPLICAS },
+      durable: { nc: nodeT.jetstreamConnection, partitions: PARTITIONS, replicas: REPLICAS },
       config: { entryAgent: AGENT_ID },
     }).start();
     await node.registry.waitFor([AGENT_ID]);

@@ -74,8 +74,8 @@ const clientT = await NatsTransport.connect({ ...server.as('client'), name: 'tur
 const rawT = await NatsTransport.connect({ ...server.asNode, name: 'turn-raw' });
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
 const host = await new AgentHost({ transport: agentT, agent: echo }).start();
-const store = await KvThreadStore.open(nodeT.connection);
-const node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.connection, partitions: 8 }, config: { entryAgent: 'echo' } }).start();
+const store = await KvThreadStore.open(nodeT.jetstreamConnection);
+const node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.jetstreamConnection, partitions: 8 }, config: { entryAgent: 'echo' } }).start();
 await node.registry.waitFor(['echo']);
 const client = new TroupeClient(clientT, { tenant: 'demo', principal: 'client' });
 

@@ -443,12 +443,12 @@ async function main(): Promise<void> {
     });
     host = await new AgentHost({ transport: agentT, agent: echo, tenant: TENANT }).start();
     // As in production: durable ingress from TROUPE_IN on the node's connection, threads in JetStream KV.
-    store = await KvThreadStore.open(nodeT.connection);
+    store = await KvThreadStore.open(nodeT.jetstreamConnection);
     node = await new TroupeNode({
       transport: nodeT,
       tenant: TENANT,
       store,
-      durable: { nc: nodeT.connection, partitions: PARTITIONS },
+      durable: { nc: nodeT.jetstreamConnection, partitions: PARTITIONS },
       config: { entryAgent: AGENT_ID },
     }).start();
     await node.registry.waitFor([AGENT_ID]);

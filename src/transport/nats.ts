@@ -12,6 +12,8 @@ import {
   type MsgHdrs,
   type NatsConnection,
   type NodeConnectionOptions,
+  type Payload,
+  type RequestOptions as ClientRequestOptions,
   type Subscription as NatsSubscriptionHandle,
 } from '@nats-io/transport-node';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
@@ -184,6 +186,7 @@ export class NatsTransport implements Transport {
    * per answered request (src/transport/request-mux.ts).
    */
   private readonly mux: RequestMux;
+  #jetstreamConnection?: NatsConnection;
 
   private constructor(
     /** The raw client connection, for JetStream / KV and anything the Transport seam does not cover. */
@@ -195,6 +198,29 @@ export class NatsTransport implements Transport {
     this.name = name;
     this.mux = new RequestMux(connection, inboxPrefix);
     void this.watchServerErrors();
+  }
+
+  /**
+   * The connection for a JetStream or KV client (`new Kvm(t.jetstreamConnection)`): the same connection,
+   * whose `request` — a KV write's compare-and-set, a stream publish, a JetStream API call — goes through this
+   * transport's reply multiplexer, with the client's error types, instead of making an Error per answer.
+   */
+  get jetstreamConnection(): NatsConnection {
+    const nc = this.connection;
+    const request = (subject: string, data?: Payload, opts?: ClientRequestOptions): Promise<Msg> =>
+      opts?.noMux || opts?.reply
+        ? nc.request(subject, data, opts)
+        : this.mux.request(subject, typeof data === 'string' ? new TextEncoder().encode(data) : (data ?? new Uint8Array(0)), {
+            timeout: opts?.timeout ?? 1_000,
+            ...(opts?.headers ? { headers: opts.headers } : {}),
+          });
+    return (this.#jetstreamConnection ??= new Proxy(nc, {
+      get(target, prop) {
+        if (prop === 'request') return request;
+        const value: unknown = Reflect.get(target, prop, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    }));
   }
 
   static async connect(opts: NatsConnectOptions): Promise<NatsTransport> {

@@ -52,7 +52,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   let store: KvThreadStore | undefined;
   let node: TroupeNode;
   try {
-    store = await KvThreadStore.open(transport.connection, { ttlMs: opts.threadTtl, ...replicas, logger, setupDeadlineMs: opts.setupTimeout });
+    store = await KvThreadStore.open(transport.jetstreamConnection, { ttlMs: opts.threadTtl, ...replicas, logger, setupDeadlineMs: opts.setupTimeout });
     if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
     node = await new TroupeNode({
       transport,
@@ -62,7 +62,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
       ...nodeOptionsOf(team),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
-      ...(opts.durable ? { durable: { nc: transport.connection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl, setupDeadlineMs: opts.setupTimeout, ...replicas } } : {}),
+      ...(opts.durable ? { durable: { nc: transport.jetstreamConnection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl, setupDeadlineMs: opts.setupTimeout, ...replicas } } : {}),
     }).start();
   } catch (err) {
     // Nothing started: let go of the connection so the process exits with the error (code 1).

@@ -778,16 +778,20 @@ export class JetStreamIngress {
       this.#log.info({ partition: run.partition, seq }, 'lease lost while the message was handled: not acknowledged, the next owner answers it');
       return false;
     }
+    // (JsMsg does not type the reply subject its implementation carries: the ack subject.)
+    const ackSubject = (m as unknown as { reply?: unknown }).reply;
     try {
-      await m.ackAck({ timeout: ACK_CONFIRM_MS });
+      // The ack and the server's confirmation of it as one request, as `JsMsg.ackAck` does, but through the
+      // connection's `request`: on a transport's `jetstreamConnection` its multiplexer, which makes no Error
+      // per answer (src/transport/request-mux.ts).
+      if (typeof ackSubject === 'string') await this.#nc.request(ackSubject, JS_ACK, { timeout: ACK_CONFIRM_MS });
+      else await m.ackAck({ timeout: ACK_CONFIRM_MS });
       return true;
     } catch (err) {
       lastErr = err;
     }
     // The same ack again, on the subject of this delivery, only while this run's consumer is the
     // partition's (a successor's consumer of the same name must not take an ack meant for this one).
-    // (JsMsg does not type the reply subject its implementation carries: the ack subject.)
-    const ackSubject = (m as unknown as { reply?: unknown }).reply;
     for (let attempt = 2; typeof ackSubject === 'string' && attempt <= ACK_ATTEMPTS && run.active && !this.#nc.isClosed(); attempt++) {
       await new Promise((r) => setTimeout(r, 500 * (attempt - 1)));
       if (!run.active) break;
