@@ -19,6 +19,7 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { userMessage } from '../src/sdk/client.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { ANSWERED_STREAM, JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
+import { PartitionLeases } from '../src/transport/jetstream/leases.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -36,14 +37,14 @@ async function transport(name: string, user = 'node'): Promise<NatsTransport> {
 }
 
 /** A node's thread side: a thread host on the shared store, with the marker log unless `marker: false`. */
-async function node(nodeId: string, opts: { marker?: boolean } = {}) {
+async function node(nodeId: string, opts: { marker?: boolean; nodeAlive?: (id: string) => Promise<boolean | undefined> } = {}) {
   // As a durable node runs it (INGRESS_DUPLICATE_WINDOW_MS).
   const duplicateWindowMs = 120_000;
   const t = await transport(nodeId);
   const store = await KvThreadStore.open(t.connection, { bucket: 'answered_threads' });
   const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
   const registry = await new Registry(t, TENANT).start();
-  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, duplicateWindowMs, ...(answered ? { answered } : {}) }).start();
+  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, duplicateWindowMs, ...(answered ? { answered } : {}), ...(opts.nodeAlive ? { nodeAlive: opts.nodeAlive } : {}) }).start();
   await registry.waitFor(['echo']);
   const stop = async () => {
     await host.stop();
@@ -51,7 +52,15 @@ async function node(nodeId: string, opts: { marker?: boolean } = {}) {
     await t.close();
   };
   closers.push(stop);
-  return { host, stop };
+  return { host, stop, answered };
+}
+
+/** A node's heartbeat (and leases) in a lease bucket of this suite, as a durable node keeps them. */
+async function heartbeat(nodeId: string) {
+  const t = await transport(`leases-${nodeId}`);
+  const leases = await new PartitionLeases({ nc: t.connection, tenant: TENANT, nodeId, partitions: 2, leaseTtlMs: 1_500, bucket: 'answered_leases' }).start();
+  closers.push(() => leases.stop());
+  return leases;
 }
 
 /** Final answers seen on the thread's `out`, by the message they answer. */
@@ -138,6 +147,40 @@ describe('a redelivered latest message after its node is gone', () => {
     const b = await node('node-d');
     const before = await decisions();
     await b.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2));
+    expect(grew(before, await decisions())).toEqual({ published: 1 });
+    await waitUntil(() => finals.length === 2 || undefined, 'the stored answer, from the next owner');
+    await sleep(500);
+    expect(finals).toEqual(['m1', 'm2']);
+  }, 60_000);
+
+  it('no marker, and the node that committed does not answer but is alive (its heartbeat): the next owner waits until it is gone, then publishes once', async () => {
+    // The committer may have published with its marker not stored yet (the marker stream without quorum)
+    // while it reconnects after the same server fault: "no marker" alone does not say nobody published.
+    const threadId = 'alive-1';
+    const finals = await watchFinals(threadId);
+    const alive = await heartbeat('node-g');
+    const a = await node('node-g');
+    await a.host.deliver(threadId, userMessage('first', { messageId: 'm1' }), 'local', answered(1)).then((r) => r.publish?.({ acked: true }));
+    await waitUntil(() => finals.length === 1 || undefined, 'the first answer');
+    await waitUntil(async () => (await a.answered?.published(threadId, 'm1')) || undefined, 'its marker, stored');
+    // m2's turn is committed by node g, and its thread side stops answering before the answer goes out.
+    await a.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2));
+    await a.stop();
+    const own = await heartbeat('node-h');
+    expect(await own.nodeAlive('node-g')).toBe(true);
+    const b = await node('node-h', { nodeAlive: (id) => own.nodeAlive(id) });
+    const before = await decisions();
+    let settled = false;
+    const again = b.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2)).finally(() => (settled = true));
+    // Two rounds of asking node g (no answer) with the stream's last marker for m1: without the heartbeat,
+    // node h published in the first.
+    await sleep(4_000);
+    expect(finals).toEqual(['m1']);
+    expect(settled).toBe(false);
+    // Node g is gone (a clean stop deletes its heartbeat): now nobody else can publish it.
+    await alive.stop();
+    expect(await own.nodeAlive('node-g')).toBe(false);
+    expect(await again).toEqual({ duplicate: true });
     expect(grew(before, await decisions())).toEqual({ published: 1 });
     await waitUntil(() => finals.length === 2 || undefined, 'the stored answer, from the next owner');
     await sleep(500);

@@ -142,6 +142,8 @@ export class TroupeNode {
       ...(opts.synthesizer ? { synthesizer: opts.synthesizer } : {}),
       inspection: this.inspection,
       ...(this.answered ? { answered: this.answered, duplicateWindowMs: INGRESS_DUPLICATE_WINDOW_MS } : {}),
+      // Other nodes' heartbeats, once the ingress holds the lease bucket.
+      ...(opts.durable ? { nodeAlive: (id: string) => this.ingress?.leases?.nodeAlive(id) ?? Promise.resolve(undefined) } : {}),
       logger: opts.logger ?? silentLogger(),
     });
   }

@@ -73,6 +73,12 @@ export interface ThreadHostOptions {
    */
   answered?: AnsweredLog;
   /**
+   * Whether another node is alive (durable nodes: its heartbeat in the lease bucket); undefined when that
+   * cannot be told. With it, a redelivered latest message whose committer does not answer and whose marker
+   * is not stored is published only once the committer is gone (see `publishedBefore`).
+   */
+  nodeAlive?: (nodeId: string) => Promise<boolean | undefined>;
+  /**
    * The inbound stream's duplicate window (durable ingress): a second stored copy of a message under the
    * same Nats-Msg-Id within it is the stream's duplicate detection missing it (see `deliver`).
    */
@@ -490,6 +496,8 @@ export class ThreadHost {
    * reconnecting after the same fault: a chaos run published two answers a second time that way, their
    * markers stored), both are asked again, for up to ANSWER_UNKNOWN_WAIT_MS; only a stream that says there
    * is no marker, a committer that says it did not publish, or that wait running out lets the answer go out.
+   * "No marker" alone is enough only when the committer is gone (`nodeAlive`, when the node has it): the
+   * marker is stored after the answer, so a committer that is alive but does not answer may have published.
    */
   private async publishedBefore(live: LiveThread, messageId: string): Promise<boolean> {
     const by = live.committedBy;
@@ -503,7 +511,11 @@ export class ThreadHost {
         return true;
       }
       const said = askable ? await this.publishedElsewhere(by, live.threadId, messageId) : undefined;
-      if (said !== undefined || marked === false || Date.now() >= deadline) {
+      // No marker settles it only when nobody else can have published: the committer answered, or is gone. A
+      // committer alive but not answering (reconnecting after the server fault that moved the partition) may
+      // have published with its marker not stored yet (the stream without quorum): both would publish.
+      const committerGone = !(said === undefined && marked === false && askable && this.opts.nodeAlive) || (await this.opts.nodeAlive(by)) === false;
+      if (said !== undefined || (marked === false && committerGone) || Date.now() >= deadline) {
         const published = said === true;
         metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
         this.log.info(

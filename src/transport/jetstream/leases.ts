@@ -640,6 +640,22 @@ export class PartitionLeases {
     return `${this.tenant}.p${p}`;
   }
 
+  /**
+   * Whether node `nodeId` is alive by its heartbeat in the bucket: true while its key is there and younger
+   * than one TTL (refreshed every ttl/3; a clean stop deletes it), false when it is not, undefined when the
+   * bucket does not answer.
+   */
+  async nodeAlive(nodeId: string): Promise<boolean | undefined> {
+    const kv = this.#kv;
+    if (!kv) return undefined;
+    try {
+      const entry = await kv.get(`${this.tenant}.node.${nodeId}`);
+      return entry !== null && entry.operation === 'PUT' && entry.created.getTime() + this.#ttlMs > Date.now();
+    } catch {
+      return undefined;
+    }
+  }
+
   #nodeKey(): string {
     return `${this.tenant}.node.${this.nodeId}`;
   }
