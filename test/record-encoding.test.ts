@@ -7,18 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { ArrayJson, decodeRecord, encodeRecord } from '../src/store/codec.js';
 import type { Message } from '../src/protocol/index.js';
 import type { ThreadRecord } from '../src/store/types.js';
-
-/** A small deterministic PRNG, so a failure names a seed that reproduces it. */
-function random(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { pick as pickOf, rng } from './helpers/fuzz.js';
 
 let n = 0;
 function message(text: string): Message {
@@ -42,8 +31,8 @@ describe('the record encoded with its arrays kept from the last write', () => {
   it('gives the bytes encoding the whole record gives, over 2,000 random steps of 20 threads', () => {
     const texts = ['hello', 'a "quoted" word', 'ünïcödé ✓', 'line\nbreak', '', '\u0000 and \u2028', '{"not":"json"}]', ','];
     for (let seed = 1; seed <= 20; seed++) {
-      const rnd = random(seed);
-      const pick = <T,>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
+      const rnd = rng(seed);
+      const pick = <T,>(xs: readonly T[]): T => pickOf(rnd, xs);
       let history: Message[] = [];
       let routes: Array<{ from: string; to: string; hop: number; at: number }> = [];
       let encoders = { history: new ArrayJson(), routes: new ArrayJson() };
