@@ -524,7 +524,12 @@ export class ThreadHost {
         );
         return published;
       }
-      this.log.debug({ thread: live.threadId, message: messageId, committedBy: by, round }, 'cannot tell yet whether a redelivered message was answered (the marker stream and the committer do not answer): asking again');
+      this.log.debug(
+        { thread: live.threadId, message: messageId, committedBy: by, round, marker: marked === false ? 'none' : 'unknown' },
+        marked === false
+          ? 'cannot tell yet whether a redelivered message was answered (no marker, and the committer is alive but does not answer): asking again'
+          : 'cannot tell yet whether a redelivered message was answered (the marker stream and the committer do not answer): asking again',
+      );
       await new Promise((r) => setTimeout(r, 1_000));
     }
   }
