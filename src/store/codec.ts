@@ -87,7 +87,7 @@ export class ArrayJson {
     }
     for (let i = same; i < items.length; i++) {
       const part = JSON.stringify(items[i]) ?? 'null';
-      json = json.length === 0 && i === 0 ? part : `${json},${part}`;
+      json = i === 0 ? part : `${json},${part}`;
       ends.push(json.length);
     }
     this.#items = items;

@@ -30,6 +30,8 @@ import {
   type Transport,
 } from './types.js';
 
+const textEncoder = new TextEncoder();
+
 export interface NatsConnectOptions {
   servers: string | string[];
   user?: string;
@@ -206,21 +208,28 @@ export class NatsTransport implements Transport {
    * transport's reply multiplexer, with the client's error types, instead of making an Error per answer.
    */
   get jetstreamConnection(): NatsConnection {
+    if (this.#jetstreamConnection) return this.#jetstreamConnection;
     const nc = this.connection;
     const request = (subject: string, data?: Payload, opts?: ClientRequestOptions): Promise<Msg> =>
       opts?.noMux || opts?.reply
         ? nc.request(subject, data, opts)
-        : this.mux.request(subject, typeof data === 'string' ? new TextEncoder().encode(data) : (data ?? new Uint8Array(0)), {
+        : this.mux.request(subject, typeof data === 'string' ? textEncoder.encode(data) : (data ?? new Uint8Array(0)), {
             timeout: opts?.timeout ?? 1_000,
             ...(opts?.headers ? { headers: opts.headers } : {}),
           });
-    return (this.#jetstreamConnection ??= new Proxy(nc, {
+    // The connection's other methods, bound to it once (a JetStream client calls them per publish).
+    const bound = new Map<PropertyKey, unknown>([['request', request]]);
+    this.#jetstreamConnection = new Proxy(nc, {
       get(target, prop) {
-        if (prop === 'request') return request;
+        if (bound.has(prop)) return bound.get(prop);
         const value: unknown = Reflect.get(target, prop, target);
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+        if (typeof value !== 'function') return value;
+        const method = (value as (...args: unknown[]) => unknown).bind(target);
+        bound.set(prop, method);
+        return method;
       },
-    }));
+    });
+    return this.#jetstreamConnection;
   }
 
   static async connect(opts: NatsConnectOptions): Promise<NatsTransport> {

@@ -300,7 +300,7 @@ export class ThreadHost {
       }
     });
     this.passivator = setInterval(
-      () => void this.housekeeping().catch((err: unknown) => this.log.error({ err }, 'passivation failed')),
+      () => void this.housekeeping().catch((err: unknown) => this.log.error({ err }, 'housekeeping of idle threads failed')),
       this.idleMs > 0 ? Math.min(this.idleMs, KEEP_ENCODED_MS) : KEEP_ENCODED_MS,
     );
     this.passivator.unref();
@@ -514,7 +514,8 @@ export class ThreadHost {
       // No marker settles it only when nobody else can have published: the committer answered, or is gone. A
       // committer alive but not answering (reconnecting after the server fault that moved the partition) may
       // have published with its marker not stored yet (the stream without quorum): both would publish.
-      const committerGone = !(said === undefined && marked === false && askable && this.opts.nodeAlive) || (await this.opts.nodeAlive(by)) === false;
+      let committerGone = true;
+      if (said === undefined && marked === false && askable && this.opts.nodeAlive) committerGone = (await this.opts.nodeAlive(by)) === false;
       if (said !== undefined || (marked === false && committerGone) || Date.now() >= deadline) {
         const published = said === true;
         metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });

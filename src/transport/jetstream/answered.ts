@@ -34,7 +34,6 @@ import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
 import { isCreateOrBindTransient, isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
-import { RequestMux } from '../request-mux.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
 /** How long a marker is kept: far longer than a takeover or a redelivery takes. */
@@ -86,7 +85,6 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   /** The latest marker of each thread that the stream has not acknowledged yet. */
   readonly #pending = new Map<string, string>();
   /** The markers' acknowledgements come on one reply subscription (the client's own request makes an Error per answer). */
-  #mux?: RequestMux;
 
   constructor(opts: JetStreamAnsweredLogOptions) {
     this.#opts = opts;
@@ -178,8 +176,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       await retryTransient(
         async () => {
           attempts++;
-          this.#mux ??= new RequestMux(nc);
-          const ack = await this.#mux.request(subject, data, { timeout: MARK_TIMEOUT_MS });
+          // On a transport's `jetstreamConnection` (as `troupe up` gives it) through its reply multiplexer.
+          const ack = await nc.request(subject, data, { timeout: MARK_TIMEOUT_MS });
           const refused = (JSON.parse(decodeText(ack.data)) as { error?: { code?: number; description?: string } }).error;
           // A PubAck error: 503 while the stream elects its leader is worth another try, as a timeout is.
           if (refused) throw new Error(`${refused.code === 503 ? 'temporarily unavailable: ' : ''}${refused.description ?? 'refused'}`);
