@@ -97,6 +97,19 @@ export interface RawTurn {
 }
 
 /**
+ * What a durable Troupe turn keeps beyond the raw turn's NATS work (bench/turn-floor.ts). Given to
+ * `startRawTurn`, the same NATS work carries them: the row is then the floor of the durable turn.
+ */
+export interface TurnGuarantees {
+  /** The message the client of worker `w` publishes. */
+  message(w: number): Uint8Array;
+  /** The node side's turn for worker `w` on the stored message: the value to write and the answer to publish. */
+  turn(w: number, data: Uint8Array): Promise<{ value: Uint8Array; answer: Uint8Array }>;
+  /** The client side: reads the answer (throws on a wrong one). */
+  check(data: Uint8Array): void;
+}
+
+/**
  * The raw turn: the work a durable Troupe turn does, with the NATS primitives alone and nothing of Troupe.
  * The "client" publishes the user message to a work-queue stream configured like TROUPE_IN (with a message
  * id) and waits for the answer on a core subject; the "node" side receives it from a durable pull consumer
@@ -104,17 +117,32 @@ export interface RawTurn {
  * worker's key with one KV compare-and-set (one write per turn, as the thread host commits at rest; the
  * bucket is configured like the thread store), double-acks the stream message once the write is done,
  * then publishes the answer, which the client receives. `valueBytes`: the KV value; `messageBytes`: the
- * published message and the answer.
+ * published message and the answer. With `guarantees`, their message, turn and check replace the fixed
+ * bytes and the echo request; `name` keeps its stream, bucket and subjects apart from another's.
  */
 export async function startRawTurn(
   nc: NatsConnection,
-  opts: { echoSubject: string; request: Uint8Array; valueBytes: number; messageBytes: number; workers: number; timeoutMs: number; replicas?: number },
+  opts: {
+    echoSubject: string;
+    request: Uint8Array;
+    valueBytes: number;
+    messageBytes: number;
+    workers: number;
+    timeoutMs: number;
+    replicas?: number;
+    name?: string;
+    guarantees?: TurnGuarantees;
+  },
 ): Promise<RawTurn> {
+  const name = opts.name ?? 'raw';
+  const stream = `${SCRATCH_STREAM}_${name.toUpperCase()}`;
+  const inSubject = `bench.scratch.${name}`;
+  const outSubject = `bench.rawout.${name}`;
   const jsm = await jetstreamManager(nc);
   const js = jetstream(nc);
   await jsm.streams.add({
-    name: SCRATCH_STREAM,
-    subjects: ['bench.scratch.>'],
+    name: stream,
+    subjects: [`${inSubject}.>`],
     retention: RetentionPolicy.Workqueue,
     storage: StorageType.File,
     duplicate_window: nanos(2 * 60_000),
@@ -123,36 +151,41 @@ export async function startRawTurn(
     discard: DiscardPolicy.Old,
     num_replicas: opts.replicas ?? 1,
   });
-  await jsm.consumers.add(SCRATCH_STREAM, {
-    durable_name: 'raw',
-    filter_subject: 'bench.scratch.>',
+  await jsm.consumers.add(stream, {
+    durable_name: name,
+    filter_subject: `${inSubject}.>`,
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(30_000),
     max_ack_pending: 1_024,
     num_replicas: opts.replicas ?? 1,
   });
-  const kv = await new Kvm(nc).create(SCRATCH_BUCKET, { history: 1, ttl: 24 * 60 * 60_000, replicas: opts.replicas ?? 1, storage: StorageType.File });
+  const kv = await new Kvm(nc).create(`${SCRATCH_BUCKET}_${name}`, { history: 1, ttl: 24 * 60 * 60_000, replicas: opts.replicas ?? 1, storage: StorageType.File });
   const value = new Uint8Array(Math.max(1, Math.round(opts.valueBytes))).fill(0x61);
   const message = new Uint8Array(Math.max(1, Math.round(opts.messageBytes))).fill(0x62);
   const revisions: number[] = [];
   for (let w = 0; w < opts.workers; w++) revisions[w] = await kv.put(`w${w}`, value);
+  const rawTurn = async (): Promise<{ value: Uint8Array; answer: Uint8Array }> => {
+    const res = await nc.request(opts.echoSubject, opts.request, { timeout: opts.timeoutMs });
+    if (res.data.length !== opts.request.length) throw new Error(`echo returned ${res.data.length} bytes, sent ${opts.request.length}`);
+    return { value, answer: message };
+  };
+  const g = opts.guarantees;
 
   // The node side: consume, hop, commit, ack, answer.
   const failures: string[] = [];
-  const consumer = await js.consumers.get(SCRATCH_STREAM, 'raw');
+  const consumer = await js.consumers.get(stream, name);
   const messages = await consumer.consume({
     max_messages: 256,
     callback: (m) => {
       void (async () => {
-        const w = Number(m.subject.slice('bench.scratch.'.length));
-        const res = await nc.request(opts.echoSubject, opts.request, { timeout: opts.timeoutMs });
-        if (res.data.length !== opts.request.length) throw new Error(`echo returned ${res.data.length} bytes, sent ${opts.request.length}`);
+        const w = Number(m.subject.slice(inSubject.length + 1));
+        const done = g ? await g.turn(w, m.data) : await rawTurn();
         const rev = revisions[w];
         if (rev === undefined) throw new Error(`no revision for worker ${w}`);
-        revisions[w] = await kv.update(`w${w}`, value, rev);
+        revisions[w] = await kv.update(`w${w}`, done.value, rev);
         await m.ackAck({ timeout: opts.timeoutMs });
-        nc.publish(`bench.rawout.${w}`, message);
+        nc.publish(`${outSubject}.${w}`, done.answer);
       })().catch((err: unknown) => {
         failures.push(String(err));
         m.nak();
@@ -161,25 +194,26 @@ export async function startRawTurn(
   });
 
   // The client side: one turn in flight per worker, answered on its own subject.
-  const waiting = new Map<number, () => void>();
-  const answers = nc.subscribe('bench.rawout.*', {
+  const waiting = new Map<number, (data: Uint8Array) => void>();
+  const answers = nc.subscribe(`${outSubject}.*`, {
     callback: (_err, m) => {
-      const w = Number(m.subject.slice('bench.rawout.'.length));
+      const w = Number(m.subject.slice(outSubject.length + 1));
       const done = waiting.get(w);
       waiting.delete(w);
-      done?.();
+      done?.(m.data);
     },
   });
   const op: Op = async (w) => {
     let timer: NodeJS.Timeout | undefined;
-    const answered = new Promise<void>((resolve, reject) => {
+    const answered = new Promise<Uint8Array>((resolve, reject) => {
       waiting.set(w, resolve);
       timer = setTimeout(() => reject(new Error(`no answer within ${opts.timeoutMs} ms${failures.length ? ` (node side: ${failures.at(-1)})` : ''}`)), opts.timeoutMs);
     });
     try {
-      const ack = await js.publish(`bench.scratch.${w}`, message, { msgID: randomUUID(), timeout: opts.timeoutMs });
-      if (ack.duplicate || ack.stream !== SCRATCH_STREAM) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
-      await answered;
+      const ack = await js.publish(`${inSubject}.${w}`, g ? g.message(w) : message, { msgID: randomUUID(), timeout: opts.timeoutMs });
+      if (ack.duplicate || ack.stream !== stream) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
+      const answer = await answered;
+      g?.check(answer);
     } finally {
       clearTimeout(timer);
       waiting.delete(w);
@@ -192,7 +226,7 @@ export async function startRawTurn(
     stop: async () => {
       answers.unsubscribe();
       messages.stop();
-      await jsm.streams.delete(SCRATCH_STREAM).catch(() => undefined);
+      await jsm.streams.delete(stream).catch(() => undefined);
       await kv.destroy().catch(() => undefined);
     },
   };
@@ -215,7 +249,10 @@ export interface TurnFootprint {
 export interface ThroughputResults {
   rawTurn: Measured;
   durableTurn: Measured;
-  /** For comparison: the same turn without durability (NATS queue-group ingress, memory store; embedded mesh). */
+  /**
+   * For comparison: the raw turn with the durable turn's guarantees (its floor, bench/turn-floor.ts), the same
+   * turn without durability (NATS queue-group ingress, memory store; embedded mesh).
+   */
   others: Measured[];
   footprint: TurnFootprint;
 }

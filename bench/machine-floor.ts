@@ -89,23 +89,37 @@ export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRi
   };
 }
 
-/** XState's floor for a turn of the thread's shape: a child machine per turn that invokes a promise. */
-export function startXstateTurnFloor(text: string): MachineRig {
+/** Actors of the thread's shape, one per worker: a turn starts a child machine which invokes `request`. */
+export interface XstateTurns<I, O> {
+  /** One turn of worker `w`'s actor on `input`: what its child's request returned. */
+  run(w: number, input: I): Promise<O>;
+  stop(): void;
+}
+
+/**
+ * XState alone, a turn of the thread's shape: a root actor per worker that, on a message, starts a child
+ * machine which invokes `request`, takes the child's output into its context (the last 50 kept) and goes
+ * back to rest. Its actors answer one turn at a time each.
+ */
+export function xstateTurns<I, O>(request: (input: I) => Promise<O>): XstateTurns<I, O> {
+  type CallContext = { input: unknown; answer?: unknown };
+  // Typed as unknown inside: XState's types do not follow a generic output through `onDone`.
   const call = setup({
-    types: { input: {} as { text: string }, context: {} as { text: string; answer?: string }, output: {} as string },
-    actors: { request: fromPromise<string, string>(async ({ input }) => input) },
+    types: { input: {} as { input: unknown }, context: {} as CallContext, output: {} as unknown },
+    actors: { request: fromPromise<unknown, unknown>(({ input }) => request(input as I)) },
   }).createMachine({
-    context: ({ input }) => ({ text: input.text }),
+    context: ({ input }) => ({ input: input.input }),
     initial: 'calling',
     states: {
-      calling: { invoke: { src: 'request', input: ({ context }) => context.text, onDone: { target: 'done', actions: assign({ answer: ({ event }) => event.output }) } } },
+      calling: { invoke: { src: 'request', input: ({ context }: { context: CallContext }) => context.input, onDone: { target: 'done', actions: assign({ answer: ({ event }) => event.output }) } } },
       done: { type: 'final' },
     },
-    output: ({ context }) => context.answer ?? '',
+    output: ({ context }: { context: CallContext }) => context.answer,
   });
-  type Events = { type: 'message'; text: string };
+  type Events = { type: 'message'; input: unknown };
+  type Turn = AnyActorRef & { answer?: (o: O) => void; fail?: (err: unknown) => void };
   const turn = setup({
-    types: { context: {} as { answers: string[] }, events: {} as Events, emitted: {} as { type: 'answer'; text: string } },
+    types: { context: {} as { answers: unknown[] }, events: {} as Events },
     actors: { call },
   }).createMachine({
     context: { answers: [] },
@@ -115,35 +129,49 @@ export function startXstateTurnFloor(text: string): MachineRig {
       calling: {
         invoke: {
           src: 'call',
-          input: ({ event }) => ({ text: (event as Events).text }),
+          input: ({ event }) => ({ input: (event as Events).input }),
           onDone: {
             target: 'idle',
             actions: [
               assign({ answers: ({ context, event }) => [...context.answers, event.output].slice(-50) }),
-              ({ event, self }) => (self as unknown as { answer?: (t: string) => void }).answer?.(event.output),
+              ({ event, self }) => (self as Turn).answer?.(event.output as O),
             ],
           },
+          onError: { target: 'idle', actions: ({ event, self }) => (self as Turn).fail?.(event.error) },
         },
       },
     },
   });
-  const actors = new Map<number, AnyActorRef & { answer?: (t: string) => void }>();
+  const actors = new Map<number, Turn>();
   return {
-    op: (w) => {
+    run: (w, input) => {
       let actor = actors.get(w);
       if (!actor) {
-        actor = createActor(turn).start();
+        actor = createActor(turn).start() as Turn;
         actors.set(w, actor);
       }
       const a = actor;
-      return new Promise<void>((resolve, reject) => {
-        a.answer = (t) => (t === text ? resolve() : reject(new Error(`answered "${t}"`)));
-        a.send({ type: 'message', text });
+      return new Promise<O>((resolve, reject) => {
+        a.answer = resolve;
+        a.fail = reject;
+        a.send({ type: 'message', input });
       });
     },
     stop: () => {
       for (const actor of actors.values()) actor.stop();
       actors.clear();
     },
+  };
+}
+
+/** XState's floor for a turn of the thread's shape: a child machine per turn that invokes a promise. */
+export function startXstateTurnFloor(text: string): MachineRig {
+  const turns = xstateTurns<string, string>(async (input) => input);
+  return {
+    op: async (w) => {
+      const answer = await turns.run(w, text);
+      if (answer !== text) throw new Error(`answered "${answer}"`);
+    },
+    stop: turns.stop,
   };
 }

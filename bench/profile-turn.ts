@@ -13,7 +13,8 @@
  * With PROFILE_CPU_DIR the V8 profiler runs during each measured window only (not the server's start, the
  * credentials' signing or the warm-up) and writes `<what>-<time>.cpuprofile` there.
  *
- * PROFILE_ONLY=troupe (or raw) runs one of the two.
+ * Then the floor of the durable turn (the raw turn with the durable turn's guarantees: bench/turn-floor.ts).
+ * PROFILE_ONLY=troupe (or raw, or floor) runs one of the three.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -29,6 +30,8 @@ import { encodeRecord } from '../src/store/codec.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
 import { startRawTurn } from './durability.js';
+import { floorResponder } from './measure.js';
+import { durableTurnFloor } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
 const WORKERS = 64;
@@ -111,26 +114,42 @@ async function run(what: string, op: (w: number) => Promise<void>): Promise<void
   );
 }
 
-if (only !== 'raw') {
+if (only === undefined || only === 'troupe') {
   await run('durable turn', async (w) => {
     const res = await client.send(TEXT, { threadId: `turn-${w}`, timeoutMs: 10_000 });
     if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
   });
 }
 if (only !== 'troupe') {
-  const stored = await store.get('demo', 'turn-0');
-  const valueBytes = stored ? encodeRecord(stored.record).data.byteLength : 10_000;
-  const sub = rawT.connection.subscribe('bench.raw.echo', { callback: (_e, m) => void m.respond(m.data) });
-  const raw = await startRawTurn(rawT.connection, {
+  // The record of a thread at the history limit sizes the raw turn's value and shapes the floor's records.
+  if (!(await store.get('demo', 'turn-0'))) for (let i = 0; i < 30; i++) await client.send(TEXT, { threadId: 'turn-0', timeoutMs: 10_000 });
+  const stored = (await store.get('demo', 'turn-0'))!;
+  const raw = {
     echoSubject: 'bench.raw.echo',
     request: encodeJson(userMessage(TEXT)),
-    valueBytes,
+    valueBytes: encodeRecord(stored.record).data.byteLength,
     messageBytes: encodeJson(userMessage(TEXT)).length,
     workers: WORKERS,
     timeoutMs: 10_000,
-  });
-  await run('raw turn', async (w) => void (await raw.op(w, 0)));
-  await raw.stop();
+  };
+  const sub = rawT.connection.subscribe('bench.raw.echo', { callback: (_e, m) => void m.respond(m.data) });
+  if (only !== 'floor') {
+    const rawTurn = await startRawTurn(rawT.connection, raw);
+    await run('raw turn', async (w) => void (await rawTurn.op(w, 0)));
+    await rawTurn.stop();
+  }
+  if (only !== 'raw') {
+    const responderT = await NatsTransport.connect({ ...server.as('pyecho'), name: 'turn-floor-responder' });
+    const responder = floorResponder(responderT, 'demo', 'pyecho');
+    await responderT.flush();
+    const guarantees = durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000 });
+    const floorTurn = await startRawTurn(rawT.jetstreamConnection, { ...raw, name: 'floor', guarantees });
+    await run('durable turn floor', async (w) => void (await floorTurn.op(w, 0)));
+    await floorTurn.stop();
+    guarantees.stop();
+    responder.unsubscribe();
+    await responderT.close();
+  }
   sub.unsubscribe();
 }
 await node.stop();

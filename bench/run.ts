@@ -50,6 +50,7 @@ import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './machine-floor.js';
+import { durableTurnFloor, type DurableTurnFloor } from './turn-floor.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
@@ -134,6 +135,7 @@ interface Scenario {
     | 'hopFloor'
     | 'agentHop'
     | 'rawTurn'
+    | 'durableTurnFloor'
     | 'fullTurn'
     | 'fullTurnNewThread'
     | 'fullTurnPlain'
@@ -311,6 +313,13 @@ export interface RunSummary {
   hopFloorP50VsRaw: number | null;
   durableTurnThroughputVsRawTurn: number | null;
   durableTurnP50VsRawTurn: number | null;
+  /**
+   * The floor of the durable turn's guarantees (the raw turn's NATS work with validation at every edge, the
+   * turn as an XState actor of the thread's shape and the record encoded and validated: bench/turn-floor.ts)
+   * ÷ the raw turn: the best the durable turn can reach.
+   */
+  durableTurnFloorThroughputVsRawTurn: number | null;
+  durableTurnFloorP50VsRawTurn: number | null;
   multiProcessTurnThroughputVsRawTurn: number | null;
   durableTurnsPerSecond: number | null;
   multiProcessTurnsPerSecond: number | null;
@@ -368,6 +377,8 @@ function summarizeRun(r: {
     hopFloorP50VsRaw: floor ? fin(vsRaw(floor, raw).p50) : null,
     durableTurnThroughputVsRawTurn: vsRawTurn('fullTurn'),
     durableTurnP50VsRawTurn: fin((by('fullTurn')?.sequential.p50Us ?? Number.NaN) / (rawTurnRow?.sequential.p50Us ?? Number.NaN)),
+    durableTurnFloorThroughputVsRawTurn: vsRawTurn('durableTurnFloor'),
+    durableTurnFloorP50VsRawTurn: fin((by('durableTurnFloor')?.sequential.p50Us ?? Number.NaN) / (rawTurnRow?.sequential.p50Us ?? Number.NaN)),
     multiProcessTurnThroughputVsRawTurn: vsRawTurn('fullTurnMultiProcess'),
     durableTurnsPerSecond: fin(perSecond('fullTurn')),
     multiProcessTurnsPerSecond: fin(perSecond('fullTurnMultiProcess')),
@@ -421,6 +432,8 @@ async function main(): Promise<void> {
   let threadMachineRig: MachineRig | undefined;
   let xstateFloorRig: MachineRig | undefined;
   let rawTurn: RawTurn | undefined;
+  let floorTurn: RawTurn | undefined;
+  let floorTurnGuarantees: DurableTurnFloor | undefined;
   let rawSub: Subscription | undefined;
   let floorSub: { unsubscribe(): void } | undefined;
   try {
@@ -494,6 +507,21 @@ async function main(): Promise<void> {
       timeoutMs: TIMEOUT_MS,
     });
     const rawTurnOp = rawTurn.op;
+    // The same NATS work with the durable turn's guarantees (bench/turn-floor.ts), its threads' records
+    // shaped like that thread's.
+    const sized = await store.get(TENANT, 'bench-size');
+    if (!sized) throw new Error('the thread bench-size has no record after 30 turns');
+    floorTurnGuarantees = durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
+    floorTurn = await startRawTurn(rawRequester.jetstreamConnection, {
+      echoSubject: RAW_SUBJECT,
+      request: rawPayload,
+      valueBytes: sizedRecordBytes,
+      messageBytes: encodeJson(userMessage(TEXT)).length,
+      workers: CONCURRENCY,
+      timeoutMs: TIMEOUT_MS,
+      name: 'floor',
+      guarantees: floorTurnGuarantees,
+    });
 
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.
@@ -546,6 +574,17 @@ async function main(): Promise<void> {
           'js.publish to a work-queue stream -> durable pull consumer -> core request to the echo responder -> one KV compare-and-set ' +
           '-> ackAck -> core publish of the answer, which the publisher awaits',
         op: rawTurnOp,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
+        key: 'durableTurnFloor',
+        name: 'raw turn with the durable turn\'s guarantees (floor of the durable turn)',
+        description:
+          'the raw turn carrying an A2A message validated at each edge, the turn run as an XState actor of the thread\'s shape whose ' +
+          'agent call goes over Troupe\'s transport to a validating responder, and the thread record at the history limit encoded ' +
+          'and validated before its compare-and-set (bench/turn-floor.ts)',
+        op: floorTurn.op,
         n: TURN_N,
         warmupN: TURN_WARMUP_N,
       },
@@ -697,7 +736,7 @@ async function main(): Promise<void> {
       throughput: {
         rawTurn: rawTurnResult,
         durableTurn: byKey('fullTurn'),
-        others: [byKey('fullTurnPlain'), byKey('fullTurnEmbedded')],
+        others: [byKey('durableTurnFloor'), byKey('fullTurnPlain'), byKey('fullTurnEmbedded')],
         footprint: {
           messages: fp.messages,
           kvWrites: fp.kvWrites,
@@ -782,6 +821,8 @@ async function main(): Promise<void> {
     rawSub?.unsubscribe();
     floorSub?.unsubscribe();
     await rawTurn?.stop().catch(() => undefined);
+    await floorTurn?.stop().catch(() => undefined);
+    floorTurnGuarantees?.stop();
     await embedded?.stop().catch(() => undefined);
     threadMachineRig?.stop();
     xstateFloorRig?.stop();
