@@ -212,7 +212,8 @@ export class TroupeClient {
       }, delayMs);
     };
     try {
-      await this.transport.flush();
+      // No flush before the publish: a connection's SUB reaches the server before its later PUB, so the
+      // thread's output subscription is in place before the message can be taken (a round trip per send saved).
       const res = await this.publishUntilTaken(subject, body, headers, { timeoutMs, unavailableRetryMs: opts.unavailableRetryMs ?? 3_000 });
       const ack = decode(AckOrError, res, 'thread acknowledgement');
       if ('kind' in ack && ack.kind === 'error') throw TroupeError.fromBody(ack.error);
