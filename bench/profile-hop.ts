@@ -6,6 +6,10 @@
  *   node --conditions=source --cpu-prof --cpu-prof-dir=.tmp/prof-hop --import tsx bench/profile-hop.ts
  *   node bench/profile-summary.mjs .tmp/prof-hop/<the newest>.cpuprofile
  *   PROFILE_ONLY=hop PROFILE_SECONDS=3 PROFILE_WINDOWS=5 node --conditions=source --import tsx bench/profile-hop.ts
+ *   PROFILE_ONLY=hop PROFILE_WORKERS=1 PROFILE_CPU_DIR=.tmp/prof-hop node --conditions=source --import tsx bench/profile-hop.ts
+ *
+ * PROFILE_WORKERS (default 64) sets the requests in flight (1: the p50 rows' one at a time); with
+ * PROFILE_CPU_DIR the profiler covers each measured window only (bench/profiler.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -15,6 +19,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
 import { floorResponder } from './measure.js';
+import { profileWindow } from './profiler.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 6);
 /** PROFILE_WORKERS=1 measures one request at a time (the bench's p50 rows). */
@@ -56,6 +61,7 @@ async function run(what: string, op: (w: number, i: number) => Promise<void>): P
 async function measure(what: string, op: (w: number, i: number) => Promise<void>, window: number): Promise<void> {
   let n = 0;
   const times: number[] = [];
+  const stopProfile = await profileWindow(what);
   const until = performance.now() + SECONDS * 1000;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
@@ -69,6 +75,7 @@ async function measure(what: string, op: (w: number, i: number) => Promise<void>
   }));
   const cpu = process.cpuUsage(cpu0);
   const s = (performance.now() - t0) / 1000;
+  await stopProfile();
   times.sort((a, b) => a - b);
   const p50Us = Math.round(1000 * (times[Math.floor(times.length / 2)] ?? 0));
   console.log(JSON.stringify({ what, perSecond: Math.round(n / s), cpuUsPerOp: Math.round((cpu.user + cpu.system) / n), p50Us }));

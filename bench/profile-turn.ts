@@ -17,9 +17,7 @@
  * PROFILE_ONLY=troupe (or raw, or floor) runs one of the three.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { Session } from 'node:inspector/promises';
-import { join } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { encodeJson } from '../src/protocol/index.js';
@@ -31,30 +29,13 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
 import { startRawTurn } from './durability.js';
 import { floorResponder } from './measure.js';
+import { profileWindow } from './profiler.js';
 import { durableTurnFloor } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
 const WORKERS = 64;
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 const only = process.env.PROFILE_ONLY;
-const cpuDir = process.env.PROFILE_CPU_DIR;
-
-/** Starts the V8 profiler when PROFILE_CPU_DIR is set; the returned function stops it and writes the profile. */
-async function profileWindow(what: string): Promise<() => Promise<void>> {
-  if (!cpuDir) return async () => undefined;
-  const session = new Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.start');
-  return async () => {
-    const { profile } = await session.post('Profiler.stop');
-    mkdirSync(cpuDir, { recursive: true });
-    const file = join(cpuDir, `${what.replace(/\W+/g, '-')}-${Date.now()}.cpuprofile`);
-    writeFileSync(file, JSON.stringify(profile));
-    session.disconnect();
-    console.error(`profile of the ${what}: ${file}`);
-  };
-}
 
 /** CPU time (user + system, µs) the process listening on `port` has used so far. */
 function serverCpuUs(port: number): () => number {

@@ -57,29 +57,34 @@ const detail = (h: AgentHost) => {
   return { inFlight, handled, failed };
 };
 
-describe('agent host: the actor hears what changes its state, and everything while watched', () => {
-  it('unwatched, three overlapping calls are one turn to busy and one back to idle; the counters are exact in ps all along and in the actor at rest', async () => {
+describe('agent host: the actor hears every call while watched, and is brought up to date when read', () => {
+  it('unwatched, the calls send the actor nothing; read (ps), it is brought up to date: busy while calls run, idle at rest, the counters exact', async () => {
     const { host: h, gates, events, call } = await gatedAgent();
     const replies = Promise.all([call('a'), call('b'), call('fail')]);
     await waitFor(() => gates.length === 3, 'three calls in the handler');
+    // Three calls started, nobody watching and nobody has read the actor: not one event.
+    expect(events).toEqual([]);
+    expect(h.info('n').state).toBe('ready.busy');
+    expect(events).toEqual(['counted']);
     expect(h.actor.getSnapshot().value).toEqual({ ready: 'busy' });
     expect(detail(h)).toEqual({ inFlight: 3, handled: 0, failed: 0 });
-    expect(events).toEqual(['received']);
+    // Read again with nothing changed: no second event.
+    expect(events).toEqual(['counted']);
 
     gates.shift()!();
     await waitFor(() => detail(h).handled === 1, 'the first answer');
-    // Still busy: the end of a call with others in flight is not an event for an unwatched actor.
-    expect(h.actor.getSnapshot().value).toEqual({ ready: 'busy' });
-    expect(events).toEqual(['received']);
+    expect(h.info('n').state).toBe('ready.busy');
+    expect(h.actor.getSnapshot().context).toMatchObject({ inFlight: 2, handled: 1, failed: 0 });
 
     for (const open of gates.splice(0)) open();
     const answers = await replies;
     expect(answers.map((a) => a.kind)).toEqual(['message', 'message', 'error']);
+    expect(events).toEqual(['counted', 'counted']);
     expect(detail(h)).toEqual({ inFlight: 0, handled: 2, failed: 1 });
-    expect(events).toEqual(['received', 'failed']);
+    expect(events).toEqual(['counted', 'counted', 'counted']);
     const snap = h.actor.getSnapshot();
     expect(snap.value).toEqual({ ready: 'idle' });
-    expect(snap.context).toMatchObject({ inFlight: 0, handled: 2, failed: 1, lastMessageId: 'm-1', lastThreadId: 't-1' });
+    expect(snap.context).toMatchObject({ inFlight: 0, handled: 2, failed: 1 });
   });
 
   it('watched (inspection on), every call start and end is an event, carrying the counters', async () => {

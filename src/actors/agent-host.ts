@@ -108,10 +108,12 @@ export class AgentHost {
   /** Calls in progress whose thread is inspected (`Troupe-Inspect`): the agent actor is published meanwhile. */
   private inspectedCalls = 0;
   /**
-   * The requests this instance counts. Its actor takes them with each event; it gets the events that move it
-   * between idle and busy always, the others only while it is watched (src/machines/agent.ts).
+   * The requests this instance counts. Its actor takes them with each request's events while it is watched;
+   * otherwise it is brought up to date (`syncActor`) whenever it is read (src/machines/agent.ts).
    */
   private readonly counters: AgentCounters = { inFlight: 0, handled: 0, failed: 0 };
+  /** The counters changed since the actor last took them (nobody watched): `syncActor` sends them. */
+  private actorBehind = false;
   private readonly inspector: { sync(): void };
 
   constructor(opts: AgentHostOptions) {
@@ -142,18 +144,38 @@ export class AgentHost {
     return this.inspection.switch.all || this.inspectedCalls > 0;
   }
 
-  /** Counts a request that starts, and tells the actor when it turns busy or is watched. */
+  /** Counts a request that starts; a watched actor takes it as an event. */
   private started(messageId: string, threadId: string): void {
     this.counters.inFlight++;
-    if (this.counters.inFlight === 1 || this.watched()) this.actor.send({ type: 'troupe.agent.received', messageId, threadId, ...this.counters });
+    if (!this.watched()) this.actorBehind = true;
+    else {
+      this.syncActor();
+      this.actor.send({ type: 'troupe.agent.received', messageId, threadId, ...this.counters });
+    }
   }
 
-  /** Counts a request that ended, and tells the actor when it turns idle or is watched. */
+  /** Counts a request that ended; a watched actor takes it as an event. */
   private ended(messageId: string, how: 'answered' | 'failed'): void {
     this.counters.inFlight = Math.max(0, this.counters.inFlight - 1);
     if (how === 'answered') this.counters.handled++;
     else this.counters.failed++;
-    if (this.counters.inFlight === 0 || this.watched()) this.actor.send({ type: `troupe.agent.${how}`, messageId, ...this.counters });
+    if (!this.watched()) this.actorBehind = true;
+    else {
+      this.syncActor();
+      this.actor.send({ type: `troupe.agent.${how}`, messageId, ...this.counters });
+    }
+  }
+
+  /**
+   * Brings the actor up to date with the counters (one `troupe.agent.counted`: idle or busy as they say)
+   * before anyone reads it — `troupe ps`, an announce, a watcher attaching. Unwatched, the requests
+   * themselves send it nothing: two XState events per request were a tenth of an agent hop's latency at
+   * one request at a time (bench/PROFILE.md).
+   */
+  private syncActor(): void {
+    if (!this.actorBehind) return;
+    this.actorBehind = false;
+    this.actor.send({ type: 'troupe.agent.counted', ...this.counters });
   }
 
   async start(): Promise<this> {
@@ -191,6 +213,7 @@ export class AgentHost {
   }
 
   info(node: string): ActorInfo {
+    this.syncActor();
     const snap = this.actor.getSnapshot();
     return {
       kind: 'agent',
@@ -226,7 +249,7 @@ export class AgentHost {
       this.inspection.switch.set(inspection.on);
       if (inspection.on) {
         // The snapshot a new watcher gets first holds the counters as they are now.
-        this.actor.send({ type: 'troupe.agent.counted', ...this.counters });
+        this.syncActor();
         this.inspection.announce();
       }
     }
@@ -357,6 +380,8 @@ export class AgentHost {
     const inspected = msg.headers[HEADERS.inspect] === '1';
     if (inspected) {
       this.inspectedCalls++;
+      // The watcher's first snapshot holds the counters as they are now.
+      this.syncActor();
       this.inspector.sync();
     }
     this.started(message.messageId, threadId);

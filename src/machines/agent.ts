@@ -4,11 +4,11 @@
  * inspect` show.
  *
  * Every request event carries the host's counters as they stand after it (`inFlight`, `handled`,
- * `failed`), and the machine takes them as reported: the host sends the events that move the agent between
- * idle and busy always, and the others (a request that starts or ends while others are in flight) only
- * while someone watches the agent or a call's thread (bench/PROFILE.md: two XState events per request were
- * a third of an agent hop's CPU). `troupe.agent.counted` brings the counters up to date without a request,
- * e.g. before the host publishes the actor to a watcher that has just switched inspection on.
+ * `failed`), and the machine takes them as reported. The host sends request events only while someone
+ * watches the agent or a call's thread (bench/PROFILE.md: two XState events per request were a third of an
+ * agent hop's CPU under load, a tenth of its latency at one request at a time); otherwise
+ * `troupe.agent.counted` brings the counters and the idle/busy state up to date whenever the actor is read
+ * (`troupe ps`, an announce, a watcher attaching).
  */
 import { assign, setup } from 'xstate';
 
