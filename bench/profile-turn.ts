@@ -14,7 +14,8 @@
  * credentials' signing or the warm-up) and writes `<what>-<time>.cpuprofile` there.
  *
  * Then the floor of the durable turn (the raw turn with the durable turn's guarantees: bench/turn-floor.ts).
- * PROFILE_ONLY=troupe (or raw, or floor) runs one of the three.
+ * PROFILE_ONLY=troupe (or raw, or floor) runs one of the three; PROFILE_WORKERS (default 64) sets the threads
+ * with a turn in flight (1: one turn at a time, the p50 rows' case).
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -33,7 +34,7 @@ import { profileWindow } from './profiler.js';
 import { durableTurnFloor } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
-const WORKERS = 64;
+const WORKERS = Number(process.env.PROFILE_WORKERS ?? 64);
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 const only = process.env.PROFILE_ONLY;
 
