@@ -36,6 +36,7 @@ import {
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { UserConnectOptions } from '../test/helpers/nats-server.js';
+import { startHandoffFloor } from './handoff-floor.js';
 import { sequential, summarize, type LatencyStats } from './measure.js';
 import { formatRatio, formatUs, renderTable } from './table.js';
 import { z } from 'zod';
@@ -68,6 +69,8 @@ export interface PatternResults {
     transition: PatternRow;
     /** User message sent -> first chunk when the user addresses the target directly. */
     direct: PatternRow;
+    /** The same legs as a handoff with the guarantees at their edges alone (bench/handoff-floor.ts). */
+    floor: PatternRow;
     /** transition / direct. */
     vsDirect: { p50: number; p99: number };
   };
@@ -268,6 +271,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   log('  handoff transition: ');
   let transition: PatternRow;
   let direct: PatternRow;
+  let floor: PatternRow;
   const directMesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   try {
     log(`warm-up… ×${handoffRuns} addressed directly (fresh node)…`);
@@ -295,9 +299,26 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
       handoffRuns,
       warmupRuns,
     );
-    log(' done\n');
   } finally {
     await handoffMesh.stop();
+  }
+  const floorTransports: NatsTransport[] = [];
+  try {
+    log(` ×${handoffRuns} the floor (the handoff's legs and guarantees alone)…`);
+    const connect = async (role: string) => {
+      const t = await NatsTransport.connect({ ...opts.asNode, name: `bench-handoff-floor-${role}` });
+      floorTransports.push(t);
+      return t;
+    };
+    const floorRig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, timeoutMs);
+    try {
+      floor = await sampled(floorRig.sample, handoffRuns, warmupRuns);
+    } finally {
+      floorRig.stop();
+    }
+    log(' done\n');
+  } finally {
+    await Promise.all(floorTransports.map((t) => t.drain().catch(() => t.close())));
   }
 
   // b. Orchestration.
@@ -335,7 +356,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
 
   return {
     config: { tenant: opts.tenant, handoffRuns, orchestrationRuns, warmupRuns, agentDelaysMs: { ...DELAYS_MS } },
-    handoff: { transition, direct, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us } },
+    handoff: { transition, direct, floor, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us } },
     orchestration: { fanOut, slowestAlone, overhead: { p50: fanOut.p50Us / slowestAlone.p50Us, p99: fanOut.p99Us / slowestAlone.p99Us } },
   };
 }
@@ -363,6 +384,7 @@ export function renderPatternReport(r: PatternResults): string {
     [
       line('handoff: message -> first chunk from target', h.transition, 'direct', h.vsDirect.p50, h.vsDirect.p99),
       line('direct: message -> first chunk (addressed)', h.direct, 'direct', 1, 1),
+      line('floor: the handoff\'s legs and guarantees alone', h.floor, 'direct', h.floor.p50Us / h.direct.p50Us, h.floor.p99Us / h.direct.p99Us),
       line(`fan-out to 3 agents (${Object.values(r.config.agentDelaysMs).join('/')} ms), parallel`, o.fanOut, 'slowest', o.overhead.p50, o.overhead.p99),
       line(`slowest agent alone (${r.config.agentDelaysMs[SLOWEST]} ms)`, o.slowestAlone, 'slowest', 1, 1),
     ],
@@ -371,6 +393,7 @@ export function renderPatternReport(r: PatternResults): string {
   const errors = [
     ['handoff', h.transition],
     ['direct', h.direct],
+    ['handoff floor', h.floor],
     ['fan-out', o.fanOut],
     ['slowest alone', o.slowestAlone],
   ].flatMap(([name, s]) => ((s as PatternRow).firstError ? [`  ${name as string}: ${(s as PatternRow).firstError}`] : []));

@@ -39,6 +39,7 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'rehydrateP99Us', label: 'rehydrate a passivated thread from KV, p99', unit: 'us' },
   { key: 'handoffP99Us', label: 'handoff: message → target\'s first chunk, p99', unit: 'us', target: { op: '<=', value: 5_000 } },
   { key: 'handoffDirectP99Us', label: 'the same first chunk with the target addressed directly (no handoff), p99', unit: 'us' },
+  { key: 'handoffFloorP99Us', label: 'the handoff\'s legs over NATS with the guarantees at their edges alone (the floor of the handoff row), p99', unit: 'us' },
   { key: 'fanOutP50VsSlowest', label: 'fan-out to 3 agents p50 ÷ the slowest agent alone', unit: 'ratio' },
   { key: 'yamlAgentTurnVsHandwritten', label: 'agent.yaml turn (model time excluded) ÷ hand-written agent', unit: 'ratio' },
   { key: 'inspectionOnHopThroughputVsOff', label: 'agent hop throughput with inspection on ÷ off', unit: 'ratio' },

@@ -340,6 +340,8 @@ export interface RunSummary {
   handoffP99Us: number | null;
   /** The same first chunk when the user addresses the target directly (one agent, no handoff): the handoff row's baseline. */
   handoffDirectP99Us: number | null;
+  /** The handoff's legs over NATS with the guarantees at their edges alone (bench/handoff-floor.ts): the floor of the handoff row. */
+  handoffFloorP99Us: number | null;
   fanOutP50VsSlowest: number | null;
   yamlAgentTurnVsHandwritten: number | null;
   inspectionOnHopThroughputVsOff: number | null;
@@ -395,6 +397,7 @@ function summarizeRun(r: {
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
     handoffDirectP99Us: fin(r.patterns.handoff.direct.p99Us),
+    handoffFloorP99Us: fin(r.patterns.handoff.floor.p99Us),
     fanOutP50VsSlowest: fin(r.patterns.orchestration.overhead.p50),
     yamlAgentTurnVsHandwritten: fin(r.yamlAgent.ratio.excludingModelP50),
     inspectionOnHopThroughputVsOff: fin(onVsOff[0]),
