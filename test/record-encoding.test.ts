@@ -3,7 +3,10 @@
  * store gets must be exactly what encoding the whole record gives, whatever the thread did to its arrays
  * (appended, pruned from the front, replaced an element, started over after a reload).
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/observability/logger.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
 import { ArrayJson, decodeRecord, encodeRecord } from '../src/store/codec.js';
 import type { Message } from '../src/protocol/index.js';
 import type { ThreadRecord } from '../src/store/types.js';
@@ -70,5 +73,41 @@ describe('the record encoded with its arrays kept from the last write', () => {
     const record = recordWith(new ArrayJson().encode([message('ok')]), []);
     (record.snapshot as { context: Record<string, unknown> }).context.big = 1n;
     expect(() => encodeRecord(record)).toThrow(/not serializable/);
+  });
+});
+
+describe('a live thread keeps its encoding while it talks, and gives it back at rest', () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('kept after its turns and a rest under 10 s; gone at the first sweep 10 s after its last turn; kept again with its next turn', async () => {
+    // The host's sweep (every 10 s) and its clock are faked; everything else runs for real.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval', 'Date'] });
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
+    const mesh = await startEmbedded({ name: 'keep', agents: [echo], config: { entryAgent: 'echo' } }, silentLogger());
+    try {
+      const turn = async () => {
+        const res = await mesh.client.send('hello', { threadId: 'kept', recheckMs: 0, resendAfterMs: 0 });
+        expect(res.text).toBe('hello');
+      };
+      const live = () => (mesh.node.threads as unknown as { threads: Map<string, { encoded?: unknown }> }).threads.get('kept');
+      // 10 turns: 20 messages, past the 16 from which the history is kept encoded.
+      for (let i = 0; i < 10; i++) await turn();
+      expect(live()?.encoded).toBeDefined();
+      await vi.advanceTimersByTimeAsync(5_000);
+      await turn();
+      // The sweep at 10 s: its last turn was 5 s ago.
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(live()?.encoded).toBeDefined();
+      // The sweep at 20 s: 15 s at rest.
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(live()).toBeDefined();
+      expect(live()?.encoded).toBeUndefined();
+      await turn();
+      expect(live()?.encoded).toBeDefined();
+    } finally {
+      await mesh.stop();
+    }
   });
 });
