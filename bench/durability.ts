@@ -103,10 +103,15 @@ export interface RawTurn {
 export interface TurnGuarantees {
   /** The message the client of worker `w` publishes. */
   message(w: number): Uint8Array;
-  /** The node side's turn for worker `w` on the stored message: the value to write and the answer to publish. */
-  turn(w: number, data: Uint8Array): Promise<{ value: Uint8Array; answer: Uint8Array }>;
-  /** The client side: reads the answer (throws on a wrong one). */
-  check(data: Uint8Array): void;
+  /**
+   * The node side's turn for worker `w` on the stored message: the value to write and the answer to publish
+   * (after the ack); `publish` sends an event to the client before it.
+   */
+  turn(w: number, data: Uint8Array, publish: (event: Uint8Array) => void): Promise<{ value: Uint8Array; answer: Uint8Array }>;
+  /** What the node does once the answer went out. */
+  answered?(w: number): void;
+  /** The client side: reads an event (throws on a wrong one); true for the answer the send waits for. */
+  check(data: Uint8Array): boolean;
 }
 
 /**
@@ -180,12 +185,13 @@ export async function startRawTurn(
     callback: (m) => {
       void (async () => {
         const w = Number(m.subject.slice(inSubject.length + 1));
-        const done = g ? await g.turn(w, m.data) : await rawTurn();
+        const done = g ? await g.turn(w, m.data, (event) => nc.publish(`${outSubject}.${w}`, event)) : await rawTurn();
         const rev = revisions[w];
         if (rev === undefined) throw new Error(`no revision for worker ${w}`);
         revisions[w] = await kv.update(`w${w}`, done.value, rev);
         await m.ackAck({ timeout: opts.timeoutMs });
         nc.publish(`${outSubject}.${w}`, done.answer);
+        g?.answered?.(w);
       })().catch((err: unknown) => {
         failures.push(String(err));
         m.nak();
@@ -194,26 +200,33 @@ export async function startRawTurn(
   });
 
   // The client side: one turn in flight per worker, answered on its own subject.
-  const waiting = new Map<number, (data: Uint8Array) => void>();
+  const waiting = new Map<number, { resolve: () => void; reject: (err: Error) => void }>();
   const answers = nc.subscribe(`${outSubject}.*`, {
     callback: (_err, m) => {
       const w = Number(m.subject.slice(outSubject.length + 1));
-      const done = waiting.get(w);
+      const wait = waiting.get(w);
+      if (!wait) return;
+      try {
+        if (g && !g.check(m.data)) return;
+      } catch (err) {
+        waiting.delete(w);
+        wait.reject(err as Error);
+        return;
+      }
       waiting.delete(w);
-      done?.(m.data);
+      wait.resolve();
     },
   });
   const op: Op = async (w) => {
     let timer: NodeJS.Timeout | undefined;
-    const answered = new Promise<Uint8Array>((resolve, reject) => {
-      waiting.set(w, resolve);
+    const answered = new Promise<void>((resolve, reject) => {
+      waiting.set(w, { resolve, reject });
       timer = setTimeout(() => reject(new Error(`no answer within ${opts.timeoutMs} ms${failures.length ? ` (node side: ${failures.at(-1)})` : ''}`)), opts.timeoutMs);
     });
     try {
       const ack = await js.publish(`${inSubject}.${w}`, g ? g.message(w) : message, { msgID: randomUUID(), timeout: opts.timeoutMs });
       if (ack.duplicate || ack.stream !== stream) throw new Error(`unexpected publish ack ${JSON.stringify(ack)}`);
-      const answer = await answered;
-      g?.check(answer);
+      await answered;
     } finally {
       clearTimeout(timer);
       waiting.delete(w);

@@ -124,7 +124,7 @@ if (only !== 'troupe') {
     const responderT = await NatsTransport.connect({ ...server.as('pyecho'), name: 'turn-floor-responder' });
     const responder = floorResponder(responderT, 'demo', 'pyecho');
     await responderT.flush();
-    const guarantees = durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000 });
+    const guarantees = await durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000 });
     const floorTurn = await startRawTurn(rawT.jetstreamConnection, { ...raw, name: 'floor', guarantees });
     await run('durable turn floor', async (w) => void (await floorTurn.op(w, 0)));
     await floorTurn.stop();

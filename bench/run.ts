@@ -514,7 +514,7 @@ async function main(): Promise<void> {
     // shaped like that thread's.
     const sized = await store.get(TENANT, 'bench-size');
     if (!sized) throw new Error('the thread bench-size has no record after 30 turns');
-    floorTurnGuarantees = durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
+    floorTurnGuarantees = await durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
     floorTurn = await startRawTurn(rawRequester.jetstreamConnection, {
       echoSubject: RAW_SUBJECT,
       request: rawPayload,

@@ -12,14 +12,19 @@
  *     record — its history, at the 50-message limit, with the two new messages — as the store does
  *     (`encodeRecord` with the history encoded once per element), which is then written with one
  *     compare-and-set before the ack, as in the raw turn. Its JetStream requests go through the transport's
- *     reply multiplexer, as the node's do (`NatsTransport.jetstreamConnection`).
+ *     reply multiplexer, as the node's do (`NatsTransport.jetstreamConnection`);
+ *   - the A2A status stream: a `working` status-update (with the route step) when the turn starts and the
+ *     answer as the final status-update, each validated by the client;
+ *   - exactly-once answers across a failover: once the answer is out, its published-answer marker is stored
+ *     (Troupe's own JetStreamAnsweredLog: a JetStream publish per turn, acknowledged).
  *
  * What the durable turn does beyond it (left out, so the floor is above what the durable turn can reach):
- * status and chunk events on the thread's `out` subject, the answered marker, the persisted snapshot of the
- * thread machine, routing, the agent host's machine, metrics and logs.
+ * its second status event, the persisted snapshot of the thread machine, routing and its rules, the agent
+ * host's machine, metrics and logs.
  */
-import type { Transport } from '../src/transport/types.js';
-import { decode, encodeJson, HEADERS, MessageSchema, messageText, type Message } from '../src/protocol/index.js';
+import type { NatsTransport } from '../src/transport/nats.js';
+import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
+import { decode, encodeJson, HEADERS, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import { AgentReplySchema } from '../src/protocol/wire.js';
 import { userMessage } from '../src/sdk/client.js';
@@ -39,8 +44,10 @@ export interface DurableTurnFloor extends TurnGuarantees {
  * (measure.ts `floorResponder`); `record`: a thread record at the history limit, the shape every worker's
  * thread starts from.
  */
-export function durableTurnFloor(opts: { transport: Transport; tenant: string; agentId: string; text: string; record: ThreadRecord; timeoutMs: number }): DurableTurnFloor {
+export async function durableTurnFloor(opts: { transport: NatsTransport; tenant: string; agentId: string; text: string; record: ThreadRecord; timeoutMs: number }): Promise<DurableTurnFloor> {
   const { transport, tenant, agentId, text, record, timeoutMs } = opts;
+  const markers = await new JetStreamAnsweredLog({ nc: transport.jetstreamConnection, tenant }).start();
+  const lastMessage = new Map<number, string>();
   const threads = new Map<number, { threadId: string; history: Message[]; encoded: ArrayJson }>();
   const threadOf = (w: number) => {
     let thread = threads.get(w);
@@ -69,9 +76,19 @@ export function durableTurnFloor(opts: { transport: Transport; tenant: string; a
   });
   return {
     message: () => encodeJson(userMessage(text)),
-    turn: async (w, data) => {
+    turn: async (w, data, publish) => {
       const message = decode(MessageSchema, data, 'user message');
       const thread = threadOf(w);
+      lastMessage.set(w, message.messageId);
+      const status = (state: TaskStatusUpdateEvent['status']['state'], final: boolean, extra: { message?: Message; metadata?: Record<string, unknown> }): TaskStatusUpdateEvent => ({
+        kind: 'status-update',
+        taskId: thread.threadId,
+        contextId: thread.threadId,
+        status: { state, timestamp: new Date().toISOString(), ...(extra.message ? { message: extra.message } : {}) },
+        final,
+        ...(extra.metadata ? { metadata: extra.metadata } : {}),
+      });
+      publish(encodeJson(status('working', false, { metadata: { 'troupe/route': { from: 'user', to: agentId, hop: 0, reason: 'entry agent', at: Date.now() } } })));
       const reply = await turns.run(w, { threadId: thread.threadId, message });
       thread.history = [...thread.history, message, reply].slice(-HISTORY_LIMIT);
       const written: ThreadRecord = {
@@ -80,11 +97,15 @@ export function durableTurnFloor(opts: { transport: Transport; tenant: string; a
         task: { ...record.task, id: thread.threadId, contextId: thread.threadId, status: { state: 'input-required', message: reply }, history: thread.encoded.encode(thread.history) },
         updatedAt: new Date().toISOString(),
       };
-      return { value: encodeRecord(written).data, answer: encodeJson(reply) };
+      return { value: encodeRecord(written).data, answer: encodeJson(status('input-required', true, { message: reply })) };
     },
+    answered: (w) => markers.mark(`floor-turn-${w}`, lastMessage.get(w) ?? ''),
     check: (data) => {
-      const answer = decode(MessageSchema, data, 'answer');
-      if (messageText(answer) !== text) throw new Error(`answered "${messageText(answer)}"`);
+      const event = decode(ThreadEventSchema, data, 'thread event');
+      if (event.kind !== 'status-update' || !event.final) return false;
+      const answer = event.status.message;
+      if (!answer || messageText(answer) !== text) throw new Error(`answered "${answer ? messageText(answer) : ''}"`);
+      return true;
     },
     stop: () => turns.stop(),
   };
