@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { createActor, type Actor } from 'xstate';
 import type { Logger } from 'pino';
-import { agentMachine, type AgentCounters } from '../machines/agent.js';
+import { agentMachine, type AgentActorEvent, type AgentCounters } from '../machines/agent.js';
 import {
   CLIENT_ROUTING_URI,
   DEFAULT_MAX_PAYLOAD,
@@ -135,7 +135,11 @@ export class AgentHost {
       enabled: () => this.watched(),
       meta: { agentId: this.agentId, instanceId: this.instanceId, card: this.agent.card },
     });
-    this.inspection.switch.onChange(() => this.inspector.sync());
+    // A watcher's first snapshot holds the counters as they are now.
+    this.inspection.switch.onChange(() => {
+      this.syncActor();
+      this.inspector.sync();
+    });
     this.inspector.sync();
   }
 
@@ -147,11 +151,7 @@ export class AgentHost {
   /** Counts a request that starts; a watched actor takes it as an event. */
   private started(messageId: string, threadId: string): void {
     this.counters.inFlight++;
-    if (!this.watched()) this.actorBehind = true;
-    else {
-      this.syncActor();
-      this.actor.send({ type: 'troupe.agent.received', messageId, threadId, ...this.counters });
-    }
+    this.tell(() => ({ type: 'troupe.agent.received', messageId, threadId, ...this.counters }));
   }
 
   /** Counts a request that ended; a watched actor takes it as an event. */
@@ -159,11 +159,17 @@ export class AgentHost {
     this.counters.inFlight = Math.max(0, this.counters.inFlight - 1);
     if (how === 'answered') this.counters.handled++;
     else this.counters.failed++;
-    if (!this.watched()) this.actorBehind = true;
-    else {
-      this.syncActor();
-      this.actor.send({ type: `troupe.agent.${how}`, messageId, ...this.counters });
+    this.tell(() => ({ type: `troupe.agent.${how}`, messageId, ...this.counters }));
+  }
+
+  /** A request's event to the actor while it is watched; otherwise only a note that the actor is behind. */
+  private tell(event: () => AgentActorEvent): void {
+    if (!this.watched()) {
+      this.actorBehind = true;
+      return;
     }
+    this.syncActor();
+    this.actor.send(event());
   }
 
   /**
