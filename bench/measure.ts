@@ -37,6 +37,19 @@ export function floorResponder(t: Transport, tenant: string, agentId: string): S
   );
 }
 
+/** The headers a thread's call of an agent carries (see ThreadHost's agent calls): the user's first hop. */
+export function threadCallHeaders(tenant: string, threadId: string, messageId: string): Record<string, string> {
+  return {
+    [HEADERS.threadId]: threadId,
+    [HEADERS.tenant]: tenant,
+    [HEADERS.hop]: '0',
+    [HEADERS.sender]: 'user',
+    [HEADERS.callId]: `${threadId}/${messageId}`,
+    [HEADERS.taskId]: threadId,
+    [HEADERS.contextId]: threadId,
+  };
+}
+
 /** One operation; `worker` is the concurrent worker's index (0 in a sequential run), `i` its iteration. */
 
 export type Op = (worker: number, i: number) => Promise<unknown>;

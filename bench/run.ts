@@ -53,7 +53,7 @@ import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './
 import { durableTurnFloor, type DurableTurnFloor } from './turn-floor.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { AgentReplySchema, HEADERS, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
+import { AgentReplySchema, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
@@ -73,7 +73,7 @@ import {
   type RawTurn,
   type StreamCounters,
 } from './durability.js';
-import { concurrent, connections, floorResponder, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { concurrent, connections, floorResponder, sequential, threadCallHeaders, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
@@ -190,18 +190,7 @@ function agentCall(node: TroupeNode, threadId: string): { data: Uint8Array; head
     metadata: { 'troupe/agent': 'user' },
   };
   const withRouting = withRoutingRequest(message, { agentCards: node.registry.peersOf(AGENT_ID), sender: 'user' });
-  return {
-    data: encodeJson(withRouting),
-    headers: {
-      [HEADERS.threadId]: threadId,
-      [HEADERS.tenant]: TENANT,
-      [HEADERS.hop]: '0',
-      [HEADERS.sender]: 'user',
-      [HEADERS.callId]: `${threadId}/${message.messageId}`,
-      [HEADERS.taskId]: threadId,
-      [HEADERS.contextId]: threadId,
-    },
-  };
+  return { data: encodeJson(withRouting), headers: threadCallHeaders(TENANT, threadId, message.messageId) };
 }
 
 async function runScenario(s: Scenario): Promise<ScenarioResult> {
@@ -501,30 +490,22 @@ async function main(): Promise<void> {
     // record of a thread at the history limit (measured on one thread taken there first).
     for (let i = 0; i < 30; i++) await turn('bench-size');
     const sizedRecordBytes = await meanRecordBytes(rawRequester.connection, TENANT, ['bench-size']);
-    rawTurn = await startRawTurn(rawRequester.connection, {
+    const rawTurnOptions = {
       echoSubject: RAW_SUBJECT,
       request: rawPayload,
       valueBytes: sizedRecordBytes,
       messageBytes: encodeJson(userMessage(TEXT)).length,
       workers: CONCURRENCY,
       timeoutMs: TIMEOUT_MS,
-    });
+    };
+    rawTurn = await startRawTurn(rawRequester.connection, rawTurnOptions);
     const rawTurnOp = rawTurn.op;
     // The same NATS work with the durable turn's guarantees (bench/turn-floor.ts), its threads' records
     // shaped like that thread's.
     const sized = await store.get(TENANT, 'bench-size');
     if (!sized) throw new Error('the thread bench-size has no record after 30 turns');
     floorTurnGuarantees = await durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
-    floorTurn = await startRawTurn(rawRequester.jetstreamConnection, {
-      echoSubject: RAW_SUBJECT,
-      request: rawPayload,
-      valueBytes: sizedRecordBytes,
-      messageBytes: encodeJson(userMessage(TEXT)).length,
-      workers: CONCURRENCY,
-      timeoutMs: TIMEOUT_MS,
-      name: 'floor',
-      guarantees: floorTurnGuarantees,
-    });
+    floorTurn = await startRawTurn(rawRequester.jetstreamConnection, { ...rawTurnOptions, name: 'floor', guarantees: floorTurnGuarantees });
 
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.

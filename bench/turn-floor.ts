@@ -24,7 +24,7 @@
  */
 import type { NatsTransport } from '../src/transport/nats.js';
 import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
-import { decode, encodeJson, HEADERS, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
+import { decode, encodeJson, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import { AgentReplySchema } from '../src/protocol/wire.js';
 import { userMessage } from '../src/sdk/client.js';
@@ -32,6 +32,7 @@ import { ArrayJson, encodeRecord } from '../src/store/codec.js';
 import type { ThreadRecord } from '../src/store/types.js';
 import type { TurnGuarantees } from './durability.js';
 import { xstateTurns } from './machine-floor.js';
+import { threadCallHeaders } from './measure.js';
 
 const HISTORY_LIMIT = 50;
 
@@ -60,15 +61,7 @@ export async function durableTurnFloor(opts: { transport: NatsTransport; tenant:
   const turns = xstateTurns<{ threadId: string; message: Message }, Message>(async ({ threadId, message }) => {
     const res = await transport.request(subjects.agentInbox(tenant, agentId), encodeJson({ ...message, contextId: threadId, taskId: threadId }), {
       timeoutMs,
-      headers: {
-        [HEADERS.threadId]: threadId,
-        [HEADERS.tenant]: tenant,
-        [HEADERS.hop]: '0',
-        [HEADERS.sender]: 'user',
-        [HEADERS.callId]: `${threadId}/${message.messageId}`,
-        [HEADERS.taskId]: threadId,
-        [HEADERS.contextId]: threadId,
-      },
+      headers: threadCallHeaders(tenant, threadId, message.messageId),
     });
     const reply = decode(AgentReplySchema, res.data, 'agent reply');
     if (reply.kind !== 'message') throw new Error(`the responder answered a ${reply.kind}`);
