@@ -226,6 +226,21 @@ describe('a redelivered latest message after its node is gone', () => {
     await nextOwnerReadsTheMarker('node-h', threadId, finals);
   }, 60_000);
 
+  it('a marker stream that is not found (as while its cluster recovers its quorum) tells nothing: unknown, not "no marker"', async () => {
+    const t = await transport('not-found-reader');
+    const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+    expect(await log.published('not-found-1', 'm1')).toBe(false);
+    const jsm = await jetstreamManager(t.connection);
+    const config = (await jsm.streams.info(ANSWERED_STREAM)).config;
+    await jsm.streams.delete(ANSWERED_STREAM);
+    try {
+      // Taken for "no marker", a next owner whose committer is gone would publish an answer that went out.
+      expect(await log.published('not-found-1', 'm1')).toBeUndefined();
+    } finally {
+      await jsm.streams.add(config);
+    }
+  }, 30_000);
+
   it("an account without room for the stream: the node runs without markers and says so", async () => {
     const t = await transport('filler');
     const jsm = await jetstreamManager(t.connection);

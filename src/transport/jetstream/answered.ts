@@ -32,7 +32,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { isCreateOrBindTransient, isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
@@ -64,7 +64,7 @@ export interface AnsweredLog {
   /**
    * True when the thread's last marker names `messageId`; false when the stream says it does not (no
    * marker for the thread, or one naming another message); undefined when the stream could not be read
-   * in time (no leader, an election): nothing is known.
+   * in time (no leader, an election, "not found" while its cluster recovers, a refusal): nothing is known.
    */
   published(threadId: string, messageId: string): Promise<boolean | undefined>;
 }
@@ -200,16 +200,19 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     const jsm = this.#jsm;
     if (!jsm) return false;
     try {
-      // A stream electing its leader (the failovers that bring messages back) answers within seconds.
+      // A stream electing its leader (the failovers that bring messages back) answers within seconds; one
+      // "not found" while its cluster recovers its quorum is asked again too (the stream was made at start).
       const stored = await retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
         deadlineMs: LOOKUP_DEADLINE_MS,
+        transient: isCreateOrBindTransient,
       });
+      // No message for the subject (the client gives null) is an answer: no marker for the thread.
       return stored !== null && decode(MarkerSchema, stored.data, 'published-answer marker', 1_024).messageId === messageId;
     } catch (err) {
-      // "No message" (no marker for the thread) is an answer; a stream that does not answer is not.
-      const unknown = isTransientJetStreamError(err);
-      this.#log.debug({ err: (err as Error).message, thread: threadId, unknown }, 'could not read the last published answer');
-      return unknown ? undefined : false;
+      // Anything else — a stream that does not answer, one not found, a refusal — says nothing. Taken for
+      // "no marker" (as a stream not found was), it lets a next owner publish an answer that went out.
+      this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not read the last published answer');
+      return undefined;
     }
   }
 }

@@ -1,0 +1,412 @@
+/**
+ * Troupe on a real 3-server NATS cluster (test/helpers/nats-cluster.ts: the configs `troupe cluster up`
+ * writes, from the same credential store as `troupe creds init`):
+ *   - `troupe cluster up` starts a working cluster (routes, JetStream with replicas 3);
+ *   - `troupe up --replicas 3` makes TROUPE_IN, TROUPE_DLQ and the thread and lease buckets with 3
+ *     replicas, nodes given every server URL;
+ *   - 3 nodes share 64 partitions 22/21/21; killing one (kill -9) moves its partitions to the other two;
+ *   - a node whose --partitions disagrees with the server's mapping refuses to start (exit 1, says the
+ *     server's count), and its probes leave nothing in the stream;
+ *   - with two servers of three down (no JetStream quorum) a starting node waits and says so, and starts
+ *     once they are back; opening a store past its setup deadline fails with what to check;
+ *   - a thread's latest message given again to its next owner while the marker stream has no quorum and
+ *     the answering node is gone: the node keeps asking, finds the marker once the servers are back, and
+ *     does not publish the answer again.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { TroupeNode } from '../src/actors/node.js';
+import { KvThreadStore } from '../src/store/kv.js';
+import { TroupeError } from '../src/protocol/errors.js';
+import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
+import { pushAccountJwts } from '../src/security/creds.js';
+import { clusterServerBin, startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
+import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { sleep, waitUntil } from './helpers/wait.js';
+import { Registry } from '../src/actors/registry.js';
+import { ThreadHost } from '../src/actors/threads/host.js';
+import { metrics } from '../src/observability/metrics.js';
+import { META } from '../src/protocol/metadata.js';
+import { ThreadEventSchema, decode } from '../src/protocol/index.js';
+import { userMessage } from '../src/sdk/client.js';
+import { MemoryThreadStore } from '../src/store/memory.js';
+import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
+import { subjects } from '../src/transport/subjects.js';
+
+const PARTITIONS = 64;
+const LEASE_TTL_MS = 1_500;
+
+let cluster: NatsClusterHandle;
+const group = new ProcessGroup();
+const transports: NatsTransport[] = [];
+
+function transport(name: string, user = 'node'): Promise<NatsTransport> {
+  return transportOn(name, user);
+}
+
+async function transportOn(name: string, user = 'node', servers?: string[]): Promise<NatsTransport> {
+  const t = await NatsTransport.connect({ ...cluster.as(user), ...(servers ? { servers } : {}), name, maxReconnectAttempts: -1 });
+  transports.push(t);
+  return t;
+}
+
+function startNode(name: string, extra: string[] = []): Promise<ManagedProcess> {
+  return spawnTroupe(
+    ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn', ...extra],
+    cluster.env,
+    { name, readyTimeoutMs: 40_000 },
+    group,
+  );
+}
+
+async function owners(client: TroupeClient): Promise<Map<string, number[]>> {
+  const nodes = (await client.ps(400)).flatMap((r) => r.actors).filter((a) => a.kind === 'node');
+  return new Map(nodes.map((n) => [n.id, ((n.detail?.partitions as number[] | undefined) ?? []).slice().sort((a, b) => a - b)]));
+}
+
+beforeAll(async () => {
+  cluster = await startNatsCluster(3, { partitions: PARTITIONS });
+}, 150_000);
+afterAll(async () => {
+  await group.stopAll();
+  await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+  await cluster?.stop();
+});
+
+describe('troupe cluster up', () => {
+  it('starts 3 routed servers with JetStream; a bucket with 3 replicas works through any of them', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'troupe-cluster-up-'));
+    try {
+      const proc = await spawnTroupe(['cluster', 'up', '--dir', dir, '--json'], { NATS_SERVER_BIN: clusterServerBin() }, { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 }, group);
+      const out = JSON.parse(proc.stdout) as { url: string; servers: Array<{ name: string; url: string; configFile: string }> };
+      expect(out.servers.map((s) => s.name)).toEqual(['n1', 'n2', 'n3']);
+      const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
+      try {
+        // JetStream elects its meta leader once the routes are up: retry until it answers.
+        // A fresh 2.10 cluster on 2 busy cores can take over a minute to place a stream on every peer
+        // (test/helpers/nats-cluster.ts waits 90 s for the same).
+        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 90_000, 500);
+        await kv.put('k', 'v');
+        expect((await kv.get('k'))?.string()).toBe('v');
+        const info = await (await jetstreamManager(t.connection)).streams.info('KV_cluster_up_check');
+        expect(info.config.num_replicas).toBe(3);
+        expect(1 + (info.cluster?.replicas?.length ?? 0)).toBe(3);
+      } finally {
+        await t.close();
+      }
+      const exit = await proc.kill('SIGTERM');
+      expect(exit.code).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 150_000);
+});
+
+describe('the same accounts on every server', () => {
+  it('a revocation rewrites every server config and, pushed to one server, cuts the user off on all of them', async () => {
+    await cluster.store.addUser({ tenant: 'demo', role: 'client', name: 'leaver' });
+    const before = readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8');
+    // A new user needs no server change: it connects through every server.
+    for (const url of cluster.urls) {
+      const t = await NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 });
+      await t.close();
+    }
+    const { accountJwt } = await cluster.store.revoke('demo', 'leaver');
+    expect(readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8')).not.toBe(before);
+    await pushAccountJwts([accountJwt], { servers: cluster.urls[0]!, systemCreds: cluster.store.systemCredsFile });
+    for (const url of cluster.urls) {
+      await waitUntil(
+        () =>
+          NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 }).then(
+            async (t) => (await t.close(), undefined),
+            () => true,
+          ),
+        `the revoked user refused by ${url}`,
+        10_000,
+        200,
+      );
+    }
+  }, 60_000);
+});
+
+describe('nodes on the cluster', () => {
+  let client: TroupeClient;
+  const nodes: ManagedProcess[] = [];
+  let agentHost: AgentHost;
+
+  beforeAll(async () => {
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    agentHost = await new AgentHost({ transport: await transport('cluster-echo', 'echo'), agent: echo, heartbeatMs: 300 }).start();
+    client = new TroupeClient(await transport('cluster-client'));
+  });
+  afterAll(async () => {
+    await agentHost?.stop();
+  });
+
+  it('compare-and-set on a bucket of 3 replicas: of 6 writes at the same revision from 3 servers, exactly one is stored, round after round', async () => {
+    // What one owner per partition and per thread rests on (src/transport/jetstream/server-version.ts):
+    // nats-server before 2.9.21 stored several of them in almost every round.
+    const conns = await Promise.all(cluster.urls.map((url, i) => NatsTransport.connect({ ...cluster.asNode, servers: [url], name: `cas-${i}` })));
+    transports.push(...conns);
+    const kv = await new Kvm(conns[0]!.connection).create('cas_check', { replicas: 3, history: 1 });
+    const kvs = await Promise.all(conns.map((c) => new Kvm(c.connection).open('cas_check')));
+    const winners: number[] = [];
+    for (let round = 0; round < 60; round++) {
+      const key = `k${round}`;
+      const revision = await kv.put(key, 'start');
+      const writes = await Promise.allSettled(kvs.flatMap((k, i) => [0, 1].map((j) => k.update(key, `${i}.${j}`, revision))));
+      const stored = writes.flatMap((w) => (w.status === 'fulfilled' ? [w.value] : []));
+      winners.push(stored.length);
+      // The one stored is what the key holds now.
+      if (stored.length === 1) expect((await kv.get(key))?.revision).toBe(stored[0]);
+    }
+    expect(winners.every((n) => n === 1), `writes stored per round: ${winners.join(',')}`).toBe(true);
+  }, 60_000);
+
+  it('a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server\'s count', async () => {
+    const res = await runTroupe(['up', '--partitions', '8', '--log-level', 'warn'], cluster.env, { timeoutMs: 30_000 });
+    expect(res.code).toBe(1);
+    expect(res.stderr).toMatch(/PARTITIONS_MISMATCH/);
+    expect(res.stderr).toMatch(/maps tenant "demo" into 64: start it with --partitions 64/);
+    // The library check agrees, and passes with the right count.
+    const t = await transport('probe');
+    await expect(checkPartitionMapping(t.connection, 'demo', 63)).rejects.toSatisfy((e: unknown) => e instanceof TroupeError && e.code === 'PARTITIONS_MISMATCH' && e.details?.serverPartitions === 64);
+    await expect(checkPartitionMapping(t.connection, 'demo', PARTITIONS)).resolves.toEqual({ serverPartitions: PARTITIONS });
+    // A TroupeNode does the same before it takes anything.
+    const node = new TroupeNode({ transport: t, nodeId: 'wrong-count', durable: { nc: t.connection, partitions: 16 } });
+    await expect(node.start()).rejects.toThrow(/into 64: start it with --partitions 64/);
+  }, 60_000);
+
+  it('troupe up --replicas 3 on the 3 servers: every stream and bucket has 3 replicas; 3 nodes own 22/21/21 of 64 partitions', async () => {
+    nodes.push(await startNode('node 1'), await startNode('node 2'), await startNode('node 3'));
+    const shares = await waitUntil(async () => {
+      const o = await owners(client);
+      const counts = [...o.values()].map((p) => p.length).sort((a, b) => a - b);
+      return o.size === 3 && counts.join() === '21,21,22' ? o : undefined;
+    }, '3 nodes sharing 64 partitions 22/21/21', 30_000);
+    expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
+    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')}`);
+
+    const t = await transport('replica-check');
+    const jsm = await jetstreamManager(t.connection);
+    for (const stream of ['TROUPE_IN', 'TROUPE_DLQ', 'TROUPE_ANSWERED', 'KV_troupe_threads', 'KV_troupe_leases']) {
+      const info = await jsm.streams.info(stream);
+      expect(info.config.num_replicas, stream).toBe(3);
+    }
+    // The probes of the three nodes' partition checks were refused by the stream: nothing was stored.
+    expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(0);
+
+    const res = await client.send('hello cluster', { threadId: 'cluster-1', timeoutMs: 20_000 });
+    expect(res.text).toBe('echo: hello cluster');
+  }, 120_000);
+
+  it('kill -9 of one node: the other two take its partitions (32/32) and keep answering', async () => {
+    const victim = nodes.shift()!;
+    const killedAt = Date.now();
+    await victim.kill('SIGKILL');
+    const o = await waitUntil(async () => {
+      const m = await owners(client);
+      const counts = [...m.values()].map((p) => p.length).sort((a, b) => a - b);
+      return m.size === 2 && counts.join() === '32,32' ? m : undefined;
+    }, 'two nodes owning 32/32', 30_000);
+    console.log(`[cluster] after kill -9 of a node: ${[...o.values()].map((p) => p.length).join('/')} after ${Date.now() - killedAt} ms (lease ttl ${LEASE_TTL_MS} ms)`);
+    expect([...o.values()].flat().length).toBe(PARTITIONS);
+    const res = await client.send('still here', { threadId: 'cluster-1', timeoutMs: 20_000 });
+    expect(res.text).toBe('echo: still here');
+  }, 60_000);
+});
+
+describe('a cluster that has lost its JetStream quorum', () => {
+  // Tenant acme: its account has no streams or buckets yet, so setting them up needs the meta leader,
+  // which one server of three cannot elect. (Demo's exist: a lone server that led them may still answer
+  // their info for a while, so a demo node could come up without waiting.)
+  const acmeEnv = () => ({ ...cluster.env, TROUPE_NATS_CREDS: cluster.credsFile('node', 'acme') });
+  const acmeTransport = async (name: string, user = 'node') => {
+    const t = await NatsTransport.connect({ ...cluster.as(user, 'acme'), name, maxReconnectAttempts: -1 });
+    transports.push(t);
+    return t;
+  };
+
+  it('a cluster whose third server has not joined yet: a bucket of 3 replicas cannot be placed, so opening it waits, and opens once the server is up', async () => {
+    // Seen on a fresh 2.10 cluster: a node opening its buckets before the meta layer knew every peer got
+    // "no suitable peers for placement" and exited; it now waits as for an election.
+    const young = await startNatsCluster(3, { startNow: 2 });
+    const t = await NatsTransport.connect({ ...young.asNode, name: 'placement-store', maxReconnectAttempts: -1 });
+    try {
+      await young.ready(60_000);
+      const failed = await KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 1_500 }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(failed).toBeInstanceOf(TroupeError);
+      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "placement_probe" .*no suitable peers.*needs N JetStream servers that know each other/);
+      const opening = KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 60_000 });
+      let settled = false;
+      void opening.then(() => (settled = true), () => (settled = true));
+      await sleep(2_000);
+      expect(settled).toBe(false);
+      await young.servers[2]!.restart();
+      const store = await opening;
+      const info = await (await jetstreamManager(t.connection)).streams.info('KV_placement_probe');
+      expect(info.config.num_replicas).toBe(3);
+      await store.close();
+    } finally {
+      await t.close();
+      await young.stop();
+    }
+  }, 120_000);
+
+  it('a node started meanwhile waits, says so, and starts once the servers are back; past its --setup-timeout (or a store open past its deadline) it says what to check', async () => {
+    const client = new TroupeClient(await acmeTransport('quorum-client'), 'acme');
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const agentHost = await new AgentHost({ transport: await acmeTransport('quorum-echo', 'echo'), agent: echo, tenant: 'acme', heartbeatMs: 300 }).start();
+    const [, down1, down2] = cluster.servers;
+    await Promise.all([down1!.kill(), down2!.kill()]);
+    try {
+      // One server of three: no meta leader, so no stream can be created.
+      const t = await acmeTransport('quorum-store');
+      const failed = await KvThreadStore.open(t.connection, { bucket: 'quorum_probe', replicas: 3, setupDeadlineMs: 1_500 }).then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      expect(failed).toBeInstanceOf(TroupeError);
+      expect((failed as TroupeError).code).toBe('TRANSPORT_ERROR');
+      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "quorum_probe" .*most servers of the cluster are up/);
+
+      // So does a node given a short --setup-timeout: exit 1 with what to check.
+      const gaveUp = await runTroupe(['up', '--tenant', 'acme', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--setup-timeout', '1000'], acmeEnv(), { timeoutMs: 60_000 });
+      expect(gaveUp.code).toBe(1);
+      expect(gaveUp.stderr).toMatch(/JetStream did not answer while .*most servers of the cluster are up/);
+
+      // A node started now (a restart after a crash, a rolling deploy) does not exit: it reports that it waits.
+      const node = await spawnTroupe(
+        ['up', '--tenant', 'acme', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn'],
+        acmeEnv(),
+        { name: 'node q', readyTimeoutMs: 40_000, ready: /JetStream did not answer while/ },
+        group,
+      );
+      expect(node.running).toBe(true);
+      await Promise.all([down1!.restart(), down2!.restart()]);
+      await cluster.ready(60_000);
+      await node.waitFor(/troupe node \S+ up on /, { timeoutMs: 90_000 });
+      // The inbound stream elects its leader after the servers return: the send keeps trying meanwhile.
+      const res = await client.send('after the quorum came back', { threadId: 'quorum-1', timeoutMs: 60_000, unavailableRetryMs: 45_000 });
+      expect(res.text).toBe('echo: after the quorum came back');
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+    }
+  }, 180_000);
+});
+
+describe('a redelivered latest message while the marker stream cannot be read', () => {
+  // Two thread hosts of tenant demo (the two nodes a thread moves between) share a memory store: what is
+  // under test is the marker stream (TROUPE_ANSWERED, 3 replicas) losing its quorum, not the store.
+  /** An echo agent, a factory of thread hosts sharing one store and the marker stream, and the finals on the thread's `out`. */
+  const markerScene = async (threadId: string) => {
+    // Every connection of the scene on the server that stays up: what is under test is the marker stream
+    // without its quorum while the nodes can still ask each other (a node reconnecting after its server's
+    // kill is another case, see docs/cluster.md).
+    const transport = (name: string, user = 'node') => transportOn(name, user, [cluster.servers[0]!.url]);
+    const store = new MemoryThreadStore();
+    const agentHost = await new AgentHost({
+      transport: await transport(`${threadId}-echo`, 'echo'),
+      agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
+    }).start();
+    const host = async (nodeId: string) => {
+      const t = await transport(nodeId);
+      const dbg = (await import('../src/observability/logger.js')).createLogger({ level: 'debug', name: nodeId });
+      const answered = await new JetStreamAnsweredLog({ nc: t.connection, tenant: 'demo', replicas: 3, logger: dbg }).start();
+      const registry = await new Registry(t, 'demo').start();
+      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered, logger: dbg }).start();
+      await registry.waitFor(['echo']);
+      return { threads, answered, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
+    };
+    const finals: string[] = [];
+    const watcher = await transport(`${threadId}-watch`);
+    watcher.subscribe(subjects.threadOut('demo', 'local', threadId), (m) => {
+      const e = decode(ThreadEventSchema, m.data, 'thread event');
+      if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
+    });
+    await watcher.flush();
+    return { threadId, agentHost, host, finals };
+  };
+
+  it('the next owner keeps asking until the stream answers, finds the marker and does not publish again', async () => {
+    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-1');
+    const [, down1, down2] = cluster.servers;
+    try {
+      const a = await host('node-unreadable-a');
+      const first = await a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      first.publish?.({ acked: true });
+      await waitUntil(() => finals.length === 1 || undefined, 'the answer');
+      await waitUntil(async () => (await a.answered.published(threadId, 'm1')) || undefined, 'the marker, stored');
+      const b = await host('node-unreadable-b');
+      // Node a dies; two servers of three go down, so the marker stream cannot be read; the stream gives m1
+      // to node b again (its ack lost with a consumer's leader).
+      await a.stop();
+      await Promise.all([down1!.kill(), down2!.kill()]);
+      // How b settles it: by the marker once the stream answers (or, on a machine slow enough that the
+      // servers are back before b asks, by another "already published" rule); never by publishing.
+      const decisions = async () => {
+        const values = (await metrics.redeliveredAnswers.get()).values;
+        return { notPublished: values.filter((v) => v.labels.decision !== 'published').reduce((n, v) => n + v.value, 0), published: values.find((v) => v.labels.decision === 'published')?.value ?? 0 };
+      };
+      const before = await decisions();
+      const again = b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      // Past one round of asking (the stream's lookup deadline, 3 questions to the dead node): before the
+      // node waited while nobody could tell, it published here.
+      await sleep(12_000);
+      expect(finals).toEqual(['m1']);
+      await Promise.all([down1!.restart(), down2!.restart()]);
+      expect(await again).toEqual({ duplicate: true });
+      const after = await decisions();
+      expect(after.notPublished - before.notPublished).toBe(1);
+      expect(after.published).toBe(before.published);
+      await sleep(1_000);
+      expect(finals).toEqual(['m1']);
+      await b.stop();
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+      await cluster.ready(60_000);
+    }
+  }, 120_000);
+
+  it('the committer deciding on its own redelivery, asked meanwhile by the next owner: after saying "not published" it does not publish', async () => {
+    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-2');
+    const [, down1, down2] = cluster.servers;
+    try {
+      const a = await host('node-deciding-a');
+      const b = await host('node-deciding-b');
+      // Node a answers m1, but cannot tell whether its ack took: the answer is left to the redelivery.
+      const first = await a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      first.publish?.({ acked: false });
+      // The marker stream cannot be read; the stream gives m1 again to node a (its own redelivery: it
+      // committed, so it asks nobody and waits for the stream) and to node b, the partition's next owner.
+      await Promise.all([down1!.kill(), down2!.kill()]);
+      const own = a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      await sleep(500);
+      // Node b asks node a, which says it did not publish: node b publishes it.
+      await b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
+      await waitUntil(() => finals.length >= 1 || undefined, "node b's answer");
+      // Node a's wait for the stream runs out (30 s): having said "not published", it must not publish.
+      expect(await own).toEqual({ duplicate: true });
+      await sleep(500);
+      expect(finals).toEqual(['m1']);
+      await Promise.all([a.stop(), b.stop()]);
+    } finally {
+      await agentHost.stop();
+      for (const s of [down1!, down2!]) if (!s.running) await s.restart();
+      await cluster.ready(60_000);
+    }
+  }, 120_000);
+});
