@@ -128,6 +128,8 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
         chunked = resolve;
         setTimeout(() => reject(new Error(`no chunk on ${threadId} within ${timeoutMs} ms`)), timeoutMs).unref();
       });
+      // Handled here: a run that fails before it waits (the ack) must not leave a rejection behind.
+      first.catch(() => undefined);
       const out = t.client.subscribe(`${PREFIX}.out.${threadId}`, (msg) => {
         const event = decode(ThreadEventSchema, msg.data, 'thread event');
         if (event.kind === 'artifact-update') chunked(Number(process.hrtime.bigint() - start) / 1_000);
