@@ -32,7 +32,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, isStreamNotFound, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
@@ -64,7 +64,7 @@ export interface AnsweredLog {
   /**
    * True when the thread's last marker names `messageId`; false when the stream says it does not (no
    * marker for the thread, or one naming another message); undefined when the stream could not be read
-   * in time (no leader, an election, "not found" while its cluster recovers, a refusal): nothing is known.
+   * in time (no leader, an election, a refusal): nothing is known. A stream that is gone is made again first.
    */
   published(threadId: string, messageId: string): Promise<boolean | undefined>;
 }
@@ -82,6 +82,7 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   readonly #opts: JetStreamAnsweredLogOptions;
   readonly #log: Logger;
   #jsm?: JetStreamManager;
+  #remaking?: Promise<void>;
   /** The latest marker of each thread that the stream has not acknowledged yet. */
   readonly #pending = new Map<string, string>();
   /** The markers' acknowledgements come on one reply subscription (the client's own request makes an Error per answer). */
@@ -117,6 +118,21 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       );
     }
     return this;
+  }
+
+  /**
+   * Makes the stream again if it is gone (a memory stream does not outlive a single server's restart), one
+   * attempt at a time; a stream that is there is left as it is.
+   */
+  #remake(): Promise<void> {
+    const jsm = this.#jsm;
+    if (!jsm) return Promise.resolve();
+    this.#remaking ??= this.#ensureStream(jsm)
+      .catch((err: unknown) => this.#log.debug({ err: (err as Error).message }, `could not make the stream ${ANSWERED_STREAM} again`))
+      .finally(() => {
+        this.#remaking = undefined;
+      });
+    return this.#remaking;
   }
 
   /** Whether answers are being marked (the stream exists). */
@@ -185,7 +201,11 @@ export class JetStreamAnsweredLog implements AnsweredLog {
         {
           deadlineMs: ANSWER_MARK_DEADLINE_MS,
           keepTrying: current,
-          onRetry: (attempt, err) => this.#log.debug({ thread: threadId, message: messageId, attempt, err: (err as Error).message }, 'the stream did not take a published-answer marker; publishing it again'),
+          onRetry: (attempt, err) => {
+            this.#log.debug({ thread: threadId, message: messageId, attempt, err: (err as Error).message }, 'the stream did not take a published-answer marker; publishing it again');
+            // Nothing takes the subject: the stream may be gone (a single server's restart), so it is made again.
+            if (/no responders/i.test((err as Error)?.message ?? '')) void this.#remake();
+          },
         },
       );
       if (attempts > 1) this.#log.info({ thread: threadId, message: messageId, attempts }, 'the stream took a published-answer marker on a later attempt');
@@ -199,18 +219,24 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   async published(threadId: string, messageId: string): Promise<boolean | undefined> {
     const jsm = this.#jsm;
     if (!jsm) return false;
+    // A stream electing its leader (the failovers that bring messages back) answers within seconds.
+    const read = () => retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), { deadlineMs: LOOKUP_DEADLINE_MS });
     try {
-      // A stream electing its leader (the failovers that bring messages back) answers within seconds; one
-      // "not found" while its cluster recovers its quorum is asked again too (the stream was made at start).
-      const stored = await retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
-        deadlineMs: LOOKUP_DEADLINE_MS,
-        transient: isCreateOrBindTransient,
-      });
+      let stored;
+      try {
+        stored = await read();
+      } catch (err) {
+        if (!isStreamNotFound(err)) throw err;
+        // Gone: a memory stream does not outlive a single server's restart (on a cluster recovering its quorum,
+        // making it again is a no-op). Made again, it says what it holds.
+        await this.#remake();
+        stored = await read();
+      }
       // No message for the subject (the client gives null) is an answer: no marker for the thread.
       return stored !== null && decode(MarkerSchema, stored.data, 'published-answer marker', 1_024).messageId === messageId;
     } catch (err) {
-      // Anything else — a stream that does not answer, one not found, a refusal — says nothing. Taken for
-      // "no marker" (as a stream not found was), it lets a next owner publish an answer that went out.
+      // Anything else — a stream that does not answer, one still not found, a refusal — says nothing. Taken
+      // for "no marker", it lets a next owner whose committer is gone publish an answer that went out.
       this.#log.debug({ err: (err as Error).message, thread: threadId }, 'could not read the last published answer');
       return undefined;
     }
