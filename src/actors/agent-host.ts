@@ -252,12 +252,9 @@ export class AgentHost {
   private onHello(msg: InboundMessage): void {
     const { inspection } = readHello(msg.data);
     if (inspection) {
+      // Switching brings the actor up to date first (the switch's change, in the constructor).
       this.inspection.switch.set(inspection.on);
-      if (inspection.on) {
-        // The snapshot a new watcher gets first holds the counters as they are now.
-        this.syncActor();
-        this.inspection.announce();
-      }
+      if (inspection.on) this.inspection.announce();
     }
     this.announce();
     if (!msg.reply) return;

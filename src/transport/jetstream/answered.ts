@@ -32,7 +32,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { isCreateOrBindTransient, isStreamNotFound, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, isNoResponders, isStreamNotFound, retrySetup, retryTransient } from './retry.js';
 import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
@@ -204,7 +204,7 @@ export class JetStreamAnsweredLog implements AnsweredLog {
           onRetry: (attempt, err) => {
             this.#log.debug({ thread: threadId, message: messageId, attempt, err: (err as Error).message }, 'the stream did not take a published-answer marker; publishing it again');
             // Nothing takes the subject: the stream may be gone (a single server's restart), so it is made again.
-            if (/no responders/i.test((err as Error)?.message ?? '')) void this.#remake();
+            if (isNoResponders(err)) void this.#remake();
           },
         },
       );

@@ -33,6 +33,11 @@ export function isStreamNotFound(err: unknown): boolean {
   return (err instanceof JetStreamApiError && err.code === 10059) || (err instanceof Error && /stream not found/i.test(err.message));
 }
 
+/** A request nothing took: no subscriber on its subject (for a JetStream subject: no stream, or no leader yet). */
+export function isNoResponders(err: unknown): boolean {
+  return err instanceof Error && /no responders/i.test(err.message);
+}
+
 /**
  * What a create-or-bind step (it makes its stream or bucket when missing) asks again: the transient failures,
  * and "stream not found", which from such a step is the cluster recovering.
