@@ -14,8 +14,11 @@
  * credentials' signing or the warm-up) and writes `<what>-<time>.cpuprofile` there.
  *
  * Then the floor of the durable turn (the raw turn with the durable turn's guarantees: bench/turn-floor.ts).
- * PROFILE_ONLY=troupe (or raw, or floor) runs one of the three; PROFILE_WORKERS (default 64) sets the threads
- * with a turn in flight (1: one turn at a time, the p50 rows' case).
+ * PROFILE_ONLY=troupe (or raw, or floor, or a list: raw,floor) runs those of the three; PROFILE_WORKERS (default 64) sets the threads
+ * with a turn in flight (1: one turn at a time, the p50 rows' case). PROFILE_FLOOR_WITHOUT runs the floor
+ * with guarantees taken out, to see what each costs:
+ *
+ *   PROFILE_ONLY=raw,floor PROFILE_FLOOR_WITHOUT=';validation;xstate;record;status;marker;status,marker' node --conditions=source --import tsx bench/profile-turn.ts
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -31,12 +34,14 @@ import { startNatsServer } from '../test/helpers/nats-server.js';
 import { startRawTurn } from './durability.js';
 import { floorResponder } from './measure.js';
 import { profileWindow } from './profiler.js';
-import { durableTurnFloor } from './turn-floor.js';
+import { FLOOR_GUARANTEES, durableTurnFloor, type FloorGuarantee } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
 const WORKERS = Number(process.env.PROFILE_WORKERS ?? 64);
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
-const only = process.env.PROFILE_ONLY;
+const only = process.env.PROFILE_ONLY?.split(',');
+/** Whether PROFILE_ONLY (a `,`-separated list; unset: all) includes `what`. */
+const runs = (what: 'troupe' | 'raw' | 'floor') => only === undefined || only.includes(what);
 
 /** CPU time (user + system, µs) the process listening on `port` has used so far. */
 function serverCpuUs(port: number): () => number {
@@ -63,6 +68,25 @@ const store = await KvThreadStore.open(nodeT.jetstreamConnection);
 const node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.jetstreamConnection, partitions: 8 }, config: { entryAgent: 'echo' } }).start();
 await node.registry.waitFor(['echo']);
 const client = new TroupeClient(clientT, { tenant: 'demo', principal: 'client' });
+
+/**
+ * PROFILE_FLOOR_WITHOUT: floors to run, `;`-separated, each a `,`-separated list of guarantees taken out
+ * (bench/turn-floor.ts FLOOR_GUARANTEES; empty: all kept), e.g. `;validation;xstate;status,marker`.
+ */
+function floorVariants(): FloorGuarantee[][] {
+  const spec = process.env.PROFILE_FLOOR_WITHOUT;
+  if (spec === undefined) return [[]];
+  return spec.split(';').map((variant) =>
+    variant
+      .split(',')
+      .map((g) => g.trim())
+      .filter((g) => g !== '')
+      .map((g) => {
+        if (!(FLOOR_GUARANTEES as readonly string[]).includes(g)) throw new Error(`PROFILE_FLOOR_WITHOUT: "${g}" is not one of ${FLOOR_GUARANTEES.join(', ')}`);
+        return g as FloorGuarantee;
+      }),
+  );
+}
 
 async function run(what: string, op: (w: number) => Promise<void>): Promise<void> {
   // Warm-up: every worker's thread exists and the code is compiled.
@@ -96,13 +120,13 @@ async function run(what: string, op: (w: number) => Promise<void>): Promise<void
   );
 }
 
-if (only === undefined || only === 'troupe') {
+if (runs('troupe')) {
   await run('durable turn', async (w) => {
     const res = await client.send(TEXT, { threadId: `turn-${w}`, timeoutMs: 10_000 });
     if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
   });
 }
-if (only !== 'troupe') {
+if (runs('raw') || runs('floor')) {
   // The record of a thread at the history limit sizes the raw turn's value and shapes the floor's records.
   if (!(await store.get('demo', 'turn-0'))) for (let i = 0; i < 30; i++) await client.send(TEXT, { threadId: 'turn-0', timeoutMs: 10_000 });
   const stored = (await store.get('demo', 'turn-0'))!;
@@ -115,20 +139,22 @@ if (only !== 'troupe') {
     timeoutMs: 10_000,
   };
   const sub = rawT.connection.subscribe('bench.raw.echo', { callback: (_e, m) => void m.respond(m.data) });
-  if (only !== 'floor') {
+  if (runs('raw')) {
     const rawTurn = await startRawTurn(rawT.connection, raw);
     await run('raw turn', async (w) => void (await rawTurn.op(w, 0)));
     await rawTurn.stop();
   }
-  if (only !== 'raw') {
+  if (runs('floor')) {
     const responderT = await NatsTransport.connect({ ...server.as('pyecho'), name: 'turn-floor-responder' });
     const responder = floorResponder(responderT, 'demo', 'pyecho');
     await responderT.flush();
-    const guarantees = await durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000 });
-    const floorTurn = await startRawTurn(rawT.jetstreamConnection, { ...raw, name: 'floor', guarantees });
-    await run('durable turn floor', async (w) => void (await floorTurn.op(w, 0)));
-    await floorTurn.stop();
-    guarantees.stop();
+    for (const without of floorVariants()) {
+      const guarantees = await durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000, without });
+      const floorTurn = await startRawTurn(rawT.jetstreamConnection, { ...raw, name: `floor${without.length ? `-${without.join('-')}` : ''}`, guarantees });
+      await run(`durable turn floor${without.length ? ` without ${without.join(', ')}` : ''}`, async (w) => void (await floorTurn.op(w, 0)));
+      await floorTurn.stop();
+      guarantees.stop();
+    }
     responder.unsubscribe();
     await responderT.close();
   }
