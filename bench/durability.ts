@@ -390,6 +390,8 @@ export interface MemoryResults {
   samples: { baseline: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
   /** Heap per started XState root actor of a one-state machine: the floor of any live thread (an XState actor). */
   bareActorBytes?: number;
+  /** The same actor holding a copy of a measured thread's history (its messages as objects) in its context. */
+  historyActorBytes?: number;
 }
 
 /** Runs bench/memory.ts in `node --expose-gc --import tsx` and returns its JSON. */
@@ -499,6 +501,9 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
       `${formatBytes(total(d.passivatedNode))} (ThreadHost keeps only a counter; the residue is compiled code and GC noise, not thread objects)`,
     ...(r.bareActorBytes !== undefined
       ? [`the floor of a live thread: a started XState root actor of a one-state machine holds ${formatBytes(r.bareActorBytes)} (its own actor system, scheduler, snapshot)`]
+      : []),
+    ...(r.historyActorBytes !== undefined
+      ? [`the same actor holding a copy of the thread's history (${r.historyMessages} messages as objects) in its context: ${formatBytes(r.historyActorBytes)}`]
       : []),
     ...(r.firstError ? ['', `first error: ${r.firstError}`] : []),
   ].join('\n');

@@ -18,7 +18,8 @@
  * the node's residue plus the memory store's records, which in embedded mode live in this process);
  * measure the encoded record sizes; delete every record from the store, gc, measure ("store emptied": what
  * the host itself keeps per passivated thread); then the floor of a live thread, a bare XState root actor
- * (`bareActorBytes`). The memory store keeps records as Uint8Array, whose bytes
+ * (`bareActorBytes`), and the same actor holding a copy of a measured thread's history in its context
+ * (`historyActorBytes`: what a live thread that keeps its history as objects cannot go below). The memory store keeps records as Uint8Array, whose bytes
  * are off the V8 heap (`arrayBuffers`), so both heapUsed and arrayBuffers are reported.
  *
  * With durable nodes the store is JetStream KV, in nats-server: a node's cost per live thread is then
@@ -71,12 +72,14 @@ async function settle(): Promise<MemorySample> {
  * The floor of a live thread: heap per started XState v5 root actor of a one-state machine with no
  * context (its actor system, scheduler, snapshot and observers), measured on `n` of them.
  */
-async function bareActorBytes(n: number): Promise<number> {
+async function bareActorBytes(n: number, historyJson?: string): Promise<number> {
   const machine = createMachine({ id: 'bare', initial: 'idle', states: { idle: {} } });
-  const warm = Array.from({ length: 200 }, () => createActor(machine).start());
+  // With a history: each actor's context holds its own copy of it, as a live thread's does.
+  const start = () => createActor(machine, historyJson === undefined ? {} : { snapshot: machine.resolveState({ value: 'idle', context: { history: JSON.parse(historyJson) as unknown } }) }).start();
+  const warm = Array.from({ length: 200 }, start);
   for (const a of warm) a.stop();
   const before = await settle();
-  const actors = Array.from({ length: n }, () => createActor(machine).start());
+  const actors = Array.from({ length: n }, start);
   const after = await settle();
   for (const a of actors) a.stop();
   return (after.heapUsed + after.arrayBuffers - before.heapUsed - before.arrayBuffers) / actors.length;
@@ -148,6 +151,7 @@ async function main(): Promise<MemoryResults> {
     let recordBytes = 0;
     let records = 0;
     let historyTotal = 0;
+    let historyJson: string | undefined;
     const states = new Map<string, number>();
     for (const id of ids) {
       const stored = await store.get(TENANT, id);
@@ -155,6 +159,7 @@ async function main(): Promise<MemoryResults> {
       records++;
       recordBytes += encodeRecord(stored.record).data.byteLength;
       historyTotal += stored.record.task.history?.length ?? 0;
+      historyJson ??= JSON.stringify(stored.record.task.history ?? []);
       const state = stored.record.task.status.state;
       states.set(state, (states.get(state) ?? 0) + 1);
     }
@@ -164,6 +169,7 @@ async function main(): Promise<MemoryResults> {
     const storeEmptied = await settle();
     log(' bare actors…');
     const bare = await bareActorBytes(Math.max(threads, 1_000));
+    const withHistory = await bareActorBytes(Math.max(threads, 1_000), historyJson ?? '[]');
     log(' done\n');
 
     return {
@@ -181,6 +187,7 @@ async function main(): Promise<MemoryResults> {
       ...(firstError ? { firstError } : {}),
       samples: { baseline, live, passivated, storeEmptied },
       bareActorBytes: bare,
+      historyActorBytes: withHistory,
     };
   } finally {
     await host.stop().catch(() => undefined);

@@ -50,7 +50,7 @@ import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './machine-floor.js';
-import { durableTurnFloor, type DurableTurnFloor } from './turn-floor.js';
+import { durableTurnFloor, startEmbeddedTurnFloor, type DurableTurnFloor } from './turn-floor.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { AgentReplySchema, decode, encodeJson, withRoutingRequest, type Message } from '../src/protocol/index.js';
@@ -142,6 +142,7 @@ interface Scenario {
     | 'fullTurnEmbedded'
     | 'threadMachine'
     | 'xstateTurnFloor'
+    | 'embeddedTurnFloor'
     | 'fullTurnMultiProcess';
   name: string;
   description: string;
@@ -317,9 +318,17 @@ export interface RunSummary {
   threadMachineTurnsPerSecond: number | null;
   /** XState alone, a turn of the thread's shape (a child machine invoking a promise): the floor of the thread machine. */
   xstateTurnFloorPerSecond: number | null;
+  /**
+   * The floor of the embedded turn's guarantees (bench/turn-floor.ts `startEmbeddedTurnFloor`: validation at
+   * every edge, an XState turn of the thread's shape, the agent call over the memory transport, the record
+   * checked and encoded, the status stream), turns per second.
+   */
+  embeddedTurnFloorPerSecond: number | null;
   liveIdleThreadBytes: number | null;
   /** A started XState root actor of a one-state machine: the floor of a live thread. */
   xstateRootActorBytes: number | null;
+  /** That actor holding a copy of the measured threads' history in its context: the floor of a live thread that keeps its history. */
+  xstateRootActorWithHistoryBytes: number | null;
   liveIdleThreadRssBytes: number | null;
   liveIdleThreadAtLimitBytes: number | null;
   liveIdleThreadAtLimitRssBytes: number | null;
@@ -376,8 +385,10 @@ function summarizeRun(r: {
     embeddedTurnsPerSecond: fin(perSecond('fullTurnEmbedded')),
     threadMachineTurnsPerSecond: fin(perSecond('threadMachine')),
     xstateTurnFloorPerSecond: fin(perSecond('xstateTurnFloor')),
+    embeddedTurnFloorPerSecond: fin(perSecond('embeddedTurnFloor')),
     liveIdleThreadBytes: derived ? fin(derived.liveNode.heap + derived.liveNode.buffers) : null,
     xstateRootActorBytes: fin(memory?.bareActorBytes),
+    xstateRootActorWithHistoryBytes: fin(memory?.historyActorBytes),
     liveIdleThreadRssBytes: memory ? fin((memory.samples.live.rss - memory.samples.baseline.rss) / memory.threads) : null,
     liveIdleThreadAtLimitBytes: derivedAtLimit ? fin(derivedAtLimit.liveNode.heap + derivedAtLimit.liveNode.buffers) : null,
     liveIdleThreadAtLimitRssBytes: atLimit ? fin((atLimit.samples.live.rss - atLimit.samples.baseline.rss) / atLimit.threads) : null,
@@ -423,6 +434,7 @@ async function main(): Promise<void> {
   let embedded: Awaited<ReturnType<typeof startEmbedded>> | undefined;
   let threadMachineRig: MachineRig | undefined;
   let xstateFloorRig: MachineRig | undefined;
+  let embeddedFloorRig: MachineRig | undefined;
   let rawTurn: RawTurn | undefined;
   let floorTurn: RawTurn | undefined;
   let floorTurnGuarantees: DurableTurnFloor | undefined;
@@ -506,6 +518,7 @@ async function main(): Promise<void> {
     if (!sized) throw new Error('the thread bench-size has no record after 30 turns');
     floorTurnGuarantees = await durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
     floorTurn = await startRawTurn(rawRequester.jetstreamConnection, { ...rawTurnOptions, name: 'floor', guarantees: floorTurnGuarantees });
+    embeddedFloorRig = await startEmbeddedTurnFloor({ text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
 
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.
@@ -624,6 +637,15 @@ async function main(): Promise<void> {
         warmupN: TURN_WARMUP_N,
       },
       {
+        key: 'embeddedTurnFloor',
+        name: 'the embedded turn\'s guarantees alone (floor of the embedded turn)',
+        description:
+          'validation at every edge, the XState turn above with its agent call over the memory transport to a validating responder, the record (at the history limit) checked and encoded, the status stream: no thread machine, host, store or agent host (bench/turn-floor.ts)',
+        op: embeddedFloorRig.op,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
         key: 'fullTurnMultiProcess',
         name: 'Troupe full turn, durable, multi-process',
         description: 'the durable long-lived-thread turn with the node (troupe up), the echo agent (troupe agent) and this load generator in three processes',
@@ -648,6 +670,7 @@ async function main(): Promise<void> {
     embedded = undefined;
     threadMachineRig.stop();
     xstateFloorRig.stop();
+    embeddedFloorRig.stop();
     await plainHost.stop();
     plainHost = undefined;
     await plainNode.stop();
@@ -810,6 +833,7 @@ async function main(): Promise<void> {
     await embedded?.stop().catch(() => undefined);
     threadMachineRig?.stop();
     xstateFloorRig?.stop();
+    embeddedFloorRig?.stop();
     await plainHost?.stop().catch(() => undefined);
     await plainNode?.stop().catch(() => undefined);
     await host?.stop().catch((err: unknown) => console.error('agent host stop failed:', err));
