@@ -23,19 +23,21 @@
  * host's machine, metrics and logs.
  *
  * `without` takes guarantees out, to measure what each costs (bench/profile-turn.ts PROFILE_FLOOR_WITHOUT):
- * `validation` (JSON.parse where the wire's schemas were; the record's checks stay with `record`), `xstate` (the
- * agent call made directly, no actor), `record` (the raw turn's fixed bytes written instead of the thread's
- * record), `status` (no `working` event), `marker` (no published-answer marker).
+ * `validation` (JSON.parse where the node's and the client's schemas were; the responder's check of the
+ * message stays, and the record's checks stay with `record`), `xstate` (the agent call made directly, no
+ * actor), `record` (the raw turn's fixed bytes written instead of the thread's record), `status` (no
+ * `working` event), `marker` (no published-answer marker).
  */
 import type { Transport } from '../src/transport/types.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
-import { decode, encodeJson, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
+import { decode, decodeText, encodeJson, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import { AgentReplySchema } from '../src/protocol/wire.js';
 import { userMessage } from '../src/sdk/client.js';
 import { ArrayJson, encodeRecord } from '../src/store/codec.js';
 import type { ThreadRecord } from '../src/store/types.js';
+import type { z } from 'zod';
 import type { TurnGuarantees } from './durability.js';
 import { xstateTurns, type MachineRig } from './machine-floor.js';
 import { floorResponder, threadCallHeaders } from './measure.js';
@@ -68,8 +70,8 @@ export async function durableTurnFloor(opts: {
   const { transport, tenant, agentId, text, record, timeoutMs } = opts;
   const without = new Set(opts.without ?? []);
   // Without validation, the schemas' places read plain JSON.
-  const read = <T>(schema: { parse(v: unknown): T }, data: Uint8Array, what: string): T =>
-    without.has('validation') ? (JSON.parse(new TextDecoder().decode(data)) as T) : decode(schema as never, data, what);
+  const read = <S extends z.ZodType>(schema: S, data: Uint8Array, what: string): z.output<S> =>
+    without.has('validation') ? (JSON.parse(decodeText(data)) as z.output<S>) : decode(schema, data, what);
   const fixedValue = without.has('record') ? encodeRecord(record).data : undefined;
   const markers = without.has('marker') ? undefined : await markerLog(transport, tenant);
   const lastMessage = new Map<number, string>();
