@@ -18,6 +18,7 @@ import {
 } from '@nats-io/transport-node';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
 import { RequestMux } from './request-mux.js';
+import { isNoResponders } from './jetstream/retry.js';
 import {
   TransportError,
   type Headers,
@@ -304,9 +305,7 @@ export class NatsTransport implements Transport {
     if (err instanceof errors.TimeoutError || (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)) {
       return new TransportError('TIMEOUT', `no reply on ${subject} within ${timeoutMs ?? '?'} ms`);
     }
-    // Single requests reject with a RequestError whose cause is the NoRespondersError; requestMany's
-    // iterator throws the NoRespondersError itself.
-    if (err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders())) {
+    if (isNoResponders(err)) {
       return new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`);
     }
     if (err instanceof errors.ClosedConnectionError || err instanceof errors.DrainingConnectionError || this.connection.isClosed()) {
