@@ -246,26 +246,65 @@ describe('a redelivered latest message after its node is gone', () => {
     const t = await transport('filler');
     const jsm = await jetstreamManager(t.connection);
     await jsm.streams.delete(ANSWERED_STREAM).catch(() => undefined);
-    // The test account has 64 MiB of JetStream memory; a memory stream reserves its max_bytes.
-    await jsm.streams.add({ name: 'FILLER', subjects: ['troupe.demo.filler'], storage: StorageType.Memory, max_bytes: 60 * 1024 ** 2 });
+    // A stream reserves its max_bytes from the account's JetStream storage: a filler takes all of it but
+    // less than 4 MiB (the largest that the account still takes, in steps of 4 MiB), short of the 8 MiB the
+    // marker stream asks for.
+    const limit = (await jsm.getAccountInfo()).limits.max_storage;
+    let filled = false;
+    for (let bytes = limit - 4 * 1024 ** 2; bytes > 0 && !filled; bytes -= 4 * 1024 ** 2) {
+      filled = await jsm.streams.add({ name: 'FILLER', subjects: ['troupe.demo.filler'], storage: StorageType.File, max_bytes: bytes }).then(
+        () => true,
+        () => false,
+      );
+    }
+    expect(filled).toBe(true);
     try {
       const lines: string[] = [];
       const logger = createLogger({ level: 'warn', destination: new Writable({ write: (chunk, _enc, done) => (lines.push(String(chunk)), done()) }) });
       const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, logger }).start();
       expect(log.on).toBe(false);
       expect(await log.published('no-such-thread', 'm1')).toBe(false);
-      expect(lines.join('')).toMatch(/running without published-answer markers.*raise the account's JetStream memory/);
+      expect(lines.join('')).toMatch(/running without published-answer markers.*raise the account's JetStream storage/);
     } finally {
       await jsm.streams.delete('FILLER');
     }
   }, 30_000);
 
-  it('keeps one marker per thread, in memory, with the replicas asked for', async () => {
+  it('keeps one marker per thread, on disk, with the replicas asked for', async () => {
     const t = await transport('inspector');
     await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, replicas: 1 }).start();
     const info = await (await jetstreamManager(t.connection)).streams.info(ANSWERED_STREAM);
-    expect(info.config).toMatchObject({ storage: 'memory', max_msgs_per_subject: 1, num_replicas: 1, subjects: [subjects.answerPublishedAll(TENANT)] });
+    expect(info.config).toMatchObject({ storage: 'file', max_msgs_per_subject: 1, num_replicas: 1, subjects: [subjects.answerPublishedAll(TENANT)] });
   }, 30_000);
+
+  it("replaces an earlier version's memory stream with one on disk when it starts", async () => {
+    const t = await transport('upgrader');
+    const jsm = await jetstreamManager(t.connection);
+    await jsm.streams.delete(ANSWERED_STREAM).catch(() => undefined);
+    await jsm.streams.add({ name: ANSWERED_STREAM, subjects: [subjects.answerPublishedAll(TENANT)], storage: StorageType.Memory, max_msgs_per_subject: 1, max_bytes: 1024 ** 2 });
+    const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+    expect((await jsm.streams.info(ANSWERED_STREAM)).config).toMatchObject({ storage: 'file', max_msgs_per_subject: 1 });
+    log.mark('upgraded-1', 'm1');
+    await waitUntil(async () => (await log.published('upgraded-1', 'm1')) || undefined, 'the marker, stored on disk', 20_000);
+  }, 30_000);
+
+  it("a marker outlives its server's restart", async () => {
+    const t = await transport('restart-reader');
+    const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+    log.mark('restarted-1', 'm1');
+    await waitUntil(async () => (await log.published('restarted-1', 'm1')) || undefined, 'the marker, stored', 20_000);
+    await nats.restart();
+    // Reads right after the restart may find no leader yet (unknown); then the stream says what it kept.
+    const after = await waitUntil(
+      async () => {
+        const published = await log.published('restarted-1', 'm1');
+        return published === undefined ? undefined : { published };
+      },
+      'an answer from the stream after the restart',
+      30_000,
+    );
+    expect(after.published).toBe(true);
+  }, 60_000);
 });
 
 describe('a second stored copy of a message (the stream missed the duplicate)', () => {

@@ -7,8 +7,8 @@
  * consumer's leader, or a consumer remade during an election) cannot tell whether the answer went out.
  * Asking the node that answered works while it lives; a dead or unreachable one cannot say, and the
  * answer went out twice (issue 14). So each final answer is followed, on the same connection, by a small
- * marker on `troupe.<t>.nodes.published.<thread>` (`{ messageId }`), which the memory stream
- * `TROUPE_ANSWERED` keeps (the last one per thread, for an hour). The next owner reads the thread's last
+ * marker on `troupe.<t>.nodes.published.<thread>` (`{ messageId }`), which the stream `TROUPE_ANSWERED`
+ * keeps on disk (the last one per thread, for an hour). The next owner reads the thread's last
  * marker (`published`) before it asks anyone.
  *
  * Each marker is published as a request the stream acknowledges, and published again until the stream
@@ -19,8 +19,13 @@
  * same thread has been taken, the connection closes, or after ANSWER_MARK_DEADLINE_MS.
  *
  * Costs: one publish per final answer for the node, whose acknowledgement it waits for off the turn's path,
- * one stored message per final answer for the broker (in memory; replicated on a cluster), one stream read
- * per redelivered latest message. The marker follows its answer on one connection, so a stored marker means
+ * one stored message per final answer for the broker (on disk; replicated on a cluster), one stream read
+ * per redelivered latest message. On disk, not in memory: a memory stream's messages do not outlive its
+ * server's restart, so the markers were gone after a single server restarted, and on a cluster after two of
+ * three replicas restarted at once (a CI run of test/cluster.nats.test.ts, session 14: the next owner did not
+ * settle a redelivery by the marker once the servers were back; with the committer gone, "no marker" means
+ * "publish"). A memory
+ * stream made by an earlier version is replaced when a node starts (`#ensureStream`). The marker follows its answer on one connection, so a stored marker means
  * the answer was handed to the server before it.
  */
 import { jetstreamManager, RetentionPolicy, StorageType, DiscardPolicy, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream';
@@ -40,8 +45,8 @@ export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
 export const ANSWERED_MAX_AGE_MS = 60 * 60 * 1000;
 /**
  * The stream's cap: about 50,000 threads' markers (the oldest go first; a marker is needed for seconds,
- * while a thread changes hands). A memory stream reserves it, times its replicas, from the account's
- * JetStream memory.
+ * while a thread changes hands). The stream reserves it, times its replicas, from the account's JetStream
+ * storage.
  */
 export const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
 /** How long one read of the stream waits for its answer. */
@@ -94,7 +99,7 @@ export class JetStreamAnsweredLog implements AnsweredLog {
 
   /**
    * Creates (or checks) the stream; waits for JetStream like the node's other streams. A server that
-   * refuses the stream (e.g. the account's JetStream memory is used up) leaves the node running without
+   * refuses the stream (e.g. the account's JetStream storage is used up) leaves the node running without
    * markers, as before them: a warning says so and what to do.
    */
   async start(): Promise<this> {
@@ -114,15 +119,15 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       if (err instanceof TroupeError && err.code === 'TRANSPORT_ERROR') throw err;
       this.#log.warn(
         { stream: ANSWERED_STREAM, err: (err as Error).message },
-        `could not create the stream ${ANSWERED_STREAM} (${ANSWERED_MAX_BYTES} bytes of JetStream memory per replica): running without published-answer markers, so an answer may go out twice when a node dies; raise the account's JetStream memory`,
+        `could not create the stream ${ANSWERED_STREAM} (${ANSWERED_MAX_BYTES} bytes of JetStream storage per replica): running without published-answer markers, so an answer may go out twice when a node dies; raise the account's JetStream storage`,
       );
     }
     return this;
   }
 
   /**
-   * Makes the stream again if it is gone (a memory stream does not outlive a single server's restart), one
-   * attempt at a time; a stream that is there is left as it is.
+   * Makes the stream again if it is gone (deleted, or an earlier version's memory stream after its server's
+   * restart), one attempt at a time; a stream that is there is left as it is.
    */
   #remake(): Promise<void> {
     const jsm = this.#jsm;
@@ -141,11 +146,12 @@ export class JetStreamAnsweredLog implements AnsweredLog {
   }
 
   async #ensureStream(jsm: JetStreamManager): Promise<void> {
+    await this.#replaceMemoryStream(jsm);
     const want: Partial<StreamConfig> & { name: string } = {
       name: ANSWERED_STREAM,
       subjects: [subjects.answerPublishedAll(this.#opts.tenant)],
       retention: RetentionPolicy.Limits,
-      storage: StorageType.Memory,
+      storage: StorageType.File,
       max_msgs_per_subject: 1,
       max_age: msToNanos(ANSWERED_MAX_AGE_MS),
       max_bytes: ANSWERED_MAX_BYTES,
@@ -153,6 +159,24 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       num_replicas: this.#opts.replicas ?? 1,
     };
     if (await ensureStream(jsm, want, this.#opts.replicas, this.#log)) this.#log.info({ stream: ANSWERED_STREAM }, 'created the stream of published answers');
+  }
+
+  /**
+   * An earlier version made the stream in memory, and a stream's storage cannot be changed in place: it is
+   * deleted, and made again on disk by the caller. The markers it held go with it — needed only while a
+   * thread changes hands, so this costs a redelivery in that moment its marker (the committer is still
+   * asked). Another node doing the same at once finds it gone or already on disk.
+   */
+  async #replaceMemoryStream(jsm: JetStreamManager): Promise<void> {
+    const info = await jsm.streams.info(ANSWERED_STREAM).catch((err: unknown) => {
+      if (isStreamNotFound(err)) return undefined;
+      throw err;
+    });
+    if (info?.config.storage !== StorageType.Memory) return;
+    await jsm.streams.delete(ANSWERED_STREAM).catch((err: unknown) => {
+      if (!isStreamNotFound(err)) throw err;
+    });
+    this.#log.info({ stream: ANSWERED_STREAM }, 'replaced the memory stream of published answers (an earlier version\'s) with one on disk');
   }
 
   mark(threadId: string, messageId: string): void {
@@ -227,8 +251,8 @@ export class JetStreamAnsweredLog implements AnsweredLog {
         stored = await read();
       } catch (err) {
         if (!isStreamNotFound(err)) throw err;
-        // Gone: a memory stream does not outlive a single server's restart (on a cluster recovering its quorum,
-        // making it again is a no-op). Made again, it says what it holds.
+        // Gone (deleted, or an earlier version's memory stream after its server's restart; on a cluster
+        // recovering its quorum, making it again is a no-op). Made again, it says what it holds.
         await this.#remake();
         stored = await read();
       }
