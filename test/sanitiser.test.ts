@@ -307,3 +307,44 @@ describe('diagnostics policy', () => {
     expect(clean('ada@example.com 4242424242424242', 'billing', DIAGNOSTICS_POLICY)).toBe('[redacted] [redacted]');
   });
 });
+
+describe('short strings found clean are remembered per policy', () => {
+  const message = (text: string): Message => ({
+    kind: 'message',
+    role: 'user',
+    messageId: 'm-1',
+    parts: [{ kind: 'text', text }],
+    metadata: { 'troupe/agent': 'desk', note: 'nothing to see', nested: { kind: 'route', reason: 'handoff' } },
+  });
+
+  it('a second message of the same shape is scanned only where it differs, and comes out the same', () => {
+    const fresh = withPolicy({});
+    const first = sanitiseMessage(message('call ada@example.com'), { policy: fresh, recipientAgentId: 'writer' });
+    const second = sanitiseMessage(message('call ada@example.com'), { policy: fresh, recipientAgentId: 'writer' });
+    expect(second.value).toEqual(first.value);
+    expect(second.counts.email).toBe(1);
+    expect(second.steps).toBeLessThan(first.steps / 2);
+  });
+
+  it('a string with a match is never remembered as clean', () => {
+    const fresh = withPolicy({});
+    for (let i = 0; i < 3; i++) {
+      const result = sanitise('ada@example.com', { policy: fresh });
+      expect(result.value).toBe('[email]');
+      expect(result.counts.email).toBe(1);
+    }
+  });
+
+  it('what one policy found clean, another policy with more detectors still masks', () => {
+    const noEmail = withPolicy({ detectors: DETECTORS.filter((d) => d !== 'email') });
+    expect(clean('ada@example.com', undefined, noEmail)).toBe('ada@example.com');
+    expect(clean('ada@example.com', undefined, noEmail)).toBe('ada@example.com');
+    expect(clean('ada@example.com', undefined, withPolicy({}))).toBe('[email]');
+  });
+
+  it('an allow rule does not make a string clean for other recipients', () => {
+    const p = withPolicy({ allow: [{ agent: 'billing', detectors: ['card'] }] });
+    expect(clean('4242424242424242', 'billing', p)).toBe('4242424242424242');
+    expect(clean('4242424242424242', 'writer', p)).toBe('[card]');
+  });
+});

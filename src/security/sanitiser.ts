@@ -148,7 +148,17 @@ interface CompiledPolicy {
   secretWords: ReadonlySet<string>;
   allow: Map<string, ReadonlySet<DetectorId>>;
   limits: SanitiserPolicy['limits'];
+  /**
+   * Short strings in which this policy's detectors found nothing: keys, kinds, roles, names — most of a
+   * message's strings, and the same in every message. What the detectors find depends on the text and
+   * the policy alone (not on the recipient), so a string found clean once is clean for every call.
+   */
+  clean: Set<string>;
 }
+
+/** Strings up to this long are remembered as clean; at most CLEAN_KEPT of them per policy (then it starts over). */
+const CLEAN_MAX_CHARS = 64;
+const CLEAN_KEPT = 1024;
 
 const compiled = new WeakMap<SanitiserPolicy, CompiledPolicy>();
 
@@ -169,6 +179,7 @@ function compile(policy: SanitiserPolicy): CompiledPolicy {
     secretWords: new Set(policy.secretKeys),
     allow,
     limits: policy.limits,
+    clean: new Set(),
   };
   compiled.set(policy, c);
   return c;
@@ -204,7 +215,14 @@ class Run {
   /** Masks what the detectors find in one string. */
   text(text: string): string {
     if (!this.budget(1, text.length, 0)) return OMITTED;
-    return this.mask(text, this.resolve(text));
+    const clean = text.length <= CLEAN_MAX_CHARS ? this.policy.clean : undefined;
+    if (clean?.has(text)) return text;
+    const resolved = this.resolve(text);
+    if (resolved.length === 0 && clean) {
+      if (clean.size >= CLEAN_KEPT) clean.clear();
+      clean.add(text);
+    }
+    return this.mask(text, resolved);
   }
 
   /** A JSON-like value: strings scanned, values under secret-looking keys masked whole. */
