@@ -48,7 +48,9 @@ export const threadMachine = threadSetup.createMachine({
       },
     },
     working: {
-      entry: ['startTurn', 'notifyHandoffOfUserMessage', 'announceWorking'],
+      // No `working` of its own here: a turn routed at once says `working` with its route step (one
+      // event, not two in the same step); only the router's decision, which takes time, is preceded by one.
+      entry: ['startTurn', 'notifyHandoffOfUserMessage'],
       on: {
         'troupe.user.message': { actions: ['setNow', 'queueUserMessage'] },
         'troupe.cancel': [
@@ -77,6 +79,7 @@ export const threadMachine = threadSetup.createMachine({
         },
         /** The router actor asks the team's policy which agent takes the user's message. */
         routing: {
+          entry: 'announceWorking',
           invoke: {
             id: 'router',
             src: 'router',
