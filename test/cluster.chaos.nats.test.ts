@@ -302,16 +302,29 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       try {
         const jsm = await jetstreamManager(probe.connection);
         for (const stream of ['KV_troupe_threads', 'TROUPE_IN']) {
+          // A follower is `current` only while it has every entry the leader applied (nats-server's raft
+          // Peers: li >= applied). Under this test's steady writes the slower follower is often an entry or
+          // two behind, so both current in one poll can take long on a busy machine. Caught up means: each
+          // of the three seen current (or leading) at least once since the restart, none offline now.
+          const seenCurrent = new Set<string>();
+          let last = '(no stream info yet)';
           await waitUntil(
             async () => {
               const info = await jsm.streams.info(stream).catch(() => undefined);
+              const leader = info?.cluster?.leader;
               const replicas = info?.cluster?.replicas ?? [];
-              return info?.cluster?.leader && replicas.length === 2 && replicas.every((r) => r.current) ? true : undefined;
+              last = `leader ${leader ?? '(none)'}; ${replicas.map((r) => `${r.name}: ${r.current ? 'current' : 'behind'}, lag ${r.lag ?? '?'}, seen ${r.active} ns ago${r.offline ? ', offline' : ''}`).join('; ')}`;
+              if (!leader || replicas.length !== 2) return undefined;
+              seenCurrent.add(leader);
+              for (const r of replicas) if (r.current) seenCurrent.add(r.name);
+              return seenCurrent.size === 3 && replicas.every((r) => !r.offline) ? true : undefined;
             },
-            `every replica of ${stream} current after ${server.name} came back`,
+            `every replica of ${stream} caught up after ${server.name} came back`,
             60_000,
             250,
-          );
+          ).catch((err: Error) => {
+            throw new Error(`${err.message} (seen current: ${[...seenCurrent].join(', ') || 'none'}; last poll: ${last})`);
+          });
         }
       } finally {
         await probe.close();
