@@ -36,18 +36,23 @@ export const LIMITS = {
 } as const;
 
 /**
- * Depth of a JSON value, walked without recursion and stopped as soon as it passes `max` (so a value
- * nested 50,000 deep costs `max` steps, not a stack overflow).
+ * Whether a JSON value holds a container `max` levels down (the top-level value is level 0). Walked
+ * depth-first and stopped as soon as it passes `max`, so the recursion is never deeper than `max` + 1
+ * calls whatever the value (a value nested 50,000 deep costs `max` steps, not a stack overflow); callers
+ * pass limits of a few dozen. Allocates nothing: it runs on every message that comes off the wire.
  */
 export function exceedsDepth(value: unknown, max: number = LIMITS.depth): boolean {
-  const stack: Array<[unknown, number]> = [[value, 0]];
-  while (stack.length > 0) {
-    const [v, d] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (d >= max) return true;
-    if (Array.isArray(v)) for (const item of v) stack.push([item, d + 1]);
-    else for (const key in v) if (Object.hasOwn(v, key)) stack.push([(v as Record<string, unknown>)[key], d + 1]);
+  return deeperThan(value, 0, max);
+}
+
+function deeperThan(v: unknown, depth: number, max: number): boolean {
+  if (v === null || typeof v !== 'object') return false;
+  if (depth >= max) return true;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) if (deeperThan(v[i], depth + 1, max)) return true;
+    return false;
   }
+  for (const key in v) if (Object.hasOwn(v, key) && deeperThan((v as Record<string, unknown>)[key], depth + 1, max)) return true;
   return false;
 }
 
