@@ -6,7 +6,7 @@
  * sequence, the answer published by the after-ack step).
  */
 import { Writable } from 'node:stream';
-import { jetstreamManager, StorageType } from '@nats-io/jetstream';
+import { jetstreamManager, StorageType, type StreamConfig, type StreamUpdateConfig } from '@nats-io/jetstream';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { Registry } from '../src/actors/registry.js';
@@ -305,6 +305,45 @@ describe('a redelivered latest message after its node is gone', () => {
     );
     expect(after.published).toBe(true);
   }, 60_000);
+});
+
+describe("a node's heartbeat as its sign of life (rule 3 of docs/cluster.md)", () => {
+  it("an aged-out heartbeat says its node is gone only while the bucket takes this node's own: a bucket that takes no writes cannot tell", async () => {
+    const bucket = 'sealed_leases';
+    const ttl = 1_500;
+    const start = async (nodeId: string) => {
+      const t = await transport(`leases-${nodeId}`);
+      const leases = await new PartitionLeases({ nc: t.connection, tenant: TENANT, nodeId, partitions: 2, leaseTtlMs: ttl, bucket }).start();
+      closers.push(() => leases.stop().catch(() => undefined));
+      return { leases, t };
+    };
+    const own = await start('node-p');
+    const dead = await start('node-q');
+    expect(await own.leases.nodeAlive('node-q')).toBe(true);
+    // Node q dies without a word: its heartbeat stays until it ages out of the bucket (max age: the ttl).
+    await dead.t.close();
+    await waitUntil(async () => (await own.leases.nodeAlive('node-q')) === false || undefined, 'node q gone by its heartbeat', 10_000, 100);
+    // Node s stops cleanly: its heartbeat's delete marker says so at once.
+    const stopped = await start('node-s');
+    await stopped.leases.stop();
+    expect(await own.leases.nodeAlive('node-s')).toBe(false);
+    // Node r lives; then the bucket takes no more writes (sealed here: for a node it is the same as its
+    // stream electing a leader or its server gone), so every heartbeat ages, node p's own as well as r's.
+    const live = await start('node-r');
+    expect(await own.leases.nodeAlive('node-r')).toBe(true);
+    const jsm = await jetstreamManager(own.t.connection);
+    const info = await jsm.streams.info(`KV_${bucket}`);
+    // The client's update type leaves `sealed` out; the server takes it.
+    const sealed: StreamConfig = { ...info.config, sealed: true };
+    await jsm.streams.update(`KV_${bucket}`, sealed as Partial<StreamUpdateConfig>);
+    await sleep(2 * ttl);
+    // Node r is alive and its heartbeat is older than the ttl; so is node p's: that says nothing about r.
+    expect(await own.leases.nodeAlive('node-r')).toBeUndefined();
+    expect(await own.leases.nodeAlive('node-q')).toBeUndefined();
+    // A clean stop stays a clean stop.
+    expect(await own.leases.nodeAlive('node-s')).toBe(false);
+    await live.t.close();
+  }, 30_000);
 });
 
 describe('a second stored copy of a message (the stream missed the duplicate)', () => {

@@ -36,7 +36,7 @@
  * in-flight work before the next owner starts.
  */
 import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { Kvm, KvWatchInclude, type KV, type KvWatchEntry } from '@nats-io/kv';
+import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
@@ -136,6 +136,9 @@ export class PartitionLeases {
   #renewing?: Promise<void>;
   /** Since when the last surveys saw a partition nobody holds. */
   #freeSince?: number;
+  /** When the bucket last took this node's heartbeat, and since when it has taken each one (no gap of a ttl). */
+  #heartbeatAt?: number;
+  #heartbeatSince?: number;
   #watch?: QueuedIterator<KvWatchEntry>;
   #status?: AsyncIterable<Status> & { stop?: () => void };
 
@@ -305,7 +308,11 @@ export class PartitionLeases {
     const heartbeat = this.#stopping
       ? Promise.resolve()
       : kv.put(this.#nodeKey(), encode({ nodeId: this.nodeId, at: Date.now(), held: this.#held.size })).then(
-          () => undefined,
+          () => {
+            const at = Date.now();
+            if (this.#heartbeatAt === undefined || at - this.#heartbeatAt > this.#ttlMs) this.#heartbeatSince = at;
+            this.#heartbeatAt = at;
+          },
           (err: unknown) => this.#log.debug({ err: errText(err) }, 'heartbeat failed'),
         );
     await Promise.all([heartbeat, this.#renewAll()]);
@@ -642,18 +649,26 @@ export class PartitionLeases {
 
   /**
    * Whether node `nodeId` is alive by its heartbeat in the bucket: true while its key is there and younger
-   * than one TTL (refreshed every ttl/3; a clean stop deletes it), false when it is not, undefined when the
-   * bucket does not answer.
+   * than one TTL (refreshed every ttl/3), false when a clean stop deleted it, undefined when the bucket does
+   * not answer. A heartbeat that aged out (or older than a TTL) says its node is gone only while the bucket
+   * takes this node's own heartbeat, and has for two renewals: while it takes none (its stream electing a
+   * leader, a server fault) every node's heartbeat ages alike, a live one's too, and just after, the others'
+   * still look old until their next renewal. Then it is undefined: cannot tell.
    */
   async nodeAlive(nodeId: string): Promise<boolean | undefined> {
     const kv = this.#kv;
     if (!kv) return undefined;
+    let entry: KvEntry | null;
     try {
-      const entry = await kv.get(`${this.tenant}.node.${nodeId}`);
-      return entry !== null && entry.operation === 'PUT' && entry.created.getTime() + this.#ttlMs > Date.now();
+      entry = await kv.get(`${this.tenant}.node.${nodeId}`);
     } catch {
       return undefined;
     }
+    if (entry !== null && entry.operation !== 'PUT') return false;
+    const now = Date.now();
+    if (entry !== null && entry.created.getTime() + this.#ttlMs > now) return true;
+    const ownTaken = this.#heartbeatAt !== undefined && now - this.#heartbeatAt <= this.#ttlMs && now - this.#heartbeatSince! >= 2 * this.renewIntervalMs;
+    return ownTaken ? false : undefined;
   }
 
   #nodeKey(): string {
