@@ -18,7 +18,6 @@ import {
 } from '@nats-io/transport-node';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
 import { RequestMux } from './request-mux.js';
-import { isNoResponders } from './jetstream/retry.js';
 import {
   TransportError,
   type Headers,
@@ -177,6 +176,15 @@ export class NatsSubscription implements Subscription {
     })();
     return this.draining;
   }
+}
+
+/**
+ * A request nothing took: no subscriber on its subject (for a JetStream subject: no stream, or no leader yet).
+ * A single request rejects with a RequestError whose cause is the NoRespondersError (the client's own and
+ * the reply multiplexer's alike); requestMany's iterator throws the NoRespondersError itself.
+ */
+export function isNoResponders(err: unknown): boolean {
+  return err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders());
 }
 
 export class NatsTransport implements Transport {

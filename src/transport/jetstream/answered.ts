@@ -22,11 +22,9 @@
  * one stored message per final answer for the broker (on disk; replicated on a cluster), one stream read
  * per redelivered latest message. On disk, not in memory: a memory stream's messages do not outlive its
  * server's restart, so the markers were gone after a single server restarted, and on a cluster after two of
- * three replicas restarted at once (a CI run of test/cluster.nats.test.ts, session 14: the next owner did not
- * settle a redelivery by the marker once the servers were back; with the committer gone, "no marker" means
- * "publish"). A memory
- * stream made by an earlier version is replaced when a node starts (`#ensureStream`). The marker follows its answer on one connection, so a stored marker means
- * the answer was handed to the server before it.
+ * three replicas restarted at once (docs/cluster.md, rule 3, session 14). A memory stream made by an earlier
+ * version is replaced when a node starts (`#ensureStream`). The marker follows its answer on one
+ * connection, so a stored marker means the answer was handed to the server before it.
  */
 import { jetstreamManager, RetentionPolicy, StorageType, DiscardPolicy, type JetStreamManager, type StreamConfig } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -37,7 +35,8 @@ import { TroupeError } from '../../protocol/errors.js';
 import { decode, decodeText, encodeJson } from '../../protocol/codec.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { ensureStream } from './replicas.js';
-import { isCreateOrBindTransient, isNoResponders, isStreamNotFound, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, isStreamNotFound, retrySetup, retryTransient } from './retry.js';
+import { isNoResponders } from '../nats.js';
 import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';

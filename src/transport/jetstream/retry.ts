@@ -10,7 +10,6 @@
  */
 import type { Logger } from 'pino';
 import { JetStreamApiError } from '@nats-io/jetstream';
-import { errors } from '@nats-io/transport-node';
 import { TroupeError } from '../../protocol/errors.js';
 
 /** How long a node keeps asking before it gives up on a setup step. */
@@ -32,15 +31,6 @@ export function isPlacementError(err: unknown): boolean {
  */
 export function isStreamNotFound(err: unknown): boolean {
   return (err instanceof JetStreamApiError && err.code === 10059) || (err instanceof Error && /stream not found/i.test(err.message));
-}
-
-/**
- * A request nothing took: no subscriber on its subject (for a JetStream subject: no stream, or no leader yet).
- * A single request rejects with a RequestError whose cause is the NoRespondersError (the client's own and
- * the reply multiplexer's alike); requestMany's iterator throws the NoRespondersError itself.
- */
-export function isNoResponders(err: unknown): boolean {
-  return err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders());
 }
 
 /**
