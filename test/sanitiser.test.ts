@@ -348,3 +348,55 @@ describe('short strings found clean are remembered per policy', () => {
     expect(clean('4242424242424242', 'writer', p)).toBe('[card]');
   });
 });
+
+describe('what the sanitiser keeps between calls, and what it does not copy', () => {
+  const handoff = (id: string): Message => ({
+    kind: 'message',
+    role: 'user',
+    messageId: `m-${id}`,
+    parts: [{ kind: 'text', text: 'hello' }],
+    metadata: { 'troupe/agent': 'desk', request: { threadId: `thread-${id}`, reason: 'handoff' }, token: 'abc' },
+  });
+
+  it('keys and names in every message stay remembered while new ids go by', () => {
+    const fresh = withPolicy({});
+    // Ids of one length, so every message takes the same steps when its keys are known.
+    const steps = (i: number) => sanitiseMessage(handoff(String(i).padStart(5, '0')), { policy: fresh, recipientAgentId: 'writer' }).steps;
+    steps(0);
+    const warm = steps(1);
+    // Thousands of messages with an id never seen before: a memory that starts over when full would
+    // scan every key of the next message again; this one still knows them.
+    const slower: number[] = [];
+    for (let i = 2; i < 5_000; i++) if (steps(i) !== warm) slower.push(i);
+    expect(slower).toEqual([]);
+  });
+
+  it('a key that names a secret is masked in every message, however often it is seen', () => {
+    const fresh = withPolicy({});
+    for (let i = 0; i < 3_000; i++) {
+      const { value, counts } = sanitiseMessage(handoff(String(i)), { policy: fresh, recipientAgentId: 'writer' });
+      expect((value.metadata as Record<string, unknown>).token).toBe('[secret]');
+      expect(counts.secret).toBe(1);
+    }
+  });
+
+  it('an object or array with nothing masked comes back as it is; one with a mask is a copy, the input unchanged', () => {
+    const untouched = { a: { b: ['x', 1, { c: 'y' }] }, d: 'plain text' };
+    expect(sanitise(untouched, { policy }).value).toBe(untouched);
+    const input = { keep: { same: ['x'] }, list: ['ok', 'ada@example.com'], 'ada@example.com': 1, '[email]': 2 };
+    const before = structuredClone(input);
+    const out = sanitise(input, { policy }).value as Record<string, unknown>;
+    expect(out).not.toBe(input);
+    expect(out).toEqual({ keep: { same: ['x'] }, list: ['ok', '[email]'], '[email]': 1, '[email] (2)': 2 });
+    expect(out.keep).toBe(input.keep);
+    expect(input).toEqual(before);
+  });
+
+  it('numbers of any length are scanned alike, before and after a very long one', () => {
+    const card = '4242 4242 4242 4242';
+    expect(clean(`card ${card}`)).toBe('card [card]');
+    // More digit groups than a reused scratch buffer holds: it grows, and the next call starts small again.
+    expect(clean(Array.from({ length: 3_000 }, () => '12').join(' ')).length).toBeGreaterThan(0);
+    expect(clean(`card ${card}, call +44 7700 900123`)).toBe('card [card], call [phone]');
+  });
+});

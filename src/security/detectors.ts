@@ -622,6 +622,11 @@ class DigitGroups {
     return this.end[k]! - this.start[k]!;
   }
 
+  /** This one if it is still small, else a new one: a long number grows the arrays, and a kept one should not stay large. */
+  static reusable(groups: DigitGroups): DigitGroups {
+    return groups.start.length > REUSED_GROUPS ? new DigitGroups() : groups;
+  }
+
   private grow(): void {
     const size = this.start.length * 2;
     const grown = <T extends Int32Array | Uint8Array>(a: T, b: T): T => {
@@ -636,6 +641,14 @@ class DigitGroups {
 }
 const END = -1;
 const PAREN_ONLY = 0;
+/**
+ * The detectors run synchronously and never re-enter, so each keeps one DigitGroups (reset per sequence)
+ * instead of four typed arrays per string with a digit — most strings with one are ids, scanned in every
+ * message. One that grew past this many groups is replaced after use.
+ */
+const REUSED_GROUPS = 1024;
+let cardGroups = new DigitGroups();
+let phoneGroups = new DigitGroups();
 
 /** The character before a number glues it to a word (`ID4111…`, `ID-4111…`) or a decimal (`3.4111…`). */
 function gluedBefore(text: string, i: number): boolean {
@@ -659,7 +672,7 @@ function gluedAfter(text: string, end: number): boolean {
  */
 export const detectCards: Detector = (text, work) => {
   const spans: Span[] = [];
-  const groups = new DigitGroups();
+  const groups = (cardGroups = DigitGroups.reusable(cardGroups));
   const n = text.length;
   let i = 0;
   while (i < n) {
@@ -951,7 +964,7 @@ const KEYWORD_LOOKBACK = 32;
 export const detectPhones: Detector = (text, work) => {
   const spans: Span[] = [];
   const keywords = new PhoneKeywords(text, work);
-  const groups = new DigitGroups();
+  const groups = (phoneGroups = DigitGroups.reusable(phoneGroups));
   const n = text.length;
   let i = 0;
   while (i < n) {

@@ -153,12 +153,58 @@ interface CompiledPolicy {
    * message's strings, and the same in every message. What the detectors find depends on the text and
    * the policy alone (not on the recipient), so a string found clean once is clean for every call.
    */
-  clean: Set<string>;
+  clean: Remembered<true>;
+  /** Whether a key names a secret, by key. */
+  secretNames: SecretNames;
 }
 
-/** Strings up to this long are remembered as clean; at most CLEAN_KEPT of them per policy (then it starts over). */
+/** Strings up to this long are remembered as clean; at most 2 × CLEAN_KEPT of them per policy. */
 const CLEAN_MAX_CHARS = 64;
 const CLEAN_KEPT = 1024;
+
+/**
+ * What a policy found about short strings, in two generations of at most CLEAN_KEPT: a string seen in the
+ * older one moves to the newer; when the newer is full it becomes the older and the oldest is dropped.
+ * Messages carry ids that are new each time (message, task and context ids), so one map that starts over
+ * when full would forget the keys and names that recur in every message as often as the ids fill it; this
+ * keeps every string used at least once per generation.
+ */
+class Remembered<V> {
+  private recent = new Map<string, V>();
+  private older = new Map<string, V>();
+
+  get(text: string): V | undefined {
+    const v = this.recent.get(text);
+    if (v !== undefined) return v;
+    const old = this.older.get(text);
+    if (old !== undefined) this.set(text, old);
+    return old;
+  }
+
+  set(text: string, v: V): void {
+    if (this.recent.size >= CLEAN_KEPT) {
+      this.older = this.recent;
+      this.recent = new Map();
+    }
+    this.recent.set(text, v);
+  }
+}
+
+/** Whether a key names a secret (`isSecretName` with the policy's words), remembered per key. */
+class SecretNames {
+  private readonly known = new Remembered<boolean>();
+  constructor(private readonly words: ReadonlySet<string>) {}
+
+  is(key: string): boolean {
+    if (key.length > CLEAN_MAX_CHARS) return isSecretName(key, this.words);
+    let secret = this.known.get(key);
+    if (secret === undefined) {
+      secret = isSecretName(key, this.words);
+      this.known.set(key, secret);
+    }
+    return secret;
+  }
+}
 
 const compiled = new WeakMap<SanitiserPolicy, CompiledPolicy>();
 
@@ -172,21 +218,24 @@ function compile(policy: SanitiserPolicy): CompiledPolicy {
     allow.set(rule.agent, set);
   }
   const enabled = new Set(policy.detectors);
+  const secretWords = new Set(policy.secretKeys);
   c = {
     // Kept in priority order whatever order the configuration lists them in.
     detectors: DETECTORS.filter((d) => enabled.has(d)),
     labels: { ...DEFAULT_LABELS, ...policy.labels },
-    secretWords: new Set(policy.secretKeys),
+    secretWords,
     allow,
     limits: policy.limits,
-    clean: new Set(),
+    clean: new Remembered(),
+    secretNames: new SecretNames(secretWords),
   };
   compiled.set(policy, c);
   return c;
 }
 
 const NEEDS_DIGITS: ReadonlySet<DetectorId> = new Set(['card', 'iban', 'phone']);
-const zeroCounts = (): DetectorCounts => Object.fromEntries(DETECTORS.map((d) => [d, 0])) as DetectorCounts;
+const ZERO_COUNTS = Object.freeze(Object.fromEntries(DETECTORS.map((d) => [d, 0])) as DetectorCounts);
+const zeroCounts = (): DetectorCounts => ({ ...ZERO_COUNTS });
 const PRIORITY = new Map<DetectorId, number>(DETECTORS.map((d, i) => [d, i]));
 
 /** The state of one sanitise call: policy, allow set of the recipient, counters and budgets. */
@@ -216,12 +265,9 @@ class Run {
   text(text: string): string {
     if (!this.budget(1, text.length, 0)) return OMITTED;
     const clean = text.length <= CLEAN_MAX_CHARS ? this.policy.clean : undefined;
-    if (clean?.has(text)) return text;
+    if (clean?.get(text)) return text;
     const resolved = this.resolve(text);
-    if (resolved.length === 0 && clean) {
-      if (clean.size >= CLEAN_KEPT) clean.clear();
-      clean.add(text);
-    }
+    if (resolved.length === 0 && clean) clean.set(text, true);
     return this.mask(text, resolved);
   }
 
@@ -244,7 +290,7 @@ class Run {
     if (typeof json === 'function' && !Array.isArray(value)) return this.value((json as () => unknown).call(value), depth);
     this.ancestors.add(value);
     try {
-      if (Array.isArray(value)) return value.map((v) => this.value(v, depth + 1));
+      if (Array.isArray(value)) return this.array(value, (v) => this.value(v, depth + 1));
       return this.object(value as Record<string, unknown>, (v) => this.value(v, depth + 1));
     } finally {
       this.ancestors.delete(value);
@@ -254,40 +300,64 @@ class Run {
   /**
    * An object's entries: a key that names a secret gets its whole value masked; other values go through
    * `inner`. Keys are scanned too (an object keyed by e-mail address), and kept distinct if two mask alike.
+   * An object in which nothing changed comes back as it is (no copy).
    */
   object(value: Record<string, unknown>, inner: (v: unknown, key: string) => unknown): Record<string, unknown> {
-    const out: Array<[string, unknown]> = [];
-    const seen = new Set<string>();
+    const entries = Object.entries(value);
+    // The entries so far, once one has changed: until then they are the input's own.
+    let out: Array<[string, unknown]> | undefined;
+    // The names given so far, once a key has been masked: until then every name is its own (distinct) key.
+    let seen: Set<string> | undefined;
     // The next suffix to try per masked name, so many keys masking alike cost linear work, not quadratic.
-    const nextSuffix = new Map<string, number>();
+    let nextSuffix: Map<string, number> | undefined;
     const maskKeys = this.policy.detectors.includes('secret');
-    for (const [key, v] of Object.entries(value)) {
+    for (let i = 0; i < entries.length; i++) {
+      const [key, v] = entries[i]!;
       this.work.steps += key.length + 1;
       let name = this.text(key);
-      if (seen.has(name)) {
-        let n = nextSuffix.get(name) ?? 2;
+      if (name !== key && !seen) {
+        seen = new Set((out ?? entries.slice(0, i)).map(([n]) => n));
+        nextSuffix = new Map();
+      }
+      if (seen?.has(name)) {
+        let n = nextSuffix!.get(name) ?? 2;
         while (seen.has(`${name} (${n})`)) {
           n++;
           this.work.steps++;
         }
-        nextSuffix.set(name, n + 1);
+        nextSuffix!.set(name, n + 1);
         name = `${name} (${n})`;
       }
-      seen.add(name);
-      if (maskKeys && isSecretName(key, this.policy.secretWords)) {
+      seen?.add(name);
+      let next: unknown;
+      if (maskKeys && this.policy.secretNames.is(key)) {
         if (this.allowed.has('secret')) {
           this.allowedCounts.secret++;
-          out.push([name, inner(v, key)]);
+          next = inner(v, key);
         } else {
           this.counts.secret++;
-          out.push([name, this.policy.labels.secret]);
+          next = this.policy.labels.secret;
         }
-        continue;
+      } else {
+        next = inner(v, key);
       }
-      out.push([name, inner(v, key)]);
+      if (!out && (name !== key || next !== v)) out = entries.slice(0, i);
+      out?.push([name, next]);
     }
     // fromEntries defines own properties, so a key named __proto__ stays data.
-    return Object.fromEntries(out);
+    return out ? Object.fromEntries(out) : value;
+  }
+
+  /** An array's elements through `inner`; an array in which nothing changed comes back as it is. */
+  array(value: unknown[], inner: (v: unknown) => unknown): unknown[] {
+    let out: unknown[] | undefined;
+    for (let i = 0; i < value.length; i++) {
+      const v = value[i];
+      const next = inner(v);
+      if (!out && next !== v) out = value.slice(0, i);
+      out?.push(next);
+    }
+    return out ?? value;
   }
 
   /** Charges one value of `chars` characters, a container at `depth` (0 for leaves); false (or a throw) when a cap is reached. */
@@ -411,7 +481,8 @@ function mergeByStart(lists: Span[][], work: Work): Span[] {
 
 /**
  * Sanitises a string or a JSON-like value (objects, arrays, scalars) for `recipientAgentId` under
- * `policy`. Returns the sanitised copy (the input is not changed) and what was masked, per detector.
+ * `policy`. Returns the sanitised value and what was masked, per detector. The input is not changed; an
+ * object or array in which nothing was masked comes back as it is, not copied (treat the result as read-only).
  */
 export function sanitise(value: string, options: SanitiseOptions): SanitiseResult<string>;
 export function sanitise(value: unknown, options: SanitiseOptions): SanitiseResult<unknown>;
