@@ -101,18 +101,18 @@ function envRuns(name: string, fallback: number): number {
 // ---------------------------------------------------------------------------------------------------
 // Agents
 
-const SOURCE = 'desk';
-const TARGET = 'specialist';
+export const SOURCE = 'desk';
+export const TARGET = 'specialist';
 const CHUNK = 'on it';
 
 /** Hands every conversation to the specialist at once. */
-const desk = defineAgent({
+export const desk = defineAgent({
   card: { id: SOURCE, name: 'Front desk', description: 'Greets users and hands them to a specialist' },
   handle: (_m, ctx) => reply('desk: passing you on', { handoff: { targetAgentId: TARGET, contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }),
 });
 
 /** Streams one chunk at once, then answers (accepting the handoff when there is one). */
-const specialist = defineAgent({
+export const specialist = defineAgent({
   card: { id: TARGET, name: 'Specialist', description: 'Takes over conversations', capabilities: { streaming: true } },
   async *handle() {
     yield CHUNK;
@@ -146,14 +146,14 @@ const fanOutAgents = [
 // ---------------------------------------------------------------------------------------------------
 // Mesh
 
-interface Mesh {
+export interface Mesh {
   node: TroupeNode;
   client: TroupeClient;
   clientT: NatsTransport;
   stop(): Promise<void>;
 }
 
-async function startMesh(
+export async function startMesh(
   opts: PatternBenchOptions & { tenant: string },
   name: string,
   agents: AgentDefinition[],
@@ -200,7 +200,7 @@ async function startMesh(
  * Publishes one user message into a new thread and resolves with the µs from the publish to the first
  * chunk `from` streamed on the thread's `.out`, once the turn's final answer is in.
  */
-async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Message, from: string, expectRoute: string, timeoutMs: number): Promise<number> {
+export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Message, from: string, expectRoute: string, timeoutMs: number): Promise<number> {
   const threadId = `bench-pat-${randomUUID()}`;
   let firstChunkUs: number | undefined;
   let start = 0n;

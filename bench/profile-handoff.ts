@@ -1,0 +1,102 @@
+/**
+ * Where a handoff's time goes: the pattern bench's handoff mesh (bench/patterns.ts: a node, the desk agent
+ * that hands every conversation to the specialist, the specialist that streams a chunk at once, a client;
+ * each on its own connection, all in this process) on a fresh nats-server, one run at a time, a new
+ * thread per run; then the handoff's floor (bench/handoff-floor.ts) for as many runs. For each it prints
+ * p50 / p99 / max of the message -> first chunk time, this process's CPU per run and the slowest runs
+ * with their index (a slow run early is the JIT warming; spread through the series, GC or the machine):
+ *
+ *   node --conditions=source --import tsx bench/profile-handoff.ts
+ *   PROFILE_ONLY=troupe PROFILE_CPU_DIR=.tmp/prof-handoff node --conditions=source --import tsx bench/profile-handoff.ts
+ *   node bench/profile-summary.mjs .tmp/prof-handoff/<the newest>.cpuprofile
+ *
+ * PROFILE_RUNS (default 1,000) runs after PROFILE_WARMUP (default 10, as the bench) warm-up runs;
+ * PROFILE_ONLY=troupe or floor runs one of the two; PROFILE_TRACE_GC=1 counts the GC pauses inside runs.
+ */
+import { PerformanceObserver } from 'node:perf_hooks';
+import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
+import { userMessage } from '../src/sdk/client.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { startNatsServer } from '../test/helpers/nats-server.js';
+import { startHandoffFloor } from './handoff-floor.js';
+import { summarize } from './measure.js';
+import { SOURCE, TARGET, desk, specialist, startMesh, timeToFirstChunk } from './patterns.js';
+import { profileWindow } from './profiler.js';
+
+const RUNS = Number(process.env.PROFILE_RUNS ?? 1_000);
+const WARMUP = Number(process.env.PROFILE_WARMUP ?? 10);
+const only = process.env.PROFILE_ONLY;
+const TENANT = 'patterns';
+const TIMEOUT_MS = 10_000;
+
+/** GC pauses (ms) seen while a window runs. */
+const gcPauses: number[] = [];
+const gc = new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) gcPauses.push(e.duration);
+});
+if (process.env.PROFILE_TRACE_GC) gc.observe({ entryTypes: ['gc'] });
+
+async function measure(what: string, sample: () => Promise<number>): Promise<void> {
+  for (let i = 0; i < WARMUP; i++) await sample().catch(() => undefined);
+  gcPauses.length = 0;
+  const stop = await profileWindow(what);
+  const cpu0 = process.cpuUsage();
+  const samples: number[] = [];
+  for (let i = 0; i < RUNS; i++) samples.push(await sample());
+  const cpu = process.cpuUsage(cpu0);
+  await stop();
+  const s = summarize(samples);
+  const slowest = samples
+    .map((us, i) => [us, i] as const)
+    .sort((a, b) => b[0] - a[0])
+    .slice(0, 8)
+    .map(([us, i]) => `${(us / 1000).toFixed(1)} ms @${i}`)
+    .join(', ');
+  const gcLine = process.env.PROFILE_TRACE_GC
+    ? `; GC ${gcPauses.length} pauses, ${gcPauses.reduce((a, b) => a + b, 0).toFixed(0)} ms, longest ${Math.max(0, ...gcPauses).toFixed(1)} ms`
+    : '';
+  console.log(
+    `${what}: p50 ${(s.p50Us / 1000).toFixed(2)} ms, p99 ${(s.p99Us / 1000).toFixed(2)} ms, max ${(s.maxUs / 1000).toFixed(2)} ms; ` +
+      `CPU ${Math.round((cpu.user + cpu.system) / RUNS)} µs per run${gcLine}\n  slowest: ${slowest}`,
+  );
+}
+
+const server = await startNatsServer();
+const opts = { url: server.url, asNode: server.asNode, tenant: TENANT };
+try {
+  if (!only || only === 'troupe') {
+    const mesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: TIMEOUT_MS, retries: 0 });
+    try {
+      await measure('troupe handoff', () => timeToFirstChunk(mesh, TENANT, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, TIMEOUT_MS));
+    } finally {
+      await mesh.stop();
+    }
+  }
+  if (!only || only === 'direct') {
+    const mesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: TIMEOUT_MS, retries: 0 });
+    try {
+      const message = () => userMessage('I need the specialist', { metadata: { [CLIENT_ROUTING_URI]: { recipient: TARGET } } });
+      await measure('troupe direct', () => timeToFirstChunk(mesh, TENANT, message(), TARGET, `user>${TARGET}`, TIMEOUT_MS));
+    } finally {
+      await mesh.stop();
+    }
+  }
+  if (!only || only === 'floor') {
+    const transports: NatsTransport[] = [];
+    const connect = async (role: string) => {
+      const t = await NatsTransport.connect({ ...server.asNode, name: `profile-handoff-floor-${role}` });
+      transports.push(t);
+      return t;
+    };
+    const rig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, TIMEOUT_MS);
+    try {
+      await measure('floor', rig.sample);
+    } finally {
+      rig.stop();
+      await Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
+    }
+  }
+} finally {
+  gc.disconnect();
+  await server.stop();
+}
