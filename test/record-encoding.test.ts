@@ -66,6 +66,18 @@ describe('the record encoded with its arrays kept from the last write', () => {
     }
   });
 
+  it('leaves out what JSON leaves out, in the objects it walks and below them', () => {
+    const record = recordWith(new ArrayJson().encode([message('ok')]), new ArrayJson().encode([{ from: 'user', to: 'a' }]));
+    const metadata = record.task.metadata as Record<string, unknown>;
+    metadata.gone = undefined;
+    metadata.fn = () => 1;
+    metadata.hidden = { toJSON: () => undefined };
+    metadata.at = new Date('2026-11-27T10:00:00.000Z');
+    (record as unknown as Record<string, unknown>).first = undefined;
+    (record.snapshot as { context: Record<string, unknown> }).context.nested = { gone: undefined, list: [undefined, 1] };
+    expect(new TextDecoder().decode(encodeRecord(record).data)).toBe(JSON.stringify(record));
+  });
+
   it('still refuses what it refused before: an invalid message, a value that cannot be serialized', () => {
     const encoder = new ArrayJson();
     const bad = { ...message('x'), role: 'robot' } as unknown as Message;

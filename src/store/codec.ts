@@ -51,82 +51,121 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
- * Arrays of a record whose JSON is already known (its elements joined by commas, no brackets): a live
- * thread's history and route log, kept by an `ArrayJson` across its writes. Looked up by the array itself,
- * so an entry goes with the array (a thread's context holds its arrays until its next turn).
+ * Arrays of a record whose JSON is already known, as the UTF-8 bytes of each element: a live thread's
+ * history and route log, kept by an `ArrayJson` across its writes. Looked up by the array itself, so an
+ * entry goes with the array (a thread's context holds its arrays until its next turn).
  */
-const preEncoded = new WeakMap<readonly unknown[], string>();
+const preEncoded = new WeakMap<readonly unknown[], readonly Uint8Array[]>();
 
 /**
  * The JSON of an append-mostly array of objects that are never changed once in it (a thread's history
  * and route log: new arrays around the same objects, the oldest pruned from the front, an element
  * replaced now and then), kept from one write to the next so that each element is encoded once: the
- * elements the last array also held (one run, by identity) are reused from the last JSON, the others
- * encoded. It holds one string (the last JSON) and the offsets of its elements.
+ * elements the last array also held (one run, by identity) are reused, the others encoded. It holds the
+ * UTF-8 bytes of each element, which `encodeRecord` copies into the record's bytes as they are — no
+ * string of the whole array is made, nor copied again when the record is encoded.
  */
 export class ArrayJson {
   #items: readonly unknown[] = [];
-  #json = '';
-  /** End offset of each element in #json (elements are separated by one comma). */
-  #ends: number[] = [];
+  #parts: readonly Uint8Array[] = [];
 
-  /** The JSON of `items` (without brackets), registered for `encodeRecord`; returns `items`. */
+  /** Encodes `items` for `encodeRecord` (each element's JSON, as bytes); returns `items`. */
   encode<T extends readonly unknown[]>(items: T): T {
     const old = this.#items;
     // Where the new array starts in the old one: pruning drops elements from the front.
-    let from = items.length > 0 ? old.indexOf(items[0]) : -1;
+    const from = items.length > 0 ? old.indexOf(items[0]) : -1;
     let same = 0;
     if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
-    else from = 0;
-    const ends: number[] = [];
-    let json = '';
-    if (same > 0) {
-      const start = from === 0 ? 0 : this.#ends[from - 1]! + 1;
-      json = this.#json.slice(start, this.#ends[from + same - 1]);
-      for (let i = 0; i < same; i++) ends.push(this.#ends[from + i]! - start);
-    }
-    for (let i = same; i < items.length; i++) {
-      const part = JSON.stringify(items[i]) ?? 'null';
-      json = i === 0 ? part : `${json},${part}`;
-      ends.push(json.length);
-    }
+    const parts = same > 0 ? this.#parts.slice(from, from + same) : [];
+    for (let i = same; i < items.length; i++) parts.push(encoder.encode(JSON.stringify(items[i]) ?? 'null'));
     this.#items = items;
-    // Kept as one flat string: concatenated, it would hold every part and a node per join until it is read.
-    this.#json = flatten(json);
-    this.#ends = ends;
-    preEncoded.set(items, this.#json);
+    this.#parts = parts;
+    preEncoded.set(items, parts);
     return items;
   }
-}
-
-/**
- * One flat copy of a string made by concatenation. V8 flattens a joined string when a part of it is taken;
- * the joined string (and its parts) can then go, the slice holds only the flat copy.
- */
-function flatten(text: string): string {
-  return text.length < 2 ? text : ` ${text}`.slice(1);
 }
 
 /** The objects on the way to the arrays an `ArrayJson` encodes: the record, its task, the task's metadata. */
 const WALKED = new Set(['task', 'metadata']);
 
 /**
- * `JSON.stringify(record)`, with the arrays an `ArrayJson` encoded put in as they are: the record, its
- * task and the task's metadata are walked, every other value is stringified whole.
+ * A record's JSON as UTF-8 bytes, from text and the pre-encoded elements of arrays: text is encoded
+ * when an array's elements come and at the end; the pieces are copied once into the result.
  */
-function stringifyRecord(value: unknown, walk = true): string | undefined {
+class RecordBytes {
+  #text = '';
+  #pieces: Uint8Array[] = [];
+  #length = 0;
+
+  text(json: string): void {
+    this.#text += json;
+  }
+
+  /** `[e1,e2,…]` from the elements' bytes. */
+  array(parts: readonly Uint8Array[]): void {
+    this.#text += '[';
+    this.flush();
+    for (let i = 0; i < parts.length; i++) {
+      if (i > 0) this.piece(COMMA_BYTES);
+      this.piece(parts[i]!);
+    }
+    this.#text = ']';
+  }
+
+  bytes(): Uint8Array {
+    this.flush();
+    if (this.#pieces.length === 1) return this.#pieces[0]!;
+    const out = new Uint8Array(this.#length);
+    let at = 0;
+    for (const p of this.#pieces) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+
+  private piece(bytes: Uint8Array): void {
+    this.#pieces.push(bytes);
+    this.#length += bytes.length;
+  }
+
+  private flush(): void {
+    if (this.#text.length === 0) return;
+    this.piece(encoder.encode(this.#text));
+    this.#text = '';
+  }
+}
+const COMMA_BYTES = new Uint8Array([44]); // ,
+
+/** Whether `writeJson` walks `value` (with `walk`) rather than stringifying it whole. */
+const walked = (value: unknown, walk: boolean): value is Record<string, unknown> | unknown[] =>
+  Array.isArray(value) || (walk && value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype);
+
+/**
+ * Writes `JSON.stringify(value)` to `out`, with the arrays an `ArrayJson` encoded put in as they are: the
+ * record, its task and the task's metadata are walked, every other value is stringified whole.
+ */
+function writeJson(value: Record<string, unknown> | unknown[], out: RecordBytes): void {
   if (Array.isArray(value)) {
     const known = preEncoded.get(value);
-    return known === undefined ? JSON.stringify(value) : `[${known}]`;
+    if (known) out.array(known);
+    else out.text(JSON.stringify(value));
+    return;
   }
-  if (!walk || value === null || typeof value !== 'object' || Object.getPrototypeOf(value) !== Object.prototype) return JSON.stringify(value);
-  let out = '';
+  out.text('{');
+  let first = true;
   for (const key of Object.keys(value)) {
-    const json = stringifyRecord((value as Record<string, unknown>)[key], WALKED.has(key));
-    if (json === undefined) continue;
-    out += `${out.length === 0 ? '' : ','}${JSON.stringify(key)}:${json}`;
+    const v = value[key];
+    const inner = WALKED.has(key);
+    const json = walked(v, inner) ? undefined : (JSON.stringify(v) as string | undefined);
+    // What JSON leaves out of an object (undefined, functions) leaves its key out too.
+    if (json === undefined && !walked(v, inner)) continue;
+    out.text(`${first ? '' : ','}${JSON.stringify(key)}:`);
+    first = false;
+    if (json === undefined) writeJson(v as Record<string, unknown> | unknown[], out);
+    else out.text(json);
   }
-  return `{${out}}`;
+  out.text('}');
 }
 
 /**
@@ -148,14 +187,15 @@ export function encodeRecord(record: ThreadRecord, maxBytes = DEFAULT_MAX_PAYLOA
       checkedMessages.add(message as object);
     }
   }
-  let json: string;
+  let data: Uint8Array;
   try {
-    json = stringifyRecord(record) ?? '';
+    const out = new RecordBytes();
+    writeJson(record as unknown as Record<string, unknown>, out);
+    data = out.bytes();
   } catch (err) {
     // A snapshot with a bigint or a cycle cannot be persisted; say so instead of a bare TypeError.
     throw new TroupeError('INVALID_MESSAGE', `refusing to write thread record "${key}": not serializable: ${(err as Error).message}`, { key });
   }
-  const data = encoder.encode(json);
   if (data.byteLength > maxBytes) {
     throw new TroupeError(
       'PAYLOAD_TOO_LARGE',
