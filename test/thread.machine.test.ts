@@ -202,9 +202,9 @@ describe('thread machine with its real children: the reachable graph', () => {
     const { states, transitions } = threadCoverage.missingOf(threadMachine as AnyStateMachine);
     expect(states).toEqual([]);
     expect(transitions).toEqual([
-      'thread.working.delegating --xstate.error.actor.orchestration--> thread.working.answering',
-      'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.working.answering',
-      'thread.working.routing --xstate.error.actor.router--> thread.working.answering',
+      'thread.working.delegating --xstate.error.actor.orchestration--> thread.input-required',
+      'thread.working.orchestrating --xstate.error.actor.orchestration--> thread.input-required',
+      'thread.working.routing --xstate.error.actor.router--> thread.input-required',
     ]);
     // The real handoff actor went through every state it has on the way.
     expect(threadCoverage.missingOf(handoffMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });

@@ -18,6 +18,13 @@ import { replyDecision, threadSetup, userDecisionWithoutPolicy, userRouterInput 
 import { delegationOrchestrationInput } from './delegation.js';
 import { DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput } from './types.js';
 
+/**
+ * How a turn that answers the user ends: the answer goes out (`answerUser`) and the thread waits for the
+ * user. A transition, not a state of its own: an eventless state in between cost each turn a microstep.
+ */
+const ANSWERED = '#thread.input-required';
+const ANSWER = { type: 'answerUser', params: { state: 'input-required' } } as const;
+
 export const threadMachine = threadSetup.createMachine({
   id: 'thread',
   context: ({ input }) => ({
@@ -74,7 +81,7 @@ export const threadMachine = threadSetup.createMachine({
               target: 'calling',
               actions: [{ type: 'applyAgentRoute', params: ({ context }) => userDecisionWithoutPolicy(context) }, 'announceRoute'],
             },
-            { target: 'answering', actions: { type: 'recordRouteError', params: ({ context }) => userDecisionWithoutPolicy(context) } },
+            { target: ANSWERED, actions: [{ type: 'recordRouteError', params: ({ context }) => userDecisionWithoutPolicy(context) }, ANSWER] },
           ],
         },
         /** The router actor asks the team's policy which agent takes the user's message. */
@@ -108,11 +115,11 @@ export const threadMachine = threadSetup.createMachine({
                 actions: { type: 'askToClarify', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
               },
               {
-                target: 'answering',
-                actions: { type: 'recordRouteError', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: ANSWERED,
+                actions: [{ type: 'recordRouteError', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output }, ANSWER],
               },
             ],
-            onError: { target: 'answering' },
+            onError: { target: ANSWERED, actions: ANSWER },
           },
         },
         /** One agent holds the message; the call retries and times out on its own. */
@@ -165,28 +172,36 @@ export const threadMachine = threadSetup.createMachine({
                 ],
               },
               {
-                target: 'answering',
-                actions: { type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: ANSWERED,
+                actions: [{ type: 'recordCallError', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output }, ANSWER],
               },
             ],
           },
         },
-        /** Handoffs first: a target's answer, a request to hand off; anything else goes to the router. */
+        /**
+         * Handoffs first (a target's answer, a request to hand off), then delegation; any other reply goes
+         * where the client-routing rules say: the user, back to its sender, or another agent.
+         */
         inspectingReply: {
           always: [
             { guard: 'isHandoffStartReply', target: 'updatingHandoff', actions: 'tellHandoffOfFirstReply' },
-            { guard: 'requestsHandoffWhileOpen', target: 'answering', actions: 'recordHandoffConflict' },
+            { guard: 'requestsHandoffWhileOpen', target: ANSWERED, actions: ['recordHandoffConflict', ANSWER] },
             { guard: 'isHandoffTargetReply', target: 'updatingHandoff', actions: 'tellHandoffOfReply' },
-            { guard: 'hasMalformedHandoff', target: 'answering', actions: 'recordMalformedHandoff' },
+            { guard: 'hasMalformedHandoff', target: ANSWERED, actions: ['recordMalformedHandoff', ANSWER] },
             { guard: 'requestsHandoff', target: 'calling', actions: ['startHandoff', 'announceRoute'] },
-            { guard: 'hasRefusedDelegation', target: 'answering', actions: 'recordRefusedDelegation' },
+            { guard: 'hasRefusedDelegation', target: ANSWERED, actions: ['recordRefusedDelegation', ANSWER] },
             { guard: 'requestsDelegation', target: 'delegating', actions: ['startDelegation', 'announceRoute'] },
-            { target: 'routingReply' },
+            {
+              guard: { type: 'routesToAgent', params: ({ context }) => replyDecision(context) },
+              target: 'calling',
+              actions: [{ type: 'applyAgentRoute', params: ({ context }) => replyDecision(context) }, 'announceRoute'],
+            },
+            { target: ANSWERED, actions: [{ type: 'recordRouteError', params: ({ context }) => replyDecision(context) }, ANSWER] },
           ],
         },
         /** The handoff actor was told how its target answered (or failed); one that ends is waited for. */
         updatingHandoff: {
-          always: [{ guard: 'handoffEnding', target: 'awaitingHandoffEnd' }, { target: 'answering' }],
+          always: [{ guard: 'handoffEnding', target: 'awaitingHandoffEnd' }, { target: ANSWERED, actions: ANSWER }],
         },
         /** The handoff's output says where control goes: back to the source within this turn, or not. */
         awaitingHandoffEnd: {
@@ -198,8 +213,8 @@ export const threadMachine = threadSetup.createMachine({
                 actions: [{ type: 'resumeSource', params: ({ event }) => event.output }, 'announceRoute'],
               },
               {
-                target: 'answering',
-                actions: { type: 'concludeHandoff', params: ({ event }) => event.output },
+                target: ANSWERED,
+                actions: [{ type: 'concludeHandoff', params: ({ event }) => event.output }, ANSWER],
               },
             ],
           },
@@ -241,11 +256,11 @@ export const threadMachine = threadSetup.createMachine({
                 ],
               },
               {
-                target: 'answering',
-                actions: { type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                target: ANSWERED,
+                actions: [{ type: 'recordOrchestration', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output }, ANSWER],
               },
             ],
-            onError: { target: 'answering' },
+            onError: { target: ANSWERED, actions: ANSWER },
           },
         },
         /** The team's model writes one answer from the fan-out's answers (streamed); the join stands if it fails. */
@@ -256,10 +271,10 @@ export const threadMachine = threadSetup.createMachine({
             input: ({ context }): SynthesisInput =>
               context.turn?.synthesis ?? { threadId: context.threadId, messageId: 'none', question: '', answers: [] },
             onDone: {
-              target: 'answering',
-              actions: { type: 'recordSynthesis', params: ({ event }: { event: DoneActorEvent<SynthesisOutput> }) => event.output },
+              target: ANSWERED,
+              actions: [{ type: 'recordSynthesis', params: ({ event }: { event: DoneActorEvent<SynthesisOutput> }) => event.output }, ANSWER],
             },
-            onError: { target: 'answering', actions: 'keepJoin' },
+            onError: { target: ANSWERED, actions: ['keepJoin', ANSWER] },
           },
         },
         /** An agent delegated: its delegates are called (orchestration), and their results go back to it. */
@@ -276,24 +291,7 @@ export const threadMachine = threadSetup.createMachine({
               target: 'calling',
               actions: [{ type: 'returnDelegationResults', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output }, 'announceRoute'],
             },
-            onError: { target: 'answering' },
-          },
-        },
-        /** Where the agent's reply goes (the client-routing rules): the user, back to its sender, or another agent. */
-        routingReply: {
-          always: [
-            {
-              guard: { type: 'routesToAgent', params: ({ context }) => replyDecision(context) },
-              target: 'calling',
-              actions: [{ type: 'applyAgentRoute', params: ({ context }) => replyDecision(context) }, 'announceRoute'],
-            },
-            { target: 'answering', actions: { type: 'recordRouteError', params: ({ context }) => replyDecision(context) } },
-          ],
-        },
-        answering: {
-          always: {
-            target: '#thread.input-required',
-            actions: { type: 'answerUser', params: { state: 'input-required' } },
+            onError: { target: ANSWERED, actions: ANSWER },
           },
         },
       },
