@@ -16,12 +16,11 @@
  * exceed XState's floor.
  */
 import { createActor, fromPromise, setup, assign, type AnyActorRef } from 'xstate';
-import { agentCallMachine, type AgentRequestInput } from '../src/machines/agent-call.js';
+import { agentCallMachine, type AgentRequestInput, type AgentRequestOutput } from '../src/machines/agent-call.js';
 import { orchestrationMachine } from '../src/machines/orchestration.js';
 import { routerMachine } from '../src/machines/router.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, type ThreadStatusEmitted } from '../src/machines/thread.js';
 import { CLIENT_ROUTING_URI, messageText, type Message } from '../src/protocol/index.js';
-import type { AgentReply } from '../src/protocol/wire.js';
 import type { Op } from './measure.js';
 
 export interface MachineRig {
@@ -31,7 +30,7 @@ export interface MachineRig {
 
 /** The thread machine alone, with its real children; the agent answers at once, routing the answer to the user. */
 export function startThreadMachineRig(text: string, agentId = 'echo'): MachineRig {
-  const request = fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => ({
+  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => ({
     kind: 'message',
     role: 'agent',
     messageId: `r-${input.message.messageId}`,

@@ -7,8 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { createActor, fromPromise, type AnyMachineSnapshot, type AnyStateMachine, type EventObject } from 'xstate';
 import { getSimplePaths } from 'xstate/graph';
 import type { Message } from '../src/protocol/a2a.js';
-import type { AgentReply } from '../src/protocol/wire.js';
-import { agentCallMachine, type AgentCallInput, type AgentRequestInput } from '../src/machines/agent-call.js';
+import { agentCallMachine, type AgentCallInput, type AgentRequestInput, type AgentRequestOutput } from '../src/machines/agent-call.js';
 import { CoverageRecorder } from './helpers/machine-coverage.js';
 import { ManualClock } from './helpers/thread-rig.js';
 
@@ -24,11 +23,26 @@ const RESTORED = { type: 'troupe.agentCall.restored' as const };
 
 function rig() {
   const clock = new ManualClock();
-  const requests: Array<{ input: AgentRequestInput; signal: AbortSignal; resolve: (r: AgentReply) => void; reject: (e: unknown) => void }> = [];
-  const request = fromPromise<AgentReply, AgentRequestInput>(({ input, signal }) => new Promise((resolve, reject) => requests.push({ input, signal, resolve, reject })));
+  const requests: Array<{ input: AgentRequestInput; signal: AbortSignal; resolve: (r: AgentRequestOutput) => void; reject: (e: unknown) => void }> = [];
+  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(({ input, signal }) => new Promise((resolve, reject) => requests.push({ input, signal, resolve, reject })));
   return { clock, requests, logic: agentCallMachine.provide({ actors: { request } }) };
 }
 const settle = () => new Promise<void>((r) => setImmediate(r));
+
+describe('agent call machine: the time of the answer', () => {
+  it('a reply that says when it came passes its time on in the output; a plain one leaves it out', async () => {
+    for (const [resolved, at] of [[{ kind: 'troupe.timedReply' as const, reply: answer, at: 1_234 }, 1_234], [answer, undefined]] as const) {
+      const { clock, requests, logic } = rig();
+      const actor = createActor(logic, { input: INPUT, clock }).start();
+      await settle();
+      requests[0]!.resolve(resolved);
+      await settle();
+      const snap = actor.getSnapshot();
+      expect(snap.output).toEqual({ ok: true, agentId: 'a', reply: answer, attempts: 1, ...(at === undefined ? {} : { at }) });
+      actor.stop();
+    }
+  });
+});
 
 describe('agent call machine: model-based', () => {
   it('every state and transition, with the request settled and the timers fired for real', async () => {

@@ -277,3 +277,26 @@ describe('a send before any node is up', () => {
     expect((err as TroupeError).message).toMatch(/no Troupe node is listening .*troupe up --nats/);
   });
 });
+
+describe("the thread's clock moves with the agents' answers", () => {
+  it('a route step an answer makes is stamped with the time the answer came, not the time the turn began', async () => {
+    const slow = defineAgent({
+      card: { id: 'slow', name: 'Slow', description: 'thinks, then passes on' },
+      handle: async () => {
+        await new Promise((r) => setTimeout(r, 80));
+        return reply('over to fast', { to: 'fast' });
+      },
+    });
+    const fast = defineAgent({ card: { id: 'fast', name: 'Fast', description: 'answers' }, handle: () => reply('done', { to: 'user' }) });
+    const team = await startEmbedded({ name: 'clock', agents: [slow, fast], config: { entryAgent: 'slow' } }, silentLogger());
+    try {
+      const result = await team.client.send('go');
+      expect(result.route.map((s) => `${s.from}>${s.to}`)).toEqual(['user>slow', 'slow>fast']);
+      const [first, second] = result.route;
+      // The second step is taken when slow's answer comes, at least 80 ms after the first.
+      expect(second!.at! - first!.at!).toBeGreaterThanOrEqual(75);
+    } finally {
+      await team.stop();
+    }
+  });
+});

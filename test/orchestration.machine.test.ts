@@ -13,7 +13,7 @@ import { TroupeError } from '../src/protocol/errors.js';
 import { META } from '../src/protocol/metadata.js';
 import type { RouterDecision } from '../src/protocol/routing.js';
 import type { AgentReply } from '../src/protocol/wire.js';
-import { agentCallMachine, type AgentCallOutput, type AgentRequestInput } from '../src/machines/agent-call.js';
+import { agentCallMachine, type AgentCallOutput, type AgentRequestInput, type AgentRequestOutput } from '../src/machines/agent-call.js';
 import {
   aggregate,
   callActorId,
@@ -49,7 +49,7 @@ type Request = { input: AgentRequestInput; signal: AbortSignal; resolve: (r: Age
 /** The wire, scripted by the test: every request of every agent call waits until the test settles it. */
 function wire() {
   const requests: Request[] = [];
-  const request = fromPromise<AgentReply, AgentRequestInput>(
+  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(
     ({ input, signal }) => new Promise<AgentReply>((resolve, reject) => requests.push({ input, signal, resolve, reject })),
   );
   /** The request in flight for an agent (the latest one: a restore runs it again). */
@@ -60,7 +60,7 @@ function wire() {
 /** A wire whose answers are functions of the request, per agent (an unknown agent: no responders). */
 function scripted(script: Record<string, (input: AgentRequestInput, signal: AbortSignal) => Promise<AgentReply>>) {
   const log: Array<{ input: AgentRequestInput; signal: AbortSignal }> = [];
-  const request = fromPromise<AgentReply, AgentRequestInput>(({ input, signal }) => {
+  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(({ input, signal }) => {
     log.push({ input, signal });
     const fn = script[input.agentId];
     if (!fn) return Promise.reject(Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' }));
@@ -517,7 +517,7 @@ describe('orchestration machine: behaviour', () => {
   it('executionTimeMs comes from injected time: ticks before a call settles count', async () => {
     let host: ReturnType<typeof createActor<typeof orchestrationMachine>> | undefined;
     let fakeNow = T0;
-    const request = fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+    const request = fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
       await sleep(input.agentId === 'a' ? 5 : 15);
       fakeNow += input.agentId === 'a' ? 300 : 400;
       host!.send({ type: 'troupe.orchestration.tick', now: fakeNow }); // processed before the call's done event

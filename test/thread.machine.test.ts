@@ -8,7 +8,7 @@ import { createActor, fromPromise, waitFor, type AnyStateMachine } from 'xstate'
 import type { Message } from '../src/protocol/a2a.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../src/protocol/routing.js';
 import type { AgentReply } from '../src/protocol/wire.js';
-import type { AgentRequestInput } from '../src/machines/agent-call.js';
+import type { AgentRequestInput, AgentRequestOutput } from '../src/machines/agent-call.js';
 import { agentCallMachine } from '../src/machines/agent-call.js';
 import { routerMachine, type PolicyInput } from '../src/machines/router.js';
 import { orchestrationMachine } from '../src/machines/orchestration.js';
@@ -268,7 +268,7 @@ function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => 
   const calls: AgentRequestInput[] = [];
   const agentCall = agentCallMachine.provide({
     actors: {
-      request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+      request: fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
         calls.push(input);
         const agent = team[input.agentId];
         if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
@@ -428,7 +428,7 @@ describe('thread machine: routing behaviour', () => {
           actors: {
             agentCall: agentCallMachine.provide({
               actors: {
-                request: fromPromise<AgentReply, AgentRequestInput>(async ({ input }) => {
+                request: fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
                   if (input.agentId === 'writer') throw Object.assign(new Error('writer is down'), { code: 'AGENT_ERROR' });
                   return agentMsg('the facts');
                 }),

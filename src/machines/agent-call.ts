@@ -37,14 +37,28 @@ export interface AgentRequestInput {
   fanOut?: boolean;
 }
 
+/**
+ * What the `request` actor resolves with: the agent's reply, or the reply with the time it came (epoch
+ * ms, the host's clock), which the call's output carries to the thread so that its clock moves with the
+ * answer itself rather than with an event of its own.
+ */
+export type AgentRequestOutput = AgentReply | TimedReply;
+export interface TimedReply {
+  kind: 'troupe.timedReply';
+  reply: AgentReply;
+  at: number;
+}
+
 export type AgentCallOutput =
-  | { ok: true; agentId: string; reply: AgentReply; attempts: number }
+  | { ok: true; agentId: string; reply: AgentReply; attempts: number; at?: number }
   | { ok: false; agentId: string; error: ErrorBody; attempts: number };
 
 export interface AgentCallContext extends AgentCallInput {
   attempt: number;
   deadline: number;
   reply?: AgentReply;
+  /** When the reply came, if the request said. */
+  repliedAt?: number;
   error?: ErrorBody;
 }
 
@@ -72,7 +86,7 @@ export const agentCallSetup = setup({
     events: {} as { type: 'troupe.agentCall.restored' },
   },
   actors: {
-    request: fromPromise<AgentReply, AgentRequestInput>(async () => {
+    request: fromPromise<AgentRequestOutput, AgentRequestInput>(async () => {
       throw new Error('agentCall: the host must provide the `request` actor');
     }),
   },
@@ -84,7 +98,9 @@ export const agentCallSetup = setup({
     canRetry: ({ context }) => context.attempt < context.retries,
   },
   actions: {
-    recordReply: assign({ reply: (_, reply: AgentReply) => reply, error: undefined }),
+    recordReply: assign((_, output: AgentRequestOutput) =>
+      output.kind === 'troupe.timedReply' ? { reply: output.reply, repliedAt: output.at, error: undefined } : { reply: output, error: undefined },
+    ),
     recordFailure: assign({ error: ({ context }, err: unknown) => toErrorBody(err, context.agentId) }),
     recordTimeout: assign({
       error: ({ context }) => ({
@@ -142,7 +158,7 @@ export const agentCallMachine = agentCallSetup.createMachine({
   },
   output: ({ context }): AgentCallOutput =>
     context.reply
-      ? { ok: true, agentId: context.agentId, reply: context.reply, attempts: context.attempt + 1 }
+      ? { ok: true, agentId: context.agentId, reply: context.reply, attempts: context.attempt + 1, ...(context.repliedAt !== undefined ? { at: context.repliedAt } : {}) }
       : {
           ok: false,
           agentId: context.agentId,

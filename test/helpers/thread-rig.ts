@@ -9,7 +9,7 @@ import type { Message } from '../../src/protocol/a2a.js';
 import { META } from '../../src/protocol/metadata.js';
 import type { RouterDecision } from '../../src/protocol/routing.js';
 import type { AgentReply } from '../../src/protocol/wire.js';
-import { agentCallMachine, type AgentRequestInput } from '../../src/machines/agent-call.js';
+import { agentCallMachine, type AgentRequestInput, type AgentRequestOutput } from '../../src/machines/agent-call.js';
 import { orchestrationMachine } from '../../src/machines/orchestration.js';
 import type { AgentDirectory } from '../../src/machines/route.js';
 import { routerMachine, type PolicyInput } from '../../src/machines/router.js';
@@ -102,7 +102,7 @@ export class ThreadRig {
   readonly actor: Actor<typeof threadMachine>;
 
   constructor(opts: RigOptions = {}) {
-    const request = fromPromise<AgentReply, AgentRequestInput>(
+    const request = fromPromise<AgentRequestOutput, AgentRequestInput>(
       ({ input, signal }) =>
         new Promise<AgentReply>((resolve, reject) => {
           this.io.push({ kind: 'request', input, signal, resolve, reject, settled: false });

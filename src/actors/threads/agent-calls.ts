@@ -33,8 +33,6 @@ export interface AgentCallerOptions {
   policy?: RouterPolicy;
   /** A validated chunk for the thread's owner. */
   relayChunk: (threadId: string, event: TaskArtifactUpdateEvent) => void;
-  /** The agent answered (the thread's clock moves with its events). */
-  onReply: (threadId: string) => void;
   /**
    * What one agent passes to another (routed messages, handoff requests with their recent messages,
    * fan-out inputs) goes through this policy; the thread keeps the original. Default: every detector
@@ -137,7 +135,6 @@ export class AgentCaller {
       // Chunks the agent sent before its answer were delivered before it (one connection, in order).
       this.open.delete(callToken);
     }
-    this.opts.onReply(threadId);
     let reply: AgentReply;
     try {
       reply = decode(AgentReplySchema, res.data, `reply from agent "${input.agentId}"`, LIMITS.agentReplyBytes);

@@ -14,7 +14,7 @@
  */
 import { createActor, fromPromise, type AnyActorRef, type InspectionEvent } from 'xstate';
 import type { Logger } from 'pino';
-import { agentCallMachine, type AgentRequestInput } from '../../machines/agent-call.js';
+import { agentCallMachine, type AgentRequestInput, type AgentRequestOutput } from '../../machines/agent-call.js';
 import { routerMachine, type PolicyInput } from '../../machines/router.js';
 import { orchestrationMachine } from '../../machines/orchestration.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type SynthesisInput, type SynthesisOutput, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
@@ -24,7 +24,6 @@ import { TroupeError } from '../../protocol/errors.js';
 import { META, answerIn, rejectionEvent } from '../../protocol/metadata.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import type { RouterDecision } from '../../protocol/routing.js';
-import type { AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { AnsweredAskSchema, AnsweredReplySchema } from '../../protocol/ctl.js';
 import { MemoryThreadStore } from '../../store/memory.js';
@@ -220,7 +219,6 @@ export class ThreadHost {
         live.artifacts = appendArtifact(live.artifacts, event);
         live.changed = true;
       },
-      onReply: (threadId) => this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() }),
       inspected: (threadId) => this.inspection.switch.isOn(threadId),
       hopSpan: (threadId, hop, agentId) => this.hopSpan(threadId, hop, agentId),
       turnSpan: (threadId) => this.currentTurn(threadId)?.span,
@@ -229,14 +227,21 @@ export class ThreadHost {
     // agentCall machine with the same wire request (a fan-out's calls carry `fanOut` for the sanitiser).
     const agentCall = agentCallMachine.provide({
       actors: {
-        request: fromPromise<AgentReply, AgentRequestInput>(({ input }) =>
-          this.caller.call(input, { fanOut: input.fanOut === true }).catch((err: unknown) => {
-            // The thread's clock moves with the answers (onReply); a failure moves it too, so a fan-out's
-            // executionTimeMs counts up to the last call that settled.
-            this.threads.get(input.message.taskId ?? '')?.actor.send({ type: 'troupe.tick', now: this.now() });
+        request: fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
+          const fanOut = input.fanOut === true;
+          const threadId = input.message.taskId ?? '';
+          try {
+            const reply = await this.caller.call(input, { fanOut });
+            // The thread's clock moves with the answers: a call of its own carries the answer's time in its
+            // output; a fan-out's calls tick the orchestration's clock (its executionTimeMs counts up to the last).
+            if (fanOut) this.tick(threadId);
+            return { kind: 'troupe.timedReply', reply, at: this.now() };
+          } catch (err) {
+            // A failure moves the clock too, so a fan-out's executionTimeMs counts up to the last call that settled.
+            this.tick(threadId);
             throw err;
-          }),
-        ),
+          }
+        }),
       },
     });
     this.machine = threadMachine.provide({
@@ -961,6 +966,11 @@ export class ThreadHost {
     live.outbox.push(update);
     live.changed = true;
     this.committer.schedule(live);
+  }
+
+  /** Moves a thread's clock to now (its fan-out's and handoff's with it). */
+  private tick(threadId: string): void {
+    this.threads.get(threadId)?.actor.send({ type: 'troupe.tick', now: this.now() });
   }
 
   private onInspection(live: LiveThread, ev: InspectionEvent): void {

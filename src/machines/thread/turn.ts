@@ -62,9 +62,11 @@ export const threadWithTurns = threadWithHandoff.extend({
     tickOrchestration: sendTo('orchestration', ({ context }) => ({ type: 'troupe.orchestration.tick' as const, now: context.now })),
     recordAgentAnswer: assign(({ context }, output: AgentCallOutput) => {
       const turn = context.turn;
-      if (!turn || !output.ok) return {};
+      if (!output.ok) return {};
+      // The thread's clock moves with the answer: the time it came, when the request said.
+      const now = output.at ?? context.now;
       const reply = agentReplyMessage(output);
-      if (!reply) return {};
+      if (!turn || !reply) return { now };
       const answer: Message = {
         ...reply,
         contextId: context.contextId,
@@ -72,6 +74,7 @@ export const threadWithTurns = threadWithHandoff.extend({
         metadata: { ...reply.metadata, [META.agent]: output.agentId },
       };
       return {
+        now,
         turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
         history: prune([...context.history, answer], context.config.historyLimit),
       };
@@ -140,6 +143,8 @@ export const threadWithTurns = threadWithHandoff.extend({
         if (output.reply.kind === 'error') return output.reply.error;
         return undefined;
       },
+      // An agent that answered with an error answered: the clock moves with it as with any answer.
+      now: ({ context }, output: AgentCallOutput) => (output.ok ? (output.at ?? context.now) : context.now),
     }),
     answerUser: enqueueActions(({ context, enqueue }, params: { state: TaskState; reason?: string }) => {
       const turn = context.turn;
