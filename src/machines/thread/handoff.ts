@@ -19,11 +19,26 @@ import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage, userOf } from './mes
 import { threadBase } from './setup.js';
 import type { ThreadContext } from './types.js';
 
+type HandoffPlan = { request: HandoffRequest } | { error: ErrorBody } | undefined;
+
+/**
+ * Plans by context: a reply is looked at by several guards and then by the action of the transition they
+ * pick, all on the same (immutable) context object, so it is read once per context.
+ */
+const plans = new WeakMap<ThreadContext, HandoffPlan>();
+
 /**
  * What an agent's reply asks for by way of handoff: nothing, a valid request, or an error (malformed
  * directive, handing off to itself or to an agent that is not live).
  */
-export function planHandoff(context: ThreadContext): { request: HandoffRequest } | { error: ErrorBody } | undefined {
+export function planHandoff(context: ThreadContext): HandoffPlan {
+  if (plans.has(context)) return plans.get(context);
+  const plan = readPlan(context);
+  plans.set(context, plan);
+  return plan;
+}
+
+function readPlan(context: ThreadContext): HandoffPlan {
   const turn = context.turn;
   const reply = turn?.lastAnswer;
   if (!turn || !reply) return undefined;
