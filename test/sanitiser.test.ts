@@ -392,6 +392,24 @@ describe('what the sanitiser keeps between calls, and what it does not copy', ()
     expect(input).toEqual(before);
   });
 
+  it("the message's own task and context ids are not scanned where they appear again; anything else is", () => {
+    const id = 'call 4242 4242 4242 4242';
+    const message: Message = {
+      kind: 'message',
+      role: 'user',
+      messageId: 'm-1',
+      taskId: id,
+      contextId: id,
+      parts: [{ kind: 'text', text: id }],
+      metadata: { request: { threadId: id }, other: `card ${id.slice(5)}` },
+    };
+    const { value, counts } = sanitiseMessage(message, { policy, recipientAgentId: 'writer' });
+    expect(value.taskId).toBe(id);
+    expect((value.parts[0] as { text: string }).text).toBe(id);
+    expect(value.metadata).toEqual({ request: { threadId: id }, other: 'card [card]' });
+    expect(counts.card).toBe(1);
+  });
+
   it('numbers of any length are scanned alike, before and after a very long one', () => {
     const card = '4242 4242 4242 4242';
     expect(clean(`card ${card}`)).toBe('card [card]');

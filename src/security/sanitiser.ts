@@ -248,6 +248,11 @@ class Run {
   private chars = 0;
   private readonly ancestors = new Set<object>();
   readonly allowed: ReadonlySet<DetectorId>;
+  /**
+   * The ids of the message being sanitised (its task and context ids), which go to the recipient as they
+   * are: the same string elsewhere in the message (a handoff request's threadId) hides nothing masked.
+   */
+  ownIds?: ReadonlySet<string>;
 
   constructor(
     readonly policy: CompiledPolicy,
@@ -264,6 +269,7 @@ class Run {
   /** Masks what the detectors find in one string. */
   text(text: string): string {
     if (!this.budget(1, text.length, 0)) return OMITTED;
+    if (this.ownIds?.has(text)) return text;
     const clean = text.length <= CLEAN_MAX_CHARS ? this.policy.clean : undefined;
     if (clean?.get(text)) return text;
     const resolved = this.resolve(text);
@@ -504,10 +510,13 @@ export function findSensitiveSpans(text: string, options: SanitiseOptions): Sani
  * Sanitises an A2A message for the agent about to receive it, keeping its shape (so it still validates):
  * text parts, data parts, file names and URIs, and metadata (a handoff's `troupe/recentMessages` are
  * messages again, the rest JSON). Ids, roles and file bytes are left as they are: sanitising a file's
- * contents would need a parser per file type.
+ * contents would need a parser per file type. So is the message's task or context id wherever else it
+ * appears in the message (a handoff request names its thread): the recipient gets it anyway.
  */
 export function sanitiseMessage(message: Message, options: SanitiseOptions): SanitiseResult<Message> {
   const run = new Run(compile(options.policy), options.recipientAgentId, options.onLimit ?? 'omit');
+  const ids = [message.taskId, message.contextId].filter((id): id is string => id !== undefined && id !== '');
+  if (ids.length > 0) run.ownIds = new Set(ids);
   return run.result(messageOf(run, message, 0));
 }
 
