@@ -51,36 +51,59 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
- * Arrays of a record whose JSON is already known, as the UTF-8 bytes of each element: a live thread's
- * history and route log, kept by an `ArrayJson` across its writes. Looked up by the array itself, so an
- * entry goes with the array (a thread's context holds its arrays until its next turn).
+ * Arrays of a record whose JSON is already known, as UTF-8 bytes (the elements joined by commas, no
+ * brackets): a live thread's history and route log, kept by an `ArrayJson` across its writes. Looked up by
+ * the array itself, so an entry goes with the array (a thread's context holds its arrays until its next turn).
  */
-const preEncoded = new WeakMap<readonly unknown[], readonly Uint8Array[]>();
+const preEncoded = new WeakMap<readonly unknown[], Uint8Array>();
+
+const COMMA = 44; // ,
 
 /**
  * The JSON of an append-mostly array of objects that are never changed once in it (a thread's history
  * and route log: new arrays around the same objects, the oldest pruned from the front, an element
  * replaced now and then), kept from one write to the next so that each element is encoded once: the
- * elements the last array also held (one run, by identity) are reused, the others encoded. It holds the
- * UTF-8 bytes of each element, which `encodeRecord` copies into the record's bytes as they are — no
- * string of the whole array is made, nor copied again when the record is encoded.
+ * elements the last array also held (one run, by identity) are copied from the last bytes, the others
+ * encoded. It holds one buffer (the last array's JSON as UTF-8) and where each element ends in it, which
+ * `encodeRecord` copies into the record's bytes as they are: no string of the whole array is made.
  */
 export class ArrayJson {
   #items: readonly unknown[] = [];
-  #parts: readonly Uint8Array[] = [];
+  #bytes = new Uint8Array(0);
+  /** End offset of each element in #bytes (elements are separated by one comma). */
+  #ends: number[] = [];
 
-  /** Encodes `items` for `encodeRecord` (each element's JSON, as bytes); returns `items`. */
+  /** Encodes `items` for `encodeRecord` (the elements' JSON, as bytes); returns `items`. */
   encode<T extends readonly unknown[]>(items: T): T {
     const old = this.#items;
     // Where the new array starts in the old one: pruning drops elements from the front.
     const from = items.length > 0 ? old.indexOf(items[0]) : -1;
     let same = 0;
     if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
-    const parts = same > 0 ? this.#parts.slice(from, from + same) : [];
-    for (let i = same; i < items.length; i++) parts.push(encoder.encode(JSON.stringify(items[i]) ?? 'null'));
+    const keepStart = same > 0 && from > 0 ? this.#ends[from - 1]! + 1 : 0;
+    const keepEnd = same > 0 ? this.#ends[from + same - 1]! : 0;
+    const added: Uint8Array[] = [];
+    let length = keepEnd - keepStart;
+    for (let i = same; i < items.length; i++) {
+      const part = encoder.encode(JSON.stringify(items[i]) ?? 'null');
+      added.push(part);
+      length += part.length + (i > 0 ? 1 : 0);
+    }
+    const bytes = new Uint8Array(length);
+    bytes.set(this.#bytes.subarray(keepStart, keepEnd));
+    const ends: number[] = [];
+    for (let i = 0; i < same; i++) ends.push(this.#ends[from + i]! - keepStart);
+    let at = keepEnd - keepStart;
+    for (let k = 0; k < added.length; k++) {
+      if (same + k > 0) bytes[at++] = COMMA;
+      bytes.set(added[k]!, at);
+      at += added[k]!.length;
+      ends.push(at);
+    }
     this.#items = items;
-    this.#parts = parts;
-    preEncoded.set(items, parts);
+    this.#bytes = bytes;
+    this.#ends = ends;
+    preEncoded.set(items, bytes);
     return items;
   }
 }
@@ -89,8 +112,8 @@ export class ArrayJson {
 const WALKED = new Set(['task', 'metadata']);
 
 /**
- * A record's JSON as UTF-8 bytes, from text and the pre-encoded elements of arrays: text is encoded
- * when an array's elements come and at the end; the pieces are copied once into the result.
+ * A record's JSON as UTF-8 bytes, from text and the pre-encoded arrays: text is encoded when an array
+ * comes and at the end; the pieces are copied once into the result.
  */
 class RecordBytes {
   #text = '';
@@ -101,14 +124,11 @@ class RecordBytes {
     this.#text += json;
   }
 
-  /** `[e1,e2,…]` from the elements' bytes. */
-  array(parts: readonly Uint8Array[]): void {
+  /** `[…]` around an array's pre-encoded elements. */
+  array(elements: Uint8Array): void {
     this.#text += '[';
     this.flush();
-    for (let i = 0; i < parts.length; i++) {
-      if (i > 0) this.piece(COMMA_BYTES);
-      this.piece(parts[i]!);
-    }
+    this.piece(elements);
     this.#text = ']';
   }
 
@@ -135,7 +155,6 @@ class RecordBytes {
     this.#text = '';
   }
 }
-const COMMA_BYTES = new Uint8Array([44]); // ,
 
 /** Whether `writeJson` walks `value` (with `walk`) rather than stringifying it whole. */
 const walked = (value: unknown, walk: boolean): value is Record<string, unknown> | unknown[] =>
