@@ -31,7 +31,7 @@ import {
 } from '../src/protocol/index.js';
 import { DEFAULT_SANITISER_POLICY, sanitiseMessage } from '../src/security/sanitiser.js';
 import { userMessage } from '../src/sdk/client.js';
-import type { NatsTransport } from '../src/transport/nats.js';
+import { NatsTransport, type NatsConnectOptions } from '../src/transport/nats.js';
 import type { Subscription } from '../src/transport/types.js';
 import { z } from 'zod';
 
@@ -148,4 +148,35 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
       for (const s of subs) s.unsubscribe();
     },
   };
+}
+
+/**
+ * The floor with each role on a connection of its own (`<name>-<role>`), as the pattern bench runs it;
+ * `stop` ends the rig and drains the connections.
+ */
+export async function connectHandoffFloor(
+  as: NatsConnectOptions,
+  name: string,
+  timeoutMs: number,
+): Promise<{ sample(): Promise<number>; stop(): Promise<void> }> {
+  const transports: NatsTransport[] = [];
+  const drain = () => Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
+  try {
+    const connect = async (role: string) => {
+      const t = await NatsTransport.connect({ ...as, name: `${name}-${role}` });
+      transports.push(t);
+      return t;
+    };
+    const rig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, timeoutMs);
+    return {
+      sample: rig.sample,
+      stop: async () => {
+        rig.stop();
+        await drain();
+      },
+    };
+  } catch (err) {
+    await drain();
+    throw err;
+  }
 }

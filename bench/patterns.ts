@@ -36,7 +36,7 @@ import {
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { UserConnectOptions } from '../test/helpers/nats-server.js';
-import { startHandoffFloor } from './handoff-floor.js';
+import { connectHandoffFloor } from './handoff-floor.js';
 import { sequential, summarize, type LatencyStats } from './measure.js';
 import { formatRatio, formatUs, renderTable } from './table.js';
 import { z } from 'zod';
@@ -302,24 +302,14 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   } finally {
     await handoffMesh.stop();
   }
-  const floorTransports: NatsTransport[] = [];
+  log(` ×${handoffRuns} the floor (the handoff's legs and guarantees alone)…`);
+  const floorRig = await connectHandoffFloor(opts.asNode, 'bench-handoff-floor', timeoutMs);
   try {
-    log(` ×${handoffRuns} the floor (the handoff's legs and guarantees alone)…`);
-    const connect = async (role: string) => {
-      const t = await NatsTransport.connect({ ...opts.asNode, name: `bench-handoff-floor-${role}` });
-      floorTransports.push(t);
-      return t;
-    };
-    const floorRig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, timeoutMs);
-    try {
-      floor = await sampled(floorRig.sample, handoffRuns, warmupRuns);
-    } finally {
-      floorRig.stop();
-    }
-    log(' done\n');
+    floor = await sampled(floorRig.sample, handoffRuns, warmupRuns);
   } finally {
-    await Promise.all(floorTransports.map((t) => t.drain().catch(() => t.close())));
+    await floorRig.stop();
   }
+  log(' done\n');
 
   // b. Orchestration.
   log('  orchestration overhead: ');

@@ -16,9 +16,8 @@
 import { PerformanceObserver } from 'node:perf_hooks';
 import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
 import { userMessage } from '../src/sdk/client.js';
-import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
-import { startHandoffFloor } from './handoff-floor.js';
+import { connectHandoffFloor } from './handoff-floor.js';
 import { summarize } from './measure.js';
 import { SOURCE, TARGET, desk, specialist, startMesh, timeToFirstChunk } from './patterns.js';
 import { profileWindow } from './profiler.js';
@@ -82,18 +81,11 @@ try {
     }
   }
   if (!only || only === 'floor') {
-    const transports: NatsTransport[] = [];
-    const connect = async (role: string) => {
-      const t = await NatsTransport.connect({ ...server.asNode, name: `profile-handoff-floor-${role}` });
-      transports.push(t);
-      return t;
-    };
-    const rig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, TIMEOUT_MS);
+    const rig = await connectHandoffFloor(server.asNode, 'profile-handoff-floor', TIMEOUT_MS);
     try {
       await measure('floor', rig.sample);
     } finally {
-      rig.stop();
-      await Promise.all(transports.map((t) => t.drain().catch(() => t.close())));
+      await rig.stop();
     }
   }
 } finally {
