@@ -644,7 +644,7 @@ const PAREN_ONLY = 0;
 /**
  * The detectors run synchronously and never re-enter, so each keeps one DigitGroups (reset per sequence)
  * instead of four typed arrays per string with a digit — most strings with one are ids, scanned in every
- * message. One that grew past this many groups is replaced after use.
+ * message. One that grew past this many groups is replaced at its next use.
  */
 const REUSED_GROUPS = 1024;
 let cardGroups = new DigitGroups();

@@ -248,16 +248,16 @@ class Run {
   private chars = 0;
   private readonly ancestors = new Set<object>();
   readonly allowed: ReadonlySet<DetectorId>;
-  /**
-   * The ids of the message being sanitised (its task and context ids), which go to the recipient as they
-   * are: the same string elsewhere in the message (a handoff request's threadId) hides nothing masked.
-   */
-  ownIds?: ReadonlySet<string>;
 
+  /**
+   * `ownIds`: the ids of the message being sanitised (its task and context ids), which go to the recipient
+   * as they are: the same string elsewhere in the message (a handoff request's threadId) hides nothing masked.
+   */
   constructor(
     readonly policy: CompiledPolicy,
     recipientAgentId: string | undefined,
     private readonly onLimit: 'omit' | 'throw',
+    private readonly ownIds?: ReadonlySet<string>,
   ) {
     this.allowed = (recipientAgentId !== undefined && policy.allow.get(recipientAgentId)) || new Set();
   }
@@ -514,9 +514,8 @@ export function findSensitiveSpans(text: string, options: SanitiseOptions): Sani
  * appears in the message (a handoff request names its thread): the recipient gets it anyway.
  */
 export function sanitiseMessage(message: Message, options: SanitiseOptions): SanitiseResult<Message> {
-  const run = new Run(compile(options.policy), options.recipientAgentId, options.onLimit ?? 'omit');
   const ids = [message.taskId, message.contextId].filter((id): id is string => id !== undefined && id !== '');
-  if (ids.length > 0) run.ownIds = new Set(ids);
+  const run = new Run(compile(options.policy), options.recipientAgentId, options.onLimit ?? 'omit', ids.length > 0 ? new Set(ids) : undefined);
   return run.result(messageOf(run, message, 0));
 }
 
