@@ -175,14 +175,14 @@ function writeJson(value: Record<string, unknown> | unknown[], out: RecordBytes)
   let first = true;
   for (const key of Object.keys(value)) {
     const v = value[key];
-    const inner = WALKED.has(key);
-    const json = walked(v, inner) ? undefined : (JSON.stringify(v) as string | undefined);
+    const walk = walked(v, WALKED.has(key));
+    const json = walk ? undefined : (JSON.stringify(v) as string | undefined);
     // What JSON leaves out of an object (undefined, functions) leaves its key out too.
-    if (json === undefined && !walked(v, inner)) continue;
+    if (!walk && json === undefined) continue;
     out.text(`${first ? '' : ','}${JSON.stringify(key)}:`);
     first = false;
-    if (json === undefined) writeJson(v as Record<string, unknown> | unknown[], out);
-    else out.text(json);
+    if (walk) writeJson(v, out);
+    else out.text(json!);
   }
   out.text('}');
 }
