@@ -1,7 +1,7 @@
 /**
  * The thread gauges of a node hosted in-process (`serveMetrics` from the package root, scraped over real
- * HTTP): live threads while they are in memory, passivated ones once their actors are stopped for
- * being idle, and back to live when a message rehydrates one.
+ * HTTP): live threads while they are in memory, dormant ones once their actors are stopped at rest (their
+ * records kept), passivated ones once idle longer, and back to live when a message rehydrates one.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -28,7 +28,7 @@ describe('thread gauges of an in-process node', () => {
   let server: MetricsServer;
 
   beforeAll(async () => {
-    node = await new TroupeNode({ transport: new MemoryTransport({ bus }), idleMs: 1_500 }).start();
+    node = await new TroupeNode({ transport: new MemoryTransport({ bus }), idleMs: 1_500, dormantMs: 300 }).start();
     host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo }).start();
     await node.registry.waitFor(['echo']);
     client = new TroupeClient(new MemoryTransport({ bus }));
@@ -41,12 +41,16 @@ describe('thread gauges of an in-process node', () => {
     await node?.stop();
   });
 
-  it('reports live threads, then passivated ones once idle, then live again on their next message', async () => {
+  it('reports live threads, then dormant ones at rest, then passivated ones once idle, then live again on their next message', async () => {
     const a = await client.send('one', { to: 'echo' });
     await client.send('two', { to: 'echo' });
     expect(await gauge(server, 'troupe_threads{state="live"}')).toBe(2);
+    await waitUntil(async () => (await gauge(server, 'troupe_threads{state="dormant"}')) === 2 || undefined, 'both threads to be dormant', 10_000);
+    expect(await gauge(server, 'troupe_threads{state="live"}')).toBe(0);
+    expect(await gauge(server, 'troupe_threads{state="passivated"}')).toBe(0);
     await waitUntil(async () => (await gauge(server, 'troupe_threads{state="passivated"}')) === 2 || undefined, 'both threads to be passivated', 10_000);
     expect(await gauge(server, 'troupe_threads{state="live"}')).toBe(0);
+    expect(await gauge(server, 'troupe_threads{state="dormant"}')).toBe(0);
     await client.send('three', { to: 'echo', threadId: a.threadId });
     expect(await gauge(server, 'troupe_threads{state="live"}')).toBe(1);
     expect(await gauge(server, 'troupe_threads{state="passivated"}')).toBe(1);

@@ -65,6 +65,8 @@ export interface NodeOptions {
   policy?: RouterPolicy;
   logger?: Logger;
   idleMs?: number;
+  /** Stop the actors of threads at rest this long and keep their records in memory (ThreadHostOptions.dormantMs). */
+  dormantMs?: number;
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
   sanitiser?: SanitiserPolicy | false;
@@ -138,6 +140,7 @@ export class TroupeNode {
       ...(opts.config ? { config: opts.config } : {}),
       ...(opts.policy ? { policy: opts.policy } : {}),
       ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
+      ...(opts.dormantMs !== undefined ? { dormantMs: opts.dormantMs } : {}),
       ...(opts.sanitiser !== undefined ? { sanitiser: opts.sanitiser } : {}),
       ...(opts.synthesizer ? { synthesizer: opts.synthesizer } : {}),
       inspection: this.inspection,
@@ -204,6 +207,7 @@ export class TroupeNode {
     this.unregisterGauges = registerNodeGauges({
       liveThreads: () => this.threads.liveCount(),
       passivatedThreads: () => this.threads.passivatedCount(),
+      dormantThreads: () => this.threads.dormantCount(),
       partitionsOwned: () => this.ingress?.owned().length,
       inboundPending: async () => this.ingress?.pending(),
     });
@@ -235,6 +239,7 @@ export class TroupeNode {
       detail: {
         liveThreads: this.threads.liveCount(),
         passivatedThreads: passivated,
+        dormantThreads: this.threads.dormantCount(),
         uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
         rssBytes: process.memoryUsage.rss(),
         heapUsedBytes: process.memoryUsage().heapUsed,
@@ -557,7 +562,7 @@ export class TroupeNode {
       const collected = req.gc === true && typeof gc === 'function';
       if (collected) gc();
       const m = process.memoryUsage();
-      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount() }));
+      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount(), dormantThreads: this.threads.dormantCount() }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
     }

@@ -119,7 +119,10 @@ export const metrics = {
 /** What a running node reports when scraped. */
 export interface NodeGaugeSource {
   liveThreads(): number;
+  /** Passivated threads, dormant ones included. */
   passivatedThreads(): number;
+  /** Passivated threads whose committed records the node keeps in memory. */
+  dormantThreads?(): number;
   /** Partitions this node owns (durable ingress), else undefined. */
   partitionsOwned(): number | undefined;
   /** Messages in this node's partitions not yet acknowledged (consumer pending + ack pending). */
@@ -136,17 +139,21 @@ export function registerNodeGauges(source: NodeGaugeSource): () => void {
 
 new Gauge({
   name: 'troupe_threads',
-  help: 'Threads this process holds, by state: live (an actor in memory) and passivated (stored, rehydrated on their next message)',
+  help: 'Threads this process holds, by state: live (an actor in memory), dormant (at rest: no actor, its committed record kept in memory) and passivated (stored only, rehydrated on their next message)',
   labelNames: ['state'] as const,
   registers: [registry],
   collect() {
     let live = 0;
+    let dormant = 0;
     let passivated = 0;
     for (const s of nodeSources) {
       live += s.liveThreads();
-      passivated += s.passivatedThreads();
+      const d = s.dormantThreads?.() ?? 0;
+      dormant += d;
+      passivated += s.passivatedThreads() - d;
     }
     this.set({ state: 'live' }, live);
+    this.set({ state: 'dormant' }, dormant);
     this.set({ state: 'passivated' }, passivated);
   },
 });

@@ -8,7 +8,9 @@
  * first message came on); its events go to that principal only, and a message, a cancel or a read from
  * anyone else is answered exactly like one about a thread that does not exist.
  *
- * Idle threads are passivated (state committed, actor stopped) and rehydrated on their next message.
+ * Idle threads are passivated (state committed, actor stopped) and rehydrated on their next message:
+ * after `dormantMs` at rest a thread's actor is stopped and its committed record kept in memory as JSON
+ * (woken without a store read), after `idleMs` that goes too (rehydrated from the store).
  * Nothing an actor does can take the process down: listener and actor failures are caught here, logged
  * with the thread, and the thread is dropped and reloaded from its stored state.
  */
@@ -27,7 +29,7 @@ import type { RouterDecision } from '../../protocol/routing.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { AnsweredAskSchema, AnsweredReplySchema } from '../../protocol/ctl.js';
 import { MemoryThreadStore } from '../../store/memory.js';
-import type { ThreadStore } from '../../store/types.js';
+import type { ThreadRecord, ThreadStore } from '../../store/types.js';
 import { subjects } from '../../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../../transport/types.js';
 import { isValidId } from '../../protocol/ids.js';
@@ -39,7 +41,7 @@ import { InspectionPublisher, InspectionSwitch } from '../../observability/inspe
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
-import type { LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
+import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
 import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
@@ -55,8 +57,15 @@ export interface ThreadHostOptions {
   config?: Partial<ThreadConfig>;
   policy?: RouterPolicy;
   logger?: Logger;
-  /** Passivate threads idle this long (ms). 0 disables passivation. */
+  /** Passivate threads idle this long (ms): nothing of them is kept in memory. 0 disables passivation. */
   idleMs?: number;
+  /**
+   * Stop the actor of a thread at rest this long (ms) and keep its committed record in memory, as its
+   * JSON (a quarter of the live actor), until `idleMs`: its next message wakes it without a
+   * store read. Not a thread someone inspects, nor one with a turn or a handoff open. Default 30 s; 0
+   * keeps actors until `idleMs`.
+   */
+  dormantMs?: number;
   /** Publish inspection records from the start (without `inspection`). */
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
@@ -125,6 +134,12 @@ function isWorking(value: unknown): boolean {
   return taskStateOf(value) === 'working';
 }
 
+/** No turn in progress and no open handoff (which keeps its actor live so its deadline fires on time). */
+function resting(live: LiveThread): boolean {
+  const snap = live.actor.getSnapshot();
+  return !isWorking(snap.value) && !snap.context.handoff;
+}
+
 /** Between turns (waiting for the user) or ended: a state worth a write. Not `submitted`: no turn yet. */
 function atRest(snapshot: { status: string; value: unknown }): boolean {
   if (snapshot.status !== 'active') return true;
@@ -142,6 +157,8 @@ export class ThreadHost {
   readonly tenant: string;
   readonly store: ThreadStore;
   private readonly threads = new Map<string, LiveThread>();
+  /** Threads whose actors were stopped at rest, as their committed records (`dormantMs`). */
+  private readonly dormant = new Map<string, DormantThread>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
   private readonly transport: Transport;
   private readonly registry: Registry;
@@ -149,6 +166,7 @@ export class ThreadHost {
   private readonly config: ThreadConfig;
   private readonly machine;
   private readonly idleMs: number;
+  private readonly dormantMs: number;
   private readonly now: () => number;
   private readonly committer: Committer;
   private readonly caller: AgentCaller;
@@ -187,6 +205,7 @@ export class ThreadHost {
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: opts.nodeId });
     this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
     this.idleMs = opts.idleMs ?? 5 * 60_000;
+    this.dormantMs = opts.dormantMs ?? 30_000;
     this.now = opts.now ?? Date.now;
     this.inspection = opts.inspection ?? new InspectionPublisher({ transport: opts.transport, process: opts.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
     this.committer = new Committer({
@@ -306,7 +325,7 @@ export class ThreadHost {
     });
     this.passivator = setInterval(
       () => void this.housekeeping().catch((err: unknown) => this.log.error({ err }, 'housekeeping of idle threads failed')),
-      this.idleMs > 0 ? Math.min(this.idleMs, KEEP_ENCODED_MS) : KEEP_ENCODED_MS,
+      Math.min(...[this.idleMs, this.dormantMs].filter((ms) => ms > 0), KEEP_ENCODED_MS),
     );
     this.passivator.unref();
     return this;
@@ -317,6 +336,7 @@ export class ThreadHost {
     this.unsubscribeRegistry?.();
     this.answeredSub?.unsubscribe();
     await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
+    this.dormant.clear();
     this.committer.stop();
     this.caller.stop();
   }
@@ -674,9 +694,14 @@ export class ThreadHost {
     return this.threads.size;
   }
 
-  /** Threads this host passivated (and has not rehydrated since). */
+  /** Threads this host passivated (and has not rehydrated since), dormant ones included. */
   passivatedCount(): number {
     return this.passivatedTotal;
+  }
+
+  /** Passivated threads whose records this host keeps in memory (`dormantMs`). */
+  dormantCount(): number {
+    return this.dormant.size;
   }
 
   isLive(threadId: string): boolean {
@@ -711,25 +736,25 @@ export class ThreadHost {
     return { resumed, listed };
   }
 
-  /** Commits and stops the live threads that another node now owns. */
+  /** Commits and stops the live threads that another node now owns, and forgets the dormant ones. */
   async releaseThreads(belongs: (threadId: string) => boolean): Promise<void> {
     await Promise.all([...this.threads.values()].filter((t) => belongs(t.threadId)).map((t) => this.passivate(t)));
+    // After the passivations: one that was making a thread dormant when the release came has finished.
+    for (const threadId of [...this.dormant.keys()]) if (belongs(threadId)) this.dormant.delete(threadId);
   }
 
   /** Drops the live actor (if any) and reloads the thread from the store. */
   async rehydrate(threadId: string): Promise<TaskState> {
-    const live = this.threads.get(threadId);
-    if (live) await this.passivate(live);
+    await this.passivateThread(threadId);
     const loaded = await this.obtain(threadId);
     return taskStateOf(loaded.actor.getSnapshot().value);
   }
 
-  /** Passivates one live thread by id; false when it is not live here. */
+  /** Passivates one thread by id, dormant or live, keeping nothing of it; false when neither is here. */
   async passivateThread(threadId: string): Promise<boolean> {
     const live = this.threads.get(threadId);
-    if (!live) return false;
-    await this.passivate(live);
-    return true;
+    if (live) await this.passivate(live);
+    return this.dormant.delete(threadId) || live !== undefined;
   }
 
   /** Waits until the thread's latest state is committed; throws when the commit failed. */
@@ -766,7 +791,10 @@ export class ThreadHost {
   }
 
   private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
-    const stored = await this.store.get(this.tenant, threadId);
+    const kept = this.dormant.get(threadId);
+    if (kept) this.dormant.delete(threadId);
+    // Its own JSON of a record it committed: nothing to check again (what comes from the store is checked there).
+    const stored = kept ? { record: JSON.parse(kept.json) as ThreadRecord, revision: kept.revision } : await this.store.get(this.tenant, threadId);
     if (!stored && !create) throw this.notFound(threadId);
     const live: LiveThread = {
       threadId,
@@ -836,7 +864,9 @@ export class ThreadHost {
     this.threads.set(threadId, live);
     if (stored) {
       this.passivatedTotal = Math.max(0, this.passivatedTotal - 1);
-      this.log.info({ thread: threadId, state: taskStateOf((stored.record.snapshot as { value?: unknown })?.value) }, 'thread rehydrated');
+      const state = taskStateOf((stored.record.snapshot as { value?: unknown })?.value);
+      if (kept) this.log.debug({ thread: threadId, state }, 'dormant thread woken');
+      else this.log.info({ thread: threadId, state }, 'thread rehydrated');
     }
     live.actor.start();
     // Timers (agent-call timeouts, retry delays, handoff deadlines) are not in a snapshot: re-arm them.
@@ -1041,31 +1071,50 @@ export class ThreadHost {
 
   // ---- passivation -----------------------------------------------------------------------------------
 
-  /** Every few seconds: idle threads give back their kept encodings, then (with `idleMs`) the longer idle are passivated. */
+  /**
+   * Every few seconds: idle threads give back their kept encodings; those at rest for `dormantMs` become
+   * dormant, those idle for `idleMs` are passivated, dormant ones included.
+   */
   private async housekeeping(): Promise<void> {
-    const rested = this.now() - KEEP_ENCODED_MS;
+    const now = this.now();
+    const rested = now - KEEP_ENCODED_MS;
     for (const live of this.threads.values()) if (live.encoded && live.lastActive <= rested) live.encoded = undefined;
-    if (this.idleMs > 0) await this.passivateIdle();
+    if (this.idleMs > 0) for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs) this.dormant.delete(threadId);
+    if (this.idleMs > 0 || this.dormantMs > 0) await this.passivateIdle(now);
   }
 
-  private async passivateIdle(): Promise<void> {
-    const cutoff = this.now() - this.idleMs;
+  private async passivateIdle(now: number): Promise<void> {
     for (const live of [...this.threads.values()]) {
-      const snap = live.actor.getSnapshot();
-      // An open handoff keeps its actor live so its deadline fires on time.
-      if (live.lastActive <= cutoff && taskStateOf(snap.value) !== 'working' && !snap.context.handoff) await this.passivate(live);
+      if (!resting(live)) continue;
+      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs) await this.passivate(live);
+      else if (this.dormantMs > 0 && live.lastActive <= now - this.dormantMs && this.maySleep(live)) await this.passivate(live, { dormant: true });
     }
   }
 
-  /** Commits the state, stops the actor and frees its memory (once, however many ask). */
-  private passivate(live: LiveThread): Promise<void> {
-    live.passivating ??= this.unload(live);
+  /** Makes every thread at rest dormant now, as `dormantMs` does in its time; how many are dormant after. */
+  async sleepThreads(): Promise<number> {
+    for (const live of [...this.threads.values()]) if (resting(live) && this.maySleep(live)) await this.passivate(live, { dormant: true });
+    return this.dormant.size;
+  }
+
+  /** Not watched: someone inspecting a thread sees its machine, not a record. */
+  private maySleep(live: LiveThread): boolean {
+    return !this.inspection.switch.isOn(live.threadId);
+  }
+
+  /**
+   * Commits the state, stops the actor and frees its memory (once, however many ask); `dormant` keeps the
+   * committed record in memory for the next message, when the thread is at rest and its commit went through.
+   */
+  private passivate(live: LiveThread, opts: { dormant?: boolean } = {}): Promise<void> {
+    live.passivating ??= this.unload(live, opts.dormant === true);
     return live.passivating;
   }
 
-  private async unload(live: LiveThread): Promise<void> {
+  private async unload(live: LiveThread, dormant: boolean): Promise<void> {
     this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
+    const kept = dormant ? this.dormantOf(live) : undefined;
     live.stopped = true;
     try {
       // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
@@ -1075,8 +1124,21 @@ export class ThreadHost {
     } finally {
       if (this.threads.get(live.threadId) === live) {
         this.threads.delete(live.threadId);
+        if (kept) this.dormant.set(live.threadId, kept);
         this.passivatedTotal++;
       }
     }
+  }
+
+  /**
+   * The record a thread at rest would be loaded from, as JSON, or undefined when it is not at rest or not
+   * all of it is committed: the stored record's content, with the node that wrote it (which answers
+   * whether a redelivered message was answered, see `deliver`).
+   */
+  private dormantOf(live: LiveThread): DormantThread | undefined {
+    const atRest = live.actor.getSnapshot().status === 'active' && resting(live) && live.turns.size === 0 && live.waiters.length === 0;
+    if (!atRest || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
+    const record = recordOf(live, { tenant: this.tenant, node: live.committedBy ?? this.opts.nodeId, now: this.now() });
+    return { json: JSON.stringify(record), revision: live.revision, lastActive: live.lastActive };
   }
 }

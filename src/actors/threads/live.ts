@@ -35,6 +35,18 @@ export interface RecentEventEntry {
   child: string | undefined;
 }
 
+/**
+ * A thread at rest whose actor was stopped (`ThreadHost`, `dormantMs`): its committed record as JSON (a
+ * string: one byte a character for the Latin-1 most records are, no buffer objects around it) and the
+ * revision it was written at, read back into an actor on its next message.
+ */
+export interface DormantThread {
+  json: string;
+  revision: number;
+  /** When the thread last did something (its `idleMs` counts from here). */
+  lastActive: number;
+}
+
 export interface LiveThread {
   threadId: string;
   actor: ThreadActor;

@@ -16,8 +16,10 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
     const stored = (await client.ctl('threads', {}).catch(() => ({ threads: [] }))) as { threads: Array<{ threadId: string; state: string }> };
     const liveIds = new Set(actors.filter((a) => a.kind === 'thread').map((a) => a.id));
     const passivated = stored.threads.filter((t) => !liveIds.has(t.threadId) && !FINISHED.has(t.state)).length;
+    // Of those, the ones whose records a node keeps in memory (at rest, woken without a store read).
+    const dormant = actors.filter((a) => a.kind === 'node').reduce((n, a) => n + Number(a.detail?.['dormantThreads'] ?? 0), 0);
     if (g.json) {
-      printJson({ actors, live, passivated, processes: replies.length });
+      printJson({ actors, live, passivated, dormant, processes: replies.length });
       return;
     }
     if (!actors.length) {
@@ -34,7 +36,7 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
       )}\n`,
     );
     const nodes = replies.filter((r) => r.actors.some((a) => a.kind === 'node')).length;
-    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated · ${nodes} node processes, ${replies.length - nodes} agent processes\n`));
+    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated (${dormant} of them dormant: kept in memory) · ${nodes} node processes, ${replies.length - nodes} agent processes\n`));
   });
 }
 

@@ -18,6 +18,7 @@ export interface UpOptions {
   agents: boolean;
   inspect?: boolean;
   idle?: number;
+  dormant: number;
   durable: boolean;
   partitions: number;
   leaseTtl: number;
@@ -62,6 +63,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
       ...nodeOptionsOf(team),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
+      dormantMs: opts.dormant,
       ...(opts.durable ? { durable: { nc: transport.jetstreamConnection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl, setupDeadlineMs: opts.setupTimeout, ...replicas } } : {}),
     }).start();
   } catch (err) {
