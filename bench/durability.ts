@@ -281,11 +281,15 @@ export interface RehydrateResults {
   recordBytes: number;
   liveTurn: RehydrateRow;
   passivatedTurn: RehydrateRow;
+  /** A turn on a dormant thread (actor stopped, record JSON in the host: woken without a KV read); absent in results from before it existed. */
+  dormantTurn?: RehydrateRow;
   rehydrate: RehydrateRow;
   kvGet: RehydrateRow;
   /** Thread-record writes to KV per thread: passivating an idle live thread, and `rehydrate()` (the load). */
   kvWritesPerPassivation: number;
   kvWritesPerRehydrate: number;
+  /** Thread-record writes to KV per thread to make idle live threads dormant (ThreadHost.sleepThreads). */
+  kvWritesPerSleep?: number;
 }
 
 /** One operation at a time, `n` times: the latency of each (measure.ts's `sequential`). */
@@ -301,7 +305,8 @@ async function passivateAll(node: TroupeNode): Promise<void> {
 /**
  * On a durable node (KV store): `n` threads with one completed turn each, passivated; then, one thread at
  * a time: `ThreadHost.rehydrate` (KV get + restore the actor), passivate again, a turn on each passivated
- * thread, a turn on each (now live) thread, and a raw `kv.get` of each record.
+ * thread, a turn on each (now live) thread, a turn on each after it was made dormant, and a raw `kv.get`
+ * of each record.
  */
 export async function runRehydrateBench(opts: {
   node: TroupeNode;
@@ -353,13 +358,21 @@ export async function runRehydrateBench(opts: {
   const passivatedTurn = await timed(n, (i) => turn(ids[i]!));
   log(' turn on live…');
   const liveTurn = await timed(n, (i) => turn(ids[i]!));
+  log(' turn on dormant…');
+  // The live turns' final commits land right after their answers.
+  await new Promise((r) => setTimeout(r, 200));
+  const beforeSleep = await kvSeq();
+  const dormant = await node.threads.sleepThreads();
+  if (dormant !== n) throw new Error(`${dormant} of ${n} threads dormant after sleepThreads`);
+  const kvWritesPerSleep = ((await kvSeq()) - beforeSleep) / n;
+  const dormantTurn = await timed(n, (i) => turn(ids[i]!));
   log(' kv.get…');
   const kvGet = await timed(n, async (i) => {
     const e = await kv.get(`${tenant}.${ids[i]!}`);
     if (e?.operation !== 'PUT' || e.length === 0) throw new Error(`no record for ${ids[i]}`);
   });
   log(' done\n');
-  return { threads: n, recordBytes, liveTurn, passivatedTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate };
+  return { threads: n, recordBytes, liveTurn, passivatedTurn, dormantTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate, kvWritesPerSleep };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -387,7 +400,10 @@ export interface MemoryResults {
   createMs: number;
   errors: number;
   firstError?: string;
-  samples: { baseline: MemorySample; live: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
+  /** Threads dormant after ThreadHost.sleepThreads (all of them). */
+  dormantCount?: number;
+  /** `dormant`: every thread's actor stopped, its committed record kept in the host as bytes (absent in results before it existed). */
+  samples: { baseline: MemorySample; live: MemorySample; dormant?: MemorySample; passivated: MemorySample; storeEmptied: MemorySample };
   /** Heap per started XState root actor of a one-state machine: the floor of any live thread (an XState actor). */
   bareActorBytes?: number;
   /** The same actor holding a copy of a measured thread's history (its messages as objects) in its context. */
@@ -437,6 +453,9 @@ interface MemoryRow {
 export interface MemoryDerived {
   liveEmbedded: MemoryRow;
   liveNode: MemoryRow;
+  /** Dormant threads (ThreadHost `dormantMs`): their records as bytes in the host; absent in results from before. */
+  dormantEmbedded?: MemoryRow;
+  dormantNode?: MemoryRow;
   passivatedEmbedded: MemoryRow;
   passivatedNode: MemoryRow;
   store: MemoryRow;
@@ -450,10 +469,17 @@ export function deriveMemory(r: MemoryResults): MemoryDerived {
   const store = per(p, e);
   const liveAll = per(live, b);
   const liveNode = { heap: liveAll.heap - store.heap, buffers: liveAll.buffers - store.buffers };
+  const dormantAll = r.samples.dormant ? per(r.samples.dormant, b) : undefined;
   const total = (m: { heap: number; buffers: number }) => m.heap + m.buffers;
   return {
     liveEmbedded: { name: 'live, embedded (actor + memory-store record)', ...liveAll },
     liveNode: { name: 'live, durable node (actor; record in KV)', ...liveNode },
+    ...(dormantAll
+      ? {
+          dormantEmbedded: { name: 'dormant, embedded (record JSON in the host + memory-store record)', ...dormantAll },
+          dormantNode: { name: 'dormant, durable node (record JSON in the host; record in KV)', heap: dormantAll.heap - store.heap, buffers: dormantAll.buffers - store.buffers },
+        }
+      : {}),
     passivatedEmbedded: { name: 'passivated, embedded (memory-store record + host residue)', ...per(p, b) },
     passivatedNode: { name: 'passivated, durable node (host residue)', ...per(e, b) },
     store: { name: 'memory store footprint (record + slot)', ...store },
@@ -464,7 +490,7 @@ export function deriveMemory(r: MemoryResults): MemoryDerived {
 export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): string {
   const d = deriveMemory(r);
   const total = (m: MemoryRow) => m.heap + m.buffers;
-  const liveOf = (m: MemoryRow) => (m === d.passivatedNode || m === d.liveNode ? d.liveNode : d.liveEmbedded);
+  const liveOf = (m: MemoryRow) => (m === d.passivatedNode || m === d.liveNode || m === d.dormantNode ? d.liveNode : d.liveEmbedded);
   const row = (m: MemoryRow) => [
     m.name,
     formatBytes(m.heap),
@@ -475,7 +501,7 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
   ];
   const table = renderTable(
     ['thread', 'heap/thread', 'buffers/thread', 'total/thread', 'vs live', 'live threads in 2 GiB'],
-    [row(d.liveEmbedded), row(d.liveNode), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
+    [row(d.liveEmbedded), row(d.liveNode), ...(d.dormantEmbedded && d.dormantNode ? [row(d.dormantEmbedded), row(d.dormantNode)] : []), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
     ['left', 'right', 'right', 'right', 'right', 'right'],
   );
   const s = r.samples;
@@ -542,7 +568,7 @@ export function durabilityErrors(r: DurabilityResults): number {
   const m = (x: Measured) => x.sequential.errors + x.concurrent.errors;
   let n = m(r.throughput.rawTurn);
   n += isFailed(r.memory) ? 1 : r.memory.errors;
-  n += isFailed(r.rehydrate) ? 1 : [r.rehydrate.liveTurn, r.rehydrate.passivatedTurn, r.rehydrate.rehydrate, r.rehydrate.kvGet].reduce((a, s) => a + s.errors, 0);
+  n += isFailed(r.rehydrate) ? 1 : [r.rehydrate.liveTurn, r.rehydrate.passivatedTurn, r.rehydrate.dormantTurn, r.rehydrate.rehydrate, r.rehydrate.kvGet].reduce((a, s) => a + (s?.errors ?? 0), 0);
   return n;
 }
 
@@ -603,12 +629,13 @@ function renderRehydrate(h: RehydrateResults): string {
     formatRatio(s.p99Us / base.p99Us),
     String(s.errors),
   ];
-  const rows = [
+  const rows: Array<readonly [string, RehydrateRow]> = [
     ['turn on a live thread', h.liveTurn],
+    ...(h.dormantTurn ? [['turn on a dormant thread (record JSON in the node)', h.dormantTurn] as const] : []),
     ['turn on a passivated thread (state in KV)', h.passivatedTurn],
     ['ThreadHost.rehydrate() alone (KV get + restore)', h.rehydrate],
     ['raw kv.get of the record', h.kvGet],
-  ] as const;
+  ];
   const table = renderTable(
     ['operation', 'runs', 'p50', 'p99', 'p50 vs live turn', 'p99 vs live turn', 'errors'],
     rows.map(([name, s]) => rhRow(name, s)),
@@ -621,9 +648,11 @@ function renderRehydrate(h: RehydrateResults): string {
     table,
     `a turn on a passivated thread costs ${formatUs(h.passivatedTurn.p50Us - h.liveTurn.p50Us)} more at p50 ` +
       `(${formatRatio(h.passivatedTurn.p50Us / h.liveTurn.p50Us)}); rehydrate() alone ${formatUs(h.rehydrate.p50Us)} p50 / ${formatUs(h.rehydrate.p99Us)} p99, ` +
-      `of which the KV get ${formatUs(h.kvGet.p50Us)} p50`,
+      `of which the KV get ${formatUs(h.kvGet.p50Us)} p50` +
+      (h.dormantTurn ? `; on a dormant thread ${formatUs(h.dormantTurn.p50Us - h.liveTurn.p50Us)} more (${formatRatio(h.dormantTurn.p50Us / h.liveTurn.p50Us)})` : ''),
     `KV writes per thread: ${h.kvWritesPerPassivation.toFixed(2)} to passivate an idle live thread whose state was already committed, ` +
-      `${h.kvWritesPerRehydrate.toFixed(2)} for rehydrate() (no message delivered)`,
+      `${h.kvWritesPerRehydrate.toFixed(2)} for rehydrate() (no message delivered)` +
+      (h.kvWritesPerSleep !== undefined ? `, ${h.kvWritesPerSleep.toFixed(2)} to make it dormant` : ''),
     ...(errors.length ? ['', 'first errors:', ...errors] : []),
   ].join('\n');
 }

@@ -13,7 +13,9 @@
  * are as large as they get.
  *
  * Steps: warm up (500 threads, then passivated and deleted), gc, baseline; N threads with one completed
- * turn each (64 in flight), gc, measure ("live"); passivate every thread (ThreadHost.releaseThreads, the
+ * turn each (64 in flight), gc, measure ("live"); make every thread dormant (ThreadHost.sleepThreads: actor
+ * stopped, committed record kept as JSON, what `dormantMs` does after 30 s at rest), gc, measure
+ * ("dormant"); passivate every thread (ThreadHost.releaseThreads, the
  * path a node takes when it gives up a partition; liveCount() must reach 0), gc, measure ("passivated":
  * the node's residue plus the memory store's records, which in embedded mode live in this process);
  * measure the encoded record sizes; delete every record from the store, gc, measure ("store emptied": what
@@ -95,8 +97,8 @@ async function main(): Promise<MemoryResults> {
     card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' },
     handle: (_message, ctx) => reply(ctx.text, { to: 'user' }),
   });
-  // idleMs 0: no passivator, threads stay live until passivated below.
-  const node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: TENANT, store, idleMs: 0, config: { entryAgent: AGENT_ID } }).start();
+  // idleMs and dormantMs 0: no passivator, threads stay live until made dormant and passivated below.
+  const node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: TENANT, store, idleMs: 0, dormantMs: 0, config: { entryAgent: AGENT_ID } }).start();
   const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo, tenant: TENANT, idempotencyCacheSize: 1 }).start();
   await node.registry.waitFor([AGENT_ID]);
   const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
@@ -140,6 +142,15 @@ async function main(): Promise<MemoryResults> {
     const createMs = Date.now() - created;
     const liveCount = node.threads.liveCount();
     const live = await settle();
+
+    log(' dormant…');
+    const dormantCount = await node.threads.sleepThreads();
+    if (dormantCount !== threads || node.threads.liveCount() !== 0) throw new Error(`${dormantCount} of ${threads} threads dormant, ${node.threads.liveCount()} live`);
+    const dormant = await settle();
+    // The first message to a dormant thread wakes it from its bytes: one turn on a few, answered with the history.
+    const woken = ids.slice(0, Math.min(50, ids.length));
+    for (const id of woken) await turn(id);
+    await node.threads.sleepThreads();
 
     log(' passivate…');
     await node.threads.releaseThreads(() => true);
@@ -185,7 +196,8 @@ async function main(): Promise<MemoryResults> {
       createMs,
       errors,
       ...(firstError ? { firstError } : {}),
-      samples: { baseline, live, passivated, storeEmptied },
+      dormantCount,
+      samples: { baseline, live, dormant, passivated, storeEmptied },
       bareActorBytes: bare,
       historyActorBytes: withHistory,
     };

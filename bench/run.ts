@@ -334,6 +334,11 @@ export interface RunSummary {
   liveIdleThreadAtLimitRssBytes: number | null;
   recordAtLimitBytes: number | null;
   passivatedThreadBytes: number | null;
+  /** A dormant thread on a durable node: actor stopped after `dormantMs` at rest, its committed record's JSON kept in the host. */
+  dormantThreadBytes: number | null;
+  dormantThreadAtLimitBytes: number | null;
+  /** A turn on a dormant thread (woken from its JSON) p50 ÷ a turn on a live one, durable node. */
+  dormantTurnP50VsLive: number | null;
   rehydrateP99Us: number | null;
   handoffP99Us: number | null;
   /** The same first chunk when the user addresses the target directly (one agent, no handoff): the handoff row's baseline. */
@@ -394,6 +399,9 @@ function summarizeRun(r: {
     liveIdleThreadAtLimitRssBytes: atLimit ? fin((atLimit.samples.live.rss - atLimit.samples.baseline.rss) / atLimit.threads) : null,
     recordAtLimitBytes: atLimit ? fin(atLimit.recordBytesPerThread) : null,
     passivatedThreadBytes: derived ? fin(derived.passivatedNode.heap + derived.passivatedNode.buffers) : null,
+    dormantThreadBytes: derived?.dormantNode ? fin(derived.dormantNode.heap + derived.dormantNode.buffers) : null,
+    dormantThreadAtLimitBytes: derivedAtLimit?.dormantNode ? fin(derivedAtLimit.dormantNode.heap + derivedAtLimit.dormantNode.buffers) : null,
+    dormantTurnP50VsLive: rehydrate?.dormantTurn ? fin(rehydrate.dormantTurn.p50Us / rehydrate.liveTurn.p50Us) : null,
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
     handoffDirectP99Us: fin(r.patterns.handoff.direct.p99Us),
