@@ -12,7 +12,7 @@ import type { ActorInfo, Message } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { partitionOf } from '../src/transport/jetstream/ingress.js';
 import { natsSuite } from './helpers/nats-suite.js';
-import { spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { runTroupe, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const PARTITIONS = 8;
@@ -55,6 +55,13 @@ describe('dormant threads on durable nodes', () => {
     }
     for (const id of ids) expect((await client.send('one', { threadId: id, timeoutMs: 15_000 })).text).toBe('echo: one');
     await waitUntil(async () => ((await nodes(client))[0]?.dormant === PARTITIONS ? true : undefined), 'the threads to become dormant on node A');
+    // The CLI shows a dormant thread from the record its node keeps.
+    const seen = await runTroupeJson<{ found: boolean; actor: ActorInfo; value: unknown }>(['inspect', ids[0]!, '--nats', suite.nats.url, '--json'], suite.nats.env);
+    expect(seen).toMatchObject({ found: true, value: 'input-required', actor: { kind: 'thread', status: 'passivated', detail: { dormant: true, history: 2 } } });
+    const shown = await runTroupe(['inspect', ids[0]!, '--nats', suite.nats.url], suite.nats.env);
+    expect(shown.stdout).toContain('(dormant: at rest');
+    const ps = await runTroupeJson<{ live: number; dormant: number }>(['ps', '--nats', suite.nats.url, '--json'], suite.nats.env);
+    expect(ps).toMatchObject({ live: 0, dormant: PARTITIONS });
 
     // Node B joins and takes some partitions; its threads get a turn there.
     const nodeB = await startNode('node B');

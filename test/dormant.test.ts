@@ -78,6 +78,13 @@ describe('dormant threads', () => {
     // Becoming dormant wrote nothing: the record was committed at the end of the turn.
     const atRest = await m.store.get(TENANT, first.threadId);
     expect(atRest!.revision).toBe(before!.revision);
+    // `troupe inspect` shows it from the record it keeps: state and context, no children, no recent events.
+    const seen = m.threads.inspect(first.threadId);
+    expect(seen?.actor).toMatchObject({ kind: 'thread', id: first.threadId, state: 'input-required', status: 'passivated', detail: { dormant: true, turns: 2, history: 4 } });
+    expect(seen?.value).toBe('input-required');
+    expect((seen?.context as { history: unknown[] }).history).toHaveLength(4);
+    expect(seen?.events).toEqual([]);
+    expect(m.threads.inspect(`${first.threadId}/agentCall`)).toBeUndefined();
 
     const gets = m.store.gets;
     const third = await m.client.send('three', { threadId: first.threadId });

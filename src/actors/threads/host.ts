@@ -45,7 +45,7 @@ import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } f
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
 import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
-import { actorsOf, inspectThread } from './views.js';
+import { actorsOf, inspectDormant, inspectThread } from './views.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
 export interface ThreadHostOptions {
@@ -683,11 +683,16 @@ export class ThreadHost {
     return { actors: [...this.threads.values()].flatMap((t) => actorsOf(t, this.opts.nodeId)), passivated: this.passivatedTotal };
   }
 
-  /** State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`. */
+  /**
+   * State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`; of a
+   * dormant thread, state and context from the record it keeps.
+   */
   inspect(actorId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } | undefined {
     const slash = actorId.indexOf('/');
     const live = this.threads.get(slash < 0 ? actorId : actorId.slice(0, slash));
-    return live ? inspectThread(live, actorId, this.opts.nodeId) : undefined;
+    if (live) return inspectThread(live, actorId, this.opts.nodeId);
+    const kept = slash < 0 ? this.dormant.get(actorId) : undefined;
+    return kept ? inspectDormant(actorId, JSON.parse(kept.json) as ThreadRecord, this.opts.nodeId) : undefined;
   }
 
   liveCount(): number {

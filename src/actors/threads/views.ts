@@ -1,7 +1,9 @@
 /** What `troupe ps` and `troupe inspect` show of live threads and their children. */
 import { redact } from '../../observability/redact.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
+import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread, RecentEvent, RecentEventEntry } from './live.js';
+import { fullSnapshot } from './record.js';
 
 const CHILD_KINDS: Record<string, ActorInfo['kind']> = { router: 'router', agentCall: 'agent-call', handoff: 'handoff', orchestration: 'orchestration' };
 
@@ -63,6 +65,25 @@ export function inspectThread(
     return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live, e)) };
   }
   return { actor: info, value: snap.value, context: redact(snap.context), events: live.events.map((e) => recentEvent(live, e)) };
+}
+
+/**
+ * A dormant thread as `troupe inspect` shows it: state and context (redacted) from the record it keeps, no
+ * children (it is at rest) and no recent events (they went with its actor).
+ */
+export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
+  const snap = fullSnapshot(record) as { value?: unknown; context?: { turns?: number; history?: unknown[]; routeLog?: Array<{ hop?: number }> } };
+  const actor: ActorInfo = {
+    kind: 'thread',
+    id: threadId,
+    state: stateString(snap.value),
+    node: nodeId,
+    threadId,
+    hops: snap.context?.routeLog?.at(-1)?.hop ?? 0,
+    status: 'passivated',
+    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0 },
+  };
+  return { actor, value: snap.value, context: redact(snap.context), events: [] };
 }
 
 function recentEvent(live: LiveThread, e: RecentEventEntry): RecentEvent {

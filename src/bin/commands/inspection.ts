@@ -54,7 +54,8 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
       printJson(found);
       return;
     }
-    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}\n`);
+    const dormant = found.actor?.detail?.['dormant'] === true;
+    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}${dormant ? color.dim(' (dormant: at rest, its actor stopped and its record kept; its next message wakes it)') : ''}\n`);
     process.stdout.write(`state: ${colorState(JSON.stringify(found.value))}\n`);
     process.stdout.write(`context:\n${JSON.stringify(found.context, null, 2)}\n`);
     if (found.events.length) {
