@@ -147,10 +147,6 @@ async function main(): Promise<MemoryResults> {
     const dormantCount = await node.threads.sleepThreads();
     if (dormantCount !== threads || node.threads.liveCount() !== 0) throw new Error(`${dormantCount} of ${threads} threads dormant, ${node.threads.liveCount()} live`);
     const dormant = await settle();
-    // The first message to a dormant thread wakes it from its bytes: one turn on a few, answered with the history.
-    const woken = ids.slice(0, Math.min(50, ids.length));
-    for (const id of woken) await turn(id);
-    await node.threads.sleepThreads();
 
     log(' passivate…');
     await node.threads.releaseThreads(() => true);
