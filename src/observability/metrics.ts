@@ -122,7 +122,7 @@ export interface NodeGaugeSource {
   /** Passivated threads, dormant ones included. */
   passivatedThreads(): number;
   /** Passivated threads whose committed records the node keeps in memory. */
-  dormantThreads?(): number;
+  dormantThreads(): number;
   /** Partitions this node owns (durable ingress), else undefined. */
   partitionsOwned(): number | undefined;
   /** Messages in this node's partitions not yet acknowledged (consumer pending + ack pending). */
@@ -148,7 +148,7 @@ new Gauge({
     let passivated = 0;
     for (const s of nodeSources) {
       live += s.liveThreads();
-      const d = s.dormantThreads?.() ?? 0;
+      const d = s.dormantThreads();
       dormant += d;
       passivated += s.passivatedThreads() - d;
     }
