@@ -11,6 +11,7 @@ import { TroupeClient } from '../src/sdk/client.js';
 import { MemoryThreadStore } from '../src/store/memory.js';
 import type { StoredThread } from '../src/store/types.js';
 import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
+import type { ThreadConfig } from '../src/machines/thread.js';
 import { sleep, waitFor } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -43,7 +44,7 @@ afterEach(async () => {
   for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
 });
 
-async function mesh(opts: { dormantMs: number; idleMs?: number; store?: CountingStore; nodeId?: string }) {
+async function mesh(opts: { dormantMs: number; idleMs?: number; store?: CountingStore; nodeId?: string; config?: Partial<ThreadConfig> }) {
   const bus = new MemoryBus();
   const store = opts.store ?? new CountingStore();
   const node = await new TroupeNode({
@@ -53,7 +54,7 @@ async function mesh(opts: { dormantMs: number; idleMs?: number; store?: Counting
     idleMs: opts.idleMs ?? 0,
     dormantMs: opts.dormantMs,
     ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
-    config: { entryAgent: 'echo' },
+    config: { entryAgent: 'echo', ...opts.config },
   }).start();
   stops.push(() => node.stop());
   const echo = echoAgent();
@@ -85,6 +86,8 @@ describe('dormant threads', () => {
     expect((seen?.context as { history: unknown[] }).history).toHaveLength(4);
     expect(seen?.events).toEqual([]);
     expect(m.threads.inspect(`${first.threadId}/agentCall`)).toBeUndefined();
+    // The copy leaves out what the node gives back on waking (its config, the agent directory); shown, they are there.
+    expect(seen?.context).toMatchObject({ config: { entryAgent: 'echo', maxHops: 10 }, agents: { echo: {} } });
 
     const gets = m.store.gets;
     const third = await m.client.send('three', { threadId: first.threadId });
@@ -92,6 +95,7 @@ describe('dormant threads', () => {
     expect(m.store.gets).toBe(gets);
     expect(m.threads.isLive(first.threadId)).toBe(true);
     expect(m.threads.dormantCount()).toBe(0);
+    expect(m.threads.inspect(first.threadId)?.context).toMatchObject({ config: { entryAgent: 'echo', maxHops: 10 }, agents: { echo: {} } });
     await m.threads.flushCommits(first.threadId);
     const after = await m.store.get(TENANT, first.threadId);
     // The write after waking is a compare-and-set on the revision the dormant record was committed at.
@@ -152,6 +156,20 @@ describe('dormant threads', () => {
     expect(second.text).toBe('echo: two');
     expect(store.gets).toBeGreaterThan(gets);
     expect(texts((await store.get(TENANT, 'moved-1'))!.record.task.history)).toEqual(['one', 'echo: one', 'written by node-b', 'two', 'echo: two']);
+  });
+
+  it('a thread loaded with another config than the node\'s keeps it through dormancy', async () => {
+    const store = new CountingStore();
+    const a = await mesh({ dormantMs: 0, store, nodeId: 'node-a', config: { maxHops: 3 } });
+    await a.client.send('one', { threadId: 'config-1' });
+    await a.threads.passivateThread('config-1');
+    const b = await mesh({ dormantMs: 0, store, nodeId: 'node-b' });
+    await b.client.send('two', { threadId: 'config-1' });
+    expect(b.threads.inspect('config-1')?.context).toMatchObject({ config: { maxHops: 3 } });
+    expect(await b.threads.sleepThreads()).toBe(1);
+    expect(b.threads.inspect('config-1')?.context).toMatchObject({ config: { maxHops: 3 } });
+    expect((await b.client.send('three', { threadId: 'config-1' })).text).toBe('echo: three');
+    expect(b.threads.inspect('config-1')?.context).toMatchObject({ config: { maxHops: 3 } });
   });
 
   it('rehydrate and passivateThread drop a dormant thread: the next load reads the store', async () => {
