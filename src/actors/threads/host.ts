@@ -29,7 +29,7 @@ import type { RouterDecision } from '../../protocol/routing.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { AnsweredAskSchema, AnsweredReplySchema } from '../../protocol/ctl.js';
 import { MemoryThreadStore } from '../../store/memory.js';
-import type { ThreadRecord, ThreadStore } from '../../store/types.js';
+import type { ThreadStore } from '../../store/types.js';
 import { subjects } from '../../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../../transport/types.js';
 import { isValidId } from '../../protocol/ids.js';
@@ -44,7 +44,7 @@ import { Committer } from './committer.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
-import { appendArtifact, fullSnapshot, ownerOfRecord, recordOf } from './record.js';
+import { appendArtifact, dormantJson, fromDormantJson, fullSnapshot, ownerOfRecord, recordOf, type NodeGivens } from './record.js';
 import { actorsOf, inspectDormant, inspectThread } from './views.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
@@ -123,8 +123,6 @@ const ANSWERED_WAIT_MS = 1_500;
  * one that waits for a person holds only its objects (at the history limit the JSON is about 15 KB).
  */
 const KEEP_ENCODED_MS = 10_000;
-/** In a dormant thread's record: its config is the node's, left out (`ThreadHost.dormantOf`). */
-const NODE_CONFIG = 'troupe/nodeConfig';
 
 /** The message is the thread's current turn or waits in its queue. */
 function inTurnOf(ctx: { turn?: { userMessageId: string } | undefined; pending: readonly Message[] }, messageId: string): boolean {
@@ -166,8 +164,8 @@ export class ThreadHost {
   private readonly registry: Registry;
   private readonly log: Logger;
   private readonly config: ThreadConfig;
-  /** `config` as JSON: a dormant thread whose config is the node's leaves it out (`dormantOf`). */
-  private readonly configJson: string;
+  /** What this node gives back to a dormant thread it wakes (record.ts, `fromDormantJson`). */
+  private readonly givens: NodeGivens;
   private readonly machine;
   private readonly idleMs: number;
   private readonly dormantMs: number;
@@ -208,7 +206,7 @@ export class ThreadHost {
     this.store = opts.store ?? new MemoryThreadStore();
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: opts.nodeId });
     this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
-    this.configJson = JSON.stringify(this.config);
+    this.givens = { config: this.config, configJson: JSON.stringify(this.config), agents: () => this.registry.directory() };
     this.idleMs = opts.idleMs ?? 5 * 60_000;
     this.dormantMs = opts.dormantMs ?? 30_000;
     this.now = opts.now ?? Date.now;
@@ -697,7 +695,7 @@ export class ThreadHost {
     const live = this.threads.get(slash < 0 ? actorId : actorId.slice(0, slash));
     if (live) return inspectThread(live, actorId, this.opts.nodeId);
     const kept = slash < 0 ? this.dormant.get(actorId) : undefined;
-    return kept ? inspectDormant(actorId, this.keptRecord(kept), this.opts.nodeId) : undefined;
+    return kept ? inspectDormant(actorId, fromDormantJson(kept.json, this.givens), this.opts.nodeId) : undefined;
   }
 
   liveCount(): number {
@@ -803,7 +801,7 @@ export class ThreadHost {
   private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
     const kept = this.dormant.get(threadId);
     if (kept) this.dormant.delete(threadId);
-    const stored = kept ? { record: this.keptRecord(kept), revision: kept.revision } : await this.store.get(this.tenant, threadId);
+    const stored = kept ? { record: fromDormantJson(kept.json, this.givens), revision: kept.revision } : await this.store.get(this.tenant, threadId);
     if (!stored && !create) throw this.notFound(threadId);
     const live: LiveThread = {
       threadId,
@@ -1145,32 +1143,9 @@ export class ThreadHost {
    * whether a redelivered message was answered, see `deliver`).
    */
   private dormantOf(live: LiveThread): DormantThread | undefined {
-    const atRest = live.actor.getSnapshot().status === 'active' && resting(live) && live.turns.size === 0 && live.waiters.length === 0;
-    if (!atRest || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
+    const still = live.actor.getSnapshot().status === 'active' && resting(live) && live.turns.size === 0 && live.waiters.length === 0;
+    if (!still || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
     const record = recordOf(live, { tenant: this.tenant, node: live.committedBy ?? this.opts.nodeId, now: this.now() });
-    // Left out, as the node gives them back on waking: the agent directory (every load sends the current
-    // one) and the config when it is the node's (it is, unless the thread was loaded from another's record).
-    const context = (record.snapshot as { context: Record<string, unknown> }).context;
-    delete context['agents'];
-    if (JSON.stringify(context['config']) === this.configJson) {
-      delete context['config'];
-      context[NODE_CONFIG] = true;
-    }
-    return { json: JSON.stringify(record), revision: live.revision, lastActive: live.lastActive };
-  }
-
-  /**
-   * The record a dormant thread keeps, read back: its own JSON of a record it committed, so nothing to check
-   * again (what comes from the store is checked there), with what `dormantOf` left out put back.
-   */
-  private keptRecord(kept: DormantThread): ThreadRecord {
-    const record = JSON.parse(kept.json) as ThreadRecord;
-    const context = (record.snapshot as { context: Record<string, unknown> }).context;
-    context['agents'] = this.registry.directory();
-    if (context[NODE_CONFIG]) {
-      delete context[NODE_CONFIG];
-      context['config'] = this.config;
-    }
-    return record;
+    return { json: dormantJson(record, this.givens), revision: live.revision, lastActive: live.lastActive };
   }
 }

@@ -1,16 +1,21 @@
 /**
  * The stored form of a thread: the A2A Task (history, route log, owner) plus the persisted XState
  * snapshot. History and route log are kept once, in the Task, and left out of the snapshot (they are
- * the largest part of a record); `fullSnapshot` puts them back on read.
+ * the largest part of a record); `fullSnapshot` puts them back on read. A dormant thread's copy of its
+ * record (`dormantJson`) leaves out, besides, what its node gives back when it wakes it (`fromDormantJson`).
  */
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
 import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
 import { ArrayJson } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
+import type { ThreadConfig } from '../../machines/thread.js';
+import type { AgentDirectory } from '../../machines/route.js';
 import type { LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';
+/** In a dormant thread's copy: its config is its node's, left out. */
+const NODE_CONFIG = 'troupe/nodeConfig';
 
 /**
  * From this many history messages on, a thread keeps the JSON of its history and route log from one write
@@ -132,4 +137,41 @@ export function fullSnapshot(record: ThreadRecord): unknown {
       routeLog: Array.isArray(routes) ? routes : [],
     },
   };
+}
+
+/** What a node gives every thread it wakes: its config (as JSON too, to compare) and the agent directory. */
+export interface NodeGivens {
+  config: ThreadConfig;
+  configJson: string;
+  agents: () => AgentDirectory;
+}
+
+/**
+ * A dormant thread's copy of its record, as JSON: without the agent directory (every load sends the
+ * current one) and without the config when it is the node's (it is, unless the thread was loaded from a
+ * record another config wrote). `record` must be one `recordOf` just made: its snapshot's context is changed.
+ */
+export function dormantJson(record: ThreadRecord, node: Pick<NodeGivens, 'configJson'>): string {
+  const context = (record.snapshot as { context: Record<string, unknown> }).context;
+  delete context['agents'];
+  if (JSON.stringify(context['config']) === node.configJson) {
+    delete context['config'];
+    context[NODE_CONFIG] = true;
+  }
+  return JSON.stringify(record);
+}
+
+/**
+ * The record `dormantJson` made, read back with what it left out put back. Not checked: it is the node's
+ * own copy of a record it committed (what comes from a store is checked there).
+ */
+export function fromDormantJson(json: string, node: Pick<NodeGivens, 'config' | 'agents'>): ThreadRecord {
+  const record = JSON.parse(json) as ThreadRecord;
+  const context = (record.snapshot as { context: Record<string, unknown> }).context;
+  context['agents'] = node.agents();
+  if (context[NODE_CONFIG]) {
+    delete context[NODE_CONFIG];
+    context['config'] = node.config;
+  }
+  return record;
 }
