@@ -11,7 +11,11 @@
  *   node bench/profile-summary.mjs .tmp/prof-handoff/<the newest>.cpuprofile
  *
  * PROFILE_RUNS (default 1,000) runs after PROFILE_WARMUP (default 10, as the bench) warm-up runs;
- * PROFILE_ONLY=troupe or floor runs one of the two; PROFILE_TRACE_GC=1 counts the GC pauses inside runs.
+ * PROFILE_ONLY=troupe, direct or floor runs one of the three; PROFILE_TRACE_GC=1 counts the GC pauses
+ * inside runs; PROFILE_ALLOC=1 prints what a run allocates, in all and by function (the top
+ * PROFILE_ALLOC_TOP, default 25), which compares two versions of the code where a latency cannot:
+ *
+ *   PROFILE_ONLY=troupe PROFILE_ALLOC=1 PROFILE_RUNS=600 node --conditions=source --import tsx bench/profile-handoff.ts
  */
 import { PerformanceObserver } from 'node:perf_hooks';
 import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
@@ -20,7 +24,7 @@ import { startNatsServer } from '../test/helpers/nats-server.js';
 import { connectHandoffFloor } from './handoff-floor.js';
 import { summarize } from './measure.js';
 import { SOURCE, TARGET, desk, specialist, startMesh, timeToFirstChunk } from './patterns.js';
-import { profileWindow } from './profiler.js';
+import { allocationWindow, printAllocation, profileWindow } from './profiler.js';
 
 const RUNS = Number(process.env.PROFILE_RUNS ?? 1_000);
 const WARMUP = Number(process.env.PROFILE_WARMUP ?? 10);
@@ -39,10 +43,12 @@ async function measure(what: string, sample: () => Promise<number>): Promise<voi
   for (let i = 0; i < WARMUP; i++) await sample().catch(() => undefined);
   gcPauses.length = 0;
   const stop = await profileWindow(what);
+  const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow() : undefined;
   const cpu0 = process.cpuUsage();
   const samples: number[] = [];
   for (let i = 0; i < RUNS; i++) samples.push(await sample());
   const cpu = process.cpuUsage(cpu0);
+  const allocation = await stopAllocation?.();
   await stop();
   const s = summarize(samples);
   const slowest = samples
@@ -58,6 +64,7 @@ async function measure(what: string, sample: () => Promise<number>): Promise<voi
     `${what}: p50 ${(s.p50Us / 1000).toFixed(2)} ms, p99 ${(s.p99Us / 1000).toFixed(2)} ms, max ${(s.maxUs / 1000).toFixed(2)} ms; ` +
       `CPU ${Math.round((cpu.user + cpu.system) / RUNS)} µs per run${gcLine}\n  slowest: ${slowest}`,
   );
+  if (allocation) printAllocation(allocation, RUNS, `${what} run`, Number(process.env.PROFILE_ALLOC_TOP ?? 25));
 }
 
 const server = await startNatsServer();

@@ -1,7 +1,14 @@
 /**
- * The V8 profiler over a measured window only (not a server's start, the credentials' signing or a
- * warm-up): with PROFILE_CPU_DIR set, `profileWindow(what)` starts it and the function it returns stops it
- * and writes `<what>-<time>.cpuprofile` there (bench/profile-summary.mjs reads it).
+ * The V8 profilers over a measured window only (not a server's start, the credentials' signing or a
+ * warm-up):
+ *
+ * - with PROFILE_CPU_DIR set, `profileWindow(what)` starts the CPU profiler and the function it returns
+ *   stops it and writes `<what>-<time>.cpuprofile` there (bench/profile-summary.mjs reads it);
+ * - `allocationWindow()` starts V8's sampling heap profiler (objects collected by minor and major GC
+ *   included) and the function it returns stops it and gives the bytes allocated in all and by the
+ *   function that allocated them (a native allocation — a `Set`, a string, `Object.entries` — named with
+ *   its JS caller). Allocation does not depend on how busy the machine is, so it compares two versions
+ *   of the code where a rate cannot.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -26,3 +33,53 @@ export async function profileWindow(what: string): Promise<() => Promise<void>> 
   };
 }
 
+
+interface SamplingNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: SamplingNode[];
+}
+
+export interface Allocation {
+  /** Bytes allocated in the window (an estimate: one sample per `interval` bytes on average). */
+  total: number;
+  /** Bytes by the function that allocated, largest first. */
+  byFunction: [string, number][];
+}
+
+/** Starts the sampling heap profiler (one sample per `interval` bytes on average); the returned function stops it. */
+export async function allocationWindow(interval = Number(process.env.PROFILE_ALLOC_INTERVAL ?? 4_096)): Promise<() => Promise<Allocation>> {
+  const session = new Session();
+  session.connect();
+  await session.post('HeapProfiler.enable');
+  await session.post('HeapProfiler.startSampling', { samplingInterval: interval, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  return async () => {
+    const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: SamplingNode } };
+    session.disconnect();
+    const byFunction = new Map<string, number>();
+    let total = 0;
+    const nameOf = ({ callFrame: { functionName, url, lineNumber } }: SamplingNode): string => {
+      const where = url.replace(/^.*\/(node_modules\/|src\/|bench\/)/, '$1');
+      return where ? `${functionName || '(anonymous)'}  ${where}:${lineNumber + 1}` : functionName || '(native)';
+    };
+    const walk = (node: SamplingNode, caller: string): void => {
+      const native = !node.callFrame.url;
+      const name = nameOf(node);
+      if (node.selfSize > 0) {
+        const key = native ? `${name} <- ${caller}` : name;
+        byFunction.set(key, (byFunction.get(key) ?? 0) + node.selfSize);
+        total += node.selfSize;
+      }
+      for (const child of node.children) walk(child, native ? caller : name);
+    };
+    walk(profile.head, '(root)');
+    return { total, byFunction: [...byFunction].sort((a, b) => b[1] - a[1]) };
+  };
+}
+
+/** `allocation` per unit (a turn, a run), in KiB: the total line and the `top` functions. */
+export function printAllocation(allocation: Allocation, units: number, unit: string, top: number): void {
+  const per = (bytes: number) => `${(bytes / units / 1024).toFixed(1).padStart(6)} KiB`;
+  console.log(`${units} ${unit}s: ${per(allocation.total)} allocated per ${unit}\n\nby function (per ${unit}):`);
+  for (const [k, v] of allocation.byFunction.slice(0, top)) console.log(`${per(v)}  ${k}`);
+}
