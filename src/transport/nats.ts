@@ -67,7 +67,9 @@ function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
   // No header block at all when there is nothing to send: a plain PUB is cheaper than an HPUB.
   if (keys.length === 0) return undefined;
   const out = createHeaders();
-  for (const k of keys) out.set(k, h[k] ?? '');
+  // `append`, not `set`: the keys of a record are distinct, and `set` first looks for the key to delete
+  // (a list of the keys so far, filtered) on top of what `append` does.
+  for (const k of keys) out.append(k, h[k] ?? '');
   return out;
 }
 
@@ -76,7 +78,8 @@ function fromNatsHeaders(h: MsgHdrs | undefined): Headers {
   if (!h) return out;
   // The client keeps header names as sent (no MIME canonicalisation with the default exact match), so
   // `traceparent` stays lower-case. A repeated header collapses to its first value.
-  for (const k of h.keys()) out[k] = h.get(k);
+  // Read as entries: `get` per key would list and filter the keys again for each.
+  for (const [k, values] of h) if (values.length > 0) out[k] = values[0]!;
   return out;
 }
 
