@@ -43,7 +43,7 @@ async function measure(what: string, sample: () => Promise<number>): Promise<voi
   for (let i = 0; i < WARMUP; i++) await sample().catch(() => undefined);
   gcPauses.length = 0;
   const stop = await profileWindow(what);
-  const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow() : undefined;
+  const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow({ survivors: process.env.PROFILE_ALLOC === 'survivors' }) : undefined;
   const cpu0 = process.cpuUsage();
   const samples: number[] = [];
   for (let i = 0; i < RUNS; i++) samples.push(await sample());

@@ -47,12 +47,19 @@ export interface Allocation {
   byFunction: [string, number][];
 }
 
-/** Starts the sampling heap profiler (one sample per `interval` bytes on average); the returned function stops it. */
-export async function allocationWindow(interval = Number(process.env.PROFILE_ALLOC_INTERVAL ?? 4_096)): Promise<() => Promise<Allocation>> {
+/**
+ * Starts the sampling heap profiler (one sample per `interval` bytes on average); the returned function
+ * stops it. With `survivors`, what a scavenge collects is left out: what is left outlived the young
+ * generation, which is what a scavenge copies and what makes its pause long.
+ */
+export async function allocationWindow(
+  opts: { interval?: number; survivors?: boolean } = {},
+): Promise<() => Promise<Allocation>> {
+  const interval = opts.interval ?? Number(process.env.PROFILE_ALLOC_INTERVAL ?? 4_096);
   const session = new Session();
   session.connect();
   await session.post('HeapProfiler.enable');
-  await session.post('HeapProfiler.startSampling', { samplingInterval: interval, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true });
+  await session.post('HeapProfiler.startSampling', { samplingInterval: interval, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !opts.survivors });
   return async () => {
     const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: SamplingNode } };
     session.disconnect();
