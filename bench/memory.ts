@@ -7,6 +7,7 @@
  *   node --expose-gc --import tsx bench/memory.ts --json     # one JSON line (bench/run.ts uses this)
  *   BENCH_MEM_THREADS=5000 node --expose-gc --import tsx bench/memory.ts
  *   BENCH_MEM_TURNS=25 BENCH_MEM_THREADS=400 node --expose-gc --import tsx bench/memory.ts   # at the history limit
+ *   BENCH_MEM_HANDOFF=1 node --expose-gc --import tsx bench/memory.ts   # threads in an open handoff
  *
  * BENCH_MEM_TURNS (default 1) is the number of turns each thread completes before it is measured: 25 turns
  * are 50 messages, the default history limit, so the thread's history (live, in its context) and its record
@@ -26,6 +27,10 @@
  *
  * With durable nodes the store is JetStream KV, in nats-server: a node's cost per live thread is then
  * the live cost minus the store's footprint, and a passivated thread costs it only the residue.
+ *
+ * With BENCH_MEM_HANDOFF=1 every thread's first turn is handed off (a desk agent to an expert that takes it
+ * and never returns), so the threads measured hold an open handoff: its actor while live, its deadline
+ * (the wake) while dormant.
  *
  * The echo agent runs in this process too; its idempotency cache is sized 1 so it does not grow with N
  * (in production it lives in the agent's process, capped at 1000 replies).
@@ -93,14 +98,19 @@ async function main(): Promise<MemoryResults> {
   const log = (s: string) => process.stderr.write(s);
   const bus = new MemoryBus();
   const store = new MemoryThreadStore();
+  const handoff = Boolean(process.env.BENCH_MEM_HANDOFF);
   const echo = defineAgent({
     card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' },
-    handle: (_message, ctx) => reply(ctx.text, { to: 'user' }),
+    handle: (_message, ctx) =>
+      handoff ? reply(ctx.text, { handoff: { targetAgentId: 'expert', contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }) : reply(ctx.text, { to: 'user' }),
   });
+  const expert = defineAgent({ card: { id: 'expert', name: 'Expert', description: 'Takes handed-off conversations' }, handle: (_message, ctx) => reply(ctx.text) });
   // idleMs and dormantMs 0: no passivator, threads stay live until made dormant and passivated below.
   const node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: TENANT, store, idleMs: 0, dormantMs: 0, config: { entryAgent: AGENT_ID } }).start();
-  const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo, tenant: TENANT, idempotencyCacheSize: 1 }).start();
-  await node.registry.waitFor([AGENT_ID]);
+  const hosts = await Promise.all(
+    (handoff ? [echo, expert] : [echo]).map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: TENANT, idempotencyCacheSize: 1 }).start()),
+  );
+  await node.registry.waitFor(handoff ? [AGENT_ID, 'expert'] : [AGENT_ID]);
   const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
 
   let errors = 0;
@@ -108,7 +118,7 @@ async function main(): Promise<MemoryResults> {
   const turn = async (threadId: string) => {
     const res = await client.send(TEXT, { threadId, timeoutMs: 10_000 });
     if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
-    if (res.text !== TEXT) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
+    if (res.text !== TEXT && !(handoff && res.final.status.state === 'input-required')) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
   };
   /** `turns` turns on each of `ids` (one after the other on a thread), CONCURRENCY threads in flight. */
   const turnsEach = async (ids: string[], turns: number) => {
@@ -198,7 +208,7 @@ async function main(): Promise<MemoryResults> {
       historyActorBytes: withHistory,
     };
   } finally {
-    await host.stop().catch(() => undefined);
+    for (const host of hosts) await host.stop().catch(() => undefined);
     await node.stop().catch(() => undefined);
   }
 }

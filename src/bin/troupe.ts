@@ -43,7 +43,7 @@ program
   .option('--no-agents', 'with --team: use only its settings, run no agents here')
   .option('--inspect', 'publish inspection records from the start (troupe watch, troupe inspect --stately, the studio; switchable with troupe inspect --on/--off)')
   .option('--idle <ms>', 'passivate threads idle this long (default 5 min): nothing of them stays in memory', int(1))
-  .option('--dormant <ms>', 'stop the actors of threads at rest this long and keep their records in memory until --idle (0: actors stay until --idle)', int(0), 30_000)
+  .option('--dormant <ms>', 'stop the actors of threads at rest this long and keep their records in memory until --idle, or until its deadline for a thread in a handoff (0: actors stay until --idle)', int(0), 30_000)
   .option('--no-durable', 'with --nats: plain subscriptions instead of the JetStream inbound stream and partition leases')
   .option('--partitions <n>', "thread partitions: the server's mapping (`troupe creds init --partitions`, 8-256); the node refuses to start when they differ", int(1, 1024), 8)
   .option('--replicas <n>', 'replicas of TROUPE_IN, TROUPE_DLQ, TROUPE_ANSWERED and the thread and lease buckets (3 on a 3-server cluster; default 1 when they are created; given, existing ones are scaled to it)', int(1, 5))

@@ -10,7 +10,8 @@
  *
  * Idle threads are passivated (state committed, actor stopped) and rehydrated on their next message:
  * after `dormantMs` at rest a thread's actor is stopped and its committed record kept in memory as JSON
- * (woken without a store read), after `idleMs` that goes too (rehydrated from the store).
+ * (woken without a store read), after `idleMs` that goes too (rehydrated from the store). A thread in a
+ * handoff is never passivated: dormant, it is woken at the handoff's deadline.
  * Nothing an actor does can take the process down: listener and actor failures are caught here, logged
  * with the thread, and the thread is dropped and reloaded from its stored state.
  */
@@ -62,8 +63,9 @@ export interface ThreadHostOptions {
   /**
    * Stop the actor of a thread at rest this long (ms) and keep its committed record in memory, as its
    * JSON (a quarter of the live actor), until `idleMs`: its next message wakes it without a
-   * store read. Not a thread someone inspects, nor one with a turn or a handoff open. Default 30 s; 0
-   * keeps actors until `idleMs`.
+   * store read. Not a thread someone inspects, nor one with a turn in progress. A thread in a handoff
+   * stays dormant past `idleMs` and is woken at the handoff's deadline, which then fires as it would have
+   * live. Default 30 s; 0 keeps actors until `idleMs` (and those in a handoff until their deadline).
    */
   dormantMs?: number;
   /** Publish inspection records from the start (without `inspection`). */
@@ -134,11 +136,25 @@ function isWorking(value: unknown): boolean {
   return taskStateOf(value) === 'working';
 }
 
-/** No turn in progress and no open handoff (which keeps its actor live so its deadline fires on time). */
+/** No turn in progress: the thread waits for the user (or has ended). */
 function resting(live: LiveThread): boolean {
-  const snap = live.actor.getSnapshot();
-  return !isWorking(snap.value) && !snap.context.handoff;
+  return !isWorking(live.actor.getSnapshot().value);
 }
+
+/**
+ * The deadline (epoch ms) of the thread's open handoff, or undefined when none is open. A thread in a
+ * handoff is never passivated: its deadline must fire on time, so it stays here, live or dormant (and then
+ * woken at that time).
+ */
+function handoffDeadline(live: LiveThread): number | undefined {
+  const snap = live.actor.getSnapshot();
+  if (!snap.context.handoff) return undefined;
+  const deadline = (snap.children.handoff?.getSnapshot() as { context?: { deadline?: unknown } } | undefined)?.context?.deadline;
+  return typeof deadline === 'number' ? deadline : Number.POSITIVE_INFINITY;
+}
+
+/** The longest a Node timer waits; a later deadline wakes the thread early and it goes dormant again. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Between turns (waiting for the user) or ended: a state worth a write. Not `submitted`: no turn yet. */
 function atRest(snapshot: { status: string; value: unknown }): boolean {
@@ -159,6 +175,8 @@ export class ThreadHost {
   private readonly threads = new Map<string, LiveThread>();
   /** Threads whose actors were stopped at rest, as their committed records (`dormantMs`). */
   private readonly dormant = new Map<string, DormantThread>();
+  /** The timers that wake dormant threads in a handoff at its deadline (see `handoffDeadline`). */
+  private readonly wakes = new Map<string, NodeJS.Timeout>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
   private readonly transport: Transport;
   private readonly registry: Registry;
@@ -338,6 +356,7 @@ export class ThreadHost {
     if (this.passivator) clearInterval(this.passivator);
     this.unsubscribeRegistry?.();
     this.answeredSub?.unsubscribe();
+    for (const threadId of [...this.wakes.keys()]) this.forgetDormant(threadId);
     await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
     this.dormant.clear();
     this.committer.stop();
@@ -748,7 +767,7 @@ export class ThreadHost {
   async releaseThreads(belongs: (threadId: string) => boolean): Promise<void> {
     await Promise.all([...this.threads.values()].filter((t) => belongs(t.threadId)).map((t) => this.passivate(t)));
     // After the passivations: one that was making a thread dormant when the release came has finished.
-    for (const threadId of [...this.dormant.keys()]) if (belongs(threadId)) this.dormant.delete(threadId);
+    for (const threadId of [...this.dormant.keys()]) if (belongs(threadId)) this.forgetDormant(threadId);
   }
 
   /** Drops the live actor (if any) and reloads the thread from the store. */
@@ -762,7 +781,7 @@ export class ThreadHost {
   async passivateThread(threadId: string): Promise<boolean> {
     const live = this.threads.get(threadId);
     if (live) await this.passivate(live);
-    return this.dormant.delete(threadId) || live !== undefined;
+    return this.forgetDormant(threadId) !== undefined || live !== undefined;
   }
 
   /** Waits until the thread's latest state is committed; throws when the commit failed. */
@@ -799,8 +818,7 @@ export class ThreadHost {
   }
 
   private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
-    const kept = this.dormant.get(threadId);
-    if (kept) this.dormant.delete(threadId);
+    const kept = this.forgetDormant(threadId);
     const stored = kept ? { record: fromDormantJson(kept.json, this.givens), revision: kept.revision } : await this.store.get(this.tenant, threadId);
     if (!stored && !create) throw this.notFound(threadId);
     const live: LiveThread = {
@@ -1086,14 +1104,15 @@ export class ThreadHost {
     const now = this.now();
     const rested = now - KEEP_ENCODED_MS;
     for (const live of this.threads.values()) if (live.encoded && live.lastActive <= rested) live.encoded = undefined;
-    if (this.idleMs > 0) for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs) this.dormant.delete(threadId);
+    // Not a thread in a handoff: it waits here for its deadline.
+    if (this.idleMs > 0) for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs && !this.wakes.has(threadId)) this.dormant.delete(threadId);
     if (this.idleMs > 0 || this.dormantMs > 0) await this.passivateIdle(now);
   }
 
   private async passivateIdle(now: number): Promise<void> {
     for (const live of [...this.threads.values()]) {
       if (!resting(live)) continue;
-      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs) await this.passivate(live);
+      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs && handoffDeadline(live) === undefined) await this.passivate(live);
       else if (this.dormantMs > 0 && live.lastActive <= now - this.dormantMs && this.maySleep(live)) await this.passivate(live, { dormant: true });
     }
   }
@@ -1122,6 +1141,7 @@ export class ThreadHost {
     this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
     const kept = dormant ? this.dormantOf(live) : undefined;
+    const wakeAt = kept ? handoffDeadline(live) : undefined;
     live.stopped = true;
     try {
       // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
@@ -1132,9 +1152,36 @@ export class ThreadHost {
       if (this.threads.get(live.threadId) === live) {
         this.threads.delete(live.threadId);
         if (kept) this.dormant.set(live.threadId, kept);
+        if (kept && wakeAt !== undefined) this.armWake(live.threadId, wakeAt);
         this.passivatedTotal++;
       }
     }
+  }
+
+  /** Takes a thread's dormant copy (and its wake, if any) out of the host; returns the copy. */
+  private forgetDormant(threadId: string): DormantThread | undefined {
+    const wake = this.wakes.get(threadId);
+    if (wake) {
+      clearTimeout(wake);
+      this.wakes.delete(threadId);
+    }
+    const kept = this.dormant.get(threadId);
+    if (kept) this.dormant.delete(threadId);
+    return kept;
+  }
+
+  /**
+   * Wakes a dormant thread in a handoff at the handoff's deadline, as its live actor's timer would have
+   * fired: the load re-arms the deadline, which has passed, so the handoff ends and control goes back.
+   */
+  private armWake(threadId: string, at: number): void {
+    const timer = setTimeout(() => {
+      this.wakes.delete(threadId);
+      if (!this.dormant.has(threadId)) return;
+      this.obtain(threadId).catch((err: unknown) => this.log.error({ err: (err as Error).message, thread: threadId }, 'could not wake a dormant thread at its handoff deadline'));
+    }, Math.min(Math.max(0, at - this.now()), MAX_TIMER_MS));
+    timer.unref();
+    this.wakes.set(threadId, timer);
   }
 
   /**
