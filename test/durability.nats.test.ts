@@ -25,9 +25,9 @@ const textOf = (m: Message | undefined) => (m?.parts ?? []).flatMap((p) => (p.ki
 
 const suite = natsSuite();
 
-function startNode(team: string, name: string): Promise<ManagedProcess> {
+function startNode(team: string, name: string, extra: string[] = []): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500'],
+    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500', ...extra],
     { ...suite.nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
     { name },
     suite.group,
@@ -270,4 +270,42 @@ describe('an active handoff survives a node crash', () => {
     await replacement.kill('SIGTERM');
     await Promise.all(hosts.map((h) => h.stop()));
   }, 90_000);
+
+  it('a thread in a handoff goes dormant (--dormant) and stays past --idle; the node wakes it at the deadline, which fires once, not before it', async () => {
+    const agentTransport = await suite.connect('dormant-handoff-agents');
+    const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
+    const node = await startNode('test/fixtures/durable-handoff-team-short.ts', 'dormant handoff node', ['--dormant', '200']);
+    const clientT = await suite.connect('dormant-handoff-client');
+    const client = new TroupeClient(clientT);
+    const threadId = 'handoff-dormant-1';
+    const events = watch(clientT, threadId);
+    await clientT.flush();
+    const first = await client.send('slow specialist please', { threadId, timeoutMs: 15_000 });
+    expect(first.text).toBe('sloth: accepted, thinking…');
+    const store = await KvThreadStore.open(clientT.connection);
+    const stored = await store.get('demo', threadId);
+    const deadline = (stored?.record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: number } } } } }).children?.handoff?.snapshot?.context?.deadline;
+    expect(deadline).toEqual(expect.any(Number));
+
+    // Dormant on its node (no live actor, no handoff actor), and still dormant after --idle (1.5 s).
+    const dormantNow = async () => {
+      const actors = (await client.ps(300)).flatMap((r) => r.actors);
+      const nodeInfo = actors.find((a) => a.kind === 'node' && Number(a.detail?.['dormantThreads'] ?? 0) > 0);
+      return nodeInfo && !actors.some((a) => a.id === threadId || a.id === `${threadId}/handoff`) ? true : undefined;
+    };
+    await waitUntil(dormantNow, 'the thread in a handoff to become dormant', 10_000);
+    await sleep(1_700);
+    if (Date.now() < deadline! - 300) expect(await dormantNow()).toBe(true);
+
+    const isResume = (e: ThreadEvent) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back (failed)');
+    const resumed = await waitUntil(() => events.find(isResume), 'the resume after the deadline', 20_000);
+    const firedAt = Date.parse(resumed.kind === 'status-update' ? (resumed.status.timestamp ?? '') : '');
+    expect(firedAt).toBeGreaterThanOrEqual(deadline!);
+    expect(textOf(resumed.kind === 'status-update' ? resumed.status.message : undefined)).toContain('AGENT_TIMEOUT');
+    const after = await client.send('back to you', { threadId, timeoutMs: 15_000 });
+    expect(after.text).toBe('main: back to you');
+    expect(events.filter(isResume)).toHaveLength(1);
+    await node.kill('SIGTERM');
+    await Promise.all(hosts.map((h) => h.stop()));
+  }, 60_000);
 });
