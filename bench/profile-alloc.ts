@@ -7,6 +7,7 @@
  *
  *   node --conditions=source --import tsx bench/profile-alloc.ts
  *   PROFILE_ALLOC_TOP=40 PROFILE_TURNS=20000 node --conditions=source --import tsx bench/profile-alloc.ts
+ *   PROFILE_ALLOC_SURVIVORS=1 node --conditions=source --import tsx bench/profile-alloc.ts   # what outlives a scavenge
  *
  * The profiler samples one allocation per PROFILE_ALLOC_INTERVAL bytes (default 4,096) on average, so
  * the figures are estimates; two runs of the same code agree within a few per cent at 10,000 turns.
@@ -37,7 +38,7 @@ async function turns(n: number, prefix: string): Promise<void> {
 }
 
 await turns(2_000, 'warm-');
-const stop = await allocationWindow();
+const stop = await allocationWindow({ survivors: Boolean(process.env.PROFILE_ALLOC_SURVIVORS) });
 await turns(TURNS, 'w-');
 const allocation = await stop();
 await mesh.stop();
