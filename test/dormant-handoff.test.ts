@@ -6,26 +6,13 @@
  * (memory bus and store, which counts its reads), the demo's handoff team.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeNode } from '../src/actors/node.js';
 import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import { ThreadEventSchema, decode, messageText, type ThreadEvent } from '../src/protocol/index.js';
-import { TroupeClient } from '../src/sdk/client.js';
-import { MemoryThreadStore } from '../src/store/memory.js';
-import type { StoredThread } from '../src/store/types.js';
-import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import { subjects } from '../src/transport/subjects.js';
+import { TENANT, dormantMesh } from './helpers/dormant-mesh.js';
 import { sleep, waitFor } from './helpers/wait.js';
 
-const TENANT = 'demo';
 
-class CountingStore extends MemoryThreadStore {
-  gets = 0;
-  override async get(tenant: string, threadId: string): Promise<StoredThread | undefined> {
-    this.gets++;
-    return super.get(tenant, threadId);
-  }
-}
 
 const stops: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -33,30 +20,15 @@ afterEach(async () => {
 });
 
 async function mesh(opts: { dormantMs: number; idleMs?: number; handoffMaxDurationMs?: number }) {
-  const bus = new MemoryBus();
-  const store = new CountingStore();
-  const node = await new TroupeNode({
-    transport: new MemoryTransport({ bus }),
-    tenant: TENANT,
-    store,
-    idleMs: opts.idleMs ?? 0,
-    dormantMs: opts.dormantMs,
-    config: { ...handoffTeam.config, ...(opts.handoffMaxDurationMs ? { handoffMaxDurationMs: opts.handoffMaxDurationMs } : {}) },
-  }).start();
-  stops.push(() => node.stop());
-  for (const agent of handoffTeam.agents) {
-    const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: TENANT }).start();
-    stops.push(() => host.stop());
-  }
-  await node.registry.waitFor(handoffTeam.agents.map((a) => a.card.id));
-  const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
+  const config = { ...handoffTeam.config, ...(opts.handoffMaxDurationMs ? { handoffMaxDurationMs: opts.handoffMaxDurationMs } : {}) };
+  const { store, node, threads, client } = await dormantMesh(stops, handoffTeam.agents, { ...opts, config });
   /** Every event published on a thread's output. */
   const record = (threadId: string): ThreadEvent[] => {
     const events: ThreadEvent[] = [];
     client.transport.subscribe(subjects.threadOut(TENANT, 'local', threadId), (msg) => void events.push(decode(ThreadEventSchema, msg.data, 'event')));
     return events;
   };
-  return { store, node, threads: node.threads, client, record };
+  return { store, node, threads, client, record };
 }
 
 const finalTexts = (events: ThreadEvent[]) => events.flatMap((e) => (e.kind === 'status-update' && e.final ? [messageText(e.status.message)] : []));

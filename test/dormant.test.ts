@@ -4,26 +4,12 @@
  * exactly where it was. Embedded mesh (memory bus and store); the store counts its reads.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { AgentHost } from '../src/actors/agent-host.js';
-import { TroupeNode } from '../src/actors/node.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
-import { TroupeClient } from '../src/sdk/client.js';
-import { MemoryThreadStore } from '../src/store/memory.js';
-import type { StoredThread } from '../src/store/types.js';
-import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import type { ThreadConfig } from '../src/machines/thread.js';
+import { CountingStore, TENANT, dormantMesh } from './helpers/dormant-mesh.js';
 import { sleep, waitFor } from './helpers/wait.js';
 
-const TENANT = 'demo';
 
-/** The memory store, counting the records it is asked for. */
-class CountingStore extends MemoryThreadStore {
-  gets = 0;
-  override async get(tenant: string, threadId: string): Promise<StoredThread | undefined> {
-    this.gets++;
-    return super.get(tenant, threadId);
-  }
-}
 
 /** An echo agent that, for a message saying "hold", answers only once `release()` is called. */
 function echoAgent() {
@@ -45,24 +31,9 @@ afterEach(async () => {
 });
 
 async function mesh(opts: { dormantMs: number; idleMs?: number; store?: CountingStore; nodeId?: string; config?: Partial<ThreadConfig> }) {
-  const bus = new MemoryBus();
-  const store = opts.store ?? new CountingStore();
-  const node = await new TroupeNode({
-    transport: new MemoryTransport({ bus }),
-    tenant: TENANT,
-    store,
-    idleMs: opts.idleMs ?? 0,
-    dormantMs: opts.dormantMs,
-    ...(opts.nodeId ? { nodeId: opts.nodeId } : {}),
-    config: { entryAgent: 'echo', ...opts.config },
-  }).start();
-  stops.push(() => node.stop());
   const echo = echoAgent();
-  const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo.agent, tenant: TENANT }).start();
-  stops.push(() => host.stop());
-  await node.registry.waitFor(['echo']);
-  const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
-  return { bus, store, node, threads: node.threads, client, release: echo.release };
+  const m = await dormantMesh(stops, [echo.agent], { ...opts, config: { entryAgent: 'echo', ...opts.config } });
+  return { ...m, release: echo.release };
 }
 
 const texts = (history: Array<{ parts: Array<{ kind: string; text?: string }> }> | undefined) => (history ?? []).map((m) => m.parts.map((p) => p.text).join(''));

@@ -229,23 +229,49 @@ describe('durable threads across node crashes and NATS restarts', () => {
   }, 90_000);
 });
 
+/**
+ * The handoff team's agents (main, and sloth, which takes a handoff and never returns) in this process, a
+ * node process with `team`, and a thread handed to sloth: its events as they come and the handoff's
+ * absolute deadline as stored with the thread (the handoff child's context in the snapshot).
+ */
+async function slothHandoff(name: string, team: string, threadId: string, nodeArgs: string[] = []) {
+  const agentTransport = await suite.connect(`${name}-agents`);
+  const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
+  const node = await startNode(team, `${name} node`, nodeArgs);
+  const clientT = await suite.connect(`${name}-client`);
+  const client = new TroupeClient(clientT);
+  const events = watch(clientT, threadId);
+  await clientT.flush();
+  const first = await client.send('slow specialist please', { threadId, timeoutMs: 15_000 });
+  expect(first.text).toBe('sloth: accepted, thinking…');
+  const store = await KvThreadStore.open(clientT.connection);
+  const stored = await store.get('demo', threadId);
+  const deadline = (stored?.record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: number } } } } }).children?.handoff?.snapshot?.context?.deadline;
+  expect(deadline).toEqual(expect.any(Number));
+  return { hosts, node, client, events, deadline: deadline! };
+}
+
+/**
+ * The deadline ends the handoff and main takes over again: its answer says AGENT_TIMEOUT, is stamped no
+ * earlier than the stored deadline, and comes once (a further message is answered by main with no second
+ * resume). Returns when the resume was stamped.
+ */
+async function expectOneResume(client: TroupeClient, events: ThreadEvent[], threadId: string, deadline: number, timeoutMs: number): Promise<number> {
+  const isResume = (e: ThreadEvent) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back (failed)');
+  const resumed = await waitUntil(() => events.find(isResume), 'the resume after the deadline', timeoutMs);
+  const firedAt = Date.parse(resumed.kind === 'status-update' ? (resumed.status.timestamp ?? '') : '');
+  expect(firedAt).toBeGreaterThanOrEqual(deadline);
+  expect(textOf(resumed.kind === 'status-update' ? resumed.status.message : undefined)).toContain('AGENT_TIMEOUT');
+  const after = await client.send('back to you', { threadId, timeoutMs: 15_000 });
+  expect(after.text).toBe('main: back to you');
+  expect(events.filter(isResume)).toHaveLength(1);
+  return firedAt;
+}
+
 describe('an active handoff survives a node crash', () => {
   it('the handoff is still active on the new node, and its deadline fires once, at the absolute time it was given', async () => {
-    const agentTransport = await suite.connect('handoff-agents');
-    const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
-    const node = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node');
-    const clientT = await suite.connect('handoff-client');
-    const client = new TroupeClient(clientT);
     const threadId = 'handoff-crash-1';
-    const events = watch(clientT, threadId);
-    await clientT.flush();
-    const first = await client.send('slow specialist please', { threadId, timeoutMs: 15_000 });
-    expect(first.text).toBe('sloth: accepted, thinking…');
-    // The absolute deadline, as stored with the thread (the handoff child's context in the snapshot).
-    const store = await KvThreadStore.open(clientT.connection);
-    const stored = await store.get('demo', threadId);
-    const deadline = (stored?.record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: number } } } } }).children?.handoff?.snapshot?.context?.deadline;
-    expect(deadline).toEqual(expect.any(Number));
+    const { hosts, node, client, events, deadline } = await slothHandoff('handoff', 'test/fixtures/durable-handoff-team.ts', threadId);
 
     await node.kill('SIGKILL');
     const replacement = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node 2');
@@ -256,36 +282,15 @@ describe('an active handoff survives a node crash', () => {
     }, 'the handoff actor on the new node', 15_000);
     expect(active.state).toBe('active');
 
-    // The deadline ends it and main takes over again: once, and not before the stored deadline.
-    const isResume = (e: ThreadEvent) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back (failed)');
-    const resumed = await waitUntil(() => events.find(isResume), 'the resume after the deadline', 30_000);
-    const firedAt = Date.parse(resumed.kind === 'status-update' ? (resumed.status.timestamp ?? '') : '');
-    console.log(`handoff deadline at ${new Date(deadline!).toISOString()}; the resume was stamped ${firedAt - deadline!} ms after it (node killed and replaced in between)`);
-    expect(firedAt).toBeGreaterThanOrEqual(deadline!);
-    expect(textOf(resumed.kind === 'status-update' ? resumed.status.message : undefined)).toContain('AGENT_TIMEOUT');
-    // Once: a further message is answered by main with no second resume.
-    const after = await client.send('back to you', { threadId, timeoutMs: 15_000 });
-    expect(after.text).toBe('main: back to you');
-    expect(events.filter(isResume)).toHaveLength(1);
+    const firedAt = await expectOneResume(client, events, threadId, deadline, 30_000);
+    console.log(`handoff deadline at ${new Date(deadline).toISOString()}; the resume was stamped ${firedAt - deadline} ms after it (node killed and replaced in between)`);
     await replacement.kill('SIGTERM');
     await Promise.all(hosts.map((h) => h.stop()));
   }, 90_000);
 
   it('a thread in a handoff goes dormant (--dormant) and stays past --idle; the node wakes it at the deadline, which fires once, not before it', async () => {
-    const agentTransport = await suite.connect('dormant-handoff-agents');
-    const hosts = await Promise.all([main, sloth].map((agent) => new AgentHost({ transport: agentTransport, agent, heartbeatMs: 500 }).start()));
-    const node = await startNode('test/fixtures/durable-handoff-team-short.ts', 'dormant handoff node', ['--dormant', '200']);
-    const clientT = await suite.connect('dormant-handoff-client');
-    const client = new TroupeClient(clientT);
     const threadId = 'handoff-dormant-1';
-    const events = watch(clientT, threadId);
-    await clientT.flush();
-    const first = await client.send('slow specialist please', { threadId, timeoutMs: 15_000 });
-    expect(first.text).toBe('sloth: accepted, thinking…');
-    const store = await KvThreadStore.open(clientT.connection);
-    const stored = await store.get('demo', threadId);
-    const deadline = (stored?.record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: number } } } } }).children?.handoff?.snapshot?.context?.deadline;
-    expect(deadline).toEqual(expect.any(Number));
+    const { hosts, node, client, events, deadline } = await slothHandoff('dormant-handoff', 'test/fixtures/durable-handoff-team-short.ts', threadId, ['--dormant', '200']);
 
     // Dormant on its node (no live actor, no handoff actor), and still dormant after --idle (1.5 s).
     const dormantNow = async () => {
@@ -295,16 +300,9 @@ describe('an active handoff survives a node crash', () => {
     };
     await waitUntil(dormantNow, 'the thread in a handoff to become dormant', 10_000);
     await sleep(1_700);
-    if (Date.now() < deadline! - 300) expect(await dormantNow()).toBe(true);
+    if (Date.now() < deadline - 300) expect(await dormantNow()).toBe(true);
 
-    const isResume = (e: ThreadEvent) => e.kind === 'status-update' && e.final && textOf(e.status.message).includes('welcome back (failed)');
-    const resumed = await waitUntil(() => events.find(isResume), 'the resume after the deadline', 20_000);
-    const firedAt = Date.parse(resumed.kind === 'status-update' ? (resumed.status.timestamp ?? '') : '');
-    expect(firedAt).toBeGreaterThanOrEqual(deadline!);
-    expect(textOf(resumed.kind === 'status-update' ? resumed.status.message : undefined)).toContain('AGENT_TIMEOUT');
-    const after = await client.send('back to you', { threadId, timeoutMs: 15_000 });
-    expect(after.text).toBe('main: back to you');
-    expect(events.filter(isResume)).toHaveLength(1);
+    await expectOneResume(client, events, threadId, deadline, 20_000);
     await node.kill('SIGTERM');
     await Promise.all(hosts.map((h) => h.stop()));
   }, 60_000);
