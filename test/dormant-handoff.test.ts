@@ -42,9 +42,12 @@ describe('dormant threads in a handoff', () => {
     expect(first.text).toContain('Skill builder step 1');
     expect(handoffState(m, threadId)).toBe('active');
 
+    const stored = await m.store.get(TENANT, threadId);
+    const deadline = (stored?.record.snapshot as { children: { handoff: { snapshot: { context: { deadline: number } } } } }).children.handoff.snapshot.context.deadline;
     expect(await m.threads.sleepThreads()).toBe(1);
     expect(m.threads.isLive(threadId)).toBe(false);
-    expect(m.threads.inspect(threadId)?.actor.detail).toMatchObject({ dormant: true });
+    // `troupe inspect` says when the handoff's deadline wakes it.
+    expect(m.threads.inspect(threadId)?.actor.detail).toMatchObject({ dormant: true, wakesAt: new Date(deadline).toISOString() });
     const reads = m.store.gets;
 
     const second = await m.client.send('step 2 details', { threadId });

@@ -16,7 +16,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { HEADERS } from '../src/protocol/headers.js';
 import { natsSuite } from './helpers/nats-suite.js';
-import { runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { runTroupe, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -301,6 +301,8 @@ describe('an active handoff survives a node crash', () => {
     await waitUntil(dormantNow, 'the thread in a handoff to become dormant', 10_000);
     await sleep(1_700);
     if (Date.now() < deadline - 300) expect(await dormantNow()).toBe(true);
+    const shown = await runTroupe(['inspect', threadId, '--nats', suite.nats.url], suite.nats.env);
+    expect(shown.stdout).toContain(`(dormant: at rest, its actor stopped and its record kept; its next message wakes it, or its handoff's deadline at ${new Date(deadline).toISOString()})`);
 
     await expectOneResume(client, events, threadId, deadline, 20_000);
     await node.kill('SIGTERM');

@@ -69,10 +69,13 @@ export function inspectThread(
 
 /**
  * A dormant thread as `troupe inspect` shows it: state and context (redacted) from the record it keeps, no
- * children (it is at rest) and no recent events (they went with its actor).
+ * children (it is at rest) and no recent events (they went with its actor). A thread in a handoff says
+ * when its deadline wakes it (`wakesAt`).
  */
 export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
   const snap = fullSnapshot(record) as { value?: unknown; context?: { turns?: number; history?: unknown[]; routeLog?: Array<{ hop?: number }> } };
+  const handoff = (record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: unknown } } } } } | undefined)?.children?.handoff;
+  const deadline = typeof handoff?.snapshot?.context?.deadline === 'number' ? handoff.snapshot.context.deadline : undefined;
   const actor: ActorInfo = {
     kind: 'thread',
     id: threadId,
@@ -81,7 +84,7 @@ export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: s
     threadId,
     hops: snap.context?.routeLog?.at(-1)?.hop ?? 0,
     status: 'passivated',
-    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0 },
+    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0, ...(deadline !== undefined ? { wakesAt: new Date(deadline).toISOString() } : {}) },
   };
   return { actor, value: snap.value, context: redact(snap.context), events: [] };
 }

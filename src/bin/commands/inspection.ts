@@ -55,7 +55,9 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
       return;
     }
     const dormant = found.actor?.detail?.['dormant'] === true;
-    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}${dormant ? color.dim(' (dormant: at rest, its actor stopped and its record kept; its next message wakes it)') : ''}\n`);
+    const wakesAt = found.actor?.detail?.['wakesAt'];
+    const wakes = typeof wakesAt === 'string' ? `its next message wakes it, or its handoff's deadline at ${wakesAt}` : 'its next message wakes it';
+    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}${dormant ? color.dim(` (dormant: at rest, its actor stopped and its record kept; ${wakes})`) : ''}\n`);
     process.stdout.write(`state: ${colorState(JSON.stringify(found.value))}\n`);
     process.stdout.write(`context:\n${JSON.stringify(found.context, null, 2)}\n`);
     if (found.events.length) {
