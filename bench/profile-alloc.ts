@@ -38,7 +38,7 @@ async function turns(n: number, prefix: string): Promise<void> {
 }
 
 await turns(2_000, 'warm-');
-const stop = await allocationWindow({ survivors: Boolean(process.env.PROFILE_ALLOC_SURVIVORS) });
+const stop = await allocationWindow({ keep: process.env.PROFILE_ALLOC_SURVIVORS ? 'survivors' : 'all' });
 await turns(TURNS, 'w-');
 const allocation = await stop();
 await mesh.stop();

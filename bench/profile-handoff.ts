@@ -16,6 +16,9 @@
  * PROFILE_ALLOC_TOP, default 25), which compares two versions of the code where a latency cannot:
  *
  *   PROFILE_ONLY=troupe PROFILE_ALLOC=1 PROFILE_RUNS=600 node --conditions=source --import tsx bench/profile-handoff.ts
+ *
+ * PROFILE_ALLOC=survivors counts only what outlived a scavenge, PROFILE_ALLOC=live only what is alive when
+ * the runs end (bench/profiler.ts `allocationWindow`).
  */
 import { PerformanceObserver } from 'node:perf_hooks';
 import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
@@ -34,6 +37,13 @@ const TIMEOUT_MS = 10_000;
 
 /** GC pauses (ms) seen while a window runs. */
 const gcPauses: number[] = [];
+
+/** PROFILE_ALLOC: `1` or `all`, `survivors` or `live` (bench/profiler.ts `allocationWindow`). */
+function allocationKeep(value: string): 'all' | 'survivors' | 'live' {
+  if (value === 'survivors' || value === 'live') return value;
+  if (value === '1' || value === 'all') return 'all';
+  throw new Error(`PROFILE_ALLOC=${value}: say 1, all, survivors or live`);
+}
 const gc = new PerformanceObserver((list) => {
   for (const e of list.getEntries()) gcPauses.push(e.duration);
 });
@@ -43,7 +53,7 @@ async function measure(what: string, sample: () => Promise<number>): Promise<voi
   for (let i = 0; i < WARMUP; i++) await sample().catch(() => undefined);
   gcPauses.length = 0;
   const stop = await profileWindow(what);
-  const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow({ survivors: process.env.PROFILE_ALLOC === 'survivors' }) : undefined;
+  const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow({ keep: allocationKeep(process.env.PROFILE_ALLOC) }) : undefined;
   const cpu0 = process.cpuUsage();
   const samples: number[] = [];
   for (let i = 0; i < RUNS; i++) samples.push(await sample());

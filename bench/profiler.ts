@@ -49,17 +49,27 @@ export interface Allocation {
 
 /**
  * Starts the sampling heap profiler (one sample per `interval` bytes on average); the returned function
- * stops it. With `survivors`, what a scavenge collects is left out: what is left outlived the young
- * generation, which is what a scavenge copies and what makes its pause long.
+ * stops it. `keep` says which allocations count:
+ *
+ * - `all` (default): every one, collected or not;
+ * - `survivors`: what outlived the young generation (what a scavenge collects is left out): what a
+ *   scavenge copies, and what makes its pause long;
+ * - `live`: what is still alive when the window ends. `survivors` less `live` is what a scavenge copied
+ *   (and promoted) and a mark-compact collected later: medium-lived objects.
  */
 export async function allocationWindow(
-  opts: { interval?: number; survivors?: boolean } = {},
+  opts: { interval?: number; keep?: 'all' | 'survivors' | 'live' } = {},
 ): Promise<() => Promise<Allocation>> {
   const interval = opts.interval ?? Number(process.env.PROFILE_ALLOC_INTERVAL ?? 4_096);
+  const keep = opts.keep ?? 'all';
   const session = new Session();
   session.connect();
   await session.post('HeapProfiler.enable');
-  await session.post('HeapProfiler.startSampling', { samplingInterval: interval, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: !opts.survivors });
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: interval,
+    includeObjectsCollectedByMajorGC: keep !== 'live',
+    includeObjectsCollectedByMinorGC: keep === 'all',
+  });
   return async () => {
     const { profile } = (await session.post('HeapProfiler.stopSampling')) as unknown as { profile: { head: SamplingNode } };
     session.disconnect();
