@@ -94,14 +94,18 @@ async function sendAll(t: NatsTransport, threads: string[], perThread: number, t
   return sent;
 }
 
-function assertExactlyOnceInOrder(sent: Map<string, string[]>, finals: Map<string, string[]>): { answered: number; duplicates: number } {
-  let answered = 0;
+/**
+ * Every message answered once and in order: on `out`, or (`recovered`) only in the thread's stored history,
+ * for an answer published while the observer was away.
+ */
+function assertExactlyOnceInOrder(sent: Map<string, string[]>, finals: Map<string, string[]>, recovered: ReadonlySet<string> = new Set()): { answered: number; duplicates: number } {
+  let answered = recovered.size;
   let duplicates = 0;
   for (const [threadId, ids] of sent) {
     const got = finals.get(threadId) ?? [];
     answered += got.length;
     duplicates += got.length - new Set(got).size;
-    expect(got, `answers of ${threadId}`).toEqual(ids);
+    expect(got, `answers of ${threadId}`).toEqual(ids.filter((id) => !recovered.has(id)));
   }
   return { answered, duplicates };
 }
@@ -145,10 +149,36 @@ describe('durability under real faults, hundreds of messages in flight', () => {
       }
     });
     const sent = await sending;
-    await waitUntil(() => [...sent].every(([t, ids]) => (finals.get(t)?.length ?? 0) >= ids.length) || undefined, 'every answer', 120_000);
+    // An answer published while this observer was reconnecting reaches no one on `out` (core NATS); a client
+    // reads it from the thread's history (TroupeClient's recheck), and so does this, for what is still
+    // missing 20 s on (as the cluster chaos suite does).
+    const recovered = new Set<string>();
+    const started = Date.now();
+    const unanswered = () => [...sent].flatMap(([t, ids]) => ids.filter((id) => !(finals.get(t) ?? []).includes(id) && !recovered.has(id)).map((id) => [t, id] as const));
+    try {
+      await waitUntil(
+        async () => {
+          const missing = unanswered();
+          if (missing.length === 0) return true;
+          if (Date.now() - started < 20_000) return undefined;
+          for (const t of new Set(missing.map(([t]) => t))) {
+            const history = await client.task(t).then((task) => task.history ?? [], () => []);
+            history.forEach((m, i) => {
+              if (m.role === 'user' && history[i + 1]?.role === 'agent' && missing.some(([mt, id]) => mt === t && id === m.messageId)) recovered.add(m.messageId);
+            });
+          }
+          return unanswered().length === 0 || undefined;
+        },
+        'every answer',
+        120_000,
+        500,
+      );
+    } catch (err) {
+      throw new Error(`${(err as Error).message}: no answer on out or in the history for ${unanswered().slice(0, 10).map(([t, id]) => `${t}:${id}`).join(', ')}`);
+    }
     await sleep(500); // a late duplicate would arrive now
-    const { answered, duplicates } = assertExactlyOnceInOrder(sent, finals);
-    console.log(`[chaos] nats-server restart: 900 messages over 300 threads; answered ${answered}, duplicates ${duplicates}, lost ${900 - answered + duplicates}`);
+    const { answered, duplicates } = assertExactlyOnceInOrder(sent, finals, recovered);
+    console.log(`[chaos] nats-server restart: 900 messages over 300 threads; answered ${answered} (${recovered.size} read from the stored history), duplicates ${duplicates}, lost ${900 - answered + duplicates}`);
     expect(restarted).toBe(true);
     expect(duplicates).toBe(0);
   }, 180_000);
