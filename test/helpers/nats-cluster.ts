@@ -66,6 +66,11 @@ export interface NatsClusterHandle {
   streamLeader(stream: string): Promise<string>;
   /** Resolves once JetStream answers (a meta leader is elected) and every server is up; default wait 60 s (a fresh cluster on 2 busy cores once took over 30 s). */
   ready(timeoutMs?: number): Promise<void>;
+  /**
+   * Waits until a bucket with a replica on every server can be made, restarting a server the JetStream
+   * meta group left out (`placeable` below): what `startNatsCluster` does for a cluster started whole.
+   */
+  placeable(timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -222,6 +227,7 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
       }
       throw new Error(`the cluster's JetStream was not ready within ${timeoutMs} ms: ${(last as Error)?.message}`);
     },
+    placeable: (timeoutMs = 90_000) => placeable(handle, as('node'), system, size, timeoutMs),
     stop: async () => {
       await Promise.all(procs.map(async ({ proc }) => {
         proc.signal('SIGCONT').catch(() => undefined);
