@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import { ThreadEventSchema, decode, messageText, type ThreadEvent } from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
+import { handoffDeadlineOf } from '../src/actors/threads/record.js';
 import { TENANT, dormantMesh } from './helpers/dormant-mesh.js';
 import { sleep, waitFor } from './helpers/wait.js';
 
@@ -43,7 +44,7 @@ describe('dormant threads in a handoff', () => {
     expect(handoffState(m, threadId)).toBe('active');
 
     const stored = await m.store.get(TENANT, threadId);
-    const deadline = (stored?.record.snapshot as { children: { handoff: { snapshot: { context: { deadline: number } } } } }).children.handoff.snapshot.context.deadline;
+    const deadline = handoffDeadlineOf(stored!.record)!;
     expect(await m.threads.sleepThreads()).toBe(1);
     expect(m.threads.isLive(threadId)).toBe(false);
     // `troupe inspect` says when the handoff's deadline wakes it.

@@ -12,6 +12,7 @@ import { partitionOf } from '../src/transport/jetstream/ingress.js';
 import { main, sloth } from '../src/bin/demo/handoff-team.js';
 import { ThreadEventSchema, decode, encodeJson, type ActorInfo, type Message, type ThreadEvent } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
+import { handoffDeadlineOf } from '../src/actors/threads/record.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { HEADERS } from '../src/protocol/headers.js';
@@ -246,8 +247,9 @@ async function slothHandoff(name: string, team: string, threadId: string, nodeAr
   expect(first.text).toBe('sloth: accepted, thinking…');
   const store = await KvThreadStore.open(clientT.connection);
   const stored = await store.get('demo', threadId);
-  const deadline = (stored?.record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: number } } } } }).children?.handoff?.snapshot?.context?.deadline;
+  const deadline = stored && handoffDeadlineOf(stored.record);
   expect(deadline).toEqual(expect.any(Number));
+  expect(Number.isFinite(deadline)).toBe(true);
   return { hosts, node, client, events, deadline: deadline! };
 }
 

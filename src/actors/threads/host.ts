@@ -45,7 +45,7 @@ import { Committer } from './committer.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
-import { appendArtifact, dormantJson, fromDormantJson, fullSnapshot, ownerOfRecord, recordOf, type NodeGivens } from './record.js';
+import { appendArtifact, dormantJson, fromDormantJson, fullSnapshot, handoffDeadlineOf, ownerOfRecord, recordOf, type NodeGivens } from './record.js';
 import { actorsOf, inspectDormant, inspectThread } from './views.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
@@ -142,15 +142,11 @@ function resting(live: LiveThread): boolean {
 }
 
 /**
- * The deadline (epoch ms) of the thread's open handoff, or undefined when none is open. A thread in a
- * handoff is never passivated: its deadline must fire on time, so it stays here, live or dormant (and then
- * woken at that time).
+ * A handoff is open. Such a thread is never passivated: its deadline must fire on time, so it stays here,
+ * live or dormant (and then woken at that time, `handoffDeadlineOf` its record).
  */
-function handoffDeadline(live: LiveThread): number | undefined {
-  const snap = live.actor.getSnapshot();
-  if (!snap.context.handoff) return undefined;
-  const deadline = (snap.children.handoff?.getSnapshot() as { context?: { deadline?: unknown } } | undefined)?.context?.deadline;
-  return typeof deadline === 'number' ? deadline : Number.POSITIVE_INFINITY;
+function inHandoff(live: LiveThread): boolean {
+  return live.actor.getSnapshot().context.handoff !== undefined;
 }
 
 /** The longest a Node timer waits; a later deadline wakes the thread early and it goes dormant again. */
@@ -175,7 +171,7 @@ export class ThreadHost {
   private readonly threads = new Map<string, LiveThread>();
   /** Threads whose actors were stopped at rest, as their committed records (`dormantMs`). */
   private readonly dormant = new Map<string, DormantThread>();
-  /** The timers that wake dormant threads in a handoff at its deadline (see `handoffDeadline`). */
+  /** The timers that wake dormant threads in a handoff at its deadline (see `inHandoff`). */
   private readonly wakes = new Map<string, NodeJS.Timeout>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
   private readonly transport: Transport;
@@ -356,9 +352,8 @@ export class ThreadHost {
     if (this.passivator) clearInterval(this.passivator);
     this.unsubscribeRegistry?.();
     this.answeredSub?.unsubscribe();
-    for (const threadId of [...this.wakes.keys()]) this.forgetDormant(threadId);
     await Promise.all([...this.threads.values()].map((t) => this.passivate(t)));
-    this.dormant.clear();
+    for (const threadId of [...this.dormant.keys()]) this.forgetDormant(threadId);
     this.committer.stop();
     this.caller.stop();
   }
@@ -1112,7 +1107,7 @@ export class ThreadHost {
   private async passivateIdle(now: number): Promise<void> {
     for (const live of [...this.threads.values()]) {
       if (!resting(live)) continue;
-      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs && handoffDeadline(live) === undefined) await this.passivate(live);
+      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs && !inHandoff(live)) await this.passivate(live);
       else if (this.dormantMs > 0 && live.lastActive <= now - this.dormantMs && this.maySleep(live)) await this.passivate(live, { dormant: true });
     }
   }
@@ -1141,7 +1136,6 @@ export class ThreadHost {
     this.committer.schedule(live, { force: true });
     await this.committer.flush(live).catch(() => undefined);
     const kept = dormant ? this.dormantOf(live) : undefined;
-    const wakeAt = kept ? handoffDeadline(live) : undefined;
     live.stopped = true;
     try {
       // Deliveries still waiting for their answer are not acknowledged: the next owner replays them.
@@ -1151,8 +1145,8 @@ export class ThreadHost {
     } finally {
       if (this.threads.get(live.threadId) === live) {
         this.threads.delete(live.threadId);
-        if (kept) this.dormant.set(live.threadId, kept);
-        if (kept && wakeAt !== undefined) this.armWake(live.threadId, wakeAt);
+        if (kept) this.dormant.set(live.threadId, kept.copy);
+        if (kept?.wakeAt !== undefined) this.armWake(live.threadId, kept.wakeAt);
         this.passivatedTotal++;
       }
     }
@@ -1187,12 +1181,13 @@ export class ThreadHost {
   /**
    * The record a thread at rest would be loaded from, as JSON, or undefined when it is not at rest or not
    * all of it is committed: the stored record's content, with the node that wrote it (which answers
-   * whether a redelivered message was answered, see `deliver`).
+   * whether a redelivered message was answered, see `deliver`); and, in a handoff, when its deadline wakes it.
    */
-  private dormantOf(live: LiveThread): DormantThread | undefined {
+  private dormantOf(live: LiveThread): { copy: DormantThread; wakeAt: number | undefined } | undefined {
     const still = live.actor.getSnapshot().status === 'active' && resting(live) && live.turns.size === 0 && live.waiters.length === 0;
     if (!still || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
     const record = recordOf(live, { tenant: this.tenant, node: live.committedBy ?? this.opts.nodeId, now: this.now() });
-    return { json: dormantJson(record, this.givens), revision: live.revision, lastActive: live.lastActive };
+    const wakeAt = handoffDeadlineOf(record);
+    return { copy: { json: dormantJson(record, this.givens), revision: live.revision, lastActive: live.lastActive }, wakeAt };
   }
 }

@@ -139,6 +139,17 @@ export function fullSnapshot(record: ThreadRecord): unknown {
   };
 }
 
+/**
+ * The deadline (epoch ms) of a record's open handoff, as its handoff child's persisted context holds it;
+ * undefined when no handoff is open (Infinity for an open one whose child says none: never woken for it).
+ */
+export function handoffDeadlineOf(record: ThreadRecord): number | undefined {
+  const snapshot = record.snapshot as { context?: { handoff?: unknown }; children?: { handoff?: { snapshot?: { context?: { deadline?: unknown } } } } } | undefined;
+  if (!snapshot?.context?.handoff) return undefined;
+  const deadline = snapshot.children?.handoff?.snapshot?.context?.deadline;
+  return typeof deadline === 'number' ? deadline : Number.POSITIVE_INFINITY;
+}
+
 /** What a node gives every thread it wakes: its config (as JSON too, to compare) and the agent directory. */
 export interface NodeGivens {
   config: ThreadConfig;

@@ -3,7 +3,7 @@ import { redact } from '../../observability/redact.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread, RecentEvent, RecentEventEntry } from './live.js';
-import { fullSnapshot } from './record.js';
+import { fullSnapshot, handoffDeadlineOf } from './record.js';
 
 const CHILD_KINDS: Record<string, ActorInfo['kind']> = { router: 'router', agentCall: 'agent-call', handoff: 'handoff', orchestration: 'orchestration' };
 
@@ -74,8 +74,7 @@ export function inspectThread(
  */
 export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
   const snap = fullSnapshot(record) as { value?: unknown; context?: { turns?: number; history?: unknown[]; routeLog?: Array<{ hop?: number }> } };
-  const handoff = (record.snapshot as { children?: { handoff?: { snapshot?: { context?: { deadline?: unknown } } } } } | undefined)?.children?.handoff;
-  const deadline = typeof handoff?.snapshot?.context?.deadline === 'number' ? handoff.snapshot.context.deadline : undefined;
+  const deadline = handoffDeadlineOf(record);
   const actor: ActorInfo = {
     kind: 'thread',
     id: threadId,
@@ -84,7 +83,7 @@ export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: s
     threadId,
     hops: snap.context?.routeLog?.at(-1)?.hop ?? 0,
     status: 'passivated',
-    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0, ...(deadline !== undefined ? { wakesAt: new Date(deadline).toISOString() } : {}) },
+    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0, ...(deadline !== undefined && Number.isFinite(deadline) ? { wakesAt: new Date(deadline).toISOString() } : {}) },
   };
   return { actor, value: snap.value, context: redact(snap.context), events: [] };
 }
