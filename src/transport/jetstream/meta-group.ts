@@ -9,7 +9,7 @@ import type { NatsTransport } from '../nats.js';
 
 export interface MetaGroup {
   leader: string;
-  /** The leader and the servers it counts as members. */
+  /** The leader and the servers it counts as members and does not see offline. */
   members: string[];
 }
 
@@ -17,10 +17,15 @@ export interface MetaGroup {
 export async function metaGroup(system: NatsTransport, servers: number): Promise<MetaGroup | undefined> {
   const replies = await system.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 2_000, maxReplies: servers });
   for (const r of replies) {
-    const body = JSON.parse(new TextDecoder().decode(r.data)) as { server?: { name?: string }; data?: { meta_cluster?: { leader?: string; replicas?: { name: string }[] } } };
+    const body = JSON.parse(new TextDecoder().decode(r.data)) as {
+      server?: { name?: string };
+      data?: { meta_cluster?: { leader?: string; replicas?: { name: string; offline?: boolean }[] } };
+    };
     const meta = body.data?.meta_cluster;
-    // Only the leader lists the group's other members.
-    if (meta?.leader && meta.leader === body.server?.name) return { leader: meta.leader, members: [meta.leader, ...(meta.replicas ?? []).map((m) => m.name)] };
+    // Only the leader lists the group's other members. One it sees offline cannot take a replica either.
+    if (meta?.leader && meta.leader === body.server?.name) {
+      return { leader: meta.leader, members: [meta.leader, ...(meta.replicas ?? []).filter((m) => !m.offline).map((m) => m.name)] };
+    }
   }
   return undefined;
 }
