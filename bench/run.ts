@@ -83,6 +83,11 @@ import { controlInspection } from '../src/studio/stream.js';
 import { renderTracingReport, runTracingBench, type TracingResults } from './tracing.js';
 import { startTracing } from '../src/observability/tracing.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
+import { tuneHeap } from '../src/bin/heap.js';
+
+// The in-process rows run with the heap setting of the `troupe` processes (src/bin/heap.ts), as the
+// multi-process row's node and agent do; the raw rows beside them share it.
+const v8Flags = tuneHeap();
 
 // ---------------------------------------------------------------------------------------------------
 // Configuration
@@ -782,6 +787,7 @@ async function main(): Promise<void> {
       cpus: availableParallelism(),
       cpuModel: cpus()[0]?.model.trim() ?? null,
       platform: `${process.platform}-${process.arch}`,
+      v8Flags,
       config: {
         n: N,
         warmupN: WARMUP_N,

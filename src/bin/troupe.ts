@@ -10,6 +10,9 @@
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { int, resolveTenant } from './cli.js';
+import { tuneHeap } from './heap.js';
+
+tuneHeap();
 
 // `troupe … | head` closes the pipe early: that is not an error.
 process.stdout.on('error', (err: NodeJS.ErrnoException) => {
