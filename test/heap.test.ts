@@ -16,6 +16,7 @@ describe('heap flags', () => {
   it("keeps the operator's own choice", () => {
     expect(heapFlags(['--allocation-site-pretenuring'])).toEqual([]);
     expect(heapFlags(['--no-allocation-site-pretenuring'])).toEqual([]);
+    expect(heapFlags(['--allocation_site_pretenuring'])).toEqual([]);
   });
 
   it('the flag is one this node accepts', () => {

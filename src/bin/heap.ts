@@ -19,7 +19,8 @@ export const NO_PRETENURING = '--no-allocation-site-pretenuring';
 
 /** The V8 flags to set at start: none when node was given a pretenuring flag already. */
 export function heapFlags(execArgv: readonly string[]): string[] {
-  return execArgv.some((a) => a.includes('allocation-site-pretenuring')) ? [] : [NO_PRETENURING];
+  // V8 reads `_` and `-` in a flag's name alike.
+  return execArgv.some((a) => a.replaceAll('_', '-').includes('allocation-site-pretenuring')) ? [] : [NO_PRETENURING];
 }
 
 /** Sets `heapFlags(process.execArgv)`; returns what it set. */
