@@ -93,12 +93,17 @@ describe('troupe cluster up', () => {
         // JetStream elects its meta leader once the routes are up: retry until it answers.
         // A fresh 2.10 cluster on 2 busy cores can take over a minute to place a stream on every peer
         // (test/helpers/nats-cluster.ts waits 90 s for the same).
-        // On a timeout, what `troupe cluster up` said (its restarts of a server left out of the meta group).
-        const kv = await waitUntil(() => new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch(() => undefined), 'a bucket with 3 replicas', 90_000, 500).catch(
-          (err: unknown) => {
-            throw new Error(`${(err as Error).message}\n${proc.describe()}`);
-          },
-        );
+        // On a timeout: the cluster's last answer, and what `troupe cluster up` said (what it saw of the
+        // JetStream meta group, the servers it restarted).
+        let last = 'no attempt finished';
+        const create = () =>
+          new Kvm(t.connection).create('cluster_up_check', { replicas: 3 }).catch((err: unknown) => {
+            last = (err as Error)?.message ?? String(err);
+            return undefined;
+          });
+        const kv = await waitUntil(create, 'a bucket with 3 replicas', 90_000, 500).catch((err: unknown) => {
+          throw new Error(`${(err as Error).message} (the cluster's last answer: ${last})\n${proc.describe()}`);
+        });
         await kv.put('k', 'v');
         expect((await kv.get('k'))?.string()).toBe('v');
         const info = await (await jetstreamManager(t.connection)).streams.info('KV_cluster_up_check');

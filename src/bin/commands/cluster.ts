@@ -105,7 +105,9 @@ async function checkServerVersion(servers: number): Promise<void> {
  * Waits until every server is in the JetStream meta group, restarting any the leader left out. A fresh
  * nats-server 2.10 cluster on a busy machine sometimes elects its meta leader with a group one server short
  * and never adds the last one; streams of all replicas are then refused ("no suitable peers for
- * placement") until that server restarts (docs/cluster.md). Says what it did on stderr; never throws.
+ * placement") until that server restarts (docs/cluster.md). A cluster where no server answers as the
+ * meta leader for 20 s gets one server restarted at a time, in turn. Says what it sees and does on
+ * stderr; never throws.
  */
 async function settleMetaGroup(
   files: ClusterServerFiles[],
@@ -116,21 +118,37 @@ async function settleMetaGroup(
   const urls = files.map((f) => f.url);
   const started = Date.now();
   let lastRestart = 0;
+  let nextInTurn = 0;
+  let said = '';
+  const say = (line: string) => {
+    if (line !== said) process.stderr.write(line);
+    said = line;
+  };
   while (!stopped() && Date.now() - started < META_GROUP_WAIT_MS) {
+    let why = '';
     const meta = await NatsTransport.connect({ servers: urls, creds: systemCreds, name: 'troupe-cluster-up', maxReconnectAttempts: 0 })
       .then((t) => metaGroup(t, files.length).finally(() => t.close()))
-      .catch(() => undefined);
+      .catch((err: unknown) => {
+        why = `the system user could not ask: ${(err as Error)?.message ?? String(err)}`;
+        return undefined;
+      });
     if (meta && meta.members.length >= files.length) {
-      if (lastRestart) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
+      if (lastRestart || said) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
       return;
     }
-    if (meta && Date.now() - started > 8_000 && Date.now() - lastRestart > 15_000) {
+    const waited = Date.now() - started;
+    if (meta && waited > 8_000 && Date.now() - lastRestart > 15_000) {
       const left = files.map((f, i) => ({ f, i })).filter(({ f }) => !meta.members.includes(f.name));
-      process.stderr.write(
+      say(
         `${color.yellow('!')} nats-server ${left.map(({ f }) => f.name).join(', ')} left out of the JetStream meta group (leader ${meta.leader} counts ${meta.members.join(', ')}); restarting it\n`,
       );
       lastRestart = Date.now();
       for (const { i } of left) await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
+    } else if (!meta && waited > 20_000 && Date.now() - lastRestart > 15_000) {
+      const i = nextInTurn++ % files.length;
+      say(`${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`);
+      lastRestart = Date.now();
+      await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
     }
     await new Promise((r) => setTimeout(r, 1_000));
   }
@@ -184,24 +202,31 @@ export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
     );
   }
   let stopping = false;
+  /** Servers being restarted on purpose: their exit is not news. */
+  const restarting = new Set<number>();
   const watchExit = (i: number) => {
     const child = children[i]!;
     child.once('exit', (code, signal) => {
-      if (!stopping && children[i] === child) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
+      if (!stopping && !restarting.has(i) && children[i] === child) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
     });
   };
   for (const i of children.keys()) watchExit(i);
   const restart = async (i: number) => {
     const old = children[i]!;
-    await new Promise<void>((resolve) => {
-      if (old.exitCode !== null || old.signalCode !== null) return resolve();
-      const timer = setTimeout(() => old.kill('SIGKILL'), 5_000);
-      old.once('exit', () => (clearTimeout(timer), resolve()));
-      old.kill('SIGTERM');
-    });
-    if (stopping) return;
-    children[i] = await launch(files[i]!);
-    watchExit(i);
+    restarting.add(i);
+    try {
+      await new Promise<void>((resolve) => {
+        if (old.exitCode !== null || old.signalCode !== null) return resolve();
+        const timer = setTimeout(() => old.kill('SIGKILL'), 5_000);
+        old.once('exit', () => (clearTimeout(timer), resolve()));
+        old.kill('SIGTERM');
+      });
+      if (stopping) return;
+      children[i] = await launch(files[i]!);
+      watchExit(i);
+    } finally {
+      restarting.delete(i);
+    }
   };
   const settled = files.length > 1 ? settleMetaGroup(files, store.systemCredsFile, restart, () => stopping) : Promise.resolve();
   onShutdown(async () => {
