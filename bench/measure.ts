@@ -108,22 +108,52 @@ function describe(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
 }
 
+/**
+ * What the runs of one operation gave, added up across windows: `sequential` and `concurrent` fill one
+ * each, and a scenario measured in several windows (bench/run.ts, interleaved with the rows it is compared
+ * with) passes the same tally to each window.
+ */
+export class Tally {
+  readonly samples: number[] = [];
+  errors = 0;
+  firstError?: string;
+  /** Wall time of the concurrent windows. */
+  seconds = 0;
+
+  failed(err: unknown): void {
+    this.errors++;
+    this.firstError ??= describe(err);
+  }
+
+  sequential(): SequentialResult {
+    return { ...summarize(this.samples), errors: this.errors, ...(this.firstError ? { firstError: this.firstError } : {}) };
+  }
+
+  concurrent(concurrency: number): ConcurrentResult {
+    return {
+      concurrency,
+      ops: this.samples.length,
+      errors: this.errors,
+      ...(this.firstError ? { firstError: this.firstError } : {}),
+      seconds: this.seconds,
+      perSecond: this.samples.length / this.seconds,
+      latency: summarize(this.samples),
+    };
+  }
+}
+
 /** Runs `op` `n` times, one after another, and reports the latency distribution of the successful ones. */
-export async function sequential(op: Op, n: number): Promise<SequentialResult> {
-  const samples: number[] = [];
-  let errors = 0;
-  let firstError: string | undefined;
+export async function sequential(op: Op, n: number, tally = new Tally()): Promise<SequentialResult> {
   for (let i = 0; i < n; i++) {
     const start = process.hrtime.bigint();
     try {
       await op(0, i);
-      samples.push(elapsedUs(start));
+      tally.samples.push(elapsedUs(start));
     } catch (err) {
-      errors++;
-      firstError ??= describe(err);
+      tally.failed(err);
     }
   }
-  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
+  return tally.sequential();
 }
 
 export interface ConcurrentOptions {
@@ -138,12 +168,9 @@ export interface ConcurrentOptions {
  * Keeps `concurrency` operations in flight: each worker starts its next one as soon as its last one
  * settles. Throughput counts successful operations over the wall time until the last one settled.
  */
-export async function concurrent(op: Op, opts: ConcurrentOptions): Promise<ConcurrentResult> {
+export async function concurrent(op: Op, opts: ConcurrentOptions, tally = new Tally()): Promise<ConcurrentResult> {
   const maxOps = opts.maxOps ?? Number.POSITIVE_INFINITY;
-  const samples: number[] = [];
   let started = 0;
-  let errors = 0;
-  let firstError: string | undefined;
   const begin = process.hrtime.bigint();
   const deadline = begin + BigInt(Math.round(opts.seconds * 1e9));
 
@@ -153,25 +180,16 @@ export async function concurrent(op: Op, opts: ConcurrentOptions): Promise<Concu
       const start = process.hrtime.bigint();
       try {
         await op(w, i);
-        samples.push(elapsedUs(start));
+        tally.samples.push(elapsedUs(start));
       } catch (err) {
-        errors++;
-        firstError ??= describe(err);
+        tally.failed(err);
       }
     }
   };
   await Promise.all(Array.from({ length: opts.concurrency }, (_, w) => worker(w)));
 
-  const seconds = elapsedUs(begin) / 1e6;
-  return {
-    concurrency: opts.concurrency,
-    ops: samples.length,
-    errors,
-    ...(firstError ? { firstError } : {}),
-    seconds,
-    perSecond: samples.length / seconds,
-    latency: summarize(samples),
-  };
+  tally.seconds += elapsedUs(begin) / 1e6;
+  return tally.concurrent(opts.concurrency);
 }
 
 /**

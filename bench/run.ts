@@ -23,7 +23,8 @@
  *  10. takeover (bench/takeover.ts): a series of crashes, min/median/max of the time to take the partitions over.
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
- * in flight (throughput), after a warm-up. Prints the tables and writes bench/results.json.
+ * in flight (throughput), after a warm-up; a target's row, its floor and its raw baseline in turn, in
+ * BENCH_ROUNDS windows each (`runScenarios`). Prints the tables and writes bench/results.json.
  *
  *   npm run bench        # defaults: BENCH_N=2000 BENCH_TURN_N=1000 BENCH_SECONDS=3 BENCH_CONCURRENCY=64
  *                        #           BENCH_MEM_THREADS=2000 BENCH_REHYDRATE_N=500 (about 1 min on 2 cores)
@@ -32,6 +33,7 @@
  *   BENCH_N            sequential runs of the raw and agent-hop rows
  *   BENCH_TURN_N       sequential runs of the full-turn rows and of the raw turn
  *   BENCH_SECONDS      length of each concurrent run; BENCH_CONCURRENCY operations in flight
+ *   BENCH_ROUNDS       windows each row's runs are split into, taken in turn with its baseline and floor (4)
  *   BENCH_MEM_THREADS  threads created for the memory measurement (child process), one turn each
  *   BENCH_MEM_LIMIT_THREADS  threads taken to the history limit (25 turns, 50 messages) for the second one (400)
  *   BENCH_REHYDRATE_N  passivated threads for the rehydrate rows
@@ -73,7 +75,7 @@ import {
   type RawTurn,
   type StreamCounters,
 } from './durability.js';
-import { concurrent, connections, floorResponder, sequential, threadCallHeaders, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { Tally, concurrent, connections, floorResponder, sequential, threadCallHeaders, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
@@ -118,6 +120,8 @@ const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
 const CLUSTER_N = envNumber('BENCH_CLUSTER_N', 300, { integer: true });
 const PARTITIONS = 8;
 const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
+/** Windows a scenario's measured runs are split into, taken in turn with the rows it is compared with. */
+const ROUNDS = envNumber('BENCH_ROUNDS', 4, { integer: true });
 const TIMEOUT_MS = 10_000;
 const TENANT = 'demo';
 /** A tenant the account does not map into TROUPE_IN: a plain node serves it over queue-group ingress. */
@@ -199,33 +203,74 @@ function agentCall(node: TroupeNode, threadId: string): { data: Uint8Array; head
   return { data: encodeJson(withRouting), headers: threadCallHeaders(TENANT, threadId, message.messageId) };
 }
 
-async function runScenario(s: Scenario): Promise<ScenarioResult> {
-  const n = s.n ?? N;
-  process.stderr.write(`  ${s.name}: warm-up…`);
-  // One operation first: a scenario that cannot work (e.g. nobody consumes the stream) is reported
-  // with its error at once instead of timing out thousands of times.
-  try {
-    await s.op(0, 0);
-  } catch (err) {
-    const firstError = `preflight: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
-    process.stderr.write(` FAILED (${firstError}); skipped\n`);
-    const none = summarize([]);
-    return {
-      key: s.key,
-      name: s.name,
-      description: s.description,
-      sequential: { ...none, errors: 1, firstError },
-      concurrent: { concurrency: CONCURRENCY, ops: 0, errors: 0, seconds: 0, perSecond: Number.NaN, latency: none },
-    };
+/**
+ * Measures scenarios that are compared with each other (a row, its floor and raw NATS) in the same
+ * moments: each is warmed up, then the measured runs are split into ROUNDS windows, taken in turn —
+ * round 1 of each scenario, then round 2 of each, … — and added up (bench/measure.ts `Tally`). On a VM
+ * whose speed drifts over a minute, a row and its baseline then see the same machine, where one after the
+ * other they did not (a ratio of 0.86× and 1.46× in two runs of one series). `around` wraps each window
+ * (the durable rows count their stream messages in it).
+ */
+async function runScenarios(group: Scenario[], around?: (s: Scenario, window: () => Promise<unknown>) => Promise<void>): Promise<ScenarioResult[]> {
+  const results = new Map<Scenario, ScenarioResult>();
+  const tallies = new Map<Scenario, { seq: Tally; conc: Tally }>();
+  for (const s of group) {
+    process.stderr.write(`  ${s.name}: warm-up…`);
+    // One operation first: a scenario that cannot work (e.g. nobody consumes the stream) is reported
+    // with its error at once instead of timing out thousands of times.
+    try {
+      await s.op(0, 0);
+    } catch (err) {
+      const firstError = `preflight: ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`;
+      process.stderr.write(` FAILED (${firstError}); skipped\n`);
+      const none = summarize([]);
+      results.set(s, {
+        key: s.key,
+        name: s.name,
+        description: s.description,
+        sequential: { ...none, errors: 1, firstError },
+        concurrent: { concurrency: CONCURRENCY, ops: 0, errors: 0, seconds: 0, perSecond: Number.NaN, latency: none },
+      });
+      continue;
+    }
+    await sequential(s.op, s.warmupN ?? WARMUP_N);
+    await concurrent(s.op, { concurrency: CONCURRENCY, seconds: WARMUP_SECONDS });
+    tallies.set(s, { seq: new Tally(), conc: new Tally() });
+    process.stderr.write(' done\n');
   }
-  await sequential(s.op, s.warmupN ?? WARMUP_N);
-  await concurrent(s.op, { concurrency: CONCURRENCY, seconds: WARMUP_SECONDS });
-  process.stderr.write(` sequential ×${n}…`);
-  const seq = await sequential(s.op, n);
-  process.stderr.write(` ${CONCURRENCY} in flight for ${SECONDS} s…`);
-  const conc = await concurrent(s.op, { concurrency: CONCURRENCY, seconds: SECONDS });
-  process.stderr.write(' done\n');
-  return { key: s.key, name: s.name, description: s.description, sequential: seq, concurrent: conc };
+  const measured = group.filter((s) => tallies.has(s));
+  if (measured.length) {
+    process.stderr.write(`  ${measured.length > 1 ? `${measured.length} rows in turn, ` : ''}${ROUNDS} rounds of sequential runs and ${CONCURRENCY} in flight:`);
+  }
+  for (let round = 0; round < ROUNDS && measured.length; round++) {
+    for (const s of measured) {
+      const t = tallies.get(s)!;
+      const n = s.n ?? N;
+      // The sequential runs split as evenly as they go: rounds of n/ROUNDS, the remainder in the first ones.
+      const runs = Math.floor(n / ROUNDS) + (round < n % ROUNDS ? 1 : 0);
+      const window = async () => {
+        await sequential(s.op, runs, t.seq);
+        await concurrent(s.op, { concurrency: CONCURRENCY, seconds: SECONDS / ROUNDS }, t.conc);
+      };
+      await (around ? around(s, window) : window());
+    }
+    process.stderr.write(` ${round + 1}`);
+  }
+  if (measured.length) process.stderr.write(' done\n');
+  return group.map(
+    (s) =>
+      results.get(s) ?? {
+        key: s.key,
+        name: s.name,
+        description: s.description,
+        sequential: tallies.get(s)!.seq.sequential(),
+        concurrent: tallies.get(s)!.conc.concurrent(CONCURRENCY),
+      },
+  );
+}
+
+async function runScenario(s: Scenario): Promise<ScenarioResult> {
+  return (await runScenarios([s]))[0]!;
 }
 
 function vsRaw(r: ScenarioResult, raw: ScenarioResult): VsRaw {
@@ -668,17 +713,35 @@ async function main(): Promise<void> {
       },
     ];
 
-    const results: ScenarioResult[] = [];
     const footprints: Partial<Record<Scenario['key'], { messages: number; kvWrites: number }>> = {};
-    for (const s of scenarios) {
-      const durable = s.key === 'fullTurn' || s.key === 'fullTurnNewThread';
-      const before: StreamCounters | undefined = durable ? await streamCounters(jsm) : undefined;
-      results.push(await runScenario(s));
-      if (before) {
-        const after = await streamCounters(jsm);
-        footprints[s.key] = { messages: after.inSeq - before.inSeq, kvWrites: after.kvSeq - before.kvSeq };
-      }
+    // What a durable row's windows put on TROUPE_IN and into the thread bucket (the other rows of its group
+    // use streams and buckets of their own).
+    const countFootprint = async (s: Scenario, window: () => Promise<unknown>) => {
+      if (s.key !== 'fullTurn' && s.key !== 'fullTurnNewThread') return void (await window());
+      const before: StreamCounters = await streamCounters(jsm);
+      await window();
+      const after = await streamCounters(jsm);
+      const sum = (footprints[s.key] ??= { messages: 0, kvWrites: 0 });
+      sum.messages += after.inSeq - before.inSeq;
+      sum.kvWrites += after.kvSeq - before.kvSeq;
+    };
+    // Each target's row is measured in turn with its baseline and its floor (runScenarios); the other rows alone.
+    const groups: Scenario['key'][][] = [
+      ['raw', 'hopFloor', 'agentHop'],
+      ['rawTurn', 'durableTurnFloor', 'fullTurn'],
+      ['fullTurnNewThread'],
+      ['fullTurnPlain'],
+      ['fullTurnEmbedded', 'threadMachine', 'xstateTurnFloor', 'embeddedTurnFloor'],
+      ['fullTurnMultiProcess'],
+    ];
+    const grouped = new Set(groups.flat());
+    for (const s of scenarios) if (!grouped.has(s.key)) groups.push([s.key]);
+    const measuredBy = new Map<Scenario['key'], ScenarioResult>();
+    for (const keys of groups) {
+      const group = keys.map((k) => scenarios.find((s) => s.key === k)!);
+      for (const r of await runScenarios(group, countFootprint)) measuredBy.set(r.key, r);
     }
+    const results: ScenarioResult[] = scenarios.map((s) => measuredBy.get(s.key)!);
     await embedded.stop();
     embedded = undefined;
     threadMachineRig.stop();
@@ -796,6 +859,7 @@ async function main(): Promise<void> {
         seconds: SECONDS,
         warmupSeconds: WARMUP_SECONDS,
         concurrency: CONCURRENCY,
+        rounds: ROUNDS,
         timeoutMs: TIMEOUT_MS,
         memThreads: MEM_THREADS,
         rehydrateN: REHYDRATE_N,
