@@ -119,11 +119,6 @@ async function settleMetaGroup(
   const started = Date.now();
   let lastRestart = 0;
   let nextInTurn = 0;
-  let said = '';
-  const say = (line: string) => {
-    if (line !== said) process.stderr.write(line);
-    said = line;
-  };
   while (!stopped() && Date.now() - started < META_GROUP_WAIT_MS) {
     let why = '';
     const meta = await NatsTransport.connect({ servers: urls, creds: systemCreds, name: 'troupe-cluster-up', maxReconnectAttempts: 0 })
@@ -133,20 +128,20 @@ async function settleMetaGroup(
         return undefined;
       });
     if (meta && meta.members.length >= files.length) {
-      if (lastRestart || said) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
+      if (lastRestart) process.stderr.write(`${color.green('✓')} JetStream meta group of ${files.length} formed (leader ${meta.leader})\n`);
       return;
     }
     const waited = Date.now() - started;
     if (meta && waited > 8_000 && Date.now() - lastRestart > 15_000) {
       const left = files.map((f, i) => ({ f, i })).filter(({ f }) => !meta.members.includes(f.name));
-      say(
+      process.stderr.write(
         `${color.yellow('!')} nats-server ${left.map(({ f }) => f.name).join(', ')} left out of the JetStream meta group (leader ${meta.leader} counts ${meta.members.join(', ')}); restarting it\n`,
       );
       lastRestart = Date.now();
       for (const { i } of left) await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
     } else if (!meta && waited > 20_000 && Date.now() - lastRestart > 15_000) {
       const i = nextInTurn++ % files.length;
-      say(`${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`);
+      process.stderr.write(`${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`);
       lastRestart = Date.now();
       await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
     }
