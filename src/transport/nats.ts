@@ -6,10 +6,8 @@ import {
   connect,
   credsAuthenticator,
   errors,
-  headers as createHeaders,
   type Authenticator,
   type Msg,
-  type MsgHdrs,
   type NatsConnection,
   type NodeConnectionOptions,
   type Payload,
@@ -18,6 +16,7 @@ import {
 } from '@nats-io/transport-node';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
 import { RequestMux } from './request-mux.js';
+import { clientHeaders, headersOf, wireHeaders } from './nats-headers.js';
 import {
   TransportError,
   type Headers,
@@ -61,28 +60,6 @@ export interface NatsConnectOptions {
   tls?: { caFile?: string; certFile?: string; keyFile?: string };
 }
 
-function toNatsHeaders(h: Headers | undefined): MsgHdrs | undefined {
-  if (!h) return undefined;
-  const keys = Object.keys(h);
-  // No header block at all when there is nothing to send: a plain PUB is cheaper than an HPUB.
-  if (keys.length === 0) return undefined;
-  const out = createHeaders();
-  // `append`, not `set`: the keys of a record are distinct, and `set` first looks for the key to delete
-  // (a list of the keys so far, filtered) on top of what `append` does.
-  for (const k of keys) out.append(k, h[k] ?? '');
-  return out;
-}
-
-function fromNatsHeaders(h: MsgHdrs | undefined): Headers {
-  const out: Headers = {};
-  if (!h) return out;
-  // The client keeps header names as sent (no MIME canonicalisation with the default exact match), so
-  // `traceparent` stays lower-case. A repeated header collapses to its first value.
-  // Read as entries: `get` per key would list and filter the keys again for each.
-  for (const [k, values] of h) if (values.length > 0) out[k] = values[0]!;
-  return out;
-}
-
 class NatsInbound implements InboundMessage {
   private decodedHeaders?: Headers;
 
@@ -101,7 +78,7 @@ class NatsInbound implements InboundMessage {
 
   /** Decoded on first use: most handlers on hot paths read only a header or two, many none. */
   get headers(): Headers {
-    this.decodedHeaders ??= fromNatsHeaders(this.msg.headers);
+    this.decodedHeaders ??= headersOf(this.msg);
     return this.decodedHeaders;
   }
 
@@ -336,7 +313,7 @@ export class NatsTransport implements Transport {
     if (this.state === 'closed') throw this.closedError('publish to', subject);
     try {
       if (opts) {
-        const headers = toNatsHeaders(opts.headers);
+        const headers = wireHeaders(opts.headers);
         this.connection.publish(subject, data, {
           ...(headers ? { headers } : {}),
           ...(opts.reply !== undefined ? { reply: opts.reply } : {}),
@@ -362,7 +339,7 @@ export class NatsTransport implements Transport {
 
   async request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<InboundMessage> {
     if (this.state !== 'open') throw this.closedError('send a request to', subject);
-    const headers = toNatsHeaders(opts.headers);
+    const headers = wireHeaders(opts.headers);
     try {
       const msg = await this.mux.request(subject, data, { timeout: opts.timeoutMs, headers });
       return new NatsInbound(this, msg);
@@ -373,7 +350,7 @@ export class NatsTransport implements Transport {
 
   async requestMany(subject: string, data: Uint8Array, opts: RequestManyOptions): Promise<InboundMessage[]> {
     if (this.state !== 'open') throw this.closedError('send a request to', subject);
-    const headers = toNatsHeaders(opts.headers);
+    const headers = clientHeaders(opts.headers);
     const max = opts.maxReplies !== undefined && opts.maxReplies > 0 ? opts.maxReplies : undefined;
     const replies: InboundMessage[] = [];
     try {

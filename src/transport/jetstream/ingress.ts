@@ -57,6 +57,7 @@ import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
+import { jsHeadersOf } from '../nats-headers.js';
 import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
@@ -647,7 +648,8 @@ export class JetStreamIngress {
   #onMessage(run: PartitionRun, m: JsMsg): void {
     if (!run.active) return; // the next consumer of the partition redelivers it
     const parsed = parseThreadIn(m.subject);
-    const messageId = m.headers?.get(HEADERS.msgId) || undefined;
+    const headers = jsHeadersOf(m);
+    const messageId = headers[HEADERS.msgId] || undefined;
     if ('problem' in parsed) {
       this.#refuse(m, { subject: m.subject, error: new TroupeError('INVALID_MESSAGE', `refused a message on a malformed subject: ${parsed.problem}`) });
       return;
@@ -672,7 +674,7 @@ export class JetStreamIngress {
     }
     const prev = run.chains.get(threadId) ?? Promise.resolve();
     const next = prev
-      .then(() => this.#process(run, m, threadId, principal))
+      .then(() => this.#process(run, m, threadId, principal, headers))
       .catch((err: unknown) => {
         // #process handles handler errors itself; this is a bug guard that keeps the chain alive.
         this.#log.error({ partition: run.partition, threadId, seq: m.seq, err: errText(err) }, 'processing a message failed');
@@ -686,7 +688,7 @@ export class JetStreamIngress {
   }
 
   /** Handles one message; never rejects. */
-  async #process(run: PartitionRun, m: JsMsg, threadId: string, principal: string): Promise<void> {
+  async #process(run: PartitionRun, m: JsMsg, threadId: string, principal: string, headers: Record<string, string>): Promise<void> {
     if (!run.active) return;
     const seq = m.seq;
     const hold = run.held.get(threadId);
@@ -716,9 +718,9 @@ export class JetStreamIngress {
       threadId,
       principal,
       partition: run.partition,
-      messageId: m.headers?.get(HEADERS.msgId) || undefined,
+      messageId: headers[HEADERS.msgId] || undefined,
       data: m.data,
-      headers: headersToRecord(m.headers),
+      headers,
       redelivered: info.redelivered || deliveryCount > 1,
       deliveryCount,
       ackedBefore: seq <= run.ackedThrough,
