@@ -104,3 +104,46 @@ describe('agent host: the actor hears every call while watched, and is brought u
     expect(h.actor.getSnapshot().context).toMatchObject({ inFlight: 0, handled: 2, failed: 0 });
   });
 });
+
+describe('agent host: the context a handler gets', () => {
+  it('its stream, log and inspect work when taken out of it or read from a copy of it', async () => {
+    const seen: Array<{ keys: string[]; kinds: string[] }> = [];
+    const agent = defineAgent({
+      card: { id: 'ctxuser', name: 'Context user', description: 'streams through a copy of its context' },
+      handle: (_m, ctx) => {
+        const { stream, log, inspect } = ctx;
+        const copy = { ...ctx };
+        stream('one ');
+        copy.stream('two ');
+        log.debug('taken out');
+        copy.log.debug('from a copy');
+        seen.push({ keys: Object.keys(ctx).sort(), kinds: [typeof stream, typeof log.debug, typeof inspect, typeof copy.inspect] });
+        return reply(`${ctx.text}!`, { to: 'user' });
+      },
+    });
+    const bus = new MemoryBus();
+    host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: 'demo' }).start();
+    const caller = new MemoryTransport({ bus });
+    const chunkSubject = 'troupe.demo.chunks.ctxuser.node.c1';
+    const chunks: string[] = [];
+    caller.subscribe(chunkSubject, (m) => {
+      const e = JSON.parse(new TextDecoder().decode(m.data)) as { artifact: { parts: Array<{ text: string }>; artifactId: string } };
+      chunks.push(`${e.artifact.artifactId}=${e.artifact.parts[0]!.text}`);
+    });
+    const message: Message = { kind: 'message', role: 'user', messageId: 'm-1', contextId: 't-1', taskId: 't-1', parts: [{ kind: 'text', text: 'hi' }] };
+    const res = await caller.request(subjects.agentInbox('demo', 'ctxuser'), encodeJson(message), {
+      timeoutMs: 10_000,
+      headers: { [HEADERS.threadId]: 't-1', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: 't-1/m-1', [HEADERS.chunks]: chunkSubject },
+    });
+    const answer = decode(AgentReplySchema, res.data, 'reply');
+    expect(answer.kind === 'message' && answer.parts[0]).toMatchObject({ text: 'hi!' });
+    await waitFor(() => chunks.length === 2, 'both chunks');
+    expect(chunks).toEqual(['m-1:stream=one ', 'm-1:stream=two ']);
+    expect(seen).toEqual([
+      {
+        keys: ['contextId', 'hop', 'inspect', 'log', 'peers', 'sender', 'signal', 'stream', 'taskId', 'tenant', 'text', 'threadId'],
+        kinds: ['function', 'function', 'function', 'function'],
+      },
+    ]);
+  });
+});

@@ -295,13 +295,16 @@ export class AgentHost {
       this.log.error({ err: (err as Error).message }, 'could not send the reply');
       msg.respond(encodeJson(new TroupeError('AGENT_ERROR', `agent "${this.agentId}" could not send its reply: ${(err as Error).message}`).toReply()));
     } finally {
-      this.settle(outcome);
+      // After the reply has left: the client writes what was published in this task in a microtask queued
+      // at the first publish, which this one follows.
+      queueMicrotask(() => this.settle(outcome));
     }
   }
 
   /**
    * The bookkeeping of a request, done once its reply has left: the counters and the actor's move back to
-   * idle, the metrics. None of it is part of the answer, so none of it is on the caller's wait.
+   * idle, the metrics. None of it is part of the answer, so none of it is on the caller's wait (at one
+   * request at a time it was 7 µs of a 400 µs hop on a slow VM: bench/PROFILE.md, session 20).
    */
   private settle(outcome: Outcome): void {
     if (outcome.ended) {
@@ -349,15 +352,12 @@ export class AgentHost {
 
   private async handle(msg: InboundMessage, outcome: Outcome): Promise<Uint8Array> {
     const threadId = msg.headers[HEADERS.threadId] ?? '';
-    // The call's logger is made when something logs (most calls log nothing at the default level).
-    let child: Logger | undefined;
-    const log = () => (child ??= this.log.child({ thread: threadId || undefined }));
     let message: Message;
     try {
       message = decode(MessageSchema, msg.data, `message to agent "${this.agentId}"`, this.maxPayload);
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
-      log().warn({ code: error.code }, error.message);
+      this.callLog(threadId).warn({ code: error.code }, error.message);
       outcome.error = error;
       return encodeJson(error.toReply());
     }
@@ -373,7 +373,7 @@ export class AgentHost {
           'EXTENSION_PARSE_ERROR',
           `client-routing metadata on message ${message.messageId} is invalid: ${describeZodError(parsed.error)}`,
         );
-        log().warn({ code: error.code }, error.message);
+        this.callLog(threadId).warn({ code: error.code }, error.message);
         outcome.error = error;
         return encodeJson(error.toReply());
       }
@@ -390,23 +390,17 @@ export class AgentHost {
     this.started(message.messageId, threadId);
     const taskId = msg.headers[HEADERS.taskId] ?? message.taskId ?? threadId;
     const contextId = msg.headers[HEADERS.contextId] ?? message.contextId ?? threadId;
-    const artifactId = `${message.messageId}:stream`;
     // Chunks go to the subject the caller named (Troupe-Chunks), which must be one of this agent's own
     // (the broker refuses any other); the caller relays them to the user. The reply subject takes the one
     // answer only. A request without the header takes no chunks.
     const chunkSubject = this.chunkSubjectOf(msg.headers[HEADERS.chunks]);
-    const stream = (text: string) => {
-      if (!chunkSubject || this.transport.closed || text.length === 0) return;
-      const event: TaskArtifactUpdateEvent = {
-        kind: 'artifact-update',
-        taskId,
-        contextId,
-        artifact: { artifactId, parts: [{ kind: 'text', text }], metadata: { [META.agent]: this.agentId } },
-        append: true,
-        lastChunk: false,
-      };
-      this.transport.publish(chunkSubject, encodeJson(event));
-    };
+    // The context's functions are made when a handler first reads them (most read none of them): its
+    // logger, its chunk stream and its inspector. Methods and getters of a plain object (a handler may
+    // take them out of it, `const { stream } = ctx`, or spread it), which reach the host by name.
+    // eslint-disable-next-line @typescript-eslint/no-this-alias -- `this` in a method is the context
+    const host = this;
+    let child: Logger | undefined;
+    let inspect: InspectObserver | undefined;
     const ctx: AgentContext = {
       tenant: this.tenant,
       threadId,
@@ -421,25 +415,48 @@ export class AgentHost {
       ...delegationContext(message),
       signal: this.abort.signal,
       get log() {
-        return log();
+        return (child ??= host.callLog(threadId));
       },
-      stream,
-      inspect: this.callInspector(threadId, message.messageId, inspected),
+      stream(text: string) {
+        host.streamChunk(chunkSubject, { taskId, contextId, artifactId: `${message.messageId}:stream` }, text);
+      },
+      get inspect() {
+        return (inspect ??= host.callInspector(threadId, message.messageId, inspected));
+      },
     };
 
     try {
       const result = await this.run(message, ctx);
       const replyMessage = this.toReply(result, ctx);
       outcome.ended = { messageId: message.messageId, how: 'answered', inspected };
-      if (this.log.isLevelEnabled('debug')) log().debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
+      if (this.log.isLevelEnabled('debug')) ctx.log.debug({ messageId: message.messageId, reply: replyMessage.kind }, 'answered');
       return encodeJson(replyMessage);
     } catch (err) {
       outcome.ended = { messageId: message.messageId, how: 'failed', inspected };
       const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
-      log().error({ err, code: error.code }, 'handler failed');
+      ctx.log.error({ err, code: error.code }, 'handler failed');
       outcome.error = error;
       return encodeJson(error.toReply());
     }
+  }
+
+  /** The logger of one call (made when a call logs: most log nothing at the default level). */
+  private callLog(threadId: string): Logger {
+    return this.log.child({ thread: threadId || undefined });
+  }
+
+  /** One streamed chunk of a call, to the chunk subject its caller named (none: the call takes no chunks). */
+  private streamChunk(chunkSubject: string | undefined, call: { taskId: string; contextId: string; artifactId: string }, text: string): void {
+    if (!chunkSubject || this.transport.closed || text.length === 0) return;
+    const event: TaskArtifactUpdateEvent = {
+      kind: 'artifact-update',
+      taskId: call.taskId,
+      contextId: call.contextId,
+      artifact: { artifactId: call.artifactId, parts: [{ kind: 'text', text }], metadata: { [META.agent]: this.agentId } },
+      append: true,
+      lastChunk: false,
+    };
+    this.transport.publish(chunkSubject, encodeJson(event));
   }
 
   private uninspectCall(): void {
