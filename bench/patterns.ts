@@ -5,12 +5,14 @@
  *   a. handoff transition: from publishing the user message that triggers a handoff to the first chunk
  *      the target streams on the thread's `.out` (user -> node -> source agent, which hands off at once
  *      -> node -> target, which streams one chunk at once -> `.out`). Baseline: the same first chunk
- *      when the user addresses the target directly (no source hop, no handoff).
+ *      when the user addresses the target directly (no source hop, no handoff). Floor: the handoff's legs
+ *      with their guarantees alone (bench/handoff-floor.ts). The three are sampled in turn, a run of each
+ *      per round.
  *   b. orchestration overhead: one message the scoring policy fans out in parallel to 3 agents taking
  *      20 / 30 / 40 ms, against a message routed to the 40 ms agent alone (full turns, TroupeClient.send).
  *      Overhead ratio = fan-out p50 / slowest-alone p50.
  *
- *   BENCH_PATTERN_HANDOFF_N (default 200), BENCH_PATTERN_ORCH_N (default 80) runs, after a warm-up.
+ *   BENCH_PATTERN_HANDOFF_N (default 400 of each), BENCH_PATTERN_ORCH_N (default 80) runs, after a warm-up.
  *
  * Tenant `patterns` (not `demo`): the account maps `troupe.demo.in.*.*` into the durable TROUPE_IN
  * stream; these numbers are about the patterns once a message is in a thread, over plain queue-group
@@ -237,21 +239,26 @@ export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Mess
   }
 }
 
-/** Runs `sample` `n` times after `warmup`; the samples are what it returns (µs), not its duration. */
-async function sampled(sample: () => Promise<number>, n: number, warmup: number): Promise<PatternRow> {
-  for (let i = 0; i < warmup; i++) await sample().catch(() => undefined);
-  const samples: number[] = [];
-  let errors = 0;
-  let firstError: string | undefined;
+/**
+ * Runs each of `samples` `n` times after `warmup` runs of each: one run of each per round, the order
+ * rotating from round to round. A row per sampler; its samples are what it returns (µs), not its duration.
+ */
+export async function sampledInTurn(samples: ReadonlyArray<() => Promise<number>>, n: number, warmup: number): Promise<PatternRow[]> {
+  for (let i = 0; i < warmup; i++) for (const sample of samples) await sample().catch(() => undefined);
+  const rows = samples.map(() => ({ samples: [] as number[], errors: 0, firstError: undefined as string | undefined }));
   for (let i = 0; i < n; i++) {
-    try {
-      samples.push(await sample());
-    } catch (err) {
-      errors++;
-      firstError ??= err instanceof Error ? err.message : String(err);
+    for (let k = 0; k < samples.length; k++) {
+      const at = (i + k) % samples.length;
+      const row = rows[at]!;
+      try {
+        row.samples.push(await samples[at]!());
+      } catch (err) {
+        row.errors++;
+        row.firstError ??= err instanceof Error ? err.message : String(err);
+      }
     }
   }
-  return { ...summarize(samples), errors, ...(firstError ? { firstError } : {}) };
+  return rows.map((r) => ({ ...summarize(r.samples), errors: r.errors, ...(r.firstError ? { firstError: r.firstError } : {}) }));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -261,53 +268,52 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   const opts = { ...options, tenant: options.tenant ?? 'patterns' };
   const log = opts.log ?? (() => undefined);
   const timeoutMs = opts.timeoutMs ?? 10_000;
-  const handoffRuns = opts.handoffRuns ?? envRuns('BENCH_PATTERN_HANDOFF_N', 200);
+  const handoffRuns = opts.handoffRuns ?? envRuns('BENCH_PATTERN_HANDOFF_N', 400);
   const orchestrationRuns = opts.orchestrationRuns ?? envRuns('BENCH_PATTERN_ORCH_N', 80);
   const warmupRuns = 10;
 
-  // a. Handoffs. The thread stays in the handoff after each run; every run is a new thread. The baseline
-  // (the target addressed directly) runs first, each on a fresh node, so neither measures the other's
-  // open handoff threads.
+  // a. Handoffs. The thread stays in the handoff after each run; every run is a new thread. The handoff,
+  // its baseline (the target addressed directly) and its floor are sampled in turn, one run of each per
+  // round in a rotating order, so that a VM whose speed drifts within a minute shows all three the same
+  // moments (a p99 is a handful of runs). The handoff and its baseline each have a node of their own, so
+  // neither measures the other's open handoff threads.
   log('  handoff transition: ');
   let transition: PatternRow;
   let direct: PatternRow;
   let floor: PatternRow;
   const directMesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   try {
-    log(`warm-up… ×${handoffRuns} addressed directly (fresh node)…`);
-    direct = await sampled(
-      () =>
-        timeToFirstChunk(
-          directMesh,
-          opts.tenant,
-          userMessage('I need the specialist', { metadata: { [CLIENT_ROUTING_URI]: { recipient: TARGET } } }),
-          TARGET,
-          `user>${TARGET}`,
-          timeoutMs,
-        ),
-      handoffRuns,
-      warmupRuns,
-    );
+    const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
+    try {
+      const floorRig = await connectHandoffFloor(opts.asNode, 'bench-handoff-floor', timeoutMs);
+      try {
+        log(`warm-up… ×${handoffRuns} each of the handoff, the target addressed directly and the floor, in turn…`);
+        const rows = await sampledInTurn(
+          [
+            () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
+            () =>
+              timeToFirstChunk(
+                directMesh,
+                opts.tenant,
+                userMessage('I need the specialist', { metadata: { [CLIENT_ROUTING_URI]: { recipient: TARGET } } }),
+                TARGET,
+                `user>${TARGET}`,
+                timeoutMs,
+              ),
+            floorRig.sample,
+          ],
+          handoffRuns,
+          warmupRuns,
+        );
+        [transition, direct, floor] = [rows[0]!, rows[1]!, rows[2]!];
+      } finally {
+        await floorRig.stop();
+      }
+    } finally {
+      await handoffMesh.stop();
+    }
   } finally {
     await directMesh.stop();
-  }
-  const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
-  try {
-    log(` ×${handoffRuns} via handoff (fresh node)…`);
-    transition = await sampled(
-      () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
-      handoffRuns,
-      warmupRuns,
-    );
-  } finally {
-    await handoffMesh.stop();
-  }
-  log(` ×${handoffRuns} the floor (the handoff's legs and guarantees alone)…`);
-  const floorRig = await connectHandoffFloor(opts.asNode, 'bench-handoff-floor', timeoutMs);
-  try {
-    floor = await sampled(floorRig.sample, handoffRuns, warmupRuns);
-  } finally {
-    await floorRig.stop();
   }
   log(' done\n');
 
