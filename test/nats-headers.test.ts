@@ -88,6 +88,9 @@ describe('NATS header blocks', () => {
     const block = bytes('NATS/1.0\r\nBad Key: v\r\nGood: yes\r\n\r\n');
     expect(() => clientRecord(block)).toThrow();
     expect(parseHeaderBlock(block)).toEqual({ Good: 'yes' });
+    const bare = bytes('NATS/1.0\r\nA: one\nB: two\r\nC: 3\r\n\r\n');
+    expect(() => clientRecord(bare)).toThrow();
+    expect(parseHeaderBlock(bare)).toEqual({ C: '3' });
     // A key that would set a record's prototype is never read as a header.
     expect(Object.getPrototypeOf(parseHeaderBlock(bytes('NATS/1.0\r\n__proto__: x\r\n\r\n')))).toBe(Object.prototype);
   });
