@@ -3,7 +3,7 @@
  * shipped operator-mode setup, with the node as its own process: more than 10,000 generated hostile
  * inputs at every NATS ingress —
  *   - messages into threads as a client principal (bad ids, broken JSON, schema violations, hostile
- *     nesting and sizes, prototype-named recipients, reused message ids, bad user headers),
+ *     nesting and sizes, prototype-named recipients, reused message ids, bad user headers, header blocks the client library cannot read),
  *   - owner-checked client requests (task, cancel) with junk,
  *   - agent replies and streamed chunks from a hostile entry agent (garbage, 900 KB replies, 50,000-deep
  *     metadata, lies in routing and handoff metadata, silence),
@@ -16,7 +16,7 @@
  * The generator is seeded (FUZZ_SEED) so a failure can be replayed.
  */
 import { jetstreamManager } from '@nats-io/jetstream';
-import { connect, headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers as natsHeaders, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import echo from '../examples/agents/echo.js';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -69,7 +69,7 @@ describe('fuzz: every NATS ingress of a node', () => {
   it(`survives ${Object.values(N).reduce((a, b) => a + b, 0)}+ hostile inputs with a control conversation running throughout`, async () => {
     const r = rng(SEED);
     const started = performance.now();
-    const counts = { inboundPublished: 0, inboundRefusedByClient: 0, jsDuplicates: 0, agentCalls: 0, agentReplies: 0, chunks: 0, registry: 0, ctl: 0, ctlTyped: 0, ctlOther: 0, ctlInspectUnheld: 0, requests: 0, requestsTyped: 0, requestsAnswered: 0 };
+    const counts = { inboundPublished: 0, inboundRefusedByClient: 0, rawHeaderBlocks: 0, jsDuplicates: 0, agentCalls: 0, agentReplies: 0, chunks: 0, registry: 0, ctl: 0, ctlTyped: 0, ctlOther: 0, ctlInspectUnheld: 0, requests: 0, requestsTyped: 0, requestsAnswered: 0 };
 
     // --- the hostile entry agent `triage` and its registry lies ---
     const triage = await open('triage');
@@ -164,9 +164,17 @@ describe('fuzz: every NATS ingress of a node', () => {
     const inbound = async (i: number) => {
       const threadId = threadIdCandidate(r);
       const body = userMessageBody(r);
-      const h = natsHeaders();
+      let h: MsgHdrs = natsHeaders();
       h.set(HEADERS.msgId, `${threadId.slice(0, 64)}/${i}`);
       if (r() < 0.1) h.set(HEADERS.user, pick(r, ['bob', 'x'.repeat(500), 'has space', '__proto__']));
+      // A header block the client library would refuse to write or to read (a bad name, a bare line break
+      // in a value, an empty name), written raw: the client's publish takes a header object's encode().
+      if (r() < 0.05) {
+        const bad = pick(r, ['Bad Key: x', `${HEADERS.user}: a\nb`, ': empty', 'Bäd: x', '__proto__: x', 'no colon at all']);
+        const block = enc.encode(`NATS/1.0\r\n${HEADERS.msgId}: ${threadId.slice(0, 64)}/${i}\r\n${bad}\r\n\r\n`);
+        h = { encode: () => block } as unknown as MsgHdrs;
+        counts.rawHeaderBlocks++;
+      }
       try {
         const ack = JSON.parse(dec.decode((await client.request(`${T}.in.client.${threadId}`, enc.encode(body), { headers: h, timeout: 10_000 })).data)) as { duplicate?: boolean; error?: unknown };
         counts.inboundPublished++;
@@ -259,7 +267,7 @@ describe('fuzz: every NATS ingress of a node', () => {
       const jsmDiag = await jetstreamManager(await open('node'));
       const inState = (await jsmDiag.streams.info(INGRESS_STREAM)).state;
       const inbound = inState.messages;
-      const stuck = inbound > 0 ? await jsmDiag.streams.getMessage(INGRESS_STREAM, { seq: inState.first_seq }).then((m) => m === null ? 'gone' : `${m.subject} ${JSON.stringify(Object.fromEntries([...(m.header?.keys() ?? [])].map((k) => [k, m.header?.get(k)])))} ${dec.decode(m.data).slice(0, 300)}`, (e: unknown) => String(e)) : '';
+      const stuck = inbound > 0 ? await jsmDiag.streams.getMessage(INGRESS_STREAM, { seq: inState.first_seq }).then((m) => m === null ? 'gone' : `${m.subject} ${JSON.stringify(Object.fromEntries([...(m.header?.keys() ?? [])].map((k) => [k, m.header?.get(k)])))} ${dec.decode(m.data).slice(0, 300)}`, (e: unknown) => String(e)).catch((e: unknown) => `headers the client cannot read: ${String(e)}`) : '';
       const consumers: string[] = [];
       for await (const ci of jsmDiag.consumers.list(INGRESS_STREAM)) consumers.push(`${ci.name}: pending ${ci.num_pending} ackPending ${ci.num_ack_pending} redelivered ${ci.num_redelivered} waiting ${ci.num_waiting}`);
       for (const [id] of missing) {
@@ -300,6 +308,8 @@ describe('fuzz: every NATS ingress of a node', () => {
     // Messages whose thread id is not valid never reach a thread: the node dead-letters them.
     expect(deadLettered).toBeGreaterThanOrEqual(invalidStored);
     expect(counts.requestsAnswered).toBe(counts.requests);
+    // Raw header blocks the client library could not read were sent (and those accepted are answered above).
+    expect(counts.rawHeaderBlocks).toBeGreaterThan(0);
     expect(unanswered).toEqual([]);
     expect(counts.ctlTyped + counts.ctlOther + counts.ctlInspectUnheld).toBe(counts.ctl);
     // The registry kept its caps: the liar is one agent, with a bounded number of instances.

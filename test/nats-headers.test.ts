@@ -170,6 +170,25 @@ describe('NATS header blocks', () => {
       }
     });
 
+    it('a reply or a message whose header block the client cannot read is still taken: the request settles, the handler runs', async () => {
+      // Written raw, as an agent in another language could: the client's publish takes a header object's encode().
+      const raw = (block: string) => ({ encode: () => bytes(block) }) as unknown as MsgHdrs;
+      const odd = t.subscribe('troupe.demo.headers.odd', (m) => {
+        t.connection.publish(m.reply!, new Uint8Array(0), { headers: raw('NATS/1.0\r\nBad Key: x\r\n\r\n') });
+      });
+      const reply = await t.request('troupe.demo.headers.odd', bytes('x'), { timeoutMs: 5_000 });
+      expect([reply.data.length, reply.headers]).toEqual([0, {}]);
+      const seen: Array<Record<string, string>> = [];
+      const taker = t.subscribe('troupe.demo.headers.taker', (m) => {
+        seen.push(m.headers);
+      });
+      t.connection.publish('troupe.demo.headers.taker', bytes('y'), { headers: raw('NATS/1.0\r\nTroupe-Hop: 2\r\nBad Key: x\r\nTroupe-User: a\nb\r\n\r\n') });
+      await waitFor(() => seen.length === 1, 'the message');
+      expect(seen).toEqual([{ 'Troupe-Hop': '2' }]);
+      odd.unsubscribe();
+      taker.unsubscribe();
+    });
+
     it('refuses to send a header the client would refuse, and the connection keeps working', async () => {
       expect(() => t.publish('troupe.demo.headers.test', bytes('x'), { headers: { 'Troupe-Thread': 'a\r\nTroupe-Tenant: other' } })).toThrow(/header/);
       await expect(t.request('troupe.demo.headers.nobody', bytes('x'), { timeoutMs: 2_000, headers: { 'Bad Key': '1' } })).rejects.toThrow(/header/);

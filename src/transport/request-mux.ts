@@ -89,7 +89,7 @@ export class RequestMux {
         this.waiting.delete(token);
         clearTimeout(w.timer);
         // Status 503 with no data: nobody was subscribed to the request's subject.
-        if (msg.data.length === 0 && msg.headers?.code === 503) w.reject(new errors.RequestError('no responders', { cause: new errors.NoRespondersError(w.subject) }));
+        if (msg.data.length === 0 && statusOf(msg) === 503) w.reject(new errors.RequestError('no responders', { cause: new errors.NoRespondersError(w.subject) }));
         else w.resolve(msg);
       },
     });
@@ -103,5 +103,17 @@ export class RequestMux {
       w.reject(error());
     }
     this.waiting.clear();
+  }
+}
+
+/**
+ * The status code of a reply's header block (0 when it has none). A responder may send a block the
+ * client cannot parse (its parser throws): that reply is no status, and its request still settles.
+ */
+function statusOf(msg: Msg): number {
+  try {
+    return msg.headers?.code ?? 0;
+  } catch {
+    return 0;
   }
 }

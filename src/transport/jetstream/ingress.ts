@@ -50,7 +50,7 @@ import {
   type JsMsg,
   type StreamConfig,
 } from '@nats-io/jetstream';
-import { headers as jsHeaders, type MsgHdrs, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { headers as jsHeaders, type NatsConnection, type Status } from '@nats-io/transport-node';
 import { parseThreadIn, subjects } from '../subjects.js';
 import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
@@ -847,7 +847,7 @@ export class JetStreamIngress {
   async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<void> {
     const parsed = parseThreadIn(m.subject);
     const h = jsHeaders();
-    for (const [k, v] of Object.entries(headersToRecord(m.headers))) h.set(k, v);
+    for (const [k, v] of Object.entries(jsHeadersOf(m))) h.set(k, v);
     h.set(DEAD_LETTER_HEADERS.code, error.code);
     h.set(DEAD_LETTER_HEADERS.message, error.message.replace(/[\r\n]+/g, ' ').slice(0, 1000));
     h.set(DEAD_LETTER_HEADERS.subject, m.subject.slice(0, 1000));
@@ -914,13 +914,6 @@ function carriedFloor(description: string | undefined): number {
   if (!description?.startsWith(ACKED_THROUGH)) return 0;
   const n = Number(description.slice(ACKED_THROUGH.length));
   return Number.isSafeInteger(n) && n > 0 ? n : 0;
-}
-
-function headersToRecord(h: MsgHdrs | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (!h) return out;
-  for (const k of h.keys()) out[k] = h.get(k);
-  return out;
 }
 
 export function msToNanos(ms: number): number {
