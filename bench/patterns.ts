@@ -243,7 +243,7 @@ export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Mess
  * Runs each of `samples` `n` times after `warmup` runs of each: one run of each per round, the order
  * rotating from round to round. A row per sampler; its samples are what it returns (µs), not its duration.
  */
-export async function sampledInTurn(samples: ReadonlyArray<() => Promise<number>>, n: number, warmup: number): Promise<PatternRow[]> {
+async function sampledInTurn(samples: ReadonlyArray<() => Promise<number>>, n: number, warmup: number): Promise<PatternRow[]> {
   for (let i = 0; i < warmup; i++) for (const sample of samples) await sample().catch(() => undefined);
   const rows = samples.map(() => ({ samples: [] as number[], errors: 0, firstError: undefined as string | undefined }));
   for (let i = 0; i < n; i++) {

@@ -148,15 +148,26 @@ interface ClientMsgBytes {
 }
 
 /**
- * A received message's headers as a record. Read from the bytes the client keeps (its header block is
- * the first `hdr` bytes); through the client's parser when a message is not shaped so (another client
- * version: `test/nats-headers.test.ts` says when the fast way is not taken).
+ * A message's header block as the client received it (`MsgImpl`'s `_rdata`, its first `hdr` bytes; empty
+ * when it has none); undefined when the message is not shaped so (another client version).
+ */
+function headerBytesOf(msg: unknown): Uint8Array | undefined {
+  if (typeof msg !== 'object' || msg === null) return undefined;
+  const raw = msg as ClientMsgBytes;
+  const hdr = raw._msg?.hdr;
+  if (typeof hdr !== 'number' || !(raw._rdata instanceof Uint8Array)) return undefined;
+  return hdr > 0 ? raw._rdata.subarray(0, hdr) : new Uint8Array(0);
+}
+
+/**
+ * A received message's headers as a record, from the bytes the client keeps; through the client's parser
+ * when a message is not shaped so (`test/nats-headers.test.ts` says when the fast way is not taken), and
+ * then a block the client cannot parse reads as no headers rather than throwing in a handler.
  */
 export function headersOf(msg: Msg): Headers {
-  const raw = msg as unknown as ClientMsgBytes;
-  const hdr = raw._msg?.hdr;
-  if (typeof hdr === 'number' && raw._rdata instanceof Uint8Array) return hdr > 0 ? parseHeaderBlock(raw._rdata.subarray(0, hdr)) : {};
-  return fromClientHeaders(msg.headers);
+  const block = headerBytesOf(msg);
+  if (block) return block.length > 0 ? parseHeaderBlock(block) : {};
+  return fromClientHeaders(() => msg.headers);
 }
 
 /**
@@ -165,21 +176,40 @@ export function headersOf(msg: Msg): Headers {
  */
 export function jsHeadersOf(m: JsMsg): Headers {
   const inner = (m as unknown as { msg?: unknown }).msg;
-  return isClientMsg(inner) ? headersOf(inner) : fromClientHeaders(m.headers);
+  return headerBytesOf(inner) ? headersOf(inner as Msg) : fromClientHeaders(() => m.headers);
 }
 
-function isClientMsg(m: unknown): m is Msg {
-  return typeof m === 'object' && m !== null && readsBytesOf(m as Msg);
+/**
+ * A reply's status code (`NATS/1.0 503` is 503), 0 when it has no header block or no code. Never throws:
+ * a responder may send a block the client cannot parse, and its request must still settle.
+ */
+export function statusOf(msg: Msg): number {
+  const block = headerBytesOf(msg);
+  if (!block) {
+    try {
+      return msg.headers?.code ?? 0;
+    } catch {
+      return 0;
+    }
+  }
+  const line = textDecoder.decode(block.subarray(0, Math.min(block.length, 64))).split('\r\n', 1)[0] ?? '';
+  const code = /^NATS\/1\.0 (\d{3})(?!\d)/.exec(line);
+  return code ? Number(code[1]) : 0;
 }
 
 /** Whether `headersOf` reads this message's bytes itself (the tests hold it to that). */
 export function readsBytesOf(msg: Msg): boolean {
-  const raw = msg as unknown as ClientMsgBytes;
-  return typeof raw._msg?.hdr === 'number' && raw._rdata instanceof Uint8Array;
+  return headerBytesOf(msg) !== undefined;
 }
 
-function fromClientHeaders(h: MsgHdrs | undefined): Headers {
+function fromClientHeaders(read: () => MsgHdrs | undefined): Headers {
   const out: Headers = {};
+  let h: MsgHdrs | undefined;
+  try {
+    h = read();
+  } catch {
+    return out;
+  }
   if (!h) return out;
   for (const [k, values] of h) if (values.length > 0 && k !== '__proto__') out[k] = values[0]!;
   return out;

@@ -13,6 +13,7 @@
  * connection closes while the request waits.
  */
 import { createInbox, errors, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from '@nats-io/transport-node';
+import { statusOf } from './nats-headers.js';
 
 interface Waiting {
   subject: string;
@@ -106,14 +107,3 @@ export class RequestMux {
   }
 }
 
-/**
- * The status code of a reply's header block (0 when it has none). A responder may send a block the
- * client cannot parse (its parser throws): that reply is no status, and its request still settles.
- */
-function statusOf(msg: Msg): number {
-  try {
-    return msg.headers?.code ?? 0;
-  } catch {
-    return 0;
-  }
-}
