@@ -44,18 +44,22 @@ describe('dormant threads', () => {
     const first = await m.client.send('one');
     await m.client.send('two', { threadId: first.threadId });
     const before = await m.store.get(TENANT, first.threadId);
+    const liveEvents = m.threads.inspect(first.threadId)!.events;
+    expect(liveEvents.map((e) => e.type)).toContain('troupe.user.message');
+    expect(liveEvents.some((e) => e.summary === `${first.threadId}/agentCall`)).toBe(true);
     await waitFor(() => m.threads.dormantCount() === 1, 'the thread to become dormant');
     expect(m.threads.isLive(first.threadId)).toBe(false);
     expect(m.threads.liveCount()).toBe(0);
     // Becoming dormant wrote nothing: the record was committed at the end of the turn.
     const atRest = await m.store.get(TENANT, first.threadId);
     expect(atRest!.revision).toBe(before!.revision);
-    // `troupe inspect` shows it from the record it keeps: state and context, no children, no recent events.
+    // `troupe inspect` shows it from the record it keeps (state and context, no children) and the recent
+    // events its actor had, as they were.
     const seen = m.threads.inspect(first.threadId);
     expect(seen?.actor).toMatchObject({ kind: 'thread', id: first.threadId, state: 'input-required', status: 'passivated', detail: { dormant: true, turns: 2, history: 4 } });
     expect(seen?.value).toBe('input-required');
     expect((seen?.context as { history: unknown[] }).history).toHaveLength(4);
-    expect(seen?.events).toEqual([]);
+    expect(seen?.events).toEqual(liveEvents);
     expect(m.threads.inspect(`${first.threadId}/agentCall`)).toBeUndefined();
     // The copy leaves out what the node gives back on waking (its config, the agent directory); shown, they are there.
     expect(seen?.context).toMatchObject({ config: { entryAgent: 'echo', maxHops: 10 }, agents: { echo: {} } });
@@ -67,6 +71,10 @@ describe('dormant threads', () => {
     expect(m.threads.isLive(first.threadId)).toBe(true);
     expect(m.threads.dormantCount()).toBe(0);
     expect(m.threads.inspect(first.threadId)?.context).toMatchObject({ config: { entryAgent: 'echo', maxHops: 10 }, agents: { echo: {} } });
+    // Woken, the log goes on from where it was.
+    const woken = m.threads.inspect(first.threadId)!.events;
+    expect(woken.slice(0, liveEvents.length)).toEqual(liveEvents);
+    expect(woken.slice(liveEvents.length).map((e) => e.type)).toContain('troupe.user.message');
     await m.threads.flushCommits(first.threadId);
     const after = await m.store.get(TENANT, first.threadId);
     // The write after waking is a compare-and-set on the revision the dormant record was committed at.

@@ -42,6 +42,7 @@ import { InspectionPublisher, InspectionSwitch } from '../../observability/inspe
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
+import { packEvents, unpackEvents } from './event-log.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
@@ -702,14 +703,14 @@ export class ThreadHost {
 
   /**
    * State, context (redacted) and recent events of a live thread, or of a child `<threadId>/<childId>`; of a
-   * dormant thread, state and context from the record it keeps.
+   * dormant thread, state and context from the record it keeps, and the log it kept.
    */
   inspect(actorId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } | undefined {
     const slash = actorId.indexOf('/');
     const live = this.threads.get(slash < 0 ? actorId : actorId.slice(0, slash));
     if (live) return inspectThread(live, actorId, this.opts.nodeId);
     const kept = slash < 0 ? this.dormant.get(actorId) : undefined;
-    return kept ? inspectDormant(actorId, fromDormantJson(kept.json, this.givens), this.opts.nodeId) : undefined;
+    return kept ? inspectDormant(actorId, fromDormantJson(kept.json, this.givens), this.opts.nodeId, unpackEvents(kept.events)) : undefined;
   }
 
   liveCount(): number {
@@ -820,7 +821,8 @@ export class ThreadHost {
       threadId,
       actor: undefined as unknown as ThreadActor,
       lastActive: this.now(),
-      events: [],
+      // A dormant thread wakes with the log it had; one read from the store starts a new one.
+      events: unpackEvents(kept?.events),
       commit: Promise.resolve(),
       dirty: false,
       changed: false,
@@ -1188,6 +1190,7 @@ export class ThreadHost {
     if (!still || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
     const record = recordOf(live, { tenant: this.tenant, node: live.committedBy ?? this.opts.nodeId, now: this.now() });
     const wakeAt = handoffDeadlineOf(record);
-    return { copy: { json: dormantJson(record, this.givens), revision: live.revision, lastActive: live.lastActive }, wakeAt };
+    const events = packEvents(live.events);
+    return { copy: { json: dormantJson(record, this.givens), revision: live.revision, lastActive: live.lastActive, ...(events ? { events } : {}) }, wakeAt };
   }
 }

@@ -45,6 +45,8 @@ export interface DormantThread {
   revision: number;
   /** When the thread last did something (its `idleMs` counts from here). */
   lastActive: number;
+  /** Its recent-events log, packed (event-log.ts `packEvents`); absent when empty. */
+  events?: string;
 }
 
 export interface LiveThread {

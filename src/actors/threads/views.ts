@@ -62,17 +62,22 @@ export function inspectThread(
       ? (snap.children[childId as keyof typeof snap.children] as { getSnapshot(): { value?: unknown; context?: unknown } } | undefined)
       : undefined;
     const childSnap = child?.getSnapshot();
-    return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live, e)) };
+    return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live.threadId, e)) };
   }
-  return { actor: info, value: snap.value, context: redact(snap.context), events: live.events.map((e) => recentEvent(live, e)) };
+  return { actor: info, value: snap.value, context: redact(snap.context), events: live.events.map((e) => recentEvent(live.threadId, e)) };
 }
 
 /**
  * A dormant thread as `troupe inspect` shows it: state and context (redacted) from the record it keeps, no
- * children (it is at rest) and no recent events (they went with its actor). A thread in a handoff says
- * when its deadline wakes it (`wakesAt`).
+ * children (it is at rest), and the recent events its actor had. A thread in a handoff says when its
+ * deadline wakes it (`wakesAt`).
  */
-export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: string): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
+export function inspectDormant(
+  threadId: string,
+  record: ThreadRecord,
+  nodeId: string,
+  events: readonly RecentEventEntry[],
+): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
   const snap = fullSnapshot(record) as { value?: unknown; context?: { turns?: number; history?: unknown[]; routeLog?: Array<{ hop?: number }> } };
   const deadline = handoffDeadlineOf(record);
   const actor: ActorInfo = {
@@ -85,11 +90,11 @@ export function inspectDormant(threadId: string, record: ThreadRecord, nodeId: s
     status: 'passivated',
     detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0, ...(deadline !== undefined && Number.isFinite(deadline) ? { wakesAt: new Date(deadline).toISOString() } : {}) },
   };
-  return { actor, value: snap.value, context: redact(snap.context), events: [] };
+  return { actor, value: snap.value, context: redact(snap.context), events: events.map((e) => recentEvent(threadId, e)) };
 }
 
-function recentEvent(live: LiveThread, e: RecentEventEntry): RecentEvent {
-  return { at: new Date(e.at).toISOString(), type: e.type, ...(e.child !== undefined ? { summary: `${live.threadId}/${e.child}` } : {}) };
+function recentEvent(threadId: string, e: RecentEventEntry): RecentEvent {
+  return { at: new Date(e.at).toISOString(), type: e.type, ...(e.child !== undefined ? { summary: `${threadId}/${e.child}` } : {}) };
 }
 
 export function stateString(value: unknown): string {
