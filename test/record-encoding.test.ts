@@ -32,7 +32,7 @@ function recordWith(history: Message[], routes: unknown[]): ThreadRecord {
 
 describe('the record encoded with its arrays kept from the last write', () => {
   it('gives the bytes encoding the whole record gives, over 2,000 random steps of 20 threads', () => {
-    const texts = ['hello', 'a "quoted" word', 'ünïcödé ✓', 'line\nbreak', '', '\u0000 and \u2028', '{"not":"json"}]', ','];
+    const texts = ['hello', 'a "quoted" word', 'ünïcödé ✓', 'sea otters 🦦 \ud83e', 'line\nbreak', '', '\u0000 and \u2028', '{"not":"json"}]', ','];
     for (let seed = 1; seed <= 20; seed++) {
       const rnd = rng(seed);
       const pick = <T,>(xs: readonly T[]): T => pickOf(rnd, xs);

@@ -51,13 +51,19 @@ const decoder = new TextDecoder('utf-8', { fatal: true });
 const checkedMessages = new WeakSet<object>();
 
 /**
+ * Marks a record's history as checked: a record just read from the store and checked there, or a node's
+ * own copy of a record it committed (a dormant thread's). Its next write then checks only what is new.
+ */
+export function historyChecked(record: ThreadRecord): void {
+  for (const message of record.task.history ?? []) checkedMessages.add(message);
+}
+
+/**
  * Arrays of a record whose JSON is already known, as UTF-8 bytes (the elements joined by commas, no
  * brackets): a live thread's history and route log, kept by an `ArrayJson` across its writes. Looked up by
  * the array itself, so an entry goes with the array (a thread's context holds its arrays until its next turn).
  */
 const preEncoded = new WeakMap<readonly unknown[], Uint8Array>();
-
-const COMMA = 44; // ,
 
 /**
  * The JSON of an append-mostly array of objects that are never changed once in it (a thread's history
@@ -82,24 +88,21 @@ export class ArrayJson {
     if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
     const keepStart = same > 0 && from > 0 ? this.#ends[from - 1]! + 1 : 0;
     const keepEnd = same > 0 ? this.#ends[from + same - 1]! : 0;
-    const added: Uint8Array[] = [];
-    let length = keepEnd - keepStart;
-    for (let i = same; i < items.length; i++) {
-      const part = encoder.encode(JSON.stringify(items[i]) ?? 'null');
-      added.push(part);
-      length += part.length + (i > 0 ? 1 : 0);
-    }
-    const bytes = new Uint8Array(length);
-    bytes.set(this.#bytes.subarray(keepStart, keepEnd));
     const ends: number[] = [];
     for (let i = 0; i < same; i++) ends.push(this.#ends[from + i]! - keepStart);
+    // The new elements' JSON as one string (a comma before each but the array's first), encoded at once
+    // into the result: a thread woken from its record encodes its whole history on its first write.
+    let added = '';
     let at = keepEnd - keepStart;
-    for (let k = 0; k < added.length; k++) {
-      if (same + k > 0) bytes[at++] = COMMA;
-      bytes.set(added[k]!, at);
-      at += added[k]!.length;
+    for (let i = same; i < items.length; i++) {
+      const json = JSON.stringify(items[i]) ?? 'null';
+      added += i > 0 ? `,${json}` : json;
+      at += Buffer.byteLength(json) + (i > 0 ? 1 : 0);
       ends.push(at);
     }
+    const bytes = new Uint8Array(at);
+    bytes.set(this.#bytes.subarray(keepStart, keepEnd));
+    if (added !== '') encoder.encodeInto(added, bytes.subarray(keepEnd - keepStart));
     this.#items = items;
     this.#bytes = bytes;
     this.#ends = ends;
@@ -251,6 +254,7 @@ export function decodeRecord(data: Uint8Array, tenant: string, threadId: string,
   if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) {
     throw corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
   }
+  historyChecked(parsed.data);
   return parsed.data;
 }
 

@@ -7,7 +7,7 @@
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
 import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
-import { ArrayJson } from '../../store/codec.js';
+import { ArrayJson, historyChecked } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { ThreadConfig } from '../../machines/thread.js';
 import type { AgentDirectory } from '../../machines/route.js';
@@ -174,10 +174,12 @@ export function dormantJson(record: ThreadRecord, node: Pick<NodeGivens, 'config
 
 /**
  * The record `dormantJson` made, read back with what it left out put back. Not checked: it is the node's
- * own copy of a record it committed (what comes from a store is checked there).
+ * own copy of a record it committed (what comes from a store is checked there); so its history counts as
+ * checked for the thread's next write.
  */
 export function fromDormantJson(json: string, node: Pick<NodeGivens, 'config' | 'agents'>): ThreadRecord {
   const record = JSON.parse(json) as ThreadRecord;
+  historyChecked(record);
   const context = (record.snapshot as { context: Record<string, unknown> }).context;
   context['agents'] = node.agents();
   if (context[NODE_CONFIG]) {
