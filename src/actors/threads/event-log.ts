@@ -37,14 +37,15 @@ function nameOf(tok: string): string | undefined {
 /** The log as one string; undefined when it is empty. */
 export function packEvents(entries: readonly RecentEventEntry[]): string | undefined {
   if (entries.length === 0) return undefined;
-  let out = '';
+  const parts: string[] = [];
   let last = 0;
   for (const e of entries) {
     const at = Math.round(e.at);
-    out += `${out === '' ? '' : ';'}${(at - last).toString(36)}:${token(e.type)}${e.child === undefined ? '' : `:${token(e.child)}`}`;
+    parts.push(`${(at - last).toString(36)}:${token(e.type)}${e.child === undefined ? '' : `:${token(e.child)}`}`);
     last = at;
   }
-  return out;
+  // Joined, not appended: a string made by `+=` is a tree of its pieces, kept as long as the thread sleeps.
+  return parts.join(';');
 }
 
 /** The entries `packEvents` packed, oldest first. */
