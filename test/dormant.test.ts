@@ -85,6 +85,19 @@ describe('dormant threads', () => {
     expect(routes.map((r) => r.to)).toEqual(['echo', 'echo', 'echo']);
   });
 
+  it('a thread with a long history wakes with its encoding: the next write holds the whole history, the new messages after it', async () => {
+    const m = await mesh({ dormantMs: 0 });
+    const sent = Array.from({ length: 9 }, (_, i) => `turn ${i} ✓ 🦦`);
+    for (const text of sent) await m.client.send(text, { threadId: 'long-1' });
+    await m.threads.flushCommits('long-1');
+    expect(await m.threads.sleepThreads()).toBe(1);
+    expect((m.threads.inspect('long-1')?.context as { history: unknown[] }).history).toHaveLength(18);
+    expect((await m.client.send('after', { threadId: 'long-1' })).text).toBe('echo: after');
+    await m.threads.flushCommits('long-1');
+    const stored = await m.store.get(TENANT, 'long-1');
+    expect(texts(stored!.record.task.history)).toEqual([...sent, 'after'].flatMap((t) => [t, `echo: ${t}`]));
+  });
+
   it('a dormant thread is passivated after idleMs: nothing of it stays in memory and its next message reads the store', async () => {
     const m = await mesh({ dormantMs: 50, idleMs: 600 });
     const first = await m.client.send('one');

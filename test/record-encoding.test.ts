@@ -8,6 +8,7 @@ import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { ArrayJson, decodeRecord, encodeRecord } from '../src/store/codec.js';
+import { dormantJson, fromDormant } from '../src/actors/threads/record.js';
 import type { Message } from '../src/protocol/index.js';
 import type { ThreadRecord } from '../src/store/types.js';
 import { pick as pickOf, rng } from './helpers/fuzz.js';
@@ -85,6 +86,46 @@ describe('the record encoded with its arrays kept from the last write', () => {
     const record = recordWith(new ArrayJson().encode([message('ok')]), []);
     (record.snapshot as { context: Record<string, unknown> }).context.big = 1n;
     expect(() => encodeRecord(record)).toThrow(/not serializable/);
+  });
+});
+
+describe("a dormant thread's copy keeps its history's encoding", () => {
+  const givens = { config: { entryAgent: 'echo' } as never, configJson: '{}', agents: () => ({}) };
+
+  it('read back, the next write encodes only the new messages and gives the bytes encoding the whole record gives', () => {
+    const texts = ['hello', 'ünïcödé ✓', 'sea otters 🦦', 'a "quoted"\nline', '\u2028'];
+    const history = Array.from({ length: 20 }, (_, i) => message(texts[i % texts.length]!));
+    const routes = Array.from({ length: 10 }, (_, i) => ({ from: 'user', to: `agent-${i}`, hop: i, reason: texts[i % texts.length] }));
+    const copy = dormantJson(recordWith(history, routes), givens);
+    expect(copy.arrays).toBeDefined();
+    expect(JSON.parse(copy.json).task.history).toBeUndefined();
+    const woken = fromDormant(copy, givens);
+    expect(woken.record.task).toEqual(recordWith(history, routes).task);
+    const next = [...woken.record.task.history!.slice(2), message('three 🦦'), message('four')];
+    const nextRoutes = [...(woken.record.task.metadata!['troupe/routes'] as unknown[]), { from: 'user', to: 'agent-0', hop: 0 }];
+    const stringify = vi.spyOn(JSON, 'stringify');
+    const encoded = woken.encoded!.history.encode(next);
+    const encodedRoutes = woken.encoded!.routes.encode(nextRoutes);
+    // The two new messages and the new route, not the 20 and the 11.
+    expect(stringify).toHaveBeenCalledTimes(3);
+    stringify.mockRestore();
+    const record = recordWith(encoded, encodedRoutes);
+    expect(new TextDecoder().decode(encodeRecord(record).data)).toBe(JSON.stringify(record));
+  });
+
+  it('a short history stays in the JSON; ends that do not match their text encode everything again', () => {
+    const short = dormantJson(recordWith([message('one'), message('two')], []), givens);
+    expect(short.arrays).toBeUndefined();
+    expect(fromDormant(short, givens).encoded).toBeUndefined();
+    const history = Array.from({ length: 16 }, (_, i) => message(`m${i}`));
+    const copy = dormantJson(recordWith(history, []), givens);
+    const woken = fromDormant({ ...copy, arrays: { ...copy.arrays!, historyEnds: copy.arrays!.historyEnds.split(',').slice(1).join(',') } }, givens);
+    const stringify = vi.spyOn(JSON, 'stringify');
+    const encoded = woken.encoded!.history.encode(woken.record.task.history!);
+    expect(stringify).toHaveBeenCalledTimes(16);
+    stringify.mockRestore();
+    const record = recordWith(encoded, []);
+    expect(new TextDecoder().decode(encodeRecord(record).data)).toBe(JSON.stringify(record));
   });
 });
 

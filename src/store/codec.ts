@@ -79,6 +79,22 @@ export class ArrayJson {
   /** End offset of each element in #bytes (elements are separated by one comma). */
   #ends: number[] = [];
 
+  /**
+   * An ArrayJson that holds `items` as encoded already, from what `arrayJsonText` gave for them (a dormant
+   * thread's history, read back into the same objects): its next `encode` encodes only what is new. When
+   * the two do not agree, an empty one (it then encodes everything).
+   */
+  static seeded(items: readonly unknown[], text: string, ends: string): ArrayJson {
+    const out = new ArrayJson();
+    const offsets = ends === '' ? [] : ends.split(',').map((e) => parseInt(e, 36));
+    const bytes = encoder.encode(text);
+    if (offsets.length !== items.length || (offsets.at(-1) ?? 0) !== bytes.length) return out;
+    out.#items = items;
+    out.#bytes = bytes;
+    out.#ends = offsets;
+    return out;
+  }
+
   /** Encodes `items` for `encodeRecord` (the elements' JSON, as bytes); returns `items`. */
   encode<T extends readonly unknown[]>(items: T): T {
     const old = this.#items;
@@ -109,6 +125,24 @@ export class ArrayJson {
     preEncoded.set(items, bytes);
     return items;
   }
+}
+
+/**
+ * An array's elements as JSON, joined by commas as in the array's own JSON, and where each element ends in
+ * that text's UTF-8 bytes (base 36, comma-separated): what `ArrayJson.seeded` reads back.
+ */
+export function arrayJsonText(items: readonly unknown[]): { text: string; ends: string } {
+  const parts: string[] = [];
+  const ends: string[] = [];
+  let at = 0;
+  for (let i = 0; i < items.length; i++) {
+    const json = JSON.stringify(items[i]) ?? 'null';
+    parts.push(json);
+    at += Buffer.byteLength(json) + (i > 0 ? 1 : 0);
+    ends.push(at.toString(36));
+  }
+  // Joined, not appended: a string made by `+=` is a tree of its pieces, kept as long as the thread sleeps.
+  return { text: parts.join(','), ends: ends.join(',') };
 }
 
 /** The objects on the way to the arrays an `ArrayJson` encodes: the record, its task, the task's metadata. */

@@ -45,6 +45,12 @@ export interface DormantThread {
   revision: number;
   /** When the thread last did something (its `idleMs` counts from here). */
   lastActive: number;
+  /**
+   * A long history's messages and the route log as JSON, kept apart from `json`, with where each element
+   * ends in their UTF-8 bytes (record.ts `dormantJson`): the woken thread's first write encodes only what is
+   * new in them.
+   */
+  arrays?: { history: string; historyEnds: string; routes: string; routesEnds: string };
   /** Its recent-events log, packed (event-log.ts `packEvents`); absent when empty. */
   events?: string;
 }

@@ -2,16 +2,16 @@
  * The stored form of a thread: the A2A Task (history, route log, owner) plus the persisted XState
  * snapshot. History and route log are kept once, in the Task, and left out of the snapshot (they are
  * the largest part of a record); `fullSnapshot` puts them back on read. A dormant thread's copy of its
- * record (`dormantJson`) leaves out, besides, what its node gives back when it wakes it (`fromDormantJson`).
+ * record (`dormantJson`) leaves out, besides, what its node gives back when it wakes it (`fromDormant`).
  */
 import { taskStateOf } from '../../machines/thread.js';
 import { META } from '../../protocol/metadata.js';
 import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
-import { ArrayJson, historyChecked } from '../../store/codec.js';
+import { ArrayJson, arrayJsonText, historyChecked } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { ThreadConfig } from '../../machines/thread.js';
 import type { AgentDirectory } from '../../machines/route.js';
-import type { LiveThread } from './live.js';
+import type { DormantThread, LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';
 /** In a dormant thread's copy: its config is its node's, left out. */
@@ -160,25 +160,45 @@ export interface NodeGivens {
 /**
  * A dormant thread's copy of its record, as JSON: without the agent directory (every load sends the
  * current one) and without the config when it is the node's (it is, unless the thread was loaded from a
- * record another config wrote). `record` must be one `recordOf` just made: its snapshot's context is changed.
+ * record another config wrote). A history long enough to be kept encoded (`ENCODE_ONCE_FROM`) is kept
+ * apart with the route log, each with where its elements end in its bytes (`arrayJsonText`): the woken
+ * thread's first write then encodes only what is new in them. `record` must be one `recordOf` just made:
+ * its task and its snapshot's context are changed.
  */
-export function dormantJson(record: ThreadRecord, node: Pick<NodeGivens, 'configJson'>): string {
+export function dormantJson(record: ThreadRecord, node: Pick<NodeGivens, 'configJson'>): Pick<DormantThread, 'json' | 'arrays'> {
   const context = (record.snapshot as { context: Record<string, unknown> }).context;
   delete context['agents'];
   if (JSON.stringify(context['config']) === node.configJson) {
     delete context['config'];
     context[NODE_CONFIG] = true;
   }
-  return JSON.stringify(record);
+  const { history, metadata } = record.task;
+  const routes = metadata?.[META.routes];
+  if (!history || history.length < ENCODE_ONCE_FROM || !Array.isArray(routes)) return { json: JSON.stringify(record) };
+  const h = arrayJsonText(history);
+  const r = arrayJsonText(routes);
+  delete record.task.history;
+  delete metadata![META.routes];
+  return { json: JSON.stringify(record), arrays: { history: h.text, historyEnds: h.ends, routes: r.text, routesEnds: r.ends } };
 }
 
 /**
- * The record `dormantJson` made, read back with what it left out put back. Not checked: it is the node's
- * own copy of a record it committed (what comes from a store is checked there); so its history counts as
- * checked for the thread's next write.
+ * The record `dormantJson` made, read back with what it left out put back, and the encodings of its
+ * history and route log when it kept them. Not checked: it is the node's own copy of a record it
+ * committed (what comes from a store is checked there); so its history counts as checked for the
+ * thread's next write.
  */
-export function fromDormantJson(json: string, node: Pick<NodeGivens, 'config' | 'agents'>): ThreadRecord {
-  const record = JSON.parse(json) as ThreadRecord;
+export function fromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: Pick<NodeGivens, 'config' | 'agents'>): { record: ThreadRecord; encoded?: LiveThread['encoded'] } {
+  const record = JSON.parse(kept.json) as ThreadRecord;
+  let encoded: LiveThread['encoded'];
+  if (kept.arrays) {
+    const { history, historyEnds, routes, routesEnds } = kept.arrays;
+    const messages = JSON.parse(`[${history}]`) as NonNullable<ThreadRecord['task']['history']>;
+    const routeLog = JSON.parse(`[${routes}]`) as unknown[];
+    record.task.history = messages;
+    record.task.metadata = { ...record.task.metadata, [META.routes]: routeLog };
+    encoded = { history: ArrayJson.seeded(messages, history, historyEnds), routes: ArrayJson.seeded(routeLog, routes, routesEnds) };
+  }
   historyChecked(record);
   const context = (record.snapshot as { context: Record<string, unknown> }).context;
   context['agents'] = node.agents();
@@ -186,5 +206,5 @@ export function fromDormantJson(json: string, node: Pick<NodeGivens, 'config' | 
     delete context[NODE_CONFIG];
     context['config'] = node.config;
   }
-  return record;
+  return encoded ? { record, encoded } : { record };
 }
