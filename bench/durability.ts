@@ -290,7 +290,15 @@ export interface RehydrateResults {
   kvWritesPerRehydrate: number;
   /** Thread-record writes to KV per thread to make idle live threads dormant (ThreadHost.sleepThreads). */
   kvWritesPerSleep?: number;
+  /**
+   * The same turns on threads at the history limit (25 turns before: 50 messages), where waking costs most;
+   * absent in results from before it existed.
+   */
+  atLimit?: { threads: number; recordBytes: number; liveTurn: RehydrateRow; dormantTurn: RehydrateRow; passivatedTurn: RehydrateRow };
 }
+
+/** Turns each thread of the rehydrate rows' history-limit part has before it is measured: 50 messages. */
+const AT_LIMIT_TURNS = 25;
 
 /** One operation at a time, `n` times: the latency of each (measure.ts's `sequential`). */
 const timed = (n: number, op: (i: number) => Promise<unknown>): Promise<RehydrateRow> => sequential((_worker, i) => op(i), n);
@@ -315,6 +323,8 @@ export async function runRehydrateBench(opts: {
   tenant: string;
   text: string;
   n: number;
+  /** Threads of the history-limit part (default n / 5, at least 20). */
+  atLimitN?: number;
   timeoutMs: number;
   log: (s: string) => void;
 }): Promise<RehydrateResults> {
@@ -371,8 +381,27 @@ export async function runRehydrateBench(opts: {
     const e = await kv.get(`${tenant}.${ids[i]!}`);
     if (e?.operation !== 'PUT' || e.length === 0) throw new Error(`no record for ${ids[i]}`);
   });
+
+  // At the history limit: live, then dormant, then passivated, one turn each, one thread at a time.
+  const m = opts.atLimitN ?? Math.max(20, Math.floor(n / 5));
+  log(` at the history limit (${m} threads × ${AT_LIMIT_TURNS} turns)…`);
+  await passivateAll(node);
+  const limitIds = Array.from({ length: m }, () => `bench-rh-limit-${randomUUID()}`);
+  for (let i = 0; i < limitIds.length; i += 16) {
+    const batch = limitIds.slice(i, i + 16);
+    for (let t = 0; t < AT_LIMIT_TURNS; t++) await Promise.all(batch.map(turn));
+  }
+  const limitLive = await timed(m, (i) => turn(limitIds[i]!));
+  await new Promise((r) => setTimeout(r, 200));
+  const asleep = await node.threads.sleepThreads();
+  if (asleep !== m) throw new Error(`${asleep} of ${m} threads at the history limit dormant after sleepThreads`);
+  const limitDormant = await timed(m, (i) => turn(limitIds[i]!));
+  await new Promise((r) => setTimeout(r, 200));
+  await passivateAll(node);
+  const limitPassivated = await timed(m, (i) => turn(limitIds[i]!));
+  const atLimit = { threads: m, recordBytes: await meanRecordBytes(opts.nc, tenant, limitIds), liveTurn: limitLive, dormantTurn: limitDormant, passivatedTurn: limitPassivated };
   log(' done\n');
-  return { threads: n, recordBytes, liveTurn, passivatedTurn, dormantTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate, kvWritesPerSleep };
+  return { threads: n, recordBytes, liveTurn, passivatedTurn, dormantTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate, kvWritesPerSleep, atLimit };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -568,7 +597,18 @@ export function durabilityErrors(r: DurabilityResults): number {
   const m = (x: Measured) => x.sequential.errors + x.concurrent.errors;
   let n = m(r.throughput.rawTurn);
   n += isFailed(r.memory) ? 1 : r.memory.errors;
-  n += isFailed(r.rehydrate) ? 1 : [r.rehydrate.liveTurn, r.rehydrate.passivatedTurn, r.rehydrate.dormantTurn, r.rehydrate.rehydrate, r.rehydrate.kvGet].reduce((a, s) => a + (s?.errors ?? 0), 0);
+  n += isFailed(r.rehydrate)
+    ? 1
+    : [
+        r.rehydrate.liveTurn,
+        r.rehydrate.passivatedTurn,
+        r.rehydrate.dormantTurn,
+        r.rehydrate.rehydrate,
+        r.rehydrate.kvGet,
+        r.rehydrate.atLimit?.liveTurn,
+        r.rehydrate.atLimit?.dormantTurn,
+        r.rehydrate.atLimit?.passivatedTurn,
+      ].reduce((a, s) => a + (s?.errors ?? 0), 0);
   return n;
 }
 
@@ -635,6 +675,13 @@ function renderRehydrate(h: RehydrateResults): string {
     ['turn on a passivated thread (state in KV)', h.passivatedTurn],
     ['ThreadHost.rehydrate() alone (KV get + restore)', h.rehydrate],
     ['raw kv.get of the record', h.kvGet],
+    ...(h.atLimit
+      ? ([
+          [`turn on a live thread at the history limit (${h.atLimit.threads} threads, 50 messages)`, h.atLimit.liveTurn],
+          ['turn on a dormant thread at the history limit', h.atLimit.dormantTurn],
+          ['turn on a passivated thread at the history limit', h.atLimit.passivatedTurn],
+        ] as const)
+      : []),
   ];
   const table = renderTable(
     ['operation', 'runs', 'p50', 'p99', 'p50 vs live turn', 'p99 vs live turn', 'errors'],
@@ -650,6 +697,12 @@ function renderRehydrate(h: RehydrateResults): string {
       `(${formatRatio(h.passivatedTurn.p50Us / h.liveTurn.p50Us)}); rehydrate() alone ${formatUs(h.rehydrate.p50Us)} p50 / ${formatUs(h.rehydrate.p99Us)} p99, ` +
       `of which the KV get ${formatUs(h.kvGet.p50Us)} p50` +
       (h.dormantTurn ? `; on a dormant thread ${formatUs(h.dormantTurn.p50Us - h.liveTurn.p50Us)} more (${formatRatio(h.dormantTurn.p50Us / h.liveTurn.p50Us)})` : ''),
+    ...(h.atLimit
+      ? [
+          `at the history limit (records of ${formatBytes(h.atLimit.recordBytes)}), against a live turn there: dormant ${formatRatio(h.atLimit.dormantTurn.p50Us / h.atLimit.liveTurn.p50Us)} at p50, ` +
+            `passivated ${formatRatio(h.atLimit.passivatedTurn.p50Us / h.atLimit.liveTurn.p50Us)}`,
+        ]
+      : []),
     `KV writes per thread: ${h.kvWritesPerPassivation.toFixed(2)} to passivate an idle live thread whose state was already committed, ` +
       `${h.kvWritesPerRehydrate.toFixed(2)} for rehydrate() (no message delivered)` +
       (h.kvWritesPerSleep !== undefined ? `, ${h.kvWritesPerSleep.toFixed(2)} to make it dormant` : ''),

@@ -40,6 +40,8 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'dormantThreadBytes', label: 'dormant thread on a durable node: at rest 30 s, its actor stopped and its record\'s JSON kept (heap + buffers)', unit: 'bytes' },
   { key: 'dormantThreadAtLimitBytes', label: 'dormant thread at the history limit on a durable node', unit: 'bytes' },
   { key: 'dormantTurnP50VsLive', label: 'turn on a dormant thread (woken from its JSON, no KV read) p50 ÷ on a live thread', unit: 'ratio' },
+  { key: 'dormantTurnAtLimitP50VsLive', label: 'the same at the history limit (50 messages): a turn on a dormant thread p50 ÷ on a live one', unit: 'ratio' },
+  { key: 'passivatedTurnAtLimitP50VsLive', label: 'a turn on a passivated thread at the history limit (read from KV) p50 ÷ on a live one', unit: 'ratio' },
   { key: 'passivatedThreadBytes', label: 'passivated thread on a durable node', unit: 'bytes' },
   { key: 'rehydrateP99Us', label: 'rehydrate a passivated thread from KV, p99', unit: 'us' },
   { key: 'handoffP99Us', label: 'handoff: message → target\'s first chunk, p99', unit: 'us', target: { op: '<=', value: 5_000 } },

@@ -389,6 +389,8 @@ export interface RunSummary {
   dormantThreadAtLimitBytes: number | null;
   /** A turn on a dormant thread (woken from its JSON) p50 ÷ a turn on a live one, durable node. */
   dormantTurnP50VsLive: number | null;
+  dormantTurnAtLimitP50VsLive: number | null;
+  passivatedTurnAtLimitP50VsLive: number | null;
   rehydrateP99Us: number | null;
   handoffP99Us: number | null;
   /** The same first chunk when the user addresses the target directly (one agent, no handoff): the handoff row's baseline. */
@@ -452,6 +454,8 @@ function summarizeRun(r: {
     dormantThreadBytes: derived?.dormantNode ? fin(derived.dormantNode.heap + derived.dormantNode.buffers) : null,
     dormantThreadAtLimitBytes: derivedAtLimit?.dormantNode ? fin(derivedAtLimit.dormantNode.heap + derivedAtLimit.dormantNode.buffers) : null,
     dormantTurnP50VsLive: rehydrate?.dormantTurn ? fin(rehydrate.dormantTurn.p50Us / rehydrate.liveTurn.p50Us) : null,
+    dormantTurnAtLimitP50VsLive: rehydrate?.atLimit ? fin(rehydrate.atLimit.dormantTurn.p50Us / rehydrate.atLimit.liveTurn.p50Us) : null,
+    passivatedTurnAtLimitP50VsLive: rehydrate?.atLimit ? fin(rehydrate.atLimit.passivatedTurn.p50Us / rehydrate.atLimit.liveTurn.p50Us) : null,
     rehydrateP99Us: fin(rehydrate?.rehydrate.p99Us),
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
     handoffDirectP99Us: fin(r.patterns.handoff.direct.p99Us),
