@@ -8,7 +8,7 @@ import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { ArrayJson, decodeRecord, encodeRecord } from '../src/store/codec.js';
-import { dormantJson, fromDormant } from '../src/actors/threads/record.js';
+import { dormantJson, wakeFromDormant } from '../src/actors/threads/record.js';
 import type { Message } from '../src/protocol/index.js';
 import type { ThreadRecord } from '../src/store/types.js';
 import { pick as pickOf, rng } from './helpers/fuzz.js';
@@ -99,7 +99,7 @@ describe("a dormant thread's copy keeps its history's encoding", () => {
     const copy = dormantJson(recordWith(history, routes), givens);
     expect(copy.arrays).toBeDefined();
     expect(JSON.parse(copy.json).task.history).toBeUndefined();
-    const woken = fromDormant(copy, givens);
+    const woken = wakeFromDormant(copy, givens);
     expect(woken.record.task).toEqual(recordWith(history, routes).task);
     const next = [...woken.record.task.history!.slice(2), message('three 🦦'), message('four')];
     const nextRoutes = [...(woken.record.task.metadata!['troupe/routes'] as unknown[]), { from: 'user', to: 'agent-0', hop: 0 }];
@@ -116,10 +116,10 @@ describe("a dormant thread's copy keeps its history's encoding", () => {
   it('a short history stays in the JSON; ends that do not match their text encode everything again', () => {
     const short = dormantJson(recordWith([message('one'), message('two')], []), givens);
     expect(short.arrays).toBeUndefined();
-    expect(fromDormant(short, givens).encoded).toBeUndefined();
+    expect(wakeFromDormant(short, givens).encoded).toBeUndefined();
     const history = Array.from({ length: 16 }, (_, i) => message(`m${i}`));
     const copy = dormantJson(recordWith(history, []), givens);
-    const woken = fromDormant({ ...copy, arrays: { ...copy.arrays!, historyEnds: copy.arrays!.historyEnds.split(',').slice(1).join(',') } }, givens);
+    const woken = wakeFromDormant({ ...copy, arrays: { ...copy.arrays!, historyEnds: copy.arrays!.historyEnds.split(',').slice(1).join(',') } }, givens);
     const stringify = vi.spyOn(JSON, 'stringify');
     const encoded = woken.encoded!.history.encode(woken.record.task.history!);
     expect(stringify).toHaveBeenCalledTimes(16);

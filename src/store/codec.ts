@@ -106,19 +106,11 @@ export class ArrayJson {
     const keepEnd = same > 0 ? this.#ends[from + same - 1]! : 0;
     const ends: number[] = [];
     for (let i = 0; i < same; i++) ends.push(this.#ends[from + i]! - keepStart);
-    // The new elements' JSON as one string (a comma before each but the array's first), encoded at once
-    // into the result: a thread woken from its record encodes its whole history on its first write.
-    let added = '';
-    let at = keepEnd - keepStart;
-    for (let i = same; i < items.length; i++) {
-      const json = JSON.stringify(items[i]) ?? 'null';
-      added += i > 0 ? `,${json}` : json;
-      at += Buffer.byteLength(json) + (i > 0 ? 1 : 0);
-      ends.push(at);
-    }
-    const bytes = new Uint8Array(at);
+    // The new elements' JSON, encoded at once into the result.
+    const added = elementsJson(items, same, keepEnd - keepStart, ends);
+    const bytes = new Uint8Array(ends.at(-1) ?? 0);
     bytes.set(this.#bytes.subarray(keepStart, keepEnd));
-    if (added !== '') encoder.encodeInto(added, bytes.subarray(keepEnd - keepStart));
+    if (added.length > 0) encoder.encodeInto(`${same > 0 ? ',' : ''}${added.join(',')}`, bytes.subarray(keepEnd - keepStart));
     this.#items = items;
     this.#bytes = bytes;
     this.#ends = ends;
@@ -132,17 +124,25 @@ export class ArrayJson {
  * that text's UTF-8 bytes (base 36, comma-separated): what `ArrayJson.seeded` reads back.
  */
 export function arrayJsonText(items: readonly unknown[]): { text: string; ends: string } {
+  const ends: number[] = [];
+  // Joined, not appended: a string made by `+=` is a tree of its pieces, and this one is kept while the
+  // thread sleeps.
+  return { text: elementsJson(items, 0, 0, ends).join(','), ends: ends.map((e) => e.toString(36)).join(',') };
+}
+
+/**
+ * The JSON of each of `items` from `start` on; pushes to `ends` where each ends in the UTF-8 bytes of the
+ * array's elements joined by commas, counting from `at` (where element `start` begins, less its comma).
+ */
+function elementsJson(items: readonly unknown[], start: number, at: number, ends: number[]): string[] {
   const parts: string[] = [];
-  const ends: string[] = [];
-  let at = 0;
-  for (let i = 0; i < items.length; i++) {
+  for (let i = start; i < items.length; i++) {
     const json = JSON.stringify(items[i]) ?? 'null';
     parts.push(json);
     at += Buffer.byteLength(json) + (i > 0 ? 1 : 0);
-    ends.push(at.toString(36));
+    ends.push(at);
   }
-  // Joined, not appended: a string made by `+=` is a tree of its pieces, kept as long as the thread sleeps.
-  return { text: parts.join(','), ends: ends.join(',') };
+  return parts;
 }
 
 /** The objects on the way to the arrays an `ArrayJson` encodes: the record, its task, the task's metadata. */

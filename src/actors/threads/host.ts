@@ -46,7 +46,7 @@ import { packEvents, unpackEvents } from './event-log.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
 import { SpanKind, injectTraceparent, markError, startSpan, traceIdOf, tracing, withSpan, type Context, type Span } from '../../observability/tracing.js';
-import { appendArtifact, dormantJson, fromDormant, fullSnapshot, handoffDeadlineOf, ownerOfRecord, recordOf, type NodeGivens } from './record.js';
+import { appendArtifact, dormantJson, fromDormant, fullSnapshot, handoffDeadlineOf, ownerOfRecord, recordOf, wakeFromDormant, type NodeGivens } from './record.js';
 import { actorsOf, inspectDormant, inspectThread } from './views.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
 
@@ -179,7 +179,7 @@ export class ThreadHost {
   private readonly registry: Registry;
   private readonly log: Logger;
   private readonly config: ThreadConfig;
-  /** What this node gives back to a dormant thread it wakes (record.ts, `fromDormant`). */
+  /** What this node gives back to a dormant thread it wakes (record.ts, `wakeFromDormant`). */
   private readonly givens: NodeGivens;
   private readonly machine;
   private readonly idleMs: number;
@@ -710,7 +710,7 @@ export class ThreadHost {
     const live = this.threads.get(slash < 0 ? actorId : actorId.slice(0, slash));
     if (live) return inspectThread(live, actorId, this.opts.nodeId);
     const kept = slash < 0 ? this.dormant.get(actorId) : undefined;
-    return kept ? inspectDormant(actorId, fromDormant(kept, this.givens).record, this.opts.nodeId, unpackEvents(kept.events)) : undefined;
+    return kept ? inspectDormant(actorId, fromDormant(kept, this.givens), this.opts.nodeId, unpackEvents(kept.events)) : undefined;
   }
 
   liveCount(): number {
@@ -815,8 +815,8 @@ export class ThreadHost {
 
   private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
     const kept = this.forgetDormant(threadId);
-    const woken = kept ? fromDormant(kept, this.givens) : undefined;
-    const stored = woken ? { record: woken.record, revision: kept!.revision } : await this.store.get(this.tenant, threadId);
+    const woken = kept ? { ...wakeFromDormant(kept, this.givens), revision: kept.revision } : undefined;
+    const stored = woken ?? (await this.store.get(this.tenant, threadId));
     if (!stored && !create) throw this.notFound(threadId);
     const live: LiveThread = {
       threadId,

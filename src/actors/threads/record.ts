@@ -183,28 +183,33 @@ export function dormantJson(record: ThreadRecord, node: Pick<NodeGivens, 'config
 }
 
 /**
- * The record `dormantJson` made, read back with what it left out put back, and the encodings of its
- * history and route log when it kept them. Not checked: it is the node's own copy of a record it
- * committed (what comes from a store is checked there); so its history counts as checked for the
- * thread's next write.
+ * The record `dormantJson` made, read back with what it left out put back. Not checked: it is the node's
+ * own copy of a record it committed (what comes from a store is checked there).
  */
-export function fromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: Pick<NodeGivens, 'config' | 'agents'>): { record: ThreadRecord; encoded?: LiveThread['encoded'] } {
+export function fromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: Pick<NodeGivens, 'config' | 'agents'>): ThreadRecord {
   const record = JSON.parse(kept.json) as ThreadRecord;
-  let encoded: LiveThread['encoded'];
   if (kept.arrays) {
-    const { history, historyEnds, routes, routesEnds } = kept.arrays;
-    const messages = JSON.parse(`[${history}]`) as NonNullable<ThreadRecord['task']['history']>;
-    const routeLog = JSON.parse(`[${routes}]`) as unknown[];
-    record.task.history = messages;
-    record.task.metadata = { ...record.task.metadata, [META.routes]: routeLog };
-    encoded = { history: ArrayJson.seeded(messages, history, historyEnds), routes: ArrayJson.seeded(routeLog, routes, routesEnds) };
+    record.task.history = JSON.parse(`[${kept.arrays.history}]`) as NonNullable<ThreadRecord['task']['history']>;
+    record.task.metadata = { ...record.task.metadata, [META.routes]: JSON.parse(`[${kept.arrays.routes}]`) as unknown };
   }
-  historyChecked(record);
   const context = (record.snapshot as { context: Record<string, unknown> }).context;
   context['agents'] = node.agents();
   if (context[NODE_CONFIG]) {
     delete context[NODE_CONFIG];
     context['config'] = node.config;
   }
-  return encoded ? { record, encoded } : { record };
+  return record;
+}
+
+/**
+ * A dormant thread's record to wake it from (`fromDormant`), with its history counted as checked for the
+ * thread's next write, and the encodings of its history and route log when the copy kept them.
+ */
+export function wakeFromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: Pick<NodeGivens, 'config' | 'agents'>): { record: ThreadRecord; encoded?: LiveThread['encoded'] } {
+  const record = fromDormant(kept, node);
+  historyChecked(record);
+  if (!kept.arrays) return { record };
+  const { history, historyEnds, routes, routesEnds } = kept.arrays;
+  const routeLog = record.task.metadata![META.routes] as unknown[];
+  return { record, encoded: { history: ArrayJson.seeded(record.task.history!, history, historyEnds), routes: ArrayJson.seeded(routeLog, routes, routesEnds) } };
 }
