@@ -64,8 +64,13 @@ export interface NatsClusterHandle {
   metaLeader(): Promise<string>;
   /** The server name leading a stream's replicas (e.g. `KV_troupe_threads`, `TROUPE_IN`). */
   streamLeader(stream: string): Promise<string>;
-  /** Resolves once JetStream answers (a meta leader is elected) and every server is up; default wait 60 s (a fresh cluster on 2 busy cores once took over 30 s). */
-  ready(timeoutMs?: number): Promise<void>;
+  /**
+   * Resolves once JetStream answers (a meta leader is elected) and every server is up; default wait 60 s (a
+   * fresh cluster on 2 busy cores once took over 30 s). With `restartLeaderless`, servers are restarted one at
+   * a time, in turn, while no server names a meta leader for 20 s, as `troupe cluster up` does (a fresh 2.10
+   * cluster can stay without one: CI, session 21, two of three servers, 60 s).
+   */
+  ready(timeoutMs?: number, opts?: { restartLeaderless?: boolean }): Promise<void>;
   /**
    * Waits until a bucket with a replica on every server can be made, restarting a server the JetStream
    * meta group left out (`placeable` below): what `startNatsCluster` does for a cluster started whole.
@@ -110,6 +115,9 @@ export function clusterServerBin(): string {
   }
   return clusterBin;
 }
+
+/** How long a fresh cluster may have no meta leader before `ready` restarts a server (`troupe cluster up`: 20 s). */
+const LEADERLESS_RESTART_MS = 20_000;
 
 export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}): Promise<NatsClusterHandle> {
   const ports = await Promise.all(Array.from({ length: size * 2 }, () => freePort()));
@@ -200,9 +208,11 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
         await t.close();
       }
     },
-    ready: async (timeoutMs = 60_000) => {
+    ready: async (timeoutMs = 60_000, readyOpts = {}) => {
       const deadline = Date.now() + timeoutMs;
       let last: unknown;
+      let leaderlessSince: number | undefined;
+      let next = 0;
       while (Date.now() < deadline) {
         try {
           // Each attempt bounded: a connection opened to a server that stops answering must not hold it.
@@ -222,6 +232,17 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
           return;
         } catch (err) {
           last = err;
+          const leaderless = /no server names a JetStream meta leader/.test((err as Error).message);
+          leaderlessSince = leaderless ? (leaderlessSince ?? Date.now()) : undefined;
+          if (readyOpts.restartLeaderless && leaderlessSince !== undefined && Date.now() - leaderlessSince >= LEADERLESS_RESTART_MS) {
+            const running = handle.servers.filter((sv) => sv.running);
+            const server = running[next++ % running.length];
+            if (server) {
+              console.log(`[cluster] no server names a JetStream meta leader after ${LEADERLESS_RESTART_MS / 1000} s; restarting ${server.name}`);
+              await server.restart().catch((e: unknown) => console.log(`[cluster] restarting ${server.name} failed: ${(e as Error).message}`));
+            }
+            leaderlessSince = Date.now();
+          }
           await new Promise((r) => setTimeout(r, 200));
         }
       }
@@ -237,7 +258,7 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
     },
   };
   try {
-    await handle.ready();
+    await handle.ready(90_000, { restartLeaderless: true });
     // A fresh 2.10 cluster can elect its meta leader with a group short of a server, and then refuses to
     // place a stream on all of them ("no suitable peers for placement"): see `placeable`. Ready means a
     // bucket of `size` replicas can be made.
