@@ -59,7 +59,7 @@ import { AgentReplySchema, decode, encodeJson, withRoutingRequest, type Message 
 import { KvThreadStore } from '../src/store/kv.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from '../test/helpers/nats-server.js';
-import { ProcessGroup } from '../test/helpers/processes.js';
+import { ProcessGroup, type ManagedProcess } from '../test/helpers/processes.js';
 import {
   attempt,
   durabilityErrors,
@@ -486,6 +486,8 @@ async function waitForPartitions(node: TroupeNode, timeoutMs = 15_000): Promise<
 async function main(): Promise<void> {
   const server: NatsServerHandle = await startNatsServer();
   const procs = new ProcessGroup();
+  /** The multi-process row's node and agent: what they logged at warn level or above goes into the results. */
+  const mpProcs: ManagedProcess[] = [];
   const pool = connections((user, tenant) => server.as(user, tenant));
   const connect = (name: string, user = 'node', tenant = TENANT) => pool.connect(name, user, tenant);
   let host: AgentHost | undefined;
@@ -585,8 +587,8 @@ async function main(): Promise<void> {
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.
     const nodeEnv = { ...process.env, TROUPE_NATS_CREDS: server.credsFile('node', MP_TENANT), TROUPE_TENANT: MP_TENANT, TROUPE_LOG_LEVEL: 'warn' };
-    await procs.spawnTroupe(['up', '--nats', server.url, '--team', 'bench/fixtures/echo-team.ts', '--partitions', String(PARTITIONS)], nodeEnv, { name: 'bench node' });
-    await procs.spawnTroupe(['agent', 'bench/fixtures/echo-agent.ts', '--nats', server.url], nodeEnv, { name: 'bench agent' });
+    mpProcs.push(await procs.spawnTroupe(['up', '--nats', server.url, '--team', 'bench/fixtures/echo-team.ts', '--partitions', String(PARTITIONS)], nodeEnv, { name: 'bench node' }));
+    mpProcs.push(await procs.spawnTroupe(['agent', 'bench/fixtures/echo-agent.ts', '--nats', server.url], nodeEnv, { name: 'bench agent' }));
     const mpClient = new TroupeClient(await connect('bench-mp-client', 'node', MP_TENANT), { tenant: MP_TENANT, principal: 'node' });
 
     const scenarios: Scenario[] = [
@@ -870,7 +872,10 @@ async function main(): Promise<void> {
         partitions: PARTITIONS,
       },
       agentRequestBytes: rawPayload.length,
+      // Leases lost, consumers made again, handlers retried: what would explain an outlier of that row.
+      multiProcessWarnings: mpProcs.flatMap((p) => warningsOf(p.name, `${p.stdout}\n${p.stderr}`)).slice(0, 50),
     };
+    if (meta.multiProcessWarnings.length > 0) log(`multi-process node and agent warnings:\n${meta.multiProcessWarnings.join('\n')}\n`);
     const json = {
       meta,
       units: { latency: 'µs', throughput: 'operations/s', memory: 'bytes' },
@@ -925,6 +930,14 @@ async function main(): Promise<void> {
     await procs.stopAll();
     await server.stop();
   }
+}
+
+/** The lines of a process's JSON log at warn level or above, named and cut short. */
+function warningsOf(name: string, output: string): string[] {
+  return output
+    .split('\n')
+    .filter((line) => /^\{.*"level":(4|5|6)0\b/.test(line))
+    .map((line) => `${name}: ${line.slice(0, 400)}`);
 }
 
 main().then(
