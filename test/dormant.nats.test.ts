@@ -56,10 +56,17 @@ describe('dormant threads on durable nodes', () => {
     for (const id of ids) expect((await client.send('one', { threadId: id, timeoutMs: 15_000 })).text).toBe('echo: one');
     await waitUntil(async () => ((await nodes(client))[0]?.dormant === PARTITIONS ? true : undefined), 'the threads to become dormant on node A');
     // The CLI shows a dormant thread from the record its node keeps.
-    const seen = await runTroupeJson<{ found: boolean; actor: ActorInfo; value: unknown }>(['inspect', ids[0]!, '--nats', suite.nats.url, '--json'], suite.nats.env);
+    const seen = await runTroupeJson<{ found: boolean; actor: ActorInfo; value: unknown; events: Array<{ type: string; summary?: string }> }>(
+      ['inspect', ids[0]!, '--nats', suite.nats.url, '--json'],
+      suite.nats.env,
+    );
     expect(seen).toMatchObject({ found: true, value: 'input-required', actor: { kind: 'thread', status: 'passivated', detail: { dormant: true, history: 2 } } });
+    // With the recent events its actor had.
+    expect(seen.events.map((e) => e.type)).toContain('troupe.user.message');
+    expect(seen.events.some((e) => e.summary === `${ids[0]}/agentCall`)).toBe(true);
     const shown = await runTroupe(['inspect', ids[0]!, '--nats', suite.nats.url], suite.nats.env);
     expect(shown.stdout).toContain('(dormant: at rest');
+    expect(shown.stdout).toContain('recent events:');
     const ps = await runTroupeJson<{ live: number; dormant: number }>(['ps', '--nats', suite.nats.url, '--json'], suite.nats.env);
     expect(ps).toMatchObject({ live: 0, dormant: PARTITIONS });
 
