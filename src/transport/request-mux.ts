@@ -106,4 +106,3 @@ export class RequestMux {
     this.waiting.clear();
   }
 }
-

@@ -20,7 +20,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { credsAuthenticator } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { metaGroup } from '../../src/transport/jetstream/meta-group.js';
+import { LEADERLESS_RESTART_MS, metaGroup } from '../../src/transport/jetstream/meta-group.js';
 import { Kvm } from '@nats-io/kv';
 import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
@@ -115,9 +115,6 @@ export function clusterServerBin(): string {
   }
   return clusterBin;
 }
-
-/** How long a fresh cluster may have no meta leader before `ready` restarts a server (`troupe cluster up`: 20 s). */
-const LEADERLESS_RESTART_MS = 20_000;
 
 export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}): Promise<NatsClusterHandle> {
   const ports = await Promise.all(Array.from({ length: size * 2 }, () => freePort()));

@@ -10,7 +10,7 @@ import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
 import { CredentialStore, initCredentialStore, type ClusterServerFiles } from '../../security/creds.js';
 import { SERIALIZABLE_CAS_VERSION, versionAtLeast } from '../../transport/jetstream/server-version.js';
-import { metaGroup } from '../../transport/jetstream/meta-group.js';
+import { LEADERLESS_RESTART_MS, metaGroup } from '../../transport/jetstream/meta-group.js';
 import { NatsTransport } from '../../transport/nats.js';
 import { UsageError, globals, onShutdown } from '../cli.js';
 import { color, printJson, table } from '../output.js';
@@ -106,8 +106,8 @@ async function checkServerVersion(servers: number): Promise<void> {
  * nats-server 2.10 cluster on a busy machine sometimes elects its meta leader with a group one server short
  * and never adds the last one; streams of all replicas are then refused ("no suitable peers for
  * placement") until that server restarts (docs/cluster.md). A cluster where no server answers as the
- * meta leader for 20 s gets one server restarted at a time, in turn. Says what it sees and does on
- * stderr; never throws.
+ * meta leader for `LEADERLESS_RESTART_MS` (20 s) gets one server restarted at a time, in turn. Says what
+ * it sees and does on stderr; never throws.
  */
 async function settleMetaGroup(
   files: ClusterServerFiles[],
@@ -139,7 +139,7 @@ async function settleMetaGroup(
       );
       lastRestart = Date.now();
       for (const { i } of left) await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
-    } else if (!meta && waited > 20_000 && Date.now() - lastRestart > 15_000) {
+    } else if (!meta && waited > LEADERLESS_RESTART_MS && Date.now() - lastRestart > 15_000) {
       const i = nextInTurn++ % files.length;
       process.stderr.write(`${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`);
       lastRestart = Date.now();

@@ -7,6 +7,12 @@
  */
 import type { NatsTransport } from '../nats.js';
 
+/**
+ * How long a fresh cluster may have no server answering as the meta leader before one server is restarted
+ * (one at a time, in turn): `troupe cluster up` and the test clusters wait this long.
+ */
+export const LEADERLESS_RESTART_MS = 20_000;
+
 export interface MetaGroup {
   leader: string;
   /** The leader and the servers it counts as members and does not see offline. */
