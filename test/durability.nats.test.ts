@@ -150,6 +150,11 @@ describe('durable threads across node crashes and NATS restarts', () => {
     expect(mid.text).toBe('echo: slow:800 across the restart');
     const last = await client.send('after the restart', { threadId, timeoutMs: 30_000 });
     expect(last.text).toBe('echo: after the restart');
+    // Each node's log says it lost NATS and got it back.
+    for (const node of [nodeA, nodeB]) {
+      await waitUntil(() => node.stderr.includes('"msg":"reconnected to NATS"'), `${node.name}: the reconnect in its log`);
+      expect(node.stderr).toContain('"msg":"lost the connection to NATS; reconnecting"');
+    }
     const store = await KvThreadStore.open(clientTransport.connection);
     const record = await waitUntil(async () => {
       const r = await store.get('demo', threadId);

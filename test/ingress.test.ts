@@ -492,6 +492,32 @@ describe('JetStreamIngress', () => {
       expect(firsts).toEqual(Array.from({ length: 15 }, (_, r) => `${t}-r${r}`));
     }
   });
+  it('says when a partition consumer falls silent (the server frozen for 8 s), and consumes again after', async () => {
+    const lines: Array<{ level: number; msg: string; partition?: number; count?: number }> = [];
+    const logger = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line)) } as unknown as NodeJS.WritableStream });
+    const handled: string[] = [];
+    // Leases outlive the freeze: the node keeps its partitions, and only the consumers' silence is seen.
+    const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { logger, leaseTtlMs: 30_000 });
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    const pub = await connectNode();
+    await send(pub, 'silent', 'before', 'x');
+    await waitFor(() => handled.length === 1, 'the first message');
+    expect(lines.filter((l) => l.msg === 'partition consumer silent; pulling again')).toEqual([]);
+
+    await server.signal('SIGSTOP');
+    try {
+      await sleep(8_000);
+    } finally {
+      await server.signal('SIGCONT');
+    }
+    await waitFor(() => lines.some((l) => l.msg === 'partition consumer silent; pulling again'), 'a warning of the silence', 10_000);
+    const silent = lines.filter((l) => l.msg === 'partition consumer silent; pulling again');
+    expect(silent.every((l) => l.level === 40 && l.count! >= 2 && typeof l.partition === 'number')).toBe(true);
+    await sendRetrying(pub, 'silent', 'after', 'x');
+    await waitFor(() => handled.length === 2, 'the message after the freeze');
+    expect(handled).toEqual(['before', 'after']);
+  });
+
   it('recovers from a server outage longer than the lease TTL (leases fenced, re-acquired, consumers made afresh)', async () => {
     const handled: string[] = [];
     const events: string[] = [];

@@ -7,6 +7,7 @@ import { isValidId } from '../protocol/ids.js';
 import { inboxPrefixOf } from '../transport/subjects.js';
 import type { TroupeClient } from '../sdk/client.js';
 import type { NatsTransport } from '../transport/nats.js';
+import type { Logger } from '../observability/logger.js';
 import { color } from './output.js';
 
 export interface GlobalOpts {
@@ -60,8 +61,11 @@ export async function resolveTenant(g: { tenant?: string | undefined; creds?: st
   return g.tenant ?? credsTenant ?? 'demo';
 }
 
-/** Connects to the NATS servers named by --nats (a comma-separated list reconnects across them). */
-export async function connect(g: GlobalOpts, name: string, longLived = false): Promise<NatsTransport> {
+/**
+ * Connects to the NATS servers named by --nats (a comma-separated list reconnects across them). A
+ * long-lived process's connection tells `log` when it is lost and regained.
+ */
+export async function connect(g: GlobalOpts, name: string, longLived = false, log?: Logger): Promise<NatsTransport> {
   if (!g.nats) throw new UsageError('this command needs a NATS server: pass --nats nats://127.0.0.1:4222 or set TROUPE_NATS_URL');
   const { NatsTransport } = await import('../transport/nats.js');
   return NatsTransport.connect({
@@ -70,6 +74,7 @@ export async function connect(g: GlobalOpts, name: string, longLived = false): P
     inboxPrefix: inboxPrefixOf(await principalOf(g)),
     // A node or an agent rides out a NATS restart; a one-shot command fails fast.
     ...(longLived ? { maxReconnectAttempts: -1 } : {}),
+    ...(log ? { log } : {}),
     ...(g.user ? { user: g.user } : {}),
     ...(g.password ? { pass: g.password } : {}),
     ...(g.creds ? { creds: g.creds } : {}),

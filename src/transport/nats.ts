@@ -12,8 +12,10 @@ import {
   type NodeConnectionOptions,
   type Payload,
   type RequestOptions as ClientRequestOptions,
+  type Status,
   type Subscription as NatsSubscriptionHandle,
 } from '@nats-io/transport-node';
+import type { Logger } from '../observability/logger.js';
 import { InflightHandlers, logTransportError, type TransportErrorHandler } from './memory.js';
 import { RequestMux } from './request-mux.js';
 import { clientHeaders, headersOf, wireHeaders } from './nats-headers.js';
@@ -48,8 +50,14 @@ export interface NatsConnectOptions {
   name?: string;
   /** How long the first connect may take; default 5000 ms. */
   timeoutMs?: number;
-  /** Handler exceptions and asynchronous server errors (e.g. permission violations); default: stderr. */
+  /** Handler exceptions and asynchronous server errors (e.g. permission violations); default: `log`, else stderr. */
   onError?: TransportErrorHandler;
+  /**
+   * Where the connection's life is told (a node's and an agent's log): a lost connection and the one
+   * regained, a stale connection, a server going into lame-duck mode, a subscription the client drops
+   * messages for (warn); each reconnect attempt (debug). Without it these go untold.
+   */
+  log?: Logger;
   /** Reconnect attempts after a lost connection; -1 = forever (long-lived nodes and agents). Default 10. */
   maxReconnectAttempts?: number;
   /**
@@ -167,6 +175,35 @@ export function isNoResponders(err: unknown): boolean {
   return err instanceof errors.NoRespondersError || (err instanceof errors.RequestError && err.isNoResponders());
 }
 
+/**
+ * One line for a status of the connection worth an operator's notice. A disconnect is followed by
+ * reconnect attempts (each a `reconnecting`, at debug) until `reconnect` or the connection's close.
+ */
+function logConnectionStatus(log: Logger, status: Status): void {
+  switch (status.type) {
+    case 'disconnect':
+      log.warn({ server: status.server }, 'lost the connection to NATS; reconnecting');
+      return;
+    case 'reconnect':
+      log.warn({ server: status.server }, 'reconnected to NATS');
+      return;
+    case 'reconnecting':
+      log.debug('trying to reconnect to NATS');
+      return;
+    case 'staleConnection':
+      log.warn('NATS stopped answering pings: the connection is stale; reconnecting');
+      return;
+    case 'ldm':
+      log.warn({ server: status.server }, 'the NATS server is going into lame-duck mode: the client moves to another server of the cluster');
+      return;
+    case 'slowConsumer':
+      log.warn({ subject: status.sub.getSubject(), pending: status.pending }, 'a subscription falls behind: messages wait in the client');
+      return;
+    default:
+      return;
+  }
+}
+
 export class NatsTransport implements Transport {
   readonly name: string;
   private state: 'open' | 'draining' | 'closed' = 'open';
@@ -185,10 +222,11 @@ export class NatsTransport implements Transport {
     name: string,
     private readonly onError: TransportErrorHandler,
     inboxPrefix?: string,
+    private readonly log?: Logger,
   ) {
     this.name = name;
     this.mux = new RequestMux(connection, inboxPrefix);
-    void this.watchServerErrors();
+    void this.watchStatus();
   }
 
   /**
@@ -261,16 +299,23 @@ export class NatsTransport implements Transport {
       e.cause = err;
       throw e;
     }
-    return new NatsTransport(nc, url, opts.onError ?? logTransportError, opts.inboxPrefix);
+    // Lines name the connection as the server's monitoring does (its client name).
+    const log = opts.log?.child({ connection: opts.name ?? url });
+    const onError: TransportErrorHandler = opts.onError ?? (log ? (err, context) => log.error({ ...context, err }, 'NATS transport error') : logTransportError);
+    return new NatsTransport(nc, url, onError, opts.inboxPrefix, log);
   }
 
   /**
-   * Errors the server sends asynchronously (-ERR) only surface on the status stream; a refused publish
-   * is otherwise silent. Refused subscriptions are left out: their subscription reports them.
+   * The client's status stream. Errors the server sends asynchronously (-ERR) only surface here; a refused
+   * publish is otherwise silent (refused subscriptions are left out: their subscription reports them).
+   * The connection's life goes to `log`, when there is one.
    */
-  private async watchServerErrors(): Promise<void> {
+  private async watchStatus(): Promise<void> {
     for await (const status of this.connection.status()) {
-      if (status.type !== 'error') continue;
+      if (status.type !== 'error') {
+        if (this.log) logConnectionStatus(this.log, status);
+        continue;
+      }
       const err = status.error;
       // A refused request fails at once (the oldest one to that subject: the server names no more).
       if (err instanceof errors.PermissionViolationError && err.operation === 'publish') this.mux.refused(err.subject, err);

@@ -56,6 +56,8 @@ export interface NatsServerHandle {
   shutdown(): Promise<void>;
   /** Starts it again on the same port with the same store dir. */
   restart(): Promise<void>;
+  /** SIGSTOP freezes the server (its sockets stay open, nothing is answered); SIGCONT thaws it. */
+  signal(sig: 'SIGSTOP' | 'SIGCONT'): Promise<void>;
   /** Stops the server and removes its store dir. */
   stop(): Promise<void>;
 }
@@ -172,6 +174,7 @@ export async function startNatsServer(opts: { partitions?: number } = {}): Promi
     revoke: (name, tenant = 'demo') => secure.revoke(tenant, name),
     shutdown: secure.shutdown,
     restart: secure.restart,
+    signal: secure.signal,
     stop: secure.stop,
   };
 }
@@ -213,6 +216,7 @@ export interface SecureNatsServerHandle {
   readonly env: Record<string, string>;
   shutdown(): Promise<void>;
   restart(): Promise<void>;
+  signal(sig: 'SIGSTOP' | 'SIGCONT'): Promise<void>;
   /** Stops the server and removes the store dir. */
   stop(): Promise<void>;
 }
@@ -221,9 +225,9 @@ export interface SecureNatsServerHandle {
 export async function startSecureNatsServer(opts: SecureNatsServerOptions = {}): Promise<SecureNatsServerHandle> {
   const port = await freePort();
   const { store, dir } = await startSecureNatsServerStore({ ...opts, port });
-  const { launch, shutdown } = natsProcess(['-c', store.serverConfigFile], port);
-  await launch();
-  return secureHandle(store, dir, port, launch, shutdown);
+  const proc = natsProcess(['-c', store.serverConfigFile], port);
+  await proc.launch();
+  return secureHandle(store, dir, port, proc);
 }
 
 /** `creds init` in a temp dir as the test servers use it (small JetStream reservations); starts nothing. */
@@ -244,7 +248,8 @@ export async function startSecureNatsServerStore(opts: SecureNatsServerOptions &
   return { store, dir };
 }
 
-function secureHandle(store: CredentialStore, dir: string, port: number, launch: () => Promise<void>, shutdown: () => Promise<void>): SecureNatsServerHandle {
+function secureHandle(store: CredentialStore, dir: string, port: number, proc: ReturnType<typeof natsProcess>): SecureNatsServerHandle {
+  const { launch, shutdown } = proc;
   const caFile = store.caFile;
   const roles = new Map<string, string>();
   const roleOf = async (tenant: string, name: string) => {
@@ -289,6 +294,7 @@ function secureHandle(store: CredentialStore, dir: string, port: number, launch:
       await shutdown();
       await launch();
     },
+    signal: proc.signal,
     stop: async () => {
       await shutdown();
       rmSync(dir, { recursive: true, force: true });

@@ -37,7 +37,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
     : (await loadModule(modulePath!)).agents;
   // A YAML agent tracks its running model loops for `ps`: each replica gets its own instance.
   const perReplica = modulePath !== undefined && /\.ya?ml$/i.test(modulePath);
-  const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true);
+  const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true, logger);
   const hosts: AgentHost[] = [];
   for (const def of agents) {
     for (let i = 0; i < opts.replicas; i++) {

@@ -56,7 +56,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     let operatorClient: TroupeClient | undefined;
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
-      const transport = await connect(g, 'troupe-gateway', true);
+      const transport = await connect(g, 'troupe-gateway', true, logger);
       clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
       stops.push(() => transport.drain());
       if (operatorToken) {

@@ -19,7 +19,7 @@ export async function studio(opts: { port: number; host: string; gateway?: strin
   let gatewayUrl = opts.gateway;
   let stop: () => Promise<void>;
   if (g.nats) {
-    const transport = await connect(g, 'troupe-studio', true);
+    const transport = await connect(g, 'troupe-studio', true, logger);
     try {
       server = await startStudio({ port: opts.port, host: opts.host, mode: 'nats', tenant: g.tenant, transport, ...(gatewayUrl ? { gatewayUrl } : {}) });
     } catch (err) {

@@ -48,7 +48,7 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     });
     return;
   }
-  const transport = await connect(g, 'troupe-node', true);
+  const transport = await connect(g, 'troupe-node', true, logger);
   const replicas = opts.replicas !== undefined ? { replicas: opts.replicas } : {};
   let store: KvThreadStore | undefined;
   let node: TroupeNode;

@@ -75,6 +75,7 @@ export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
 const ATTEMPTS_TRACKED = 10_000;
 /** How long one pull request lasts; its idle heartbeat is half of it. */
 const PULL_EXPIRES_MS = 5_000;
+const HEARTBEAT_MS = PULL_EXPIRES_MS / 2;
 /** Acks sent again (each waiting up to ACK_CONFIRM_MS for the server's confirmation) before asking the stream. */
 const ACK_ATTEMPTS = 3;
 const ACK_CONFIRM_MS = 5_000;
@@ -603,6 +604,11 @@ export class JetStreamIngress {
     try {
       for await (const s of messages.status()) {
         if (!run.active) break;
+        if (s.type === 'exceeded_limits' || s.type === 'no_responders' || (s.type === 'debug' && s.code !== 408 && s.code !== 404)) {
+          // A pull the server refused (409) or could not route: the client waits for missed heartbeats.
+          this.#log.warn({ partition: run.partition, event: s.type, code: s.code, ...('description' in s ? { description: s.description } : {}) }, 'partition consumer: the server refused a pull');
+          continue;
+        }
         if (s.type === 'consumer_deleted' || s.type === 'consumer_not_found') {
           this.#log.warn({ partition: run.partition, event: s.type }, 'partition consumer vanished');
           // Another node took the partition (then our lease is gone too) or someone deleted it.
@@ -611,7 +617,9 @@ export class JetStreamIngress {
           break;
         }
         if (s.type === 'heartbeats_missed') {
-          this.#log.debug({ partition: run.partition, count: s.count }, 'consumer heartbeats missed');
+          // The client tells of missed heartbeats from the second on: nothing came from the consumer for
+          // two heartbeat intervals (5 s), and the client pulls again. Turns of the partition waited that long.
+          this.#log.warn({ partition: run.partition, count: s.count, silentForMs: s.count * HEARTBEAT_MS }, 'partition consumer silent; pulling again');
           if (s.count >= STALLED_HEARTBEATS) {
             this.#log.warn({ partition: run.partition, missed: s.count }, 'partition consumer silent: making it again');
             void this.#restart(run.partition, 'heartbeats missed');
