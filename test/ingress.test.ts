@@ -518,6 +518,35 @@ describe('JetStreamIngress', () => {
     expect(handled).toEqual(['before', 'after']);
   });
 
+  it('a partition whose pulls the server refuses (409) says so, and is consumed again from a consumer made afresh', async () => {
+    const lines: Array<{ level: number; msg: string; partition?: number; code?: number; description?: string }> = [];
+    const logger = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line)) } as unknown as NodeJS.WritableStream });
+    const handled: string[] = [];
+    const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { logger, leaseTtlMs: 30_000 });
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    const threadId = 'refused-pulls';
+    const p = partitionOf(threadId);
+    // The consumer's pulls now ask for more than the server allows: the next (at the latest when the pull
+    // in progress expires, 5 s) is answered 409, and nothing more comes.
+    await jsm.consumers.update(INGRESS_STREAM, `p${p}`, { max_batch: 10 });
+    await waitFor(() => lines.some((l) => l.msg === 'partition consumer: the server refused a pull' && l.partition === p), 'the refusal in the log', 10_000);
+    const refusal = lines.find((l) => l.msg === 'partition consumer: the server refused a pull')!;
+    expect([refusal.level, refusal.code]).toEqual([40, 409]);
+    expect(refusal.description?.toLowerCase()).toContain('exceeded maxrequestbatch');
+    const pub = await connectNode();
+    await send(pub, threadId, 'while-refused', 'x');
+    // Refused twice (the client pulls again after two missed heartbeats): the consumer is made again,
+    // without the limit, and the message comes.
+    await waitFor(() => handled.includes('while-refused'), 'the message, from the consumer made again', 25_000);
+    expect(lines.filter((l) => l.partition === p && l.level === 40).map((l) => l.msg)).toEqual([
+      'partition consumer: the server refused a pull',
+      'partition consumer silent; pulling again',
+      'partition consumer: the server refused a pull',
+      'partition consumer refuses every pull: making it again',
+    ]);
+    expect(lines.some((l) => l.msg === 'restarting partition consumer' && l.partition === p)).toBe(true);
+  }, 45_000);
+
   it('recovers from a server outage longer than the lease TTL (leases fenced, re-acquired, consumers made afresh)', async () => {
     const handled: string[] = [];
     const events: string[] = [];

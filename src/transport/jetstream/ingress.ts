@@ -91,6 +91,15 @@ const FRESH_CONSUMER_ATTEMPTS = 12;
  * partition silent for the last 50 s of the run, two messages never answered, their copies included).
  */
 const STALLED_HEARTBEATS = 4;
+/**
+ * Pulls refused in a row (409: a limit of the consumer's, such as its max batch or max waiting pulls)
+ * before the consumer is made again. The client answers a refusal by waiting for two missed heartbeats
+ * and pulling again; the refusal itself counts as a sign of life, so the missed heartbeats never reach
+ * STALLED_HEARTBEATS and a consumer that refuses every pull would leave its partition unconsumed for good.
+ * Each refusal comes 5–7.5 s after the one before, which spaces the remakes when a fresh consumer is
+ * refused too.
+ */
+const REFUSED_PULLS = 2;
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -233,6 +242,8 @@ interface PartitionRun {
    * partition now, with a consumer of the same name that would take this run's acks as its own.
    */
   lost?: boolean;
+  /** Pulls the server refused since the consumer last delivered a message (see REFUSED_PULLS). */
+  refusedPulls: number;
 }
 
 export class JetStreamIngress {
@@ -508,6 +519,7 @@ export class JetStreamIngress {
       inflight: new Set(),
       held: new Map(),
       active: true,
+      refusedPulls: 0,
     };
     this.#runs.set(p, run);
     try {
@@ -604,9 +616,16 @@ export class JetStreamIngress {
     try {
       for await (const s of messages.status()) {
         if (!run.active) break;
-        if (s.type === 'exceeded_limits' || s.type === 'no_responders' || (s.type === 'debug' && s.code !== 408 && s.code !== 404)) {
-          // A pull the server refused (409) or could not route: the client waits for missed heartbeats.
-          this.#log.warn({ partition: run.partition, event: s.type, code: s.code, ...('description' in s ? { description: s.description } : {}) }, 'partition consumer: the server refused a pull');
+        if (s.type === 'exceeded_limits' || (s.type === 'debug' && s.code !== 408 && s.code !== 404)) {
+          // A pull the server refused (409, other than for a deleted consumer): the client waits for missed
+          // heartbeats before it pulls again.
+          run.refusedPulls++;
+          this.#log.warn({ partition: run.partition, event: s.type, code: s.code, description: s.description, refused: run.refusedPulls }, 'partition consumer: the server refused a pull');
+          if (run.refusedPulls >= REFUSED_PULLS) {
+            this.#log.warn({ partition: run.partition, refused: run.refusedPulls }, 'partition consumer refuses every pull: making it again');
+            void this.#restart(run.partition, 'pulls refused');
+            break;
+          }
           continue;
         }
         if (s.type === 'consumer_deleted' || s.type === 'consumer_not_found') {
@@ -655,6 +674,7 @@ export class JetStreamIngress {
 
   #onMessage(run: PartitionRun, m: JsMsg): void {
     if (!run.active) return; // the next consumer of the partition redelivers it
+    run.refusedPulls = 0;
     const parsed = parseThreadIn(m.subject);
     const headers = jsHeadersOf(m);
     const messageId = headers[HEADERS.msgId] || undefined;
