@@ -54,8 +54,8 @@ export interface NatsConnectOptions {
   onError?: TransportErrorHandler;
   /**
    * Where the connection's life is told (a node's and an agent's log): a lost connection and the one
-   * regained, a stale connection, a server going into lame-duck mode, a subscription the client drops
-   * messages for (warn); each reconnect attempt (debug). Without it these go untold.
+   * regained, a stale connection, a server going into lame-duck mode (warn); each reconnect attempt
+   * (debug). Without it these go untold.
    */
   log?: Logger;
   /** Reconnect attempts after a lost connection; -1 = forever (long-lived nodes and agents). Default 10. */
@@ -195,9 +195,6 @@ function logConnectionStatus(log: Logger, status: Status): void {
       return;
     case 'ldm':
       log.warn({ server: status.server }, 'the NATS server is going into lame-duck mode: the client moves to another server of the cluster');
-      return;
-    case 'slowConsumer':
-      log.warn({ subject: status.sub.getSubject(), pending: status.pending }, 'a subscription falls behind: messages wait in the client');
       return;
     default:
       return;
