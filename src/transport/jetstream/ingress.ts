@@ -73,9 +73,16 @@ export const DEAD_LETTER_HEADERS = {
 export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
 export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
 const ATTEMPTS_TRACKED = 10_000;
-/** How long one pull request lasts; its idle heartbeat is half of it. */
+/** How long one pull request lasts. */
 const PULL_EXPIRES_MS = 5_000;
-const HEARTBEAT_MS = PULL_EXPIRES_MS / 2;
+/**
+ * The idle heartbeat a pull asks for. The client pulls again once two are missed: that is how long a
+ * partition waits when its pull is lost without a word, as at every change of its consumer's leader on a
+ * cluster (measured on 3 servers, a stepdown then a message: 4.7–6.9 s with the client's default of half
+ * the expiry, 2.5 s; bench/PROFILE.md, session 22). The cost: one heartbeat a second from each idle
+ * partition consumer.
+ */
+const HEARTBEAT_MS = 1_000;
 /** Acks sent again (each waiting up to ACK_CONFIRM_MS for the server's confirmation) before asking the stream. */
 const ACK_ATTEMPTS = 3;
 const ACK_CONFIRM_MS = 5_000;
@@ -85,21 +92,21 @@ const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
 /**
- * Idle heartbeats (one per PULL_EXPIRES_MS / 2) a partition consumer may miss in a row before it is made
+ * Idle heartbeats (one per HEARTBEAT_MS: 10 s) a partition consumer may miss in a row before it is made
  * again: a consumer that exists but has lost its leader for good answers no pull and reports no error, and
  * the node, still holding the partition's lease, would consume nothing from it (a cluster chaos run: one
  * partition silent for the last 50 s of the run, two messages never answered, their copies included).
  */
-const STALLED_HEARTBEATS = 4;
+const STALLED_HEARTBEATS = 10;
 /**
  * Pulls refused in a row (409: a limit of the consumer's, such as its max batch or max waiting pulls)
  * before the consumer is made again. The client answers a refusal by waiting for two missed heartbeats
  * and pulling again; the refusal itself counts as a sign of life, so the missed heartbeats never reach
  * STALLED_HEARTBEATS and a consumer that refuses every pull would leave its partition unconsumed for good.
- * Each refusal comes 5–7.5 s after the one before, which spaces the remakes when a fresh consumer is
- * refused too.
+ * Each refusal comes 2–3 s after the one before (two missed heartbeats), which spaces the remakes when a
+ * fresh consumer is refused too.
  */
-const REFUSED_PULLS = 2;
+const REFUSED_PULLS = 3;
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -538,6 +545,7 @@ export class JetStreamIngress {
         // Pulls expire (and heartbeats come) often: a pull the server dropped (its consumer leader changed,
         // a server was frozen and cut off) is noticed and sent again within seconds, not after 30 s.
         expires: PULL_EXPIRES_MS,
+        idle_heartbeat: HEARTBEAT_MS,
         callback: (m) => this.#onMessage(run, m),
       });
       run.messages = messages;
@@ -636,9 +644,11 @@ export class JetStreamIngress {
           break;
         }
         if (s.type === 'heartbeats_missed') {
-          // The client tells of missed heartbeats from the second on: nothing came from the consumer for
-          // two heartbeat intervals (5 s), and the client pulls again. Turns of the partition waited that long.
-          this.#log.warn({ partition: run.partition, count: s.count, silentForMs: s.count * HEARTBEAT_MS }, 'partition consumer silent; pulling again');
+          // The client tells of missed heartbeats from the second on (then once a heartbeat interval while
+          // nothing comes): nothing came from the consumer for two intervals, and the client pulls again.
+          // The partition's turns waited that long. Said once per silence; the remake below ends a long one.
+          if (s.count === 2) this.#log.warn({ partition: run.partition, silentForMs: s.count * HEARTBEAT_MS }, 'partition consumer silent; pulling again');
+          else this.#log.debug({ partition: run.partition, count: s.count }, 'partition consumer still silent');
           if (s.count >= STALLED_HEARTBEATS) {
             this.#log.warn({ partition: run.partition, missed: s.count }, 'partition consumer silent: making it again');
             void this.#restart(run.partition, 'heartbeats missed');
