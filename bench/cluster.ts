@@ -9,20 +9,28 @@
  *                 scratch work-queue stream (R3), a durable pull consumer, a core request to an echo responder,
  *                 one KV compare-and-set (bucket R3), the ack, the answer published
  *
+ *   leader change the first turn on a thread after its partition's consumer changed leader (a stepdown, as a
+ *                 rolling restart makes; the turn sent 500 ms after it): how long the partition waits for
+ *                 its consumer to pull again
+ *
  * `summary.clusterDurableTurnVsRaw` (in bench/results.json via bench/run.ts) is the durable turn's p50 over
- * the raw turn's p50. Run alone:  npx tsx bench/cluster.ts   (BENCH_CLUSTER_N, BENCH_SECONDS, BENCH_CONCURRENCY)
+ * the raw turn's p50; `summary.clusterTurnAfterLeaderChangeP50Us` the leader change's p50. Run alone:
+ *   npx tsx bench/cluster.ts   (BENCH_CLUSTER_N, BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_CLUSTER_STEPDOWNS)
  */
 import { pathToFileURL } from 'node:url';
 import type { Subscription } from '@nats-io/transport-node';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeNode } from '../src/actors/node.js';
-import { encodeJson } from '../src/protocol/index.js';
+import { decode, encodeJson } from '../src/protocol/index.js';
+import { INGRESS_STREAM, partitionOf } from '../src/transport/jetstream/ingress.js';
+import type { NatsTransport } from '../src/transport/nats.js';
+import { z } from 'zod';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient, userMessage } from '../src/sdk/client.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { startNatsCluster } from '../test/helpers/nats-cluster.js';
 import { meanRecordBytes, startRawTurn, type RawTurn } from './durability.js';
-import { concurrent, connections, sequential, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import { concurrent, connections, elapsedUs, sequential, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
 import { formatRate, formatRatio, formatUs, renderTable } from './table.js';
 
 const TENANT = 'demo';
@@ -31,6 +39,11 @@ const PARTITIONS = 8;
 const REPLICAS = 3;
 const RAW_SUBJECT = 'bench.cluster.echo';
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
+/** From a consumer leader's stepdown to the turn sent after it. */
+const AFTER_STEPDOWN_MS = 500;
+
+/** What `$JS.API.CONSUMER.LEADER.STEPDOWN` answers. */
+const StepdownReplySchema = z.object({ success: z.boolean().optional(), error: z.object({ code: z.number(), description: z.string().optional() }).optional() });
 
 export interface ClusterRow {
   name: string;
@@ -49,6 +62,8 @@ export interface ClusterResults {
   durableVsRawP50: number;
   /** raw throughput / durable throughput, with `concurrency` in flight. */
   durableVsRawThroughput: number;
+  /** Turns sent AFTER_STEPDOWN_MS after their partition's consumer changed leader, µs each. */
+  afterLeaderChange: { stepdowns: number; samplesUs: number[]; p50Us: number; maxUs: number };
 }
 
 export interface ClusterBenchOptions {
@@ -57,6 +72,8 @@ export interface ClusterBenchOptions {
   seconds: number;
   concurrency: number;
   timeoutMs: number;
+  /** Consumer leader changes measured (a turn after each). */
+  stepdowns: number;
   log: (s: string) => void;
 }
 
@@ -109,6 +126,7 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     };
 
     const durableTurn = await measure('durable turn, 3 servers, replicas 3', durableOp, o);
+    const afterLeaderChange = await turnsAfterLeaderChange(nodeT, client, o);
     // The raw turn writes a value the size of the durable threads' records, as the thread store does.
     const recordBytes = await meanRecordBytes(rawRequester.connection, TENANT, Array.from({ length: o.concurrency }, (_, w) => `bench-cluster-${w}`));
 
@@ -138,6 +156,7 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
       rawTurn: raw,
       durableVsRawP50: durableTurn.sequential.p50Us / raw.sequential.p50Us,
       durableVsRawThroughput: raw.concurrent.perSecond / durableTurn.concurrent.perSecond,
+      afterLeaderChange,
     };
   } finally {
     rawSub?.unsubscribe();
@@ -148,6 +167,33 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     await closeAll();
     await cluster.stop();
   }
+}
+
+/**
+ * `o.stepdowns` times: a turn on a thread, its partition consumer's leader asked to step down (the cluster
+ * elects another), and AFTER_STEPDOWN_MS later a turn timed from its send to its answer.
+ */
+async function turnsAfterLeaderChange(nodeT: NatsTransport, client: TroupeClient, o: ClusterBenchOptions): Promise<ClusterResults['afterLeaderChange']> {
+  const threadId = 'bench-cluster-stepdown';
+  const consumer = `p${partitionOf(threadId, PARTITIONS)}`;
+  const turn = async () => {
+    const res = await client.send(TEXT, { threadId, timeoutMs: o.timeoutMs });
+    if (res.text !== TEXT) throw new Error(`unexpected answer ${JSON.stringify(res.text)}`);
+  };
+  o.log(`  a turn after its partition consumer's leader change ×${o.stepdowns}…`);
+  const samplesUs: number[] = [];
+  for (let i = 0; i < o.stepdowns; i++) {
+    await turn();
+    const answer = decode(StepdownReplySchema, (await nodeT.request(`$JS.API.CONSUMER.LEADER.STEPDOWN.${INGRESS_STREAM}.${consumer}`, new Uint8Array(), { timeoutMs: o.timeoutMs })).data, 'stepdown reply');
+    if (!answer.success) throw new Error(`the stepdown of ${consumer} failed: ${JSON.stringify(answer.error ?? answer)}`);
+    await new Promise((r) => setTimeout(r, AFTER_STEPDOWN_MS));
+    const start = process.hrtime.bigint();
+    await turn();
+    samplesUs.push(elapsedUs(start));
+  }
+  o.log(' done\n');
+  const s = summarize(samplesUs);
+  return { stepdowns: o.stepdowns, samplesUs, p50Us: s.p50Us, maxUs: s.maxUs };
 }
 
 export function renderClusterReport(r: ClusterResults): string {
@@ -163,6 +209,7 @@ export function renderClusterReport(r: ClusterResults): string {
     renderTable(['row', 'p50', 'p99', 'ops/s', 'errors'], [row(r.durableTurn), row(r.rawTurn)], ['left', 'right', 'right', 'right', 'right']),
     `raw turn: KV value ${(r.recordBytes / 1024).toFixed(1)} KiB (the mean thread record after the durable rows); the durable turn: one stream message, one KV write, two agent-call messages, the answer.`,
     `clusterDurableTurnVsRaw: ${formatRatio(r.durableVsRawP50)} the raw turn's p50; raw throughput is ${formatRatio(r.durableVsRawThroughput)} the durable turn's`,
+    `a turn ${AFTER_STEPDOWN_MS} ms after its partition consumer's leader change (${r.afterLeaderChange.stepdowns} stepdowns): p50 ${formatUs(r.afterLeaderChange.p50Us)}, max ${formatUs(r.afterLeaderChange.maxUs)} (the partition waits for its consumer to pull again; each: ${r.afterLeaderChange.samplesUs.map((us) => formatUs(us)).join(', ')})`,
   ].join('\n');
 }
 
@@ -175,6 +222,7 @@ if (isMain) {
     seconds: num('BENCH_SECONDS', 3),
     concurrency: num('BENCH_CONCURRENCY', 64),
     timeoutMs: 10_000,
+    stepdowns: num('BENCH_CLUSTER_STEPDOWNS', 8),
     log: (s) => process.stderr.write(s),
   }).then(
     (r) => process.stdout.write(`${renderClusterReport(r)}\n`),

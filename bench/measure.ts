@@ -102,7 +102,7 @@ export function summarize(samplesUs: number[]): LatencyStats {
   };
 }
 
-const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
+export const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
 
 function describe(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);

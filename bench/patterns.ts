@@ -39,7 +39,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { UserConnectOptions } from '../test/helpers/nats-server.js';
 import { connectHandoffFloor } from './handoff-floor.js';
-import { sequential, summarize, type LatencyStats } from './measure.js';
+import { elapsedUs, sequential, summarize, type LatencyStats } from './measure.js';
 import { formatRatio, formatUs, renderTable } from './table.js';
 import { z } from 'zod';
 
@@ -89,7 +89,6 @@ export interface PatternResults {
 /** A signed difference: +1.20 ms, -85 µs. */
 const formatDeltaUs = (us: number): string => (us < 0 ? `-${formatUs(-us)}` : `+${formatUs(us)}`);
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-const elapsedUs = (start: bigint): number => Number(process.hrtime.bigint() - start) / 1_000;
 const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema]);
 
 function envRuns(name: string, fallback: number): number {

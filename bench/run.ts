@@ -19,7 +19,8 @@
  *   8. tracing (bench/tracing.ts): the same two with tracing off, on (OTLP/HTTP to a local sink) and off again
  *      (`summary.tracingOnHopVsOff`, `tracingOnTurnVsOff`, `tracingOffHopVsBaseline`, `tracingOffTurnVsBaseline`).
  *   9. cluster (bench/cluster.ts): the durable turn on a 3-server NATS cluster with replicas 3 against the raw
- *      primitives on the same cluster, in the same run (`summary.clusterDurableTurnVsRaw`: p50 over p50).
+ *      primitives on the same cluster, in the same run (`summary.clusterDurableTurnVsRaw`: p50 over p50), and a
+ *      turn after its partition consumer changed leader (`summary.clusterTurnAfterLeaderChangeP50Us`).
  *  10. takeover (bench/takeover.ts): a series of crashes, min/median/max of the time to take the partitions over.
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
@@ -118,6 +119,7 @@ const YAML_WARMUP_N = envNumber('BENCH_YAML_WARMUP_N', 50, { integer: true });
 const WARMUP_N = Math.max(100, Math.round(N / 10));
 const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
 const CLUSTER_N = envNumber('BENCH_CLUSTER_N', 300, { integer: true });
+const CLUSTER_STEPDOWNS = envNumber('BENCH_CLUSTER_STEPDOWNS', 8, { integer: true });
 const PARTITIONS = 8;
 const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
 /** Windows a scenario's measured runs are split into, taken in turn with the rows it is compared with. */
@@ -844,7 +846,7 @@ async function main(): Promise<void> {
     process.stderr.write('cluster (3 servers, replicas 3):\n');
     const cluster = await attempt(
       'cluster',
-      () => runClusterBench({ n: CLUSTER_N, warmupN: TURN_WARMUP_N, seconds: SECONDS, concurrency: CONCURRENCY, timeoutMs: TIMEOUT_MS, log }),
+      () => runClusterBench({ n: CLUSTER_N, warmupN: TURN_WARMUP_N, seconds: SECONDS, concurrency: CONCURRENCY, timeoutMs: TIMEOUT_MS, stepdowns: CLUSTER_STEPDOWNS, log }),
       log,
     );
 
@@ -894,6 +896,7 @@ async function main(): Promise<void> {
         tracingOffHopVsBaseline: tracing.offVsBaseline.agentHop,
         tracingOffTurnVsBaseline: tracing.offVsBaseline.fullTurn,
         clusterDurableTurnVsRaw: 'failed' in cluster ? null : cluster.durableVsRawP50,
+        clusterTurnAfterLeaderChangeP50Us: 'failed' in cluster ? null : cluster.afterLeaderChange.p50Us,
       },
     };
     writeFileSync(RESULTS_FILE, `${JSON.stringify(json, null, 2)}\n`);
