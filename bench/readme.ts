@@ -62,7 +62,7 @@ function format(x: number, unit: Unit): string {
     case 'ratio':
       return `${x.toFixed(2)}×`;
     case 'us':
-      return x >= 1_000 ? `${(x / 1_000).toFixed(1)} ms` : `${x.toFixed(0)} µs`;
+      return x >= 1_000_000 ? `${(x / 1_000_000).toFixed(2)} s` : x >= 1_000 ? `${(x / 1_000).toFixed(1)} ms` : `${x.toFixed(0)} µs`;
     case 'ms':
       return `${x.toFixed(0)} ms`;
     case 'bytes':
