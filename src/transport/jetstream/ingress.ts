@@ -92,7 +92,7 @@ const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
 /**
- * Idle heartbeats (one per HEARTBEAT_MS: 10 s) a partition consumer may miss in a row before it is made
+ * Idle heartbeats a partition consumer may miss in a row (10 × HEARTBEAT_MS: 10 s) before it is made
  * again: a consumer that exists but has lost its leader for good answers no pull and reports no error, and
  * the node, still holding the partition's lease, would consume nothing from it (a cluster chaos run: one
  * partition silent for the last 50 s of the run, two messages never answered, their copies included).
