@@ -120,13 +120,14 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
       await new Promise((r) => setTimeout(r, 50));
     }
     const client = new TroupeClient(clientT, { tenant: TENANT, principal: 'client' });
-    const durableOp: Op = async (w) => {
-      const res = await client.send(TEXT, { threadId: `bench-cluster-${w}`, timeoutMs: o.timeoutMs });
+    const turnOn = async (threadId: string) => {
+      const res = await client.send(TEXT, { threadId, timeoutMs: o.timeoutMs });
       if (res.text !== TEXT) throw new Error(`unexpected answer ${JSON.stringify(res.text)}`);
     };
+    const durableOp: Op = (w) => turnOn(`bench-cluster-${w}`);
 
     const durableTurn = await measure('durable turn, 3 servers, replicas 3', durableOp, o);
-    const afterLeaderChange = await turnsAfterLeaderChange(nodeT, client, o);
+    const afterLeaderChange = await turnsAfterLeaderChange(nodeT, turnOn, o);
     // The raw turn writes a value the size of the durable threads' records, as the thread store does.
     const recordBytes = await meanRecordBytes(rawRequester.connection, TENANT, Array.from({ length: o.concurrency }, (_, w) => `bench-cluster-${w}`));
 
@@ -173,13 +174,14 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
  * `o.stepdowns` times: a turn on a thread, its partition consumer's leader asked to step down (the cluster
  * elects another), and AFTER_STEPDOWN_MS later a turn timed from its send to its answer.
  */
-async function turnsAfterLeaderChange(nodeT: NatsTransport, client: TroupeClient, o: ClusterBenchOptions): Promise<ClusterResults['afterLeaderChange']> {
+async function turnsAfterLeaderChange(
+  nodeT: NatsTransport,
+  turnOn: (threadId: string) => Promise<void>,
+  o: ClusterBenchOptions,
+): Promise<ClusterResults['afterLeaderChange']> {
   const threadId = 'bench-cluster-stepdown';
   const consumer = `p${partitionOf(threadId, PARTITIONS)}`;
-  const turn = async () => {
-    const res = await client.send(TEXT, { threadId, timeoutMs: o.timeoutMs });
-    if (res.text !== TEXT) throw new Error(`unexpected answer ${JSON.stringify(res.text)}`);
-  };
+  const turn = () => turnOn(threadId);
   o.log(`  a turn after its partition consumer's leader change ×${o.stepdowns}…`);
   const samplesUs: number[] = [];
   for (let i = 0; i < o.stepdowns; i++) {

@@ -4,24 +4,10 @@
  * and the studio pass theirs. Real nats-server, restarted on its port.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../src/observability/logger.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { capturingLogger } from './helpers/log-lines.js';
 import { waitFor } from './helpers/wait.js';
-
-interface Line {
-  level: number;
-  msg: string;
-  connection?: string;
-  server?: string;
-  subject?: string;
-}
-
-function capturingLogger() {
-  const lines: Line[] = [];
-  const log = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line) as Line) } as unknown as NodeJS.WritableStream });
-  return { lines, log };
-}
 
 describe('NATS connection log', () => {
   let server: NatsServerHandle;

@@ -11,6 +11,7 @@ import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, typ
 import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { capturingLogger } from './helpers/log-lines.js';
 import { sleep, waitFor } from './helpers/wait.js';
 
 const TTL = 1_200;
@@ -493,8 +494,7 @@ describe('JetStreamIngress', () => {
     }
   });
   it('says when a partition consumer falls silent (the server frozen for 8 s), and consumes again after', async () => {
-    const lines: Array<{ level: number; msg: string; partition?: number }> = [];
-    const logger = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line)) } as unknown as NodeJS.WritableStream });
+    const { lines, log: logger } = capturingLogger();
     const handled: string[] = [];
     // Leases outlive the freeze: the node keeps its partitions, and only the consumers' silence is seen.
     const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { logger, leaseTtlMs: 30_000 });
@@ -521,8 +521,7 @@ describe('JetStreamIngress', () => {
   });
 
   it('a partition whose pulls the server refuses (409) says so, and is consumed again from a consumer made afresh', async () => {
-    const lines: Array<{ level: number; msg: string; partition?: number; code?: number; description?: string }> = [];
-    const logger = createLogger({ level: 'info', destination: { write: (line: string) => void lines.push(JSON.parse(line)) } as unknown as NodeJS.WritableStream });
+    const { lines, log: logger } = capturingLogger();
     const handled: string[] = [];
     const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { logger, leaseTtlMs: 30_000 });
     await waitFor(() => ingress.owned().length === 8, 'consuming');
@@ -534,7 +533,7 @@ describe('JetStreamIngress', () => {
     await waitFor(() => lines.some((l) => l.msg === 'partition consumer: the server refused a pull' && l.partition === p), 'the refusal in the log', 10_000);
     const refusal = lines.find((l) => l.msg === 'partition consumer: the server refused a pull')!;
     expect([refusal.level, refusal.code]).toEqual([40, 409]);
-    expect(refusal.description?.toLowerCase()).toContain('exceeded maxrequestbatch');
+    expect((refusal.description as string | undefined)?.toLowerCase()).toContain('exceeded maxrequestbatch');
     const pub = await connectNode();
     await send(pub, threadId, 'while-refused', 'x');
     // Refused three times (the client pulls again after two missed heartbeats): the consumer is made

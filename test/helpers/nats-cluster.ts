@@ -67,7 +67,7 @@ export interface NatsClusterHandle {
   /**
    * Resolves once JetStream answers (a meta leader is elected) and every server is up; default wait 60 s (a
    * fresh cluster on 2 busy cores once took over 30 s). With `restartLeaderless`, servers are restarted one at
-   * a time, in turn, while no server names a meta leader for 20 s, as `troupe cluster up` does (a fresh 2.10
+   * a time, in turn, while no server names a meta leader for LEADERLESS_RESTART_MS, as `troupe cluster up` does (a fresh 2.10
    * cluster can stay without one: CI, session 21, two of three servers, 60 s).
    */
   ready(timeoutMs?: number, opts?: { restartLeaderless?: boolean }): Promise<void>;
