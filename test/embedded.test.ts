@@ -205,6 +205,24 @@ describe('embedded mesh with the demo team', () => {
     expect(elsewhere.duplicate).toBeUndefined();
     expect(elsewhere.text).toBe(first.text);
   });
+
+  it('past the history limit, a message id still in the history is a duplicate and one pruned from it is a new message', async () => {
+    const first = await mesh.client.send('Is the sea cold?', { messageId: 'long-0' });
+    const historyOf = () => (mesh.node.threads.inspect(first.threadId)?.context as { history: Array<{ messageId: string }> }).history.map((m) => m.messageId);
+    let turns = 1;
+    // Until the first message has been pruned, and a few turns after (the history's ids followed through several prunes).
+    while (historyOf().includes('long-0') || turns < 20) await mesh.client.send(`Is the lake cold? ${turns}`, { messageId: `long-${turns++}`, threadId: first.threadId });
+    expect(historyOf()).toHaveLength(50);
+    // The oldest message of this test's still in the history.
+    const oldest = historyOf().find((id) => id.startsWith('long-'))!;
+    expect(historyOf().indexOf(oldest)).toBeLessThan(4);
+    const again = await mesh.client.send('Is the lake cold?', { messageId: oldest, threadId: first.threadId, timeoutMs: 5_000 });
+    expect(again.duplicate).toBe(true);
+    const pruned = await mesh.client.send('Is the sea cold?', { messageId: 'long-0', threadId: first.threadId, timeoutMs: 5_000 });
+    expect(pruned.duplicate).toBeUndefined();
+    expect(pruned.route.map((s) => s.to)).toEqual(['triage', 'researcher', 'triage']);
+    expect(historyOf().filter((id) => id === 'long-0')).toHaveLength(1);
+  });
 });
 
 describe('cancel with messages queued behind the turn', () => {

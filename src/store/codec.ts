@@ -66,6 +66,19 @@ export function historyChecked(record: ThreadRecord): void {
 const preEncoded = new WeakMap<readonly unknown[], Uint8Array>();
 
 /**
+ * Where an array that follows `old` (the same objects: new ones appended, the oldest dropped, as a thread's
+ * history and route log change) starts in it, and how many of its elements from there are `old`'s, in
+ * order: `items[0, same)` are `old[from, from + same)`, the rest is new. `same` 0: nothing in common.
+ * Compares references only, so it touches the arrays and none of their elements.
+ */
+export function overlapOf(old: readonly unknown[], items: readonly unknown[]): { from: number; same: number } {
+  const from = items.length > 0 ? old.indexOf(items[0]) : -1;
+  let same = 0;
+  if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
+  return { from, same };
+}
+
+/**
  * The JSON of an append-mostly array of objects that are never changed once in it (a thread's history
  * and route log: new arrays around the same objects, the oldest pruned from the front, an element
  * replaced now and then), kept from one write to the next so that each element is encoded once: the
@@ -98,10 +111,7 @@ export class ArrayJson {
   /** Encodes `items` for `encodeRecord` (the elements' JSON, as bytes); returns `items`. */
   encode<T extends readonly unknown[]>(items: T): T {
     const old = this.#items;
-    // Where the new array starts in the old one: pruning drops elements from the front.
-    const from = items.length > 0 ? old.indexOf(items[0]) : -1;
-    let same = 0;
-    if (from >= 0) while (same < items.length && from + same < old.length && old[from + same] === items[same]) same++;
+    const { from, same } = overlapOf(old, items);
     const keepStart = same > 0 && from > 0 ? this.#ends[from - 1]! + 1 : 0;
     const keepEnd = same > 0 ? this.#ends[from + same - 1]! : 0;
     const ends: number[] = [];

@@ -42,6 +42,7 @@ import { InspectionPublisher, InspectionSwitch } from '../../observability/inspe
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
+import { historyHas } from './history-ids.js';
 import { packEvents, unpackEvents } from './event-log.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
@@ -392,7 +393,7 @@ export class ThreadHost {
     const key = answerKey(threadId, message.messageId);
     const ctx = snap.context;
     const inTurn = inTurnOf(ctx, message.messageId);
-    const inHistory = ctx.history.some((m) => m.messageId === message.messageId);
+    const inHistory = historyHas(live, ctx.history, message.messageId);
     // Whether the thread has taken this message: in its turn, queue or history, or answered by this process.
     const has = inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.publishedAnswers.has(key) || this.pendingAnswers.has(key);
     // A client's second copy of a message it got no answer for (HEADERS.resend), or a second stored copy
@@ -667,7 +668,7 @@ export class ThreadHost {
     const open = new Set([...ctx.pending.map((m) => m.messageId), ...(ctx.turn ? [ctx.turn.userMessageId] : [])]);
     const still: LiveThread['waiters'] = [];
     for (const w of live.waiters) {
-      if (resting || (!open.has(w.messageId) && ctx.history.some((m) => m.messageId === w.messageId))) w.resolve(w.events);
+      if (resting || (!open.has(w.messageId) && historyHas(live, ctx.history, w.messageId))) w.resolve(w.events);
       else still.push(w);
     }
     live.waiters = still;
@@ -1096,13 +1097,17 @@ export class ThreadHost {
   // ---- passivation -----------------------------------------------------------------------------------
 
   /**
-   * Every few seconds: idle threads give back their kept encodings; those at rest for `dormantMs` become
+   * Every few seconds: idle threads give back their kept encodings and history ids; those at rest for `dormantMs` become
    * dormant, those idle for `idleMs` are passivated, dormant ones included.
    */
   private async housekeeping(): Promise<void> {
     const now = this.now();
     const rested = now - KEEP_ENCODED_MS;
-    for (const live of this.threads.values()) if (live.encoded && live.lastActive <= rested) live.encoded = undefined;
+    for (const live of this.threads.values()) {
+      if (live.lastActive > rested) continue;
+      live.encoded = undefined;
+      live.historyIds = undefined;
+    }
     // Not a thread in a handoff: it waits here for its deadline.
     if (this.idleMs > 0) for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs && !this.wakes.has(threadId)) this.dormant.delete(threadId);
     if (this.idleMs > 0 || this.dormantMs > 0) await this.passivateIdle(now);

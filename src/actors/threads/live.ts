@@ -5,6 +5,7 @@ import type { TroupeError } from '../../protocol/errors.js';
 import type { Artifact, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { Span } from '../../observability/tracing.js';
 import type { ArrayJson } from '../../store/codec.js';
+import type { HistoryIds } from './history-ids.js';
 
 /** A turn in progress as metrics and traces see it: when it (and its current step) started, its spans. */
 export interface TurnWatch {
@@ -102,6 +103,8 @@ export interface LiveThread {
    * what is new in them (made at the first write).
    */
   encoded?: { history: ArrayJson; routes: ArrayJson };
+  /** The ids of a long history's messages (history-ids.ts), made when first asked. */
+  historyIds?: HistoryIds;
   /** History entries left out of the record because it would not fit in one store value. */
   historyTrimmed: number;
   /**
