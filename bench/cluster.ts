@@ -211,7 +211,7 @@ export function renderClusterReport(r: ClusterResults): string {
     renderTable(['row', 'p50', 'p99', 'ops/s', 'errors'], [row(r.durableTurn), row(r.rawTurn)], ['left', 'right', 'right', 'right', 'right']),
     `raw turn: KV value ${(r.recordBytes / 1024).toFixed(1)} KiB (the mean thread record after the durable rows); the durable turn: one stream message, one KV write, two agent-call messages, the answer.`,
     `clusterDurableTurnVsRaw: ${formatRatio(r.durableVsRawP50)} the raw turn's p50; raw throughput is ${formatRatio(r.durableVsRawThroughput)} the durable turn's`,
-    `a turn ${AFTER_STEPDOWN_MS} ms after its partition consumer's leader change (${r.afterLeaderChange.stepdowns} stepdowns): p50 ${formatUs(r.afterLeaderChange.p50Us)}, max ${formatUs(r.afterLeaderChange.maxUs)} (the partition waits for its consumer to pull again; each: ${r.afterLeaderChange.samplesUs.map((us) => formatUs(us)).join(', ')})`,
+    `a turn ${AFTER_STEPDOWN_MS} ms after its partition consumer's leader change (${r.afterLeaderChange.stepdowns} stepdowns): p50 ${formatUs(r.afterLeaderChange.p50Us)}, max ${formatUs(r.afterLeaderChange.maxUs)} (the node pulls again when the new leader is announced; each: ${r.afterLeaderChange.samplesUs.map((us) => formatUs(us)).join(', ')})`,
   ].join('\n');
 }
 

@@ -31,6 +31,8 @@ import { pushAccountJwts } from '../src/security/creds.js';
 import { clusterServerBin, startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
+import { capturingLogger } from './helpers/log-lines.js';
+import { partitionOf } from '../src/transport/jetstream/ingress.js';
 import { Registry } from '../src/actors/registry.js';
 import { ThreadHost } from '../src/actors/threads/host.js';
 import { metrics } from '../src/observability/metrics.js';
@@ -188,6 +190,41 @@ describe('nodes on the cluster', () => {
     expect(winners.every((n) => n === 1), `writes stored per round: ${winners.join(',')}`).toBe(true);
   }, 60_000);
 
+  it('a partition consumer whose leader steps down pulls again when the new leader is announced, and the thread\'s next turn is answered', async () => {
+    // Before the node watched the advisories, the lost pull was noticed after two missed heartbeats (2 s
+    // and more: bench/cluster.ts); that path is covered in test/ingress.test.ts. Here the new leader's
+    // announcement must be what sends the pull: the line below is said only on that path.
+    const { lines, log } = capturingLogger();
+    const t = await transport('leader-change-node');
+    const store = await KvThreadStore.open(t.connection, { replicas: 3 });
+    const node = await new TroupeNode({
+      transport: t,
+      nodeId: 'leader-change-node',
+      logger: log,
+      store,
+      durable: { nc: t.connection, partitions: PARTITIONS, replicas: 3, leaseTtlMs: LEASE_TTL_MS },
+      config: { entryAgent: 'echo' },
+    }).start();
+    try {
+      await node.registry.waitFor(['echo']);
+      const threadId = 'leader-change-1';
+      const p = partitionOf(threadId, PARTITIONS);
+      await waitUntil(() => ((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).includes(p) || undefined, `the node consuming partition ${p}`, 30_000);
+      expect((await client.send('before', { threadId, timeoutMs: 20_000 })).text).toBe('echo: before');
+      const before = (await (await jetstreamManager(t.connection)).consumers.info('TROUPE_IN', `p${p}`)).cluster?.leader;
+      const answer = JSON.parse(new TextDecoder().decode((await t.request(`$JS.API.CONSUMER.LEADER.STEPDOWN.TROUPE_IN.p${p}`, new Uint8Array(), { timeoutMs: 10_000 })).data)) as { success?: boolean };
+      expect(answer.success).toBe(true);
+      const pulled = await waitUntil(() => lines.find((l) => l.msg === 'partition consumer has a new leader; pulling again' && l.partition === p), `partition ${p} pulling from its new leader`, 20_000);
+      expect(pulled.leader).not.toBe(before);
+      expect((await client.send('after', { threadId, timeoutMs: 20_000 })).text).toBe('echo: after');
+      // Said for that partition's election only: the elections that made the node's consumers were not.
+      expect(lines.filter((l) => l.msg === 'partition consumer has a new leader; pulling again').map((l) => l.partition)).toEqual([p]);
+    } finally {
+      await node.stop();
+      await store.close();
+    }
+  }, 90_000);
+
   it('a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server\'s count', async () => {
     const res = await runTroupe(['up', '--partitions', '8', '--log-level', 'warn'], cluster.env, { timeoutMs: 30_000 });
     expect(res.code).toBe(1);
@@ -203,6 +240,11 @@ describe('nodes on the cluster', () => {
   }, 60_000);
 
   it('troupe up --replicas 3 on the 3 servers: every stream and bucket has 3 replicas; 3 nodes own 22/21/21 of 64 partitions', async () => {
+    // What the stream holds already (the leader-change test's messages), or nothing (run alone).
+    const storedBefore = await (await jetstreamManager((await transport('stored-before')).connection)).streams.info('TROUPE_IN').then(
+      (i) => i.state.last_seq,
+      () => 0,
+    );
     nodes.push(await startNode('node 1'), await startNode('node 2'), await startNode('node 3'));
     const shares = await waitUntil(async () => {
       const o = await owners(client);
@@ -219,7 +261,7 @@ describe('nodes on the cluster', () => {
       expect(info.config.num_replicas, stream).toBe(3);
     }
     // The probes of the three nodes' partition checks were refused by the stream: nothing was stored.
-    expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(0);
+    expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(storedBefore);
 
     const res = await client.send('hello cluster', { threadId: 'cluster-1', timeoutMs: 20_000 });
     expect(res.text).toBe('echo: hello cluster');

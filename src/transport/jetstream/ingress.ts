@@ -50,8 +50,10 @@ import {
   type JsMsg,
   type StreamConfig,
 } from '@nats-io/jetstream';
-import { headers as jsHeaders, type NatsConnection, type Status } from '@nats-io/transport-node';
+import { headers as jsHeaders, type NatsConnection, type Status, type Subscription as NatsSubscription } from '@nats-io/transport-node';
+import { z } from 'zod';
 import { parseThreadIn, subjects } from '../subjects.js';
+import { decode } from '../../protocol/codec.js';
 import { HEADERS } from '../../protocol/headers.js';
 import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
@@ -107,6 +109,26 @@ const STALLED_HEARTBEATS = 10;
  * fresh consumer is refused too.
  */
 const REFUSED_PULLS = 3;
+
+/** Where JetStream announces a consumer's new leader: `<this>.<stream>.<consumer>`. */
+const LEADER_ELECTED = '$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED';
+
+/** What the node reads of an advisory of a consumer's new leader: the server's name. */
+const LeaderElectedSchema = z.object({ leader: z.string().min(1).max(256) });
+/** Such an advisory is about 1 KiB (the replicas with their state): anything past this is not one. */
+const ADVISORY_BYTES = 64 * 1024;
+
+/** A partition's consumer on TROUPE_IN. */
+function consumerName(p: number): string {
+  return `p${p}`;
+}
+
+/** The partition whose consumer has this name, if it is one of `partitions`. */
+function partitionOfConsumer(name: string, partitions: number): number | undefined {
+  const m = /^p(\d{1,4})$/.exec(name);
+  const p = m ? Number(m[1]) : -1;
+  return p >= 0 && p < partitions && consumerName(p) === name ? p : undefined;
+}
 
 /** Codes that mean "this message can never succeed": terminate instead of redelivering. */
 export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -251,6 +273,8 @@ interface PartitionRun {
   lost?: boolean;
   /** Pulls the server refused since the consumer last delivered a message (see REFUSED_PULLS). */
   refusedPulls: number;
+  /** The server leading the partition's consumer, as its info said at the start or an advisory since (clusters only). */
+  leader?: string;
 }
 
 export class JetStreamIngress {
@@ -274,6 +298,8 @@ export class JetStreamIngress {
   #js?: JetStreamClient;
   #leases?: PartitionLeases;
   #status?: AsyncIterable<Status> & { stop?: () => void };
+  /** JetStream's advisories of a new leader for a partition consumer (see #watchLeaders). */
+  #leaders?: NatsSubscription;
   #started = false;
   #stopping = false;
   /** Failed attempts per stream sequence, across consumers of this node. */
@@ -343,6 +369,7 @@ export class JetStreamIngress {
     );
     this.#js = jetstream(this.#nc);
     this.#watchStatus();
+    this.#watchLeaders();
     this.#leases = new PartitionLeases({
       nc: this.#nc,
       tenant: this.tenant,
@@ -365,6 +392,7 @@ export class JetStreamIngress {
     if (!this.#started || this.#stopping) return;
     this.#stopping = true;
     this.#status?.stop?.();
+    this.#leaders?.unsubscribe();
     await this.#leases?.stop({ release: true });
     // Anything the leases did not cover (e.g. a restart under way).
     await Promise.all([...this.#runs.keys()].map((p) => this.#op(p, () => this.#release(p, 'released'))));
@@ -435,7 +463,7 @@ export class JetStreamIngress {
   }
 
   #consumerName(p: number): string {
-    return `p${p}`;
+    return consumerName(p);
   }
 
   #consumerConfig(p: number): Partial<ConsumerConfig> {
@@ -540,6 +568,7 @@ export class JetStreamIngress {
         keepTrying: () => !this.#stopping && run.active && this.#leases?.owned().includes(p) === true,
         onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'the partition consumer has no leader yet; asking again'),
       });
+      run.leader = (await consumer.info(true)).cluster?.leader;
       const messages = await consumer.consume({
         max_messages: Math.min(this.#maxAckPending, 256),
         // Pulls expire (and heartbeats come) often: a pull the server dropped (its consumer leader changed,
@@ -678,6 +707,44 @@ export class JetStreamIngress {
         }
       }
     })().catch(() => undefined);
+  }
+
+  /**
+   * A partition consumer's pull waiting at its leader goes with that leader: when a cluster elects another
+   * (a server restarted or upgraded, a stepdown), nothing tells the client, which pulls again only after
+   * two missed heartbeats (about 2 s: bench/cluster.ts, summary.clusterTurnAfterLeaderChangeP50Us). The
+   * server announces each election in the account, so the node pulls again when its consumer's is
+   * announced, not after the heartbeats (a stepdown, then a turn 500 ms later: 2.24 s before, 8.5 ms after).
+   * It does what the client does after missed heartbeats (`resetPending`: the consumer's info, then a pull
+   * of the whole batch), which is not public API: test/cluster.nats.test.ts fails if a client version
+   * drops it, and the heartbeats would still bring the partition back. Where the node's NATS user may not
+   * subscribe to `$JS.EVENT.ADVISORY.>`, the server refuses this subscription (logged as a transport
+   * error) and the heartbeats do it alone.
+   */
+  #watchLeaders(): void {
+    const prefix = `${LEADER_ELECTED}.${INGRESS_STREAM}.`;
+    this.#leaders = this.#nc.subscribe(`${prefix}*`, {
+      callback: (err, m) => {
+        if (err || this.#stopping) return;
+        const p = partitionOfConsumer(m.subject.slice(prefix.length), this.partitions);
+        const run = p === undefined ? undefined : this.#runs.get(p);
+        if (!run?.active || !run.messages) return;
+        let leader: string;
+        try {
+          leader = decode(LeaderElectedSchema, m.data, 'consumer leader advisory', ADVISORY_BYTES).leader;
+        } catch (e) {
+          this.#log.warn({ partition: run.partition, err: errText(e) }, 'ignored a consumer leader advisory that could not be read');
+          return;
+        }
+        // The leader the run pulls from already (the election that made its consumer, announced late).
+        if (leader === run.leader) return;
+        run.leader = leader;
+        const messages = run.messages as ConsumerMessages & { resetPending?: () => Promise<boolean> };
+        if (typeof messages.resetPending !== 'function') return;
+        this.#log.info({ partition: run.partition, leader }, 'partition consumer has a new leader; pulling again');
+        messages.resetPending().catch(() => undefined);
+      },
+    });
   }
 
   // ---- messages -----------------------------------------------------------------------------------
