@@ -655,6 +655,7 @@ export class ThreadHost {
    * thread is at rest with them) are settled.
    */
   private afterCommit(live: LiveThread, finals: TaskStatusUpdateEvent[]): void {
+    live.historyIds?.follow(live.actor.getSnapshot().context.history);
     for (const event of finals) {
       const inReplyTo = event.status.message?.metadata?.[META.inReplyTo];
       const waiting = live.waiters.filter((w) => w.messageId === inReplyTo);
