@@ -1098,8 +1098,8 @@ export class ThreadHost {
   // ---- passivation -----------------------------------------------------------------------------------
 
   /**
-   * Every few seconds: idle threads give back their kept encodings and history ids; those at rest for `dormantMs` become
-   * dormant, those idle for `idleMs` are passivated, dormant ones included.
+   * Every few seconds: idle threads give back their kept encodings and history ids; those at rest for
+   * `dormantMs` become dormant, those idle for `idleMs` are passivated, dormant ones included.
    */
   private async housekeeping(): Promise<void> {
     const now = this.now();
