@@ -711,15 +711,17 @@ export class JetStreamIngress {
 
   /**
    * A partition consumer's pull waiting at its leader goes with that leader: when a cluster elects another
-   * (a server restarted or upgraded, a stepdown), nothing tells the client, which pulls again only after
-   * two missed heartbeats (about 2 s: bench/cluster.ts, summary.clusterTurnAfterLeaderChangeP50Us). The
-   * server announces each election in the account, so the node pulls again when its consumer's is
-   * announced, not after the heartbeats (a stepdown, then a turn 500 ms later: 2.24 s before, 8.5 ms after).
-   * It does what the client does after missed heartbeats (`resetPending`: the consumer's info, then a pull
-   * of the whole batch), which is not public API: test/cluster.nats.test.ts fails if a client version
-   * drops it, and the heartbeats would still bring the partition back. Where the node's NATS user may not
-   * subscribe to `$JS.EVENT.ADVISORY.>`, the server refuses this subscription (logged as a transport
-   * error) and the heartbeats do it alone.
+   * (a server restarted, upgraded or crashed, a stepdown), nothing tells the client, which pulls again only
+   * after two missed heartbeats (about 2 s), and after a crash only once the consumer's info is answered
+   * again. The server announces each election in the account, so the node pulls again when its consumer's
+   * is announced: a stepdown, then a turn 500 ms later, 2.24 s before and 8 ms after (bench/cluster.ts,
+   * summary.clusterTurnAfterLeaderChangeP50Us); after a kill -9 of the leader's server, about 10 ms after
+   * the election is announced, where the partition waited 3-6 s more. The pull is the client's own after
+   * missed heartbeats, less its check of the consumer's info (`resetPendingNoInfo`: the advisory says the
+   * consumer has a leader). That method is not public API: test/cluster.nats.test.ts fails if a client
+   * version drops it, and the heartbeats would still bring the partition back. Where the node's NATS user
+   * may not subscribe to `$JS.EVENT.ADVISORY.>`, the server refuses this subscription (logged as a
+   * transport error) and the heartbeats do it alone.
    */
   #watchLeaders(): void {
     const prefix = `${LEADER_ELECTED}.${INGRESS_STREAM}.`;
@@ -739,10 +741,14 @@ export class JetStreamIngress {
         // The leader the run pulls from already (the election that made its consumer, announced late).
         if (leader === run.leader) return;
         run.leader = leader;
-        const messages = run.messages as ConsumerMessages & { resetPending?: () => Promise<boolean> };
-        if (typeof messages.resetPending !== 'function') return;
+        // Not `resetPending`, which asks for the info first and does nothing while a reset of its own is
+        // under way: after a crash, the client's reset begun when the heartbeats stopped was still waiting
+        // for an info when the election was announced (a .tmp rig, kill -9 of the leader's server: the turn
+        // 10-13 s after the kill, against 5-8 s now; test/cluster.nats.test.ts).
+        const messages = run.messages as ConsumerMessages & { resetPendingNoInfo?: () => Promise<boolean> };
+        if (typeof messages.resetPendingNoInfo !== 'function') return;
         this.#log.info({ partition: run.partition, leader }, 'partition consumer has a new leader; pulling again');
-        messages.resetPending().catch(() => undefined);
+        messages.resetPendingNoInfo().catch(() => undefined);
       },
     });
   }
