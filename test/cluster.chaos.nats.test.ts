@@ -307,29 +307,51 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       try {
         const jsm = await jetstreamManager(probe.connection);
         for (const stream of ['KV_troupe_threads', 'TROUPE_IN']) {
-          // A follower is `current` only while it has every entry the leader applied (nats-server's raft
-          // Peers: li >= applied). Under this test's steady writes the slower follower is often an entry or
-          // two behind, so both current in one poll can take long on a busy machine. Caught up means: each
-          // of the three seen current (or leading) at least once since the restart, none offline now.
-          const seenCurrent = new Set<string>();
-          let last = '(no stream info yet)';
-          await waitUntil(
-            async () => {
-              const info = await jsm.streams.info(stream).catch(() => undefined);
-              const leader = info?.cluster?.leader;
-              const replicas = info?.cluster?.replicas ?? [];
-              last = `leader ${leader ?? '(none)'}; ${replicas.map((r) => `${r.name}: ${r.current ? 'current' : 'behind'}, lag ${r.lag ?? '?'}, seen ${r.active} ns ago${r.offline ? ', offline' : ''}`).join('; ')}`;
-              if (!leader || replicas.length !== 2) return undefined;
-              seenCurrent.add(leader);
-              for (const r of replicas) if (r.current) seenCurrent.add(r.name);
-              return seenCurrent.size === 3 && replicas.every((r) => !r.offline) ? true : undefined;
-            },
-            `every replica of ${stream} caught up after ${server.name} came back`,
-            60_000,
-            250,
-          ).catch((err: Error) => {
-            throw new Error(`${err.message} (seen current: ${[...seenCurrent].join(', ') || 'none'}; last poll: ${last})`);
-          });
+          let restartedAt = Date.now();
+          // The restarted server's replica as the last poll saw it: `active` is how long ago it was heard from.
+          let lastOfServer: { active: number } | undefined;
+          const caughtUp = (timeoutMs: number) => {
+            // A follower is `current` only while it has every entry the leader applied (nats-server's raft
+            // Peers: li >= applied). Under this test's steady writes the slower follower is often an entry or
+            // two behind, so both current in one poll can take long on a busy machine. Caught up means: each
+            // of the three seen current (or leading) at least once since the restart, none offline now.
+            const seenCurrent = new Set<string>();
+            let last = '(no stream info yet)';
+            return waitUntil(
+              async () => {
+                const info = await jsm.streams.info(stream).catch(() => undefined);
+                const leader = info?.cluster?.leader;
+                const replicas = info?.cluster?.replicas ?? [];
+                last = `leader ${leader ?? '(none)'}; ${replicas.map((r) => `${r.name}: ${r.current ? 'current' : 'behind'}, lag ${r.lag ?? '?'}, seen ${r.active} ns ago${r.offline ? ', offline' : ''}`).join('; ')}`;
+                lastOfServer = replicas.find((r) => r.name === server.name);
+                if (!leader || replicas.length !== 2) return undefined;
+                seenCurrent.add(leader);
+                for (const r of replicas) if (r.current) seenCurrent.add(r.name);
+                return seenCurrent.size === 3 && replicas.every((r) => !r.offline) ? true : undefined;
+              },
+              `every replica of ${stream} caught up after ${server.name} came back`,
+              timeoutMs,
+              250,
+            ).catch((err: Error) => {
+              throw new Error(`${err.message} (seen current: ${[...seenCurrent].join(', ') || 'none'}; last poll: ${last})`);
+            });
+          };
+          try {
+            await caughtUp(40_000);
+          } catch (err) {
+            // The restarted server's replica not heard from since the restart: it never rejoined the stream's
+            // group, a failure of nats-server's that a CI run met once (session 23; docs/cluster.md, "the
+            // restarted server may not have rejoined the bucket's group"). Restarting that server is what an
+            // operator does; the suite does it once, says so, and waits again. Anything else fails the run.
+            const unheardMs = lastOfServer ? lastOfServer.active / 1e6 : 0;
+            if (unheardMs < Date.now() - restartedAt - 5_000) throw err;
+            log(`${server.name}'s replica of ${stream} not heard from in ${Math.round(unheardMs / 1000)} s since its restart: restarting ${server.name} again`);
+            await server.kill();
+            await server.restart();
+            await cluster.ready(60_000);
+            restartedAt = Date.now();
+            await caughtUp(60_000);
+          }
         }
       } finally {
         await probe.close();
