@@ -297,6 +297,8 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       await progress(`with ${server.name} down`);
       await sleep(1_000);
       await server.restart();
+      // When the server came back: its replica of a stream not heard from since was never back at all.
+      const restartedAt = Date.now();
       await cluster.ready(60_000);
       log(`${server.name} restarted`);
       talk.phase = `${phase} restarted`;
@@ -307,7 +309,6 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
       try {
         const jsm = await jetstreamManager(probe.connection);
         for (const stream of ['KV_troupe_threads', 'TROUPE_IN']) {
-          let restartedAt = Date.now();
           // The restarted server's replica as the last poll saw it: `active` is how long ago it was heard from.
           let lastOfServer: { active: number } | undefined;
           const caughtUp = (timeoutMs: number) => {
@@ -349,7 +350,6 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
             await server.kill();
             await server.restart();
             await cluster.ready(60_000);
-            restartedAt = Date.now();
             await caughtUp(60_000);
           }
         }
