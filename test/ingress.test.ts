@@ -12,7 +12,7 @@ import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { capturingLogger } from './helpers/log-lines.js';
-import { sleep, waitFor } from './helpers/wait.js';
+import { sleep, waitFor, waitUntil } from './helpers/wait.js';
 
 const TTL = 1_200;
 const enc = new TextEncoder();
@@ -550,18 +550,84 @@ describe('JetStreamIngress', () => {
     expect(lines.some((l) => l.msg === 'restarting partition consumer' && l.partition === p)).toBe(true);
   }, 45_000);
 
-  it('recovers from a server outage longer than the lease TTL (leases fenced, re-acquired, consumers made afresh)', async () => {
+  it('a partition taken back while a pull from elsewhere waits at its consumer: the consumer is made afresh, and the pull gets nothing', async () => {
+    const { lines, log: logger } = capturingLogger();
+    const handled: string[] = [];
+    const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { logger });
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    const threadId = 'waiting-pull';
+    const p = partitionOf(threadId);
+    // A pull of someone else's (a node that lost the partition and still pulls, say), waiting a minute.
+    const other = await connectNode();
+    const took: string[] = [];
+    const inbox = `_INBOX.waiting-pull-${Date.now()}`;
+    other.subscribe(inbox, { callback: (_err, m) => void (m.data.length > 0 && took.push(dec.decode(m.data))) });
+    other.publish(`$JS.API.CONSUMER.MSG.NEXT.${INGRESS_STREAM}.p${p}`, enc.encode(JSON.stringify({ batch: 1, expires: 60_000_000_000 })), { reply: inbox });
+    await other.flush();
+    await waitUntil(async () => (await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).num_waiting >= 2, "the pull waiting beside the node's", 5_000);
+    const mark = lines.length;
+
+    // Frozen past the lease TTL: the node fences itself off, then takes its partitions back.
+    await server.signal('SIGSTOP');
+    try {
+      await sleep(3 * TTL);
+    } finally {
+      await server.signal('SIGCONT');
+    }
+    const back = await waitUntil(
+      () => lines.slice(mark).find((l) => l.msg === 'consuming partition' && l.partition === p),
+      'the partition consumed again',
+      10_000,
+    );
+    expect(lines.slice(mark).some((l) => l.msg === 'lease lost' && l.partition === p)).toBe(true);
+    expect(back.consumer).toBe('made');
+    const pub = await connectNode();
+    // (Message ids are the stream's de-duplication ids: one no other test of the file sends.)
+    await sendRetrying(pub, threadId, 'after-the-waiting-pull', 'body');
+    await waitFor(() => handled.includes('after-the-waiting-pull'), 'the message, by the node');
+    expect(took).toEqual([]);
+  });
+
+  it('recovers from a server outage longer than the lease TTL: leases fenced and taken back, each idle consumer kept as it was; one with a message in hand, or changed, made afresh', async () => {
+    const { lines, log: logger } = capturingLogger();
     const handled: string[] = [];
     const events: string[] = [];
-    const { ingress, nc } = await startIngress('node-a', (m) => void handled.push(m.messageId!), {
-      onPartitionReleased: (p) => void events.push(`released-${p}`),
-      onPartitionAcquired: (p) => void events.push(`acquired-${p}`),
-    });
+    // Three threads in three partitions: one idle, one whose handler is in the middle of a message when the
+    // lease runs out, one whose consumer someone changes.
+    const threadIn = (prefix: string, not: number[]) => {
+      for (let i = 0; ; i++) if (!not.includes(partitionOf(`${prefix}-${i}`))) return `${prefix}-${i}`;
+    };
+    const idle = 'outage';
+    const busy = threadIn('outage-busy', [partitionOf(idle)]);
+    const changed = threadIn('outage-changed', [partitionOf(idle), partitionOf(busy)]);
+    const inHand = deferred();
+    let blocked = false;
+    const { ingress, nc } = await startIngress(
+      'node-a',
+      async (m, { signal }) => {
+        if (m.messageId === 'busy-1' && !blocked) {
+          blocked = true;
+          inHand.resolve();
+          // Runs until the node fences itself off the partition.
+          await new Promise((_res, rej) => signal.addEventListener('abort', () => rej(signal.reason as Error)));
+        }
+        handled.push(m.messageId!);
+      },
+      {
+        logger,
+        onPartitionReleased: (p) => void events.push(`released-${p}`),
+        onPartitionAcquired: (p) => void events.push(`acquired-${p}`),
+      },
+    );
     await waitFor(() => ingress.owned().length === 8, 'consuming');
     const pub = await connectNode();
-    for (let i = 0; i < 5; i++) await send(pub, 'outage', `before-${i}`, 'x');
+    for (let i = 0; i < 5; i++) await send(pub, idle, `before-${i}`, 'x');
+    await send(pub, busy, 'busy-1', 'x');
     await waitFor(() => handled.length === 5, 'the first messages');
+    await inHand.promise;
+    await jsm.consumers.update(INGRESS_STREAM, `p${partitionOf(changed)}`, { max_ack_pending: 999 });
     events.length = 0;
+    const mark = lines.length;
 
     await server.shutdown();
     await sleep(2 * TTL);
@@ -571,9 +637,25 @@ describe('JetStreamIngress', () => {
     await server.restart();
     await waitFor(() => !nc.isClosed() && ingress.owned().length === 8, 'consuming again', 5 * TTL);
     expect(events.filter((e) => e.startsWith('acquired-'))).toHaveLength(8);
+    await waitFor(() => lines.slice(mark).filter((l) => l.msg === 'consuming partition').length === 8, 'every partition consumed again');
+    const how = new Map(lines.slice(mark).filter((l) => l.msg === 'consuming partition').map((l) => [l.partition as number, l.consumer]));
+    // The busy partition's consumer has the message delivered and not acknowledged; the changed one is not
+    // the consumer the node made. Every other is the node's own, idle: consumed again as it was.
+    expect(how.get(partitionOf(busy))).toBe('made');
+    expect(how.get(partitionOf(changed))).toBe('made');
+    expect([...how].filter(([p]) => p !== partitionOf(busy) && p !== partitionOf(changed)).map(([, c]) => c)).toEqual(Array(6).fill('kept'));
     // The publisher may still be reconnecting: it retries, as any client does (Nats-Msg-Id makes that safe).
-    for (let i = 0; i < 5; i++) await sendRetrying(pub, 'outage', `after-${i}`, 'x');
-    await waitFor(() => handled.length === 10, 'the later messages');
-    expect(handled).toEqual([...Array.from({ length: 5 }, (_, i) => `before-${i}`), ...Array.from({ length: 5 }, (_, i) => `after-${i}`)]);
+    for (let i = 0; i < 5; i++) await sendRetrying(pub, idle, `after-${i}`, 'x');
+    await sendRetrying(pub, busy, 'busy-2', 'x');
+    await sendRetrying(pub, changed, 'changed-1', 'x');
+    await waitFor(() => handled.length === 13, `the later messages (handled: ${handled.join(', ')})`, 15_000);
+    expect(handled.filter((id) => !id.startsWith('busy') && !id.startsWith('changed'))).toEqual([
+      ...Array.from({ length: 5 }, (_, i) => `before-${i}`),
+      ...Array.from({ length: 5 }, (_, i) => `after-${i}`),
+    ]);
+    // The message in hand came again, before the thread's next.
+    expect(handled.filter((id) => id.startsWith('busy'))).toEqual(['busy-1', 'busy-2']);
+    expect(handled).toContain('changed-1');
+    expect(await drained()).toBe(0);
   });
 });

@@ -18,7 +18,9 @@
  * with work-queue retention acked messages are gone, so a fresh consumer starts at the oldest unacked
  * message of the partition and redelivers in order. An old consumer would redeliver its unacked messages
  * only after ack_wait, behind newer ones. The same restart happens after a reconnect (messages in flight
- * while disconnected would otherwise come back late) and when the consumer vanished.
+ * while disconnected would otherwise come back late) and when the consumer vanished. One exception: a node
+ * taking back a partition it let go keeps the consumer when it is its own and holds nothing an old one
+ * would give late, neither unacknowledged messages nor waiting pulls (`#notIdleOwn`).
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
  * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
@@ -44,6 +46,7 @@ import {
   RetentionPolicy,
   StorageType,
   type ConsumerConfig,
+  type ConsumerInfo,
   type ConsumerMessages,
   type JetStreamClient,
   type JetStreamManager,
@@ -60,7 +63,7 @@ import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, typ
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
 import { jsHeadersOf } from '../nats-headers.js';
-import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
 
 export const INGRESS_STREAM = 'TROUPE_IN';
 export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
@@ -91,6 +94,14 @@ const ACK_CONFIRM_MS = 5_000;
 const JS_ACK = new TextEncoder().encode('+ACK');
 /** Prefix of a partition consumer's description: the ack floor of the consumers before it. */
 const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
+/**
+ * How long a node taking a partition back asks its own consumer's info before making a fresh one
+ * (`#freshConsumer`). Making one needs the cluster's meta leader, and so, while the meta leader is being
+ * elected, does the info of a consumer whose leader is alive (a test run: 10 of 43 such consumers not
+ * answered in 10 s): waiting costs nothing that making one afresh would not.
+ */
+const KEEP_OWN_WAIT_MS = 20_000;
+const OWN_INFO_TIMEOUT_MS = 1_000;
 /** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
 const FRESH_CONSUMER_ATTEMPTS = 12;
 /**
@@ -288,6 +299,9 @@ export class JetStreamIngress {
   readonly #runs = new Map<number, PartitionRun>();
   /** Per-partition chain of start/stop operations, so they never overlap. */
   readonly #ops = new Map<number, Promise<void>>();
+  /** Per partition, the consumer this node made last (`madeMark`), while its runs stop cleanly (see `#notIdleOwn`). */
+  readonly #made = new Map<number, string>();
+  #makes = 0;
   readonly #ackWaitMs: number;
   readonly #maxAckPending: number;
   readonly #maxDeliver: number;
@@ -295,6 +309,8 @@ export class JetStreamIngress {
   readonly #retryMax: number;
   readonly #releaseTimeoutMs: number;
   #jsm?: JetStreamManager;
+  /** Asks a consumer's info with a short timeout (see `#freshConsumer`). */
+  #ownInfoJsm?: JetStreamManager;
   #js?: JetStreamClient;
   #leases?: PartitionLeases;
   #status?: AsyncIterable<Status> & { stop?: () => void };
@@ -368,6 +384,7 @@ export class JetStreamIngress {
       { log: this.#opts.logger, deadlineMs: this.#opts.setupDeadlineMs, transient: isCreateOrBindTransient },
     );
     this.#js = jetstream(this.#nc);
+    this.#ownInfoJsm = await jetstreamManager(this.#nc, { timeout: OWN_INFO_TIMEOUT_MS, checkAPI: false });
     this.#watchStatus();
     this.#watchLeaders();
     this.#leases = new PartitionLeases({
@@ -488,7 +505,7 @@ export class JetStreamIngress {
    * floor of the one it replaces in its description (`ACKED_THROUGH`), and the next reads the higher of
    * the two.
    */
-  async #freshConsumer(p: number): Promise<number> {
+  async #freshConsumer(p: number, opts: { keepOwn?: boolean } = {}): Promise<{ ackedThrough: number; kept: boolean; madeBecause?: string }> {
     const jsm = this.#jsm!;
     const name = this.#consumerName(p);
     let ackedThrough = 0;
@@ -496,22 +513,49 @@ export class JetStreamIngress {
     // died, which is also when nodes reconnect and restart their consumers) every attempt times out for a
     // few seconds. Keep trying while this node holds the partition rather than giving it up: handing it
     // around the nodes during the election only moves its messages.
+    const started = Date.now();
+    let waitingOwn = false;
+    let madeBecause: string | undefined;
     return retryTransient(
       async () => {
-        const old = await jsm.consumers.info(INGRESS_STREAM, name).catch(() => undefined);
+        // This node's own consumer, not answering: its leader died with its server, and its replicas are
+        // electing another. Ask again for a while rather than make it anew: that asks the meta leader,
+        // which a crash often takes too, and throws away a consumer about to answer. The info is answered
+        // in milliseconds by a consumer with a leader, so it is asked with a short timeout.
+        const keepOwn = opts.keepOwn === true && this.#made.has(p) && Date.now() - started < KEEP_OWN_WAIT_MS;
+        let infoError = '';
+        const old = await (keepOwn ? this.#ownInfoJsm! : jsm).consumers.info(INGRESS_STREAM, name).catch((err: unknown) => {
+          waitingOwn = keepOwn && isTransientJetStreamError(err);
+          if (waitingOwn) throw err;
+          infoError = errText(err);
+          return undefined;
+        });
+        waitingOwn = false;
         ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
+        // The first attempt's reason is the one: a later attempt finds the consumer this one deleted.
+        madeBecause ??= opts.keepOwn ? (old ? this.#notIdleOwn(p, old) : `no info of it: ${infoError}`) : undefined;
+        if (opts.keepOwn && madeBecause === undefined) return { ackedThrough, kept: true };
+        this.#made.delete(p);
         try {
           await jsm.consumers.delete(INGRESS_STREAM, name);
         } catch (err) {
           if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
         }
-        await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description: `${ACKED_THROUGH}${ackedThrough}` });
-        return ackedThrough;
+        // The description names who made it and which of its makes this is: another consumer of the same
+        // name and floor, made by another node or by this one later, is told apart (`madeMark`).
+        const description = `${ACKED_THROUGH}${ackedThrough}; made by ${this.nodeId} #${++this.#makes}`;
+        const made = await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description });
+        this.#made.set(p, madeMark(made));
+        return { ackedThrough, kept: false, ...(madeBecause ? { madeBecause } : {}) };
       },
       {
         attempts: FRESH_CONSUMER_ATTEMPTS,
         keepTrying: () => !this.#stopping && this.#leases?.owned().includes(p) === true,
-        onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'could not make the partition consumer yet; trying again'),
+        onRetry: (attempt, err) =>
+          this.#log.info(
+            { partition: p, attempt, err: errText(err) },
+            waitingOwn ? 'the partition consumer does not answer yet; asking again' : 'could not make the partition consumer yet; trying again',
+          ),
       },
     );
   }
@@ -530,10 +574,13 @@ export class JetStreamIngress {
     return next;
   }
 
-  /** Lease acquired: fresh consumer, host hook, then consume. A throw gives the lease back. */
+  /**
+   * Lease acquired: fresh consumer (or this node's own, idle, see `#notIdleOwn`), host hook, then consume. A
+   * throw gives the lease back.
+   */
   async #acquire(p: number): Promise<void> {
     if (this.#stopping) return;
-    const ackedThrough = await this.#freshConsumer(p);
+    const { ackedThrough, kept, madeBecause } = await this.#freshConsumer(p, { keepOwn: true });
     await this.#opts.onPartitionAcquired?.(p);
     try {
       await this.#startRun(p, ackedThrough);
@@ -542,7 +589,27 @@ export class JetStreamIngress {
       await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
       throw err;
     }
-    this.#log.info({ partition: p }, 'consuming partition');
+    this.#log.info({ partition: p, consumer: kept ? 'kept' : 'made', ...(madeBecause ? { madeBecause } : {}) }, 'consuming partition');
+  }
+
+  /**
+   * Why partition p's consumer, as the server describes it in `info`, may not be consumed again as it is
+   * instead of made afresh: it is the one this node made last, unchanged (same creation time and config;
+   * another node taking the partition deletes it and makes its own, so it was consumed by this node only),
+   * this node's last run of it stopped cleanly, and nothing is left in it: no message delivered and not
+   * acknowledged (which it would give again only after ack_wait, behind newer ones), no pull waiting (one of
+   * the stopped run's, which could take a message to an inbox nobody reads). Then it starts at the oldest
+   * message not acknowledged, as a fresh one would. This is what a node that fenced itself off its leases
+   * during an election of the lease bucket finds on taking them back: making every partition's consumer
+   * again then asked the cluster's meta leader, itself recovering, for two operations per partition.
+   */
+  #notIdleOwn(p: number, info: ConsumerInfo): string | undefined {
+    const made = this.#made.get(p);
+    if (made === undefined) return 'not made by this node, or its last run did not stop cleanly';
+    if (made !== madeMark(info)) return 'not the consumer this node made, or changed since';
+    if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
+    if (info.num_waiting > 0) return 'pulls waiting';
+    return undefined;
   }
 
   async #startRun(p: number, ackedThrough: number): Promise<void> {
@@ -606,7 +673,8 @@ export class JetStreamIngress {
     const messages = run.messages;
     if (messages) {
       messages.stop();
-      await withTimeout(messages.closed(), 2_000);
+      // Not closed in time: it might still pull, so its consumer is not taken again as it is.
+      if (!(await withTimeout(messages.closed(), 2_000))) this.#made.delete(run.partition);
     }
     if (graceMs > 0 && run.inflight.size > 0) await withTimeout(Promise.allSettled([...run.inflight]), graceMs);
     run.abort.abort(new TroupeError('TRANSPORT_ERROR', `partition ${run.partition} is no longer owned by ${this.nodeId}`));
@@ -615,6 +683,7 @@ export class JetStreamIngress {
       const settled = await withTimeout(Promise.allSettled([...run.inflight]), Math.max(this.#releaseTimeoutMs, 1_000));
       if (!settled) {
         this.#log.error({ partition: run.partition, pending: run.inflight.size }, 'handlers did not finish after abort; giving up on them');
+        this.#made.delete(run.partition);
         break;
       }
     }
@@ -639,7 +708,7 @@ export class JetStreamIngress {
         return;
       }
       try {
-        await this.#startRun(p, await this.#freshConsumer(p));
+        await this.#startRun(p, (await this.#freshConsumer(p)).ackedThrough);
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later).
         this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
@@ -1020,10 +1089,19 @@ export class JetStreamIngress {
 }
 
 
+/**
+ * What tells one consumer of a partition from another, and one changed since it was made: its config,
+ * whose description names the node that made it and that node's count of makes. (Not its `created`: a
+ * cluster answers the make with a time other than the one its info gives afterwards.)
+ */
+function madeMark(info: ConsumerInfo): string {
+  return JSON.stringify(info.config);
+}
+
 /** The floor a partition consumer carries over from the one it replaced (see `#freshConsumer`). */
 function carriedFloor(description: string | undefined): number {
   if (!description?.startsWith(ACKED_THROUGH)) return 0;
-  const n = Number(description.slice(ACKED_THROUGH.length));
+  const n = Number(/^\d{1,16}/.exec(description.slice(ACKED_THROUGH.length))?.[0]);
   return Number.isSafeInteger(n) && n > 0 ? n : 0;
 }
 
