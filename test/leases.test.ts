@@ -6,7 +6,8 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { sleep, waitFor } from './helpers/wait.js';
+import { sleep, waitFor, waitUntil } from './helpers/wait.js';
+import { Kvm } from '@nats-io/kv';
 
 const TTL = 1_000;
 const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -246,5 +247,27 @@ describe('PartitionLeases', () => {
     expect(a.leases.owned()).toEqual(ALL);
     expect(events.length).toBe(before);
     expectSerializedCallbacks(events, 'node-a');
+  });
+
+  it('renews at once when JetStream announces a new leader of its bucket, not at the next round', async () => {
+    const bucket = `leases_${++bucketN}`;
+    // Rounds every 20 s: a renewal in the first 10 s is the announcement's.
+    const a = await makeNode('node-a', bucket, [], 60_000);
+    await a.leases.start();
+    await waitFor(() => a.leases.owned().length === 8, 'all 8');
+    const kv = await new Kvm(a.nc).open(bucket);
+    const revisionOf = async () => (await kv.get('demo.p0'))!.revision;
+    const before = await revisionOf();
+    // What a cluster's new leader of the bucket's stream publishes (its body is not read).
+    const announcer = await connectNode();
+    announcer.publish(`$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_${bucket}`, '{}');
+    await announcer.flush();
+    await waitUntil(async () => (await revisionOf()) > before || undefined, 'the lease renewed', 10_000);
+    // Another stream's announcement is not this bucket's.
+    const after = await revisionOf();
+    announcer.publish('$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_other', '{}');
+    await announcer.flush();
+    await sleep(500);
+    expect(await revisionOf()).toBe(after);
   });
 });
