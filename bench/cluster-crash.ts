@@ -70,6 +70,8 @@ try {
     }
     const leaders = `${INGRESS_STREAM} ${await cluster.streamLeader(INGRESS_STREAM)}, threads ${await cluster.streamLeader('KV_troupe_threads')}, leases ${await cluster.streamLeader('KV_troupe_leases')}`;
     const mark = lines.length;
+    let electedAt: number | undefined;
+    const elected = nodeT.connection.subscribe('$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_troupe_leases', { callback: () => void (electedAt ??= Date.now()) });
     const killedAt = Date.now();
     await victim.kill();
     await sleep(500);
@@ -78,8 +80,18 @@ try {
     const ms = performance.now() - sentAt;
     const said = lines.slice(mark).filter((l) => l.level >= 30 && l.partition === p);
     const lapsed = lines.slice(mark).filter((l) => l.msg === 'lease lost').length;
-    console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}`);
-    for (const l of said) console.log(`  +${(l.time as number) - killedAt} ms  ${l.msg}`);
+    elected.unsubscribe();
+    const election = electedAt === undefined ? '' : `; the leases' bucket elected a leader at +${electedAt - killedAt} ms`;
+    console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}`);
+    for (const l of said) console.log(`  +${(l.time as number) - killedAt} ms  ${l.msg}${l.consumer ? ` (consumer ${l.consumer as string})` : ''}`);
+    // Every partition's way back, not only the turn's: when they were consumed again, and how.
+    const back = lines.slice(mark).filter((l) => l.msg === 'consuming partition');
+    if (back.length > 0) {
+      const at = back.map((l) => (l.time as number) - killedAt).sort((a, b) => a - b);
+      const kept = back.filter((l) => l.consumer === 'kept').length;
+      const why = [...new Set(back.flatMap((l) => (l.madeBecause ? [l.madeBecause as string] : [])))];
+      console.log(`  partitions consumed again: ${back.length} (${kept} consumers kept, ${back.length - kept} made${why.length ? `: ${why.join('; ')}` : ''}), from +${at[0]} to +${at.at(-1)} ms`);
+    }
     await victim.restart();
     await cluster.ready(60_000);
     await sleep(3_000);
