@@ -594,8 +594,9 @@ export class JetStreamIngress {
 
   /**
    * Why partition p's consumer, as the server describes it in `info`, may not be consumed again as it is
-   * instead of made afresh: it is the one this node made last, unchanged (same creation time and config;
-   * another node taking the partition deletes it and makes its own, so it was consumed by this node only),
+   * instead of made afresh: it is the one this node made last, unchanged (same config, whose description
+   * names this node and the make; another node taking the partition deletes it and makes its own, so this
+   * one was consumed by this node only),
    * this node's last run of it stopped cleanly, and nothing is left in it: no message delivered and not
    * acknowledged (which it would give again only after ack_wait, behind newer ones), no pull waiting (one of
    * the stopped run's, which could take a message to an inbox nobody reads). Then it starts at the oldest
