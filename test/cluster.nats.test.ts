@@ -228,6 +228,16 @@ describe('nodes on the cluster', () => {
     };
   }
 
+  /** A node (see `leaderNode`), a client and an echo agent, all on server 1. */
+  async function homeRig(name: string) {
+    const home = cluster.servers[0]!;
+    const rig = await leaderNode(`${name}-node`, [home.url]);
+    const local = new TroupeClient(await transportOn(`${name}-client`, 'node', [home.url]));
+    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const localEcho = await new AgentHost({ transport: await transportOn(`${name}-echo`, 'echo', [home.url]), agent: echo, heartbeatMs: 300 }).start();
+    return { rig, local, localEcho };
+  }
+
   it('a partition consumer whose leader steps down pulls again when the new leader is announced, and the thread\'s next turn is answered', async () => {
     // Before the node watched the advisories, the lost pull was noticed after two missed heartbeats (2 s
     // and more: bench/cluster.ts); that path is covered in test/ingress.test.ts. Here the new leader's
@@ -257,10 +267,7 @@ describe('nodes on the cluster', () => {
     // announced (a .tmp rig: the turn 10-13 s after the kill, against 5-8 s now, the election's time).
     // Everything of this test is on server 1, and the server killed leads none of the leases' bucket.
     const home = cluster.servers[0]!;
-    const rig = await leaderNode('leader-crash-node', [home.url]);
-    const local = new TroupeClient(await transportOn('leader-crash-client', 'node', [home.url]));
-    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
-    const localEcho = await new AgentHost({ transport: await transportOn('leader-crash-echo', 'echo', [home.url]), agent: echo, heartbeatMs: 300 }).start();
+    const { rig, local, localEcho } = await homeRig('leader-crash');
     let victim: (typeof cluster.servers)[number] | undefined;
     try {
       const threadId = 'leader-crash-1';
@@ -298,12 +305,9 @@ describe('nodes on the cluster', () => {
   it('a crash of the server leading the leases\' bucket: the node fences itself off every partition, takes them back once the bucket has a new leader, with their consumers as they were, and the thread\'s next turn is answered', async () => {
     // Every lease lapses (the election outlasts the 1.5 s TTL). Taking them back used to make every
     // partition's consumer again, two requests each to a meta layer recovering from the same crash
-    // (bench/cluster-crash.ts with CRASH_LEASES=1: the next turn 7-25 s after the kill, 4.7-6.3 s now).
+    // (bench/cluster-crash.ts with CRASH_LEASES=1: the next turn 7-25 s after the kill, 4.7-7.9 s now).
     const home = cluster.servers[0]!;
-    const rig = await leaderNode('lease-crash-node', [home.url]);
-    const local = new TroupeClient(await transportOn('lease-crash-client', 'node', [home.url]));
-    const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
-    const localEcho = await new AgentHost({ transport: await transportOn('lease-crash-echo', 'echo', [home.url]), agent: echo, heartbeatMs: 300 }).start();
+    const { rig, local, localEcho } = await homeRig('lease-crash');
     let victim: (typeof cluster.servers)[number] | undefined;
     try {
       const threadId = 'lease-crash-1';
