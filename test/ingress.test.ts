@@ -580,7 +580,7 @@ describe('JetStreamIngress', () => {
       10_000,
     );
     expect(lines.slice(mark).some((l) => l.msg === 'lease lost' && l.partition === p)).toBe(true);
-    expect(back.consumer).toBe('made');
+    expect([back.consumer, back.madeBecause]).toEqual(['made', 'pulls waiting']);
     const pub = await connectNode();
     // (Message ids are the stream's de-duplication ids: one no other test of the file sends.)
     await sendRetrying(pub, threadId, 'after-the-waiting-pull', 'body');
@@ -639,6 +639,9 @@ describe('JetStreamIngress', () => {
     expect(events.filter((e) => e.startsWith('acquired-'))).toHaveLength(8);
     await waitFor(() => lines.slice(mark).filter((l) => l.msg === 'consuming partition').length === 8, 'every partition consumed again');
     const how = new Map(lines.slice(mark).filter((l) => l.msg === 'consuming partition').map((l) => [l.partition as number, l.consumer]));
+    const why = new Map(lines.slice(mark).filter((l) => l.msg === 'consuming partition').map((l) => [l.partition as number, l.madeBecause]));
+    expect(why.get(partitionOf(busy))).toBe('messages delivered and not acknowledged');
+    expect(why.get(partitionOf(changed))).toBe('not the consumer this node made, or changed since');
     // The busy partition's consumer has the message delivered and not acknowledged; the changed one is not
     // the consumer the node made. Every other is the node's own, idle: consumed again as it was.
     expect(how.get(partitionOf(busy))).toBe('made');

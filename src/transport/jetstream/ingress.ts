@@ -299,8 +299,11 @@ export class JetStreamIngress {
   readonly #runs = new Map<number, PartitionRun>();
   /** Per-partition chain of start/stop operations, so they never overlap. */
   readonly #ops = new Map<number, Promise<void>>();
-  /** Per partition, the consumer this node made last (`madeMark`), while its runs stop cleanly (see `#notIdleOwn`). */
-  readonly #made = new Map<number, string>();
+  /**
+   * Per partition, the consumer this node made last (`madeMark`); null once a run of it did not stop
+   * cleanly (see `#notIdleOwn`).
+   */
+  readonly #made = new Map<number, string | null>();
   #makes = 0;
   readonly #ackWaitMs: number;
   readonly #maxAckPending: number;
@@ -514,6 +517,8 @@ export class JetStreamIngress {
     // few seconds. Keep trying while this node holds the partition rather than giving it up: handing it
     // around the nodes during the election only moves its messages.
     const started = Date.now();
+    // Only a consumer this node made may be kept; a partition it never consumed is simply made afresh.
+    const tryKeep = opts.keepOwn === true && this.#made.has(p);
     let waitingOwn = false;
     let madeBecause: string | undefined;
     return retryTransient(
@@ -522,7 +527,7 @@ export class JetStreamIngress {
         // electing another. Ask again for a while rather than make it anew: that asks the meta leader,
         // which a crash often takes too, and throws away a consumer about to answer. The info is answered
         // in milliseconds by a consumer with a leader, so it is asked with a short timeout.
-        const keepOwn = opts.keepOwn === true && this.#made.has(p) && Date.now() - started < KEEP_OWN_WAIT_MS;
+        const keepOwn = tryKeep && typeof this.#made.get(p) === 'string' && Date.now() - started < KEEP_OWN_WAIT_MS;
         let infoError = '';
         const old = await (keepOwn ? this.#ownInfoJsm! : jsm).consumers.info(INGRESS_STREAM, name).catch((err: unknown) => {
           waitingOwn = keepOwn && isTransientJetStreamError(err);
@@ -533,8 +538,8 @@ export class JetStreamIngress {
         waitingOwn = false;
         ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
         // The first attempt's reason is the one: a later attempt finds the consumer this one deleted.
-        madeBecause ??= opts.keepOwn ? (old ? this.#notIdleOwn(p, old) : `no info of it: ${infoError}`) : undefined;
-        if (opts.keepOwn && madeBecause === undefined) return { ackedThrough, kept: true };
+        madeBecause ??= tryKeep ? (old ? this.#notIdleOwn(p, old) : `no info of it: ${infoError}`) : undefined;
+        if (tryKeep && madeBecause === undefined) return { ackedThrough, kept: true };
         this.#made.delete(p);
         try {
           await jsm.consumers.delete(INGRESS_STREAM, name);
@@ -606,11 +611,16 @@ export class JetStreamIngress {
    */
   #notIdleOwn(p: number, info: ConsumerInfo): string | undefined {
     const made = this.#made.get(p);
-    if (made === undefined) return 'not made by this node, or its last run did not stop cleanly';
+    if (made === undefined || made === null) return 'its last run here did not stop cleanly';
     if (made !== madeMark(info)) return 'not the consumer this node made, or changed since';
     if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
     if (info.num_waiting > 0) return 'pulls waiting';
     return undefined;
+  }
+
+  /** A run of partition p did not stop cleanly: its consumer is not taken again as it is. */
+  #unclean(p: number): void {
+    if (this.#made.has(p)) this.#made.set(p, null);
   }
 
   async #startRun(p: number, ackedThrough: number): Promise<void> {
@@ -675,7 +685,7 @@ export class JetStreamIngress {
     if (messages) {
       messages.stop();
       // Not closed in time: it might still pull, so its consumer is not taken again as it is.
-      if (!(await withTimeout(messages.closed(), 2_000))) this.#made.delete(run.partition);
+      if (!(await withTimeout(messages.closed(), 2_000))) this.#unclean(run.partition);
     }
     if (graceMs > 0 && run.inflight.size > 0) await withTimeout(Promise.allSettled([...run.inflight]), graceMs);
     run.abort.abort(new TroupeError('TRANSPORT_ERROR', `partition ${run.partition} is no longer owned by ${this.nodeId}`));
@@ -684,7 +694,7 @@ export class JetStreamIngress {
       const settled = await withTimeout(Promise.allSettled([...run.inflight]), Math.max(this.#releaseTimeoutMs, 1_000));
       if (!settled) {
         this.#log.error({ partition: run.partition, pending: run.inflight.size }, 'handlers did not finish after abort; giving up on them');
-        this.#made.delete(run.partition);
+        this.#unclean(run.partition);
         break;
       }
     }
