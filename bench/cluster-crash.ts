@@ -27,11 +27,14 @@ const PARTITIONS = 64;
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 4);
 const LEASE_TTL_MS = Number(process.env.CRASH_LEASE_TTL_MS ?? 5_000);
 const MOVE_LEASES = process.env.CRASH_LEASES === '1';
+const KILL_NODE_SERVER = process.env.CRASH_NODE_SERVER === '1';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const cluster = await startNatsCluster(3, { partitions: PARTITIONS });
 const home = cluster.servers[0]!;
-const connect = (user: string, name: string) => NatsTransport.connect({ ...cluster.as(user), servers: [home.url], name, maxReconnectAttempts: -1 });
+// CRASH_NODE_SERVER=1: every connection may move to any server, and the server killed is the node's.
+const connect = (user: string, name: string) =>
+  NatsTransport.connect({ ...cluster.as(user), ...(KILL_NODE_SERVER ? {} : { servers: [home.url] }), name, maxReconnectAttempts: -1 });
 const [nodeT, agentT, clientT] = await Promise.all([connect('node', 'crash-node'), connect('echo', 'crash-echo'), connect('client', 'crash-client')]);
 const { lines, log } = capturingLogger();
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
@@ -52,18 +55,18 @@ const stepdown = (api: string) => nodeT.request(`$JS.API.${api}`, new Uint8Array
 try {
   await node.registry.waitFor(['echo']);
   while (((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).length < PARTITIONS) await sleep(100);
-  console.log(`lease TTL ${LEASE_TTL_MS} ms${MOVE_LEASES ? '; the leases bucket led by the server killed' : ''}`);
+  console.log(`lease TTL ${LEASE_TTL_MS} ms${MOVE_LEASES ? '; the leases bucket led by the server killed' : ''}${KILL_NODE_SERVER ? "; the server killed is the node's" : ''}`);
   for (let round = 0; round < ROUNDS; round++) {
     const threadId = `crash-${round}`;
     const p = partitionOf(threadId, PARTITIONS);
     await client.send('before', { threadId, timeoutMs: 30_000 });
-    for (let i = 0; i < 10 && (await consumerLeader(p)) === home.name; i++) {
+    for (let i = 0; !KILL_NODE_SERVER && i < 10 && (await consumerLeader(p)) === home.name; i++) {
       await stepdown(`CONSUMER.LEADER.STEPDOWN.${INGRESS_STREAM}.p${p}`);
       await sleep(1_000);
     }
-    const leader = await consumerLeader(p);
+    const leader = KILL_NODE_SERVER ? nodeT.connection.info?.server_name : await consumerLeader(p);
     const victim = cluster.servers.find((s) => s.name === leader);
-    if (!victim || victim === home) throw new Error(`the consumer of partition ${p} stayed on ${home.name}`);
+    if (!victim || (!KILL_NODE_SERVER && victim === home)) throw new Error(`the consumer of partition ${p} stayed on ${home.name}`);
     for (let i = 0; MOVE_LEASES && i < 10 && (await cluster.streamLeader('KV_troupe_leases')) !== leader; i++) {
       await stepdown('STREAM.LEADER.STEPDOWN.KV_troupe_leases');
       await sleep(1_500);
@@ -85,6 +88,17 @@ try {
     console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}`);
     for (const l of said) console.log(`  +${(l.time as number) - killedAt} ms  ${l.msg}${l.consumer ? ` (consumer ${l.consumer as string})` : ''}`);
     // Every partition's way back, not only the turn's: when they were consumed again, and how.
+    const restarts = lines.slice(mark).filter((l) => l.msg === 'restarting partition consumer').length;
+    const notYet = lines.slice(mark).filter((l) => l.msg === 'could not make the partition consumer yet; trying again').length;
+    const restarted = lines.slice(mark).filter((l) => l.msg === 'partition consumer restarted');
+    const keptAgain = restarted.filter((l) => l.consumer === 'kept').length;
+    const whyAgain = [...new Set(restarted.flatMap((l) => (l.madeBecause ? [l.madeBecause as string] : [])))];
+    const lastAgain = restarted.length ? `, the last at +${Math.max(...restarted.map((l) => l.time as number)) - killedAt} ms` : '';
+    if (restarts > 0) {
+      console.log(
+        `  partition consumers restarting: ${restarts}; restarted: ${restarted.length} (${keptAgain} kept${whyAgain.length ? `; made: ${whyAgain.join('; ')}` : ''})${lastAgain}; "could not make the partition consumer yet": ${notYet}`,
+      );
+    }
     const back = lines.slice(mark).filter((l) => l.msg === 'consuming partition');
     if (back.length > 0) {
       const at = back.map((l) => (l.time as number) - killedAt).sort((a, b) => a - b);

@@ -19,8 +19,9 @@
  * message of the partition and redelivers in order. An old consumer would redeliver its unacked messages
  * only after ack_wait, behind newer ones. The same restart happens after a reconnect (messages in flight
  * while disconnected would otherwise come back late) and when the consumer vanished. One exception: a node
- * taking back a partition it let go keeps the consumer when it is its own and holds nothing an old one
- * would give late, neither unacknowledged messages nor waiting pulls (`#notIdleOwn`).
+ * taking back a partition it let go, or restarting one after a reconnect, keeps the consumer when it is its
+ * own and holds nothing an old one would give late, neither unacknowledged messages nor waiting pulls
+ * (`#notIdleOwn`).
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
  * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
@@ -719,7 +720,11 @@ export class JetStreamIngress {
         return;
       }
       try {
-        await this.#startRun(p, (await this.#freshConsumer(p)).ackedThrough);
+        // After a reconnect the consumer is usually as the run left it: kept then (`#notIdleOwn`). Made
+        // afresh when it vanished, stalled, or refused pulls: that is what is wrong with it.
+        const { ackedThrough, kept, madeBecause } = await this.#freshConsumer(p, { keepOwn: why === 'reconnect' });
+        await this.#startRun(p, ackedThrough);
+        this.#log.info({ partition: p, why, consumer: kept ? 'kept' : 'made', ...(madeBecause ? { madeBecause } : {}) }, 'partition consumer restarted');
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later).
         this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
@@ -770,7 +775,7 @@ export class JetStreamIngress {
     }
   }
 
-  /** Pause on disconnect; on reconnect, check the leases and restart every partition from a fresh consumer. */
+  /** Pause on disconnect; on reconnect, check the leases and restart every partition (`#restart`). */
   #watchStatus(): void {
     const status = this.#nc.status() as AsyncIterable<Status> & { stop?: () => void };
     this.#status = status;
