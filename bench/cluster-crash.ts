@@ -10,7 +10,8 @@
  *
  * CRASH_ROUNDS (default 4); CRASH_LEASES=1 first moves the leader of the leases' bucket to the server to be
  * killed (then the node's leases lapse unless the TTL outlasts the election); CRASH_LEASE_TTL_MS the node's
- * lease TTL (default 5,000, as `troupe up`).
+ * lease TTL (default 5,000, as `troupe up`); CRASH_NODE_SERVER=1 gives every connection all the servers'
+ * URLs and kills the server the node is connected to (the node reconnects and restarts its consumers).
  */
 import { jetstreamManager } from '@nats-io/jetstream';
 import { AgentHost } from '../src/actors/agent-host.js';
