@@ -726,8 +726,10 @@ export class JetStreamIngress {
         await this.#startRun(p, ackedThrough);
         this.#log.info({ partition: p, why, consumer: kept ? 'kept' : 'made', ...(madeBecause ? { madeBecause } : {}) }, 'partition consumer restarted');
       } catch (err) {
-        // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later).
-        this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
+        // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later). A lease
+        // that lapsed meanwhile (the restart stops trying then) is the expected end, not an error.
+        if (this.#leases?.owned().includes(p) === false) this.#log.info({ partition: p, why }, 'partition consumer not restarted: its lease was lost meanwhile');
+        else this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
         await this.#opts.onPartitionReleased?.(p);
         this.#leases?.giveBack(p);
       }
