@@ -21,7 +21,7 @@
  * while disconnected would otherwise come back late) and when the consumer vanished. One exception: a node
  * taking back a partition it let go, or restarting one after a reconnect, keeps the consumer when it is its
  * own and holds nothing an old one would give late, neither unacknowledged messages nor waiting pulls
- * (`#notIdleOwn`).
+ * (`notIdleOwn`).
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
  * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
@@ -302,7 +302,7 @@ export class JetStreamIngress {
   readonly #ops = new Map<number, Promise<void>>();
   /**
    * Per partition, the consumer this node made last (`madeMark`); null once a run of it did not stop
-   * cleanly (see `#notIdleOwn`).
+   * cleanly (see `notIdleOwn`).
    */
   readonly #made = new Map<number, string | null>();
   #makes = 0;
@@ -509,7 +509,7 @@ export class JetStreamIngress {
    * floor of the one it replaces in its description (`ACKED_THROUGH`), and the next reads the higher of
    * the two.
    */
-  async #freshConsumer(p: number, opts: { keepOwn?: boolean } = {}): Promise<{ ackedThrough: number; kept: boolean; madeBecause?: string }> {
+  async #freshConsumer(p: number, opts: { keepOwn?: boolean } = {}): Promise<{ ackedThrough: number; how: ConsumerHow }> {
     const jsm = this.#jsm!;
     const name = this.#consumerName(p);
     let ackedThrough = 0;
@@ -519,7 +519,7 @@ export class JetStreamIngress {
     // around the nodes during the election only moves its messages.
     const started = Date.now();
     // Only a consumer this node made may be kept; a partition it never consumed is simply made afresh.
-    const tryKeep = opts.keepOwn === true && this.#made.has(p);
+    const mine = opts.keepOwn ? this.#made.get(p) : undefined;
     let waitingOwn = false;
     let madeBecause: string | undefined;
     return retryTransient(
@@ -528,10 +528,10 @@ export class JetStreamIngress {
         // electing another. Ask again for a while rather than make it anew: that asks the meta leader,
         // which a crash often takes too, and throws away a consumer about to answer. The info is answered
         // in milliseconds by a consumer with a leader, so it is asked with a short timeout.
-        const keepOwn = tryKeep && typeof this.#made.get(p) === 'string' && Date.now() - started < KEEP_OWN_WAIT_MS;
+        const asking = typeof mine === 'string' && madeBecause === undefined && Date.now() - started < KEEP_OWN_WAIT_MS;
         let infoError = '';
-        const old = await (keepOwn ? this.#ownInfoJsm! : jsm).consumers.info(INGRESS_STREAM, name).catch((err: unknown) => {
-          waitingOwn = keepOwn && isTransientJetStreamError(err);
+        const old = await (asking ? this.#ownInfoJsm! : jsm).consumers.info(INGRESS_STREAM, name).catch((err: unknown) => {
+          waitingOwn = asking && isTransientJetStreamError(err);
           if (waitingOwn) throw err;
           infoError = errText(err);
           return undefined;
@@ -539,8 +539,8 @@ export class JetStreamIngress {
         waitingOwn = false;
         ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
         // The first attempt's reason is the one: a later attempt finds the consumer this one deleted.
-        madeBecause ??= tryKeep ? (old ? this.#notIdleOwn(p, old) : `no info of it: ${infoError}`) : undefined;
-        if (tryKeep && madeBecause === undefined) return { ackedThrough, kept: true };
+        madeBecause ??= mine === undefined ? undefined : old ? notIdleOwn(mine, old) : `no info of it: ${infoError}`;
+        if (mine !== undefined && madeBecause === undefined) return { ackedThrough, how: { consumer: 'kept' } };
         this.#made.delete(p);
         try {
           await jsm.consumers.delete(INGRESS_STREAM, name);
@@ -552,7 +552,7 @@ export class JetStreamIngress {
         const description = `${ACKED_THROUGH}${ackedThrough}; made by ${this.nodeId} #${++this.#makes}`;
         const made = await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description });
         this.#made.set(p, madeMark(made));
-        return { ackedThrough, kept: false, ...(madeBecause ? { madeBecause } : {}) };
+        return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
       },
       {
         attempts: FRESH_CONSUMER_ATTEMPTS,
@@ -581,12 +581,12 @@ export class JetStreamIngress {
   }
 
   /**
-   * Lease acquired: fresh consumer (or this node's own, idle, see `#notIdleOwn`), host hook, then consume. A
+   * Lease acquired: fresh consumer (or this node's own, idle, see `notIdleOwn`), host hook, then consume. A
    * throw gives the lease back.
    */
   async #acquire(p: number): Promise<void> {
     if (this.#stopping) return;
-    const { ackedThrough, kept, madeBecause } = await this.#freshConsumer(p, { keepOwn: true });
+    const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: true });
     await this.#opts.onPartitionAcquired?.(p);
     try {
       await this.#startRun(p, ackedThrough);
@@ -595,28 +595,7 @@ export class JetStreamIngress {
       await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
       throw err;
     }
-    this.#log.info({ partition: p, consumer: kept ? 'kept' : 'made', ...(madeBecause ? { madeBecause } : {}) }, 'consuming partition');
-  }
-
-  /**
-   * Why partition p's consumer, as the server describes it in `info`, may not be consumed again as it is
-   * instead of made afresh: it is the one this node made last, unchanged (same config, whose description
-   * names this node and the make; another node taking the partition deletes it and makes its own, so this
-   * one was consumed by this node only),
-   * this node's last run of it stopped cleanly, and nothing is left in it: no message delivered and not
-   * acknowledged (which it would give again only after ack_wait, behind newer ones), no pull waiting (one of
-   * the stopped run's, which could take a message to an inbox nobody reads). Then it starts at the oldest
-   * message not acknowledged, as a fresh one would. This is what a node that fenced itself off its leases
-   * during an election of the lease bucket finds on taking them back: making every partition's consumer
-   * again then asked the cluster's meta leader, itself recovering, for two operations per partition.
-   */
-  #notIdleOwn(p: number, info: ConsumerInfo): string | undefined {
-    const made = this.#made.get(p);
-    if (made === undefined || made === null) return 'its last run here did not stop cleanly';
-    if (made !== madeMark(info)) return 'not the consumer this node made, or changed since';
-    if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
-    if (info.num_waiting > 0) return 'pulls waiting';
-    return undefined;
+    this.#log.info({ partition: p, ...how }, 'consuming partition');
   }
 
   /** A run of partition p did not stop cleanly: its consumer is not taken again as it is. */
@@ -720,11 +699,11 @@ export class JetStreamIngress {
         return;
       }
       try {
-        // After a reconnect the consumer is usually as the run left it: kept then (`#notIdleOwn`). Made
+        // After a reconnect the consumer is usually as the run left it: kept then (`notIdleOwn`). Made
         // afresh when it vanished, stalled, or refused pulls: that is what is wrong with it.
-        const { ackedThrough, kept, madeBecause } = await this.#freshConsumer(p, { keepOwn: why === 'reconnect' });
+        const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: why === 'reconnect' });
         await this.#startRun(p, ackedThrough);
-        this.#log.info({ partition: p, why, consumer: kept ? 'kept' : 'made', ...(madeBecause ? { madeBecause } : {}) }, 'partition consumer restarted');
+        this.#log.info({ partition: p, why, ...how }, 'partition consumer restarted');
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later). A lease
         // that lapsed meanwhile (the restart stops trying then) is the expected end, not an error.
@@ -1106,6 +1085,32 @@ export class JetStreamIngress {
   }
 }
 
+
+/**
+ * Why a partition's consumer, as the server describes it in `info`, may not be consumed again as it is
+ * instead of made afresh, given `mine`, what this node kept of the one it made last (`#made`). Kept when it
+ * is that one, unchanged (same config, whose description names this node and the make; another node taking
+ * the partition deletes it and makes its own, so this one was consumed by this node only), this node's
+ * last run of it stopped cleanly, and nothing is left in it: no message delivered and not
+ * acknowledged (which it would give again only after ack_wait, behind newer ones), no pull waiting (one of
+ * the stopped run's, which could take a message to an inbox nobody reads). Then it starts at the oldest
+ * message not acknowledged, as a fresh one would. This is what a node that fenced itself off its leases
+ * during an election of the lease bucket finds on taking them back: making every partition's consumer
+ * again then asked the cluster's meta leader, itself recovering, for two operations per partition.
+ */
+function notIdleOwn(mine: string | null, info: ConsumerInfo): string | undefined {
+  if (mine === null) return 'its last run here did not stop cleanly';
+  if (mine !== madeMark(info)) return 'not the consumer this node made, or changed since';
+  if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
+  if (info.num_waiting > 0) return 'pulls waiting';
+  return undefined;
+}
+
+/** How a partition's consumption began: its consumer kept or made, and why one this node had made was not kept. */
+interface ConsumerHow {
+  consumer: 'kept' | 'made';
+  madeBecause?: string;
+}
 
 /**
  * What tells one consumer of a partition from another, and one changed since it was made: its config,
