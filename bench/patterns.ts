@@ -12,7 +12,11 @@
  *      20 / 30 / 40 ms, against a message routed to the 40 ms agent alone (full turns, TroupeClient.send).
  *      Overhead ratio = fan-out p50 / slowest-alone p50.
  *
- *   BENCH_PATTERN_HANDOFF_N (default 400 of each), BENCH_PATTERN_ORCH_N (default 80) runs, after a warm-up.
+ *   BENCH_PATTERN_HANDOFF_N (default 400 of each) runs after BENCH_PATTERN_HANDOFF_WARMUP_N (default 1,000
+ *   of each, in turn: as long as V8 needs to finish compiling the handoff's code, see bench/PROFILE.md
+ *   session 25); BENCH_PATTERN_ORCH_N (default 80) runs after 10 warm-up runs. The warm-up's runs are kept
+ *   in the results too (`handoff.warmUp`), its first BENCH_PATTERN_HANDOFF_N after the first 10 apart: what
+ *   the bench measured before session 25.
  *
  * Tenant `patterns` (not `demo`): the account maps `troupe.demo.in.*.*` into the durable TROUPE_IN
  * stream; these numbers are about the patterns once a message is in a thread, over plain queue-group
@@ -53,6 +57,7 @@ export interface PatternBenchOptions {
    */
   tenant?: string;
   handoffRuns?: number;
+  handoffWarmupRuns?: number;
   orchestrationRuns?: number;
   timeoutMs?: number;
   /** Progress output (stderr in bench/run.ts). */
@@ -64,8 +69,21 @@ export interface PatternRow extends LatencyStats {
   firstError?: string;
 }
 
+/** A row's warm-up runs: all of them, and its first `handoffRuns` after the first 10 (a cold process's). */
+export interface WarmUpRow {
+  all: LatencyStats;
+  first: LatencyStats;
+}
+
 export interface PatternResults {
-  config: { tenant: string; handoffRuns: number; orchestrationRuns: number; warmupRuns: number; agentDelaysMs: Record<string, number> };
+  config: {
+    tenant: string;
+    handoffRuns: number;
+    handoffWarmupRuns: number;
+    orchestrationRuns: number;
+    warmupRuns: number;
+    agentDelaysMs: Record<string, number>;
+  };
   handoff: {
     /** User message sent -> first chunk from the handoff target on `.out`. */
     transition: PatternRow;
@@ -75,6 +93,8 @@ export interface PatternResults {
     floor: PatternRow;
     /** transition / direct. */
     vsDirect: { p50: number; p99: number };
+    /** The warm-up's runs of each row (`first`: what the bench measured up to session 24). */
+    warmUp: { transition: WarmUpRow; direct: WarmUpRow; floor: WarmUpRow };
   };
   orchestration: {
     /** Full turn, parallel fan-out to the three agents. */
@@ -239,25 +259,37 @@ export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Mess
 }
 
 /**
- * Runs each of `samples` `n` times after `warmup` runs of each: one run of each per round, the order
- * rotating from round to round. A row per sampler; its samples are what it returns (µs), not its duration.
+ * Runs each of `samples` `n` times after `warmup` runs of each, both in rounds: one run of each per round,
+ * the order rotating from round to round. A row per sampler; its samples are what it returns (µs), not its
+ * duration. The warm-up's samples are summarised too: all of them, and the first `n` after the first 10.
  */
-async function sampledInTurn(samples: ReadonlyArray<() => Promise<number>>, n: number, warmup: number): Promise<PatternRow[]> {
-  for (let i = 0; i < warmup; i++) for (const sample of samples) await sample().catch(() => undefined);
-  const rows = samples.map(() => ({ samples: [] as number[], errors: 0, firstError: undefined as string | undefined }));
-  for (let i = 0; i < n; i++) {
-    for (let k = 0; k < samples.length; k++) {
-      const at = (i + k) % samples.length;
-      const row = rows[at]!;
-      try {
-        row.samples.push(await samples[at]!());
-      } catch (err) {
-        row.errors++;
-        row.firstError ??= err instanceof Error ? err.message : String(err);
+async function sampledInTurn(
+  samples: ReadonlyArray<() => Promise<number>>,
+  n: number,
+  warmup: number,
+): Promise<Array<{ row: PatternRow; warmUp: WarmUpRow }>> {
+  const rounds = async (count: number) => {
+    const rows = samples.map(() => ({ samples: [] as number[], errors: 0, firstError: undefined as string | undefined }));
+    for (let i = 0; i < count; i++) {
+      for (let k = 0; k < samples.length; k++) {
+        const at = (i + k) % samples.length;
+        const row = rows[at]!;
+        try {
+          row.samples.push(await samples[at]!());
+        } catch (err) {
+          row.errors++;
+          row.firstError ??= err instanceof Error ? err.message : String(err);
+        }
       }
     }
-  }
-  return rows.map((r) => ({ ...summarize(r.samples), errors: r.errors, ...(r.firstError ? { firstError: r.firstError } : {}) }));
+    return rows;
+  };
+  const warm = await rounds(warmup);
+  const measured = await rounds(n);
+  return measured.map((r, i) => ({
+    row: { ...summarize(r.samples), errors: r.errors, ...(r.firstError ? { firstError: r.firstError } : {}) },
+    warmUp: { all: summarize(warm[i]!.samples), first: summarize(warm[i]!.samples.slice(10, 10 + n)) },
+  }));
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -268,6 +300,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   const log = opts.log ?? (() => undefined);
   const timeoutMs = opts.timeoutMs ?? 10_000;
   const handoffRuns = opts.handoffRuns ?? envRuns('BENCH_PATTERN_HANDOFF_N', 400);
+  const handoffWarmupRuns = opts.handoffWarmupRuns ?? envRuns('BENCH_PATTERN_HANDOFF_WARMUP_N', 1_000);
   const orchestrationRuns = opts.orchestrationRuns ?? envRuns('BENCH_PATTERN_ORCH_N', 80);
   const warmupRuns = 10;
 
@@ -280,13 +313,14 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   let transition: PatternRow;
   let direct: PatternRow;
   let floor: PatternRow;
+  let warmUp: PatternResults['handoff']['warmUp'];
   const directMesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   try {
     const handoffMesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
     try {
       const floorRig = await connectHandoffFloor(opts.asNode, 'bench-handoff-floor', timeoutMs);
       try {
-        log(`warm-up… ×${handoffRuns} each of the handoff, the target addressed directly and the floor, in turn…`);
+        log(`warm-up ×${handoffWarmupRuns}, then ×${handoffRuns} each of the handoff, the target addressed directly and the floor, in turn…`);
         const rows = await sampledInTurn(
           [
             () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
@@ -302,9 +336,10 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
             floorRig.sample,
           ],
           handoffRuns,
-          warmupRuns,
+          handoffWarmupRuns,
         );
-        [transition, direct, floor] = [rows[0]!, rows[1]!, rows[2]!];
+        [transition, direct, floor] = [rows[0]!.row, rows[1]!.row, rows[2]!.row];
+        warmUp = { transition: rows[0]!.warmUp, direct: rows[1]!.warmUp, floor: rows[2]!.warmUp };
       } finally {
         await floorRig.stop();
       }
@@ -350,8 +385,8 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   }
 
   return {
-    config: { tenant: opts.tenant, handoffRuns, orchestrationRuns, warmupRuns, agentDelaysMs: { ...DELAYS_MS } },
-    handoff: { transition, direct, floor, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us } },
+    config: { tenant: opts.tenant, handoffRuns, handoffWarmupRuns, orchestrationRuns, warmupRuns, agentDelaysMs: { ...DELAYS_MS } },
+    handoff: { transition, direct, floor, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us }, warmUp },
     orchestration: { fanOut, slowestAlone, overhead: { p50: fanOut.p50Us / slowestAlone.p50Us, p99: fanOut.p99Us / slowestAlone.p99Us } },
   };
 }
@@ -393,12 +428,16 @@ export function renderPatternReport(r: PatternResults): string {
     ['slowest alone', o.slowestAlone],
   ].flatMap(([name, s]) => ((s as PatternRow).firstError ? [`  ${name as string}: ${(s as PatternRow).firstError}`] : []));
   return [
-    `patterns (tenant ${r.config.tenant}, queue-group ingress): one run at a time, a new thread per run, after ${r.config.warmupRuns} warm-up runs; fan-out agents: ${delays}`,
+    `patterns (tenant ${r.config.tenant}, queue-group ingress): one run at a time, a new thread per run, after ${r.config.handoffWarmupRuns} warm-up runs ` +
+      `of each handoff row and ${r.config.warmupRuns} of each orchestration row; fan-out agents: ${delays}`,
     '',
     table,
     '',
     `handoff transition: ${formatUs(h.transition.p50Us)} p50 / ${formatUs(h.transition.p99Us)} p99 from the user message to the target's first chunk ` +
       `(${formatRatio(h.vsDirect.p50)} the direct first chunk, ${formatDeltaUs(h.transition.p50Us - h.direct.p50Us)} at p50: the source agent's hop and the handoff)`,
+    `handoff before its warm-up ends (the warm-up's runs 11-${10 + r.config.handoffRuns}, the figure the bench gave up to session 24): ${formatUs(h.warmUp.transition.first.p50Us)} p50 / ` +
+      `${formatUs(h.warmUp.transition.first.p99Us)} p99; direct ${formatUs(h.warmUp.direct.first.p50Us)} / ${formatUs(h.warmUp.direct.first.p99Us)}; ` +
+      `floor ${formatUs(h.warmUp.floor.first.p50Us)} / ${formatUs(h.warmUp.floor.first.p99Us)}`,
     `orchestration overhead: fan-out p50 / slowest-alone p50 = ${formatRatio(o.overhead.p50)} ` +
       `(${formatDeltaUs(o.fanOut.p50Us - o.slowestAlone.p50Us)}; p99 ${formatRatio(o.overhead.p99)}); full turns via TroupeClient.send`,
     ...(errors.length ? ['', 'first errors:', ...errors] : []),

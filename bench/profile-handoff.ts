@@ -10,7 +10,7 @@
  *   PROFILE_ONLY=troupe PROFILE_CPU_DIR=.tmp/prof-handoff node --conditions=source --import tsx bench/profile-handoff.ts
  *   node bench/profile-summary.mjs .tmp/prof-handoff/<the newest>.cpuprofile
  *
- * PROFILE_RUNS (default 1,000) runs after PROFILE_WARMUP (default 10, as the bench) warm-up runs;
+ * PROFILE_RUNS (default 1,000) runs after PROFILE_WARMUP (default 1,000, as the bench) warm-up runs;
  * PROFILE_ONLY=troupe, direct or floor runs one of the three; PROFILE_TRACE_GC=1 counts the GC pauses
  * inside runs; PROFILE_ALLOC=1 prints what a run allocates, in all and by function (the top
  * PROFILE_ALLOC_TOP, default 25), which compares two versions of the code where a latency cannot:
@@ -30,7 +30,7 @@ import { SOURCE, TARGET, desk, specialist, startMesh, timeToFirstChunk } from '.
 import { allocationWindow, printAllocation, profileWindow } from './profiler.js';
 
 const RUNS = Number(process.env.PROFILE_RUNS ?? 1_000);
-const WARMUP = Number(process.env.PROFILE_WARMUP ?? 10);
+const WARMUP = Number(process.env.PROFILE_WARMUP ?? 1_000);
 const only = process.env.PROFILE_ONLY;
 const TENANT = 'patterns';
 const TIMEOUT_MS = 10_000;

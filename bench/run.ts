@@ -121,7 +121,13 @@ const TURN_WARMUP_N = Math.max(50, Math.round(TURN_N / 10));
 const CLUSTER_N = envNumber('BENCH_CLUSTER_N', 300, { integer: true });
 const CLUSTER_STEPDOWNS = envNumber('BENCH_CLUSTER_STEPDOWNS', 8, { integer: true });
 const PARTITIONS = 8;
-const WARMUP_SECONDS = Math.min(1, SECONDS / 3);
+/**
+ * The concurrent warm-up of every scenario: 2 s at the default BENCH_SECONDS. V8 compiles a durable turn's
+ * code over its first ~2,500 turns (at 64 in flight: 1,353 turns in the first second, 2,084 in the second,
+ * 2,550-2,720 in each of the next eight; .tmp rig, bench/PROFILE.md session 25); with 1 s the first
+ * measured window still ran while it compiled.
+ */
+const WARMUP_SECONDS = Math.min(2, (SECONDS * 2) / 3);
 /** Windows a scenario's measured runs are split into, taken in turn with the rows it is compared with. */
 const ROUNDS = envNumber('BENCH_ROUNDS', 4, { integer: true });
 const TIMEOUT_MS = 10_000;
@@ -399,6 +405,8 @@ export interface RunSummary {
   handoffDirectP99Us: number | null;
   /** The handoff's legs over NATS with the guarantees at their edges alone (bench/handoff-floor.ts): the floor of the handoff row. */
   handoffFloorP99Us: number | null;
+  /** The handoff's p99 over its warm-up's runs 11-410: what this row measured up to session 24, before V8 compiled the handoff's code. */
+  handoffBeforeWarmUpP99Us: number | null;
   fanOutP50VsSlowest: number | null;
   yamlAgentTurnVsHandwritten: number | null;
   inspectionOnHopThroughputVsOff: number | null;
@@ -462,6 +470,7 @@ function summarizeRun(r: {
     handoffP99Us: fin(r.patterns.handoff.transition.p99Us),
     handoffDirectP99Us: fin(r.patterns.handoff.direct.p99Us),
     handoffFloorP99Us: fin(r.patterns.handoff.floor.p99Us),
+    handoffBeforeWarmUpP99Us: fin(r.patterns.handoff.warmUp.transition.first.p99Us),
     fanOutP50VsSlowest: fin(r.patterns.orchestration.overhead.p50),
     yamlAgentTurnVsHandwritten: fin(r.yamlAgent.ratio.excludingModelP50),
     inspectionOnHopThroughputVsOff: fin(onVsOff[0]),
