@@ -19,7 +19,15 @@
  *
  * PROFILE_ALLOC=survivors counts only what outlived a scavenge, PROFILE_ALLOC=live only what is alive when
  * the runs end (bench/profiler.ts `allocationWindow`).
+ *
+ * PROFILE_WINDOWS=N measures N windows of PROFILE_RUNS in a row and prints, for each, p50 / p99 and the CPU
+ * per run of this process's main thread apart from its other threads (V8's compiler and GC helpers, from
+ * /proc): how long V8 takes to finish compiling the handoff's code, which is what the bench's warm-up waits
+ * out (bench/PROFILE.md, session 25):
+ *
+ *   PROFILE_ONLY=troupe PROFILE_WARMUP=10 PROFILE_RUNS=250 PROFILE_WINDOWS=10 node --conditions=source --import tsx bench/profile-handoff.ts
  */
+import { readFileSync, readdirSync } from 'node:fs';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
 import { userMessage } from '../src/sdk/client.js';
@@ -32,6 +40,7 @@ import { allocationWindow, printAllocation, profileWindow } from './profiler.js'
 const RUNS = Number(process.env.PROFILE_RUNS ?? 1_000);
 const WARMUP = Number(process.env.PROFILE_WARMUP ?? 1_000);
 const only = process.env.PROFILE_ONLY;
+const WINDOWS = Number(process.env.PROFILE_WINDOWS ?? 1);
 const TENANT = 'patterns';
 const TIMEOUT_MS = 10_000;
 
@@ -49,15 +58,48 @@ const gc = new PerformanceObserver((list) => {
 });
 if (process.env.PROFILE_TRACE_GC) gc.observe({ entryTypes: ['gc'] });
 
+/** CPU time (µs) of this process's main thread and of all its other threads, from /proc (Linux). */
+function threadCpuUs(): { main: number; others: number } {
+  const tick = 10_000; // µs per clock tick (USER_HZ 100)
+  let main = 0;
+  let others = 0;
+  for (const tid of readdirSync('/proc/self/task')) {
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+    } catch {
+      continue; // a thread that ended meanwhile
+    }
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const us = (Number(fields[11]) + Number(fields[12])) * tick;
+    if (Number(tid) === process.pid) main += us;
+    else others += us;
+  }
+  return { main, others };
+}
+
 async function measure(what: string, sample: () => Promise<number>): Promise<void> {
   for (let i = 0; i < WARMUP; i++) await sample().catch(() => undefined);
+  for (let w = 1; w < WINDOWS; w++) {
+    const before = threadCpuUs();
+    const samples: number[] = [];
+    for (let i = 0; i < RUNS; i++) samples.push(await sample());
+    const after = threadCpuUs();
+    const s = summarize(samples);
+    console.log(
+      `${what}, window ${w} (runs ${WARMUP + (w - 1) * RUNS + 1}-${WARMUP + w * RUNS}): p50 ${(s.p50Us / 1000).toFixed(2)} ms, p99 ${(s.p99Us / 1000).toFixed(2)} ms; ` +
+        `CPU per run: main thread ${Math.round((after.main - before.main) / RUNS)} µs, other threads ${Math.round((after.others - before.others) / RUNS)} µs`,
+    );
+  }
   gcPauses.length = 0;
+  const threads0 = threadCpuUs();
   const stop = await profileWindow(what);
   const stopAllocation = process.env.PROFILE_ALLOC ? await allocationWindow({ keep: allocationKeep(process.env.PROFILE_ALLOC) }) : undefined;
   const cpu0 = process.cpuUsage();
   const samples: number[] = [];
   for (let i = 0; i < RUNS; i++) samples.push(await sample());
   const cpu = process.cpuUsage(cpu0);
+  const threads = threadCpuUs();
   const allocation = await stopAllocation?.();
   await stop();
   const s = summarize(samples);
@@ -72,7 +114,8 @@ async function measure(what: string, sample: () => Promise<number>): Promise<voi
     : '';
   console.log(
     `${what}: p50 ${(s.p50Us / 1000).toFixed(2)} ms, p99 ${(s.p99Us / 1000).toFixed(2)} ms, max ${(s.maxUs / 1000).toFixed(2)} ms; ` +
-      `CPU ${Math.round((cpu.user + cpu.system) / RUNS)} µs per run${gcLine}\n  slowest: ${slowest}`,
+      `CPU ${Math.round((cpu.user + cpu.system) / RUNS)} µs per run (main thread ${Math.round((threads.main - threads0.main) / RUNS)} µs, ` +
+      `other threads ${Math.round((threads.others - threads0.others) / RUNS)} µs)${gcLine}\n  slowest: ${slowest}`,
   );
   if (allocation) printAllocation(allocation, RUNS, `${what} run`, Number(process.env.PROFILE_ALLOC_TOP ?? 25));
 }
