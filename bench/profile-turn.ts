@@ -1,8 +1,8 @@
 /**
  * Where a durable turn's time goes: a fresh nats-server, a durable TroupeNode (TROUPE_IN, KV store, ack
  * after commit), the echo agent as its own NATS user and 64 threads with one turn in flight each, all
- * in this process, for PROFILE_SECONDS; then the raw turn (the same NATS work without Troupe: bench/
- * durability.ts `startRawTurn`) for as long. For each it prints turns per second, this process's CPU per
+ * in this process, for PROFILE_SECONDS after PROFILE_WARMUP_SECONDS (3) of warm-up; then the raw turn
+ * (the same NATS work without Troupe: bench/durability.ts `startRawTurn`) for as long. For each it prints turns per second, this process's CPU per
  * turn and the nats-server's CPU per turn (from /proc), so it tells whether a turn waits on the broker or
  * on Troupe:
  *
@@ -37,6 +37,11 @@ import { profileWindow } from './profiler.js';
 import { FLOOR_GUARANTEES, durableTurnFloor, type FloorGuarantee } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
+/**
+ * Seconds each row runs before it is measured (and profiled): V8 compiles a durable turn's code over its
+ * first ~2,500 turns, and a profile of the first seconds shows the interpreter (bench/PROFILE.md, session 25).
+ */
+const WARMUP_SECONDS = Number(process.env.PROFILE_WARMUP_SECONDS ?? 3);
 const WORKERS = Number(process.env.PROFILE_WORKERS ?? 64);
 const TEXT = 'Hello Troupe, please echo this benchmark message back to me.';
 const only = process.env.PROFILE_ONLY?.split(',');
@@ -89,8 +94,14 @@ function floorVariants(): FloorGuarantee[][] {
 }
 
 async function run(what: string, op: (w: number) => Promise<void>): Promise<void> {
-  // Warm-up: every worker's thread exists and the code is compiled.
-  await Promise.all(Array.from({ length: WORKERS }, (_, w) => op(w)));
+  // Warm-up: every worker's thread exists, and V8 has compiled the code.
+  const warm = performance.now() + WARMUP_SECONDS * 1000;
+  await Promise.all(
+    Array.from({ length: WORKERS }, async (_, w) => {
+      do await op(w);
+      while (performance.now() < warm);
+    }),
+  );
   let n = 0;
   const stopProfile = await profileWindow(what);
   const until = performance.now() + SECONDS * 1000;
