@@ -69,7 +69,7 @@ export interface PatternRow extends LatencyStats {
   firstError?: string;
 }
 
-/** A row's warm-up runs: all of them, and its first `handoffRuns` after the first 10 (a cold process's). */
+/** A row's warm-up runs: all of them, and its first `handoffRuns` after the first 10 (while V8 compiles the handoff's code). */
 export interface WarmUpRow {
   all: LatencyStats;
   first: LatencyStats;
