@@ -82,28 +82,48 @@ export class InflightHandlers {
 // ---------------------------------------------------------------------------------------------------
 // Subjects
 
-function splitSubject(subject: string, what: 'publish' | 'subscribe'): string[] {
+/** Whitespace anywhere; a token that is a wildcard. Linear: each test is one scan. */
+const WHITESPACE = /\s/;
+const WILDCARD_TOKEN = /(?:^|\.)[*>](?:\.|$)/;
+
+/** A subscription's subject as tokens; throws on an empty token, whitespace or a `>` before the end. */
+function subscriptionTokens(subject: string): string[] {
   const tokens = subject.split('.');
   for (let i = 0; i < tokens.length; i++) {
     const t = tokens[i] ?? '';
-    if (t.length === 0 || /\s/.test(t)) throw new Error(`invalid subject "${subject}": empty token or whitespace`);
-    if (t === '*' || t === '>') {
-      // Publishing to a wildcard is always a bug on our side; reject it rather than deliver oddly.
-      if (what === 'publish') throw new Error(`invalid subject "${subject}": cannot publish to a wildcard`);
-      if (t === '>' && i !== tokens.length - 1) throw new Error(`invalid subject "${subject}": ">" must be the last token`);
-    }
+    if (t.length === 0 || WHITESPACE.test(t)) throw new Error(`invalid subject "${subject}": empty token or whitespace`);
+    if (t === '>' && i !== tokens.length - 1) throw new Error(`invalid subject "${subject}": ">" must be the last token`);
   }
   return tokens;
 }
 
-function matches(pattern: readonly string[], subject: readonly string[]): boolean {
-  for (let i = 0; i < pattern.length; i++) {
-    const p = pattern[i];
-    if (p === '>') return subject.length > i;
-    if (i >= subject.length) return false;
-    if (p !== '*' && p !== subject[i]) return false;
+/**
+ * The same checks of a subject to publish to, without splitting it (a publish is on every turn's path), and
+ * no wildcard: publishing to one is always a bug on our side; rejected rather than delivered oddly.
+ */
+function checkPublishSubject(subject: string): void {
+  if (subject.length === 0 || subject.startsWith('.') || subject.endsWith('.') || subject.includes('..') || WHITESPACE.test(subject)) {
+    throw new Error(`invalid subject "${subject}": empty token or whitespace`);
   }
-  return pattern.length === subject.length;
+  if (WILDCARD_TOKEN.test(subject)) throw new Error(`invalid subject "${subject}": cannot publish to a wildcard`);
+}
+
+/**
+ * Whether a subscription's tokens match a (checked) subject, walking the subject's tokens in place: `*` is
+ * one token, `>` one or more.
+ */
+export function subjectMatches(pattern: readonly string[], subject: string): boolean {
+  let start = 0;
+  for (const p of pattern) {
+    // Past the end: the subject has fewer tokens than the pattern.
+    if (start > subject.length) return false;
+    if (p === '>') return true;
+    let end = subject.indexOf('.', start);
+    if (end === -1) end = subject.length;
+    if (p !== '*' && (p.length !== end - start || !subject.startsWith(p, start))) return false;
+    start = end + 1;
+  }
+  return start > subject.length;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -152,32 +172,34 @@ export class MemoryBus {
 
   /** Hands the message to every plain subscriber and one member per queue group; returns how many got it. */
   publish(msg: BusMessage): number {
-    const tokens = splitSubject(msg.subject, 'publish');
-    const plain: BusSubscriber[] = [];
+    checkPublishSubject(msg.subject);
+    // Snapshot first, deliver second: a deliver() may unsubscribe (one-shot request inboxes).
+    const matched: BusSubscriber[] = [];
+    const exact = this.literal.get(msg.subject);
+    if (exact) for (const sub of exact) matched.push(sub);
+    for (const sub of this.wildcard) if (subjectMatches(sub.tokens, msg.subject)) matched.push(sub);
     // As in nats-server, a queue group is its name: members subscribed on different matching subjects
     // still form one group.
-    const groups = new Map<string, BusSubscriber[]>();
-    const consider = (sub: BusSubscriber) => {
+    let groups: Map<string, BusSubscriber[]> | undefined;
+    let receivers = 0;
+    for (const sub of matched) {
       if (sub.queue === undefined) {
-        plain.push(sub);
-        return;
+        sub.deliver(msg);
+        receivers++;
+        continue;
       }
+      groups ??= new Map();
       const members = groups.get(sub.queue);
       if (members) members.push(sub);
       else groups.set(sub.queue, [sub]);
-    };
-    const exact = this.literal.get(msg.subject);
-    if (exact) for (const sub of exact) consider(sub);
-    for (const sub of this.wildcard) if (matches(sub.tokens, tokens)) consider(sub);
-
-    // Snapshot first, deliver second: a deliver() may unsubscribe (one-shot request inboxes).
-    for (const sub of plain) sub.deliver(msg);
+    }
+    if (!groups) return receivers;
     for (const [queue, members] of groups) {
       const n = this.nextMember.get(queue) ?? 0;
       this.nextMember.set(queue, n + 1);
       members[n % members.length]?.deliver(msg);
     }
-    return plain.length + groups.size;
+    return receivers + groups.size;
   }
 }
 
@@ -239,7 +261,7 @@ class MemorySubscription implements Subscription, BusSubscriber {
     onError: TransportErrorHandler,
     private readonly onDone: (sub: MemorySubscription) => void,
   ) {
-    this.tokens = splitSubject(subject, 'subscribe');
+    this.tokens = subscriptionTokens(subject);
     this.inflight = new InflightHandlers((err, msgSubject) => onError(err, { subject: msgSubject, subscription: subject }));
     bus.add(this);
   }
