@@ -27,7 +27,7 @@
  *
  *   PROFILE_ONLY=troupe PROFILE_WARMUP=10 PROFILE_RUNS=250 PROFILE_WINDOWS=10 node --conditions=source --import tsx bench/profile-handoff.ts
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { PerformanceObserver } from 'node:perf_hooks';
 import { CLIENT_ROUTING_URI } from '../src/protocol/index.js';
 import { userMessage } from '../src/sdk/client.js';
@@ -35,7 +35,7 @@ import { startNatsServer } from '../test/helpers/nats-server.js';
 import { connectHandoffFloor } from './handoff-floor.js';
 import { summarize } from './measure.js';
 import { SOURCE, TARGET, desk, specialist, startMesh, timeToFirstChunk } from './patterns.js';
-import { allocationWindow, printAllocation, profileWindow } from './profiler.js';
+import { allocationWindow, printAllocation, procCpuUs, profileWindow } from './profiler.js';
 
 const RUNS = Number(process.env.PROFILE_RUNS ?? 1_000);
 const WARMUP = Number(process.env.PROFILE_WARMUP ?? 1_000);
@@ -60,18 +60,15 @@ if (process.env.PROFILE_TRACE_GC) gc.observe({ entryTypes: ['gc'] });
 
 /** CPU time (µs) of this process's main thread and of all its other threads, from /proc (Linux). */
 function threadCpuUs(): { main: number; others: number } {
-  const tick = 10_000; // µs per clock tick (USER_HZ 100)
   let main = 0;
   let others = 0;
   for (const tid of readdirSync('/proc/self/task')) {
-    let stat: string;
+    let us: number;
     try {
-      stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      us = procCpuUs(`/proc/self/task/${tid}/stat`);
     } catch {
       continue; // a thread that ended meanwhile
     }
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const us = (Number(fields[11]) + Number(fields[12])) * tick;
     if (Number(tid) === process.pid) main += us;
     else others += us;
   }

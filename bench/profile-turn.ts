@@ -21,7 +21,6 @@
  *   PROFILE_ONLY=raw,floor PROFILE_FLOOR_WITHOUT=';validation;xstate;record;status;marker;status,marker' node --conditions=source --import tsx bench/profile-turn.ts
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { encodeJson } from '../src/protocol/index.js';
@@ -33,7 +32,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer } from '../test/helpers/nats-server.js';
 import { startRawTurn } from './durability.js';
 import { floorResponder } from './measure.js';
-import { profileWindow } from './profiler.js';
+import { procCpuUs, profileWindow } from './profiler.js';
 import { FLOOR_GUARANTEES, durableTurnFloor, type FloorGuarantee } from './turn-floor.js';
 
 const SECONDS = Number(process.env.PROFILE_SECONDS ?? 8);
@@ -53,12 +52,7 @@ function serverCpuUs(port: number): () => number {
   const out = execFileSync('ss', ['-ltnpH', `sport = :${port}`], { encoding: 'utf8' });
   const pid = /pid=(\d+)/.exec(out)?.[1];
   if (!pid) throw new Error(`no process listens on ${port}: ${out}`);
-  const ticksPerSecond = 100;
-  return () => {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    // utime and stime are fields 14 and 15 of /proc/<pid>/stat (12 and 13 after the command).
-    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / ticksPerSecond;
-  };
+  return () => procCpuUs(`/proc/${pid}/stat`);
 }
 
 const server = await startNatsServer();

@@ -10,11 +10,22 @@
  *   its JS caller). Allocation does not depend on how busy the machine is, so it compares two versions
  *   of the code where a rate cannot.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 
 const cpuDir = process.env.PROFILE_CPU_DIR;
+
+/**
+ * The CPU time (user + system, µs) a `/proc/<pid>/stat` or `/proc/<pid>/task/<tid>/stat` file gives (Linux):
+ * its fields 14 and 15, in clock ticks of 10 ms. Throws when the file is gone (the process or thread ended).
+ */
+export function procCpuUs(statFile: string): number {
+  const stat = readFileSync(statFile, 'utf8');
+  // After the command, which is in parentheses and may hold spaces: utime and stime are fields 12 and 13.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10_000;
+}
 
 /** Starts the V8 profiler when PROFILE_CPU_DIR is set; the returned function stops it and writes the profile. */
 export async function profileWindow(what: string): Promise<() => Promise<void>> {
