@@ -228,6 +228,25 @@ describe('nodes on the cluster', () => {
     };
   }
 
+  /**
+   * Steps a leader down (`stepdown`, an API subject after `$JS.API.`) until `leader()` names a server other
+   * than `server`, pausing `pauseMs` after each; fails after 10 tries.
+   */
+  async function moveLeaderOff(
+    rig: { stepdown(subject: string): Promise<unknown> },
+    what: string,
+    leader: () => Promise<string | undefined>,
+    server: string,
+    stepdown: string,
+    pauseMs: number,
+  ): Promise<void> {
+    for (let i = 0; (await leader()) === server; i++) {
+      expect(i, `stepdowns to move ${what} off ${server}`).toBeLessThan(10);
+      await rig.stepdown(stepdown);
+      await sleep(pauseMs);
+    }
+  }
+
   /** A node (see `leaderNode`), a client and an echo agent, all on server 1. */
   async function homeRig(name: string) {
     const home = cluster.servers[0]!;
@@ -274,17 +293,9 @@ describe('nodes on the cluster', () => {
       const p = partitionOf(threadId, PARTITIONS);
       await rig.consuming(p);
       expect((await local.send('before', { threadId, timeoutMs: 20_000 })).text).toBe('echo: before');
-      for (let i = 0; (await rig.consumerLeader(p)) === home.name; i++) {
-        expect(i, 'stepdowns to move the consumer leader off server 1').toBeLessThan(10);
-        await rig.stepdown(`CONSUMER.LEADER.STEPDOWN.TROUPE_IN.p${p}`);
-        await sleep(500);
-      }
+      await moveLeaderOff(rig, 'the consumer leader', () => rig.consumerLeader(p), home.name, `CONSUMER.LEADER.STEPDOWN.TROUPE_IN.p${p}`, 500);
       const leader = (await rig.consumerLeader(p))!;
-      for (let i = 0; (await cluster.streamLeader('KV_troupe_leases')) === leader; i++) {
-        expect(i, 'stepdowns to move the leases bucket off the server to kill').toBeLessThan(10);
-        await rig.stepdown('STREAM.LEADER.STEPDOWN.KV_troupe_leases');
-        await sleep(1_000);
-      }
+      await moveLeaderOff(rig, 'the leases bucket', () => cluster.streamLeader('KV_troupe_leases'), leader, 'STREAM.LEADER.STEPDOWN.KV_troupe_leases', 1_000);
       victim = cluster.servers.find((s) => s.name === leader)!;
       const mark = rig.lines.length;
       await victim.kill();
@@ -314,11 +325,7 @@ describe('nodes on the cluster', () => {
       // Every partition first: one still being taken over from an earlier test's node is made afresh.
       for (let p = 0; p < PARTITIONS; p++) await rig.consuming(p);
       expect((await local.send('before', { threadId, timeoutMs: 20_000 })).text).toBe('echo: before');
-      for (let i = 0; (await cluster.streamLeader('KV_troupe_leases')) === home.name; i++) {
-        expect(i, 'stepdowns to move the leases bucket off server 1').toBeLessThan(10);
-        await rig.stepdown('STREAM.LEADER.STEPDOWN.KV_troupe_leases');
-        await sleep(1_000);
-      }
+      await moveLeaderOff(rig, 'the leases bucket', () => cluster.streamLeader('KV_troupe_leases'), home.name, 'STREAM.LEADER.STEPDOWN.KV_troupe_leases', 1_000);
       const leasesLeader = await cluster.streamLeader('KV_troupe_leases');
       victim = cluster.servers.find((s) => s.name === leasesLeader)!;
       // A consumer led by the server killed answers again only once its replicas elect another leader; every
