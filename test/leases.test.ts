@@ -8,6 +8,8 @@ import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstrea
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { sleep, waitFor, waitUntil } from './helpers/wait.js';
 import { Kvm } from '@nats-io/kv';
+import { Writable } from 'node:stream';
+import { createLogger } from '../src/observability/logger.js';
 
 const TTL = 1_000;
 const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -246,6 +248,71 @@ describe('PartitionLeases', () => {
     await sleep(2 * TTL);
     expect(a.leases.owned()).toEqual(ALL);
     expect(events.length).toBe(before);
+    expectSerializedCallbacks(events, 'node-a');
+  });
+
+  it('a lease write that landed but timed out (the process stalled) is not taken for someone else\'s: renewed on, or reclaimed after a fence', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const events: Event[] = [];
+    const lines: Array<Record<string, unknown>> = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const l of chunk.toString().split('\n')) if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
+        done();
+      },
+    });
+    // Leases of 10 s: calls time out after 3.3 s, a renewal is trusted for 9 s after it starts, and a key
+    // ages out 10 s after its last write. A stall here blocks the whole process (the test's too).
+    const ttl = 10_000;
+    const callTimeout = ttl / 3;
+    const validity = ttl - ttl / 10;
+    const nc = await connectNode();
+    const leases = new PartitionLeases({
+      nc,
+      tenant: 'demo',
+      nodeId: 'node-a',
+      leaseTtlMs: ttl,
+      bucket,
+      logger: createLogger({ level: 'debug', destination: sink }),
+      onAcquired: (p) => void events.push({ node: 'node-a', partition: p, kind: 'acquired', start: Date.now(), end: Date.now() }),
+      onLost: (p, reason) => void events.push({ node: 'node-a', partition: p, kind: 'lost', reason, start: Date.now(), end: Date.now() }),
+    });
+    started.push(leases);
+    await leases.start();
+    await waitFor(() => leases.owned().length === 8, 'all 8');
+    const kv = await new Kvm(nc).open(bucket);
+
+    /** A renewal goes out, then the process stalls for `ms`: the server takes the writes, but the calls time out before their answers are read. */
+    const renewThenStall = async (ms: number) => {
+      const before = await kv.get('demo.p0');
+      void leases.refresh();
+      await new Promise((resolve) => setImmediate(resolve));
+      const until = Date.now() + ms;
+      while (Date.now() < until);
+      return before!.revision;
+    };
+
+    // 1. A stall longer than a call's timeout, shorter than the leases' validity: the renewal landed
+    //    unanswered, and the next one, on the revision the node knew, is refused. The key is still this
+    //    lease's: renewed on its revision, nothing lost.
+    await leases.refresh();
+    const known = await renewThenStall(callTimeout + 300);
+    await leases.refresh();
+    await leases.refresh();
+    expect(events.filter((e) => e.kind === 'lost')).toEqual([]);
+    expect(leases.owned()).toEqual(ALL);
+    expect((await kv.get('demo.p0'))!.revision).toBeGreaterThan(known);
+    expect(lines.filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision').map((l) => l.partition).sort()).toEqual(ALL);
+
+    // 2. A stall past the validity: every lease is fenced ('expired') while its key, at a revision the
+    //    node never heard of, is still its own. The next round reclaims them on that revision rather than
+    //    leaving them unconsumed until the keys age out (a whole ttl) and taking them afresh.
+    await leases.refresh();
+    const validUntil = Date.now() + validity;
+    await renewThenStall(validUntil + 100 - Date.now());
+    await waitFor(() => events.filter((e) => e.kind === 'lost').length === 8 && leases.owned().length === 8, 'all 8 fenced and back', ttl);
+    expect(events.filter((e) => e.kind === 'lost').map((e) => e.reason)).toEqual(Array(8).fill('expired'));
+    expect(lines.filter((l) => l.msg === 'lease acquired').slice(-8).map((l) => l.how)).toEqual(Array(8).fill('reclaimed'));
     expectSerializedCallbacks(events, 'node-a');
   });
 

@@ -11,7 +11,9 @@
  * A lease is never written blindly: it is taken with `kv.create` (succeeds only when the key is absent,
  * deleted, or aged out of the bucket — on nats-server 2.9 an expired key simply vanishes), renewed with
  * `kv.update` on the revision this node last wrote, and given back with a delete on that revision.
- * A revision mismatch means someone else holds it now: the lease is lost.
+ * A revision mismatch means someone else holds it now: the lease is lost. Unless the key still holds this
+ * same lease: a write of this node's landed but its answer never came in time (a call timed out on a slow
+ * cluster or in a stalled process); then the write is made again on the key's revision (`#onOwnKey`).
  *
  * Every `ttl / 3` a node refreshes its heartbeat and renews its leases (one timer), and, on a second
  * timer so a slow survey can never delay a renewal, counts live nodes and moves towards its share
@@ -119,8 +121,8 @@ export class PartitionLeases {
   #ttlMs: number;
   #kv?: KV;
   readonly #held = new Map<number, HeldLease>();
-  /** Partitions this node self-fenced, with the revision it last wrote: reclaimable while nobody wrote since. */
-  readonly #fenced = new Map<number, number>();
+  /** Partitions this node self-fenced, with the revision it last knew it wrote: reclaimable while nobody else wrote since. */
+  readonly #fenced = new Map<number, { revision: number; acquiredAt: number }>();
   /** Per-partition callback chain. */
   readonly #chains = new Map<number, Promise<void>>();
   #liveNodes = 1;
@@ -281,7 +283,7 @@ export class PartitionLeases {
       await Promise.all(
         [...this.#held.entries()].map(async ([p, lease]) => {
           try {
-            await kv.delete(this.#leaseKey(p), { previousSeq: lease.revision });
+            await this.#onOwnKey(p, lease, (on) => kv.delete(this.#leaseKey(p), { previousSeq: on }));
           } catch (err) {
             if (!isWrongLastSequence(err)) this.#log.warn({ partition: p, err: errText(err) }, 'could not release lease');
           }
@@ -438,12 +440,13 @@ export class PartitionLeases {
     // Partitions this node fenced itself off: reclaim on the revision it last wrote (nobody wrote since).
     const reclaim = [...this.#fenced].filter(([p]) => !this.#held.has(p)).slice(0, want);
     const reclaimed = await Promise.all(
-      reclaim.map(async ([p, revision]) => {
+      reclaim.map(async ([p, last]) => {
         this.#fenced.delete(p);
         const startedAt = Date.now();
         try {
-          const rev = await kv.update(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }), revision);
-          this.#took(p, rev, startedAt);
+          const value = encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt });
+          const rev = await this.#onOwnKey(p, last, (on) => kv.update(this.#leaseKey(p), value, on));
+          this.#took(p, rev, startedAt, 'reclaimed');
           return true;
         } catch (err) {
           if (!isWrongLastSequence(err)) this.#log.debug({ partition: p, err: errText(err) }, 'reclaim failed');
@@ -472,7 +475,7 @@ export class PartitionLeases {
             return;
           }
           this.#fenced.delete(p);
-          this.#took(p, rev, startedAt);
+          this.#took(p, rev, startedAt, 'created');
         } catch (err) {
           // Someone else was faster: fine. Anything else: try again next round.
           if (!isWrongLastSequence(err)) this.#log.debug({ partition: p, err: errText(err) }, 'acquire failed');
@@ -481,10 +484,11 @@ export class PartitionLeases {
     );
   }
 
-  #took(p: number, revision: number, startedAt: number): void {
+  /** `how`: `created` (the key was free) or `reclaimed` (this node's own key, after it fenced itself off). */
+  #took(p: number, revision: number, startedAt: number, how: 'created' | 'reclaimed'): void {
     this.#held.set(p, { revision, acquiredAt: startedAt, validUntil: startedAt + this.#validityMs(), releasing: false, drained: false });
     this.#armFenceTimer();
-    this.#log.debug({ partition: p, revision }, 'lease acquired');
+    this.#log.debug({ partition: p, revision, how }, 'lease acquired');
     this.#enqueue(p, async () => {
       try {
         await this.#opts.onAcquired?.(p);
@@ -519,7 +523,7 @@ export class PartitionLeases {
     await Promise.all(
       done.map(async ([p, lease]) => {
         try {
-          await kv.delete(this.#leaseKey(p), { previousSeq: lease.revision });
+          await this.#onOwnKey(p, lease, (on) => kv.delete(this.#leaseKey(p), { previousSeq: on }));
           if (this.#held.get(p) === lease) this.#held.delete(p);
         } catch (err) {
           if (isWrongLastSequence(err)) {
@@ -547,11 +551,8 @@ export class PartitionLeases {
         .map(async ([p, lease]) => {
           const startedAt = Date.now();
           try {
-            const rev = await kv.update(
-              this.#leaseKey(p),
-              encode({ nodeId: this.nodeId, acquiredAt: lease.acquiredAt, renewedAt: startedAt }),
-              lease.revision,
-            );
+            const value = encode({ nodeId: this.nodeId, acquiredAt: lease.acquiredAt, renewedAt: startedAt });
+            const rev = await this.#onOwnKey(p, lease, (on) => kv.update(this.#leaseKey(p), value, on));
             if (this.#held.get(p) !== lease) return;
             lease.revision = rev;
             lease.validUntil = startedAt + this.#validityMs();
@@ -570,10 +571,29 @@ export class PartitionLeases {
     const lease = this.#held.get(p);
     if (!lease) return;
     this.#held.delete(p);
-    if (reason === 'expired') this.#fenced.set(p, lease.revision);
+    if (reason === 'expired') this.#fenced.set(p, { revision: lease.revision, acquiredAt: lease.acquiredAt });
     this.#log.warn({ partition: p, reason }, 'lease lost');
     // A partition being given back already had its onLost; losing it only skips the delete.
     if (!lease.releasing) void this.#enqueue(p, () => this.#opts.onLost?.(p, reason));
+  }
+
+  /**
+   * A compare-and-set write of partition p's key on `held.revision`, the last revision this node knows it
+   * wrote. A write of this node's that the server took but whose answer never came in time (a slow server,
+   * a stalled process: the call timed out) has moved the key on: then the key still holds this same lease
+   * (this node, the same `acquiredAt`), and `write` runs once more on its revision. A write by anyone else
+   * (or a delete, or the key aged out) fails as before, with the server's wrong-sequence error.
+   */
+  async #onOwnKey<T>(p: number, held: { revision: number; acquiredAt: number }, write: (revision: number) => Promise<T>): Promise<T> {
+    try {
+      return await write(held.revision);
+    } catch (err) {
+      if (!isWrongLastSequence(err)) throw err;
+      const entry = await this.#kv!.get(this.#leaseKey(p)).catch(() => null);
+      if (entry?.operation !== 'PUT' || entry.revision <= held.revision || !isLeaseOf(entry, this.nodeId, held.acquiredAt)) throw err;
+      this.#log.debug({ partition: p, revision: entry.revision, knew: held.revision }, 'own lease write had landed unanswered; writing on its revision');
+      return write(entry.revision);
+    }
   }
 
   #validityMs(): number {
@@ -718,12 +738,22 @@ function encode(value: unknown): Uint8Array {
   return enc.encode(JSON.stringify(value));
 }
 
-function isOwnWrite(e: KvWatchEntry, nodeId: string): boolean {
+function leaseValue(e: KvEntry | KvWatchEntry): { nodeId?: unknown; acquiredAt?: unknown } {
   try {
-    return (JSON.parse(dec.decode(e.value)) as { nodeId?: unknown }).nodeId === nodeId;
+    return (JSON.parse(dec.decode(e.value)) as { nodeId?: unknown; acquiredAt?: unknown } | null) ?? {};
   } catch {
-    return false;
+    return {};
   }
+}
+
+function isOwnWrite(e: KvWatchEntry, nodeId: string): boolean {
+  return leaseValue(e).nodeId === nodeId;
+}
+
+/** Whether a lease key's value was written by node `nodeId` in the tenure that began at `acquiredAt`. */
+function isLeaseOf(e: KvEntry, nodeId: string, acquiredAt: number): boolean {
+  const v = leaseValue(e);
+  return v.nodeId === nodeId && v.acquiredAt === acquiredAt;
 }
 
 function isWrongLastSequence(err: unknown): boolean {
