@@ -376,13 +376,21 @@ describe('nodes on the cluster', () => {
       () => 0,
     );
     nodes.push(await startNode('node 1'), await startNode('node 2'), await startNode('node 3'));
+    // Each poll's answer (ms since the third node was ready, then each answering node's count), for the
+    // failure message: a node that did not answer `ps` in time, or shares still moving (the nodes' own
+    // warnings, such as 'lease lost', are in their stderr below).
+    const readyAt = Date.now();
+    const polls: string[] = [];
     const shares = await waitUntil(async () => {
       const o = await owners(client);
       const counts = [...o.values()].map((p) => p.length).sort((a, b) => a - b);
+      polls.push(`${Date.now() - readyAt} ms: ${counts.join('/') || 'no answer'}`);
       return o.size === 3 && counts.join() === '21,21,22' ? o : undefined;
-    }, '3 nodes sharing 64 partitions 22/21/21', 30_000);
+    }, '3 nodes sharing 64 partitions 22/21/21', 30_000).catch((err: Error) => {
+      throw new Error(`${err.message}; polls (last 20 of ${polls.length}): ${polls.slice(-20).join(', ')}\n${nodes.map((n) => n.describe()).join('\n')}`);
+    });
     expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
-    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')}`);
+    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${Date.now() - readyAt} ms (${polls.length} polls)`);
 
     const t = await transport('replica-check');
     const jsm = await jetstreamManager(t.connection);
