@@ -5,11 +5,10 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
+import { capturingLogger } from './helpers/log-lines.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { sleep, waitFor, waitUntil } from './helpers/wait.js';
 import { Kvm } from '@nats-io/kv';
-import { Writable } from 'node:stream';
-import { createLogger } from '../src/observability/logger.js';
 
 const TTL = 1_000;
 const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -254,13 +253,7 @@ describe('PartitionLeases', () => {
   it('a lease write that landed but timed out (the process stalled) is not taken for someone else\'s: renewed on, or reclaimed after a fence', async () => {
     const bucket = `leases_${++bucketN}`;
     const events: Event[] = [];
-    const lines: Array<Record<string, unknown>> = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _enc, done) {
-        for (const l of chunk.toString().split('\n')) if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
-        done();
-      },
-    });
+    const { lines, log } = capturingLogger('debug');
     // Leases of 10 s: calls time out after 3.3 s, a renewal is trusted for 9 s after it starts, and a key
     // ages out 10 s after its last write. A stall here blocks the whole process (the test's too).
     const ttl = 10_000;
@@ -273,7 +266,7 @@ describe('PartitionLeases', () => {
       nodeId: 'node-a',
       leaseTtlMs: ttl,
       bucket,
-      logger: createLogger({ level: 'debug', destination: sink }),
+      logger: log,
       onAcquired: (p) => void events.push({ node: 'node-a', partition: p, kind: 'acquired', start: Date.now(), end: Date.now() }),
       onLost: (p, reason) => void events.push({ node: 'node-a', partition: p, kind: 'lost', reason, start: Date.now(), end: Date.now() }),
     });
