@@ -8,7 +8,8 @@
  *   node --conditions=source --import tsx bench/cluster-crash.ts
  *   CRASH_LEASES=1 CRASH_LEASE_TTL_MS=15000 node --conditions=source --import tsx bench/cluster-crash.ts
  *
- * CRASH_ROUNDS (default 4); CRASH_LEASES=1 first moves the leader of the leases' bucket to the server to be
+ * CRASH_ROUNDS (default 4); CRASH_LOG_LEVEL=debug also counts how leases were taken back (reclaimed or created);
+ * CRASH_LEASES=1 first moves the leader of the leases' bucket to the server to be
  * killed (then the node's leases lapse unless the TTL outlasts the election); CRASH_LEASE_TTL_MS the node's
  * lease TTL (default 5,000, as `troupe up`); CRASH_NODE_SERVER=1 gives every connection all the servers'
  * URLs and kills the server the node is connected to (the node reconnects and restarts its consumers).
@@ -37,7 +38,7 @@ const home = cluster.servers[0]!;
 const connect = (user: string, name: string) =>
   NatsTransport.connect({ ...cluster.as(user), ...(KILL_NODE_SERVER ? {} : { servers: [home.url] }), name, maxReconnectAttempts: -1 });
 const [nodeT, agentT, clientT] = await Promise.all([connect('node', 'crash-node'), connect('echo', 'crash-echo'), connect('client', 'crash-client')]);
-const { lines, log } = capturingLogger();
+const { lines, log } = capturingLogger(process.env.CRASH_LOG_LEVEL ?? 'info');
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
 const host = await new AgentHost({ transport: agentT, agent: echo }).start();
 const store = await KvThreadStore.open(nodeT.connection, { replicas: 3 });
@@ -83,10 +84,16 @@ try {
     await client.send('after the crash', { threadId, timeoutMs: 120_000, unavailableRetryMs: 120_000 });
     const ms = performance.now() - sentAt;
     const said = lines.slice(mark).filter((l) => l.level >= 30 && l.partition === p);
-    const lapsed = lines.slice(mark).filter((l) => l.msg === 'lease lost').length;
+    const lost = lines.slice(mark).filter((l) => l.msg === 'lease lost');
+    const byReason = [...new Set(lost.map((l) => l.reason as string))].map((r) => `${lost.filter((l) => l.reason === r).length} ${r}`).join(', ');
+    const lapsed = `${lost.length}${byReason ? ` (${byReason})` : ''}`;
+    // At debug (CRASH_LOG_LEVEL=debug): renewals that landed but timed out, and how partitions were taken back.
+    const unanswered = lines.slice(mark).filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision').length;
+    const how = lines.slice(mark).filter((l) => l.msg === 'lease acquired');
+    const taken = how.length ? `; leases taken: ${['reclaimed', 'created'].map((h) => `${how.filter((l) => l.how === h).length} ${h}`).join(', ')}; writes that had landed unanswered: ${unanswered}` : '';
     elected.unsubscribe();
     const election = electedAt === undefined ? '' : `; the leases' bucket elected a leader at +${electedAt - killedAt} ms`;
-    console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}`);
+    console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}${taken}`);
     for (const l of said) console.log(`  +${(l.time as number) - killedAt} ms  ${l.msg}${l.consumer ? ` (consumer ${l.consumer as string})` : ''}`);
     // Every partition's way back, not only the turn's: when they were consumed again, and how.
     const restarts = lines.slice(mark).filter((l) => l.msg === 'restarting partition consumer').length;
