@@ -279,7 +279,9 @@ describe('PartitionLeases', () => {
     const renewThenStall = async (ms: number) => {
       const before = await kv.get('demo.p0');
       void leases.refresh();
-      await new Promise((resolve) => setImmediate(resolve));
+      // A few microtask turns (the client sends the requests and arms their timeouts in microtasks), then
+      // the stall: no I/O is read before it, so no answer can come in before its timeout fires.
+      for (let i = 0; i < 100; i++) await Promise.resolve();
       const until = Date.now() + ms;
       while (Date.now() < until);
       return before!.revision;

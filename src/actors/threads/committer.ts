@@ -8,7 +8,9 @@
  *
  * What a failed write means decides what happens next:
  * - STORE_CONFLICT: someone else wrote the thread (another node took it over). The stored state wins:
- *   the live actor is dropped, never written over it; the next message reloads the stored state.
+ *   the live actor is dropped, never written over it; the next message reloads the stored state. Unless
+ *   the stored record is a write of this one that timed out (the server took it, its answer came too
+ *   late): then the next write goes on its revision (`landed`).
  * - TRANSPORT_ERROR (the store is unreachable, e.g. during a NATS restart): the write is retried with
  *   backoff and the actor stays live (dropping it would lose the turn's answer).
  * - PAYLOAD_TOO_LARGE (the record does not fit in one store value): the oldest history is left out of
@@ -96,20 +98,43 @@ export class Committer {
     }
   }
 
+  /**
+   * After a conflict that follows a write which timed out: the revision of the stored record when it is
+   * that write (this node's, with that write's `updatedAt`, newer than the revision this node knew), so
+   * the next write goes on it. A write that failed on the wire may still have been taken by the server; it
+   * is this node's own, not another node's, and the live actor stays.
+   */
+  private async landed(live: LiveThread, unanswered: readonly string[]): Promise<number | undefined> {
+    const stored = await this.opts.store.get(this.opts.tenant, live.threadId).catch(() => undefined);
+    if (!stored || stored.record.node !== this.opts.nodeId || !unanswered.includes(stored.record.updatedAt)) return undefined;
+    return live.revision === undefined || stored.revision > live.revision ? stored.revision : undefined;
+  }
+
   private async attempt(live: LiveThread, outbox: TaskStatusUpdateEvent[]): Promise<void> {
     const started = this.opts.now();
     let trims = 0;
+    /** The `updatedAt` of each write that failed on a transport error here: the server may have taken it. */
+    const unanswered: string[] = [];
     for (let attempt = 0; ; attempt++) {
       outbox.push(...live.outbox.splice(0));
       live.changed = false;
+      let record: ReturnType<typeof recordOf> | undefined;
       try {
-        const record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
+        record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
         live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
         metrics.kvWrites.inc({ result: 'ok' });
         this.opts.committed(live, outbox, true);
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');
+        if (error.code === 'STORE_CONFLICT' && unanswered.length > 0) {
+          const landed = await this.landed(live, unanswered);
+          if (landed !== undefined) {
+            this.opts.log.warn({ thread: live.threadId, revision: landed }, 'a write of this thread that timed out had landed; writing on its revision');
+            live.revision = landed;
+            continue;
+          }
+        }
         metrics.kvWrites.inc({ result: error.code === 'STORE_CONFLICT' ? 'conflict' : 'error' });
         if (error.code === 'STORE_CONFLICT') metrics.kvConflicts.inc();
         if (error.code === 'PAYLOAD_TOO_LARGE' && trims < MAX_TRIMS) {
@@ -121,6 +146,7 @@ export class Committer {
         }
         const transient = error.code === 'TRANSPORT_ERROR' && !this.stopping && this.opts.now() - started < this.retryForMs && !live.stopped;
         if (transient) {
+          if (record) unanswered.push(record.updatedAt);
           const delay = Math.min(2_000, 50 * 2 ** Math.min(attempt, 6));
           this.opts.log.warn({ thread: live.threadId, err: error.message, retryInMs: delay }, 'could not commit thread state; retrying');
           await new Promise((resolve) => setTimeout(resolve, delay));
