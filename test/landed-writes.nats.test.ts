@@ -18,6 +18,7 @@ import type { ThreadRecord, ThreadStore } from '../src/store/types.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { overriding, stallAfterSending } from './helpers/stall.js';
 
 /** Past the JetStream client's default request timeout (5 s), which the thread store uses. */
 const STALL_MS = 5_300;
@@ -32,13 +33,7 @@ describe('a thread write that timed out but landed', () => {
   const stallNext = new Set<'create' | 'update'>();
 
   const stallAfter = async <T>(op: 'create' | 'update', call: Promise<T>): Promise<T> => {
-    if (stallNext.delete(op)) {
-      // A few microtask turns (the client sends the request and arms its timeout in microtasks), then the
-      // stall: no I/O is read before it, so the answer cannot come in before the timeout fires.
-      for (let i = 0; i < 100; i++) await Promise.resolve();
-      const until = Date.now() + STALL_MS;
-      while (Date.now() < until);
-    }
+    if (stallNext.delete(op)) await stallAfterSending(STALL_MS);
     return call;
   };
 
@@ -48,14 +43,10 @@ describe('a thread write that timed out but landed', () => {
     const agentT = await NatsTransport.connect({ ...nats.as('echo'), name: 'landed-echo' });
     transports.push(nodeT, agentT);
     kv = await KvThreadStore.open(nodeT.connection);
-    const store = new Proxy(kv, {
-      get(target, prop) {
-        if (prop === 'create') return (record: ThreadRecord) => stallAfter('create', target.create(record));
-        if (prop === 'update') return (record: ThreadRecord, revision: number) => stallAfter('update', target.update(record, revision));
-        const value = Reflect.get(target, prop, target) as unknown;
-        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-      },
-    }) satisfies ThreadStore;
+    const store: ThreadStore = overriding<ThreadStore>(kv, {
+      create: (record: ThreadRecord) => stallAfter('create', kv.create(record)),
+      update: (record: ThreadRecord, revision: number) => stallAfter('update', kv.update(record, revision)),
+    });
     const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'Echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
     await new AgentHost({ transport: agentT, agent: echo, heartbeatMs: 500 }).start();
     // Leases of 30 s: the stall must not outlast them (the node would give its partitions up).

@@ -2,10 +2,11 @@
  * PartitionLeases against a real nats-server: one owner per partition, fair shares, takeover after a
  * crash (lease TTL + one round) and after a clean stop (at once), and never two owners at a time.
  */
-import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { connect, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
 import { capturingLogger } from './helpers/log-lines.js';
+import { overriding, stallAfterSending } from './helpers/stall.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { sleep, waitFor, waitUntil } from './helpers/wait.js';
 import { Kvm } from '@nats-io/kv';
@@ -279,11 +280,7 @@ describe('PartitionLeases', () => {
     const renewThenStall = async (ms: number) => {
       const before = await kv.get('demo.p0');
       void leases.refresh();
-      // A few microtask turns (the client sends the requests and arms their timeouts in microtasks), then
-      // the stall: no I/O is read before it, so no answer can come in before its timeout fires.
-      for (let i = 0; i < 100; i++) await Promise.resolve();
-      const until = Date.now() + ms;
-      while (Date.now() < until);
+      await stallAfterSending(ms);
       return before!.revision;
     };
 
@@ -309,6 +306,47 @@ describe('PartitionLeases', () => {
     expect(events.filter((e) => e.kind === 'lost').map((e) => e.reason)).toEqual(Array(8).fill('expired'));
     expect(lines.filter((l) => l.msg === 'lease acquired').slice(-8).map((l) => l.how)).toEqual(Array(8).fill('reclaimed'));
     expectSerializedCallbacks(events, 'node-a');
+  });
+
+  it('a lease create that landed but timed out is taken at its revision, not left to age out', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const events: Event[] = [];
+    const { lines, log } = capturingLogger('debug');
+    // Calls time out after 3.3 s; keys age out after 10 s.
+    const ttl = 10_000;
+    const real = await connectNode();
+    // The connection as the leases see it: the first request that stores a value of this bucket (a create)
+    // is followed by a stall of the process past the call timeout, as a long GC pause or a busy machine
+    // makes it. The server stores the create; its answer is read only after the timeout fired.
+    let armed = true;
+    const nc = overriding(real, {
+      request: (subject: string, data?: Uint8Array, opts?: RequestOptions) => {
+        const answer = real.request(subject, data, opts);
+        if (armed && subject.startsWith(`$KV.${bucket}.demo.p`) && data && data.length > 0) {
+          armed = false;
+          void stallAfterSending(ttl / 3 + 300);
+        }
+        return answer;
+      },
+    });
+    const leases = new PartitionLeases({
+      nc,
+      tenant: 'demo',
+      nodeId: 'node-a',
+      leaseTtlMs: ttl,
+      bucket,
+      logger: log,
+      onAcquired: (p) => void events.push({ node: 'node-a', partition: p, kind: 'acquired', start: Date.now(), end: Date.now() }),
+    });
+    started.push(leases);
+    await leases.start();
+    expect(armed).toBe(false);
+    await waitFor(() => leases.owned().length === 8, 'all 8', 2 * ttl);
+    // The creates that timed out were found stored as this node's and taken; none was given up to age out.
+    const landed = lines.filter((l) => l.msg === 'own lease write had landed unanswered; taking the lease at its revision');
+    expect(landed.length).toBeGreaterThan(0);
+    expect(lines.filter((l) => l.msg === 'acquire failed')).toEqual([]);
+    expect(events.map((e) => e.partition).sort()).toEqual(ALL);
   });
 
   it('renews at once when JetStream announces a new leader of its bucket, not at the next round', async () => {

@@ -468,7 +468,7 @@ export class PartitionLeases {
       free.map(async (p) => {
         const startedAt = Date.now();
         try {
-          const rev = await kv.create(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }));
+          const rev = await this.#create(kv, p, startedAt);
           if (this.#stopping) {
             // Stopped meanwhile: hand it straight back.
             await kv.delete(this.#leaseKey(p), { previousSeq: rev }).catch(() => undefined);
@@ -482,6 +482,24 @@ export class PartitionLeases {
         }
       }),
     );
+  }
+
+  /**
+   * Takes partition p's free key (`kv.create`). A create that gets no answer in time (it timed out) may
+   * have been stored all the same: then the key holds this node's value, with this `acquiredAt`, and the
+   * lease is this node's at that revision; anything else rethrows. Otherwise the key would stand taken by
+   * nobody until it aged out (a whole ttl) with the partition unconsumed.
+   */
+  async #create(kv: KV, p: number, startedAt: number): Promise<number> {
+    try {
+      return await kv.create(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }));
+    } catch (err) {
+      if (isWrongLastSequence(err)) throw err;
+      const entry = await kv.get(this.#leaseKey(p)).catch(() => null);
+      if (entry?.operation !== 'PUT' || !isLeaseOf(entry, this.nodeId, startedAt)) throw err;
+      this.#log.debug({ partition: p, revision: entry.revision }, 'own lease write had landed unanswered; taking the lease at its revision');
+      return entry.revision;
+    }
   }
 
   /** `how`: `created` (the key was free) or `reclaimed` (this node's own key, after it fenced itself off). */
