@@ -114,7 +114,7 @@ export class Committer {
     const started = this.opts.now();
     let trims = 0;
     /** The `updatedAt` of each write that failed on a transport error here: the server may have taken it. */
-    const unanswered: string[] = [];
+    let unanswered: string[] | undefined;
     for (let attempt = 0; ; attempt++) {
       outbox.push(...live.outbox.splice(0));
       live.changed = false;
@@ -127,7 +127,7 @@ export class Committer {
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');
-        if (error.code === 'STORE_CONFLICT' && unanswered.length > 0) {
+        if (error.code === 'STORE_CONFLICT' && unanswered) {
           const landed = await this.landed(live, unanswered);
           if (landed !== undefined) {
             this.opts.log.warn({ thread: live.threadId, revision: landed }, 'a write of this thread that timed out had landed; writing on its revision');
@@ -146,7 +146,7 @@ export class Committer {
         }
         const transient = error.code === 'TRANSPORT_ERROR' && !this.stopping && this.opts.now() - started < this.retryForMs && !live.stopped;
         if (transient) {
-          if (record) unanswered.push(record.updatedAt);
+          if (record) (unanswered ??= []).push(record.updatedAt);
           const delay = Math.min(2_000, 50 * 2 ** Math.min(attempt, 6));
           this.opts.log.warn({ thread: live.threadId, err: error.message, retryInMs: delay }, 'could not commit thread state; retrying');
           await new Promise((resolve) => setTimeout(resolve, delay));
