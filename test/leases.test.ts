@@ -5,6 +5,7 @@
 import { connect, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
+import { metrics } from '../src/observability/metrics.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { overriding, stallAfterSending } from './helpers/stall.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -284,6 +285,17 @@ describe('PartitionLeases', () => {
       return before!.revision;
     };
 
+    /** troupe_partition_leases_taken_total by `how` and troupe_partition_leases_lost_total by `reason` (this process's registry). */
+    const counted = async (): Promise<Record<string, number>> => {
+      const [taken, lost] = await Promise.all([metrics.leasesTaken.get(), metrics.leasesLost.get()]);
+      return Object.fromEntries([...taken.values.map((v) => [String(v.labels.how), v.value]), ...lost.values.map((v) => [String(v.labels.reason), v.value])]);
+    };
+    const countedBefore = await counted();
+    const countedSince = async () => {
+      const now = await counted();
+      return Object.fromEntries(Object.entries(now).map(([k, v]) => [k, v - (countedBefore[k] ?? 0)]));
+    };
+
     // 1. A stall longer than a call's timeout, shorter than the leases' validity: the renewal landed
     //    unanswered, and the next one, on the revision the node knew, is refused. The key is still this
     //    lease's: renewed on its revision, nothing lost.
@@ -295,6 +307,7 @@ describe('PartitionLeases', () => {
     expect(leases.owned()).toEqual(ALL);
     expect((await kv.get('demo.p0'))!.revision).toBeGreaterThan(known);
     expect(lines.filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision').map((l) => l.partition).sort()).toEqual(ALL);
+    expect(await countedSince()).toEqual({ created: 0, reclaimed: 0, released: 0, expired: 0, conflict: 0 });
 
     // 2. A stall past the validity: every lease is fenced ('expired') while its key, at a revision the
     //    node never heard of, is still its own. The next round reclaims them on that revision rather than
@@ -305,6 +318,8 @@ describe('PartitionLeases', () => {
     await waitFor(() => events.filter((e) => e.kind === 'lost').length === 8 && leases.owned().length === 8, 'all 8 fenced and back', ttl);
     expect(events.filter((e) => e.kind === 'lost').map((e) => e.reason)).toEqual(Array(8).fill('expired'));
     expect(lines.filter((l) => l.msg === 'lease acquired').slice(-8).map((l) => l.how)).toEqual(Array(8).fill('reclaimed'));
+    // troupe_partition_leases_*_total: 8 expired, 8 reclaimed, nothing else.
+    expect(await countedSince()).toEqual({ created: 0, reclaimed: 8, released: 0, expired: 8, conflict: 0 });
     expectSerializedCallbacks(events, 'node-a');
   });
 

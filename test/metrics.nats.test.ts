@@ -93,6 +93,9 @@ describe('Prometheus metrics of a node and its agents', () => {
       expect(before.text).toContain(`# TYPE ${name} `);
     }
     expect(before.value('troupe_partitions_owned')).toBe(8);
+    // The node took its 8 partitions free, and has lost none (every reason is there from the start, at 0).
+    expect(before.value('troupe_partition_leases_taken_total{how="created"}')).toBe(8);
+    for (const reason of ['released', 'expired', 'conflict']) expect(before.value(`troupe_partition_leases_lost_total{reason="${reason}"}`)).toBe(0);
 
     // First turn: front forwards to back (one hop), back answers the user.
     const first = await client.send('where is my order?', { to: 'front', timeoutMs: 15_000 });

@@ -102,6 +102,18 @@ export const metrics = {
     labelNames: ['model', 'outcome'] as const,
     registers: [registry],
   }),
+  leasesTaken: new Counter({
+    name: 'troupe_partition_leases_taken_total',
+    help: 'Partition leases this node took, by how: created (the partition was free) or reclaimed (its own, after it had let it lapse)',
+    labelNames: ['how'] as const,
+    registers: [registry],
+  }),
+  leasesLost: new Counter({
+    name: 'troupe_partition_leases_lost_total',
+    help: 'Partition leases this node stopped holding, by reason: released (given back: a rebalance or a stop), expired (not renewed in time), conflict (another node wrote it)',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+  }),
   gatewayTurns: new Counter({
     name: 'troupe_gateway_turns_total',
     help: 'Turns the gateway ran for A2A clients (message/send and message/stream), by outcome: the final task state, or the error code',
@@ -115,6 +127,10 @@ export const metrics = {
     registers: [registry],
   }),
 };
+
+// Every value from the start: a dashboard sees zeros, not gaps, and a rate over a first loss works.
+for (const how of ['created', 'reclaimed']) metrics.leasesTaken.inc({ how }, 0);
+for (const reason of ['released', 'expired', 'conflict']) metrics.leasesLost.inc({ reason }, 0);
 
 /** What a running node reports when scraped. */
 export interface NodeGaugeSource {

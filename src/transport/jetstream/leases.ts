@@ -41,6 +41,7 @@ import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetS
 import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status, Subscription } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
+import { metrics } from '../../observability/metrics.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
 import { isCreateOrBindTransient, retrySetup } from './retry.js';
 import { requireSerializableCas } from './server-version.js';
@@ -269,6 +270,7 @@ export class PartitionLeases {
       if (lease.releasing) waits.push(this.#chains.get(p) ?? Promise.resolve());
       else {
         lease.releasing = true;
+        metrics.leasesLost.inc({ reason: 'released' });
         waits.push(this.#enqueue(p, () => this.#opts.onLost?.(p, 'released')));
       }
     }
@@ -507,6 +509,7 @@ export class PartitionLeases {
     this.#held.set(p, { revision, acquiredAt: startedAt, validUntil: startedAt + this.#validityMs(), releasing: false, drained: false });
     this.#armFenceTimer();
     this.#log.debug({ partition: p, revision, how }, 'lease acquired');
+    metrics.leasesTaken.inc({ how });
     this.#enqueue(p, async () => {
       try {
         await this.#opts.onAcquired?.(p);
@@ -516,6 +519,7 @@ export class PartitionLeases {
         const lease = this.#held.get(p);
         if (lease && !lease.releasing) {
           lease.releasing = true;
+          metrics.leasesLost.inc({ reason: 'released' });
           await this.#opts.onLost?.(p, 'released');
           lease.drained = true;
           this.#kick();
@@ -528,6 +532,7 @@ export class PartitionLeases {
     const lease = this.#held.get(p);
     if (!lease || lease.releasing) return;
     lease.releasing = true;
+    metrics.leasesLost.inc({ reason: 'released' });
     this.#log.debug({ partition: p, liveNodes: this.#liveNodes }, 'giving lease back');
     void this.#enqueue(p, () => this.#opts.onLost?.(p, 'released')).then(() => {
       lease.drained = true;
@@ -591,8 +596,10 @@ export class PartitionLeases {
     this.#held.delete(p);
     if (reason === 'expired') this.#fenced.set(p, { revision: lease.revision, acquiredAt: lease.acquiredAt });
     this.#log.warn({ partition: p, reason }, 'lease lost');
-    // A partition being given back already had its onLost; losing it only skips the delete.
-    if (!lease.releasing) void this.#enqueue(p, () => this.#opts.onLost?.(p, reason));
+    // A partition being given back already had its onLost (and counts as released); losing it only skips the delete.
+    if (lease.releasing) return;
+    metrics.leasesLost.inc({ reason });
+    void this.#enqueue(p, () => this.#opts.onLost?.(p, reason));
   }
 
   /**
