@@ -6,6 +6,7 @@ import { connect, type NatsConnection, type RequestOptions } from '@nats-io/tran
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
 import { metrics } from '../src/observability/metrics.js';
+import type { Logger } from '../src/observability/logger.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { overriding, stallAfterSending } from './helpers/stall.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -48,15 +49,16 @@ describe('PartitionLeases', () => {
     return nc;
   };
 
-  /** A node with callbacks that take a little time, so overlapping callbacks would show. */
-  const makeNode = async (nodeId: string, bucket: string, events: Event[], ttl = TTL) => {
-    const nc = await connectNode();
+  /** A node with callbacks that take a little time, so overlapping callbacks would show (on a connection of its own unless given one). */
+  const makeNode = async (nodeId: string, bucket: string, events: Event[], ttl = TTL, opts: { nc?: NatsConnection; logger?: Logger } = {}) => {
+    const nc = opts.nc ?? (await connectNode());
     const leases = new PartitionLeases({
       nc,
       tenant: 'demo',
       nodeId,
       leaseTtlMs: ttl,
       bucket,
+      ...(opts.logger ? { logger: opts.logger } : {}),
       onAcquired: async (p) => {
         const start = Date.now();
         await sleep(3);
@@ -261,18 +263,7 @@ describe('PartitionLeases', () => {
     const ttl = 10_000;
     const callTimeout = ttl / 3;
     const validity = ttl - ttl / 10;
-    const nc = await connectNode();
-    const leases = new PartitionLeases({
-      nc,
-      tenant: 'demo',
-      nodeId: 'node-a',
-      leaseTtlMs: ttl,
-      bucket,
-      logger: log,
-      onAcquired: (p) => void events.push({ node: 'node-a', partition: p, kind: 'acquired', start: Date.now(), end: Date.now() }),
-      onLost: (p, reason) => void events.push({ node: 'node-a', partition: p, kind: 'lost', reason, start: Date.now(), end: Date.now() }),
-    });
-    started.push(leases);
+    const { nc, leases } = await makeNode('node-a', bucket, events, ttl, { logger: log });
     await leases.start();
     await waitFor(() => leases.owned().length === 8, 'all 8');
     const kv = await new Kvm(nc).open(bucket);
@@ -344,16 +335,7 @@ describe('PartitionLeases', () => {
         return answer;
       },
     });
-    const leases = new PartitionLeases({
-      nc,
-      tenant: 'demo',
-      nodeId: 'node-a',
-      leaseTtlMs: ttl,
-      bucket,
-      logger: log,
-      onAcquired: (p) => void events.push({ node: 'node-a', partition: p, kind: 'acquired', start: Date.now(), end: Date.now() }),
-    });
-    started.push(leases);
+    const { leases } = await makeNode('node-a', bucket, events, ttl, { nc, logger: log });
     await leases.start();
     expect(armed).toBe(false);
     await waitFor(() => leases.owned().length === 8, 'all 8', 2 * ttl);
@@ -361,6 +343,7 @@ describe('PartitionLeases', () => {
     const landed = lines.filter((l) => l.msg === 'own lease write had landed unanswered; taking the lease at its revision');
     expect(landed.length).toBeGreaterThan(0);
     expect(lines.filter((l) => l.msg === 'acquire failed')).toEqual([]);
+    await waitFor(() => callbacksSettled(events, [leases]), 'the onAcquired callbacks');
     expect(events.map((e) => e.partition).sort()).toEqual(ALL);
   });
 
