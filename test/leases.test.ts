@@ -312,7 +312,7 @@ describe('PartitionLeases', () => {
     // troupe_partition_leases_*_total: 8 expired, 8 reclaimed, nothing else.
     expect(await countedSince()).toEqual({ created: 0, reclaimed: 8, released: 0, expired: 8, conflict: 0 });
     expectSerializedCallbacks(events, 'node-a');
-  });
+  }, 60_000);
 
   it('a lease create that landed but timed out is taken at its revision, not left to age out', async () => {
     const bucket = `leases_${++bucketN}`;

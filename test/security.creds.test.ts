@@ -159,6 +159,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect(nc.info?.server_id).toBeDefined();
   });
 
+  // Nine CLI runs, each a fresh process (about 1.4 s each in CI beside the other suites).
   it('says what to do next when something is wrong (exit 1), and exits 2 on bad usage', async () => {
     const missing = await runTroupe(['creds', 'revoke', 'nobody', '--dir', dir], {});
     expect(missing.code).toBe(1);
@@ -188,7 +189,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'y'), '--tls-hosts', 'example.org'], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'add-agent', '--dir', dir], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'x'), '--partitions', '0'], {})).code).toBe(2);
-  });
+  }, 60_000);
 });
 
 describe('operator mode: revocation while the server is down, partitions, JetStream, tenants', () => {
