@@ -7,7 +7,7 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, PermissionViolationError, type NatsConnection } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
+import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM, INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
 import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -291,6 +291,42 @@ describe('JetStreamIngress', () => {
     expect(flaky.map((c) => c.split('#')[0])).toEqual(['flaky-1', 'flaky-1', 'flaky-2', 'flaky-3']);
     expect(flaky[1]).toBe('flaky-1#2');
     expect(await drained()).toBe(0); // the terminated one is gone from the work queue too
+  });
+
+  it('dead-letters a message that fails every attempt only once its copy is stored: while the dead-letter stream does not take it, the message stays in the work queue', async () => {
+    const { lines, log: logger } = capturingLogger();
+    const calls: string[] = [];
+    const deadLettered: IngressMessage[] = [];
+    const { ingress } = await startIngress(
+      'node-a',
+      async (m) => {
+        calls.push(`${m.messageId}#${m.deliveryCount}`);
+        throw new TroupeError('AGENT_ERROR', 'fails every time');
+      },
+      { logger, maxDeliver: 2, retryDelayMs: { base: 50, max: 300 }, onDeadLetter: (m) => void deadLettered.push(m) },
+    );
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    // The dead-letter stream is gone (an operator deleted it, say): no copy can be stored.
+    await jsm.streams.delete(DEAD_LETTER_STREAM);
+    const pub = await connectNode();
+    const { seq } = await send(pub, 'doomed-thread', 'doomed-1', 'x');
+    await waitFor(() => lines.some((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq), 'a dead-lettering that could not store its copy');
+    expect(calls.slice(0, 2)).toEqual(['doomed-1#1', 'doomed-1#2']);
+    expect(deadLettered).toEqual([]);
+    expect(await jsm.streams.getMessage(INGRESS_STREAM, { seq })).not.toBeNull();
+
+    // The stream back (a node makes it when it starts): the next failed attempt stores the copy, and only
+    // then is the message terminated and the host told.
+    await jsm.streams.add({ name: DEAD_LETTER_STREAM, subjects: ['troupe.demo.dlq.>'] });
+    await waitFor(() => deadLettered.length === 1, 'the message dead-lettered', 10_000);
+    expect(deadLettered[0]!.messageId).toBe('doomed-1');
+    const dlq = await jsm.streams.info(DEAD_LETTER_STREAM);
+    expect(dlq.state.messages).toBe(1);
+    const copy = await jsm.streams.getMessage(DEAD_LETTER_STREAM, { seq: dlq.state.last_seq });
+    expect(copy?.header.get(DEAD_LETTER_HEADERS.seq)).toBe(String(seq));
+    expect(copy?.header.get(DEAD_LETTER_HEADERS.code)).toBe('AGENT_ERROR');
+    expect(calls.length).toBeGreaterThanOrEqual(3);
+    expect(await drained()).toBe(0);
   });
 
   it('takes the messages sent back behind a failed one before any newer one, and does not count them as failed attempts', async () => {

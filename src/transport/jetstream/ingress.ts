@@ -31,7 +31,8 @@
  * sent back behind a failed one do not count as failed attempts. After `maxDeliver` failed attempts the
  * message is moved to the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
  * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
- * stall its thread forever. Attempts are counted here too, not only by the consumer: a consumer made
+ * stall its thread forever. Only once its copy is stored: when the dead-letter stream does not take it, the
+ * message is sent back (after the longest retry delay) and dead-lettered when it fails again. Attempts are counted here too, not only by the consumer: a consumer made
  * afresh (after a reconnect) starts its delivery counts at 1 again.
  *
  * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
@@ -918,7 +919,8 @@ export class JetStreamIngress {
     try {
       afterAck = await this.#opts.handler(msg, { signal: run.abort.signal });
     } catch (err) {
-      this.#onHandlerError(run, m, msg, err);
+      // Awaited: the thread's next message waits until this one is sent back or dead-lettered.
+      await this.#onHandlerError(run, m, msg, err);
       return;
     } finally {
       clearInterval(working);
@@ -1020,8 +1022,12 @@ export class JetStreamIngress {
     void this.#deadLetter(m, refused.error, m.info.deliveryCount).finally(() => m.term());
   }
 
-  /** Copies a message to the dead-letter stream with its error; never throws. */
-  async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<void> {
+  /**
+   * Copies a message to the dead-letter stream with its error; never throws. Whether the stream stored it.
+   * The copy's de-duplication id is its inbound sequence: a copy stored after all by a publish that timed
+   * out is not stored twice when the message is dead-lettered again.
+   */
+  async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<boolean> {
     const parsed = parseThreadIn(m.subject);
     const h = jsHeaders();
     for (const [k, v] of Object.entries(jsHeadersOf(m))) h.set(k, v);
@@ -1030,16 +1036,18 @@ export class JetStreamIngress {
     h.set(DEAD_LETTER_HEADERS.subject, m.subject.slice(0, 1000));
     h.set(DEAD_LETTER_HEADERS.seq, String(m.seq));
     h.set(DEAD_LETTER_HEADERS.attempts, String(attempts));
-    // The copy has no de-duplication id: it must not be dropped as a duplicate of anything.
-    h.delete(HEADERS.msgId);
+    // Not the message's own id (a client may send that id again later, another message to keep).
+    h.set(HEADERS.msgId, `dlq/${m.seq}`);
     try {
       await this.#js!.publish(subjects.deadLetter(this.tenant, 'problem' in parsed ? '_invalid' : parsed.threadId), m.data, { headers: h, timeout: 5_000 });
+      return true;
     } catch (err) {
-      this.#log.error({ seq: m.seq, err: errText(err) }, 'could not dead-letter a message; it is dropped');
+      this.#log.error({ seq: m.seq, err: errText(err) }, `could not store a message in ${DEAD_LETTER_STREAM}`);
+      return false;
     }
   }
 
-  #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): void {
+  async #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): Promise<void> {
     const fields = { partition: run.partition, threadId: msg.threadId, messageId: msg.messageId, seq: msg.seq, deliveryCount: msg.deliveryCount };
     if (run.lost) {
       // Neither term nor nak: the next owner's consumer (same name) would take them as its own.
@@ -1062,20 +1070,30 @@ export class JetStreamIngress {
     if (msg.deliveryCount >= this.#maxDeliver) {
       const error = TroupeError.from(err, 'WORKFLOW_ERROR');
       this.#log.error({ ...fields, err: error.message }, `handler failed ${msg.deliveryCount} times; moving the message to ${DEAD_LETTER_STREAM}`);
-      void this.#deadLetter(m, error, msg.deliveryCount).finally(() => {
-        m.term();
-        this.#attempts.delete(msg.seq);
-        this.#parked.delete(msg.seq);
-        try {
-          this.#opts.onDeadLetter?.(msg, error);
-        } catch (hookErr) {
-          this.#log.error({ ...fields, err: errText(hookErr) }, 'onDeadLetter failed');
-        }
-      });
+      if (!(await this.#deadLetter(m, error, msg.deliveryCount))) {
+        // Not terminated without its copy: it stays in the work queue, comes back, and when it fails
+        // again is dead-lettered again.
+        this.#log.error({ ...fields, retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
+        this.#retryLater(run, m, msg, this.#retryMax);
+        return;
+      }
+      m.term();
+      this.#attempts.delete(msg.seq);
+      this.#parked.delete(msg.seq);
+      try {
+        this.#opts.onDeadLetter?.(msg, error);
+      } catch (hookErr) {
+        this.#log.error({ ...fields, err: errText(hookErr) }, 'onDeadLetter failed');
+      }
       return;
     }
     const delay = Math.min(this.#retryMax, this.#retryBase * 2 ** Math.max(0, msg.deliveryCount - 1));
     this.#log.warn({ ...fields, err: errText(err), retryInMs: delay }, 'handler failed; will retry');
+    this.#retryLater(run, m, msg, delay);
+  }
+
+  /** Sends a message back to come again after `delay`; its thread takes nothing newer until it is back. */
+  #retryLater(run: PartitionRun, m: JsMsg, msg: IngressMessage, delay: number): void {
     m.nak(delay);
     // The thread takes nothing newer until this message is back (and anything sent back behind it).
     const hold = run.held.get(msg.threadId) ?? { back: new Set<number>(), until: 0 };
