@@ -390,7 +390,14 @@ describe('nodes on the cluster', () => {
       throw new Error(`${err.message}; polls (last 20 of ${polls.length}): ${polls.slice(-20).join(', ')}\n${nodes.map((n) => n.describe()).join('\n')}`);
     });
     expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
-    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${Date.now() - readyAt} ms (${polls.length} polls)`);
+    // How it got there (each change of the answers), and what the nodes warned of meanwhile ('lease lost', …).
+    const changes = polls.filter((p, i) => i === 0 || p.split(': ')[1] !== polls[i - 1]!.split(': ')[1]);
+    const warned = nodes.flatMap((n) => n.stderr.split('\n').filter((l) => /"level":[4-6]0/.test(l)).map((l) => /"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80)));
+    const warnings = [...new Set(warned)].map((m) => `${warned.filter((w) => w === m).length}× ${m}`).join('; ') || 'none';
+    console.log(
+      `[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${Date.now() - readyAt} ms ` +
+        `(${polls.length} polls; answers: ${changes.join(', ')}; the nodes' warnings: ${warnings})`,
+    );
 
     const t = await transport('replica-check');
     const jsm = await jetstreamManager(t.connection);
