@@ -258,10 +258,11 @@ describe('PartitionLeases', () => {
     const bucket = `leases_${++bucketN}`;
     const events: Event[] = [];
     const { lines, log } = capturingLogger('debug');
-    // Leases of 10 s: calls time out after 3.3 s, a renewal is trusted for 9 s after it starts, and a key
-    // ages out 10 s after its last write. A stall here blocks the whole process (the test's too).
-    const ttl = 10_000;
-    const callTimeout = ttl / 3;
+    // Leases of 15 s: calls time out after 5 s, a renewal is trusted for 13.5 s after it starts, and a key
+    // ages out 15 s after its last write, so the reclaim in step 2 has 1.4 s after the stall before the
+    // keys are gone. A stall here blocks the whole process (the test's too).
+    const ttl = 15_000;
+    const callTimeout = 5_000;
     const validity = ttl - ttl / 10;
     const { nc, leases } = await makeNode('node-a', bucket, events, ttl, { logger: log });
     await leases.start();
