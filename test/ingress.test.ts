@@ -329,6 +329,37 @@ describe('JetStreamIngress', () => {
     expect(await drained()).toBe(0);
   });
 
+  it('a message refused before any handler (an invalid thread id) tells its sender once, and leaves the inbound stream only once its dead-letter copy is stored', async () => {
+    const { lines, log: logger } = capturingLogger();
+    const handled: string[] = [];
+    const refused: Array<{ subject: string; code: string }> = [];
+    const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), {
+      logger,
+      retryDelayMs: { base: 50, max: 300 },
+      onRefused: (r) => void refused.push({ subject: r.subject, code: r.error.code }),
+    });
+    await waitFor(() => ingress.owned().length === 8, 'consuming');
+    await jsm.streams.delete(DEAD_LETTER_STREAM);
+    // A subject token NATS takes but a thread id may not be: stored, then refused by the node.
+    const pub = await connectNode();
+    const { seq } = await send(pub, 'not~a~thread', 'refused-1', 'x');
+    // Refused, the copy not stored, sent back: refused again when it comes back, the sender told only once.
+    await waitFor(() => lines.filter((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq).length >= 2, 'two refusals whose copy was not stored');
+    expect(refused).toHaveLength(1);
+    expect(refused[0]!.code).toBe('INVALID_MESSAGE');
+    expect(refused[0]!.subject).toMatch(/^troupe\.demo\.in\.local\.not~a~thread\.\d$/);
+    expect(await jsm.streams.getMessage(INGRESS_STREAM, { seq })).not.toBeNull();
+
+    await jsm.streams.add({ name: DEAD_LETTER_STREAM, subjects: ['troupe.demo.dlq.>'] });
+    await waitUntil(async () => (await jsm.streams.info(DEAD_LETTER_STREAM)).state.messages === 1 || undefined, 'the copy stored', 10_000);
+    expect(await drained()).toBe(0);
+    const copy = await jsm.streams.getMessage(DEAD_LETTER_STREAM, { seq: (await jsm.streams.info(DEAD_LETTER_STREAM)).state.last_seq });
+    expect(copy?.header.get(DEAD_LETTER_HEADERS.seq)).toBe(String(seq));
+    expect(copy?.header.get(DEAD_LETTER_HEADERS.code)).toBe('INVALID_MESSAGE');
+    expect(refused).toHaveLength(1);
+    expect(handled).toEqual([]);
+  });
+
   it('takes the messages sent back behind a failed one before any newer one, and does not count them as failed attempts', async () => {
     const calls: string[] = [];
     const thread = 'held-thread';

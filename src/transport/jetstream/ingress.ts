@@ -32,7 +32,8 @@
  * message is moved to the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
  * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
  * stall its thread forever. Only once its copy is stored: when the dead-letter stream does not take it, the
- * message is sent back (after the longest retry delay) and dead-lettered when it fails again. Attempts are counted here too, not only by the consumer: a consumer made
+ * message is sent back (after the longest retry delay) and dead-lettered when it fails again; so is a message
+ * refused before any handler (its sender is told once). Attempts are counted here too, not only by the consumer: a consumer made
  * afresh (after a reconnect) starts its delivery counts at 1 again.
  *
  * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
@@ -327,6 +328,8 @@ export class JetStreamIngress {
   readonly #attempts = new Map<number, number>();
   /** Times a message was sent back untried because its thread was held (not failed attempts). */
   readonly #parked = new Map<number, number>();
+  /** Refused messages whose sender was told, sent back because their dead-letter copy was not stored (value unused). */
+  readonly #refusedTold = new Map<number, number>();
 
   constructor(opts: JetStreamIngressOptions) {
     this.tenant = opts.tenant;
@@ -1011,15 +1014,30 @@ export class JetStreamIngress {
     if (counts.size > ATTEMPTS_TRACKED) counts.delete(counts.keys().next().value as number);
   }
 
-  /** A message refused before any handler: tell the host (it answers the sender), dead-letter it, terminate it. */
+  /**
+   * A message refused before any handler: tell the host (it answers the sender), dead-letter it, terminate
+   * it once its copy is stored. When the copy is not stored, it is sent back and refused again later (the
+   * sender is not told twice).
+   */
   #refuse(m: JsMsg, refused: { subject: string; principal?: string; threadId?: string; messageId?: string; error: TroupeError }): void {
     this.#log.warn({ subject: refused.subject.slice(0, 200), code: refused.error.code }, refused.error.message);
-    try {
-      this.#opts.onRefused?.(refused);
-    } catch (err) {
-      this.#log.error({ err: errText(err) }, 'onRefused failed');
+    if (!this.#refusedTold.has(m.seq)) {
+      try {
+        this.#opts.onRefused?.(refused);
+      } catch (err) {
+        this.#log.error({ err: errText(err) }, 'onRefused failed');
+      }
     }
-    void this.#deadLetter(m, refused.error, m.info.deliveryCount).finally(() => m.term());
+    void this.#deadLetter(m, refused.error, m.info.deliveryCount).then((stored) => {
+      if (stored) {
+        this.#refusedTold.delete(m.seq);
+        m.term();
+        return;
+      }
+      this.#count(this.#refusedTold, m.seq, 1);
+      this.#log.error({ seq: m.seq, retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
+      m.nak(this.#retryMax);
+    });
   }
 
   /**
