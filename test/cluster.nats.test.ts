@@ -60,9 +60,9 @@ async function transportOn(name: string, user = 'node', servers?: string[]): Pro
   return t;
 }
 
-function startNode(name: string, extra: string[] = []): Promise<ManagedProcess> {
+function startNode(name: string, extra: string[] = [], logLevel = 'warn'): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn', ...extra],
+    ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', logLevel, ...extra],
     cluster.env,
     { name, readyTimeoutMs: 40_000 },
     group,
@@ -375,7 +375,8 @@ describe('nodes on the cluster', () => {
       (i) => i.state.last_seq,
       () => 0,
     );
-    nodes.push(await startNode('node 1'), await startNode('node 2'), await startNode('node 3'));
+    // At info: what each node did with its partitions, for the line below when settling is slow.
+    nodes.push(await startNode('node 1', [], 'info'), await startNode('node 2', [], 'info'), await startNode('node 3', [], 'info'));
     // Each poll's answer (ms since the third node was ready, then each answering node's count), for the
     // failure message: a node that did not answer `ps` in time, or shares still moving (the nodes' own
     // warnings, such as 'lease lost', are in their stderr below).
@@ -390,14 +391,26 @@ describe('nodes on the cluster', () => {
       throw new Error(`${err.message}; polls (last 20 of ${polls.length}): ${polls.slice(-20).join(', ')}\n${nodes.map((n) => n.describe()).join('\n')}`);
     });
     expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
-    // How it got there (each change of the answers), and what the nodes warned of meanwhile ('lease lost', …).
+    // How it got there (each change of the answers), and what the nodes said (counts of each line). When it
+    // was slow, each node's lines after the third was ready, with their time.
     const changes = polls.filter((p, i) => i === 0 || p.split(': ')[1] !== polls[i - 1]!.split(': ')[1]);
-    const warned = nodes.flatMap((n) => n.stderr.split('\n').filter((l) => /"level":[4-6]0/.test(l)).map((l) => /"msg":"([^"]*)"/.exec(l)?.[1] ?? l.slice(0, 80)));
-    const warnings = [...new Set(warned)].map((m) => `${warned.filter((w) => w === m).length}× ${m}`).join('; ') || 'none';
-    console.log(
-      `[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${Date.now() - readyAt} ms ` +
-        `(${polls.length} polls; answers: ${changes.join(', ')}; the nodes' warnings: ${warnings})`,
-    );
+    const said = nodes.map((n) => n.stderr.split('\n').flatMap((l) => {
+      try {
+        return [JSON.parse(l) as { time: number; level: number; msg: string; partition?: number; partitions?: number[] }];
+      } catch {
+        return [];
+      }
+    }));
+    const all = said.flat().map((l) => l.msg);
+    const counts = [...new Set(all)].map((m) => `${all.filter((x) => x === m).length}× ${m}`).join('; ');
+    const tookMs = Date.now() - readyAt;
+    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${tookMs} ms (${polls.length} polls; answers: ${changes.join(', ')}; the nodes said: ${counts})`);
+    if (tookMs > 5_000) {
+      for (const [i, lines] of said.entries()) {
+        const after = lines.filter((l) => l.time >= readyAt).map((l) => `+${l.time - readyAt} ${l.msg}${l.partition !== undefined ? ` p${l.partition}` : ''}${l.partitions ? ` [${l.partitions.join(',')}]` : ''}`);
+        console.log(`[cluster]   node ${i + 1} after the third was ready: ${after.slice(0, 60).join(' | ') || 'nothing'}`);
+      }
+    }
 
     const t = await transport('replica-check');
     const jsm = await jetstreamManager(t.connection);
