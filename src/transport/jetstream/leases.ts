@@ -497,10 +497,10 @@ export class PartitionLeases {
       return await kv.create(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }));
     } catch (err) {
       if (isWrongLastSequence(err)) throw err;
-      const entry = await kv.get(this.#leaseKey(p)).catch(() => null);
-      if (entry?.operation !== 'PUT' || !isLeaseOf(entry, this.nodeId, startedAt)) throw err;
-      this.#log.debug({ partition: p, revision: entry.revision }, 'own lease write had landed unanswered; taking the lease at its revision');
-      return entry.revision;
+      const revision = await this.#ownRevision(p, startedAt, 0);
+      if (revision === undefined) throw err;
+      this.#log.debug({ partition: p, revision }, 'own lease write had landed unanswered; taking the lease at its revision');
+      return revision;
     }
   }
 
@@ -614,11 +614,21 @@ export class PartitionLeases {
       return await write(held.revision);
     } catch (err) {
       if (!isWrongLastSequence(err)) throw err;
-      const entry = await this.#kv!.get(this.#leaseKey(p)).catch(() => null);
-      if (entry?.operation !== 'PUT' || entry.revision <= held.revision || !isLeaseOf(entry, this.nodeId, held.acquiredAt)) throw err;
-      this.#log.debug({ partition: p, revision: entry.revision, knew: held.revision }, 'own lease write had landed unanswered; writing on its revision');
-      return write(entry.revision);
+      const revision = await this.#ownRevision(p, held.acquiredAt, held.revision);
+      if (revision === undefined) throw err;
+      this.#log.debug({ partition: p, revision, knew: held.revision }, 'own lease write had landed unanswered; writing on its revision');
+      return write(revision);
     }
+  }
+
+  /**
+   * The revision of partition p's key when it holds this node's lease of the tenure begun at `acquiredAt`
+   * at a revision after `after`: a write of this node's the server took unanswered. Else (another node's
+   * value, a delete, the key aged out or not answering) undefined.
+   */
+  async #ownRevision(p: number, acquiredAt: number, after: number): Promise<number | undefined> {
+    const entry = await this.#kv!.get(this.#leaseKey(p)).catch(() => null);
+    return entry?.operation === 'PUT' && entry.revision > after && isLeaseOf(entry, this.nodeId, acquiredAt) ? entry.revision : undefined;
   }
 
   #validityMs(): number {
