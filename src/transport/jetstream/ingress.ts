@@ -32,9 +32,9 @@
  * message is moved to the dead-letter stream `TROUPE_DLQ` (with its error, `troupe dlq` lists them), the host is told
  * (`onDeadLetter`: the thread gets a typed error), and it is terminated, so one poisoned message cannot
  * stall its thread forever. Only once its copy is stored: when the dead-letter stream does not take it, the
- * message is sent back (after the longest retry delay) and dead-lettered when it fails again; so is a message
- * refused before any handler (its sender is told once). Attempts are counted here too, not only by the consumer: a consumer made
- * afresh (after a reconnect) starts its delivery counts at 1 again.
+ * message is sent back (after the longest retry delay) and dead-lettered when it fails again; so is a
+ * message refused before any handler (its sender is told once). Attempts are counted here too, not only
+ * by the consumer: a consumer made afresh (after a reconnect) starts its delivery counts at 1 again.
  *
  * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
  * (`redelivered`); it de-duplicates on `messageId`.
@@ -1035,15 +1035,15 @@ export class JetStreamIngress {
         return;
       }
       this.#count(this.#refusedTold, m.seq, 1);
-      this.#log.error({ seq: m.seq, retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
       m.nak(this.#retryMax);
     });
   }
 
   /**
-   * Copies a message to the dead-letter stream with its error; never throws. Whether the stream stored it.
-   * The copy's de-duplication id is its inbound sequence: a copy stored after all by a publish that timed
-   * out is not stored twice when the message is dead-lettered again.
+   * Copies a message to the dead-letter stream with its error; never throws. Whether the stream stored it:
+   * when not, the caller sends the message back for `#retryMax` (as the line logged here says) rather than
+   * terminate it. The copy's de-duplication id is its inbound sequence: a copy stored after all by a
+   * publish that timed out is not stored twice when the message is dead-lettered again.
    */
   async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<boolean> {
     const parsed = parseThreadIn(m.subject);
@@ -1060,7 +1060,7 @@ export class JetStreamIngress {
       await this.#js!.publish(subjects.deadLetter(this.tenant, 'problem' in parsed ? '_invalid' : parsed.threadId), m.data, { headers: h, timeout: 5_000 });
       return true;
     } catch (err) {
-      this.#log.error({ seq: m.seq, err: errText(err) }, `could not store a message in ${DEAD_LETTER_STREAM}`);
+      this.#log.error({ seq: m.seq, err: errText(err), retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
       return false;
     }
   }
@@ -1091,7 +1091,6 @@ export class JetStreamIngress {
       if (!(await this.#deadLetter(m, error, msg.deliveryCount))) {
         // Not terminated without its copy: it stays in the work queue, comes back, and when it fails
         // again is dead-lettered again.
-        this.#log.error({ ...fields, retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
         this.#retryLater(run, m, msg, this.#retryMax);
         return;
       }
