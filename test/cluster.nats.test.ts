@@ -30,6 +30,7 @@ import { checkPartitionMapping } from '../src/transport/jetstream/partition-chec
 import { pushAccountJwts } from '../src/security/creds.js';
 import { clusterServerBin, startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { parseLogLines } from './helpers/log-lines.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { partitionOf } from '../src/transport/jetstream/ingress.js';
@@ -394,20 +395,17 @@ describe('nodes on the cluster', () => {
     // How it got there (each change of the answers), and what the nodes said (counts of each line). When it
     // was slow, each node's lines after the third was ready, with their time.
     const changes = polls.filter((p, i) => i === 0 || p.split(': ')[1] !== polls[i - 1]!.split(': ')[1]);
-    const said = nodes.map((n) => n.stderr.split('\n').flatMap((l) => {
-      try {
-        return [JSON.parse(l) as { time: number; level: number; msg: string; partition?: number; partitions?: number[] }];
-      } catch {
-        return [];
-      }
-    }));
-    const all = said.flat().map((l) => l.msg);
-    const counts = [...new Set(all)].map((m) => `${all.filter((x) => x === m).length}× ${m}`).join('; ');
+    const said = nodes.map((n) => parseLogLines(n.stderr));
+    const seen = new Map<string, number>();
+    for (const l of said.flat()) seen.set(l.msg, (seen.get(l.msg) ?? 0) + 1);
+    const counts = [...seen].map(([m, n]) => `${n}× ${m}`).join('; ');
     const tookMs = Date.now() - readyAt;
     console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${tookMs} ms (${polls.length} polls; answers: ${changes.join(', ')}; the nodes said: ${counts})`);
     if (tookMs > 5_000) {
       for (const [i, lines] of said.entries()) {
-        const after = lines.filter((l) => l.time >= readyAt).map((l) => `+${l.time - readyAt} ${l.msg}${l.partition !== undefined ? ` p${l.partition}` : ''}${l.partitions ? ` [${l.partitions.join(',')}]` : ''}`);
+        const after = lines
+          .filter((l) => (l.time as number) >= readyAt)
+          .map((l) => `+${(l.time as number) - readyAt} ${l.msg}${l.partition !== undefined ? ` p${l.partition as number}` : ''}${Array.isArray(l.partitions) ? ` [${l.partitions.join(',')}]` : ''}`);
         console.log(`[cluster]   node ${i + 1} after the third was ready: ${after.slice(0, 60).join(' | ') || 'nothing'}`);
       }
     }

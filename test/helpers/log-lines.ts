@@ -25,3 +25,15 @@ export function capturingLogger(level = 'info'): { lines: LogLine[]; log: Logger
   });
   return { lines, log: createLogger({ level, destination }) };
 }
+
+/** The JSON lines a process logged (its stderr, `TROUPE_LOG_FORMAT` not pretty), parsed; other lines are skipped. */
+export function parseLogLines(text: string): LogLine[] {
+  return text.split('\n').flatMap((l) => {
+    try {
+      const line = JSON.parse(l) as unknown;
+      return typeof line === 'object' && line !== null && 'msg' in line ? [line as LogLine] : [];
+    } catch {
+      return [];
+    }
+  });
+}
