@@ -4,7 +4,7 @@
  * partition consumes, per-thread order holds through failures, crashes and a server restart.
  */
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { connect, headers as natsHeaders, PermissionViolationError, type NatsConnection } from '@nats-io/transport-node';
+import { connect, headers as natsHeaders, PermissionViolationError, TimeoutError, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM, INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
@@ -12,9 +12,12 @@ import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { capturingLogger } from './helpers/log-lines.js';
+import { overriding } from './helpers/stall.js';
 import { sleep, waitFor, waitUntil } from './helpers/wait.js';
 
 const TTL = 1_200;
+/** A JetStream API request that makes a consumer of the inbound stream (the API of nats-server 2.9 and later, and the older one). */
+const CONSUMER_MAKE = /\.CONSUMER\.(?:DURABLE\.)?CREATE\.TROUPE_IN\./;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
@@ -624,6 +627,38 @@ describe('JetStreamIngress', () => {
       'partition consumer refuses every pull: making it again',
     ]);
     expect(lines.some((l) => l.msg === 'restarting partition consumer' && l.partition === p)).toBe(true);
+  }, 45_000);
+
+  it('a partition given back while its consumer cannot be made yet leaves as soon as the attempt in hand fails, not after the attempts run out', async () => {
+    const { lines, log: logger } = capturingLogger();
+    const real = await connectNode();
+    // Every make of a partition consumer times out (a meta leader too slow to answer), until told otherwise.
+    let slowMetaLeader = true;
+    let makes = 0;
+    const nc = overriding(real, {
+      request: (subject: string, data?: Uint8Array, opts?: RequestOptions) => {
+        if (slowMetaLeader && CONSUMER_MAKE.test(subject)) {
+          makes++;
+          return Promise.reject(new TimeoutError());
+        }
+        return real.request(subject, data, opts);
+      },
+    });
+    const a = await startIngress('node-a', () => undefined, { nc, logger });
+    await waitFor(() => a.ingress.leases?.owned().length === 8 && makes >= 8, 'node-a holding 8 partitions it cannot make a consumer for');
+    const b = await startIngress('node-b', () => undefined);
+    // node-a's share is now 4: the 4 it gives back go to node-b while node-a still cannot make any consumer.
+    // (Before, each give-back waited behind the make's attempts: about 20 s of them.)
+    await waitFor(() => b.ingress.owned().length === 4, 'node-b consuming the 4 partitions node-a gave back', 15_000);
+    expect(a.ingress.owned()).toEqual([]);
+    const given = b.ingress.owned();
+    const quiet = lines.filter((l) => l.msg === 'partition not consumed: it was given back or lost meanwhile');
+    expect(quiet.map((l) => l.partition as number).sort()).toEqual(given);
+    expect(lines.filter((l) => l.level >= 50)).toEqual([]);
+    // The meta leader answers again: node-a consumes the 4 it kept.
+    slowMetaLeader = false;
+    await waitFor(() => a.ingress.owned().length === 4, 'node-a consuming its 4', 15_000);
+    expect([...a.ingress.owned(), ...given].sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   }, 45_000);
 
   it('a partition taken back while a pull from elsewhere waits at its consumer: the consumer is made afresh, and the pull gets nothing', async () => {

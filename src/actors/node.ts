@@ -279,7 +279,8 @@ export class TroupeNode {
     }
     const partitions = new Set([p]);
     this.resumeBatch = partitions;
-    const holds = (q: number) => this.ingress?.leases?.owned().includes(q) === true;
+    // Not a partition being given back: its threads are the next owner's to resume.
+    const holds = (q: number) => this.ingress?.leases?.keeps(q) === true;
     const owns = (threadId: string) => {
       const q = partitionOf(threadId, this.partitions);
       return !this.stopping && partitions.has(q) && holds(q);

@@ -560,7 +560,9 @@ export class JetStreamIngress {
       },
       {
         attempts: FRESH_CONSUMER_ATTEMPTS,
-        keepTrying: () => !this.#stopping && this.#leases?.owned().includes(p) === true,
+        // Not while the partition is being given back: its release waits behind this (the per-partition
+        // order of the lease's callbacks), and the next owner with it.
+        keepTrying: () => !this.#stopping && this.#leases?.keeps(p) === true,
         onRetry: (attempt, err) =>
           this.#log.info(
             { partition: p, attempt, err: errText(err) },
@@ -590,16 +592,23 @@ export class JetStreamIngress {
    */
   async #acquire(p: number): Promise<void> {
     if (this.#stopping) return;
-    const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: true });
-    await this.#opts.onPartitionAcquired?.(p);
     try {
-      await this.#startRun(p, ackedThrough);
+      const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: true });
+      await this.#opts.onPartitionAcquired?.(p);
+      try {
+        await this.#startRun(p, ackedThrough);
+      } catch (err) {
+        // The host was told it has the partition: tell it it does not, then let the leases give it back.
+        await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
+        throw err;
+      }
+      this.#log.info({ partition: p, ...how }, 'consuming partition');
     } catch (err) {
-      // The host was told it has the partition: tell it it does not, then let the leases give it back.
-      await Promise.resolve(this.#opts.onPartitionReleased?.(p)).catch(() => undefined);
-      throw err;
+      // Stopped trying because the partition is no longer this node's to consume (given back in a
+      // rebalance, its lease lost, the node stopping): nothing is wrong, its release follows.
+      if (!this.#stopping && this.#leases?.keeps(p) !== false) throw err;
+      this.#log.info({ partition: p, err: errText(err) }, 'partition not consumed: it was given back or lost meanwhile');
     }
-    this.#log.info({ partition: p, ...how }, 'consuming partition');
   }
 
   /** A run of partition p did not stop cleanly: its consumer is not taken again as it is. */
@@ -627,7 +636,7 @@ export class JetStreamIngress {
       // that way. Wait for the leader instead, for as long as this node holds the partition.
       const consumer = await retryTransient(() => this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p)), {
         attempts: FRESH_CONSUMER_ATTEMPTS,
-        keepTrying: () => !this.#stopping && run.active && this.#leases?.owned().includes(p) === true,
+        keepTrying: () => !this.#stopping && run.active && this.#leases?.keeps(p) === true,
         onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'the partition consumer has no leader yet; asking again'),
       });
       run.leader = (await consumer.info(true)).cluster?.leader;
@@ -694,11 +703,11 @@ export class JetStreamIngress {
     return this.#op(p, async () => {
       const run = this.#runs.get(p);
       if (!run || !run.active || this.#stopping) return;
-      if (!this.#leases?.owned().includes(p)) return;
+      if (!this.#leases?.keeps(p)) return;
       this.#log.info({ partition: p, why }, 'restarting partition consumer');
       await this.#stopRun(run, this.#releaseTimeoutMs);
       if (this.#runs.get(p) === run) this.#runs.delete(p);
-      if (this.#stopping || !this.#leases?.owned().includes(p)) {
+      if (this.#stopping || !this.#leases?.keeps(p)) {
         await this.#opts.onPartitionReleased?.(p);
         return;
       }
@@ -711,7 +720,7 @@ export class JetStreamIngress {
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later). A lease
         // that lapsed meanwhile (the restart stops trying then) is the expected end, not an error.
-        if (this.#leases?.owned().includes(p) === false) this.#log.info({ partition: p, why }, 'partition consumer not restarted: its lease was lost meanwhile');
+        if (this.#leases?.keeps(p) === false) this.#log.info({ partition: p, why }, 'partition consumer not restarted: it was given back or lost meanwhile');
         else this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
         await this.#opts.onPartitionReleased?.(p);
         this.#leases?.giveBack(p);

@@ -186,6 +186,15 @@ export class PartitionLeases {
     return [...this.#held.keys()].sort((a, b) => a - b);
   }
 
+  /**
+   * Whether this node holds partition p's lease and is not giving it back: work that only serves
+   * consuming p (making its consumer, resuming its threads) is worth starting or trying again.
+   */
+  keeps(p: number): boolean {
+    const lease = this.#held.get(p);
+    return lease !== undefined && !lease.releasing;
+  }
+
   /** Runs a round now (renew, rebalance, acquire) and resolves when it is done. */
   async refresh(): Promise<void> {
     if (!this.#started || this.#stopping) return;
