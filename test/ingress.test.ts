@@ -661,6 +661,40 @@ describe('JetStreamIngress', () => {
     expect([...a.ingress.owned(), ...given].sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   }, 45_000);
 
+  it('a make of a partition consumer that timed out but was stored is taken as made, not deleted and made again', async () => {
+    const { lines, log: logger } = capturingLogger();
+    const real = await connectNode();
+    // The first make of each partition's consumer is stored, but its answer comes too late (a slow meta
+    // leader): the caller sees a timeout.
+    const calls: string[] = [];
+    const late = new Set<string>();
+    const nc = overriding(real, {
+      request: async (subject: string, data?: Uint8Array, opts?: RequestOptions) => {
+        const consumer = /\.CONSUMER\.(?:DURABLE\.)?(?:CREATE|DELETE)\.TROUPE_IN\.(p\d+)/.exec(subject)?.[1];
+        if (consumer === undefined) return real.request(subject, data, opts);
+        const make = CONSUMER_MAKE.test(subject);
+        calls.push(`${make ? 'make' : 'delete'} ${consumer}`);
+        const answer = await real.request(subject, data, opts);
+        if (!make || late.has(consumer)) return answer;
+        late.add(consumer);
+        throw new TimeoutError();
+      },
+    });
+    const handled: string[] = [];
+    const { ingress } = await startIngress('node-a', (m) => void handled.push(m.messageId!), { nc, logger });
+    await waitFor(() => ingress.owned().length === 8, 'consuming all 8', 15_000);
+    expect(late.size).toBe(8);
+    // Per partition: the delete before the make (nothing to delete), the make that timed out, and no more.
+    for (let p = 0; p < 8; p++) expect(calls.filter((c) => c.endsWith(` p${p}`))).toEqual([`delete p${p}`, `make p${p}`]);
+    expect(lines.filter((l) => l.msg === 'a make of the partition consumer that timed out had been stored; taking it').length).toBe(8);
+    // The consumer is the one asked for, and it delivers.
+    const threadId = 'landed-make';
+    const p = partitionOf(threadId);
+    expect((await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).config.description).toMatch(/; made by node-a #\d+$/);
+    await send(await connectNode(), threadId, 'after-a-landed-make', 'x');
+    await waitFor(() => handled.includes('after-a-landed-make'), 'the message');
+  }, 30_000);
+
   it('a partition taken back while a pull from elsewhere waits at its consumer: the consumer is made afresh, and the pull gets nothing', async () => {
     const { lines, log: logger } = capturingLogger();
     const handled: string[] = [];

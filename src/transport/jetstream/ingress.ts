@@ -526,6 +526,8 @@ export class JetStreamIngress {
     const mine = opts.keepOwn ? this.#made.get(p) : undefined;
     let waitingOwn = false;
     let madeBecause: string | undefined;
+    /** The description of the consumer this call last asked to be made. */
+    let asked: string | undefined;
     return retryTransient(
       async () => {
         // This node's own consumer, not answering: its leader died with its server, and its replicas are
@@ -545,6 +547,14 @@ export class JetStreamIngress {
         // The first attempt's reason is the one: a later attempt finds the consumer this one deleted.
         madeBecause ??= mine === undefined ? undefined : old ? notIdleOwn(mine, old) : `no info of it: ${infoError}`;
         if (mine !== undefined && madeBecause === undefined) return { ackedThrough, how: { consumer: 'kept' } };
+        // The make this call asked for timed out but was stored (a meta leader too slow to answer in
+        // time): that consumer is the one wanted, and untouched, so it is taken rather than deleted and
+        // made again, two more calls to that slow meta leader.
+        if (old !== undefined && asked !== undefined && old.config.description === asked && untouched(old)) {
+          this.#made.set(p, madeMark(old));
+          this.#log.info({ partition: p }, 'a make of the partition consumer that timed out had been stored; taking it');
+          return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
+        }
         this.#made.delete(p);
         try {
           await jsm.consumers.delete(INGRESS_STREAM, name);
@@ -554,6 +564,7 @@ export class JetStreamIngress {
         // The description names who made it and which of its makes this is: another consumer of the same
         // name and floor, made by another node or by this one later, is told apart (`madeMark`).
         const description = `${ACKED_THROUGH}${ackedThrough}; made by ${this.nodeId} #${++this.#makes}`;
+        asked = description;
         const made = await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description });
         this.#made.set(p, madeMark(made));
         return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
@@ -1148,6 +1159,11 @@ function notIdleOwn(mine: string | null, info: ConsumerInfo): string | undefined
   if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
   if (info.num_waiting > 0) return 'pulls waiting';
   return undefined;
+}
+
+/** A consumer nothing was delivered from and no pull waits at. */
+function untouched(info: ConsumerInfo): boolean {
+  return info.delivered.consumer_seq === 0 && info.num_ack_pending === 0 && info.num_waiting === 0;
 }
 
 /** How a partition's consumption began: its consumer kept or made, and why one this node had made was not kept. */
