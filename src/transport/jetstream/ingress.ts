@@ -730,7 +730,8 @@ export class JetStreamIngress {
         this.#log.info({ partition: p, why, ...how }, 'partition consumer restarted');
       } catch (err) {
         // Not consuming what we hold: let the leases hand it to someone who can (maybe us, later). A lease
-        // that lapsed meanwhile (the restart stops trying then) is the expected end, not an error.
+        // that lapsed, or a partition given back, meanwhile (the restart stops trying then) is the expected
+        // end, not an error.
         if (this.#leases?.keeps(p) === false) this.#log.info({ partition: p, why }, 'partition consumer not restarted: it was given back or lost meanwhile');
         else this.#log.error({ partition: p, err: errText(err) }, 'could not restart partition consumer; giving it up');
         await this.#opts.onPartitionReleased?.(p);
