@@ -4,7 +4,7 @@
  */
 import { connect, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
+import { freeForLong, PartitionLeases, type LeaseLossReason } from '../src/transport/jetstream/leases.js';
 import { metrics } from '../src/observability/metrics.js';
 import type { Logger } from '../src/observability/logger.js';
 import { capturingLogger } from './helpers/log-lines.js';
@@ -368,5 +368,32 @@ describe('PartitionLeases', () => {
     await announcer.flush();
     await sleep(500);
     expect(await revisionOf()).toBe(after);
+  });
+});
+
+describe('freeForLong: when nodes may take more than their share', () => {
+  const TTL_MS = 1_000;
+  const held = (...ps: number[]) => new Set(ps);
+
+  it('is true only once one partition has been free in every survey for longer than a ttl', () => {
+    const since = new Map<number, number>();
+    expect(freeForLong(since, held(0, 1, 2), 4, 0, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 1, 2), 4, 600, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 1, 2), 4, 1_000, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 1, 2), 4, 1_001, TTL_MS)).toBe(true);
+    // Taken at last: no longer.
+    expect(freeForLong(since, held(0, 1, 2, 3), 4, 1_300, TTL_MS)).toBe(false);
+    expect(since.size).toBe(0);
+  });
+
+  it('does not take two partitions, each free for a moment a ttl apart, for one free all along', () => {
+    const since = new Map<number, number>();
+    // p3 free, then taken; p2 free a moment later, then taken; p1 free later still: each free for less
+    // than a ttl, while some partition was free in every survey for 1.5 ttl.
+    expect(freeForLong(since, held(0, 1, 2), 4, 0, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 1, 3), 4, 500, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 2, 3), 4, 1_100, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 2, 3), 4, 1_500, TTL_MS)).toBe(false);
+    expect(freeForLong(since, held(0, 2, 3), 4, 2_101, TTL_MS)).toBe(true);
   });
 });

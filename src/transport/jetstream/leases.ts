@@ -111,6 +111,26 @@ export function shareOf(nodeId: string, nodes: Iterable<string>, partitions: num
   return Math.floor(partitions / n) + (rank < partitions % n ? 1 : 0);
 }
 
+/**
+ * Notes a survey in `freeSince` (per partition nobody holds, when surveys first saw it free; a partition
+ * seen held is dropped) and says whether any partition has been free for longer than `ttlMs`. Per
+ * partition: two partitions each free for a moment, a ttl apart (a give-back taken at once), are not one
+ * partition free all along.
+ */
+export function freeForLong(freeSince: Map<number, number>, taken: ReadonlySet<number>, partitions: number, now: number, ttlMs: number): boolean {
+  let long = false;
+  for (let p = 0; p < partitions; p++) {
+    if (taken.has(p)) {
+      freeSince.delete(p);
+      continue;
+    }
+    const since = freeSince.get(p);
+    if (since === undefined) freeSince.set(p, now);
+    else if (now - since > ttlMs) long = true;
+  }
+  return long;
+}
+
 export class PartitionLeases {
   readonly tenant: string;
   readonly nodeId: string;
@@ -139,8 +159,8 @@ export class PartitionLeases {
   /** Local time at which the earliest key of another node ages out (from the last survey). */
   #nextExpiry = Infinity;
   #renewing?: Promise<void>;
-  /** Since when the last surveys saw a partition nobody holds. */
-  #freeSince?: number;
+  /** Per partition nobody holds, since when every survey has seen it free (see `freeForLong`). */
+  readonly #freeSince = new Map<number, number>();
   /** When the bucket last took this node's heartbeat, and since when it has taken each one (no gap of a ttl). */
   #heartbeatAt?: number;
   #heartbeatSince?: number;
@@ -436,10 +456,7 @@ export class PartitionLeases {
     this.#liveNodes = nodes.size;
     // Free partitions nobody has taken for a whole ttl (a node counted live cannot take its share): then
     // everyone may go up to ceil(partitions / nodes), so no partition stays unconsumed.
-    const anyFree = taken.size < this.partitions;
-    if (!anyFree) this.#freeSince = undefined;
-    else this.#freeSince ??= Date.now();
-    const stuck = this.#freeSince !== undefined && Date.now() - this.#freeSince > this.#ttlMs;
+    const stuck = freeForLong(this.#freeSince, taken, this.partitions, Date.now(), this.#ttlMs);
     const target = stuck ? Math.ceil(this.partitions / this.#liveNodes) : shareOf(this.nodeId, nodes, this.partitions);
 
     // Give back what is above the target, highest partitions first.
