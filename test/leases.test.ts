@@ -372,28 +372,34 @@ describe('PartitionLeases', () => {
 });
 
 describe('freeForLong: when nodes may take more than their share', () => {
-  const TTL_MS = 1_000;
-  const held = (...ps: number[]) => new Set(ps);
+  /** Surveys of 4 partitions, a ttl of 1 s: the partitions held, when, and what freeForLong says then. */
+  const surveys = (since: Map<number, number>, steps: [held: number[], atMs: number][]) =>
+    steps.map(([held, at]) => freeForLong(since, new Set(held), 4, at, 1_000));
 
   it('is true only once one partition has been free in every survey for longer than a ttl', () => {
     const since = new Map<number, number>();
-    expect(freeForLong(since, held(0, 1, 2), 4, 0, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 1, 2), 4, 600, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 1, 2), 4, 1_000, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 1, 2), 4, 1_001, TTL_MS)).toBe(true);
-    // Taken at last: no longer.
-    expect(freeForLong(since, held(0, 1, 2, 3), 4, 1_300, TTL_MS)).toBe(false);
+    const said = surveys(since, [
+      [[0, 1, 2], 0],
+      [[0, 1, 2], 600],
+      [[0, 1, 2], 1_000],
+      [[0, 1, 2], 1_001],
+      // Taken at last: no longer.
+      [[0, 1, 2, 3], 1_300],
+    ]);
+    expect(said).toEqual([false, false, false, true, false]);
     expect(since.size).toBe(0);
   });
 
-  it('does not take two partitions, each free for a moment a ttl apart, for one free all along', () => {
-    const since = new Map<number, number>();
-    // p3 free, then taken; p2 free a moment later, then taken; p1 free later still: each free for less
-    // than a ttl, while some partition was free in every survey for 1.5 ttl.
-    expect(freeForLong(since, held(0, 1, 2), 4, 0, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 1, 3), 4, 500, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 2, 3), 4, 1_100, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 2, 3), 4, 1_500, TTL_MS)).toBe(false);
-    expect(freeForLong(since, held(0, 2, 3), 4, 2_101, TTL_MS)).toBe(true);
+  it('does not take partitions each free for a moment, one after another, for one free all along', () => {
+    // p3 free, then p2, then p1: some partition is free in every survey from 0 on, but p1 only from 1.1 s,
+    // so only at 2.101 s has one been free for longer than a ttl (before, true at 1.1 s).
+    const said = surveys(new Map(), [
+      [[0, 1, 2], 0],
+      [[0, 1, 3], 500],
+      [[0, 2, 3], 1_100],
+      [[0, 2, 3], 1_500],
+      [[0, 2, 3], 2_101],
+    ]);
+    expect(said).toEqual([false, false, false, false, true]);
   });
 });
