@@ -348,6 +348,38 @@ describe('PartitionLeases', () => {
     expect(events.map((e) => e.partition).sort()).toEqual(ALL);
   });
 
+  it('a partition whose onAcquired fails is given back (onLost released, the key deleted) and taken again', async () => {
+    const bucket = `leases_${++bucketN}`;
+    const { lines, log: logger } = capturingLogger();
+    const calls: string[] = [];
+    let failed = false;
+    const nc = await connectNode();
+    const leases = new PartitionLeases({
+      nc,
+      tenant: 'demo',
+      nodeId: 'node-a',
+      leaseTtlMs: TTL,
+      bucket,
+      logger,
+      onAcquired: (p) => {
+        calls.push(`acquired ${p}`);
+        if (p === 3 && !failed) {
+          failed = true;
+          throw new Error('cannot start on it');
+        }
+      },
+      onLost: (p, reason) => void calls.push(`lost ${p} ${reason}`),
+    });
+    started.push(leases);
+    const lost = async () => (await metrics.leasesLost.get()).values.find((v) => v.labels.reason === 'released')?.value ?? 0;
+    const before = await lost();
+    await leases.start();
+    await waitFor(() => calls.filter((c) => c === 'acquired 3').length === 2 && leases.owned().length === 8, 'p3 taken again, and all 8 held');
+    expect(calls.filter((c) => c.split(' ')[1] === '3')).toEqual(['acquired 3', 'lost 3 released', 'acquired 3']);
+    expect(lines.filter((l) => l.msg === 'onAcquired failed; giving the partition back').map((l) => l.partition)).toEqual([3]);
+    expect((await lost()) - before).toBe(1);
+  });
+
   it('renews at once when JetStream announces a new leader of its bucket, not at the next round', async () => {
     const bucket = `leases_${++bucketN}`;
     // Rounds every 20 s: a renewal in the first 10 s is the announcement's.
