@@ -540,16 +540,10 @@ export class PartitionLeases {
       try {
         await this.#opts.onAcquired?.(p);
       } catch (err) {
-        // Could not start on it: give it back so this node or another can try again.
+        // Could not start on it: give it back (its onLost runs next in this chain) so this node or another
+        // can try again.
         this.#log.error({ partition: p, err: errText(err) }, 'onAcquired failed; giving the partition back');
-        const lease = this.#held.get(p);
-        if (lease && !lease.releasing) {
-          lease.releasing = true;
-          metrics.leasesLost.inc({ reason: 'released' });
-          await this.#opts.onLost?.(p, 'released');
-          lease.drained = true;
-          this.#kick();
-        }
+        this.#release(p);
       }
     });
   }
