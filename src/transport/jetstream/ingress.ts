@@ -1162,9 +1162,9 @@ function notIdleOwn(mine: string | null, info: ConsumerInfo): string | undefined
   return undefined;
 }
 
-/** A consumer nothing was delivered from and no pull waits at. */
+/** A consumer nothing was delivered from (so nothing is pending) and no pull waits at. */
 function untouched(info: ConsumerInfo): boolean {
-  return info.delivered.consumer_seq === 0 && info.num_ack_pending === 0 && info.num_waiting === 0;
+  return info.delivered.consumer_seq === 0 && info.num_waiting === 0;
 }
 
 /** How a partition's consumption began: its consumer kept or made, and why one this node had made was not kept. */
