@@ -28,6 +28,8 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { checkPartitionMapping } from '../src/transport/jetstream/partition-check.js';
 import { pushAccountJwts } from '../src/security/creds.js';
+import { TimeoutError, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
+import { overriding } from './helpers/stall.js';
 import { clusterServerBin, startNatsCluster, type NatsClusterHandle } from './helpers/nats-cluster.js';
 import { ProcessGroup, runTroupe, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { parseLogLines } from './helpers/log-lines.js';
@@ -191,8 +193,11 @@ describe('nodes on the cluster', () => {
     expect(winners.every((n) => n === 1), `writes stored per round: ${winners.join(',')}`).toBe(true);
   }, 60_000);
 
-  /** A TroupeNode of this process (the one consumer of every partition), its lines kept, on `servers`. */
-  async function leaderNode(name: string, servers?: string[]) {
+  /**
+   * A TroupeNode of this process (the one consumer of every partition), its lines kept, on `servers`; its
+   * ingress on `ingressNc(connection)` when given (a proxy that changes some answers).
+   */
+  async function leaderNode(name: string, servers?: string[], ingressNc?: (nc: NatsConnection) => NatsConnection) {
     const { lines, log } = capturingLogger();
     const t = await transportOn(name, 'node', servers);
     const store = await KvThreadStore.open(t.connection, { replicas: 3 });
@@ -201,7 +206,7 @@ describe('nodes on the cluster', () => {
       nodeId: name,
       logger: log,
       store,
-      durable: { nc: t.connection, partitions: PARTITIONS, replicas: 3, leaseTtlMs: LEASE_TTL_MS },
+      durable: { nc: ingressNc ? ingressNc(t.connection) : t.connection, partitions: PARTITIONS, replicas: 3, leaseTtlMs: LEASE_TTL_MS },
       config: { entryAgent: 'echo' },
     }).start();
     await node.registry.waitFor(['echo']);
@@ -275,6 +280,51 @@ describe('nodes on the cluster', () => {
       const pulled = await rig.pulledLine(p, mark);
       expect(pulled.leader).not.toBe(before);
       expect((await client.send('after', { threadId, timeoutMs: 20_000 })).text).toBe('echo: after');
+    } finally {
+      await rig.stop();
+    }
+  }, 90_000);
+
+  it('a make of a partition consumer that timed out but was stored is taken only once its replicas have started it: an answer from its assignment (no leader) is asked again', async () => {
+    const threadId = 'landed-not-started';
+    const p = partitionOf(threadId, PARTITIONS);
+    const calls: string[] = [];
+    let step: 'make' | 'assignment' | 'done' = 'make';
+    const rig = await leaderNode('landed-make-node', undefined, (real) =>
+      overriding(real, {
+        request: async (subject: string, data?: Uint8Array, opts?: RequestOptions) => {
+          const call = new RegExp(`\\.CONSUMER\\.(?:DURABLE\\.)?(CREATE|DELETE|INFO)\\.TROUPE_IN\\.p${p}(?:\\.|$)`).exec(subject)?.[1];
+          const answer = await real.request(subject, data, opts);
+          if (call === undefined) return answer;
+          calls.push(call);
+          // The make is stored but answered too late (a slow meta leader): the caller sees a timeout.
+          if (call === 'CREATE' && step === 'make') {
+            step = 'assignment';
+            throw new TimeoutError();
+          }
+          // The next info is answered as a member answers before the replicas started the consumer: the
+          // config and zero state from its assignment, no cluster info (nats-server jsConsumerInfoRequest).
+          if (call === 'INFO' && step === 'assignment') {
+            step = 'done';
+            const info = JSON.parse(new TextDecoder().decode(answer.data)) as Record<string, unknown>;
+            delete info.cluster;
+            return overriding(answer, { data: new TextEncoder().encode(JSON.stringify(info)) });
+          }
+          return answer;
+        },
+      }),
+    );
+    try {
+      await rig.consuming(p);
+      expect(step).toBe('done');
+      // Made once: after the make that timed out, only infos (the one from the assignment asked again).
+      const made = calls.lastIndexOf('CREATE');
+      expect(calls.slice(made + 1).filter((c) => c !== 'INFO')).toEqual([]);
+      const ours = rig.lines.filter((l) => l.partition === p);
+      const retry = ours.find((l) => l.msg === 'could not make the partition consumer yet; trying again' && String(l.err).includes('not started yet'));
+      expect(retry, JSON.stringify(ours.map((l) => [l.msg, l.err]))).toBeDefined();
+      expect(ours.some((l) => l.msg === 'a make of the partition consumer that timed out had been stored; taking it')).toBe(true);
+      expect((await client.send('after a landed make', { threadId, timeoutMs: 20_000 })).text).toBe('echo: after a landed make');
     } finally {
       await rig.stop();
     }

@@ -549,8 +549,12 @@ export class JetStreamIngress {
         if (mine !== undefined && madeBecause === undefined) return { ackedThrough, how: { consumer: 'kept' } };
         // The make this call asked for timed out but was stored (a meta leader too slow to answer in
         // time): that consumer is the one wanted, and untouched, so it is taken rather than deleted and
-        // made again, two more calls to that slow meta leader.
+        // made again, two more calls to that slow meta leader. Once it runs: on a cluster, until its
+        // replicas have started it, a member answers its info from the assignment (the config, zero state,
+        // no cluster info, where its leader's answer names the leader), and it would answer no pull; so it
+        // is asked again, not made again, which would start that over.
         if (old !== undefined && asked !== undefined && old.config.description === asked && untouched(old)) {
+          if (this.#nc.info?.cluster !== undefined && !old.cluster?.leader) throw new ConsumerNotStarted(`the partition consumer p${p} this node made is stored but not started yet (no leader)`);
           this.#made.set(p, madeMark(old));
           this.#log.info({ partition: p }, 'a make of the partition consumer that timed out had been stored; taking it');
           return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
@@ -571,6 +575,7 @@ export class JetStreamIngress {
       },
       {
         attempts: FRESH_CONSUMER_ATTEMPTS,
+        transient: (err) => err instanceof ConsumerNotStarted || isTransientJetStreamError(err),
         // Not while the partition is being given back: its release waits behind this (the per-partition
         // order of the lease's callbacks), and the next owner with it.
         keepTrying: () => !this.#stopping && this.#leases?.keeps(p) === true,
@@ -1161,6 +1166,9 @@ function notIdleOwn(mine: string | null, info: ConsumerInfo): string | undefined
   if (info.num_waiting > 0) return 'pulls waiting';
   return undefined;
 }
+
+/** A consumer this node made is stored, but its replicas have not started it: asked again (`#freshConsumer`). */
+class ConsumerNotStarted extends Error {}
 
 /** A consumer nothing was delivered from (so nothing is pending) and no pull waits at. */
 function untouched(info: ConsumerInfo): boolean {
