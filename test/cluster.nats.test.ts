@@ -36,6 +36,7 @@ import { parseLogLines } from './helpers/log-lines.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { partitionOf } from '../src/transport/jetstream/ingress.js';
+import { retryTransient } from '../src/transport/jetstream/retry.js';
 import { Registry } from '../src/actors/registry.js';
 import { ThreadHost } from '../src/actors/threads/host.js';
 import { metrics } from '../src/observability/metrics.js';
@@ -212,7 +213,10 @@ describe('nodes on the cluster', () => {
     await node.registry.waitFor(['echo']);
     const consuming = (p: number) =>
       waitUntil(() => ((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).includes(p) || undefined, `${name} consuming partition ${p}`, 30_000);
-    const consumerLeader = async (p: number) => (await (await jetstreamManager(t.connection)).consumers.info('TROUPE_IN', `p${p}`)).cluster?.leader;
+    // Asked again while JetStream answers "temporarily unavailable" (a CI run: 64 of these right after the
+    // leases bucket's leader stepped down).
+    const consumerLeader = async (p: number) =>
+      (await retryTransient(async () => (await jetstreamManager(t.connection)).consumers.info('TROUPE_IN', `p${p}`), { deadlineMs: 30_000 })).cluster?.leader;
     /** The line that says the node pulled from partition p's new leader, from `lines[from]` on. */
     const pulledLine = (p: number, from: number) =>
       waitUntil(() => lines.slice(from).find((l) => l.msg === 'partition consumer has a new leader; pulling again' && l.partition === p), `partition ${p} pulling from its new leader`, 60_000);

@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { credsAuthenticator } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { LEADERLESS_RESTART_MS, metaGroup } from '../../src/transport/jetstream/meta-group.js';
+import { isTransientJetStreamError, retryTransient } from '../../src/transport/jetstream/retry.js';
 import { Kvm } from '@nats-io/kv';
 import { NatsTransport } from '../../src/transport/nats.js';
 import { inboxPrefix } from '../../src/security/roles.js';
@@ -197,10 +198,16 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
       const t = await NatsTransport.connect({ ...as('node'), name: 'cluster-probe', maxReconnectAttempts: 0 });
       try {
         const jsm = await jetstreamManager(t.connection);
-        const info = await jsm.streams.info(stream);
-        const leader = info.cluster?.leader;
-        if (!leader) throw new Error(`stream ${stream} has no leader now`);
-        return leader;
+        // Asked again while the stream elects (no leader) or JetStream answers "temporarily unavailable"
+        // (a CI run: right after a leader stepdown).
+        return await retryTransient(
+          async () => {
+            const leader = (await jsm.streams.info(stream)).cluster?.leader;
+            if (!leader) throw new Error(`stream ${stream} has no leader now`);
+            return leader;
+          },
+          { deadlineMs: 30_000, transient: (err) => isTransientJetStreamError(err) || /has no leader now/.test(String(err)) },
+        );
       } finally {
         await t.close();
       }
