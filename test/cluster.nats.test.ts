@@ -426,7 +426,10 @@ describe('nodes on the cluster', () => {
 
   it('troupe up --replicas 3 on the 3 servers: every stream and bucket has 3 replicas; 3 nodes own 22/21/21 of 64 partitions', async () => {
     // What the stream holds already (the leader-change test's messages), or nothing (run alone).
-    const storedBefore = await (await jetstreamManager((await transport('stored-before')).connection)).streams.info('TROUPE_IN').then(
+    // Asked again while JetStream is "temporarily unavailable" (an earlier test's server has just restarted):
+    // a 0 then would fail the check below.
+    const before = await jetstreamManager((await transport('stored-before')).connection);
+    const storedBefore = await retryTransient(() => before.streams.info('TROUPE_IN'), { deadlineMs: 30_000 }).then(
       (i) => i.state.last_seq,
       () => 0,
     );
