@@ -20,6 +20,7 @@ export { createLogger } from './observability/logger.js';
 // Traces (OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is set) and Prometheus metrics of an embedding process.
 export { startTracing, useGlobalTracing, type TracingHandle } from './observability/tracing.js';
 export { serveMetrics, type MetricsServer } from './observability/metrics.js';
+export { Readiness, natsCheck, type Check, type CheckResult, type ReadinessReport } from './observability/probes.js';
 
 // Router policies.
 export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';

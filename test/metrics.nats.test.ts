@@ -3,7 +3,7 @@
  * agent process (`troupe agent --metrics-port`, the model a local server speaking Anthropic's messages
  * API) on a real nats-server. The metrics are scraped during a conversation and after it: turns by
  * outcome, hops, latencies, agent call errors by agent and code, threads, KV writes, partitions, inbound
- * lag on the node; requests and model tokens on the agents; A2A turns on a gateway.
+ * lag on the node; requests and model tokens on the agents; A2A turns (and readiness) on a gateway.
  */
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -174,6 +174,10 @@ describe('Prometheus metrics of a node and its agents', () => {
     const scraped = await scrape(port);
     expect(scraped.value('troupe_gateway_turns_total{outcome="input-required"}')).toBe(1);
     expect(scraped.value('troupe_gateway_turn_duration_seconds_count')).toBe(1);
+    // Its readiness probe on the same port: started once it listens, and its NATS connection.
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    expect(ready.status).toBe(200);
+    expect(await ready.json()).toEqual({ ready: true, checks: { started: { ok: true }, nats: { ok: true, detail: nats.url } } });
   });
 
   it('refuses a metrics port already in use with exit code 2 and what to do', async () => {

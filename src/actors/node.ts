@@ -51,6 +51,7 @@ import { redact } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
 import { answerInspectionControl, helloInspection } from '../observability/inspection-control.js';
 import { registerNodeGauges } from '../observability/metrics.js';
+import type { CheckResult } from '../observability/probes.js';
 import { contextFromHeaders, tracing } from '../observability/tracing.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
@@ -225,6 +226,19 @@ export class TroupeNode {
     await this.threads.stop();
     await this.registry.stop();
     this.log.info('node stopped');
+  }
+
+  /**
+   * The node's readiness check (`troupe up --metrics-port`: GET /readyz): with durable ingress, whether the
+   * leases bucket answers its surveys (three lease ttls without one: it cannot take or keep partitions).
+   */
+  partitionsCheck(): CheckResult {
+    const leases = this.ingress?.leases;
+    if (!leases) return { ok: true, detail: 'no durable ingress: every message goes to this node' };
+    const owns = `owns ${leases.owned().length} of ${this.partitions} partitions`;
+    const since = Date.now() - leases.surveyedAt;
+    if (leases.surveyedAt > 0 && since <= 3 * leases.ttlMs) return { ok: true, detail: owns };
+    return { ok: false, detail: `${leases.surveyedAt > 0 ? `the leases bucket has not answered for ${Math.round(since / 1000)} s` : 'the leases bucket has not answered yet'}: this node can neither take nor keep partitions (${owns})` };
   }
 
   /** Every actor this node holds, and the agents its registry sees (for `troupe ps`). */

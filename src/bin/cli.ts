@@ -8,6 +8,7 @@ import { inboxPrefixOf } from '../transport/subjects.js';
 import type { TroupeClient } from '../sdk/client.js';
 import type { NatsTransport } from '../transport/nats.js';
 import type { Logger } from '../observability/logger.js';
+import { Readiness } from '../observability/probes.js';
 import { color } from './output.js';
 
 export interface GlobalOpts {
@@ -97,12 +98,14 @@ export async function withClient(g: GlobalOpts, fn: (client: TroupeClient) => Pr
  * Keeps the process up until SIGINT/SIGTERM, then runs `fn`. A second signal exits at once. The interval
  * keeps the event loop alive for meshes that hold no socket (the embedded one).
  */
-export function onShutdown(fn: () => Promise<void>): void {
+export function onShutdown(fn: () => Promise<void>, readiness?: Readiness): void {
   let stopping = false;
   const keepAlive = setInterval(() => undefined, 1 << 30);
   const handler = (signal: string) => {
     if (stopping) process.exit(1);
     stopping = true;
+    // Not ready from the signal on: an orchestrator stops sending work before the process drains.
+    readiness?.stopping();
     process.stderr.write(color.dim(`\n${signal}: draining…\n`));
     fn()
       .then(() => {
@@ -132,14 +135,16 @@ export function int(min: number, max = Number.MAX_SAFE_INTEGER): (value: string)
 
 /**
  * Metrics and traces of a long-running command: the OpenTelemetry SDK when OTEL_EXPORTER_OTLP_ENDPOINT is
- * set (before any work, so every span is exported), and Prometheus metrics on `--metrics-port`. The
- * returned function flushes the spans and closes the metrics port (for onShutdown, last).
+ * set (before any work, so every span is exported), and Prometheus metrics on `--metrics-port`, with the
+ * process's probes (GET /healthz, GET /readyz: `readiness`, to which the command adds its checks and
+ * which it marks started). `stop` flushes the spans and closes the metrics port (for onShutdown, last).
  */
 export async function startObservability(
   opts: { metricsPort?: number; metricsHost?: string },
   serviceName: string,
   logger: { info: (obj: object, msg: string) => void },
-): Promise<() => Promise<void>> {
+): Promise<{ readiness: Readiness; stop: () => Promise<void> }> {
+  const readiness = new Readiness();
   const { startTracing } = await import('../observability/tracing.js');
   const tracing = await startTracing({ serviceName });
   if (tracing) logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, 'exporting traces over OTLP/HTTP');
@@ -147,14 +152,17 @@ export async function startObservability(
   if (opts.metricsPort !== undefined) {
     const { serveMetrics } = await import('../observability/metrics.js');
     try {
-      metrics = await serveMetrics(opts.metricsPort, opts.metricsHost ?? '127.0.0.1');
+      metrics = await serveMetrics(opts.metricsPort, opts.metricsHost ?? '127.0.0.1', readiness);
     } catch (err) {
       throw new UsageError(`cannot serve metrics on ${opts.metricsHost ?? '127.0.0.1'}:${opts.metricsPort} (${(err as Error).message}): pick another --metrics-port`);
     }
-    process.stderr.write(`${color.dim(`metrics: ${metrics.url}`)}\n`);
+    process.stderr.write(`${color.dim(`metrics: ${metrics.url} (probes: /healthz, /readyz)`)}\n`);
   }
-  return async () => {
-    await metrics?.close();
-    await tracing?.shutdown();
+  return {
+    readiness,
+    stop: async () => {
+      await metrics?.close();
+      await tracing?.shutdown();
+    },
   };
 }

@@ -53,7 +53,7 @@ program
   .option('--lease-ttl <ms>', 'how long a dead node keeps its partitions before another node takes over', int(500), 5_000)
   .option('--thread-ttl <ms>', 'drop threads not written for this long (bucket max age, set when the bucket is created)', int(1_000), 24 * 60 * 60_000)
   .option('--setup-timeout <ms>', 'how long each JetStream setup step keeps asking a cluster that does not answer yet (servers down, a leader election) before the node gives up', int(1_000), 60_000)
-  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics at this port (0: any free port)', int(0, 65_535))
+  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));
 
@@ -67,7 +67,7 @@ program
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
   .option('--inspect', 'publish inspection records from the start (else a node or `troupe inspect --on` switches it)')
-  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics at this port (0: any free port)', int(0, 65_535))
+  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));
 
@@ -189,7 +189,7 @@ program
   .option('--diagnostics-port <n>', 'serve diagnostics on their own port instead of under /diagnostics', int(0, 65_535))
   .addOption(new Option('--card-version <version>', 'the agent card for requests without an A2A-Version header (1.0 for the A2A TCK)').choices(['0.3', '1.0']).default('0.3'))
   .option('--team <file>', 'without --nats: the team module the embedded mesh runs (default: the demo team)')
-  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics at this port (0: any free port)', int(0, 65_535))
+  .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));
 

@@ -11,6 +11,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Readiness } from './probes.js';
 
 /** Latency buckets in seconds: a turn or an agent call ranges from a millisecond to minutes (LLM agents). */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -212,17 +213,24 @@ export interface MetricsServer {
 
 /**
  * Serves `GET /metrics` (Prometheus text) on `port` (0: any free port). Process metrics (CPU, memory,
- * event loop lag) come along, with the same prefix (`troupe_process_*`, `troupe_nodejs_*`).
+ * event loop lag) come along, with the same prefix (`troupe_process_*`, `troupe_nodejs_*`). With a
+ * `readiness`, the process's probes too: `GET /healthz` and `GET /readyz` (src/observability/probes.ts).
  */
-export async function serveMetrics(port: number, host = '0.0.0.0'): Promise<MetricsServer> {
+export async function serveMetrics(port: number, host = '0.0.0.0', readiness?: Readiness): Promise<MetricsServer> {
   if (!defaultsCollected) {
     collectDefaultMetrics({ register: registry, prefix: 'troupe_' });
     defaultsCollected = true;
   }
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && readiness && (path === '/healthz' || path === '/readyz')) {
+      const body = path === '/healthz' ? { status: 'ok' } : readiness.report();
+      const ok = !('ready' in body) || body.ready;
+      res.writeHead(ok ? 200 : 503, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(`${JSON.stringify(body)}\n`);
+      return;
+    }
     if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: metrics are at GET /metrics\n');
+      res.writeHead(404, { 'content-type': 'text/plain' }).end(`not found: metrics are at GET /metrics${readiness ? ', probes at GET /healthz and GET /readyz' : ''}\n`);
       return;
     }
     registry.metrics().then(

@@ -212,6 +212,8 @@ export class NatsTransport implements Transport {
    */
   private readonly mux: RequestMux;
   #jetstreamConnection?: NatsConnection;
+  /** What the client's status stream last said of the connection (`connected`). */
+  #connected = true;
 
   private constructor(
     /** The raw client connection, for JetStream / KV and anything the Transport seam does not cover. */
@@ -310,6 +312,8 @@ export class NatsTransport implements Transport {
   private async watchStatus(): Promise<void> {
     for await (const status of this.connection.status()) {
       if (status.type !== 'error') {
+        if (status.type === 'disconnect' || status.type === 'staleConnection') this.#connected = false;
+        else if (status.type === 'reconnect') this.#connected = true;
         if (this.log) logConnectionStatus(this.log, status);
         continue;
       }
@@ -327,6 +331,11 @@ export class NatsTransport implements Transport {
 
   get closed(): boolean {
     return this.state === 'closed' || this.connection.isClosed();
+  }
+
+  /** False from a lost connection (or a stale one) until the client is back on a server; and once closed. */
+  get connected(): boolean {
+    return this.#connected && !this.closed;
   }
 
   /** The client's errors, as TransportErrors where one of our codes fits; anything else unchanged. */

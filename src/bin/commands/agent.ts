@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { AgentHost } from '../../actors/agent-host.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
+import { natsCheck } from '../../observability/probes.js';
 import type { AgentDefinition } from '../../sdk/agent.js';
 import { remoteAgent } from '../../sdk/remote-agent.js';
 import { loadModule } from '../../sdk/team.js';
@@ -28,7 +29,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
-  const stopObservability = await startObservability(opts, 'troupe-agent', logger);
+  const observability = await startObservability(opts, 'troupe-agent', logger);
   if (Boolean(modulePath) === Boolean(opts.a2a)) throw new UsageError('name an agent module or agent.yaml, or a remote A2A agent with --a2a <card-url> (one of the two)');
   if (!opts.a2a && (opts.token || opts.id || opts.timeout)) throw new UsageError('--token, --id and --timeout go with --a2a');
   // Loaded (an agent.yaml validated with its tools and model keys, a remote card fetched) before connecting.
@@ -38,6 +39,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   // A YAML agent tracks its running model loops for `ps`: each replica gets its own instance.
   const perReplica = modulePath !== undefined && /\.ya?ml$/i.test(modulePath);
   const transport = await connect(g, `troupe-agent-${agents.map((a) => a.card.id).join('+')}`, true, logger);
+  observability.readiness.add('nats', natsCheck(transport));
   const hosts: AgentHost[] = [];
   for (const def of agents) {
     for (let i = 0; i < opts.replicas; i++) {
@@ -45,11 +47,12 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
       hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3, ...(opts.inspect ? { inspect: true } : {}) }).start());
     }
   }
+  observability.readiness.started();
   const what = opts.a2a ? ' (remote A2A agent)' : '';
   process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}${what}\n`);
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await transport.drain();
-    await stopObservability();
-  });
+    await observability.stop();
+  }, observability.readiness);
 }

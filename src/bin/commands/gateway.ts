@@ -5,6 +5,7 @@ import { startEmbedded } from '../../actors/embedded.js';
 import { loadTokens, skillsOfAgents, startGateway, type Caller, type GatewayOptions } from '../../gateway/index.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
+import { natsCheck } from '../../observability/probes.js';
 import { TroupeClient } from '../../sdk/client.js';
 import { defineTeam, loadModule, type TeamDefinition } from '../../sdk/team.js';
 import { connect, globals, onShutdown, startObservability, principalOf, UsageError } from '../cli.js';
@@ -36,7 +37,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
-  const stopObservability = await startObservability(opts, 'troupe-gateway', logger);
+  const observability = await startObservability(opts, 'troupe-gateway', logger);
   const tokens = opts.tokens ? readOrUsage(() => loadTokens(opts.tokens!)) : undefined;
   if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey)) throw new UsageError('HTTPS needs both --tls-cert and --tls-key');
   const tls = opts.tlsCert && opts.tlsKey ? readOrUsage(() => ({ cert: readFileSync(opts.tlsCert!), key: readFileSync(opts.tlsKey!) })) : undefined;
@@ -57,12 +58,14 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
       const transport = await connect(g, 'troupe-gateway', true, logger);
+      observability.readiness.add('nats', natsCheck(transport));
       clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
       stops.push(() => transport.drain());
       if (operatorToken) {
         if (!opts.operatorCreds) throw new UsageError('diagnostics on a NATS mesh need operator credentials: --operator-creds <file> (troupe creds add-operator)');
         const operatorGlobals = { ...g, creds: opts.operatorCreds, user: undefined, password: undefined };
         const operatorTransport = await connect(operatorGlobals, 'troupe-gateway-diagnostics', true);
+        observability.readiness.add('nats-diagnostics', natsCheck(operatorTransport));
         operatorClient = new TroupeClient(operatorTransport, { tenant: g.tenant, principal: await principalOf(operatorGlobals) });
         stops.push(() => operatorTransport.drain());
       }
@@ -101,6 +104,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       throw err instanceof Error && err.message.startsWith('gateway:') ? new UsageError(err.message) : err;
     });
     stops.unshift(() => server.close());
+    observability.readiness.started();
     if (g.json) printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients), diagnostics: server.diagnosticsUrl });
     process.stderr.write(
       `${color.green('troupe')} gateway listening on ${server.url} (${g.nats ?? 'embedded demo mesh'}; ${tokens ? 'bearer tokens' : `no auth, tenant ${g.tenant}`})\n` +
@@ -109,11 +113,11 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     );
   } catch (err) {
     await stopAll().catch(() => undefined);
-    await stopObservability();
+    await observability.stop();
     throw err;
   }
-  stops.push(stopObservability);
-  onShutdown(stopAll);
+  stops.push(observability.stop);
+  onShutdown(stopAll, observability.readiness);
 }
 
 /** A team module for the embedded mesh (a module exporting one agent runs as a team of one). */

@@ -5,6 +5,7 @@ import { startEmbedded } from '../../actors/embedded.js';
 import { TroupeNode } from '../../actors/node.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
+import { natsCheck } from '../../observability/probes.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../sdk/team.js';
 import { KvThreadStore } from '../../store/kv.js';
 import { connect, globals, onShutdown, startObservability } from '../cli.js';
@@ -33,7 +34,8 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
-  const stopObservability = await startObservability(opts, 'troupe-node', logger);
+  const observability = await startObservability(opts, 'troupe-node', logger);
+  const { readiness } = observability;
   const loaded = opts.team ? await loadModule(opts.team) : undefined;
   const team: TeamDefinition | undefined = loaded?.team ?? (loaded ? { name: opts.team ?? 'team', agents: loaded.agents } : undefined);
   if (!g.nats) {
@@ -42,13 +44,15 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
       `${color.green('troupe')} embedded mesh up (in-memory) with ${(team ?? demoTeam).agents.map((a) => a.card.id).join(', ')}. Ctrl-C to stop.\n` +
         `${color.dim('This mesh lives in this process only. To talk to it from other processes run nats-server and pass --nats.')}\n`,
     );
+    readiness.started();
     onShutdown(async () => {
       await mesh.stop();
-      await stopObservability();
-    });
+      await observability.stop();
+    }, readiness);
     return;
   }
   const transport = await connect(g, 'troupe-node', true, logger);
+  readiness.add('nats', natsCheck(transport));
   const replicas = opts.replicas !== undefined ? { replicas: opts.replicas } : {};
   let store: KvThreadStore | undefined;
   let node: TroupeNode;
@@ -74,12 +78,13 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   }
   const threadStore = store;
   const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start())) : [];
+  readiness.add('partitions', () => node.partitionsCheck()).started();
   process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant}${opts.durable ? `, ${opts.partitions} partitions` : ''}${opts.replicas ? `, ${opts.replicas} replicas` : ''})\n`);
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await node.stop();
     await threadStore.close();
     await transport.drain();
-    await stopObservability();
-  });
+    await observability.stop();
+  }, readiness);
 }

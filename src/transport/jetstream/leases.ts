@@ -158,6 +158,8 @@ export class PartitionLeases {
   #balanceAgain = false;
   /** Local time at which the earliest key of another node ages out (from the last survey). */
   #nextExpiry = Infinity;
+  /** Local time of the last survey the bucket answered (0: none yet). */
+  #surveyedAt = 0;
   #renewing?: Promise<void>;
   /** Per partition nobody holds, since when every survey has seen it free (see `freeForLong`). */
   readonly #freeSince = new Map<number, number>();
@@ -199,6 +201,15 @@ export class PartitionLeases {
   /** Live nodes of the tenant as last counted (this one included). */
   get liveNodes(): number {
     return this.#liveNodes;
+  }
+
+  /**
+   * Local time of the last survey of the bucket that was answered (0: none yet). A round surveys it at
+   * least every `renewIntervalMs`: a survey long ago means the bucket does not answer this node, which
+   * then can neither take partitions nor keep the ones it holds.
+   */
+  get surveyedAt(): number {
+    return this.#surveyedAt;
   }
 
   /** Partitions whose lease this node holds right now (including ones it is giving back), ascending. */
@@ -450,6 +461,7 @@ export class PartitionLeases {
       return;
     }
     if (this.#stopping) return;
+    this.#surveyedAt = Date.now();
     const { nodes, taken } = survey;
     this.#nextExpiry = survey.nextExpiry;
     this.#knownNodes = nodes;

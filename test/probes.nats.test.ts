@@ -1,0 +1,140 @@
+/**
+ * Health probes beside the metrics (`--metrics-port`: GET /healthz, GET /readyz) of a node and of an agent
+ * process, over real HTTP, on a real nats-server that is frozen (SIGSTOP: the connection stays open, nothing
+ * is answered), stopped and started again: what an orchestrator's liveness and readiness probes would see.
+ */
+import { createServer } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Readiness, natsCheck } from '../src/observability/probes.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
+
+/** A port nobody listens on right now. */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+interface Probe {
+  status: number;
+  body: { status?: string; ready?: boolean; checks?: Record<string, { ok: boolean; detail?: string }> };
+}
+
+async function probe(port: number, path: '/healthz' | '/readyz'): Promise<Probe> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, { signal: AbortSignal.timeout(5_000) });
+  return { status: res.status, body: (await res.json()) as Probe['body'] };
+}
+
+/** Polls `path` until `ok(answer)`; the last answer is in the error. */
+async function probeUntil(port: number, path: '/healthz' | '/readyz', ok: (p: Probe) => boolean, what: string, timeoutMs = 20_000): Promise<Probe> {
+  let last: Probe | undefined;
+  return waitUntil(
+    async () => {
+      last = await probe(port, path);
+      return ok(last) ? last : undefined;
+    },
+    what,
+    timeoutMs,
+    100,
+  ).catch((err: Error) => {
+    throw new Error(`${err.message}; last answer: ${JSON.stringify(last)}`);
+  });
+}
+
+describe('probes of a node and an agent process', () => {
+  let nats: NatsServerHandle;
+  const procs = new ProcessGroup();
+  const ports = { node: 0, agent: 0 };
+  let agentProc: ManagedProcess;
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    ports.node = await freePort();
+    ports.agent = await freePort();
+    await procs.spawnTroupe(['up', '--nats', nats.url, '--lease-ttl', '1000', '--metrics-port', String(ports.node)], nats.env, { name: 'node' });
+    agentProc = await procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.agent)], nats.env, { name: 'agents' });
+  });
+
+  afterAll(async () => {
+    await nats.signal('SIGCONT').catch(() => undefined);
+    await procs.stopAll();
+    await nats.stop();
+  });
+
+  it('are ready once started, with each check; live; and the metrics port names them', async () => {
+    const node = await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready');
+    expect(node.body.ready).toBe(true);
+    expect(node.body.checks?.started).toEqual({ ok: true });
+    expect(node.body.checks?.nats).toEqual({ ok: true, detail: nats.url });
+    expect(node.body.checks?.partitions?.ok).toBe(true);
+    expect(node.body.checks?.partitions?.detail).toMatch(/^owns \d+ of 8 partitions$/);
+    const agent = await probe(ports.agent, '/readyz');
+    expect(agent).toEqual({ status: 200, body: { ready: true, checks: { started: { ok: true }, nats: { ok: true, detail: nats.url } } } });
+    for (const port of [ports.node, ports.agent]) expect(await probe(port, '/healthz')).toEqual({ status: 200, body: { status: 'ok' } });
+    const other = await fetch(`http://127.0.0.1:${ports.node}/ready`);
+    expect(other.status).toBe(404);
+    expect(await other.text()).toMatch(/probes at GET \/healthz and GET \/readyz/);
+  });
+
+  it('a frozen server: the node is not ready once its leases bucket stops answering, still live, and ready again after; an agent told to stop is not ready while it drains', async () => {
+    await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready');
+    await nats.signal('SIGSTOP');
+    try {
+      // Its TCP connection is still open: what tells is that the lease surveys go unanswered (3 ttls).
+      const frozen = await probeUntil(ports.node, '/readyz', (p) => p.status === 503, 'the node not ready on a frozen server');
+      expect(frozen.body.ready).toBe(false);
+      expect(frozen.body.checks?.partitions?.ok).toBe(false);
+      expect(frozen.body.checks?.partitions?.detail).toMatch(/^the leases bucket has not answered for \d+ s: this node can neither take nor keep partitions \(owns \d+ of 8 partitions\)$/);
+      expect(frozen.body.checks?.started).toEqual({ ok: true });
+      expect(await probe(ports.node, '/healthz')).toEqual({ status: 200, body: { status: 'ok' } });
+      // Its drain cannot finish while the server is frozen: it says it is stopping meanwhile.
+      agentProc.child.kill('SIGTERM');
+      const stopping = await probeUntil(ports.agent, '/readyz', (p) => p.status === 503, 'the agent not ready once told to stop');
+      expect(stopping.body.checks?.started).toEqual({ ok: false, detail: 'stopping: draining' });
+    } finally {
+      await nats.signal('SIGCONT');
+    }
+    const back = await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready again after the server thawed');
+    expect(back.body.checks?.partitions?.detail).toMatch(/^owns \d+ of 8 partitions$/);
+    expect((await agentProc.exited).code).toBe(0);
+  });
+
+  it('a stopped server: the node is not ready while its connection is lost, and ready again once the server is back', async () => {
+    await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready');
+    await nats.shutdown();
+    const lost = await probeUntil(ports.node, '/readyz', (p) => p.status === 503 && p.body.checks?.nats?.ok === false, 'the node not ready without its server');
+    expect(lost.body.checks?.nats?.detail).toBe(`lost the connection to ${nats.url}; reconnecting`);
+    expect(await probe(ports.node, '/healthz')).toEqual({ status: 200, body: { status: 'ok' } });
+    await nats.restart();
+    const back = await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready again with its server back', 30_000);
+    expect(back.body.checks?.nats).toEqual({ ok: true, detail: nats.url });
+  });
+});
+
+describe('Readiness', () => {
+  it('is not ready while starting or stopping, nor while a check fails or throws; names each', () => {
+    const readiness = new Readiness();
+    let up = true;
+    readiness.add('nats', natsCheck({ name: 'nats://x', closed: false, get connected() { return up; } }));
+    expect(readiness.report()).toEqual({ ready: false, checks: { started: { ok: false, detail: 'starting: setting up' }, nats: { ok: true, detail: 'nats://x' } } });
+    readiness.started();
+    expect(readiness.report().ready).toBe(true);
+    up = false;
+    expect(readiness.report()).toEqual({ ready: false, checks: { started: { ok: true }, nats: { ok: false, detail: 'lost the connection to nats://x; reconnecting' } } });
+    up = true;
+    readiness.add('broken', () => {
+      throw new Error('no answer');
+    });
+    expect(readiness.report().checks.broken).toEqual({ ok: false, detail: 'the check failed: no answer' });
+    readiness.add('broken', () => ({ ok: true }));
+    expect(readiness.report().ready).toBe(true);
+    readiness.stopping();
+    readiness.started();
+    expect(readiness.report().checks.started).toEqual({ ok: false, detail: 'stopping: draining' });
+    expect(natsCheck({ name: 'nats://x', closed: true })()).toEqual({ ok: false, detail: 'the connection to nats://x is closed' });
+  });
+});
