@@ -2,12 +2,13 @@
  * Health probes beside the metrics (`--metrics-port`: GET /healthz, GET /readyz) of a node and of an agent
  * process, over real HTTP, on a real nats-server that is frozen (SIGSTOP: the connection stays open, nothing
  * is answered), stopped and started again: what an orchestrator's liveness and readiness probes would see.
+ * And `troupe status`, the mesh seen from outside by an operator, with its node up and gone.
  */
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Readiness, natsCheck } from '../src/observability/probes.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
+import { ProcessGroup, runTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 /** A port nobody listens on right now. */
@@ -50,12 +51,13 @@ describe('probes of a node and an agent process', () => {
   const procs = new ProcessGroup();
   const ports = { node: 0, agent: 0 };
   let agentProc: ManagedProcess;
+  let nodeProc: ManagedProcess;
 
   beforeAll(async () => {
     nats = await startNatsServer();
     ports.node = await freePort();
     ports.agent = await freePort();
-    await procs.spawnTroupe(['up', '--nats', nats.url, '--lease-ttl', '1000', '--metrics-port', String(ports.node)], nats.env, { name: 'node' });
+    nodeProc = await procs.spawnTroupe(['up', '--nats', nats.url, '--lease-ttl', '1000', '--metrics-port', String(ports.node)], nats.env, { name: 'node' });
     agentProc = await procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.agent)], nats.env, { name: 'agents' });
   });
 
@@ -78,6 +80,25 @@ describe('probes of a node and an agent process', () => {
     const other = await fetch(`http://127.0.0.1:${ports.node}/ready`);
     expect(other.status).toBe(404);
     expect(await other.text()).toMatch(/probes at GET \/healthz and GET \/readyz/);
+  });
+
+  it('troupe status, as an operator: every check with what it saw, exit 0; --json for scripts', async () => {
+    const asOperator = { TROUPE_NATS_CREDS: nats.credsFile('operator') };
+    const json = await runTroupe(['status', '--nats', nats.url, '--json'], asOperator);
+    expect(json.code, json.stderr).toBe(0);
+    const report = JSON.parse(json.stdout) as { tenant: string; ready: boolean; checks: Record<string, { ok: boolean; detail: string; seen?: string[]; owned?: number[] }> };
+    expect(report.tenant).toBe('demo');
+    expect(report.ready).toBe(true);
+    expect(report.checks.nats).toMatchObject({ ok: true, detail: `connected to ${nats.url}` });
+    expect(report.checks.partitions?.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(report.checks.partitions?.detail).toMatch(/^8 of 8 owned by 1 node: \S+ \(8\)$/);
+    expect(report.checks.store).toMatchObject({ ok: true });
+    expect(report.checks.agents?.seen).toEqual(['back', 'broken', 'front', 'greeter', 'specialist']);
+    const human = await runTroupe(['status', '--nats', nats.url], asOperator);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toContain(`mesh of tenant demo on ${nats.url}: ready`);
+    expect(human.stdout).toMatch(/✓ partitions +8 of 8 owned by 1 node/);
+    expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
   });
 
   it('a frozen server: the node is not ready once its leases bucket stops answering, still live, and ready again after; an agent told to stop is not ready while it drains', async () => {
@@ -112,6 +133,16 @@ describe('probes of a node and an agent process', () => {
     await nats.restart();
     const back = await probeUntil(ports.node, '/readyz', (p) => p.status === 200, 'the node ready again with its server back', 30_000);
     expect(back.body.checks?.nats).toEqual({ ok: true, detail: nats.url });
+  });
+
+  it('troupe status without a node: not ready, exit 1, and it says what to start', async () => {
+    await nodeProc.kill('SIGTERM');
+    const res = await runTroupe(['status', '--nats', nats.url, '--window', '300'], { TROUPE_NATS_CREDS: nats.credsFile('operator') });
+    expect(res.code).toBe(1);
+    expect(res.stdout).toContain(`mesh of tenant demo on ${nats.url}: not ready`);
+    expect(res.stdout).toMatch(/✗ partitions +no node answered\n +→ start a node: troupe up --nats <url>/);
+    expect(res.stdout).toMatch(/✗ store +no node read the thread store: /);
+    expect(res.stdout).toMatch(/✗ agents +no agent registered/);
   });
 });
 

@@ -257,7 +257,7 @@ export class TroupeNode {
         uptimeS: Math.round((Date.now() - this.startedAt) / 1000),
         rssBytes: process.memoryUsage.rss(),
         heapUsedBytes: process.memoryUsage().heapUsed,
-        ...(this.ingress ? { partitions: this.ingress.owned() } : {}),
+        ...(this.ingress ? { partitions: this.ingress.owned(), partitionCount: this.partitions } : {}),
       },
     };
     const registry: ActorInfo = {

@@ -93,6 +93,13 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/send.js')).send(...(args as Parameters<typeof import('./commands/send.js').send>)));
 
 program
+  .command('status')
+  .description("is the tenant's mesh serving: NATS, the nodes and the partitions they own, the store, the agents (exit 1 when not)")
+  .option('--window <ms>', 'how long to gather answers', int(10, 60_000), 500)
+  .option('--partitions <n>', 'partitions the nodes should own between them (default: the count the nodes report)', int(1, 1024))
+  .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).status(...(args as Parameters<typeof import('./commands/inspection.js').status>)));
+
+program
   .command('ps')
   .description('every live actor across the mesh (nodes, threads and their children, agents)')
   .option('--window <ms>', 'how long to gather answers', int(10, 60_000), 500)

@@ -15,6 +15,7 @@ import { timingSafeEqual } from 'node:crypto';
 import express, { type NextFunction, type Request, type Response, type Router } from 'express';
 import { z } from 'zod';
 import type { TroupeClient } from '../sdk/client.js';
+import { meshStatus } from '../sdk/status.js';
 import { redact } from '../observability/redact.js';
 import { META, TroupeError, idProblem } from '../protocol/index.js';
 import { bearerToken, tokenDigest } from './tokens.js';
@@ -59,9 +60,8 @@ export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
   });
 
   router.get('/ready', async (_req, res) => {
-    const checks = await readiness(client, opts.partitions, opts.psWindowMs ?? 500);
-    const ready = Object.values(checks).every((c) => c.ok);
-    res.status(ready ? 200 : 503).json({ ready, checks });
+    const status = await meshStatus(client, { partitions: opts.partitions, windowMs: opts.psWindowMs });
+    res.status(status.ready ? 200 : 503).json(status);
   });
 
   router.get('/threads', async (req, res) => {
@@ -120,41 +120,6 @@ export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
   });
 
   return router;
-}
-
-interface Check {
-  ok: boolean;
-  [detail: string]: unknown;
-}
-
-async function readiness(client: TroupeClient, partitions: number | undefined, windowMs: number): Promise<Record<string, Check>> {
-  const nats: Check = { ok: !client.transport.closed, transport: client.transport.name };
-  if (nats.ok) {
-    try {
-      await client.transport.flush();
-    } catch (err) {
-      nats.ok = false;
-      nats.error = (err as Error).message;
-    }
-  }
-  const store: Check = { ok: false };
-  try {
-    await client.ctl('threads', { limit: 1 });
-    store.ok = true;
-  } catch (err) {
-    store.error = (err as Error).message;
-  }
-  const replies = await client.ps(windowMs).catch(() => []);
-  const nodes = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'node'));
-  const owned = new Set(nodes.flatMap((n) => (Array.isArray(n.detail?.['partitions']) ? (n.detail['partitions'] as number[]) : [])));
-  const durable = nodes.some((n) => Array.isArray(n.detail?.['partitions']));
-  const expected = partitions ?? (durable ? Math.max(0, ...owned) + 1 : 0);
-  const missing = Array.from({ length: expected }, (_, p) => p).filter((p) => !owned.has(p));
-  const nodeCheck: Check = { ok: nodes.length > 0 && missing.length === 0, nodes: nodes.map((n) => n.id), owned: [...owned].sort((a, b) => a - b), ...(missing.length ? { missing } : {}) };
-  const registryAgents = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'registry').flatMap((a) => (Array.isArray(a.detail?.['agents']) ? (a.detail['agents'] as string[]) : [])));
-  const agentInstances = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'agent').map((a) => a.id));
-  const agents = [...new Set([...registryAgents.map((a) => a.split('×')[0] ?? a), ...agentInstances])].sort();
-  return { nats, partitions: nodeCheck, store, agents: { ok: agents.length > 0, seen: agents } };
 }
 
 class DiagnosticsInputError extends Error {

@@ -1,10 +1,29 @@
-/** Read-only views of the live mesh and the store: `ps`, `inspect`, `threads`, `thread`, `rehydrate` (`watch` is in observe.ts). */
+/** Read-only views of the live mesh and the store: `status`, `ps`, `inspect`, `threads`, `thread`, `rehydrate` (`watch` is in observe.ts). */
 import type { Command } from 'commander';
 import { globals, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
 import { META } from '../../protocol/metadata.js';
+import { meshStatus } from '../../sdk/status.js';
 
 const FINISHED = new Set(['completed', 'canceled', 'failed', 'rejected']);
+
+/** Is the tenant's mesh serving: one line per check, what it saw, and what to do when it fails; exit 1 when not. */
+export async function status(opts: { window: number; partitions?: number }, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const report = await meshStatus(client, { windowMs: opts.window, partitions: opts.partitions });
+    if (!report.ready) process.exitCode = 1;
+    if (g.json) {
+      printJson({ tenant: g.tenant, ...report });
+      return;
+    }
+    process.stdout.write(`mesh of tenant ${g.tenant} on ${client.transport.name}: ${report.ready ? color.green('ready') : color.red('not ready')}\n`);
+    for (const [name, check] of Object.entries(report.checks)) {
+      process.stdout.write(`  ${check.ok ? color.green('✓') : color.red('✗')} ${name.padEnd(10)} ${check.detail}\n`);
+      if (check.hint) process.stdout.write(`    ${color.dim(`→ ${check.hint}`)}\n`);
+    }
+  });
+}
 
 export async function ps(opts: { window: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
