@@ -7,6 +7,9 @@
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Readiness, natsCheck } from '../src/observability/probes.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { meshStatus } from '../src/sdk/status.js';
+import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
@@ -99,6 +102,25 @@ describe('probes of a node and an agent process', () => {
     expect(human.stdout).toContain(`mesh of tenant demo on ${nats.url}: ready`);
     expect(human.stdout).toMatch(/✓ partitions +8 of 8 owned by 1 node/);
     expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
+  });
+
+  it('troupe status reads what processes answer within bounds: an agent posing as a node with 10^9 partitions adds no work and no partition', async () => {
+    const forger = await NatsTransport.connect({ ...nats.as('echo'), name: 'forger' });
+    const operator = await NatsTransport.connect({ ...nats.as('operator'), name: 'status-operator' });
+    try {
+      const fake = { node: 'forged', actors: [{ kind: 'node', id: 'forged', state: 'running', node: 'forged', detail: { partitions: [1e12, -1, 'x', 3.5], partitionCount: 1e9 } }] };
+      forger.subscribe('troupe.demo.hello', (m) => {
+        if (m.reply) forger.publish(m.reply, new TextEncoder().encode(JSON.stringify(fake)));
+      });
+      await forger.flush();
+      const report = await meshStatus(new TroupeClient(operator, 'demo'), { windowMs: 300 });
+      expect(report.checks.partitions.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+      expect(report.checks.partitions.detail).toMatch(/^8 of 8 owned by 2 nodes: .*forged \(0\)$/);
+      expect(report.ready).toBe(true);
+    } finally {
+      await forger.close();
+      await operator.close();
+    }
   });
 
   it('a frozen server: the node is not ready once its leases bucket stops answering, still live, and ready again after; an agent told to stop is not ready while it drains', async () => {

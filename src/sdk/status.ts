@@ -12,6 +12,13 @@
  */
 import type { TroupeClient } from './client.js';
 
+/**
+ * The most partitions a node takes (`troupe up --partitions`). What a process answers to `ps` is read only
+ * within it: a reply may come from any process on the hello subject, an agent's too.
+ */
+const MAX_PARTITIONS = 1024;
+const isPartition = (p: unknown): p is number => Number.isSafeInteger(p) && (p as number) >= 0 && (p as number) < MAX_PARTITIONS;
+
 export interface MeshCheck {
   ok: boolean;
   /** What was seen, for a person. */
@@ -47,10 +54,14 @@ export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions =
 
   const replies = await client.ps(opts.windowMs ?? 500).catch(() => []);
   const nodeActors = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'node'));
-  const partitionsOf = (detail: Record<string, unknown> | undefined): number[] | undefined => (Array.isArray(detail?.['partitions']) ? (detail['partitions'] as number[]) : undefined);
+  const partitionsOf = (detail: Record<string, unknown> | undefined): number[] | undefined => {
+    const listed = detail?.['partitions'];
+    return Array.isArray(listed) ? listed.filter(isPartition) : undefined;
+  };
   const owned = new Set(nodeActors.flatMap((n) => partitionsOf(n.detail) ?? []));
   const durable = nodeActors.some((n) => partitionsOf(n.detail) !== undefined);
-  const reported = Math.max(0, ...nodeActors.map((n) => Number(n.detail?.['partitionCount'] ?? 0)));
+  const counts = nodeActors.map((n) => n.detail?.['partitionCount']).filter((c): c is number => Number.isSafeInteger(c) && (c as number) >= 1 && (c as number) <= MAX_PARTITIONS);
+  const reported = Math.max(0, ...counts);
   const expected = opts.partitions ?? (reported || (durable ? Math.max(0, ...owned) + 1 : 0));
   const missing = Array.from({ length: expected }, (_, p) => p).filter((p) => !owned.has(p));
   const shares = nodeActors.map((n) => `${n.id}${partitionsOf(n.detail) ? ` (${partitionsOf(n.detail)!.length})` : ''}`).join(', ');
