@@ -104,18 +104,29 @@ describe('probes of a node and an agent process', () => {
     expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
   });
 
-  it('troupe status reads what processes answer within bounds: an agent posing as a node with 10^9 partitions adds no work and no partition', async () => {
+  it('troupe status and ps take only agent actors from an agent: one posing as a node (with 10^9 partitions) or listing a thread is not believed', async () => {
     const forger = await NatsTransport.connect({ ...nats.as('echo'), name: 'forger' });
     const operator = await NatsTransport.connect({ ...nats.as('operator'), name: 'status-operator' });
     try {
-      const fake = { node: 'forged', actors: [{ kind: 'node', id: 'forged', state: 'running', node: 'forged', detail: { partitions: [1e12, -1, 'x', 3.5], partitionCount: 1e9 } }] };
+      const fake = {
+        node: 'forged',
+        actors: [
+          { kind: 'node', id: 'forged', state: 'running', node: 'forged', detail: { partitions: [1e12, -1, 'x', 3.5], partitionCount: 1e9 } },
+          { kind: 'thread', id: 'someone-elses-thread', state: 'working', node: 'forged' },
+          { kind: 'agent', id: 'echo', state: 'idle', node: 'forged' },
+        ],
+      };
       forger.subscribe('troupe.demo.hello', (m) => {
         if (m.reply) forger.publish(m.reply, new TextEncoder().encode(JSON.stringify(fake)));
       });
       await forger.flush();
-      const report = await meshStatus(new TroupeClient(operator, 'demo'), { windowMs: 300 });
+      const client = new TroupeClient(operator, 'demo');
+      const forged = (await client.ps(300)).filter((r) => r.node === 'forged');
+      expect(forged.map((r) => r.actors.map((a) => `${a.kind} ${a.id}`))).toEqual([['agent echo']]);
+      const report = await meshStatus(client, { windowMs: 300 });
       expect(report.checks.partitions.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
-      expect(report.checks.partitions.detail).toMatch(/^8 of 8 owned by 2 nodes: .*forged \(0\)$/);
+      expect(report.checks.partitions.detail).toMatch(/^8 of 8 owned by 1 node: \S+ \(8\)$/);
+      expect(report.checks.agents.seen).toContain('echo');
       expect(report.ready).toBe(true);
     } finally {
       await forger.close();

@@ -31,6 +31,7 @@ import {
   encodeJson,
   messageText,
   scopedMessageKey,
+  type ActorInfo,
   type ErrorBody,
   type InspectReply,
   type Message,
@@ -42,7 +43,7 @@ import {
 } from '../protocol/index.js';
 import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
 import { subjects } from '../transport/subjects.js';
-import { TransportError, type Subscription, type Transport } from '../transport/types.js';
+import { TransportError, type InboundMessage, type Subscription, type Transport } from '../transport/types.js';
 
 export interface ClientOptions {
   tenant?: string;
@@ -105,6 +106,8 @@ const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsE
 const OkOrError = z.union([OkReplySchema, ErrorReplySchema]);
 const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
 const TaskListOrError = z.union([TaskListReplySchema, ErrorReplySchema]);
+/** What an agent process lists when it answers a hello: its instance, and the model loops it runs. */
+const AGENT_ACTOR_KINDS: ReadonlySet<ActorInfo['kind']> = new Set(['agent', 'llm-agent']);
 
 /** The text of a message (its text parts, one per line): `messageText` of the protocol, under the SDK's name. */
 export const textOfMessage = messageText;
@@ -345,19 +348,25 @@ export class TroupeClient {
 
   // ---- operator views (need operator credentials on a secured mesh) --------------------------------
 
-  /** Every live actor on every node, and every agent instance, that answers within the window. */
+  /**
+   * Every live actor on every node, and every agent instance, that answers within the window. Only nodes
+   * can answer on ctl (the broker's rule); any agent can answer a hello, so from those answers only agent
+   * actors are taken: an agent cannot make a node, a thread or another node's registry appear.
+   */
   async ps(windowMs = 500): Promise<PsReply[]> {
     const [nodes, agents] = await Promise.all([
       this.transport.requestMany(subjects.ctl(this.tenant, 'ps'), new Uint8Array(), { timeoutMs: windowMs }),
       this.transport.requestMany(subjects.hello(this.tenant), new Uint8Array(), { timeoutMs: windowMs }),
     ]);
-    return [...nodes, ...agents].flatMap((r) => {
+    const parse = (r: InboundMessage): PsReply[] => {
       try {
         return [decode(PsReplySchema, r.data, 'ps reply')];
       } catch {
         return [];
       }
-    });
+    };
+    const agentReplies = agents.flatMap(parse).map((reply) => ({ ...reply, actors: reply.actors.filter((a) => AGENT_ACTOR_KINDS.has(a.kind)) }));
+    return [...nodes.flatMap(parse), ...agentReplies];
   }
 
   async inspect(actorId: string, windowMs = 500): Promise<InspectReply | undefined> {
