@@ -28,7 +28,13 @@ export const AGENT_CARD_PATHS: readonly string[] = ['/.well-known/agent-card.jso
 /** Where HTTP+JSON (REST) is served, below the base URL. JSON-RPC is at the base URL itself. */
 export const REST_PATH = '/rest';
 
-export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, bearerAuth: boolean): AgentCard {
+/** How callers authenticate, for the card: bearer tokens, JWTs among them when `jwt`. */
+export interface CardAuth {
+  jwt: boolean;
+  description: string;
+}
+
+export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, auth: CardAuth | undefined): AgentCard {
   const base = (opts.url ?? listenUrl).replace(/\/+$/, '');
   return {
     name: opts.name ?? 'Troupe',
@@ -50,10 +56,10 @@ export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, bearerA
       extendedAgentCard: false,
       extensions: (opts.extensions ?? []).map((e) => ({ uri: e.uri, description: e.description ?? '', required: e.required ?? false, params: e.params })),
     },
-    securitySchemes: bearerAuth
-      ? { bearer: { scheme: { $case: 'httpAuthSecurityScheme', value: { description: 'a token the gateway maps to a tenant and a user', scheme: 'bearer', bearerFormat: '' } } } }
+    securitySchemes: auth
+      ? { bearer: { scheme: { $case: 'httpAuthSecurityScheme', value: { description: auth.description, scheme: 'bearer', bearerFormat: auth.jwt ? 'JWT' : '' } } } }
       : {},
-    securityRequirements: bearerAuth ? [{ schemes: { bearer: { list: [] } } }] : [],
+    securityRequirements: auth ? [{ schemes: { bearer: { list: [] } } }] : [],
     defaultInputModes: opts.defaultInputModes ?? ['text/plain'],
     defaultOutputModes: opts.defaultOutputModes ?? ['text/plain'],
     skills: (opts.skills ?? []).map(toSdkSkill),

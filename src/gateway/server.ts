@@ -30,7 +30,8 @@ import { TroupeRequestHandler } from './handler.js';
 import { RetryingPushSender, type PushDeliveryOptions } from './push.js';
 import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
 import { MeshTaskStore } from './task-store.js';
-import { BearerTokens, type TokenEntries } from './tokens.js';
+import { BearerTokens, bearerToken, tokenDigest, type TokenEntries } from './tokens.js';
+import { JwtAuth, looksLikeJwt, type JwtAuthOptions } from './jwt.js';
 
 export interface GatewayOptions {
   /** One client per tenant, keyed by the tenant it talks to. */
@@ -40,6 +41,12 @@ export interface GatewayOptions {
    * open and serves `defaultTenant` as the principal itself.
    */
   tokens?: TokenEntries;
+  /**
+   * Callers with a JWT from an identity provider (OpenID Connect): its signature checked against the
+   * issuer's keys, the caller from its claims (src/gateway/jwt.ts). With `tokens`, a token in the file is
+   * looked up first.
+   */
+  jwt?: JwtAuthOptions;
   defaultTenant?: string;
   port?: number;
   host?: string;
@@ -85,6 +92,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const defaultTenant = opts.defaultTenant ?? 'demo';
   const tokens = opts.tokens ? new BearerTokens(opts.tokens) : undefined;
   checkConfiguration(opts, tokens, defaultTenant);
+  const jwt = opts.jwt ? await JwtAuth.create(opts.jwt) : undefined;
+  const authenticated = Boolean(tokens || jwt);
   const log = (opts.logger ?? silentLogger()).child({ component: 'gateway' });
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_PAYLOAD;
   const turnTimeoutMs = opts.turnTimeoutMs ?? 60_000;
@@ -121,10 +130,23 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     next();
   };
   app.use(AGENT_CARD_PATHS as string[], lastModified, v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
-  app.use((req: Request, res: Response, next: NextFunction) => {
-    const who = tokens ? tokens.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
+  const serves = (tenant: string) => Object.hasOwn(opts.clients, tenant);
+  app.use(async (req: Request, res: Response, next: NextFunction) => {
+    let who = authenticated ? tokens?.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
+    const bearer = who || !jwt ? undefined : bearerToken(req.headers.authorization);
+    if (jwt && bearer && looksLikeJwt(bearer)) {
+      const checked = await jwt.verify(bearer, serves, defaultTenant);
+      if (!checked.ok) {
+        const headers: Record<string, string> =
+          checked.status === 401 ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${checked.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` } : checked.status === 503 ? { 'retry-after': '5' } : {};
+        problem(req, res, checked.status, -32600, checked.reason, headers);
+        return;
+      }
+      // One rate-limit bucket per user of the issuer, whichever of their tokens they send.
+      who = { caller: checked.caller, digest: `jwt:${tokenDigest(checked.subject)}` };
+    }
     if (!who) {
-      problem(req, res, 401, -32600, 'missing or unknown bearer token: send `Authorization: Bearer <token>` with a token the gateway was given', { 'www-authenticate': 'Bearer' });
+      problem(req, res, 401, -32600, `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with ${jwt ? `${jwt.description}${tokens ? ' or ' : ''}` : ''}${tokens ? 'a token the gateway was given' : ''}`, { 'www-authenticate': 'Bearer' });
       return;
     }
     const wait = limiter?.take(who.digest) ?? 0;
@@ -171,7 +193,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const { port } = server.address() as AddressInfo;
   const url = urlOf(opts.tls ? 'https' : 'http', opts.host ?? '127.0.0.1', port);
-  card = gatewayCard(url, opts.card ?? {}, Boolean(tokens));
+  card = gatewayCard(url, opts.card ?? {}, authenticated ? { jwt: Boolean(jwt), description: [jwt?.description, tokens ? 'a token the gateway maps to a tenant and a user' : undefined].filter(Boolean).join(', or ') } : undefined);
   cardMadeAt = new Date().toUTCString();
   const sdkHandler = new DefaultRequestHandler(
     card,
@@ -237,7 +259,7 @@ function checkConfiguration(opts: GatewayOptions, tokens: BearerTokens | undefin
   for (const [tenant, client] of Object.entries(opts.clients)) {
     if (client.tenant !== tenant) throw new Error(`gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
   }
-  if (!tokens && !opts.clients[defaultTenant]) throw new Error(`gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
+  if ((!tokens || (opts.jwt && !opts.jwt.tenantClaim)) && !opts.clients[defaultTenant]) throw new Error(`gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
   for (const tenant of tokens?.tenants() ?? []) {
     if (!opts.clients[tenant]) throw new Error(`gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
   }

@@ -18,6 +18,11 @@ export interface GatewayCommandOptions {
   port: number;
   host: string;
   tokens?: string;
+  jwtIssuer?: string;
+  jwtAudience?: string;
+  jwksUrl?: string;
+  jwtTenantClaim?: string;
+  jwtUserClaim?: string;
   publicUrl?: string;
   maxBody?: number;
   turnTimeout?: number;
@@ -44,6 +49,17 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   const operatorToken = opts.operatorTokenFile ? readOrUsage(() => readFileSync(opts.operatorTokenFile!, 'utf8').trim()) : opts.operatorToken;
   if (opts.diagnosticsPort !== undefined && !operatorToken) throw new UsageError('--diagnostics-port needs an operator token: --operator-token-file <file> or TROUPE_OPERATOR_TOKEN');
   if (opts.rateBurst !== undefined && opts.rateLimit === undefined) throw new UsageError('--rate-burst needs --rate-limit');
+  if (!opts.jwtIssuer && (opts.jwtAudience || opts.jwksUrl || opts.jwtTenantClaim)) throw new UsageError('--jwt-audience, --jwks-url and --jwt-tenant-claim go with --jwt-issuer');
+  if (opts.jwtIssuer && !opts.jwtAudience) throw new UsageError('--jwt-issuer needs --jwt-audience: without it a token the issuer made for another service would be let in');
+  const jwt = opts.jwtIssuer
+    ? {
+        issuer: opts.jwtIssuer,
+        audience: opts.jwtAudience!,
+        ...(opts.jwksUrl ? { jwksUrl: opts.jwksUrl } : {}),
+        ...(opts.jwtTenantClaim ? { tenantClaim: opts.jwtTenantClaim } : {}),
+        ...(opts.jwtUserClaim ? { userClaim: opts.jwtUserClaim } : {}),
+      }
+    : undefined;
 
   if (opts.team && g.nats) throw new UsageError('--team runs an embedded mesh: with --nats the agents run on their own (troupe up --team, troupe agent)');
   const team = opts.team ? await loadTeam(opts.team) : demoTeam;
@@ -86,6 +102,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       host: opts.host,
       logger,
       ...(tokens ? { tokens } : {}),
+      ...(jwt ? { jwt } : {}),
       ...(opts.maxBody ? { maxBodyBytes: opts.maxBody } : {}),
       ...(opts.turnTimeout ? { turnTimeoutMs: opts.turnTimeout } : {}),
       ...(opts.rateLimit !== undefined ? { rateLimit: { perSecond: opts.rateLimit, burst: opts.rateBurst ?? Math.max(1, Math.ceil(opts.rateLimit)) } } : {}),
@@ -107,7 +124,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     observability.readiness.started();
     if (g.json) printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients), diagnostics: server.diagnosticsUrl });
     process.stderr.write(
-      `${color.green('troupe')} gateway listening on ${server.url} (${g.nats ?? 'embedded demo mesh'}; ${tokens ? 'bearer tokens' : `no auth, tenant ${g.tenant}`})\n` +
+      `${color.green('troupe')} gateway listening on ${server.url} (${g.nats ?? 'embedded demo mesh'}; ${[tokens ? 'bearer tokens' : '', jwt ? `JWTs from ${jwt.issuer}` : ''].filter(Boolean).join(' and ') || `no auth, tenant ${g.tenant}`})\n` +
         `${color.dim(`agent card: ${server.url}/.well-known/agent-card.json`)}\n` +
         (server.diagnosticsUrl ? `${color.dim(`diagnostics: ${server.diagnosticsUrl} (operator token)`)}\n` : ''),
     );
