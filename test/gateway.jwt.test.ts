@@ -192,5 +192,9 @@ describe('troupe gateway with --jwt-issuer', () => {
     const unreachable = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', 'http://127.0.0.1:9/', '--jwt-audience', AUDIENCE], {});
     expect(unreachable.code).toBe(2);
     expect(unreachable.stderr).toMatch(/cannot read the issuer's OpenID configuration at http:\/\/127\.0\.0\.1:9\/\.well-known\/openid-configuration \(.+\): give its keys with --jwks-url/);
+    // The issuer as the user typed it, with a trailing slash: its configuration names it without one.
+    const otherName = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', `${issuer.url}/`, '--jwt-audience', AUDIENCE], {});
+    expect(otherName.code).toBe(2);
+    expect(otherName.stderr).toContain(`is for issuer "${issuer.url}", not ${issuer.url}/: give --jwt-issuer exactly as the issuer names itself`);
   });
 });

@@ -80,7 +80,9 @@ export class JwtAuth {
     } catch (err) {
       throw new Error(`gateway: cannot read the issuer's OpenID configuration at ${discovery.href} (${(err as Error).message}): give its keys with --jwks-url`);
     }
-    const jwksUri = (doc as { jwks_uri?: unknown } | null)?.jwks_uri;
+    const { issuer: named, jwks_uri: jwksUri } = (doc ?? {}) as { issuer?: unknown; jwks_uri?: unknown };
+    // OpenID Connect Discovery §4.3: the document's issuer is the one asked for, or its keys are not its keys.
+    if (named !== opts.issuer) throw new Error(`gateway: the OpenID configuration at ${discovery.href} is for issuer ${JSON.stringify(named)}, not ${opts.issuer}: give --jwt-issuer exactly as the issuer names itself (its tokens' iss)`);
     if (typeof jwksUri !== 'string') throw new Error(`gateway: the OpenID configuration at ${discovery.href} names no jwks_uri: give the keys with --jwks-url`);
     return new JwtAuth(opts, parseUrl(jwksUri, `jwks_uri of ${discovery.href}`));
   }
