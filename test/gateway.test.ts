@@ -666,6 +666,14 @@ describe('diagnostics', () => {
     expect((await diag(`/routes?cursor=not-a-cursor`, OPERATOR)).status).toBe(400);
     const rehydrated = (await (await diag(`/threads/${task.id}/rehydrate`, OPERATOR, 'POST')).json()) as { state: string };
     expect(rehydrated.state).toBe('input-required');
+    // Erased: its record and its actor; then it is not found, by the operator or by its user.
+    const deleted = await diag(`/threads/${task.id}`, OPERATOR, 'DELETE');
+    expect(deleted.status).toBe(200);
+    expect(await deleted.json()).toMatchObject({ threadId: task.id, deleted: true, deadLetters: 0 });
+    expect((await diag(`/threads/${task.id}`, OPERATOR)).status).toBe(404);
+    expect((await diag(`/threads/${task.id}`, OPERATOR, 'DELETE')).status).toBe(404);
+    await expect(alice.getTask({ tenant: '', id: task.id })).rejects.toThrow(/Task not found/);
+    expect((await diag(`/threads/${task.id}`, ALICE, 'DELETE')).status).toBe(401);
   });
 });
 

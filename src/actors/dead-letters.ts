@@ -1,7 +1,8 @@
-/** Reading the dead-letter stream (TROUPE_DLQ) for `troupe dlq`: the newest entries, in one pass. */
+/** Reading the dead-letter stream (TROUPE_DLQ) for `troupe dlq`: the newest entries, in one pass; and erasing a thread's (`troupe delete`). */
 import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM } from '../transport/jetstream/ingress.js';
+import { subjects } from '../transport/subjects.js';
 
 export interface DeadLetterEntry {
   seq: number;
@@ -38,4 +39,15 @@ export async function listDeadLetters(nc: NatsConnection, limit: number): Promis
     if (m.seq >= info.state.last_seq) break;
   }
   return entries.reverse();
+}
+
+/** Removes the dead letters of one thread (its subject in TROUPE_DLQ); how many there were. */
+export async function purgeDeadLetters(nc: NatsConnection, tenant: string, threadId: string): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  const res = await jsm.streams.purge(DEAD_LETTER_STREAM, { filter: subjects.deadLetter(tenant, threadId) }).catch((err: unknown) => {
+    // No dead-letter stream (never made): nothing to remove.
+    if (/stream not found/i.test((err as Error).message)) return { purged: 0 };
+    throw err;
+  });
+  return res.purged;
 }

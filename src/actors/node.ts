@@ -55,7 +55,7 @@ import type { CheckResult } from '../observability/probes.js';
 import { contextFromHeaders, tracing } from '../observability/tracing.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
-import { listDeadLetters } from './dead-letters.js';
+import { listDeadLetters, purgeDeadLetters } from './dead-letters.js';
 
 export interface NodeOptions {
   transport: Transport;
@@ -198,6 +198,7 @@ export class TroupeNode {
     // Only the owner of a thread acts on it, so these reach every node and the owner answers.
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.onThreadCtl(m, 'cancel'), durable ? {} : { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'delete'), (m) => void this.onDelete(m, durable?.nc), durable ? {} : { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
     if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
@@ -532,6 +533,20 @@ export class TroupeNode {
       if (!this.ownsThread(threadId)) return; // the owner answers
       const state = verb === 'cancel' ? await this.threads.cancel(threadId, reason) : await this.threads.rehydrate(threadId);
       msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.nodeId }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  /** `troupe delete`: the owner erases the thread (host.erase), then its dead letters. */
+  private async onDelete(msg: InboundMessage, nc: NatsConnection | undefined): Promise<void> {
+    try {
+      const { threadId } = decode(ThreadCtlSchema, msg.data, 'delete request', 4096);
+      if (!this.ownsThread(threadId)) return; // the owner answers
+      await this.threads.erase(threadId);
+      const deadLetters = nc ? await purgeDeadLetters(nc, this.tenant, threadId) : 0;
+      this.log.info({ threadId, deadLetters }, 'thread deleted');
+      msg.respond(encodeJson({ kind: 'ok', threadId, state: 'deleted', node: this.nodeId, deadLetters }));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

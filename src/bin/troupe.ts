@@ -158,6 +158,11 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).thread(...(args as Parameters<typeof import('./commands/inspection.js').thread>)));
 
 program
+  .command('delete <id>')
+  .description("erase a thread for good: its record, its actor on whichever node holds it, its dead letters (refused while a turn is in flight)")
+  .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).deleteThread(...(args as Parameters<typeof import('./commands/inspection.js').deleteThread>)));
+
+program
   .command('rehydrate <id>')
   .description('drop the live actor of a thread and reload it from the store')
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).rehydrate(...(args as Parameters<typeof import('./commands/inspection.js').rehydrate>)));

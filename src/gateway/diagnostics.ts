@@ -5,6 +5,7 @@
  *   GET  /ready                      NATS connected, partitions owned, store reachable, agents seen (503 if not)
  *   GET  /threads?state=&limit=      the tenant's threads (id, state, updated)
  *   GET  /threads/:id                one thread's record as the node shows operators: redacted, no snapshot
+ *   DELETE /threads/:id              erase the thread: record, live actor, dead letters (409 while a turn is in flight)
  *   POST /threads/:id/rehydrate      drop the live actor and reload the thread from the store
  *   GET  /routes?limit=&cursor=      the routing log across threads, newest threads first, paginated
  *
@@ -39,6 +40,8 @@ const ThreadReplySchema = z.object({ revision: z.number(), record: z.object({ ta
 const CursorSchema = z.object({ u: z.string(), t: z.string() });
 
 const MAX_SCAN = 10_000;
+/** HTTP statuses of the mesh's answers that are not the gateway's failure (502). */
+const DIAGNOSTICS_STATUS: Partial<Record<string, number>> = { THREAD_NOT_FOUND: 404, THREAD_BUSY: 409 };
 
 export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
   const router = express.Router();
@@ -77,6 +80,11 @@ export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
     res.json({ threadId, revision: reply.revision, record: redact(reply.record) });
   });
 
+  router.delete('/threads/:id', async (req, res) => {
+    const threadId = threadParam(req.params.id);
+    res.json({ threadId, deleted: true, ...(await client.deleteThread(threadId)) });
+  });
+
   router.post('/threads/:id/rehydrate', async (req, res) => {
     const threadId = threadParam(req.params.id);
     res.json({ threadId, state: await client.rehydrate(threadId) });
@@ -110,12 +118,12 @@ export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
   });
 
   router.use((_req, res) => {
-    res.status(404).json({ error: 'no such diagnostics endpoint: /health, /ready, /threads, /threads/:id, /threads/:id/rehydrate, /routes' });
+    res.status(404).json({ error: 'no such diagnostics endpoint: /health, /ready, /threads, /threads/:id (GET, DELETE), /threads/:id/rehydrate, /routes' });
   });
 
   router.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const error = err instanceof DiagnosticsInputError ? err : TroupeError.from(err, 'TRANSPORT_ERROR');
-    const status = err instanceof DiagnosticsInputError ? 400 : error instanceof TroupeError && error.code === 'THREAD_NOT_FOUND' ? 404 : 502;
+    const status = err instanceof DiagnosticsInputError ? 400 : error instanceof TroupeError ? (DIAGNOSTICS_STATUS[error.code] ?? 502) : 502;
     res.status(status).json({ error: error.message, ...(error instanceof TroupeError ? { code: error.code, hint: error.hint } : {}) });
   });
 

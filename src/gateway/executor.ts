@@ -54,8 +54,8 @@ export class MeshExecutor implements AgentExecutor {
       : { id: taskId, contextId, status: status(SdkTaskState.TASK_STATE_SUBMITTED), history: [rc.userMessage], artifacts: [], metadata: {} };
     this.opts.store.beginTurn(rc.context, task);
     let turnOpen = true;
-    const endTurn = () => {
-      if (turnOpen) this.opts.store.endTurn(rc.context, taskId);
+    const endTurn = (committed = false) => {
+      if (turnOpen) this.opts.store.endTurn(rc.context, taskId, committed);
       turnOpen = false;
     };
     // The gateway request starts the trace: the client's send and everything on the mesh are its children.
@@ -81,7 +81,7 @@ export class MeshExecutor implements AgentExecutor {
         [RESULT_META.executionTimeMs]: Math.max(0, this.now() - started),
         [RESULT_META.taskState]: TERMINAL_TASK_STATES.includes(result.final.status.state) ? result.final.status.state : taskState,
       };
-      endTurn();
+      endTurn(result.error === undefined);
       const update = finalUpdate(result.final, meta);
       const answer = update.status?.message;
       if (answer && rc.context.state.get(STATE.messageAnswer) === true && ANSWERED.has(update.status?.state) && answer.metadata?.[META.response] === 'message') {

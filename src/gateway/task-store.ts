@@ -31,6 +31,12 @@ interface Overlay {
   /** Turns running on this gateway now: while > 0 the overlay is the task. */
   live: number;
   artifactBytes: number;
+  /**
+   * The node has stored the task (a turn of it ended there, or it was read from there). Once it has, the
+   * overlay only adds to the node's task: when the node no longer has it (deleted, `troupe delete`; or aged
+   * out of the bucket) the overlay goes too, and the task is not found.
+   */
+  onMesh?: boolean;
 }
 
 export class MeshTaskStore implements TaskStore {
@@ -55,7 +61,12 @@ export class MeshTaskStore implements TaskStore {
     } catch (err) {
       if (!(err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND')) throw toA2AError(err, { taskId });
     }
+    if (stored && overlay) overlay.onMesh = true;
     if (stored) return overlay ? withOverlay(stored, overlay.task) : stored;
+    if (overlay?.onMesh) {
+      this.overlays.delete(key);
+      return undefined;
+    }
     if (overlay) return structuredClone(overlay.task);
     // A task the handler decided to start in this request, not on the mesh until its first message is.
     const planned = context.state.get(STATE.newTask) as SdkTask | undefined;
@@ -107,10 +118,11 @@ export class MeshTaskStore implements TaskStore {
     this.evict();
   }
 
-  /** The turn's final answer is committed on the node: read the task from there again. */
-  endTurn(context: ServerCallContext, taskId: string): void {
+  /** The turn ended; `committed`: with its final answer committed on the node, so read the task from there again. */
+  endTurn(context: ServerCallContext, taskId: string, committed = false): void {
     const overlay = this.overlays.get(callerOf(context).scope(taskId));
     if (overlay && overlay.live > 0) overlay.live--;
+    if (overlay && committed) overlay.onMesh = true;
   }
 
   /** Tasks with an overlay now (for diagnostics and tests). */

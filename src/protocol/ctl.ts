@@ -82,6 +82,8 @@ export const AnsweredAskSchema = z.object({ threadId: idSchema('thread'), messag
 export const AnsweredReplySchema = z.object({ published: z.boolean() });
 
 export const OkReplySchema = z.object({ kind: z.literal('ok'), threadId: z.string(), state: z.string(), node: z.string() });
+/** The owner's answer to `ctl.delete`: the thread erased, and how many of its dead letters went with it. */
+export const DeleteReplySchema = OkReplySchema.extend({ deadLetters: z.number().int().min(0).default(0) });
 export const TaskReplySchema = z.object({ kind: z.literal('task'), task: TaskSchema, revision: z.number() });
 
 /** Accepted reply to a message sent into a thread without durable ingress. Errors come back as ErrorReply. */

@@ -12,6 +12,7 @@ import { SpanKind, endSpan, injectTraceparent, startSpan, tracing, type Span } f
 import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
 import {
+  DeleteReplySchema,
   ErrorReplySchema,
   HEADERS,
   InspectReplySchema,
@@ -389,6 +390,18 @@ export class TroupeClient {
 
   async rehydrate(threadId: string): Promise<string> {
     return this.threadCtl('rehydrate', threadId);
+  }
+
+  /**
+   * Erases a thread for good (operators): its record, its actor wherever it lives, its dead letters. A turn
+   * in flight refuses it (THREAD_BUSY). A later message with the same id starts a new thread.
+   */
+  async deleteThread(threadId: string): Promise<{ node: string; deadLetters: number }> {
+    checkId('thread', threadId);
+    const data = await this.requestOrExplain(subjects.ctl(this.tenant, 'delete'), encodeJson({ threadId }), 10_000);
+    const reply = decode(z.union([DeleteReplySchema, ErrorReplySchema]), data, 'delete reply');
+    if (reply.kind === 'error') throw TroupeError.fromBody(reply.error);
+    return { node: reply.node, deadLetters: reply.deadLetters };
   }
 
   private async threadCtl(verb: 'cancel' | 'rehydrate', threadId: string, reason?: string): Promise<string> {

@@ -176,6 +176,8 @@ export class ThreadHost {
   /** The timers that wake dormant threads in a handoff at its deadline (see `inHandoff`). */
   private readonly wakes = new Map<string, NodeJS.Timeout>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
+  /** Threads being erased (`erase`): a message for one waits until it is gone, then starts a new thread. */
+  private readonly erasing = new Map<string, Promise<unknown>>();
   private readonly transport: Transport;
   private readonly registry: Registry;
   private readonly log: Logger;
@@ -775,6 +777,33 @@ export class ThreadHost {
     return taskStateOf(loaded.actor.getSnapshot().value);
   }
 
+  /**
+   * Erases a thread (an operator's `troupe delete`): its actor stopped, nothing of it kept in memory, its
+   * record deleted from the store. Refused while a turn is in flight (THREAD_BUSY: cancel it, or wait for its
+   * answer); a thread that is nowhere is THREAD_NOT_FOUND. A message arriving meanwhile waits, then starts a
+   * new thread of the same id.
+   */
+  async erase(threadId: string): Promise<void> {
+    const erasing = this.erasing.get(threadId);
+    if (erasing) return void (await erasing);
+    const run = (async () => {
+      await this.loading.get(threadId)?.catch(() => undefined);
+      const live = this.threads.get(threadId);
+      if (live && !live.stopped && !resting(live)) {
+        throw new TroupeError('THREAD_BUSY', `thread ${threadId} is in the middle of a turn: cancel it (troupe send --cancel --thread ${threadId}) or delete it once it is answered`);
+      }
+      if (!live && !this.dormant.has(threadId) && !(await this.store.get(this.tenant, threadId))) throw this.notFound(threadId);
+      await this.passivateThread(threadId);
+      await this.store.delete(this.tenant, threadId);
+    })();
+    this.erasing.set(threadId, run.catch(() => undefined));
+    try {
+      await run;
+    } finally {
+      this.erasing.delete(threadId);
+    }
+  }
+
   /** Passivates one thread by id, dormant or live, keeping nothing of it; false when neither is here. */
   async passivateThread(threadId: string): Promise<boolean> {
     const live = this.threads.get(threadId);
@@ -800,6 +829,10 @@ export class ThreadHost {
   }
 
   private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
+    if (this.erasing.size > 0 && this.erasing.has(threadId)) {
+      await this.erasing.get(threadId);
+      return this.obtain(threadId, opts);
+    }
     const live = this.threads.get(threadId);
     if (live?.passivating) {
       // Being passivated: a message handed to it now would be refused on its way out. Wait, then load it again.

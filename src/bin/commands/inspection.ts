@@ -1,4 +1,4 @@
-/** Read-only views of the live mesh and the store: `status`, `ps`, `inspect`, `threads`, `thread`, `rehydrate` (`watch` is in observe.ts). */
+/** Views of the live mesh and the store: `status`, `ps`, `inspect`, `threads`, `thread`; and `rehydrate`, `delete` (`watch` is in observe.ts). */
 import type { Command } from 'commander';
 import { globals, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
@@ -144,6 +144,15 @@ export async function rehydrate(id: string, _opts: unknown, cmd: Command): Promi
     const state = await client.rehydrate(id);
     if (g.json) printJson({ threadId: id, state });
     else process.stdout.write(`thread ${id} rehydrated: ${colorState(state)}\n`);
+  });
+}
+
+export async function deleteThread(id: string, _opts: unknown, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const { node, deadLetters } = await client.deleteThread(id);
+    if (g.json) printJson({ threadId: id, deleted: true, node, deadLetters });
+    else process.stdout.write(`thread ${id} deleted on ${node}: its record${deadLetters ? ` and ${deadLetters} dead letter${deadLetters === 1 ? '' : 's'}` : ''}; a new message with this id starts a new thread\n`);
   });
 }
 
