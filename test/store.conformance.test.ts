@@ -11,6 +11,7 @@ import {
   KvThreadStore,
   MemoryThreadStore,
   mutate,
+  threadKey,
   type ThreadListEntry,
   type ThreadListFilter,
   type ThreadRecord,
@@ -387,6 +388,24 @@ describe('KvThreadStore on nats-server', () => {
     // Re-opening an existing bucket binds to it and reports the max age it really has.
     const rebound = await KvThreadStore.open(nc, { bucket, ttlMs: 5_000 });
     expect(rebound.ttlMs).toBe(DEFAULT_THREAD_TTL_MS);
+  });
+
+  it('a delete leaves no revision of the record readable, even in a bucket that keeps history', async () => {
+    const bucket = `history_${process.pid}`;
+    const store = await KvThreadStore.open(nc, { bucket, history: 5 });
+    const rev = await store.create(record('demo', 'erased'));
+    await store.update(record('demo', 'erased'), rev);
+    const kv = await new Kvm(nc).open(bucket);
+    const key = threadKey('demo', 'erased');
+    const revisions = async () => {
+      const seen: string[] = [];
+      for await (const e of await kv.history({ key })) seen.push(e.operation);
+      return seen;
+    };
+    expect(await revisions()).toEqual(['PUT', 'PUT']);
+    await store.delete('demo', 'erased');
+    expect(await revisions()).toEqual(['PURGE']);
+    expect(await store.get('demo', 'erased')).toBeUndefined();
   });
 
   it('drops records once the bucket max age has passed', async () => {

@@ -126,7 +126,9 @@ export class KvThreadStore implements ThreadStore {
   async delete(tenant: string, threadId: string): Promise<void> {
     this.#checkOpen();
     const key = threadKey(tenant, threadId);
-    await this.#call(`delete ${key}`, () => this.#kv.delete(key));
+    // A purge, not a delete marker: it removes every revision the bucket keeps (with history > 1 a
+    // delete would leave the older ones readable): what erasing a thread (`troupe delete`) needs.
+    await this.#call(`delete ${key}`, () => this.#kv.purge(key));
   }
 
   async *list(tenant: string, filter?: ThreadListFilter): AsyncIterable<ThreadListEntry> {
