@@ -5,27 +5,17 @@
  * outcome, hops, latencies, agent call errors by agent and code, threads, KV writes, partitions, inbound
  * lag on the node; requests and model tokens on the agents; A2A turns (and readiness) on a gateway.
  */
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { send, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer } from './helpers/model-servers.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
-
-/** A port nobody listens on right now. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 /** One scrape: GET /metrics over HTTP, parsed into `name{labels}` → value. */
 async function scrape(port: number): Promise<{ text: string; value: (series: string) => number | undefined; contentType: string | null }> {

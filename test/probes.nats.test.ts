@@ -4,24 +4,14 @@
  * is answered), stopped and started again: what an orchestrator's liveness and readiness probes would see.
  * And `troupe status`, the mesh seen from outside by an operator, with its node up and gone.
  */
-import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Readiness, natsCheck } from '../src/observability/probes.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { meshStatus } from '../src/sdk/status.js';
 import { NatsTransport } from '../src/transport/nats.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup, runTroupe, type ManagedProcess } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
-
-/** A port nobody listens on right now. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 interface Probe {
   status: number;
