@@ -177,7 +177,7 @@ export class ThreadHost {
   private readonly wakes = new Map<string, NodeJS.Timeout>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
   /** Threads being erased (`erase`): a message for one waits until it is gone, then starts a new thread. */
-  private readonly erasing = new Map<string, Promise<unknown>>();
+  private readonly erasing = new Map<string, Promise<void>>();
   private readonly transport: Transport;
   private readonly registry: Registry;
   private readonly log: Logger;
@@ -783,9 +783,10 @@ export class ThreadHost {
    * answer); a thread that is nowhere is THREAD_NOT_FOUND. A message arriving meanwhile waits, then starts a
    * new thread of the same id.
    */
-  async erase(threadId: string): Promise<void> {
+  erase(threadId: string): Promise<void> {
+    // A second request while one runs gets that one's outcome.
     const erasing = this.erasing.get(threadId);
-    if (erasing) return void (await erasing);
+    if (erasing) return erasing;
     const run = (async () => {
       await this.loading.get(threadId)?.catch(() => undefined);
       const live = this.threads.get(threadId);
@@ -795,13 +796,9 @@ export class ThreadHost {
       if (!live && !this.dormant.has(threadId) && !(await this.store.get(this.tenant, threadId))) throw this.notFound(threadId);
       await this.passivateThread(threadId);
       await this.store.delete(this.tenant, threadId);
-    })();
-    this.erasing.set(threadId, run.catch(() => undefined));
-    try {
-      await run;
-    } finally {
-      this.erasing.delete(threadId);
-    }
+    })().finally(() => this.erasing.delete(threadId));
+    this.erasing.set(threadId, run);
+    return run;
   }
 
   /** Passivates one thread by id, dormant or live, keeping nothing of it; false when neither is here. */
@@ -830,7 +827,7 @@ export class ThreadHost {
 
   private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
     if (this.erasing.size > 0 && this.erasing.has(threadId)) {
-      await this.erasing.get(threadId);
+      await this.erasing.get(threadId)!.catch(() => undefined);
       return this.obtain(threadId, opts);
     }
     const live = this.threads.get(threadId);
