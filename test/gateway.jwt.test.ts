@@ -10,6 +10,7 @@ import { SignJWT, UnsecuredJWT, exportJWK, generateKeyPair, type CryptoKey, type
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/actors/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
+import { registry } from '../src/observability/metrics.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { send, textOf, userText, v1Client } from './helpers/a2a.js';
@@ -99,6 +100,12 @@ async function call(token: string): Promise<{ status: number; message?: string; 
   return { status: res.status, ...(body.error?.message ? { message: body.error.message } : {}), challenge: res.headers.get('www-authenticate') };
 }
 
+/** `troupe_gateway_auth_refused_total` by reason, as a scrape would read it. */
+async function refusals(): Promise<Record<string, number>> {
+  const metric = await registry.getSingleMetric('troupe_gateway_auth_refused_total')!.get();
+  return Object.fromEntries(metric.values.map((v) => [String(v.labels.reason), v.value]));
+}
+
 async function messageOf(p: Promise<unknown>): Promise<string> {
   try {
     await p;
@@ -152,12 +159,17 @@ describe('JWT callers', () => {
       ['a user id with a space', issuer.sign({ ...ok, sub: 'alice smith' }), `the token's "sub" claim cannot name a user: user id "alice smith" may only hold printable characters without spaces`],
       ['no tenant', issuer.sign({ sub: 'alice', aud: AUDIENCE }), `the token's "tenant" claim cannot name a tenant: tenant is missing`],
     ];
+    const before = await refusals();
     for (const [what, token, why] of cases) {
       const res = await call(await token);
       expect(res, what).toEqual({ status: 401, message: why, challenge: `Bearer error="invalid_token", error_description="${why.replace(/"/g, "'")}"` });
     }
     // Not a JWT, not a static token: the usual answer, naming both ways in.
     expect(await call('not-a-token')).toMatchObject({ status: 401, message: `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with a JWT from ${issuer.url} for ${AUDIENCE} or a token the gateway was given`, challenge: 'Bearer' });
+    // Counted by reason, for an operator watching for attacks or a misconfigured client.
+    const after = await refusals();
+    const counted = Object.fromEntries(Object.keys(after).map((r) => [r, after[r]! - (before[r] ?? 0)]).filter(([, n]) => n !== 0));
+    expect(counted).toEqual({ expired: 1, claim: 4, signature: 2, algorithm: 1, user: 1, tenant: 1, unknown_token: 1 });
   });
 
   it('keys rotate without a restart; while the issuer is down a token of a known key still passes, one of a new key is 503 and loses nothing', async () => {

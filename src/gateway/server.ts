@@ -32,6 +32,7 @@ import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
 import { MeshTaskStore } from './task-store.js';
 import { BearerTokens, bearerToken, tokenDigest, type TokenEntries } from './tokens.js';
 import { JwtAuth, looksLikeJwt, type JwtAuthOptions } from './jwt.js';
+import { metrics } from '../observability/metrics.js';
 
 export interface GatewayOptions {
   /** One client per tenant, keyed by the tenant it talks to. */
@@ -137,6 +138,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     if (jwt && bearer && looksLikeJwt(bearer)) {
       const checked = await jwt.verify(bearer, serves, defaultTenant);
       if (!checked.ok) {
+        metrics.gatewayAuthRefused.inc({ reason: checked.code });
         const headers: Record<string, string> =
           checked.status === 401 ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${checked.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` } : checked.status === 503 ? { 'retry-after': '5' } : {};
         problem(req, res, checked.status, -32600, checked.reason, headers);
@@ -146,6 +148,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       who = { caller: checked.caller, digest: `jwt:${tokenDigest(checked.subject)}` };
     }
     if (!who) {
+      metrics.gatewayAuthRefused.inc({ reason: 'unknown_token' });
       problem(req, res, 401, -32600, `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with ${jwt ? `${jwt.description}${tokens ? ' or ' : ''}` : ''}${tokens ? 'a token the gateway was given' : ''}`, { 'www-authenticate': 'Bearer' });
       return;
     }

@@ -121,6 +121,12 @@ export const metrics = {
     labelNames: ['outcome'] as const,
     registers: [registry],
   }),
+  gatewayAuthRefused: new Counter({
+    name: 'troupe_gateway_auth_refused_total',
+    help: 'Requests the gateway refused before any work, by reason: unknown_token, expired, claim, signature, algorithm, malformed, user, tenant, keys_unavailable',
+    labelNames: ['reason'] as const,
+    registers: [registry],
+  }),
   gatewayTurnSeconds: new Histogram({
     name: 'troupe_gateway_turn_duration_seconds',
     help: 'From an A2A request reaching the gateway to its final answer (what the A2A client waits)',
