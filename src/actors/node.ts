@@ -559,6 +559,7 @@ export class TroupeNode {
       const rows = [];
       for await (const entry of this.threads.store.list(this.tenant)) {
         if (filter.state && entry.state !== filter.state) continue;
+        if (filter.owner !== undefined && entry.owner !== filter.owner) continue;
         // Which are live is for the nodes holding them to say (`troupe threads` asks every node with ps).
         rows.push(entry);
         if (rows.length >= limit) break;

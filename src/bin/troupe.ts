@@ -149,6 +149,7 @@ program
   .command('threads')
   .description('list persisted threads')
   .addOption(new Option('--state <state>', 'only threads in this task state').choices(['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected']))
+  .option('--owner <owner>', 'only the threads of this owner: <principal> or <principal>/<user>')
   .option('--limit <n>', 'list at most this many', int(1, 10_000), 1_000)
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).threads(...(args as Parameters<typeof import('./commands/inspection.js').threads>)));
 
@@ -158,8 +159,9 @@ program
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).thread(...(args as Parameters<typeof import('./commands/inspection.js').thread>)));
 
 program
-  .command('delete <id>')
-  .description("erase a thread for good: its record, its actor on whichever node holds it, its dead letters (refused while a turn is in flight)")
+  .command('delete [id]')
+  .description("erase a thread for good: its record, its actor on whichever node holds it, its dead letters (refused while a turn is in flight); or every thread of an owner (--owner)")
+  .option('--owner <owner>', 'every thread of this owner: <principal> or <principal>/<user> (a gateway user: <gateway principal>/<user>)')
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).deleteThread(...(args as Parameters<typeof import('./commands/inspection.js').deleteThread>)));
 
 program

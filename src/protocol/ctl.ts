@@ -44,6 +44,8 @@ export const ThreadCtlSchema = z.object({
 export const ThreadsRequestSchema = z.object({
   state: z.string().max(32).optional(),
   limit: z.number().int().min(1).max(10_000).optional(),
+  /** Only the threads of this owner: `<principal>` or `<principal>/<user>` (`troupe delete --owner`). */
+  owner: z.string().min(1).max(300).optional(),
 });
 
 /** A client's owner-checked request about one of its threads. The user comes from the Troupe-User header. */

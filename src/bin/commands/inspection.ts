@@ -1,8 +1,9 @@
 /** Views of the live mesh and the store: `status`, `ps`, `inspect`, `threads`, `thread`; and `rehydrate`, `delete` (`watch` is in observe.ts). */
 import type { Command } from 'commander';
-import { globals, withClient } from '../cli.js';
+import { globals, UsageError, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
 import { META } from '../../protocol/metadata.js';
+import { TroupeError } from '../../protocol/errors.js';
 import { meshStatus } from '../../sdk/status.js';
 
 const FINISHED = new Set(['completed', 'canceled', 'failed', 'rejected']);
@@ -85,12 +86,12 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
   });
 }
 
-export async function threads(opts: { state?: string; limit: number }, cmd: Command): Promise<void> {
+export async function threads(opts: { state?: string; owner?: string; limit: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
     // Which threads are live is known by the node holding each: ask them all (ps), not the one that lists.
     const [res, replies] = await Promise.all([
-      client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), limit: opts.limit }) as Promise<{
+      client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), ...(opts.owner ? { owner: opts.owner } : {}), limit: opts.limit }) as Promise<{
         threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; corrupt?: string }>;
         truncated?: boolean;
       }>,
@@ -147,12 +148,49 @@ export async function rehydrate(id: string, _opts: unknown, cmd: Command): Promi
   });
 }
 
-export async function deleteThread(id: string, _opts: unknown, cmd: Command): Promise<void> {
+/** The most threads one `troupe delete --owner` erases (the node lists at most this many). */
+const MAX_OWNER_THREADS = 10_000;
+
+export async function deleteThread(id: string | undefined, opts: { owner?: string }, cmd: Command): Promise<void> {
   const g = globals(cmd);
+  if (Boolean(id) === Boolean(opts.owner)) throw new UsageError('name a thread, or every thread of an owner with --owner <principal>[/<user>] (one of the two)');
+  if (opts.owner) return deleteOwnerThreads(opts.owner, cmd);
   await withClient(g, async (client) => {
+    id = id!;
     const { node, deadLetters } = await client.deleteThread(id);
     if (g.json) printJson({ threadId: id, deleted: true, node, deadLetters });
     else process.stdout.write(`thread ${id} deleted on ${node}: its record${deadLetters ? ` and ${deadLetters} dead letter${deadLetters === 1 ? '' : 's'}` : ''}; a new message with this id starts a new thread\n`);
+  });
+}
+
+/**
+ * Every thread of one owner (a user who asked to be forgotten): listed by the nodes, each erased by its
+ * owning node. A thread in the middle of a turn is reported and kept (exit 1): run it again.
+ */
+async function deleteOwnerThreads(owner: string, cmd: Command): Promise<void> {
+  const g = globals(cmd);
+  await withClient(g, async (client) => {
+    const listed = (await client.ctl('threads', { owner, limit: MAX_OWNER_THREADS })) as { threads: Array<{ threadId: string }>; truncated?: boolean };
+    const results: Array<{ threadId: string; deleted: boolean; deadLetters?: number; error?: string; code?: string }> = [];
+    for (const { threadId } of listed.threads) {
+      try {
+        results.push({ threadId, deleted: true, deadLetters: (await client.deleteThread(threadId)).deadLetters });
+      } catch (err) {
+        // Gone meanwhile (its ttl, another delete): what was asked for holds.
+        if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') results.push({ threadId, deleted: true, deadLetters: 0 });
+        else results.push({ threadId, deleted: false, error: (err as Error).message, ...(err instanceof TroupeError ? { code: err.code } : {}) });
+      }
+    }
+    const kept = results.filter((r) => !r.deleted);
+    if (kept.length > 0 || listed.truncated) process.exitCode = 1;
+    if (g.json) {
+      printJson({ owner, deleted: results.length - kept.length, kept: kept.length, more: listed.truncated === true, threads: results });
+      return;
+    }
+    if (kept.length) process.stdout.write(`${table(['THREAD', 'KEPT BECAUSE'], kept.map((r) => [r.threadId, color.red(`${r.code ?? 'ERROR'}: ${r.error ?? ''}`.slice(0, 90))]))}\n`);
+    process.stdout.write(
+      `${results.length - kept.length} thread${results.length - kept.length === 1 ? '' : 's'} of ${owner} deleted${kept.length ? `, ${kept.length} kept (run it again)` : ''}${listed.truncated ? `; more than ${MAX_OWNER_THREADS}: run it again for the rest` : ''}\n`,
+    );
   });
 }
 
