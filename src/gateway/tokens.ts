@@ -44,9 +44,15 @@ export function tokenDigest(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
+/**
+ * The longest Authorization header read: an identity provider's JWT with many claims (groups, roles) runs
+ * to a few KiB; past this it is refused as unknown, unread.
+ */
+const MAX_AUTHORIZATION = 8 * 1024;
+
 /** `Bearer <token>` out of an Authorization header (one token, no spaces in it), else undefined. */
 export function bearerToken(authorization: string | undefined): string | undefined {
-  if (!authorization || authorization.length > 4096) return undefined;
+  if (!authorization || authorization.length > MAX_AUTHORIZATION) return undefined;
   const match = /^Bearer[ \t]+([!-~]+)[ \t]*$/i.exec(authorization);
   return match?.[1];
 }
