@@ -7,6 +7,10 @@ import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InspectionRecord } from '../src/protocol/inspection.js';
 import { startStudio, type Studio } from '../src/studio/server.js';
+import { startEmbedded } from '../src/actors/embedded.js';
+import { silentLogger } from '../src/observability/logger.js';
+import { startGateway } from '../src/gateway/index.js';
+import demoTeam from '../src/bin/demo/team.js';
 import { waitUntil } from './helpers/wait.js';
 
 let studio: Studio;
@@ -76,5 +80,27 @@ describe('studio server', () => {
     expect(json.status).toBe(409);
     expect(JSON.parse(json.body).error).toContain('--gateway');
     expect((await call('/api/inspection', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"on":true}' })).status).toBe(409);
+  });
+
+  it('chats through a gateway that asks for a token with the one it was given (--gateway-token); without it the gateway\'s 401 comes back', async () => {
+    const mesh = await startEmbedded(demoTeam, silentLogger());
+    const gateway = await startGateway({ clients: { demo: mesh.client }, tokens: { 'studio-user-token-0123': { tenant: 'demo', user: 'ada' } } });
+    const withToken = await startStudio({ mode: 'replay', tenant: 'demo', port: 0, gatewayUrl: gateway.url, gatewayToken: 'studio-user-token-0123' });
+    const without = await startStudio({ mode: 'replay', tenant: 'demo', port: 0, gatewayUrl: gateway.url });
+    try {
+      const send = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', role: 'user', messageId: 'm-studio-1', parts: [{ kind: 'text', text: 'Will it be sunny in Rome?' }] } } });
+      const post = (to: Studio) => {
+        const url = new URL('/a2a', to.url);
+        return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', origin: url.origin }, body: send });
+      };
+      const ok = await post(withToken);
+      expect(ok.status).toBe(200);
+      expect(JSON.stringify(await ok.json())).toMatch(/sunny/i);
+      expect((await post(without)).status).toBe(401);
+    } finally {
+      await Promise.all([withToken.close(), without.close()]);
+      await gateway.close();
+      await mesh.stop();
+    }
   });
 });

@@ -143,6 +143,7 @@ program
   .option('--port <n>', 'port to listen on (0: any free port)', int(0, 65_535), 8090)
   .option('--host <host>', 'address to listen on', '127.0.0.1')
   .option('--gateway <url>', 'with --nats: the A2A gateway the chat talks to (troupe gateway)')
+  .addOption(new Option('--gateway-token <token>', "with --gateway: the bearer token the chat sends (a user's token or JWT, for a gateway with --tokens or --jwt-issuer; never logged)").env('TROUPE_GATEWAY_TOKEN'))
   .action(async (...args: unknown[]) => (await import('./commands/studio.js')).studio(...(args as Parameters<typeof import('./commands/studio.js').studio>)));
 
 program

@@ -35,6 +35,8 @@ export interface StudioOptions {
   transport?: Transport;
   /** The A2A gateway's base URL; without it the chat is off. */
   gatewayUrl?: string;
+  /** A bearer token (a user's) the chat sends to a gateway that asks for one (`--tokens`, `--jwt-issuer`). */
+  gatewayToken?: string;
   /** Largest request body accepted. */
   maxBodyBytes?: number;
   /**
@@ -146,7 +148,7 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
     try {
       upstream = await fetch(new URL('/', opts.gatewayUrl), {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: req.headers.accept ?? 'application/json' },
+        headers: { 'content-type': 'application/json', accept: req.headers.accept ?? 'application/json', ...(opts.gatewayToken ? { authorization: `Bearer ${opts.gatewayToken}` } : {}) },
         body,
         signal: abort.signal,
       });

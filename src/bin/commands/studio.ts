@@ -12,7 +12,7 @@ import { connect, globals, onShutdown } from '../cli.js';
 import { studioTeam } from '../demo/studio-team.js';
 import { color, printJson } from '../output.js';
 
-export async function studio(opts: { port: number; host: string; gateway?: string }, cmd: Command): Promise<void> {
+export async function studio(opts: { port: number; host: string; gateway?: string; gatewayToken?: string }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-studio', ...(g.logLevel ? { level: g.logLevel } : { level: 'warn' }) });
   let server: Studio;
@@ -21,7 +21,15 @@ export async function studio(opts: { port: number; host: string; gateway?: strin
   if (g.nats) {
     const transport = await connect(g, 'troupe-studio', true, logger);
     try {
-      server = await startStudio({ port: opts.port, host: opts.host, mode: 'nats', tenant: g.tenant, transport, ...(gatewayUrl ? { gatewayUrl } : {}) });
+      server = await startStudio({
+        port: opts.port,
+        host: opts.host,
+        mode: 'nats',
+        tenant: g.tenant,
+        transport,
+        ...(gatewayUrl ? { gatewayUrl } : {}),
+        ...(opts.gatewayToken ? { gatewayToken: opts.gatewayToken } : {}),
+      });
     } catch (err) {
       await transport.drain().catch(() => undefined);
       throw err;
