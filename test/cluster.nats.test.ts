@@ -475,6 +475,13 @@ describe('nodes on the cluster', () => {
     }
     // The probes of the three nodes' partition checks were refused by the stream: nothing was stored.
     expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(storedBefore);
+    // What an operator sees of it: every stream and bucket with 3 replicas and a leader, and the shares.
+    const status = await runTroupe(['status', '--streams', '--json'], cluster.env, { timeoutMs: 30_000 });
+    const shown = JSON.parse(status.stdout) as { ready: boolean; checks: { partitions: { detail: string }; streams: { streams: Array<{ stream: string; replicas: number; leader?: string }> } } };
+    expect(shown.checks.streams.streams.map((s) => [s.stream, s.replicas, cluster.servers.some((srv) => srv.name === s.leader)])).toEqual(
+      ['TROUPE_IN', 'TROUPE_DLQ', 'TROUPE_ANSWERED', 'KV_troupe_threads', 'KV_troupe_leases'].map((name) => [name, 3, true]),
+    );
+    expect(shown.checks.partitions.detail).toMatch(/^64 of 64 owned by 3 nodes: /);
 
     const res = await client.send('hello cluster', { threadId: 'cluster-1', timeoutMs: 20_000 });
     expect(res.text).toBe('echo: hello cluster');

@@ -92,6 +92,21 @@ describe('probes of a node and an agent process', () => {
     expect(human.stdout).toContain(`mesh of tenant demo on ${nats.url}: ready`);
     expect(human.stdout).toMatch(/✓ partitions +8 of 8 owned by 1 node/);
     expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
+    // --streams asks JetStream, with a node's credentials; an operator's may not.
+    const streams = await runTroupe(['status', '--nats', nats.url, '--streams', '--json'], nats.env);
+    expect(streams.code, streams.stdout).toBe(0);
+    const withStreams = JSON.parse(streams.stdout) as { checks: { streams: { ok: boolean; streams: Array<{ stream: string; ok: boolean; replicas: number }> } } };
+    expect(withStreams.checks.streams.ok).toBe(true);
+    expect(withStreams.checks.streams.streams.map((s) => [s.stream, s.ok, s.replicas])).toEqual([
+      ['TROUPE_IN', true, 1],
+      ['TROUPE_DLQ', true, 1],
+      ['TROUPE_ANSWERED', true, 1],
+      ['KV_troupe_threads', true, 1],
+      ['KV_troupe_leases', true, 1],
+    ]);
+    const refused = await runTroupe(['status', '--nats', nats.url, '--streams'], asOperator);
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toMatch(/✗ streams +.*needs a node's credentials/);
   });
 
   it('troupe status and ps take only agent actors from an agent: one posing as a node (with 10^9 partitions) or listing a thread is not believed', async () => {

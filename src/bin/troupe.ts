@@ -97,6 +97,7 @@ program
   .description("is the tenant's mesh serving: NATS, the nodes and the partitions they own, the store, the agents (exit 1 when not)")
   .option('--window <ms>', 'how long to gather answers', int(10, 60_000), 500)
   .option('--partitions <n>', 'partitions the nodes should own between them (default: the count the nodes report)', int(1, 1024))
+  .option('--streams', "also Troupe's streams and buckets: replicas, leader, replicas current (needs a node's credentials: the JetStream API)")
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).status(...(args as Parameters<typeof import('./commands/inspection.js').status>)));
 
 program

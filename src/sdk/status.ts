@@ -30,7 +30,8 @@ export interface MeshCheck {
 
 export interface MeshStatus {
   ready: boolean;
-  checks: { nats: MeshCheck; partitions: MeshCheck; store: MeshCheck; agents: MeshCheck };
+  /** `streams` only when asked (`troupe status --streams`). */
+  checks: { nats: MeshCheck; partitions: MeshCheck; store: MeshCheck; agents: MeshCheck; streams?: MeshCheck };
 }
 
 export interface MeshStatusOptions {

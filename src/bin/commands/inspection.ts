@@ -4,15 +4,22 @@ import { globals, UsageError, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
 import { META } from '../../protocol/metadata.js';
 import { TroupeError } from '../../protocol/errors.js';
-import { meshStatus } from '../../sdk/status.js';
+import { meshStatus, type MeshCheck } from '../../sdk/status.js';
+import { streamsHealth, type StreamHealth } from '../../actors/stream-health.js';
+import type { NatsTransport } from '../../transport/nats.js';
+import type { NatsConnection } from '@nats-io/transport-node';
 
 const FINISHED = new Set(['completed', 'canceled', 'failed', 'rejected']);
 
 /** Is the tenant's mesh serving: one line per check, what it saw, and what to do when it fails; exit 1 when not. */
-export async function status(opts: { window: number; partitions?: number }, cmd: Command): Promise<void> {
+export async function status(opts: { window: number; partitions?: number; streams?: boolean }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
     const report = await meshStatus(client, { windowMs: opts.window, partitions: opts.partitions });
+    if (opts.streams) {
+      report.checks.streams = await streamsCheck((client.transport as NatsTransport).jetstreamConnection);
+      report.ready &&= report.checks.streams.ok;
+    }
     if (!report.ready) process.exitCode = 1;
     if (g.json) {
       printJson({ tenant: g.tenant, ...report });
@@ -23,7 +30,28 @@ export async function status(opts: { window: number; partitions?: number }, cmd:
       process.stdout.write(`  ${check.ok ? color.green('✓') : color.red('✗')} ${name.padEnd(10)} ${check.detail}\n`);
       if (check.hint) process.stdout.write(`    ${color.dim(`→ ${check.hint}`)}\n`);
     }
+    const streams = report.checks.streams?.['streams'] as StreamHealth[] | undefined;
+    if (streams?.length) {
+      process.stdout.write(`${table(['STREAM', 'REPLICAS', 'LEADER', 'MESSAGES', ''], streams.map((s) => [s.stream, s.replicas, s.leader, s.messages, s.ok ? color.green(s.detail) : color.red(s.detail)]))}\n`);
+    }
   });
+}
+
+/** `--streams`: every stream and bucket of Troupe with a leader and its replicas current. */
+async function streamsCheck(nc: NatsConnection): Promise<MeshCheck> {
+  let streams: StreamHealth[];
+  try {
+    streams = await streamsHealth(nc);
+  } catch (err) {
+    return { ok: false, detail: (err as Error).message, hint: 'run it with a node\'s credentials (--creds …/node.creds)' };
+  }
+  const bad = streams.filter((s) => !s.ok);
+  return {
+    ok: bad.length === 0,
+    streams,
+    detail: bad.length === 0 ? `${streams.length} streams and buckets, each with a leader and its replicas current` : bad.map((s) => `${s.stream}: ${s.detail}`).join('; '),
+    ...(bad.length ? { hint: 'a stream without a leader takes no writes; a lagging or offline replica is one failure from that: look at the servers (docs/cluster.md)' } : {}),
+  };
 }
 
 export async function ps(opts: { window: number }, cmd: Command): Promise<void> {
