@@ -14,7 +14,7 @@ import { registry } from '../src/observability/metrics.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { send, textOf, userText, v1Client } from './helpers/a2a.js';
-import { runTroupe } from './helpers/processes.js';
+import { ProcessGroup, runTroupe } from './helpers/processes.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
 interface Key {
@@ -199,6 +199,26 @@ describe('JWT callers', () => {
 });
 
 describe('troupe gateway with --jwt-issuer', () => {
+  it('serves the tokens of the issuer for any of its comma-separated audiences, and names the issuer when it starts', async () => {
+    const procs = new ProcessGroup();
+    try {
+      const gw = await procs.spawnTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url, '--jwt-audience', `another-api, ${AUDIENCE}`], {}, { name: 'jwt gateway', ready: /gateway listening on / });
+      expect(gw.stderr).toContain(`JWTs from ${issuer.url}`);
+      const url = /gateway listening on (http:\/\/\S+)/.exec(gw.stderr)![1]!;
+      const alice = await v1Client(url, { token: await issuer.sign({ sub: 'alice', aud: AUDIENCE }) });
+      const result = await alice.sendMessage(send(userText('Will it be sunny in Rome?')));
+      if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+      expect(textOf(result.status?.message?.parts)).toMatch(/sunny/i);
+      const other = await v1Client(url, { token: await issuer.sign({ sub: 'bob', aud: 'another-api' }) });
+      expect(await messageOf(other.getTask({ tenant: '', id: result.id }))).toMatch(/Task not found/);
+      const res = await fetch(`${url}/`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${await issuer.sign({ sub: 'eve', aud: 'a-third-api' })}` }, body: '{}' });
+      expect(res.status).toBe(401);
+    } finally {
+      await procs.stopAll();
+    }
+  });
+
+
   it('needs an audience, and an issuer whose configuration it can read: exit 2 saying what to do', async () => {
     const noAudience = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url], {});
     expect(noAudience.code).toBe(2);

@@ -193,7 +193,7 @@ program
   .option('--host <host>', 'address to listen on', '127.0.0.1')
   .option('--tokens <file>', 'JSON {"<token>": {"tenant": "<tenant>", "user": "<user>"}}: requests then need Authorization: Bearer <token>')
   .option('--jwt-issuer <url>', 'also (or only) accept JWTs from this OpenID Connect issuer: signature checked against its keys, the user from `sub`')
-  .option('--jwt-audience <aud>', "with --jwt-issuer: the audience a token must carry (this gateway's client id or API identifier)")
+  .option('--jwt-audience <aud>', "with --jwt-issuer: the audience a token must carry (this gateway's client id or API identifier; comma-separated: any one of them)")
   .option('--jwks-url <url>', "with --jwt-issuer: the issuer's keys (default: jwks_uri of its /.well-known/openid-configuration)")
   .option('--jwt-tenant-claim <claim>', 'with --jwt-issuer: the claim naming the tenant (default: every token is for --tenant)')
   .option('--jwt-user-claim <claim>', 'with --jwt-issuer: the claim naming the user', 'sub')

@@ -54,7 +54,8 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   const jwt = opts.jwtIssuer
     ? {
         issuer: opts.jwtIssuer,
-        audience: opts.jwtAudience!,
+        // Comma-separated: a token carrying any one of them passes.
+        audience: opts.jwtAudience!.split(',').map((a) => a.trim()).filter(Boolean),
         ...(opts.jwksUrl ? { jwksUrl: opts.jwksUrl } : {}),
         ...(opts.jwtTenantClaim ? { tenantClaim: opts.jwtTenantClaim } : {}),
         ...(opts.jwtUserClaim ? { userClaim: opts.jwtUserClaim } : {}),
