@@ -40,9 +40,15 @@ export interface JwtAuthOptions {
 }
 
 /** The caller a token stands for, or why it stands for nobody. */
-export type JwtOutcome =
-  | { ok: true; caller: Caller; subject: string }
-  | { ok: false; status: 401 | 403 | 503; reason: string; code: RefusalCode };
+export type JwtOutcome = { ok: true; caller: Caller; subject: string } | JwtRefusal;
+
+/** A token refused: the HTTP status, why (for the caller), and a bounded code (for the metric). */
+export interface JwtRefusal {
+  ok: false;
+  status: 401 | 403 | 503;
+  reason: string;
+  code: RefusalCode;
+}
 
 /** Why a token was refused, as a bounded label (the metric `troupe_gateway_auth_refused_total`). */
 export type RefusalCode = 'expired' | 'claim' | 'signature' | 'algorithm' | 'malformed' | 'user' | 'tenant' | 'keys_unavailable';

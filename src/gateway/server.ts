@@ -30,8 +30,8 @@ import { TroupeRequestHandler } from './handler.js';
 import { RetryingPushSender, type PushDeliveryOptions } from './push.js';
 import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
 import { MeshTaskStore } from './task-store.js';
-import { BearerTokens, bearerToken, tokenDigest, type TokenEntries } from './tokens.js';
-import { JwtAuth, looksLikeJwt, type JwtAuthOptions } from './jwt.js';
+import { BearerTokens, bearerToken, tokenDigest, type Caller, type TokenEntries } from './tokens.js';
+import { JwtAuth, looksLikeJwt, type JwtAuthOptions, type JwtRefusal } from './jwt.js';
 import { metrics } from '../observability/metrics.js';
 
 export interface GatewayOptions {
@@ -132,20 +132,26 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
   app.use(AGENT_CARD_PATHS as string[], lastModified, v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
   const serves = (tenant: string) => Object.hasOwn(opts.clients, tenant);
+  const open = (req: Request) => ({ caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` });
+  /** Who a request is for: anyone on an open gateway, a token of the file, a JWT of the issuer; or why nobody. */
+  const identify = async (req: Request): Promise<{ caller: Caller; digest: string } | JwtRefusal | undefined> => {
+    if (!authenticated) return open(req);
+    const listed = tokens?.lookup(req.headers.authorization);
+    if (listed || !jwt) return listed;
+    const bearer = bearerToken(req.headers.authorization);
+    if (!bearer || !looksLikeJwt(bearer)) return undefined;
+    const checked = await jwt.verify(bearer, serves, defaultTenant);
+    // One rate-limit bucket per user of the issuer, whichever of their tokens they send.
+    return checked.ok ? { caller: checked.caller, digest: `jwt:${tokenDigest(checked.subject)}` } : checked;
+  };
   app.use(async (req: Request, res: Response, next: NextFunction) => {
-    let who = authenticated ? tokens?.lookup(req.headers.authorization) : { caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` };
-    const bearer = who || !jwt ? undefined : bearerToken(req.headers.authorization);
-    if (jwt && bearer && looksLikeJwt(bearer)) {
-      const checked = await jwt.verify(bearer, serves, defaultTenant);
-      if (!checked.ok) {
-        metrics.gatewayAuthRefused.inc({ reason: checked.code });
-        const headers: Record<string, string> =
-          checked.status === 401 ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${checked.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` } : checked.status === 503 ? { 'retry-after': '5' } : {};
-        problem(req, res, checked.status, -32600, checked.reason, headers);
-        return;
-      }
-      // One rate-limit bucket per user of the issuer, whichever of their tokens they send.
-      who = { caller: checked.caller, digest: `jwt:${tokenDigest(checked.subject)}` };
+    const who = await identify(req);
+    if (who && 'status' in who) {
+      metrics.gatewayAuthRefused.inc({ reason: who.code });
+      const headers: Record<string, string> =
+        who.status === 401 ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${who.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` } : who.status === 503 ? { 'retry-after': '5' } : {};
+      problem(req, res, who.status, -32600, who.reason, headers);
+      return;
     }
     if (!who) {
       metrics.gatewayAuthRefused.inc({ reason: 'unknown_token' });

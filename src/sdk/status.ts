@@ -59,13 +59,14 @@ export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions =
     const listed = detail?.['partitions'];
     return Array.isArray(listed) ? listed.filter(isPartition) : undefined;
   };
-  const owned = new Set(nodeActors.flatMap((n) => partitionsOf(n.detail) ?? []));
-  const durable = nodeActors.some((n) => partitionsOf(n.detail) !== undefined);
+  const lists = nodeActors.map((n) => partitionsOf(n.detail));
+  const owned = new Set(lists.flatMap((l) => l ?? []));
+  const durable = lists.some((l) => l !== undefined);
   const counts = nodeActors.map((n) => n.detail?.['partitionCount']).filter((c): c is number => Number.isSafeInteger(c) && (c as number) >= 1 && (c as number) <= MAX_PARTITIONS);
   const reported = Math.max(0, ...counts);
   const expected = opts.partitions ?? (reported || (durable ? Math.max(0, ...owned) + 1 : 0));
   const missing = Array.from({ length: expected }, (_, p) => p).filter((p) => !owned.has(p));
-  const shares = nodeActors.map((n) => `${n.id}${partitionsOf(n.detail) ? ` (${partitionsOf(n.detail)!.length})` : ''}`).join(', ');
+  const shares = nodeActors.map((n, i) => `${n.id}${lists[i] ? ` (${lists[i].length})` : ''}`).join(', ');
   const partitions: MeshCheck = {
     ok: nodeActors.length > 0 && missing.length === 0,
     nodes: nodeActors.map((n) => n.id),
