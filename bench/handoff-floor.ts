@@ -29,7 +29,7 @@ import {
   type Message,
   type TaskArtifactUpdateEvent,
 } from '../src/protocol/index.js';
-import { DEFAULT_SANITISER_POLICY, sanitiseMessage } from '../src/security/sanitiser.js';
+import { DEFAULT_SANITISER_POLICY, sanitiseMessage } from '../src/sanitiser/sanitiser.js';
 import { userMessage } from '../src/sdk/client.js';
 import { NatsTransport, type NatsConnectOptions } from '../src/transport/nats.js';
 import type { Subscription } from '../src/transport/types.js';

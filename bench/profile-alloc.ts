@@ -12,7 +12,7 @@
  * The profiler samples one allocation per PROFILE_ALLOC_INTERVAL bytes (default 4,096) on average, so
  * the figures are estimates; two runs of the same code agree within a few per cent at 10,000 turns.
  */
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { allocationWindow, printAllocation } from './profiler.js';

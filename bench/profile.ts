@@ -7,7 +7,7 @@
  *
  * Prints turns per second; bench/PROFILE.md records the before/after of each change.
  */
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 

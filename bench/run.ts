@@ -51,7 +51,7 @@ import type { NatsConnection, Subscription } from '@nats-io/transport-node';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './machine-floor.js';
 import { durableTurnFloor, startEmbeddedTurnFloor, type DurableTurnFloor } from './turn-floor.js';
 import { silentLogger } from '../src/observability/logger.js';

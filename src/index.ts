@@ -8,7 +8,7 @@ export * from './sdk/index.js';
 // Hosting the mesh in a process of your own.
 export { TroupeNode, type NodeOptions } from './actors/node.js';
 export { AgentHost, type AgentHostOptions } from './actors/agent-host.js';
-export { startEmbedded } from './actors/embedded.js';
+export { startEmbedded } from './team/embedded.js';
 export { NatsTransport, type NatsConnectOptions } from './transport/nats.js';
 export { MemoryBus, MemoryTransport } from './transport/memory.js';
 export type { Transport } from './transport/types.js';

@@ -3,7 +3,7 @@
  * artifacts (committed with the turn), bounded in count and size.
  */
 import { describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { ARTIFACT_LIMITS, appendArtifact } from '../src/actors/threads/record.js';
 import { silentLogger } from '../src/observability/logger.js';
 import type { TaskArtifactUpdateEvent } from '../src/protocol/a2a.js';

@@ -1,5 +1,5 @@
 /**
- * team.yaml (src/config/team.ts, src/sdk/team.ts): every problem at once with file, line, column and
+ * team.yaml (src/config/team.ts, src/team/team.ts): every problem at once with file, line, column and
  * field path, an agent.yaml member's problems with its own file; the defaults of the thread machine;
  * a team.yaml and the TS module declaring the same team give the same team definition; the router is
  * built from its model block; `troupe validate` tells a team from an agent and exits 2 on problems.
@@ -13,7 +13,7 @@ import { configKindOf, loadTeamConfig, threadConfigOf, validateTeamFile } from '
 import { DEFAULT_THREAD_CONFIG } from '../src/machines/thread.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { LlmRouterPolicy } from '../src/routing/llm-policy.js';
-import { loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/sdk/team.js';
+import { loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/team/team.js';
 import { validateAgentFile } from '../src/config/agent.js';
 import { runTroupe } from './helpers/processes.js';
 

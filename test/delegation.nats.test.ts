@@ -16,7 +16,7 @@ import type { RouterDecision } from '../src/protocol/routing.js';
 import { defineAgent, reply, type AgentDefinition } from '../src/sdk/agent.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import type { RouterPolicy } from '../src/routing/scoring.js';
-import { loadYamlAgent } from '../src/sdk/team.js';
+import { loadYamlAgent } from '../src/team/team.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';

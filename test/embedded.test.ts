@@ -3,7 +3,7 @@
  * Covers what the hosts add on top of the machines: streaming, ps/inspect, passivation and rehydration.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';
 import { AgentHost } from '../src/actors/agent-host.js';

@@ -6,7 +6,7 @@
  * definition (one case worked by hand below). They agree to the last printed digit.
  */
 import { describe, expect, it } from 'vitest';
-import { bleuScore, f1Score, meteorScore, rougeLScore, squadTokens, tokens } from '../src/llm/eval/lexical.js';
+import { bleuScore, f1Score, meteorScore, rougeLScore, squadTokens, tokens } from '../src/eval/lexical.js';
 
 const CASES: Array<{ answer: string; truth: string; f1: number; bleu: number; rouge: number; meteor: number }> = [
   {

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { TaskState, type Task as SdkTask } from '@a2a-js/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { defineAgent, defineTeam, reply } from '../src/sdk/index.js';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
 import tckTeam from '../examples/tck/team.js';

@@ -1,13 +1,13 @@
 /** Handoffs through the real hosts on the embedded mesh: control passes to a specialist and comes back. */
 import { afterEach, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { ThreadEventSchema, decode, messageText, type Message, type ThreadEvent } from '../src/protocol/index.js';
 import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { META } from '../src/protocol/metadata.js';
 import type { HandoffRequest, HandoffReturnInput } from '../src/protocol/handoff.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
-import type { TeamDefinition } from '../src/sdk/team.js';
+import type { TeamDefinition } from '../src/team/team.js';
 import { subjects } from '../src/transport/subjects.js';
 import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import { waitFor } from './helpers/wait.js';

@@ -6,10 +6,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { assign, createActor, setup } from 'xstate';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import demoTeam from '../src/bin/demo/team.js';
-import { InspectionPublisher, InspectionSwitch, inspectable } from '../src/observability/inspection.js';
+import { InspectionPublisher, InspectionSwitch, inspectable } from '../src/inspection/inspection.js';
 import { applyContext, InspectionRecordSchema, type InspectionRecord } from '../src/protocol/inspection.js';
 import { encodeJson } from '../src/protocol/codec.js';
 import { MemoryBus, MemoryTransport } from '../src/transport/memory.js';

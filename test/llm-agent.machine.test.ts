@@ -9,8 +9,8 @@ import { CoverageRecorder } from './helpers/machine-coverage.js';
 import { waitFor } from './helpers/wait.js';
 import { llmAgentLogic, type LlmAgentInput, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../src/machines/llm-agent.js';
 import { llmAgentMachine, toolCallMachine } from '../src/machines/llm-agent.js';
-import type { ChatMessage, Completion, ToolCall } from '../src/llm/types.js';
-import { ModelCallError } from '../src/llm/types.js';
+import type { ChatMessage, Completion, ToolCall } from '../src/model/types.js';
+import { ModelCallError } from '../src/model/types.js';
 
 /** Every run of this file records here: the loop and the tool calls it spawns, from the inspection stream. */
 const coverage = new CoverageRecorder();

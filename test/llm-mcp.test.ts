@@ -7,7 +7,7 @@
  */
 import { resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { AgentConfigSchema, type LoadedAgentConfig } from '../src/config/agent.js';
 import { createLlmAgent, type ToolCallRecord } from '../src/llm/agent.js';
 import { mcpServers, namespacedToolName, resolveMcpServer, splitCommandLine } from '../src/llm/tools/mcp.js';

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../src/config/agent.js';
 import { createEmbeddingProvider, createProvider } from '../src/llm/providers/index.js';
-import { ModelCallError, type ChatMessage, type ToolDefinition } from '../src/llm/types.js';
+import { ModelCallError, type ChatMessage, type ToolDefinition } from '../src/model/types.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { AnthropicScriptedServer, bagOfWordsVector, EMBEDDING_DIMS, OpenAIScriptedServer } from './helpers/model-servers.js';
 

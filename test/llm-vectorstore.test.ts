@@ -9,7 +9,7 @@ import { appendFileSync, cpSync, mkdtempSync, readdirSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { AgentConfigSchema, type LoadedAgentConfig } from '../src/config/agent.js';
 import { createLlmAgent } from '../src/llm/agent.js';
 import { chunkText, detectVectorFields, flattenRecord, readSourceChunks, sourceFiles } from '../src/llm/vectorstore/source.js';

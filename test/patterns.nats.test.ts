@@ -12,7 +12,7 @@ import { defineAgent, reply, type AgentDefinition, type AgentHandler } from '../
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage, type SendResult } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
-import type { TeamDefinition } from '../src/sdk/team.js';
+import type { TeamDefinition } from '../src/team/team.js';
 import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import qaTeam, { billing, travel, weather } from '../src/bin/demo/qa-team.js';
 import { ScoringPolicy } from '../src/routing/scoring.js';

@@ -4,7 +4,7 @@
  * (appended, pruned from the front, replaced an element, started over after a reload).
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { ArrayJson, decodeRecord, encodeRecord } from '../src/store/codec.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { redact } from '../src/observability/redact.js';
-import { DIAGNOSTICS_POLICY, sanitise } from '../src/security/sanitiser.js';
+import { DIAGNOSTICS_POLICY, sanitise } from '../src/sanitiser/sanitiser.js';
 
 describe('redact (what inspect and thread show)', () => {
   it('masks secret-looking keys and values, keeps the rest', () => {

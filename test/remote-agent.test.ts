@@ -17,7 +17,7 @@ import { DefaultRequestHandler as V03RequestHandler, InMemoryTaskStore as V03Tas
 import { A2AExpressApp } from 'a2a-sdk-v03/server/express';
 import type { AgentCard as V03Card } from 'a2a-sdk-v03';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { defineAgent, defineTeam, reply, withRemoteAgents } from '../src/sdk/index.js';
 import { remoteAgent } from '../src/sdk/remote-agent.js';

@@ -14,7 +14,7 @@ import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeNode } from '../src/actors/node.js';
 import { META, type RouteStep } from '../src/protocol/metadata.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
-import { loadTeamYaml, nodeOptionsOf, type TeamDefinition } from '../src/sdk/team.js';
+import { loadTeamYaml, nodeOptionsOf, type TeamDefinition } from '../src/team/team.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';

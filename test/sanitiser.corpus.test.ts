@@ -15,7 +15,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_SANITISER_POLICY, DETECTORS, findSensitiveSpans, sanitise, type DetectorId, type ResolvedSpan } from '../src/security/sanitiser.js';
+import { DEFAULT_SANITISER_POLICY, DETECTORS, findSensitiveSpans, sanitise, type DetectorId, type ResolvedSpan } from '../src/sanitiser/sanitiser.js';
 
 interface CorpusEntry {
   id: string;

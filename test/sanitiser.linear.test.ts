@@ -8,7 +8,7 @@
  * quadratic scanner cannot do.
  */
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_SANITISER_POLICY, sanitise, type DetectorId } from '../src/security/sanitiser.js';
+import { DEFAULT_SANITISER_POLICY, sanitise, type DetectorId } from '../src/sanitiser/sanitiser.js';
 import { redact } from '../src/observability/redact.js';
 
 const MB = 1_000_000;

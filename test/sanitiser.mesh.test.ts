@@ -4,12 +4,12 @@
  * allow rules, while the thread keeps the original and the user still sees the real conversation.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { META } from '../src/protocol/metadata.js';
 import type { Message } from '../src/protocol/a2a.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
-import type { TeamDefinition } from '../src/sdk/team.js';
+import type { TeamDefinition } from '../src/team/team.js';
 import type { RouterPolicy } from '../src/routing/scoring.js';
 
 const SECRET_TEXT = 'Mail me at ada@example.com, card 4242 4242 4242 4242, password: hunter2hunter2';

@@ -14,8 +14,8 @@ import {
   sanitise,
   sanitiseMessage,
   type SanitiserPolicyInput,
-} from '../src/security/sanitiser.js';
-import { ibanChecksumValid, luhn } from '../src/security/detectors.js';
+} from '../src/sanitiser/sanitiser.js';
+import { ibanChecksumValid, luhn } from '../src/sanitiser/detectors.js';
 
 const policy = DEFAULT_SANITISER_POLICY;
 const clean = (text: string, recipientAgentId?: string, p = policy) => sanitise(text, { policy: p, recipientAgentId }).value;

@@ -14,7 +14,7 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import studioTeam from '../src/bin/demo/studio-team.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
-import { defineTeam } from '../src/sdk/team.js';
+import { defineTeam } from '../src/team/team.js';
 import { startEmbeddedStudio, type EmbeddedStudio } from '../src/studio/embedded.js';
 import { REPO_ROOT } from './helpers/nats-server.js';
 

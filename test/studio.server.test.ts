@@ -7,7 +7,7 @@ import { request } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { InspectionRecord } from '../src/protocol/inspection.js';
 import { startStudio, type Studio } from '../src/studio/server.js';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { startGateway } from '../src/gateway/index.js';
 import demoTeam from '../src/bin/demo/team.js';

@@ -8,11 +8,11 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { useGlobalTracing } from '../src/observability/tracing.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
-import { defineTeam } from '../src/sdk/team.js';
+import { defineTeam } from '../src/team/team.js';
 
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'Echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
 

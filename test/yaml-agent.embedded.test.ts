@@ -4,7 +4,7 @@
  * deltas, tools and answers; `status()` lists one loop per turn while they run.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEmbedded } from '../src/actors/embedded.js';
+import { startEmbedded } from '../src/team/embedded.js';
 import { AgentConfigSchema } from '../src/config/agent.js';
 import { createLlmAgent } from '../src/llm/agent.js';
 import { silentLogger } from '../src/observability/logger.js';

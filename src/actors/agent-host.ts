@@ -37,8 +37,8 @@ import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { META } from '../protocol/metadata.js';
-import { InspectionPublisher, InspectionSwitch, type InspectObserver } from '../observability/inspection.js';
-import { readHello } from '../observability/inspection-control.js';
+import { InspectionPublisher, InspectionSwitch, type InspectObserver } from '../inspection/inspection.js';
+import { readHello } from '../inspection/control.js';
 import { metrics, outcomeLabel } from '../observability/metrics.js';
 import { SpanKind, contextFromHeaders, endSpan, startSpan, tracing, withSpan } from '../observability/tracing.js';
 

@@ -38,7 +38,7 @@ import {
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
-import type { SanitiserPolicy } from '../security/sanitiser.js';
+import type { SanitiserPolicy } from '../sanitiser/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
@@ -48,8 +48,8 @@ import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
-import { InspectionPublisher, InspectionSwitch } from '../observability/inspection.js';
-import { answerInspectionControl, helloInspection } from '../observability/inspection-control.js';
+import { InspectionPublisher, InspectionSwitch } from '../inspection/inspection.js';
+import { answerInspectionControl, helloInspection } from '../inspection/control.js';
 import { registerNodeGauges } from '../observability/metrics.js';
 import type { CheckResult } from '../observability/probes.js';
 import { contextFromHeaders, tracing } from '../observability/tracing.js';

@@ -8,7 +8,7 @@
  * and bounded work per event.
  */
 import type { Logger } from 'pino';
-import type { AgentDirectory } from '../machines/route.js';
+import type { AgentDirectory } from '../routing/route.js';
 import {
   LIMITS,
   RegistryEventSchema,

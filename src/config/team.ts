@@ -9,7 +9,7 @@
  * file, line, column and field path. A member's agent.yaml problems are reported with its own file.
  *
  * What becomes of the settings: `threadConfigOf` (the ThreadConfig of the node) and the router options
- * of `src/routing/llm-policy.ts`; `src/sdk/team.ts` builds the TeamDefinition a node runs.
+ * of `src/routing/llm-policy.ts`; `src/team/team.ts` builds the TeamDefinition a node runs.
  */
 import { dirname, extname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';

@@ -28,7 +28,7 @@ import { userContent } from './message-content.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
-import type { ChatMessage, Completion, ModelProvider } from './types.js';
+import type { ChatMessage, Completion, ModelProvider } from '../model/types.js';
 import { metrics } from '../observability/metrics.js';
 import { SpanKind, activeContext, endSpan, startSpan, tracing } from '../observability/tracing.js';
 

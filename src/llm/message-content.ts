@@ -5,7 +5,7 @@
  * it is, a data part as JSON. A message of text parts only stays plain text.
  */
 import type { Message } from '../protocol/a2a.js';
-import type { UserContentPart } from './types.js';
+import type { UserContentPart } from '../model/types.js';
 
 /** The image types both providers accept. */
 const IMAGE_TYPES = new Set(['image/png', 'image/jpeg', 'image/gif', 'image/webp']);

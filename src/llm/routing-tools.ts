@@ -21,7 +21,7 @@ import { describeZodError } from '../protocol/errors.js';
 import { DELEGATION_STRATEGIES, type DelegateDirective } from '../protocol/delegation.js';
 import { LIMITS } from '../protocol/limits.js';
 import { SENDER, USER, type SimplifiedAgentCard } from '../protocol/routing.js';
-import type { ToolDefinition } from './types.js';
+import type { ToolDefinition } from '../model/types.js';
 
 export const ROUTE_TOOL = 'route';
 export const HANDOFF_TOOL = 'handoff';

@@ -4,7 +4,7 @@
  * fails the thread keeps the attributed join (`**agent**: text`), so a synthesis never loses an answer.
  */
 import type { SynthesisInput } from '../machines/thread.js';
-import type { ModelProvider } from './types.js';
+import type { ModelProvider } from '../model/types.js';
 
 /** Writes one answer from several; `onDelta` gets the text as it streams. */
 export type Synthesizer = (input: SynthesisInput, onDelta: (text: string) => void, signal: AbortSignal) => Promise<string>;

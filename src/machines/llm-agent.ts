@@ -20,7 +20,7 @@
  */
 import { assign, enqueueActions, fromPromise, setup, type ActorRefFrom, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { ErrorBody } from '../protocol/errors.js';
-import type { ChatMessage, Completion, ToolCall, ToolDefinition } from '../llm/types.js';
+import type { ChatMessage, Completion, ToolCall, ToolDefinition } from '../model/types.js';
 
 export const DEFAULT_MODEL_RETRIES = 3;
 export const DEFAULT_RETRY_BASE_MS = 500;

@@ -11,7 +11,7 @@
 import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../protocol/routing.js';
-import { liveAgent, routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from './route.js';
+import { liveAgent, routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from '../routing/route.js';
 
 export interface UserRouteInput {
   message: Message;

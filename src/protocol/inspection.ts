@@ -37,7 +37,7 @@ const RecordBase = {
   value: StateValueSchema,
   status: z.enum(['active', 'done', 'error', 'stopped']),
   /**
-   * The actor's context, secrets redacted and large parts cut (see observability/inspection.ts). Always on
+   * The actor's context, secrets redacted and large parts cut (see inspection/inspection.ts). Always on
    * an `actor` record; a snapshot record carries changes instead (or a consumer's own merge, see below).
    */
   context: z.unknown().optional(),

@@ -9,7 +9,7 @@
  * that a retry cannot fix (400, 401, 403, 404, 422...), the policy throws ROUTER_FAILURE saying what went wrong.
  */
 import { RouterDecisionSchema, TroupeError, describeZodError, type AgentCard, type RouterDecision } from '../protocol/index.js';
-import type { ModelProvider } from '../llm/types.js';
+import type { ModelProvider } from '../model/types.js';
 import { routingText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './scoring.js';
 
 /**

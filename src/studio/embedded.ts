@@ -3,10 +3,10 @@
  * with inspection on, an A2A gateway on a free loopback port for the chat, and the studio server following
  * the mesh's bus as an operator would follow NATS.
  */
-import { startEmbedded } from '../actors/embedded.js';
+import { startEmbedded } from '../team/embedded.js';
 import { skillsOfAgents, startGateway } from '../gateway/index.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
-import type { TeamDefinition } from '../sdk/team.js';
+import type { TeamDefinition } from '../team/team.js';
 import { MemoryTransport } from '../transport/memory.js';
 import { startStudio, type Studio } from './server.js';
 

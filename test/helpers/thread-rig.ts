@@ -11,7 +11,7 @@ import type { RouterDecision } from '../../src/protocol/routing.js';
 import type { AgentReply } from '../../src/protocol/wire.js';
 import { agentCallMachine, type AgentRequestInput, type AgentRequestOutput } from '../../src/machines/agent-call.js';
 import { orchestrationMachine } from '../../src/machines/orchestration.js';
-import type { AgentDirectory } from '../../src/machines/route.js';
+import type { AgentDirectory } from '../../src/routing/route.js';
 import { routerMachine, type PolicyInput } from '../../src/machines/router.js';
 import { threadMachine, type ThreadConfig, type ThreadStatusEmitted } from '../../src/machines/thread.js';
 import type { SynthesisInput, SynthesisOutput } from '../../src/machines/thread.js';

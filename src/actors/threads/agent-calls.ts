@@ -16,7 +16,7 @@ import { LIMITS } from '../../protocol/limits.js';
 import { META } from '../../protocol/metadata.js';
 import { USER, supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
 import type { Message, Task } from '../../protocol/a2a.js';
-import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../security/sanitiser.js';
+import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../sanitiser/sanitiser.js';
 import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
 import { parseAgentChunks, subjects } from '../../transport/subjects.js';

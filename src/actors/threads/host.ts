@@ -36,9 +36,9 @@ import type { InboundMessage, Subscription, Transport } from '../../transport/ty
 import { isValidId } from '../../protocol/ids.js';
 import type { AfterAck } from '../../transport/jetstream/ingress.js';
 import { silentLogger } from '../../observability/logger.js';
-import type { SanitiserPolicy } from '../../security/sanitiser.js';
+import type { SanitiserPolicy } from '../../sanitiser/sanitiser.js';
 import type { Synthesizer } from '../../llm/synthesis.js';
-import { InspectionPublisher, InspectionSwitch } from '../../observability/inspection.js';
+import { InspectionPublisher, InspectionSwitch } from '../../inspection/inspection.js';
 import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';

@@ -10,7 +10,7 @@ import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../p
 import { ArrayJson, arrayJsonText, historyChecked } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { ThreadConfig } from '../../machines/thread.js';
-import type { AgentDirectory } from '../../machines/route.js';
+import type { AgentDirectory } from '../../routing/route.js';
 import type { DormantThread, LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';

@@ -9,7 +9,7 @@ import { installProcessGuards } from '../../observability/guard.js';
 import { natsCheck } from '../../observability/probes.js';
 import type { AgentDefinition } from '../../sdk/agent.js';
 import { remoteAgent } from '../../sdk/remote-agent.js';
-import { loadModule } from '../../sdk/team.js';
+import { loadModule } from '../../team/team.js';
 import { connect, globals, onShutdown, startObservability, UsageError } from '../cli.js';
 import { color } from '../output.js';
 

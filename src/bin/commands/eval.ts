@@ -7,7 +7,7 @@
  */
 import type { Command } from 'commander';
 import { loadAgentConfig } from '../../config/agent.js';
-import type { CaseResult, EvalReport, MetricResult } from '../../llm/eval/run.js';
+import type { CaseResult, EvalReport, MetricResult } from '../../eval/run.js';
 import { createLogger } from '../../observability/logger.js';
 import { connect, globals, principalOf } from '../cli.js';
 import { color, printJson, table } from '../output.js';
@@ -75,7 +75,7 @@ export function formatReport(report: EvalReport): string {
 export async function evaluate(file: string, opts: { case?: string; timeout: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const loaded = loadAgentConfig(file);
-  const { runEvaluation } = await import('../../llm/eval/run.js');
+  const { runEvaluation } = await import('../../eval/run.js');
   const logger = createLogger({ name: 'troupe-eval', level: g.logLevel ?? 'warn' });
   const transport = g.nats ? await connect(g, `troupe-eval-${loaded.config.name}`) : undefined;
   const progress = !g.json && process.stderr.isTTY;

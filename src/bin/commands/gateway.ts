@@ -1,13 +1,13 @@
 /** `troupe gateway`: serve the mesh to A2A clients over HTTP(S), with operator diagnostics. */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { startEmbedded } from '../../actors/embedded.js';
+import { startEmbedded } from '../../team/embedded.js';
 import { loadTokens, skillsOfAgents, startGateway, type Caller, type GatewayOptions } from '../../gateway/index.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { natsCheck } from '../../observability/probes.js';
 import { TroupeClient } from '../../sdk/client.js';
-import { defineTeam, loadModule, type TeamDefinition } from '../../sdk/team.js';
+import { defineTeam, loadModule, type TeamDefinition } from '../../team/team.js';
 import { connect, globals, onShutdown, startObservability, principalOf, UsageError } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color, printJson } from '../output.js';

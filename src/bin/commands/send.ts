@@ -1,7 +1,7 @@
 /** `troupe send <text>`: one turn as the user, with the streamed answer and the route it took. */
 import { startTracing } from '../../observability/tracing.js';
 import type { Command } from 'commander';
-import { startEmbedded } from '../../actors/embedded.js';
+import { startEmbedded } from '../../team/embedded.js';
 import { META, type RouteStep } from '../../protocol/metadata.js';
 import { silentLogger } from '../../observability/logger.js';
 import type { ThreadEvent } from '../../protocol/a2a.js';

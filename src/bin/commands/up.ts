@@ -1,12 +1,12 @@
 /** `troupe up`: a node (router + threads); without --nats, an in-process mesh with a team. */
 import type { Command } from 'commander';
 import { AgentHost } from '../../actors/agent-host.js';
-import { startEmbedded } from '../../actors/embedded.js';
+import { startEmbedded } from '../../team/embedded.js';
 import { TroupeNode } from '../../actors/node.js';
 import { createLogger } from '../../observability/logger.js';
 import { installProcessGuards } from '../../observability/guard.js';
 import { natsCheck } from '../../observability/probes.js';
-import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../sdk/team.js';
+import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../team/team.js';
 import { KvThreadStore } from '../../store/kv.js';
 import { connect, globals, onShutdown, startObservability } from '../cli.js';
 import demoTeam from '../demo/team.js';

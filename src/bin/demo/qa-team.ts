@@ -3,7 +3,7 @@
  * agents in parallel and the answers are aggregated; a vague one gets a clarifying question.
  */
 import { defineAgent, reply } from '../../sdk/agent.js';
-import { defineTeam } from '../../sdk/team.js';
+import { defineTeam } from '../../team/team.js';
 import { ScoringPolicy } from '../../routing/scoring.js';
 
 export const weather = defineAgent({

@@ -1,7 +1,7 @@
 /** `npm start`: demo teams on the embedded mesh, playing conversations that show routing, fan-out and handoff. */
-import { startEmbedded } from '../../actors/embedded.js';
+import { startEmbedded } from '../../team/embedded.js';
 import { silentLogger } from '../../observability/logger.js';
-import type { TeamDefinition } from '../../sdk/team.js';
+import type { TeamDefinition } from '../../team/team.js';
 import { handoffTeam } from './handoff-team.js';
 import qaTeam from './qa-team.js';
 import demoTeam from './team.js';
@@ -68,7 +68,7 @@ const LLM_ENV_HELP =
 async function llmScenes(): Promise<Scene[]> {
   const { createProvider } = await import('../../llm/providers/index.js');
   const { LlmRouterPolicy } = await import('../../routing/llm-policy.js');
-  const { loadYamlAgent } = await import('../../sdk/team.js');
+  const { loadYamlAgent } = await import('../../team/team.js');
   const { fileURLToPath } = await import('node:url');
   const model = process.env.TROUPE_DEMO_MODEL?.trim() || 'gpt-4o-mini';
   const provider = createProvider({ provider: 'openai', name: model, temperature: 0.3, max_tokens: 500 }, { where: 'the demo router (--llm)', timeoutMs: 30_000 });

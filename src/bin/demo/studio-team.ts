@@ -3,7 +3,7 @@
  * specialists beside it, so one mesh shows routes, streaming and a handoff. Entry agent: triage; address
  * `main` to see a handoff ("build a skill").
  */
-import { defineTeam } from '../../sdk/team.js';
+import { defineTeam } from '../../team/team.js';
 import demoTeam, { researcher, triage, writer } from './team.js';
 import { main, skills } from './handoff-team.js';
 

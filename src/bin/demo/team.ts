@@ -6,7 +6,7 @@
  * - writer streams a short answer to the user.
  */
 import { defineAgent, reply } from '../../sdk/agent.js';
-import { defineTeam } from '../../sdk/team.js';
+import { defineTeam } from '../../team/team.js';
 
 const INTENT = 'demo/intent';
 

@@ -7,7 +7,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import type { ContentBlockParam, MessageCreateParamsStreaming, MessageParam, RawMessageStreamEvent, ToolResultBlockParam } from '@anthropic-ai/sdk/resources/messages';
 import type { ModelConfig } from '../../config/agent.js';
-import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason } from '../types.js';
+import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason } from '../../model/types.js';
 import { toModelCallError } from './errors.js';
 
 /** Anthropic requires max_tokens; this is used when the agent.yaml does not set it. */

@@ -5,7 +5,7 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { ModelCallError } from '../types.js';
+import { ModelCallError } from '../../model/types.js';
 
 const RETRYABLE_STATUS = new Set([408, 409, 429]);
 

@@ -9,7 +9,7 @@
  */
 import type { ModelConfig } from '../../config/agent.js';
 import { TroupeError } from '../../protocol/errors.js';
-import type { EmbeddingProvider, ModelProvider } from '../types.js';
+import type { EmbeddingProvider, ModelProvider } from '../../model/types.js';
 import { AnthropicProvider } from './anthropic.js';
 import { OpenAIProvider } from './openai.js';
 

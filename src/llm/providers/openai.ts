@@ -7,7 +7,7 @@
 import OpenAI, { AzureOpenAI } from 'openai';
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { ModelConfig } from '../../config/agent.js';
-import type { ChatMessage, Completion, CompletionRequest, EmbeddingProvider, ModelProvider, StopReason, ToolCall } from '../types.js';
+import type { ChatMessage, Completion, CompletionRequest, EmbeddingProvider, ModelProvider, StopReason, ToolCall } from '../../model/types.js';
 import { toModelCallError } from './errors.js';
 
 export interface OpenAIProviderOptions {

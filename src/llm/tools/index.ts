@@ -5,7 +5,7 @@
  */
 import type { LoadedAgentConfig, ModelConfig } from '../../config/agent.js';
 import { TroupeError } from '../../protocol/errors.js';
-import type { EmbeddingProvider, ModelProvider } from '../types.js';
+import type { EmbeddingProvider, ModelProvider } from '../../model/types.js';
 import { functionTool } from './function.js';
 import { mcpTools, type McpConnection, type McpServerStatus } from './mcp.js';
 import { promptTool } from './prompt.js';

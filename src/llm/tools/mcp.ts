@@ -29,7 +29,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import type { McpToolConfig } from '../../config/agent.js';
 import { TroupeError } from '../../protocol/errors.js';
-import type { JsonSchemaObject } from '../types.js';
+import type { JsonSchemaObject } from '../../model/types.js';
 import { toResultText, type RunnableTool } from './types.js';
 
 /** How Troupe introduces itself in the MCP handshake. */

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import type { ParameterConfig } from '../../config/agent.js';
 import { describeZodError } from '../../protocol/errors.js';
-import type { JsonSchemaObject } from '../types.js';
+import type { JsonSchemaObject } from '../../model/types.js';
 
 const JSON_TYPES: Record<ParameterConfig['type'], Record<string, unknown>> = {
   str: { type: 'string' },

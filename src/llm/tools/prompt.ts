@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { ModelConfig, PromptToolConfig } from '../../config/agent.js';
-import type { ModelProvider } from '../types.js';
+import type { ModelProvider } from '../../model/types.js';
 import { parametersSchema } from './parameters.js';
 import { toResultText, type RunnableTool } from './types.js';
 

@@ -1,5 +1,5 @@
 /** A tool the model can call: its definition (name, description, JSON Schema) and how to run it. */
-import type { ToolDefinition } from '../types.js';
+import type { ToolDefinition } from '../../model/types.js';
 
 export interface ToolRunContext {
   signal: AbortSignal;

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import type { VectorstoreToolConfig } from '../../config/agent.js';
 import { describeZodError, TroupeError } from '../../protocol/errors.js';
-import type { EmbeddingProvider } from '../types.js';
+import type { EmbeddingProvider } from '../../model/types.js';
 import { acquireVectorIndex, MAX_TOP_K, type VectorIndex } from '../vectorstore/index.js';
 import { readSourceChunks, sourceFiles, sourceHash } from '../vectorstore/source.js';
 import type { RunnableTool } from './types.js';

@@ -14,7 +14,7 @@
  */
 import { mkdirSync } from 'node:fs';
 import type { Connection, Table } from '@lancedb/lancedb';
-import type { EmbeddingProvider } from '../types.js';
+import type { EmbeddingProvider } from '../../model/types.js';
 import type { SourceChunk } from './source.js';
 import type { SearchResult } from './types.js';
 

@@ -13,7 +13,7 @@ import { readDelegateDirective, type DelegationResults } from '../../protocol/de
 import type { ErrorBody } from '../../protocol/errors.js';
 import { META, RESULT_META, type RouteStep } from '../../protocol/metadata.js';
 import type { OrchestrationInput, OrchestrationOutput } from '../orchestration.js';
-import { liveAgent } from '../route.js';
+import { liveAgent } from '../../routing/route.js';
 import { ROUTE_LOG_LIMIT, prune } from './messages.js';
 import { threadWithTurns } from './turn.js';
 import type { ThreadContext, TurnDelegation } from './types.js';

@@ -14,7 +14,7 @@ import { META, type RouteStep } from '../../protocol/metadata.js';
 import { CLIENT_ROUTING_URI, USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import { endsHandoff, handoffEventsForTargetReply, handoffFailedEvent, type HandoffEvent, type HandoffOutput } from '../handoff.js';
-import { liveAgent } from '../route.js';
+import { liveAgent } from '../../routing/route.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage, userOf } from './messages.js';
 import { threadBase } from './setup.js';
 import type { ThreadContext } from './types.js';

@@ -12,7 +12,7 @@ import type { TaskState } from '../../protocol/a2a.js';
 import { USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
-import type { RouteDecision } from '../route.js';
+import type { RouteDecision } from '../../routing/route.js';
 import type { RouterInput } from '../router.js';
 import { replyDecision, threadSetup, userDecisionWithoutPolicy, userRouterInput } from './routing.js';
 import { delegationOrchestrationInput } from './delegation.js';

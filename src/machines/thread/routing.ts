@@ -5,7 +5,7 @@
 import { assign, emit, enqueueActions } from 'xstate';
 import { META, type RouteStep } from '../../protocol/metadata.js';
 import { USER } from '../../protocol/routing.js';
-import { routeReply, type RouteDecision } from '../route.js';
+import { routeReply, type RouteDecision } from '../../routing/route.js';
 import { decideWithoutPolicy, type RouterInput } from '../router.js';
 import type { Message } from '../../protocol/a2a.js';
 import { withHandoffContext } from './handoff.js';

@@ -6,7 +6,7 @@ import type { Message, TaskState } from '../../protocol/a2a.js';
 import type { ErrorBody } from '../../protocol/errors.js';
 import type { HandoffRequest } from '../../protocol/handoff.js';
 import type { RouteStep } from '../../protocol/metadata.js';
-import type { AgentDirectory } from '../route.js';
+import type { AgentDirectory } from '../../routing/route.js';
 import type { HandoffOutput } from '../handoff.js';
 import type { OrchestrationStrategy } from '../orchestration.js';
 

@@ -14,8 +14,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, extname, join, resolve } from 'node:path';
-import type { FileInput } from '../../config/agent.js';
-import type { Part } from '../../protocol/a2a.js';
+import type { FileInput } from '../config/agent.js';
+import type { Part } from '../protocol/a2a.js';
 
 export const MAX_FILE_BYTES = 10 * 1024 * 1024;
 const IMAGE_TYPES: Record<string, string> = { '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.gif': 'image/gif', '.webp': 'image/webp' };

@@ -19,7 +19,7 @@ import { machineJson } from '../machines/graph.js';
 import { encodeJson } from '../protocol/codec.js';
 import { INSPECTION_VERSION, type InspectionActorRecord, type InspectionRecord, type InspectionSnapshotRecord } from '../protocol/inspection.js';
 import type { Transport } from '../transport/types.js';
-import { redact } from './redact.js';
+import { redact } from '../observability/redact.js';
 
 /** Which actors a process inspects: all of them, or the actors of some threads. */
 export class InspectionSwitch {

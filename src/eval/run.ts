@@ -18,20 +18,20 @@
  * The report says what every case got; `ok` is false when any case failed (not for soft failures).
  */
 import { randomUUID } from 'node:crypto';
-import { MODEL_JUDGED_METRICS, type AgentConfig, type LoadedAgentConfig, type MetricConfig, type ModelConfig, type TestCase } from '../../config/agent.js';
-import { AgentHost } from '../../actors/agent-host.js';
-import { startEmbedded } from '../../actors/embedded.js';
-import type { Logger } from '../../observability/logger.js';
-import type { Message, Part } from '../../protocol/a2a.js';
-import { CLIENT_ROUTING_URI } from '../../protocol/routing.js';
-import { LIMITS } from '../../protocol/limits.js';
-import { TroupeError } from '../../protocol/errors.js';
-import { TroupeClient } from '../../sdk/client.js';
-import type { AgentDefinition } from '../../sdk/agent.js';
-import type { Transport } from '../../transport/types.js';
-import { createLlmAgent, type ToolCallRecord } from '../agent.js';
-import { createProvider } from '../providers/index.js';
-import type { ModelProvider } from '../types.js';
+import { MODEL_JUDGED_METRICS, type AgentConfig, type LoadedAgentConfig, type MetricConfig, type ModelConfig, type TestCase } from '../config/agent.js';
+import { AgentHost } from '../actors/agent-host.js';
+import { startEmbedded } from '../team/embedded.js';
+import type { Logger } from '../observability/logger.js';
+import type { Message, Part } from '../protocol/a2a.js';
+import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
+import { LIMITS } from '../protocol/limits.js';
+import { TroupeError } from '../protocol/errors.js';
+import { TroupeClient } from '../sdk/client.js';
+import type { AgentDefinition } from '../sdk/agent.js';
+import type { Transport } from '../transport/types.js';
+import { createLlmAgent, type ToolCallRecord } from '../llm/agent.js';
+import { createProvider } from '../llm/providers/index.js';
+import type { ModelProvider } from '../model/types.js';
 import { attachFiles, CaseInputError } from './files.js';
 import { judge, type JudgedMetric } from './judge.js';
 import { LEXICAL_SCORERS } from './lexical.js';

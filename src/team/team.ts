@@ -4,11 +4,11 @@ import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from '../machines/thread.js'
 import { configKindOf, loadTeamConfig, routerPromptsOf, threadConfigOf, DEFAULT_ROUTER_MAX_TOKENS, DEFAULT_ROUTER_TEMPERATURE } from '../config/team.js';
 import { TroupeError } from '../protocol/errors.js';
 import type { RouterPolicy } from '../routing/scoring.js';
-import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../security/sanitiser.js';
+import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../sanitiser/sanitiser.js';
 import type { LlmAgentOptions } from '../llm/agent.js';
 import type { Synthesizer } from '../llm/synthesis.js';
-import { isAgentDefinition, type AgentDefinition } from './agent.js';
-import { isRemoteAgentRef, resolveRemoteAgents, type RemoteAgentRef } from './remote-agent.js';
+import { isAgentDefinition, type AgentDefinition } from '../sdk/agent.js';
+import { isRemoteAgentRef, resolveRemoteAgents, type RemoteAgentRef } from '../sdk/remote-agent.js';
 
 export interface TeamDefinition {
   /** The team's id (team.yaml `id`). */
@@ -27,7 +27,7 @@ export interface TeamDefinition {
   synthesizer?: Synthesizer;
   /**
    * What agents may see of what other agents pass them (routed messages, handoffs, fan-out inputs):
-   * a policy (src/security/sanitiser.ts), `false` for none. Default: mask every detector on those paths.
+   * a policy (src/sanitiser/sanitiser.ts), `false` for none. Default: mask every detector on those paths.
    */
   sanitiser?: SanitiserPolicyInput | false;
 }

@@ -1,9 +1,9 @@
 /** An in-process mesh: a node and a team's agents on one memory bus (the embedded default). */
-import { AgentHost } from './agent-host.js';
+import { AgentHost } from '../actors/agent-host.js';
 import { TroupeClient } from '../sdk/client.js';
 import type { Logger } from '../observability/logger.js';
-import { TroupeNode } from './node.js';
-import { nodeOptionsOf, type TeamDefinition } from '../sdk/team.js';
+import { TroupeNode } from '../actors/node.js';
+import { nodeOptionsOf, type TeamDefinition } from './team.js';
 import { MemoryBus, MemoryTransport } from '../transport/memory.js';
 
 /** `opts.inspect`: the node and the agents publish inspection records from the start (the studio). */

@@ -14,8 +14,8 @@
  * (default 60 s); an attempt that fails — the model errs, times out, or gives no score on the scale — is
  * tried again up to `retry_on_failure` more times before the metric errs.
  */
-import type { MetricConfig } from '../../config/agent.js';
-import type { ModelProvider } from '../types.js';
+import type { MetricConfig } from '../config/agent.js';
+import type { ModelProvider } from '../model/types.js';
 
 export const DEFAULT_JUDGE_TIMEOUT_MS = 60_000;
 /** Context beyond this is cut before it goes to the judge. */
