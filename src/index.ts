@@ -4,6 +4,7 @@
  */
 // Writing agents and talking to the mesh.
 export * from './sdk/index.js';
+export { defineTeam, loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, withRemoteAgents, type TeamDefinition, type TeamInput } from './team/team.js';
 
 // Hosting the mesh in a process of your own.
 export { TroupeNode, type NodeOptions } from './actors/node.js';
@@ -23,8 +24,10 @@ export { serveMetrics, type MetricsServer } from './observability/metrics.js';
 export { Readiness, natsCheck, type Check, type CheckResult, type ReadinessReport } from './observability/probes.js';
 
 // Router policies.
-export { ScoringPolicy, type RouterPolicy, type RouterPolicyInput } from './routing/scoring.js';
-export { LlmRouterPolicy, DEFAULT_ROUTER_PROMPTS, type LlmRouterPolicyOptions, type RouterPrompts } from './routing/llm-policy.js';
+export { ScoringPolicy } from './routing/scoring.js';
+export type { RouterPolicy, RouterPolicyInput } from './routing/policy.js';
+export { LlmRouterPolicy, type LlmRouterPolicyOptions } from './routing/llm-policy.js';
+export { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './config/router-prompts.js';
 export { modelSynthesizer, DEFAULT_SYNTHESIS_PROMPT, type Synthesizer } from './llm/synthesis.js';
 export { validateTeamFile, loadTeamConfig, type TeamConfig } from './config/team.js';
 export type { ThreadConfig, RouteStep } from './machines/thread.js';

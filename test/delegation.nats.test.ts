@@ -15,7 +15,7 @@ import { RESULT_META } from '../src/protocol/metadata.js';
 import type { RouterDecision } from '../src/protocol/routing.js';
 import { defineAgent, reply, type AgentDefinition } from '../src/sdk/agent.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
-import type { RouterPolicy } from '../src/routing/scoring.js';
+import type { RouterPolicy } from '../src/routing/policy.js';
 import { loadYamlAgent } from '../src/team/team.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_CONFIDENCE_THRESHOLD } from '../src/routing/policy.js';
 import {
-  DEFAULT_CONFIDENCE_THRESHOLD,
   ScoringPolicy,
   evidenceStrength,
   dominance,

@@ -10,7 +10,7 @@ import { META } from '../src/protocol/metadata.js';
 import type { Message } from '../src/protocol/a2a.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import type { TeamDefinition } from '../src/team/team.js';
-import type { RouterPolicy } from '../src/routing/scoring.js';
+import type { RouterPolicy } from '../src/routing/policy.js';
 
 const SECRET_TEXT = 'Mail me at ada@example.com, card 4242 4242 4242 4242, password: hunter2hunter2';
 

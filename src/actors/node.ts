@@ -16,7 +16,7 @@ import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { ThreadConfig } from '../machines/thread.js';
-import type { RouterPolicy } from '../routing/scoring.js';
+import type { RouterPolicy } from '../routing/policy.js';
 import {
   ClientListRequestSchema,
   ClientThreadRequestSchema,

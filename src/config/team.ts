@@ -14,9 +14,8 @@
 import { dirname, extname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import type { ThreadConfig } from '../machines/thread/types.js';
-import { DEFAULT_THREAD_CONFIG } from '../machines/thread/types.js';
-import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from '../routing/llm-policy.js';
+import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from './thread.js';
+import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './router-prompts.js';
 import { ModelConfigSchema, validateAgentFile } from './agent.js';
 import { ConfigError, loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment } from './load.js';
 

@@ -29,8 +29,9 @@ import type { ErrorCode } from '../protocol/errors.js';
 import { META } from '../protocol/metadata.js';
 import { USER, type RouterDecision } from '../protocol/routing.js';
 import { agentCallMachine, type AgentCallInput, type AgentCallOutput } from './agent-call.js';
+import type { OrchestrationStrategy } from '../config/thread.js';
 
-export type OrchestrationStrategy = 'parallel' | 'sequential' | 'first_success';
+export type { OrchestrationStrategy };
 
 export interface OrchestrationInput {
   decision: RouterDecision;

@@ -3,7 +3,7 @@ import { resolve } from 'node:path';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from '../machines/thread.js';
 import { configKindOf, loadTeamConfig, routerPromptsOf, threadConfigOf, DEFAULT_ROUTER_MAX_TOKENS, DEFAULT_ROUTER_TEMPERATURE } from '../config/team.js';
 import { TroupeError } from '../protocol/errors.js';
-import type { RouterPolicy } from '../routing/scoring.js';
+import type { RouterPolicy } from '../routing/policy.js';
 import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../sanitiser/sanitiser.js';
 import type { LlmAgentOptions } from '../llm/agent.js';
 import type { Synthesizer } from '../llm/synthesis.js';

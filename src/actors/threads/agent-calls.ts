@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { toErrorBody, type AgentRequestInput } from '../../machines/agent-call.js';
 import type { PolicyInput } from '../../machines/router.js';
-import type { RouterPolicy } from '../../routing/scoring.js';
+import type { RouterPolicy } from '../../routing/policy.js';
 import { TaskArtifactUpdateEventSchema, type TaskArtifactUpdateEvent } from '../../protocol/a2a.js';
 import { TroupeError } from '../../protocol/errors.js';
 import { HEADERS, scopedMessageKey } from '../../protocol/headers.js';

@@ -21,7 +21,7 @@ import { agentCallMachine, type AgentRequestInput, type AgentRequestOutput } fro
 import { routerMachine, type PolicyInput } from '../../machines/router.js';
 import { orchestrationMachine } from '../../machines/orchestration.js';
 import { DEFAULT_THREAD_CONFIG, threadMachine, taskStateOf, type SynthesisInput, type SynthesisOutput, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
-import type { RouterPolicy } from '../../routing/scoring.js';
+import type { RouterPolicy } from '../../routing/policy.js';
 import { TERMINAL_TASK_STATES, type Message, type Task, type TaskArtifactUpdateEvent, type TaskState, type TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import { TroupeError } from '../../protocol/errors.js';
 import { META, answerIn, rejectionEvent } from '../../protocol/metadata.js';

@@ -1,0 +1,67 @@
+/**
+ * A thread's configuration, as team.yaml sets it and the thread machine reads it, with its defaults.
+ */
+export type OrchestrationStrategy = 'parallel' | 'sequential' | 'first_success';
+
+export interface ThreadConfig {
+  entryAgent: string;
+  maxHops: number;
+  historyLimit: number;
+  agentTimeoutMs: number;
+  retries: number;
+  retryDelayMs: number;
+  usePolicy: boolean;
+  threshold: number;
+  maxAttempts: number;
+  fallbackAgent?: string;
+  /** The route reason when the fallback agent answers (`{{attempts}}`, `{{error}}`, `{{agent}}`). */
+  fallbackReasonTemplate?: string;
+  /** What the user is asked when the router is unsure; may say `{{candidate}}`, `{{confidence}}`, `{{reasoning}}`. */
+  clarifyText: string;
+  /** Earlier messages of the thread the router policy sees besides the new one (default 10). */
+  routerHistoryMessages?: number;
+  /** Longest a handoff may hold the thread before control returns to its source. */
+  handoffMaxDurationMs: number;
+  /**
+   * What the team lets its agents do, beyond what their cards say (both must allow it). Each list names the
+   * agents allowed; absent, every agent is. A denied action ends the turn with HANDOFF_NOT_ALLOWED or
+   * DELEGATION_NOT_ALLOWED, logged and shown to the user.
+   */
+  permissions?: {
+    /** Agents that may start a handoff. */
+    handoffInitiate?: string[];
+    /** Agents that may be handed a conversation. */
+    handoffAccept?: string[];
+    /** Agents that may delegate to others. */
+    delegate?: string[];
+  };
+  /** How a decision naming several agents fans out. */
+  orchestration: {
+    strategy: OrchestrationStrategy;
+    maxParallelAgents: number;
+    fallbackMessage?: string;
+    partialFailureTemplate?: string;
+    /**
+     * How several answers become one: `join` (default) attributes each (`**agent**: text`); `synthesis`
+     * has the team's model write one answer from them (streamed), the join when the model fails.
+     */
+    aggregation?: 'join' | 'synthesis';
+  };
+}
+
+export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
+
+export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
+  entryAgent: 'triage',
+  maxHops: 10,
+  historyLimit: 50,
+  agentTimeoutMs: 30_000,
+  retries: 2,
+  retryDelayMs: 1_000,
+  usePolicy: false,
+  threshold: 0.7,
+  maxAttempts: 3,
+  clarifyText: "I'm not sure which of our agents should take this. Could you say a bit more about what you need?",
+  orchestration: { strategy: 'parallel', maxParallelAgents: 3 },
+  handoffMaxDurationMs: 10 * 60_000,
+};
