@@ -3,11 +3,13 @@
  * in its `# expect:` lines) gives exactly its problems, with file, line, column and field path, in phase
  * order; the valid fixtures and the examples load; `troupe validate` prints them and exits 2.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { definedNames, loadAgentConfig, validateAgentFile } from '../src/config/agent.js';
-import { ConfigError, formatProblem } from '../src/config/load.js';
+import { appliedDefaults, definedNames, loadAgentConfig, metricThreshold, testCaseName, validateAgentFile } from '../src/config/agent.js';
+import { parseTemplate, renderTemplate } from '../src/config/template.js';
+import { ConfigError, formatProblem, type ConfigProblem } from '../src/config/load.js';
 import { REPO_ROOT } from './helpers/nats-server.js';
 import { runTroupe } from './helpers/processes.js';
 
@@ -40,10 +42,13 @@ describe('invalid agent.yaml files', () => {
     const file = relative(REPO_ROOT, join(INVALID, f));
     const { problems, loaded } = validateAgentFile(join(INVALID, f), ENV);
     expect(loaded).toBeUndefined();
-    expect(problems.map((p) => `${p.line}:${p.column} ${p.path}: ${p.message}`)).toEqual(expectations(f));
+    // A problem inside another file (a prompt template's) names that file, relative to the agent.yaml.
+    const where = (p: ConfigProblem) => (p.file === join(INVALID, f) ? '' : `${relative(INVALID, p.file)}:`);
+    expect(problems.map((p) => `${where(p)}${p.line}:${p.column} ${p.path}: ${p.message}`)).toEqual(expectations(f));
     // The full line names the file as it was given.
     const named = validateAgentFile(file, ENV).problems.map(formatProblem);
-    expect(named[0]).toBe(`${file}:${expectations(f)[0]}`);
+    const first = expectations(f)[0]!;
+    expect(named[0]).toBe(/^\d/.test(first) ? `${file}:${first}` : join(dirname(file), first));
   });
 
   it('quote the ${VAR} text of a value from the environment, never the value', () => {
@@ -96,11 +101,71 @@ describe('valid agent.yaml files', () => {
     ]);
   });
 
+  it('takes what seed 002 allows: a 100-character name, unnamed test cases and metrics without a threshold, with their defaults', () => {
+    const { problems, warnings, loaded } = validateAgentFile(join(VALID, 'seed-defaults.yaml'), ENV);
+    expect(problems.map(formatProblem)).toEqual([]);
+    const config = loaded!.config;
+    expect(config.name).toHaveLength(100);
+    expect(config.test_cases!.map((tc, i) => testCaseName(tc, i))).toEqual(['case 1', 'japan', 'case 3']);
+    // Judged: the middle of the scale, rounded up (3 of 1–5, 6 of 1–10); lexical: 0.5; a threshold given stays.
+    expect(config.evaluations!.metrics.map((m) => [m.metric, metricThreshold(m)])).toEqual([
+      ['relevance', 3],
+      ['groundedness', 6],
+      ['f1_score', 0.5],
+      ['rouge', 0.3],
+    ]);
+    expect(appliedDefaults(config)).toEqual([
+      { path: 'evaluations.metrics[0].threshold', message: 'relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)' },
+      { path: 'evaluations.metrics[1].threshold', message: 'groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)' },
+      { path: 'evaluations.metrics[2].threshold', message: 'f1_score passes at 0.5 (no threshold: half of its 0–1 scale)' },
+      { path: 'test_cases[0].name', message: 'the case is called "case 1" (no name: its place in the list)' },
+      { path: 'test_cases[2].name', message: 'the case is called "case 3" (no name: its place in the list)' },
+    ]);
+    // A declared parameter its template never uses: a warning at the parameter, the file stays valid.
+    expect(warnings.map((w) => `${w.line}:${w.column} ${w.path}: ${w.message}`)).toEqual([
+      '22:7 tools[1].parameters.audience: the template never uses {audience}: the model is asked for it and it goes nowhere',
+    ]);
+  });
+
+  it('warns about an unused parameter of a template file at the parameter, and points at a placeholder inside the file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'troupe-template-'));
+    try {
+      writeFileSync(join(dir, 'ask.txt'), 'Context: {"k": 1}\nTell {{ who }} about {topic}\nand \\{literal} stays.\n');
+      const yaml = (params: string) =>
+        `name: asker\nmodel: {provider: openai, name: m}\ninstructions: {inline: Ask.}\ntools:\n  - name: ask\n    description: Asks\n    type: prompt\n    file: ask.txt\n    parameters:\n${params}`;
+      writeFileSync(join(dir, 'agent.yaml'), yaml('      who: {type: str, description: W}\n      topic: {type: str, description: T}\n      tone: {type: str, description: How}\n'));
+      const ok = validateAgentFile(join(dir, 'agent.yaml'), ENV);
+      expect(ok.problems).toEqual([]);
+      expect(ok.warnings.map((w) => `${relative(dir, w.file)}:${w.line}:${w.column} ${w.path}`)).toEqual(['agent.yaml:12:7 tools[0].parameters.tone']);
+      writeFileSync(join(dir, 'agent.yaml'), yaml('      who: {type: str, description: W}\n'));
+      const bad = validateAgentFile(join(dir, 'agent.yaml'), ENV);
+      expect(bad.problems.map((p) => `${relative(dir, p.file)}:${p.line}:${p.column} ${p.path}: ${p.message}`)).toEqual([
+        'ask.txt:2:22 tools[0].file: the template uses {topic}, which is not one of its parameters (who); write \\{ for a literal brace',
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   const examples = exampleAgents();
   it('examples/ has agent.yaml files', () => expect(examples.length).toBeGreaterThan(0));
   it.each(examples.map((f) => [relative(REPO_ROOT, f), f]))('%s loads', (_name, file) => {
     const { problems } = validateAgentFile(file, { ...process.env });
     expect(problems.map(formatProblem)).toEqual([]);
+  });
+});
+
+describe('prompt templates', () => {
+  it("fill the seed's {param} and Mustache's {{ param }}, leave JSON braces as text and honour \\{ \\} escapes", () => {
+    const args = { country: 'Peru', order: { id: 1 } };
+    expect(renderTemplate('What is the capital of {country}?', args)).toBe('What is the capital of Peru?');
+    expect(renderTemplate('Capital of {{country}} / {{ country }}', args)).toBe('Capital of Peru / Peru');
+    expect(renderTemplate('Reply as {"capital": "…", "country": "{country}"} for {order}', args)).toBe('Reply as {"capital": "…", "country": "Peru"} for {"id":1}');
+    expect(renderTemplate('Write \\{country} and \\{\\{country}} as text, {{{country}}} braced, C:\\path kept', args)).toBe(
+      'Write {country} and {{country}} as text, {Peru} braced, C:\\path kept',
+    );
+    expect(renderTemplate('{ country } {1} {} {country!r} {{missing}}', args)).toBe('{ country } {1} {} {country!r} {{missing}}');
+    expect(parseTemplate('a {x} b {{ y }}').flatMap((s) => (s.kind === 'placeholder' ? [`${s.name}@${s.offset}:${s.raw}`] : []))).toEqual(['x@2:{x}', 'y@8:{{ y }}']);
   });
 });
 
@@ -139,7 +204,27 @@ describe('troupe validate', () => {
       kind: 'agent',
       valid: false,
       problems: [{ file, line: 8, column: 11, path: 'tools[0].name', message: '"web search" may only contain letters, digits and _', phase: 'constraints' }],
+      warnings: [],
     });
+  });
+
+  it('prints warnings and the defaults it applied for a valid file, and exits 0', async () => {
+    const file = 'test/fixtures/agent-yaml/valid/seed-defaults.yaml';
+    const res = await runTroupe(['validate', file], {});
+    expect(res.code).toBe(0);
+    expect(res.stdout.trim().split('\n')).toEqual([
+      `${file}:22:7 tools[1].parameters.audience: warning: the template never uses {audience}: the model is asked for it and it goes nowhere`,
+      `valid ${file}: agent Geography-assistant-for-the-whole-world-with-a-name-exactly-one-hundred-characters-long-abcdefghijkl, openai gpt-4o-mini, tools capital (prompt), compare (prompt), 1 warning`,
+      '  default evaluations.metrics[0].threshold: relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)',
+      '  default evaluations.metrics[1].threshold: groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)',
+      '  default evaluations.metrics[2].threshold: f1_score passes at 0.5 (no threshold: half of its 0–1 scale)',
+      '  default test_cases[0].name: the case is called "case 1" (no name: its place in the list)',
+      '  default test_cases[2].name: the case is called "case 3" (no name: its place in the list)',
+    ]);
+    const json = JSON.parse((await runTroupe(['validate', file, '--json'], {})).stdout) as { valid: boolean; warnings: unknown[]; defaults: unknown[] };
+    expect(json.valid).toBe(true);
+    expect(json.warnings).toEqual([expect.objectContaining({ line: 22, column: 7, path: 'tools[1].parameters.audience', phase: 'references' })]);
+    expect(json.defaults).toHaveLength(5);
   });
 
   it('says a valid file is valid and exits 0', async () => {

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { functionTool, runPythonFunction } from '../src/llm/tools/function.js';
 import { parseArguments, parametersSchema } from '../src/llm/tools/parameters.js';
-import { renderTemplate } from '../src/llm/tools/prompt.js';
+import { renderTemplate } from '../src/config/template.js';
 import { routingTools } from '../src/llm/routing-tools.js';
 import type { SimplifiedAgentCard } from '../src/protocol/routing.js';
 import { TroupeError } from '../src/protocol/errors.js';

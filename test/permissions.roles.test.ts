@@ -86,7 +86,7 @@ async function probeAll(prober: Prober, publisher: NatsConnection): Promise<Resu
 
 describe('the roles table', () => {
   it('follows the one id rule (protocol/ids.ts) and needs explicit agent response limits', () => {
-    expect(() => rolePermissions('agent', 'demo', 'a'.repeat(65))).toThrow(/limit is 64/);
+    expect(() => rolePermissions('agent', 'demo', 'a'.repeat(101))).toThrow(/limit is 100/);
     expect(() => rolePermissions('client', 'demo', 'x.y')).toThrow(/A-Z, a-z, 0-9, _ and -/);
     expect(() => rolePermissions('node', 't'.repeat(33), 'node')).toThrow(/tenant/);
     // 0 in a JWT means the server default (one reply in two minutes), not unlimited.

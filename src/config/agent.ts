@@ -9,10 +9,18 @@
  *
  * Troupe additions to the issue's data model, all optional: `max_tool_rounds` (default 10),
  * `tool_timeout_ms` (default 30 s) and a tool's own `timeout_ms`.
+ *
+ * Where seed 002 leaves a field optional without saying what its absence means, the defaults are here
+ * and `troupe validate` lists each one it applied (`appliedDefaults`): a test case without a `name` is
+ * `case <n>` (its place in the list, from 1); a metric without a `threshold` passes at the middle of its
+ * judge scale, rounded up (3 on 1–5), or at 0.5 for the lexical metrics scored 0–1 — the defaults of
+ * Azure AI Evaluation's evaluators, on which the seed's metrics are modelled.
  */
 import { extname } from 'node:path';
 import { z } from 'zod';
+import { ID_LIMITS } from '../protocol/ids.js';
 import { loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment, ConfigError } from './load.js';
+import { lineColumn, templatePlaceholders } from './template.js';
 
 export const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
 export const TOOL_TYPES = ['function', 'mcp', 'prompt', 'vectorstore'] as const;
@@ -31,6 +39,8 @@ export const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '
 export const DEFAULT_MAX_TOOL_ROUNDS = 10;
 export const DEFAULT_TOOL_TIMEOUT_MS = 30_000;
 export const DEFAULT_JUDGE_SCALE = 5;
+/** The threshold of a lexical metric (0–1) that gives none. */
+export const DEFAULT_LEXICAL_THRESHOLD = 0.5;
 export const MAX_TOOLS = 50;
 export const MAX_TEST_CASES = 100;
 export const MAX_FILES_PER_CASE = 10;
@@ -40,7 +50,6 @@ const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 const PY_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const PARAMETER_NAME = /^[A-Za-z][A-Za-z0-9_]*$/;
 const DOTTED_PATH = /^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*$/;
-const TEMPLATE_PLACEHOLDER = /\{\{\s*([^{}]*?)\s*\}\}/g;
 
 function isHttpUrl(value: string): boolean {
   if (!/^https?:\/\//i.test(value)) return false;
@@ -49,11 +58,11 @@ function isHttpUrl(value: string): boolean {
 
 const HttpUrl = z.string().refine(isHttpUrl, { message: '{value} is not an http(s) URL' });
 
-/** The agent id on the mesh: a subject token, so at most 64 characters (AgentIdSchema). */
+/** The agent id on the mesh, as written: 1–100 characters (seed 002), which the one id rule allows (protocol/ids.ts). */
 const AgentName = z
   .string()
   .min(1)
-  .max(64)
+  .max(ID_LIMITS.agent)
   .regex(/^[A-Za-z][A-Za-z0-9-]*$/, '{value} must start with a letter and contain only letters, digits and -')
   .refine((v) => v !== 'user' && v !== 'sender', { message: '{value} is reserved: it names a recipient in client routing' });
 
@@ -123,7 +132,7 @@ export const McpToolSchema = z.strictObject({
 export const PromptToolSchema = z.strictObject({
   ...toolBase,
   type: z.literal('prompt'),
-  /** `{{parameter}}` marks where an argument goes. */
+  /** `{parameter}` or `{{parameter}}` marks where an argument goes (template.ts). */
   template: z.string().min(1).max(5000).optional(),
   file: z.string().min(1).optional(),
   parameters: Parameters,
@@ -153,7 +162,8 @@ export type VectorstoreToolConfig = z.infer<typeof VectorstoreToolSchema>;
 
 export const MetricSchema = z.strictObject({
   metric: z.enum(METRICS),
-  threshold: z.number(),
+  /** The lowest passing score; default `defaultThreshold`. */
+  threshold: z.number().optional(),
   enabled: z.boolean().default(true),
   /** Model-judged metrics only: scores run from 1 to this (default 5). */
   scale: z.int().min(2).max(100).optional(),
@@ -185,7 +195,8 @@ export const FileInputSchema = z.strictObject({
 export type FileInput = z.infer<typeof FileInputSchema>;
 
 export const TestCaseSchema = z.strictObject({
-  name: z.string().min(1).max(100),
+  /** Default `case <n>` (testCaseName). */
+  name: z.string().min(1).max(100).optional(),
   input: z.string().min(1).max(5000),
   expected_tools: z.array(z.string().min(1)).optional(),
   ground_truth: z.string().max(5000).optional(),
@@ -193,6 +204,26 @@ export const TestCaseSchema = z.strictObject({
   evaluations: z.array(z.string().min(1)).optional(),
 });
 export type TestCase = z.infer<typeof TestCaseSchema>;
+
+/** A test case's name: its own, else `case <n>` with n its place in `test_cases`, from 1. */
+export function testCaseName(tc: Pick<TestCase, 'name'>, index: number): string {
+  return tc.name ?? `case ${index + 1}`;
+}
+
+/** The top of a metric's scale: `scale` (default 5) for a judged metric, 1 for a lexical one. */
+export function metricMax(m: Pick<MetricConfig, 'metric' | 'scale'>): number {
+  return (MODEL_JUDGED_METRICS as readonly string[]).includes(m.metric) ? (m.scale ?? DEFAULT_JUDGE_SCALE) : 1;
+}
+
+/** The threshold a metric passes at when it gives none: the middle of a 1–scale judge scale rounded up (3 of 5), or 0.5 of 0–1. */
+export function defaultThreshold(m: Pick<MetricConfig, 'metric' | 'scale'>): number {
+  return (MODEL_JUDGED_METRICS as readonly string[]).includes(m.metric) ? Math.ceil((1 + metricMax(m)) / 2) : DEFAULT_LEXICAL_THRESHOLD;
+}
+
+/** The metric's threshold: its own, else the default. */
+export function metricThreshold(m: Pick<MetricConfig, 'metric' | 'scale' | 'threshold'>): number {
+  return m.threshold ?? defaultThreshold(m);
+}
 
 /** What the agent's card declares it may do in a team (absent: allowed); the thread enforces it. */
 export const CapabilitiesSchema = z.strictObject({
@@ -295,9 +326,28 @@ export function definedNames(source: string, ext: string): Set<string> | undefin
   return names;
 }
 
-/** `{{name}}` placeholders of a prompt template, in order of first use. */
-export function templatePlaceholders(template: string): string[] {
-  return [...new Set([...template.matchAll(TEMPLATE_PLACEHOLDER)].map((m) => m[1]!))];
+/**
+ * A prompt template against its parameters: a placeholder that is not a parameter is a problem, a
+ * parameter it never uses a warning — each at its place: in the agent.yaml for an inline template, in
+ * the template's own file for `file:`.
+ */
+function checkTemplate(ctx: CheckContext, template: string, params: string[], toolPath: PathSegment[], file: string | undefined): void {
+  const where: PathSegment[] = [...toolPath, file === undefined ? 'template' : 'file'];
+  const seen = new Map<string, number>();
+  const used = new Set<string>();
+  for (const p of templatePlaceholders(template)) {
+    // Which appearance of this text it is, to find it in the YAML source (an escaped one counts too).
+    let occurrence = 0;
+    for (let i = template.indexOf(p.raw); i !== -1 && i < p.offset; i = template.indexOf(p.raw, i + 1)) occurrence++;
+    used.add(p.name);
+    if (params.includes(p.name) || seen.has(p.raw)) continue;
+    seen.set(p.raw, p.offset);
+    const at = file === undefined ? { text: p.raw, occurrence } : { file, ...lineColumn(template, p.offset) };
+    ctx.report(where, 'references', `the template uses ${p.raw}, which is not one of its parameters (${params.join(', ') || 'none'}); write \\{ for a literal brace`, at);
+  }
+  for (const name of params) {
+    if (!used.has(name)) ctx.warn([...toolPath, 'parameters', name], 'references', `the template never uses {${name}}: the model is asked for it and it goes nowhere`, 'key');
+  }
 }
 
 function checkParameters(ctx: CheckContext, params: unknown, path: PathSegment[], required: boolean): string[] {
@@ -347,19 +397,13 @@ function checkTool(ctx: CheckContext, tool: unknown, i: number): void {
     exactlyOne(ctx, tool, path, 'template', 'file');
     const params = checkParameters(ctx, tool.parameters, [...path, 'parameters'], true);
     let template = str(tool.template);
-    let where: PathSegment[] = [...path, 'template'];
+    let templateFile: string | undefined;
     if (!has(tool, 'template') && has(tool, 'file') && fileExists(ctx, [...path, 'file'], tool.file)) {
-      template = ctx.readText(str(tool.file)!);
-      where = [...path, 'file'];
+      templateFile = str(tool.file)!;
+      template = ctx.readText(templateFile);
     }
     checkModel(ctx, tool.model, [...path, 'model']);
-    if (template !== undefined && isRecord(tool.parameters)) {
-      for (const name of templatePlaceholders(template)) {
-        if (!params.includes(name)) {
-          ctx.report(where, 'references', `the template uses {{${name}}}, which is not one of its parameters (${params.join(', ') || 'none'})`);
-        }
-      }
-    }
+    if (template !== undefined && isRecord(tool.parameters)) checkTemplate(ctx, template, params, path, templateFile);
   } else if (type === 'vectorstore') {
     const source = str(tool.source);
     if (fileExists(ctx, [...path, 'source'], tool.source, true) && source && ctx.kindOf(source) === 'file') {
@@ -486,13 +530,37 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
     const files = items(tc.files);
     if (files.length > MAX_FILES_PER_CASE) ctx.report([...path, 'files'], 'constraints', `must have at most ${MAX_FILES_PER_CASE} items (it has ${files.length})`);
     files.forEach((file, j) => checkFileInput(ctx, file, [...path, 'files', j]));
-    const name = str(tc.name);
-    if (name) {
+    const own = str(tc.name);
+    if (own || !has(tc, 'name')) {
+      // A case without a name is called `case <n>`: that name must be free too.
+      const name = own ?? testCaseName({}, i);
       const first = caseNames.get(name);
-      if (first !== undefined) ctx.report([...path, 'name'], 'constraints', `${quote(name)} is already the name of test_cases[${first}]`);
-      else caseNames.set(name, i);
+      if (first === undefined) caseNames.set(name, i);
+      else if (own) ctx.report([...path, 'name'], 'constraints', `${quote(name)} is already the name of test_cases[${first}]`);
+      else ctx.report(path, 'constraints', `has no name, and its default name ${quote(name)} is already the name of test_cases[${first}]: give it a name`);
     }
   });
+}
+
+/** A default `troupe validate` says it applied: where, and what it means. */
+export interface AppliedDefault {
+  path: string;
+  message: string;
+}
+
+/** The defaults of a valid agent.yaml that seed 002 leaves open: unnamed test cases and metrics without a threshold. */
+export function appliedDefaults(config: AgentConfig): AppliedDefault[] {
+  const out: AppliedDefault[] = [];
+  (config.evaluations?.metrics ?? []).forEach((m, i) => {
+    if (m.threshold !== undefined) return;
+    const judged = (MODEL_JUDGED_METRICS as readonly string[]).includes(m.metric);
+    const scale = judged ? `the middle of its 1–${metricMax(m)} scale, rounded up` : 'half of its 0–1 scale';
+    out.push({ path: `evaluations.metrics[${i}].threshold`, message: `${m.metric} passes at ${defaultThreshold(m)} (no threshold: ${scale})` });
+  });
+  (config.test_cases ?? []).forEach((tc, i) => {
+    if (tc.name === undefined) out.push({ path: `test_cases[${i}].name`, message: `the case is called ${JSON.stringify(testCaseName(tc, i))} (no name: its place in the list)` });
+  });
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -500,16 +568,19 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
 
 export interface LoadedAgentConfig {
   config: AgentConfig;
+  /** What `troupe validate` warns about (the file is valid regardless). */
+  warnings?: ConfigProblem[];
   /** The agent.yaml as named by the caller. */
   file: string;
   /** Its folder (absolute): relative paths in the config resolve against it. */
   dir: string;
 }
 
-/** Every problem of an agent.yaml (empty when it is valid), and the config when it is. */
-export function validateAgentFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; loaded?: LoadedAgentConfig } {
+/** Every problem of an agent.yaml (empty when it is valid), its warnings, and the config when it is valid. */
+export function validateAgentFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedAgentConfig } {
   const res = loadYamlConfig({ file, schema: AgentConfigSchema, check: checkAgentDocument, env });
-  return res.ok ? { problems: [], loaded: { config: res.value, file: res.file, dir: res.dir } } : { problems: res.problems };
+  const { warnings } = res;
+  return res.ok ? { problems: [], warnings, loaded: { config: res.value, file: res.file, dir: res.dir, warnings } } : { problems: res.problems, warnings };
 }
 
 /** Loads an agent.yaml; throws ConfigError (CONFIG_INVALID) with every problem when it is not valid. */

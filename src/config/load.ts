@@ -15,9 +15,14 @@
  *
  * Problems are sorted by phase — types, then mutual exclusivity, then references, then constraints — and
  * by position within a phase. A kind plugs in with `loadYamlConfig({ file, schema, check })`.
+ *
+ * A check may also report a warning: something that works but is probably not what the author meant (a
+ * prompt-tool parameter its template never uses). Warnings do not make a file invalid. A problem or a
+ * warning may point inside a string (at a placeholder of a template) or into another file the
+ * configuration names (a template file), at that file's own line and column.
  */
 import { readFileSync, statSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, normalize, resolve } from 'node:path';
 import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Document, type Pair } from 'yaml';
 import type { z } from 'zod';
 import { TroupeError } from '../protocol/errors.js';
@@ -69,6 +74,13 @@ export class ConfigError extends TroupeError {
   }
 }
 
+/**
+ * Where in the file a problem is: at the key or the value of its path, at the `occurrence`-th (0-based)
+ * appearance of `text` inside the string value, or at a line and column of another file (relative to
+ * the configuration's folder).
+ */
+export type ProblemAt = 'key' | 'value' | { text: string; occurrence: number } | { file: string; line: number; column: number };
+
 /** What a document check may ask about the file system; relative paths resolve against the file's folder. */
 export interface CheckContext {
   /** The folder of the configuration file. */
@@ -78,7 +90,9 @@ export interface CheckContext {
   /** The text of a file relative to `dir`, or undefined if it cannot be read or is over the size cap. */
   readText(path: string): string | undefined;
   /** Records a problem at `path` (at the key itself with `at: 'key'`, e.g. for an unknown field). */
-  report(path: readonly PathSegment[], phase: Exclude<Phase, 'syntax' | 'types'>, message: string, at?: 'key' | 'value'): void;
+  report(path: readonly PathSegment[], phase: Exclude<Phase, 'syntax' | 'types'>, message: string, at?: ProblemAt): void;
+  /** Records a warning: the file stays valid. */
+  warn(path: readonly PathSegment[], phase: Exclude<Phase, 'syntax' | 'types'>, message: string, at?: ProblemAt): void;
   /** The text a string had before `${VAR}` resolution, when it had any (to quote it instead of a secret). */
   original(path: readonly PathSegment[]): string | undefined;
 }
@@ -92,17 +106,20 @@ export interface LoadOptions<S extends z.ZodType> {
   maxBytes?: number;
 }
 
-export type LoadResult<T> = { ok: true; value: T; file: string; dir: string } | { ok: false; problems: ConfigProblem[]; file: string };
+export type LoadResult<T> =
+  | { ok: true; value: T; file: string; dir: string; warnings: ConfigProblem[] }
+  | { ok: false; problems: ConfigProblem[]; file: string; warnings: ConfigProblem[] };
 
 /** Positions of nodes in one parsed document. */
 class Positions {
   constructor(
     private readonly doc: Document,
     private readonly lines: LineCounter,
+    private readonly source: string,
   ) {}
 
-  /** 1-based line and column of the node at `path` (or its key), or of the deepest ancestor that exists. */
-  at(path: readonly PathSegment[], at: 'key' | 'value' = 'value'): { line: number; column: number } {
+  /** 1-based line and column of the node at `path` (or its key, or text inside it), else of the deepest ancestor that exists. */
+  at(path: readonly PathSegment[], at: 'key' | 'value' | { text: string; occurrence: number } = 'value'): { line: number; column: number } {
     let node: unknown = this.doc.contents;
     let offset = rangeStart(node) ?? 0;
     for (let i = 0; i < path.length; i++) {
@@ -124,8 +141,24 @@ class Positions {
         offset = rangeStart(node) ?? offset;
       } else break;
     }
+    if (typeof at === 'object' && isScalar(node) && node.range) offset = this.within(node.range, at) ?? offset;
     const pos = this.lines.linePos(offset);
     return { line: pos.line, column: pos.col };
+  }
+
+  /**
+   * The offset of the `occurrence`-th `text` in a scalar's source. Quoting and folding change a string's
+   * characters but not a run without quotes, backslashes or line breaks — a placeholder — so its n-th
+   * appearance in the value is its n-th in the source. Undefined when it is not found there.
+   */
+  private within(range: [number, number, number], at: { text: string; occurrence: number }): number | undefined {
+    const source = this.source.slice(range[0], range[1]);
+    let found = -1;
+    for (let n = 0; n <= at.occurrence; n++) {
+      found = source.indexOf(at.text, found + 1);
+      if (found === -1) return undefined;
+    }
+    return range[0] + found;
   }
 }
 
@@ -280,7 +313,7 @@ export function loadYamlConfig<S extends z.ZodType>(opts: LoadOptions<S>): LoadR
   const dir = dirname(abs);
   const problems: ConfigProblem[] = [];
   const read = readConfigText(abs, opts.maxBytes ?? MAX_CONFIG_BYTES);
-  if ('error' in read) return { ok: false, file, problems: [{ file, line: 1, column: 1, path: '(root)', message: read.error, phase: 'syntax' }] };
+  if ('error' in read) return { ok: false, file, problems: [{ file, line: 1, column: 1, path: '(root)', message: read.error, phase: 'syntax' }], warnings: [] };
 
   const lines = new LineCounter();
   const doc = parseDocument(read.text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true, strict: true });
@@ -293,12 +326,18 @@ export function loadYamlConfig<S extends z.ZodType>(opts: LoadOptions<S>): LoadR
       const pos = lines.linePos(err.pos[0]);
       problems.push({ file, line: pos.line, column: pos.col, path: '(root)', message: `YAML syntax: ${err.message.split('\n')[0]}`, phase: 'syntax' });
     }
-    return { ok: false, file, problems };
+    return { ok: false, file, problems, warnings: [] };
   }
-  const positions = new Positions(doc, lines);
-  const add = (path: readonly PathSegment[], phase: Phase, message: string, at: 'key' | 'value' = 'value') => {
+  const positions = new Positions(doc, lines, read.text);
+  const warnings: ConfigProblem[] = [];
+  const locate = (path: readonly PathSegment[], phase: Phase, message: string, at: ProblemAt = 'value'): ConfigProblem => {
+    // Another file is named as the configuration was: `agents/support.yaml` + `prompts/x.txt` → `agents/prompts/x.txt`.
+    if (typeof at === 'object' && 'file' in at) return { file: normalize(join(dirname(file), at.file)), line: at.line, column: at.column, path: formatPath(path), message, phase };
     const pos = positions.at(path, at);
-    problems.push({ file, line: pos.line, column: pos.column, path: formatPath(path), message, phase });
+    return { file, line: pos.line, column: pos.column, path: formatPath(path), message, phase };
+  };
+  const add = (path: readonly PathSegment[], phase: Phase, message: string, at: ProblemAt = 'value') => {
+    problems.push(locate(path, phase, message, at));
   };
 
   const originals = new Map<string, string>();
@@ -313,7 +352,7 @@ export function loadYamlConfig<S extends z.ZodType>(opts: LoadOptions<S>): LoadR
     raw = doc.toJS({ maxAliasCount: MAX_ALIASES });
   } catch (err) {
     add([], 'syntax', `YAML: ${(err as Error).message}`);
-    return { ok: false, file, problems };
+    return { ok: false, file, problems, warnings: [] };
   }
   const original = (path: readonly PathSegment[]) => originals.get(JSON.stringify(path));
 
@@ -347,14 +386,20 @@ export function loadYamlConfig<S extends z.ZodType>(opts: LoadOptions<S>): LoadR
     report: (path, phase, message, at) => {
       if (!unresolved.has(JSON.stringify(path))) add(path, phase, message, at);
     },
+    warn: (path, phase, message, at) => {
+      if (!unresolved.has(JSON.stringify(path))) warnings.push(locate(path, phase, message, at));
+    },
     original,
   });
 
+  const rank = (p: Phase) => PHASES.indexOf(p);
+  // Stable: problems at one position keep the order they were found in; this file's before another's.
+  const order = (a: ConfigProblem, b: ConfigProblem) =>
+    rank(a.phase) - rank(b.phase) || Number(a.file !== file) - Number(b.file !== file) || a.line - b.line || a.column - b.column;
+  warnings.sort(order);
   if (problems.length) {
-    const rank = (p: Phase) => PHASES.indexOf(p);
-    // Stable: problems at one position keep the order they were found in.
-    problems.sort((a, b) => rank(a.phase) - rank(b.phase) || a.line - b.line || a.column - b.column);
-    return { ok: false, file, problems };
+    problems.sort(order);
+    return { ok: false, file, problems, warnings };
   }
-  return { ok: true, file, dir, value: parsed.data as z.infer<S> };
+  return { ok: true, file, dir, value: parsed.data as z.infer<S>, warnings };
 }

@@ -161,9 +161,16 @@ function agentNameIn(text: string): string | undefined {
 
 /**
  * The rules of team.yaml beyond its schema. `nested` collects the problems of member agent.yaml files
- * (each with its own file and position).
+ * (each with its own file and position), `nestedWarnings` their warnings.
  */
-export function checkTeamDocument(raw: unknown, ctx: CheckContext, nested: ConfigProblem[], env: NodeJS.ProcessEnv, teamFile: string): void {
+export function checkTeamDocument(
+  raw: unknown,
+  ctx: CheckContext,
+  nested: ConfigProblem[],
+  env: NodeJS.ProcessEnv,
+  teamFile: string,
+  nestedWarnings: ConfigProblem[] = [],
+): void {
   if (!isRecord(raw)) return;
   const members = Array.isArray(raw.agents) ? raw.agents : [];
   /** Member id -> where it was declared. */
@@ -198,7 +205,8 @@ export function checkTeamDocument(raw: unknown, ctx: CheckContext, nested: Confi
       else {
         const text = ctx.readText(file);
         const name = text !== undefined ? agentNameIn(text) : undefined;
-        const { problems } = validateAgentFile(isAbsolute(file) ? file : join(dirname(teamFile), file), env);
+        const { problems, warnings } = validateAgentFile(isAbsolute(file) ? file : join(dirname(teamFile), file), env);
+        nestedWarnings.push(...warnings);
         if (problems.length) {
           ctx.report([...path, 'file'], 'references', `${quote(file)} is not a valid agent.yaml (${problems.length} problem${problems.length === 1 ? '' : 's'}, listed with its file)`);
           nested.push(...problems);
@@ -273,12 +281,14 @@ export interface LoadedTeamConfig {
   dir: string;
 }
 
-/** Every problem of a team.yaml and of its agent.yaml members (empty when valid), and the config when it is. */
-export function validateTeamFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; loaded?: LoadedTeamConfig } {
+/** Every problem of a team.yaml and of its agent.yaml members (empty when valid), their warnings, and the config when it is valid. */
+export function validateTeamFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedTeamConfig } {
   const nested: ConfigProblem[] = [];
-  const res = loadYamlConfig({ file, schema: TeamConfigSchema, check: (raw, ctx) => checkTeamDocument(raw, ctx, nested, env, file), env });
-  if (!res.ok) return { problems: [...res.problems, ...nested] };
-  return { problems: [], loaded: { config: res.value, file: res.file, dir: res.dir } };
+  const nestedWarnings: ConfigProblem[] = [];
+  const res = loadYamlConfig({ file, schema: TeamConfigSchema, check: (raw, ctx) => checkTeamDocument(raw, ctx, nested, env, file, nestedWarnings), env });
+  const warnings = [...res.warnings, ...nestedWarnings];
+  if (!res.ok) return { problems: [...res.problems, ...nested], warnings };
+  return { problems: [], warnings, loaded: { config: res.value, file: res.file, dir: res.dir } };
 }
 
 /** Loads a team.yaml; throws ConfigError (CONFIG_INVALID) with every problem when it is not valid. */

@@ -11,14 +11,27 @@
  * - each metric — the case's `evaluations`, else every enabled one — is scored: lexical metrics against
  *   `ground_truth` (skipped when a case has none, unless it names the metric), judged metrics by the
  *   evaluation model (the metric's `model`, else `evaluations.model`, else the agent's);
- * - a score under its threshold fails the case; a metric that errs (the judge times out, gives no score)
- *   fails it when `fail_on_error: true`, and is a soft failure otherwise.
+ * - a score under its threshold (the metric's own, else its default: `defaultThreshold`) fails the case;
+ *   a metric that errs (the judge times out, gives no score) fails it when `fail_on_error: true`, and is
+ *   a soft failure otherwise.
+ *
+ * A case without a name is reported, and picked with `--case`, as `case <n>`.
  *
  * A case whose agent turn fails, whose files cannot be attached, or that misses an expected tool fails.
  * The report says what every case got; `ok` is false when any case failed (not for soft failures).
  */
 import { randomUUID } from 'node:crypto';
-import { MODEL_JUDGED_METRICS, type AgentConfig, type LoadedAgentConfig, type MetricConfig, type ModelConfig, type TestCase } from '../config/agent.js';
+import {
+  MODEL_JUDGED_METRICS,
+  metricMax,
+  metricThreshold,
+  testCaseName,
+  type AgentConfig,
+  type LoadedAgentConfig,
+  type MetricConfig,
+  type ModelConfig,
+  type TestCase,
+} from '../config/agent.js';
 import { AgentHost } from '../actors/agent-host.js';
 import { startEmbedded } from '../team/embedded.js';
 import type { Logger } from '../observability/logger.js';
@@ -75,7 +88,8 @@ export interface EvalReport {
   agent: string;
   file: string;
   mesh: 'embedded' | 'nats';
-  metrics: Array<{ metric: string; kind: 'lexical' | 'judged'; threshold: number; max: number; enabled: boolean; fail_on_error: boolean; model?: string }>;
+  /** `defaultThreshold`: the file gives no threshold, so the metric's default applies. */
+  metrics: Array<{ metric: string; kind: 'lexical' | 'judged'; threshold: number; defaultThreshold: boolean; max: number; enabled: boolean; fail_on_error: boolean; model?: string }>;
   cases: CaseResult[];
   summary: { cases: number; passed: number; failed: number; softFailures: number; ok: boolean };
 }
@@ -93,10 +107,6 @@ export interface EvalOptions {
 }
 
 const isJudged = (metric: string): metric is JudgedMetric => (MODEL_JUDGED_METRICS as readonly string[]).includes(metric);
-
-function metricMax(m: MetricConfig): number {
-  return isJudged(m.metric) ? (m.scale ?? 5) : 1;
-}
 
 interface Observed {
   calls: ToolCallRecord[];
@@ -161,14 +171,15 @@ async function scoreMetric(
   context: string,
   judgeFor: (metric: MetricConfig) => ModelProvider,
 ): Promise<MetricResult> {
-  const base = { metric: metric.metric, threshold: metric.threshold, max: metricMax(metric) };
+  const threshold = metricThreshold(metric);
+  const base = { metric: metric.metric, threshold, max: metricMax(metric) };
   const fail = (note: string): MetricResult => ({ ...base, status: 'error', hard: metric.fail_on_error, note });
   if (!isJudged(metric.metric)) {
     if (tc.ground_truth === undefined) {
       return named ? fail(`${metric.metric} needs the case's ground_truth`) : { ...base, status: 'skipped', hard: false, note: 'no ground_truth' };
     }
     const score = LEXICAL_SCORERS[metric.metric](answer, tc.ground_truth);
-    return { ...base, score, status: score >= metric.threshold ? 'passed' : 'failed', hard: score < metric.threshold };
+    return { ...base, score, status: score >= threshold ? 'passed' : 'failed', hard: score < threshold };
   }
   if (metric.metric === 'groundedness' && !context.trim()) {
     return fail('nothing to judge groundedness against: the agent called no tool and the case has no files or ground_truth');
@@ -182,7 +193,7 @@ async function scoreMetric(
       ...(tc.ground_truth !== undefined ? { groundTruth: tc.ground_truth } : {}),
       scale: metricMax(metric),
     });
-    const passed = verdict.score >= metric.threshold;
+    const passed = verdict.score >= threshold;
     return { ...base, score: verdict.score, status: passed ? 'passed' : 'failed', hard: !passed, note: verdict.reason, attempts: verdict.attempts };
   } catch (err) {
     return fail((err as Error).message);
@@ -193,9 +204,10 @@ async function scoreMetric(
 export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions): Promise<EvalReport> {
   const { config } = loaded;
   const env = opts.env ?? process.env;
-  const cases = (config.test_cases ?? []).filter((tc) => opts.caseName === undefined || tc.name === opts.caseName);
+  const named = (config.test_cases ?? []).map((tc, i) => ({ tc, name: testCaseName(tc, i) }));
+  const cases = named.filter((c) => opts.caseName === undefined || c.name === opts.caseName);
   if (opts.caseName !== undefined && cases.length === 0) {
-    const names = (config.test_cases ?? []).map((tc) => tc.name);
+    const names = named.map((c) => c.name);
     throw new TroupeError('CONFIG_INVALID', `${loaded.file} has no test case "${opts.caseName}"${names.length ? ` (cases: ${names.join(', ')})` : ' (it has no test_cases)'}`);
   }
   const report: EvalReport = {
@@ -205,7 +217,8 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
     metrics: (config.evaluations?.metrics ?? []).map((m) => ({
       metric: m.metric,
       kind: isJudged(m.metric) ? 'judged' : 'lexical',
-      threshold: m.threshold,
+      threshold: metricThreshold(m),
+      defaultThreshold: m.threshold === undefined,
       max: metricMax(m),
       enabled: m.enabled,
       fail_on_error: m.fail_on_error,
@@ -240,12 +253,12 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
   });
   const runId = randomUUID().slice(0, 8);
   try {
-    for (const [i, tc] of cases.entries()) {
+    for (const [i, { tc, name }] of cases.entries()) {
       const started = performance.now();
       const threadId = `eval-${runId}-${i}`;
       const watch: Observed = { calls: [], handled: false };
       const result: CaseResult = {
-        name: tc.name,
+        name,
         input: tc.input,
         status: 'passed',
         expectedTools: tc.expected_tools ?? [],
@@ -256,11 +269,11 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
         durationMs: 0,
       };
       try {
-        const files = await attachFiles(tc.name, tc.files ?? [], loaded.dir);
+        const files = await attachFiles(name, tc.files ?? [], loaded.dir);
         const parts: Part[] = [{ kind: 'text', text: tc.input }, ...files.parts];
         const message: Message = { kind: 'message', role: 'user', messageId: randomUUID(), parts };
         const size = Buffer.byteLength(JSON.stringify(message));
-        if (size > LIMITS.userMessageBytes) throw new CaseInputError(`test case "${tc.name}": its input and files make a ${size}-byte message; a user message may be at most ${LIMITS.userMessageBytes} bytes`);
+        if (size > LIMITS.userMessageBytes) throw new CaseInputError(`test case "${name}": its input and files make a ${size}-byte message; a user message may be at most ${LIMITS.userMessageBytes} bytes`);
         const threads: string[] = [];
         const res = await mesh.send(message, threadId, opts.caseTimeoutMs ?? DEFAULT_CASE_TIMEOUT_MS, (t) => {
           threads.push(t);

@@ -3,7 +3,7 @@
  * `@a2a-js/sdk` types are mapped at the gateway.
  */
 import { z } from 'zod';
-import { idSchema } from './ids.js';
+import { ID_LIMITS, idSchema } from './ids.js';
 import { LIMITS } from './limits.js';
 
 export const TASK_STATES = [
@@ -165,10 +165,10 @@ export const AgentSkillSchema = z.object({
 });
 export type AgentSkill = z.infer<typeof AgentSkillSchema>;
 
-/** Agent ids become NATS subject tokens, so they are restricted to a safe alphabet. */
+/** Agent ids become NATS subject tokens, so they are restricted to a safe alphabet (the one rule in ids.ts). */
 export const AgentIdSchema = z
   .string()
-  .regex(/^[A-Za-z0-9_-]{1,64}$/, 'agent ids are 1-64 characters of A-Z, a-z, 0-9, _ and -');
+  .regex(new RegExp(`^[A-Za-z0-9_-]{1,${ID_LIMITS.agent}}$`), `agent ids are 1-${ID_LIMITS.agent} characters of A-Z, a-z, 0-9, _ and -`);
 
 export const AgentCardSchema = z.object({
   /** Troupe addition: the mesh id of the agent (its inbox subject token). */

@@ -13,7 +13,8 @@ import { TroupeError } from './errors.js';
 
 export const ID_LIMITS = {
   tenant: 32,
-  agent: 64,
+  /** 100: an agent.yaml `name` (1–100 characters, seed 002) is the agent's id as written, never shortened. */
+  agent: 100,
   thread: 128,
   principal: 64,
   user: 128,

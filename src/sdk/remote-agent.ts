@@ -15,7 +15,7 @@
  */
 import { TaskState as SdkTaskState, type AgentCard as SdkAgentCard, type Message as SdkMessage, type SendMessageRequest, type Task as SdkTask } from '@a2a-js/sdk';
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory, RestTransportFactory, type Client } from '@a2a-js/sdk/client';
-import { CLIENT_ROUTING_URI, META, TroupeError, checkId, type AgentSkill, type Message } from '../protocol/index.js';
+import { CLIENT_ROUTING_URI, ID_LIMITS, META, TroupeError, checkId, type AgentSkill, type Message } from '../protocol/index.js';
 import { defineAgent, type AgentContext, type AgentDefinition } from './agent.js';
 import { fromSdkPart, isTerminalSdkState, toSdkMessage } from './a2a-model.js';
 
@@ -193,9 +193,9 @@ function withBearer(fetchImpl: typeof fetch, token: string | undefined): typeof 
   };
 }
 
-/** An id from a card name: lower case, runs of other characters as `-`, at most 64 characters. */
+/** An id from a card name: lower case, runs of other characters as `-`, at most as long as an agent id may be. */
 function idOf(name: string): string {
-  const id = name.toLowerCase().replace(/[^a-z0-9_-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, 64);
+  const id = name.toLowerCase().replace(/[^a-z0-9_-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, ID_LIMITS.agent);
   return id || 'remote';
 }
 

@@ -55,6 +55,12 @@ export function formatReport(report: EvalReport): string {
     c.status === 'passed' ? color.green(c.softFailures ? 'passed (soft failures)' : 'passed') : color.red('FAILED'),
   ]);
   const lines = [table(head, rows), ''];
+  // Seed 002 makes a threshold optional: say which ones were not in the file.
+  const defaulted = report.metrics.filter((m) => m.enabled && m.defaultThreshold);
+  if (defaulted.length) {
+    const scale = (m: EvalReport['metrics'][number]) => (m.max === 1 ? '0–1' : `1–${m.max}`);
+    lines.splice(1, 0, color.dim(`default thresholds (none in the file): ${defaulted.map((m) => `${m.metric} ${number(m.threshold, m.max)} on ${scale(m)}`).join(', ')}`));
+  }
   for (const c of report.cases) {
     lines.push(color.bold(`${c.name}`) + color.dim(` (${(c.durationMs / 1000).toFixed(1)} s)`));
     lines.push(`  input:  ${clip(c.input)}`);

@@ -1,13 +1,16 @@
 /**
  * `troupe validate <agent.yaml | team.yaml>`: every problem of the file at once, one per line as
- * `file:line:col field.path: message` (types, then mutual exclusivity, references, constraints). The kind
- * of file is read from it: a top-level `agents` list is a team (its agent.yaml members are checked too,
- * their problems listed with their own file). Exit 0 when valid, 2 when not; `--json` prints
- * `{ file, kind, valid, problems }`.
+ * `file:line:col field.path: message` (types, then mutual exclusivity, references, constraints), then
+ * its warnings (`file:line:col field.path: warning: message`), which do not make it invalid. For a valid
+ * agent.yaml it also says which defaults it applied where seed 002 leaves a field optional (an unnamed
+ * test case, a metric without a threshold). The kind of file is read from it: a top-level `agents` list
+ * is a team (its agent.yaml members are checked too, their problems listed with their own file). Exit 0
+ * when valid, 2 when not; `--json` prints `{ file, kind, valid, problems, warnings }` (plus `defaults`
+ * for an agent).
  */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { validateAgentFile } from '../../config/agent.js';
+import { appliedDefaults, validateAgentFile, type AppliedDefault } from '../../config/agent.js';
 import { formatProblem, type ConfigProblem } from '../../config/load.js';
 import { configKindOf, validateTeamFile } from '../../config/team.js';
 import { globals } from '../cli.js';
@@ -25,11 +28,14 @@ export async function validate(file: string, _opts: unknown, cmd: Command): Prom
   const g = globals(cmd);
   const kind = kindOf(file);
   let problems: ConfigProblem[];
+  let warnings: ConfigProblem[];
+  let defaults: AppliedDefault[] = [];
   let summary: string | undefined;
   let json: Record<string, unknown> = {};
   if (kind === 'team') {
     const res = validateTeamFile(file);
     problems = res.problems;
+    warnings = res.warnings;
     if (res.loaded) {
       const { config } = res.loaded;
       const members = config.agents.map((m) => m.file ?? m.module ?? (m.a2a !== undefined ? `${m.id} (A2A)` : `${m.id} (joins)`));
@@ -40,20 +46,27 @@ export async function validate(file: string, _opts: unknown, cmd: Command): Prom
   } else {
     const res = validateAgentFile(file);
     problems = res.problems;
+    warnings = res.warnings;
     if (res.loaded) {
       const { config } = res.loaded;
+      defaults = appliedDefaults(config);
       const tools = (config.tools ?? []).map((t) => `${t.name} (${t.type})`);
       summary = `agent ${config.name}, ${config.model.provider} ${config.model.name}, ${tools.length ? `tools ${tools.join(', ')}` : 'no tools'}`;
-      json = { agent: { name: config.name, tools: (config.tools ?? []).map((t) => ({ name: t.name, type: t.type })) } };
+      json = { agent: { name: config.name, tools: (config.tools ?? []).map((t) => ({ name: t.name, type: t.type })) }, defaults };
     }
   }
+  const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
   if (g.json) {
-    printJson({ file, kind, valid: problems.length === 0, problems, ...json });
-  } else if (problems.length) {
+    printJson({ file, kind, valid: problems.length === 0, problems, warnings, ...json });
+  } else {
     for (const p of problems) process.stdout.write(`${formatProblem(p)}\n`);
-    process.stdout.write(color.red(`${problems.length} problem${problems.length === 1 ? '' : 's'} in ${file}\n`));
-  } else if (summary) {
-    process.stdout.write(`${color.green('valid')} ${file}: ${summary}\n`);
+    for (const w of warnings) process.stdout.write(color.yellow(`${w.file}:${w.line}:${w.column} ${w.path}: warning: ${w.message}`) + '\n');
+    const warned = warnings.length ? `, ${plural(warnings.length, 'warning')}` : '';
+    if (problems.length) process.stdout.write(color.red(`${plural(problems.length, 'problem')}${warned} in ${file}\n`));
+    else if (summary) {
+      process.stdout.write(`${color.green('valid')} ${file}: ${summary}${warned}\n`);
+      for (const d of defaults) process.stdout.write(color.dim(`  default ${d.path}: ${d.message}`) + '\n');
+    }
   }
   if (problems.length) process.exitCode = 2;
 }

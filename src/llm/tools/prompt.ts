@@ -1,24 +1,16 @@
 /**
  * `type: prompt` tools: a template (inline or from a file) filled with the call's arguments at
- * `{{name}}`, sent to a model — the tool's own `model` or the agent's — as one user message. The
- * model's answer is the tool's result. Nothing of it is streamed to the user.
+ * `{name}` or `{{name}}` (`config/template.ts`), sent to a model — the tool's own `model` or the
+ * agent's — as one user message. The model's answer is the tool's result. Nothing of it is streamed to
+ * the user.
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { ModelConfig, PromptToolConfig } from '../../config/agent.js';
+import { renderTemplate } from '../../config/template.js';
 import type { ModelProvider } from '../../model/types.js';
 import { parametersSchema } from './parameters.js';
 import { toResultText, type RunnableTool } from './types.js';
-
-const PLACEHOLDER = /\{\{\s*([^{}]*?)\s*\}\}/g;
-
-export function renderTemplate(template: string, args: Record<string, unknown>): string {
-  return template.replace(PLACEHOLDER, (whole, name: string) => {
-    if (!Object.prototype.hasOwnProperty.call(args, name)) return whole;
-    const value = args[name];
-    return typeof value === 'string' ? value : JSON.stringify(value);
-  });
-}
 
 export function promptTool(
   tool: PromptToolConfig,
