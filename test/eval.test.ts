@@ -10,7 +10,7 @@ import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { attachFiles, CaseInputError } from '../src/eval/files.js';
+import { attachFiles } from '../src/eval/files.js';
 import { parseVerdict } from '../src/eval/judge.js';
 import type { EvalReport } from '../src/eval/run.js';
 import { OpenAIScriptedServer, type ScriptStep, type SeenRequest } from './helpers/model-servers.js';
@@ -186,18 +186,59 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     expect(table.stdout).toContain('1 case: 1 passed, 0 failed, 1 soft failure');
   });
 
-  it('attaches files to the input (the model sees the image); an unsupported type fails its case, naming it (exit 1)', async () => {
+  it('attaches files to the input (the model sees the image and the office files as text); a file that is not its type fails its case (exit 1)', async () => {
     const report = await evalJson(['test/fixtures/eval/files.yaml'], 1);
-    expect(report.cases.map((c) => [c.name, c.status, c.error])).toEqual([
+    expect(report.cases.map((c) => [c.name, c.status, c.error?.replace(/ \(not a zip archive.*$/, '')])).toEqual([
       ['attachments', 'passed', undefined],
-      ['spreadsheet', 'failed', 'test case "spreadsheet" files[0] (prices.csv): excel files are not supported yet (text, csv, image and pdf are)'],
+      ['office', 'passed', undefined],
+      ['spreadsheet', 'failed', 'test case "spreadsheet" files[0] (prices.csv): the excel file\'s text cannot be extracted: the workbook is not a valid file of its type'],
     ]);
-    const [turn] = model.requestsFor('agent');
+    const [turn, office] = model.requestsFor('agent');
     const parts = messages(turn!).find((m) => m.role === 'user')!.content as Array<{ type: string; text?: string; image_url?: { url: string } }>;
     expect(parts.map((p) => p.type)).toEqual(['text', 'text', 'text', 'text', 'image_url', 'text']);
     expect(parts[2]!.text).toBe('[file note.txt, text/plain]\nRemember: the tasting is on Friday.\n');
     expect(parts[3]!.text).toBe('[file prices.csv, text/csv]\nitem,price\nSencha,9.50\nTeapot,24.00\n');
     expect(parts[4]!.image_url!.url).toBe(`data:image/png;base64,${readFileSync('test/fixtures/eval/pixel.png').toString('base64')}`);
+    // The office files reach the model as text, their tables as rows.
+    expect(textOf(messages(office!).find((m) => m.role === 'user')!.content).split('\n')).toEqual([
+      'What do the office files say?',
+      'Attached prices.xlsx: The price list',
+      '[file prices.xlsx (excel, sheet Prices, range A1:B3)]',
+      '## Sheet Prices (A1:B3)',
+      '| Tea | Price |',
+      '| Sencha | 12.5 |',
+      '| Rooibos | 9 |',
+      '[file report.docx (word, pages 2)]',
+      '## Page 2',
+      'Second page: the outlook for next quarter is calm.',
+      '- Order more sencha.',
+      '- Keep rooibos as it is.',
+      '[file deck.pptx (powerpoint, slides 2)]',
+      '## Slide 2',
+      'Sales by tea',
+      '| Tea | Cups |',
+      '| Sencha | 1200 |',
+      '| Oolong | 800 |',
+      'Notes: Say that oolong grew fastest.',
+    ]);
+  });
+
+  it('names unnamed cases "case <n>" and scores metrics without a threshold at their defaults, and says so', async () => {
+    judge = () => ({ text: '{"score": 3, "reason": "Clear enough."}' });
+    const report = await evalJson(['test/fixtures/eval/defaults.yaml'], 1);
+    expect(report.metrics.map((m) => [m.metric, m.threshold, m.defaultThreshold, m.max])).toEqual([
+      ['f1_score', 0.5, true, 1],
+      ['coherence', 3, true, 5],
+    ]);
+    expect(report.cases.map((c) => [c.name, c.status, c.metrics.map((m) => `${m.metric} ${m.score} ${m.status}`)])).toEqual([
+      ['case 1', 'passed', ['f1_score 1 passed', 'coherence 3 passed']],
+      ['case 2', 'failed', ['f1_score 0 failed', 'coherence 3 passed']],
+    ]);
+    const one = await runTroupe(['eval', 'test/fixtures/eval/defaults.yaml', '--case', 'case 1'], env(), { timeoutMs: 60_000 });
+    expect(one.code, one.stderr).toBe(0);
+    const lines = one.stdout.split('\n').map((l) => l.trim());
+    expect(lines[1]).toMatch(/^case 1\s+–\s+1\.00 ≥ 0\.50 ✓\s+3 ≥ 3 ✓\s+passed$/);
+    expect(lines).toContain('default thresholds (none in the file): f1_score 0.50 on 0–1, coherence 3 on 1–5');
   });
 
   it('with --nats, runs the agent on a running mesh: a node in another process routes the cases to it', async () => {
@@ -252,14 +293,6 @@ describe('test-case files', () => {
       },
     ]);
     expect(context).toHaveLength(3);
-  });
-
-  it('says that excel, word and powerpoint files are not supported yet, naming the case', async () => {
-    for (const type of ['excel', 'word', 'powerpoint'] as const) {
-      const err = await attachFiles('spreadsheet', [{ path: 'prices.csv', type }], dir).catch((e: unknown) => e);
-      expect(err).toBeInstanceOf(CaseInputError);
-      expect((err as Error).message).toBe(`test case "spreadsheet" files[0] (prices.csv): ${type} files are not supported yet (text, csv, image and pdf are)`);
-    }
   });
 
   it('parses a judge\'s verdict, and refuses one off the scale', () => {

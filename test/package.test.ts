@@ -1,10 +1,10 @@
 /**
  * The package as users get it: `import … from 'troupe'` resolves through package.json `exports` (in this
  * checkout by self-reference, and from an installed tarball), and the installed `troupe` bin runs the
- * compiled JavaScript without tsx.
+ * compiled JavaScript without tsx. Optional parsers are not installed with it, and say so when needed.
  */
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -45,5 +45,18 @@ describe('package', () => {
     expect(readdirSync(join(app, 'node_modules/troupe'))).not.toContain('src');
     // The studio's app ships bundled (no esbuild, no sources, no CDN at run time).
     expect(readdirSync(join(app, 'node_modules/troupe/dist/studio/assets')).sort()).toEqual(['app.css', 'app.js']);
+
+    // The office parsers are optional peers: not installed with troupe, and a case that needs one says what to run.
+    for (const pkg of ['exceljs', 'mammoth', 'fflate', '@xmldom/xmldom']) expect(existsSync(join(app, 'node_modules', pkg)), pkg).toBe(false);
+    copyFileSync(join(root, 'test/fixtures/office/prices.xlsx'), join(app, 'prices.xlsx'));
+    writeFileSync(
+      join(app, 'agent.yaml'),
+      'name: reader\nmodel: {provider: openai, name: m, base_url: "http://127.0.0.1:9/v1"}\ninstructions: {inline: Read.}\ntest_cases:\n  - input: Sum it.\n    files: [{path: prices.xlsx, type: excel}]\n',
+    );
+    const evaluated = spawnSync(join(app, 'node_modules/.bin/troupe'), ['eval', 'agent.yaml', '--json'], { cwd: app, encoding: 'utf8' });
+    expect(evaluated.status, evaluated.stderr).toBe(1);
+    expect((JSON.parse(evaluated.stdout) as { cases: Array<{ error: string }> }).cases[0]!.error).toBe(
+      'test case "case 1" files[0] (prices.xlsx): reading excel files needs the optional packages exceljs, fflate, which are not installed: run npm i exceljs fflate',
+    );
   }, 180_000);
 });

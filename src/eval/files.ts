@@ -5,7 +5,9 @@
  * - `image`: a file part with the bytes (png, jpeg, gif or webp), which the agent's model looks at;
  * - `pdf`: its text, extracted with pdfjs-dist (Mozilla's PDF.js; only `pages` when given), as a text
  *   part headed by the file's name;
- * - `excel`, `word`, `powerpoint`: not supported yet — a clear error naming the case.
+ * - `excel`, `word`, `powerpoint`: their text, tables kept as rows (`office/`), as a text part headed
+ *   by the file's name — read with optional packages (exceljs, mammoth, fflate, @xmldom/xmldom) that a
+ *   missing one names in a DEPENDENCY_MISSING error.
  *
  * A `description` goes before its file as a text part. A `url` is fetched (at most 10 MiB) and, unless
  * `cache: false`, kept under `<agent folder>/.troupe/files/` so the next run reads it from disk. What the
@@ -16,6 +18,11 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, extname, join, resolve } from 'node:path';
 import type { FileInput } from '../config/agent.js';
 import type { Part } from '../protocol/a2a.js';
+import { TroupeError } from '../protocol/errors.js';
+import { excelText } from './office/excel.js';
+import { powerpointText } from './office/powerpoint.js';
+import type { ExtractedDocument } from './office/shared.js';
+import { wordText } from './office/word.js';
 
 export const MAX_FILE_BYTES = 10 * 1024 * 1024;
 const IMAGE_TYPES: Record<string, string> = { '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.gif': 'image/gif', '.webp': 'image/webp' };
@@ -78,15 +85,19 @@ export async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<stri
   }
 }
 
+/** The text (and tables) of an office file; throws an Error saying what is wrong with it. */
+export function officeText(file: Pick<FileInput, 'type' | 'pages' | 'sheet' | 'range'>, bytes: Uint8Array): Promise<ExtractedDocument> {
+  if (file.type === 'excel') return excelText(bytes, { ...(file.sheet !== undefined ? { sheet: file.sheet } : {}), ...(file.range !== undefined ? { range: file.range } : {}) });
+  if (file.type === 'word') return wordText(bytes, file.pages ? { pages: file.pages } : {});
+  return powerpointText(bytes, file.pages ? { pages: file.pages } : {});
+}
+
 /** The parts for a case's files. Throws CaseInputError naming the case and the file. */
 export async function attachFiles(caseName: string, files: FileInput[], dir: string): Promise<AttachedFiles> {
   const parts: Part[] = [];
   const context: string[] = [];
   for (const [i, file] of files.entries()) {
     const where = `test case "${caseName}" files[${i}] (${file.path ?? file.url})`;
-    if (file.type === 'excel' || file.type === 'word' || file.type === 'powerpoint') {
-      throw new CaseInputError(`${where}: ${file.type} files are not supported yet (text, csv, image and pdf are)`);
-    }
     let read: { bytes: Buffer; name: string };
     try {
       read = await readInput(file, dir);
@@ -97,6 +108,23 @@ export async function attachFiles(caseName: string, files: FileInput[], dir: str
     if (file.type === 'text' || file.type === 'csv') {
       parts.push({ kind: 'file', file: { name: read.name, mimeType: file.type === 'csv' ? 'text/csv' : 'text/plain', bytes: read.bytes.toString('base64') } });
       context.push(`${read.name}:\n${read.bytes.toString('utf8')}`);
+    } else if (file.type === 'excel' || file.type === 'word' || file.type === 'powerpoint') {
+      let doc: ExtractedDocument;
+      try {
+        doc = await officeText(file, read.bytes);
+      } catch (err) {
+        // A missing package is not this case's fault: say what to install, as its own error.
+        if (err instanceof TroupeError) throw new CaseInputError(`${where}: ${err.message}`, { cause: err });
+        throw new CaseInputError(`${where}: the ${file.type} file's text cannot be extracted: ${(err as Error).message}`);
+      }
+      const picked = [
+        ...(file.sheet ? [`sheet ${file.sheet}`] : []),
+        ...(file.range ? [`range ${file.range}`] : []),
+        ...(file.pages?.length ? [`${file.type === 'powerpoint' ? 'slides' : 'pages'} ${file.pages.join(', ')}`] : []),
+      ];
+      const meta = { name: read.name, type: file.type, tables: doc.tables.length, ...(file.pages ? { pages: file.pages } : {}), ...(file.sheet ? { sheet: file.sheet } : {}), ...(file.range ? { range: file.range } : {}) };
+      parts.push({ kind: 'text', text: `[file ${read.name} (${[file.type, ...picked].join(', ')})]\n${doc.text}`, metadata: { 'troupe/file': meta } });
+      context.push(`${read.name}:\n${doc.text}`);
     } else if (file.type === 'image') {
       const mimeType = IMAGE_TYPES[extname(read.name).toLowerCase()];
       if (!mimeType) throw new CaseInputError(`${where}: images must be png, jpeg, gif or webp`);

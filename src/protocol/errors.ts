@@ -37,6 +37,7 @@ export const ERROR_CODES = {
   PARTITIONS_MISMATCH: { jsonRpc: -32603, hint: "start the node with the server's partition count (--partitions), or change the mapping with `troupe creds init --partitions` on a new store" },
   NATS_SERVER_UNSUPPORTED: { jsonRpc: -32603, hint: 'upgrade nats-server on every server of the cluster to the version the message names, or keep the stream or bucket at 1 replica' },
   UNSUPPORTED: { jsonRpc: -32603, hint: 'this feature is declared but not available in this version of Troupe' },
+  DEPENDENCY_MISSING: { jsonRpc: -32603, hint: 'install the optional package the message names next to troupe (npm i <package>), then retry' },
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
