@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/team/embedded.js';
 import { AgentConfigSchema, type LoadedAgentConfig } from '../src/config/agent.js';
 import { createLlmAgent } from '../src/llm/agent.js';
+import { EMBEDDING_PROBE } from '../src/llm/vectorstore/index.js';
 import { chunkText, detectVectorFields, flattenRecord, readSourceChunks, sourceFiles } from '../src/llm/vectorstore/source.js';
 import { SearchResultSchema, type SearchResult } from '../src/llm/vectorstore/types.js';
 import { silentLogger } from '../src/observability/logger.js';
@@ -236,14 +237,15 @@ describe('reusing and rebuilding the index', () => {
     const first = await createLlmAgent(loaded(model, dir), { env: {} });
     const built = indexed(first);
     expect(built.built).toBe(true);
-    expect(model.embeddingRequests.flatMap((r) => r.input)).toHaveLength(13);
+    expect(model.embeddingRequests.flatMap((r) => r.input).filter((t) => t !== EMBEDDING_PROBE)).toHaveLength(13);
     expect(new Set(model.embeddingRequests.map((r) => r.model))).toEqual(new Set(['text-embedding-3-small']));
     await first.close!();
 
     model.reset();
     const again = await createLlmAgent(loaded(model, dir), { env: {} });
     expect(indexed(again)).toEqual({ ...built, built: false });
-    expect(model.embeddingRequests).toEqual([]);
+    // Only the probe that learns the model's dimension: nothing of the source is embedded again.
+    expect(model.embeddingRequests.map((r) => r.input)).toEqual([[EMBEDDING_PROBE]]);
     await again.close!();
 
     appendFileSync(join(dir, 'kb', 'notes.txt'), '\nGift wrapping: every order can be gift wrapped with recycled paper for two euros.\n');
@@ -289,7 +291,7 @@ describe('a vectorstore that cannot be set up', () => {
     expect(err.message).toContain('anthropic has no embeddings API; set OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible server) to embed with text-embedding-3-small');
     model.reset();
     const agent = await createLlmAgent(loaded(model, dir, KB_TOOL, 'anthropic'), { env: { OPENAI_BASE_URL: model.baseURL } });
-    expect(model.embeddingRequests.flatMap((r) => r.input)).toHaveLength(13);
+    expect(model.embeddingRequests.flatMap((r) => r.input).filter((t) => t !== EMBEDDING_PROBE)).toHaveLength(13);
     await agent.close!();
   });
 });

@@ -241,6 +241,7 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
   const observed = new Map<string, Observed>();
   const agent = await createLlmAgent(loaded, {
     env,
+    logger: opts.logger,
     onToolCall: (call) => observed.get(call.threadId)?.calls.push(call),
     onTurn: (turn) => {
       const o = observed.get(turn.threadId);

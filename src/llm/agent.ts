@@ -29,6 +29,7 @@ import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
 import type { ChatMessage, Completion, ModelProvider } from '../model/types.js';
+import { createLogger, type Logger } from '../observability/logger.js';
 import { metrics } from '../observability/metrics.js';
 import { SpanKind, activeContext, endSpan, startSpan, tracing } from '../observability/tracing.js';
 
@@ -43,6 +44,8 @@ export interface LlmAgentOptions {
   onTurn?: (stats: TurnStats) => void;
   /** Called after each call of one of the agent's own tools (not the routing tools), e.g. by `troupe eval`. */
   onToolCall?: (call: ToolCallRecord) => void;
+  /** Where setting the agent up is logged (the agent.yaml's warnings, vector indexes built): default stderr. */
+  logger?: Logger;
 }
 
 export interface ToolCallRecord {
@@ -130,9 +133,12 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   });
   const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
   // Prompt tools call their model inside a tool run: the SDK retries those itself.
+  const logger = opts.logger ?? createLogger({ name: `troupe-agent-${config.name}` });
+  for (const w of loaded.warnings ?? []) logger.warn({ file: w.file, line: w.line, column: w.column, path: w.path }, `${w.file}:${w.line}:${w.column} ${w.path}: ${w.message}`);
   const toolSet = await buildTools(loaded, {
     providerFor: (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)),
     embedderFor: (model, where) => createEmbeddingProvider(config.model, model ?? DEFAULT_EMBEDDING_MODEL, providerOptions(where, 2)),
+    log: logger.child({ agent: config.name }),
   });
   const tools: RunnableTool[] = toolSet.tools;
   const byName = new Map(tools.map((t) => [t.definition.name, t]));

@@ -11,9 +11,12 @@
  * Each request takes the next step of its model's script (`scriptFor(model, …)`), else of the default
  * script; a request with no step left gets HTTP 500 saying so, and is listed in `unexpected`.
  *
- * The OpenAI server also answers the embeddings API (`/v1/embeddings`, float or base64) with
- * deterministic bag-of-words vectors (`bagOfWordsVector`): texts that share words are near, so a search
- * over them ranks like a keyword search, and every request is kept in `embeddingRequests`.
+ * The OpenAI server also answers the embeddings API (`/v1/embeddings`) with deterministic bag-of-words
+ * vectors (`bagOfWordsVector`): texts that share words are near, so a search over them ranks like a
+ * keyword search, and every request is kept in `embeddingRequests`. It answers in the encoding asked
+ * for (float arrays, or base64 float32s) unless `embeddingEncoding` makes it answer one regardless, as
+ * some compatible servers do; `embeddingDims` sets the dimension (a server whose model changed) and
+ * `mangleEmbedding` breaks vectors on the way out (NaN, a wrong length, zeros).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -29,18 +32,23 @@ export function embeddingWords(text: string): string[] {
   return (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).filter((w) => !STOPWORDS.has(w)).map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
 }
 
-/** A deterministic embedding: each word hashed (FNV-1a) into one of EMBEDDING_DIMS buckets, L2-normalised. */
-export function bagOfWordsVector(text: string): number[] {
-  const v = new Array<number>(EMBEDDING_DIMS).fill(0);
+/** A deterministic embedding: each word hashed (FNV-1a) into one of `dims` buckets, L2-normalised. */
+export function bagOfWordsVector(text: string, dims = EMBEDDING_DIMS): number[] {
+  const v = new Array<number>(dims).fill(0);
   for (const word of embeddingWords(text)) {
     let h = 0x811c9dc5;
     for (let i = 0; i < word.length; i++) h = Math.imul(h ^ word.charCodeAt(i), 0x01000193) >>> 0;
-    v[h % EMBEDDING_DIMS]! += 1;
+    v[h % dims]! += 1;
   }
   const norm = Math.hypot(...v);
   // An empty text still needs a unit vector: a fixed bucket no word is likely to share.
-  if (norm === 0) v[EMBEDDING_DIMS - 1] = 1;
+  if (norm === 0) v[dims - 1] = 1;
   return norm === 0 ? v : v.map((x) => x / norm);
+}
+
+/** Little-endian float32s in base64: the OpenAI API's `encoding_format: "base64"`. */
+export function base64Floats(vector: number[]): string {
+  return Buffer.from(new Float32Array(vector).buffer).toString('base64');
 }
 
 export interface ScriptedToolCall {
@@ -204,10 +212,16 @@ type AnswerStep = { text?: string; chunks?: string[]; toolCalls?: ScriptedToolCa
 
 /** OpenAI chat completions at `/v1/chat/completions`, and Azure's `/openai/deployments/<d>/chat/completions`. */
 export class OpenAIScriptedServer extends ScriptedServer {
-  /** Every embeddings request: the model (or Azure deployment) and its input texts. */
-  readonly embeddingRequests: Array<{ model: string; input: string[] }> = [];
+  /** Every embeddings request: the model (or Azure deployment), its input texts and the encoding it asked for. */
+  readonly embeddingRequests: Array<{ model: string; input: string[]; encoding_format?: unknown }> = [];
   /** HTTP statuses the next embeddings requests fail with, in order. */
   readonly embeddingFailures: number[] = [];
+  /** `asked`: the encoding the request names (the API's default, float, when none); else always this one. */
+  embeddingEncoding: 'asked' | 'float' | 'base64' = 'asked';
+  /** The dimension of the vectors answered. */
+  embeddingDims = EMBEDDING_DIMS;
+  /** Changes a vector before it is sent (NaN goes out as `null` in a float answer, as JSON has no NaN). */
+  mangleEmbedding?: (vector: number[], text: string, index: number) => number[];
 
   /** For OPENAI_BASE_URL / `base_url`. */
   get baseURL(): string {
@@ -217,6 +231,9 @@ export class OpenAIScriptedServer extends ScriptedServer {
   override reset(): this {
     this.embeddingRequests.length = 0;
     this.embeddingFailures.length = 0;
+    this.embeddingEncoding = 'asked';
+    this.embeddingDims = EMBEDDING_DIMS;
+    this.mangleEmbedding = undefined;
     return super.reset();
   }
 
@@ -225,17 +242,17 @@ export class OpenAIScriptedServer extends ScriptedServer {
     if (path !== '/v1/embeddings' && !azure) return false;
     const model = azure ? decodeURIComponent(azure[1]!) : String(body.model ?? '');
     const input = (Array.isArray(body.input) ? body.input : [body.input]).map(String);
-    this.embeddingRequests.push({ model, input });
+    this.embeddingRequests.push({ model, input, ...(body.encoding_format !== undefined ? { encoding_format: body.encoding_format } : {}) });
     const failure = this.embeddingFailures.shift();
     if (failure !== undefined) {
       res.writeHead(failure, { 'content-type': 'application/json' }).end(JSON.stringify(this.errorBody(failure, `scripted embeddings ${failure}`)));
       return true;
     }
+    const encoding = this.embeddingEncoding === 'asked' ? (body.encoding_format === 'base64' ? 'base64' : 'float') : this.embeddingEncoding;
     const data = input.map((text, index) => {
-      const vector = bagOfWordsVector(text);
-      // The SDK asks for base64 (little-endian float32) unless told otherwise.
-      const embedding = body.encoding_format === 'base64' ? Buffer.from(new Float32Array(vector).buffer).toString('base64') : vector;
-      return { object: 'embedding', index, embedding };
+      const clean = bagOfWordsVector(text, this.embeddingDims);
+      const vector = this.mangleEmbedding ? this.mangleEmbedding(clean, text, index) : clean;
+      return { object: 'embedding', index, embedding: encoding === 'base64' ? base64Floats(vector) : vector };
     });
     res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data, model, usage: { prompt_tokens: input.length, total_tokens: input.length } }));
     return true;

@@ -7,7 +7,7 @@
 import OpenAI, { AzureOpenAI } from 'openai';
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { ModelConfig } from '../../config/agent.js';
-import type { ChatMessage, Completion, CompletionRequest, EmbeddingProvider, ModelProvider, StopReason, ToolCall } from '../../model/types.js';
+import { ModelCallError, type ChatMessage, type Completion, type CompletionRequest, type EmbeddingProvider, type ModelProvider, type StopReason, type ToolCall } from '../../model/types.js';
 import { toModelCallError } from './errors.js';
 
 export interface OpenAIProviderOptions {
@@ -64,6 +64,24 @@ function stopReason(finish: string | null | undefined): StopReason {
   }
 }
 
+/**
+ * One embedding as numbers: a JSON array as it is (null and other non-numbers kept, for the caller's
+ * check to name), or base64 of little-endian float32s, the OpenAI API's other encoding.
+ */
+export function decodeEmbedding(embedding: unknown, where: string, index: number): number[] {
+  if (Array.isArray(embedding)) return embedding as number[];
+  if (typeof embedding === 'string' && /^[A-Za-z0-9+/]*={0,2}$/.test(embedding)) {
+    const bytes = Buffer.from(embedding, 'base64');
+    if (bytes.length > 0 && bytes.length % 4 === 0) {
+      const out = new Array<number>(bytes.length / 4);
+      for (let i = 0; i < out.length; i++) out[i] = bytes.readFloatLE(i * 4);
+      return out;
+    }
+  }
+  const kind = typeof embedding === 'string' ? `a string that is not base64 float32s (${embedding.length} characters)` : embedding === null ? 'null' : typeof embedding;
+  throw new ModelCallError(`${where}: embedding ${index} is ${kind}, not a list of numbers`, false);
+}
+
 export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
   readonly provider: ModelConfig['provider'];
   readonly model: string;
@@ -90,19 +108,30 @@ export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
     this.endpoint = this.client.baseURL;
   }
 
-  /** Embeddings of `texts` with this provider's model (for Azure: its deployment). */
+  /**
+   * Embeddings of `texts` with this provider's model (for Azure: its deployment). Floats are asked for
+   * explicitly — left alone, the SDK asks for base64 and decodes whatever comes back as base64, which
+   * turns the float arrays some compatible servers send anyway into garbage — and either answer is read.
+   * Whether the numbers make sense (finite, one dimension) is the caller's to check.
+   */
   async embed(texts: string[], signal?: AbortSignal): Promise<number[][]> {
+    let data: Array<{ index: number; embedding: unknown }>;
     try {
-      const res = await this.client.embeddings.create({ model: this.model, input: texts }, signal ? { signal } : {});
-      const vectors: number[][] = new Array<number[]>(texts.length);
-      for (const item of res.data) vectors[item.index] = item.embedding;
-      if (vectors.length !== texts.length || vectors.some((v) => !Array.isArray(v) || v.length === 0)) {
-        throw new Error(`the server returned ${res.data.length} embeddings for ${texts.length} texts`);
-      }
-      return vectors;
+      const res = await this.client.embeddings.create({ model: this.model, input: texts, encoding_format: 'float' }, signal ? { signal } : {});
+      data = res.data as Array<{ index: number; embedding: unknown }>;
     } catch (err) {
       throw toModelCallError(err, `${this.provider} embeddings ${this.model}`, [this.secret], false);
     }
+    const where = `${this.provider} embeddings ${this.model}`;
+    const vectors: number[][] = new Array<number[]>(texts.length);
+    for (const item of Array.isArray(data) ? data : []) {
+      if (!Number.isInteger(item?.index) || item.index < 0 || item.index >= texts.length) continue;
+      vectors[item.index] = decodeEmbedding(item.embedding, where, item.index);
+    }
+    const missing = texts.findIndex((_, i) => vectors[i] === undefined);
+    // A wrong answer is not retried: the server would give it again.
+    if (missing !== -1) throw new ModelCallError(`${where}: the server returned ${Array.isArray(data) ? data.length : 0} embeddings for ${texts.length} texts (none for text ${missing})`, false);
+    return vectors;
   }
 
   async complete(req: CompletionRequest): Promise<Completion> {

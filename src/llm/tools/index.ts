@@ -11,6 +11,7 @@ import { mcpTools, type McpConnection, type McpServerStatus } from './mcp.js';
 import { promptTool } from './prompt.js';
 import type { RunnableTool } from './types.js';
 import { vectorstoreTool } from './vectorstore.js';
+import type { VectorIndexOptions } from '../vectorstore/index.js';
 
 export type { RunnableTool, ToolRunContext } from './types.js';
 
@@ -27,6 +28,8 @@ export interface ToolFactories {
   providerFor: (config: ModelConfig, where: string) => ModelProvider;
   /** The embeddings endpoint of a vectorstore tool. */
   embedderFor: (model: string | undefined, where: string) => EmbeddingProvider;
+  /** Where a vectorstore says it builds an index, and why. */
+  log?: VectorIndexOptions['log'];
 }
 
 export async function buildTools(loaded: LoadedAgentConfig, factories: ToolFactories): Promise<ToolSet> {
@@ -50,7 +53,7 @@ export async function buildTools(loaded: LoadedAgentConfig, factories: ToolFacto
         servers.set(tool.name, set.connection);
         tools.push(...set.tools);
       } else {
-        const set = await vectorstoreTool(tool, { name: loaded.config.name, dir: loaded.dir }, embedderFor(tool.embedding_model, `${where}.embedding_model`), where);
+        const set = await vectorstoreTool(tool, { name: loaded.config.name, dir: loaded.dir }, embedderFor(tool.embedding_model, `${where}.embedding_model`), where, factories.log);
         closers.push(set.close);
         indexes.set(tool.name, { table: set.index.table, rows: set.index.rows, built: set.index.built });
         tools.push(set.tool);

@@ -5,14 +5,14 @@
  * relevance_score — best first.
  *
  * The index is opened or built when the agent starts: a source that cannot be read, or embeddings that
- * fail, stop the start with TOOL_START_FAILED naming the tool.
+ * fail or make no sense (`checkVectors`), stop the start with TOOL_START_FAILED naming the tool.
  */
 import { join } from 'node:path';
 import { z } from 'zod';
 import type { VectorstoreToolConfig } from '../../config/agent.js';
 import { describeZodError, TroupeError } from '../../protocol/errors.js';
 import type { EmbeddingProvider } from '../../model/types.js';
-import { acquireVectorIndex, MAX_TOP_K, type VectorIndex } from '../vectorstore/index.js';
+import { acquireVectorIndex, MAX_TOP_K, type VectorIndex, type VectorIndexOptions } from '../vectorstore/index.js';
 import { readSourceChunks, sourceFiles, sourceHash } from '../vectorstore/source.js';
 import type { RunnableTool } from './types.js';
 
@@ -31,7 +31,13 @@ export interface VectorstoreToolSet {
   close(): Promise<void>;
 }
 
-export async function vectorstoreTool(tool: VectorstoreToolConfig, agent: { name: string; dir: string }, embedder: EmbeddingProvider, where: string): Promise<VectorstoreToolSet> {
+export async function vectorstoreTool(
+  tool: VectorstoreToolConfig,
+  agent: { name: string; dir: string },
+  embedder: EmbeddingProvider,
+  where: string,
+  log?: VectorIndexOptions['log'],
+): Promise<VectorstoreToolSet> {
   const settings = {
     source: tool.source,
     ...(tool.vector_field !== undefined ? { vector_field: tool.vector_field } : {}),
@@ -45,13 +51,13 @@ export async function vectorstoreTool(tool: VectorstoreToolConfig, agent: { name
   let held: Awaited<ReturnType<typeof acquireVectorIndex>>;
   try {
     const files = sourceFiles(settings, agent.dir);
-    const hash = sourceHash(files, settings, { model: embedder.model, endpoint: embedder.endpoint });
     held = await acquireVectorIndex({
       dbDir: join(agent.dir, VECTOR_DIR),
       name: `${agent.name}-${tool.name}`,
-      hash,
+      sourceHash: sourceHash(files, settings, {}),
       embedder,
       chunks: () => readSourceChunks(files, settings),
+      ...(log ? { log } : {}),
     });
   } catch (err) {
     throw new TroupeError('TOOL_START_FAILED', `${where}: could not index ${JSON.stringify(tool.source)}: ${(err as Error).message}`, { tool: tool.name }, { cause: err });
