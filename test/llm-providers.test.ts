@@ -7,9 +7,10 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ModelConfig } from '../src/config/agent.js';
 import { createEmbeddingProvider, createProvider } from '../src/llm/providers/index.js';
+import { decodeEmbedding } from '../src/llm/providers/openai.js';
 import { ModelCallError, type ChatMessage, type ToolDefinition } from '../src/model/types.js';
 import { TroupeError } from '../src/protocol/errors.js';
-import { AnthropicScriptedServer, bagOfWordsVector, EMBEDDING_DIMS, OpenAIScriptedServer } from './helpers/model-servers.js';
+import { AnthropicScriptedServer, bagOfWordsVector, base64Floats, EMBEDDING_DIMS, OpenAIScriptedServer } from './helpers/model-servers.js';
 
 const KEY = 'sk-test-0123456789abcdef';
 const LOOKUP: ToolDefinition = {
@@ -279,19 +280,19 @@ describe('images in user messages, and embeddings', () => {
     });
   });
 
-  it('embeds through the embeddings endpoint (the SDK asks for base64 floats), also at an Azure deployment', async () => {
+  it('embeds through the embeddings endpoint (asking for floats), also at an Azure deployment', async () => {
     const embedder = createEmbeddingProvider({ provider: 'openai', name: 'chat', base_url: openai.baseURL }, 'embedder', { env: {} });
     const [tea, ship] = await embedder.embed(['green tea', 'ship to Canada']);
     expect(tea).toHaveLength(EMBEDDING_DIMS);
     bagOfWordsVector('green tea').forEach((x, i) => expect(tea![i]).toBeCloseTo(x, 6));
     bagOfWordsVector('ship to Canada').forEach((x, i) => expect(ship![i]).toBeCloseTo(x, 6));
-    expect(openai.embeddingRequests).toEqual([{ model: 'embedder', input: ['green tea', 'ship to Canada'] }]);
+    expect(openai.embeddingRequests).toEqual([{ model: 'embedder', input: ['green tea', 'ship to Canada'], encoding_format: 'float' }]);
 
     const azure = createEmbeddingProvider({ provider: 'azure_openai', name: 'chat-deployment' }, 'embedding-deployment', {
       env: { AZURE_OPENAI_ENDPOINT: openai.url, AZURE_OPENAI_API_KEY: 'azure-key-123' },
     });
     await azure.embed(['green tea']);
-    expect(openai.embeddingRequests.at(-1)).toEqual({ model: 'embedding-deployment', input: ['green tea'] });
+    expect(openai.embeddingRequests.at(-1)).toEqual({ model: 'embedding-deployment', input: ['green tea'], encoding_format: 'float' });
 
     // The SDK retries embeddings itself (they run at start, outside the model loop's retries).
     const before = openai.embeddingRequests.length;
@@ -300,5 +301,15 @@ describe('images in user messages, and embeddings', () => {
     expect(openai.embeddingRequests.length - before).toBe(2);
     openai.embeddingFailures.push(400);
     expect(await rejection(embedder.embed(['x']))).toMatchObject({ retryable: false, status: 400 });
+
+    // Whatever encoding the server picks, the numbers come back the same; one it cannot read is not retried.
+    openai.embeddingEncoding = 'base64';
+    const [fromBase64] = await embedder.embed(['green tea']);
+    bagOfWordsVector('green tea').forEach((x, i) => expect(fromBase64![i]).toBeCloseTo(x, 6));
+    openai.embeddingEncoding = 'asked';
+    expect(decodeEmbedding(base64Floats([1.5, -2, 0.25]), 'test', 0)).toEqual([1.5, -2, 0.25]);
+    expect(() => decodeEmbedding('not base64!', 'test', 3)).toThrow('test: embedding 3 is a string that is not base64 float32s (11 characters), not a list of numbers');
+    expect(() => decodeEmbedding('AAA=', 'test', 0)).toThrow(/not base64 float32s/);
+    expect(() => decodeEmbedding({ values: [1] }, 'test', 1)).toThrow('test: embedding 1 is object, not a list of numbers');
   });
 });

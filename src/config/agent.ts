@@ -188,7 +188,11 @@ export const FileInputSchema = z.strictObject({
   description: z.string().min(1).max(500).optional(),
   pages: z.array(z.int().positive()).optional(),
   sheet: z.string().min(1).optional(),
-  range: z.string().min(1).optional(),
+  /** A1-style cells: `A1:E100`, or one cell; `$` allowed. */
+  range: z
+    .string()
+    .regex(/^\$?[A-Za-z]{1,3}\$?[1-9]\d{0,6}(?::\$?[A-Za-z]{1,3}\$?[1-9]\d{0,6})?$/, '{value} is not a cell range such as A1:E100')
+    .optional(),
   /** Default: true for urls. */
   cache: z.boolean().optional(),
 });

@@ -44,6 +44,13 @@ import { renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
 
 export const DEFAULT_STORE_DIR = '.troupe';
+
+/**
+ * What any user's name must be: the widest of the id kinds users are named by (an agent's id, up to
+ * 100 characters; principals are held to 64 when the user is made, by `idKindOf` its role).
+ */
+const USER_NAME = 'agent' as const;
+
 /** The agents of the demo teams: `creds init` makes credentials for them in every tenant. */
 export const DEMO_AGENTS: readonly string[] = ['triage', 'researcher', 'writer', 'echo', 'pyecho'];
 /** The client principal `troupe send` and other one-shot commands use. */
@@ -455,7 +462,7 @@ export class CredentialStore {
 
   credsFile(tenant: string, name: string): string {
     this.checkTenant(tenant);
-    if (!isValidId('principal', name)) throw new TroupeError('CREDENTIALS_NOT_FOUND', `no user "${name}" can exist: ${idProblem('principal', name)}`);
+    if (!isValidId(USER_NAME, name)) throw new TroupeError('CREDENTIALS_NOT_FOUND', `no user "${name}" can exist: ${idProblem(USER_NAME, name)}`);
     return join(this.paths.users(tenant), `${name}.creds`);
   }
 
@@ -465,7 +472,7 @@ export class CredentialStore {
     const out: UserRecord[] = [];
     for (const file of names) {
       const name = file.slice(0, -'.json'.length);
-      if (!isValidId('principal', name)) continue;
+      if (!isValidId(USER_NAME, name)) continue;
       out.push(await readJson(join(dir, file), UserSchema, `user "${name}" of tenant "${tenant}"`));
     }
     return out;

@@ -18,8 +18,9 @@
  * 1000) is cut at word boundaries into chunks that overlap by `chunk_overlap` (default 100, at most a
  * tenth of a small chunk_size).
  *
- * The content hash covers every file's path and bytes and every setting that changes the chunks or the
- * vectors, so an index is rebuilt exactly when one of them changes.
+ * The content hash covers every file's path and bytes and every setting that changes the chunks; with
+ * the embedding model, its endpoint and dimension it makes the index's key (`index.ts`), so an index is
+ * rebuilt exactly when one of them changes.
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
@@ -91,7 +92,7 @@ export function sourceFiles(settings: Pick<SourceSettings, 'source'>, dir: strin
   return found;
 }
 
-/** The hash of the files' names and bytes and of the settings (plus `extra`, e.g. the embedding model). */
+/** The hash of the files' names and bytes and of the settings (plus `extra`, anything else it should cover). */
 export function sourceHash(files: SourceFile[], settings: SourceSettings, extra: Record<string, unknown>): string {
   const hash = createHash('sha256');
   const { source: _source, ...rest } = settings;
