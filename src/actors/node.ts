@@ -26,6 +26,7 @@ import {
   MessageSchema,
   ThreadCtlSchema,
   ThreadsRequestSchema,
+  isTerminal,
   TroupeError,
   decode,
   encodeJson,
@@ -43,7 +44,7 @@ import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { JetStreamAnsweredLog } from '../transport/jetstream/answered.js';
-import { CLIENT_ERROR_CODES, INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
+import { INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
@@ -368,11 +369,11 @@ export class TroupeNode {
       return publish;
     } catch (err) {
       const error = TroupeError.from(err, 'INVALID_MESSAGE');
-      if (CLIENT_ERROR_CODES.has(error.code) || error.code === 'THREAD_NOT_FOUND') {
+      if (isTerminal(error.code)) {
         this.publishRejection(principal, threadId, messageId, error);
         this.log.warn({ thread: threadId, code: error.code, redelivered: msg.redelivered }, error.message);
         // Terminal for this message: the ingress terminates it instead of redelivering.
-        throw error.code === 'THREAD_NOT_FOUND' ? new TroupeError('INVALID_MESSAGE', error.message) : error;
+        throw error;
       }
       this.log.warn({ thread: threadId, code: error.code, redelivered: msg.redelivered }, error.message);
       throw error;

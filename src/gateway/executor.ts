@@ -8,7 +8,7 @@
 import { AgentEvent, type AgentExecutor, type ExecutionEventBus, type RequestContext } from '@a2a-js/sdk/server';
 import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as SdkTaskStatus } from '@a2a-js/sdk';
 import type { Logger } from '../observability/logger.js';
-import { META, RESULT_META, TERMINAL_TASK_STATES, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
+import { META, RESULT_META, TERMINAL_TASK_STATES, isRefusal, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
 import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
 import type { MeshTaskStore } from './task-store.js';
@@ -18,8 +18,6 @@ import { SpanKind, endSpan, startSpan, tracing, withSpan, type Span } from '../o
 /** Turns that ended with the agent's answer to the user (done, or the conversation waits for the next message). */
 const ANSWERED = new Set<SdkTaskState | undefined>([SdkTaskState.TASK_STATE_COMPLETED, SdkTaskState.TASK_STATE_INPUT_REQUIRED]);
 
-/** Refusals of the message itself: the task did not run, so the turn ends `rejected`, not `failed`. */
-const REFUSALS = new Set(['INVALID_MESSAGE', 'PAYLOAD_TOO_LARGE', 'THREAD_CLOSED', 'THREAD_NOT_FOUND', 'TENANT_FORBIDDEN']);
 
 export interface MeshExecutorOptions {
   store: MeshTaskStore;
@@ -95,7 +93,8 @@ export class MeshExecutor implements AgentExecutor {
       failure = error;
       log.warn({ code: error.code }, `turn ended with an error: ${error.message}`);
       endTurn();
-      const state = REFUSALS.has(error.code) ? SdkTaskState.TASK_STATE_REJECTED : SdkTaskState.TASK_STATE_FAILED;
+      // A refusal of the message itself: the task did not run, so the turn ends `rejected`, not `failed`.
+      const state = isRefusal(error.code) ? SdkTaskState.TASK_STATE_REJECTED : SdkTaskState.TASK_STATE_FAILED;
       const meta = {
         [META.error]: error.toBody(),
         [RESULT_META.agentsUsed]: [],

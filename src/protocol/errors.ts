@@ -4,6 +4,13 @@
  */
 import { z } from 'zod';
 
+/**
+ * Each code: its JSON-RPC code, what to do next, and how the mesh treats it.
+ * - `refusal`: the message itself is refused and can never succeed (the sender gets a rejection, JetStream
+ *   terminates it instead of redelivering, the gateway ends the task `rejected`, not `failed`).
+ * - `terminal`: not the sender's fault, but retrying cannot help either (a stored record that fails validation
+ *   stays broken until someone repairs it): terminated, reported as a failure.
+ */
 export const ERROR_CODES = {
   ROUTER_FAILURE: { jsonRpc: -32603, hint: 'the router could not decide; check the router policy and its logs' },
   AGENT_TIMEOUT: { jsonRpc: -32603, hint: 'the agent did not answer in time; check that it is running (`troupe ps`)' },
@@ -12,18 +19,18 @@ export const ERROR_CODES = {
   AGENT_NOT_FOUND: { jsonRpc: -32001, hint: 'no agent with that id is on the mesh; list them with `troupe ps`' },
   INVALID_RECIPIENT: { jsonRpc: -32602, hint: 'the recipient must be "user", "sender" or the id of another live agent' },
   ROUTING_LOOP: { jsonRpc: -32603, hint: 'agents forwarded to each other past the hop limit; raise maxHops or fix the routing' },
-  EXTENSION_PARSE_ERROR: { jsonRpc: -32602, hint: 'the client-routing metadata does not match its schema' },
-  INVALID_MESSAGE: { jsonRpc: -32602, hint: 'send an A2A v0.3 message as JSON' },
-  PAYLOAD_TOO_LARGE: { jsonRpc: -32602, hint: 'split the payload or raise the limit' },
+  EXTENSION_PARSE_ERROR: { jsonRpc: -32602, refusal: true, hint: 'the client-routing metadata does not match its schema' },
+  INVALID_MESSAGE: { jsonRpc: -32602, refusal: true, hint: 'send an A2A v0.3 message as JSON' },
+  PAYLOAD_TOO_LARGE: { jsonRpc: -32602, refusal: true, hint: 'split the payload or raise the limit' },
   HANDOFF_NOT_ALLOWED: { jsonRpc: -32603, hint: "an agent's card does not allow this handoff (capabilities.handoff canInitiate / canAccept); pick another target or change the card" },
   DELEGATION_NOT_ALLOWED: { jsonRpc: -32603, hint: "the agent's card does not allow it to delegate (capabilities.orchestration.canDelegate), or it asked for more agents than its maxParallel or the team allows" },
   HANDOFF_CONFLICT: { jsonRpc: -32603, hint: 'the thread already has an active handoff; finish or cancel it first' },
-  TENANT_FORBIDDEN: { jsonRpc: -32001, hint: 'that thread belongs to another tenant' },
-  THREAD_NOT_FOUND: { jsonRpc: -32001, hint: 'no thread with that id; list them with `troupe threads`' },
-  THREAD_CLOSED: { jsonRpc: -32002, hint: 'the task has ended; start a new thread' },
+  TENANT_FORBIDDEN: { jsonRpc: -32001, refusal: true, hint: 'that thread belongs to another tenant' },
+  THREAD_NOT_FOUND: { jsonRpc: -32001, refusal: true, hint: 'no thread with that id; list them with `troupe threads`' },
+  THREAD_CLOSED: { jsonRpc: -32002, refusal: true, hint: 'the task has ended; start a new thread' },
   THREAD_BUSY: { jsonRpc: -32603, hint: 'a turn of the thread is in flight; cancel the thread or retry once it is answered' },
   STORE_CONFLICT: { jsonRpc: -32603, hint: 'the thread record changed under us; retry' },
-  STORE_CORRUPT: { jsonRpc: -32603, hint: 'the stored thread record is invalid; inspect it with `troupe thread <id>`' },
+  STORE_CORRUPT: { jsonRpc: -32603, terminal: true, hint: 'the stored thread record is invalid; inspect it with `troupe thread <id>`' },
   TRANSPORT_ERROR: { jsonRpc: -32603, hint: 'the message bus failed; check the NATS connection' },
   CREDENTIALS_NOT_FOUND: { jsonRpc: -32001, hint: 'list what exists with `troupe creds list`; create a store with `troupe creds init`' },
   CREDENTIALS_CONFLICT: { jsonRpc: -32602, hint: 'pick another name, or revoke the existing credentials first (`troupe creds revoke <name>`)' },
@@ -38,7 +45,7 @@ export const ERROR_CODES = {
   NATS_SERVER_UNSUPPORTED: { jsonRpc: -32603, hint: 'upgrade nats-server on every server of the cluster to the version the message names, or keep the stream or bucket at 1 replica' },
   UNSUPPORTED: { jsonRpc: -32603, hint: 'this feature is declared but not available in this version of Troupe' },
   DEPENDENCY_MISSING: { jsonRpc: -32603, hint: 'install the optional package the message names next to troupe (npm i <package>), then retry' },
-} as const;
+} as const satisfies Record<string, { jsonRpc: number; hint: string; refusal?: true; terminal?: true }>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
 export const ErrorCodeSchema = z.enum(Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]]);
@@ -91,6 +98,16 @@ export class TroupeError extends Error {
     const message = err instanceof Error ? err.message : String(err);
     return new TroupeError(fallback, message, undefined, { cause: err });
   }
+}
+
+/** The message itself is refused: it can never succeed, the sender is told, nothing retries it. */
+export function isRefusal(code: ErrorCode): boolean {
+  return 'refusal' in ERROR_CODES[code];
+}
+
+/** Retrying cannot help: a refusal, or a failure that stays until someone repairs something. */
+export function isTerminal(code: ErrorCode): boolean {
+  return 'refusal' in ERROR_CODES[code] || 'terminal' in ERROR_CODES[code];
 }
 
 export function isTroupeError(err: unknown): err is TroupeError {

@@ -61,7 +61,7 @@ import { z } from 'zod';
 import { parseThreadIn, subjects } from '../subjects.js';
 import { decode } from '../../protocol/codec.js';
 import { HEADERS } from '../../protocol/headers.js';
-import { TroupeError, type ErrorCode } from '../../protocol/errors.js';
+import { isTerminal, TroupeError } from '../../protocol/errors.js';
 import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
@@ -143,17 +143,6 @@ function partitionOfConsumer(name: string, partitions: number): number | undefin
   const p = m ? Number(m[1]) : -1;
   return p >= 0 && p < partitions && consumerName(p) === name ? p : undefined;
 }
-
-/** Codes that mean "this message can never succeed": terminate instead of redelivering. */
-export const CLIENT_ERROR_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  'INVALID_MESSAGE',
-  'PAYLOAD_TOO_LARGE',
-  'THREAD_CLOSED',
-  'EXTENSION_PARSE_ERROR',
-  // A record that fails validation stays broken until someone repairs it: refuse, don't retry.
-  'STORE_CORRUPT',
-  'TENANT_FORBIDDEN',
-]);
 
 /**
  * The partition nats-server's `{{partition(n,1)}}` mapping puts a thread in: FNV-1a 32-bit over the
@@ -1098,7 +1087,7 @@ export class JetStreamIngress {
       this.#log.debug({ ...fields, err: errText(err) }, 'handler failed after the partition was lost');
       return;
     }
-    if (err instanceof TroupeError && CLIENT_ERROR_CODES.has(err.code)) {
+    if (err instanceof TroupeError && isTerminal(err.code)) {
       this.#log.info({ ...fields, code: err.code }, 'message refused; terminating it');
       this.#attempts.delete(msg.seq);
       this.#parked.delete(msg.seq);
