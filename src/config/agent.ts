@@ -367,8 +367,8 @@ function checkParameters(ctx: CheckContext, params: unknown, path: PathSegment[]
   return names;
 }
 
-/** Rules of a model block that depend on its provider. */
-function checkModel(ctx: CheckContext, model: unknown, path: PathSegment[]): void {
+/** Rules of a model block that depend on its provider (agent.yaml's model, team.yaml's router and synthesis models). */
+export function checkModel(ctx: CheckContext, model: unknown, path: PathSegment[]): void {
   if (!isRecord(model)) return;
   if (model.provider === 'anthropic' && typeof model.temperature === 'number' && model.temperature > 1) {
     ctx.report([...path, 'temperature'], 'constraints', `must be at most 1 for anthropic, not ${model.temperature}`);

@@ -16,7 +16,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from './thread.js';
 import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './router-prompts.js';
-import { ModelConfigSchema, validateAgentFile } from './agent.js';
+import { checkModel, ModelConfigSchema, validateAgentFile } from './agent.js';
 import { ConfigError, loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment } from './load.js';
 
 export const ORCHESTRATION_STRATEGIES = ['parallel', 'sequential', 'first_success'] as const;
@@ -265,9 +265,8 @@ export function checkTeamDocument(
   } else if (isRecord(raw.orchestration) && raw.orchestration.synthesis !== undefined) {
     ctx.report(['orchestration', 'synthesis'], 'constraints', 'applies with aggregation: synthesis only');
   }
-  if (isRecord(raw.router) && isRecord(raw.router.model) && raw.router.model.provider === 'anthropic' && typeof raw.router.model.temperature === 'number' && raw.router.model.temperature > 1) {
-    ctx.report(['router', 'model', 'temperature'], 'constraints', `must be at most 1 for anthropic, not ${raw.router.model.temperature}`);
-  }
+  if (isRecord(raw.router)) checkModel(ctx, raw.router.model, ['router', 'model']);
+  if (isRecord(raw.orchestration) && isRecord(raw.orchestration.synthesis)) checkModel(ctx, raw.orchestration.synthesis.model, ['orchestration', 'synthesis', 'model']);
 }
 
 // ---------------------------------------------------------------------------------------------------
