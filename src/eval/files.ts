@@ -19,6 +19,7 @@ import { basename, extname, join, resolve } from 'node:path';
 import type { FileInput } from '../config/agent.js';
 import type { Part } from '../protocol/a2a.js';
 import { TroupeError } from '../protocol/errors.js';
+import { META } from '../protocol/metadata.js';
 import { excelText } from './office/excel.js';
 import { powerpointText } from './office/powerpoint.js';
 import type { ExtractedDocument } from './office/shared.js';
@@ -123,7 +124,7 @@ export async function attachFiles(caseName: string, files: FileInput[], dir: str
         ...(file.pages?.length ? [`${file.type === 'powerpoint' ? 'slides' : 'pages'} ${file.pages.join(', ')}`] : []),
       ];
       const meta = { name: read.name, type: file.type, tables: doc.tables.length, ...(file.pages ? { pages: file.pages } : {}), ...(file.sheet ? { sheet: file.sheet } : {}), ...(file.range ? { range: file.range } : {}) };
-      parts.push({ kind: 'text', text: `[file ${read.name} (${[file.type, ...picked].join(', ')})]\n${doc.text}`, metadata: { 'troupe/file': meta } });
+      parts.push({ kind: 'text', text: `[file ${read.name} (${[file.type, ...picked].join(', ')})]\n${doc.text}`, metadata: { [META.file]: meta } });
       context.push(`${read.name}:\n${doc.text}`);
     } else if (file.type === 'image') {
       const mimeType = IMAGE_TYPES[extname(read.name).toLowerCase()];
@@ -137,7 +138,7 @@ export async function attachFiles(caseName: string, files: FileInput[], dir: str
         throw new CaseInputError(`${where}: the PDF's text cannot be extracted: ${(err as Error).message}`);
       }
       const pages = file.pages?.length ? `, pages ${file.pages.join(', ')}` : '';
-      parts.push({ kind: 'text', text: `[file ${read.name} (pdf${pages})]\n${text}`, metadata: { 'troupe/file': { name: read.name, type: 'pdf', ...(file.pages ? { pages: file.pages } : {}) } } });
+      parts.push({ kind: 'text', text: `[file ${read.name} (pdf${pages})]\n${text}`, metadata: { [META.file]: { name: read.name, type: 'pdf', ...(file.pages ? { pages: file.pages } : {}) } } });
       context.push(`${read.name}:\n${text}`);
     }
   }

@@ -14,7 +14,7 @@
  */
 import { TaskState as SdkTaskState, type Artifact as SdkArtifact, type ListTasksRequest, type ListTasksResponse, type Task as SdkTask } from '@a2a-js/sdk';
 import type { ServerCallContext, TaskStore } from '@a2a-js/sdk/server';
-import { TroupeError, isValidId } from '../protocol/index.js';
+import { META, TroupeError, isValidId } from '../protocol/index.js';
 import { STATE, callerOf } from './caller.js';
 import { fromSdkState, toSdkTask } from '../sdk/a2a-model.js';
 import { toA2AError } from './errors.js';
@@ -167,7 +167,7 @@ export class MeshTaskStore implements TaskStore {
     }
     overlay.task.artifacts = artifacts;
     overlay.artifactBytes = bytes;
-    if (truncated) overlay.task.metadata = { ...overlay.task.metadata, 'troupe/artifactsTruncated': true };
+    if (truncated) overlay.task.metadata = { ...overlay.task.metadata, [META.artifactsTruncated]: true };
   }
 }
 

@@ -20,6 +20,12 @@ export const META = {
   routes: 'troupe/routes',
   /** Stored Task: turns so far. */
   turns: 'troupe/turns',
+  /** Stored Task: older history was cut to keep the record within its size limit. */
+  truncated: 'troupe/truncated',
+  /** Task as the gateway serves it: older artifacts were left out to keep the answer within its size limit. */
+  artifactsTruncated: 'troupe/artifactsTruncated',
+  /** Text part: the file it was read from ({ name, type, pages?, sheets?... }), in eval test cases. */
+  file: 'troupe/file',
   /** Stored Task: who owns the thread (`<principal>` or `<principal>/<user>`). */
   owner: 'troupe/owner',
   /** Stored Task / message: the open handoff or what became of one ({ targetAgentId, sourceAgentId, phase } / { status, reason }). */

@@ -100,7 +100,7 @@ export function appendArtifact(artifacts: Artifact[], chunk: TaskArtifactUpdateE
       return { ...p, text: p.text.slice(0, ARTIFACT_LIMITS.textChars) };
     }),
   };
-  if (cut) next = { ...next, metadata: { ...next.metadata, 'troupe/truncated': true } };
+  if (cut) next = { ...next, metadata: { ...next.metadata, [META.truncated]: true } };
   const rest = artifacts.filter((a) => a.artifactId !== incoming.artifactId);
   return [...rest, next].slice(-ARTIFACT_LIMITS.count);
 }
