@@ -94,6 +94,17 @@ describe('team.yaml validation', () => {
     expect(validateTeamFile(own, ENV).problems).toEqual([]);
   });
 
+  it("a router's and a synthesis model's temperature is held to anthropic's limit, as an agent's is", () => {
+    const hot = teamFile(
+      'hot.yaml',
+      'id: s\nname: S\nagents:\n  - id: a\nrouter:\n  model: {provider: anthropic, name: m, temperature: 1.5}\norchestration:\n  aggregation: synthesis\n  synthesis: {model: {provider: anthropic, name: m, temperature: 1.2}}\n',
+    );
+    expect(validateTeamFile(hot, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'router.model.temperature: must be at most 1 for anthropic, not 1.5',
+      'orchestration.synthesis.model.temperature: must be at most 1 for anthropic, not 1.2',
+    ]);
+  });
+
   it('permissions name members, and become the thread\'s permissions', () => {
     const bad = teamFile('perms-bad.yaml', 'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a, ghost]}\n  delegate: [nobody]\n');
     expect(validateTeamFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
