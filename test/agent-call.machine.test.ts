@@ -16,7 +16,7 @@ const answer: Message = { kind: 'message', role: 'agent', messageId: 'a1', parts
 const INPUT: AgentCallInput = { agentId: 'a', message, sender: 'user', hop: 0, timeoutMs: 10, retries: 1, retryDelayMs: 5, now: 0 };
 
 const DONE = { type: 'xstate.done.actor.request', output: answer };
-const ERROR = { type: 'xstate.error.actor.request', error: { code: 'NO_RESPONDERS', message: 'none' } };
+const ERROR = { type: 'xstate.error.actor.request', error: { code: 'TRANSPORT_ERROR', reason: 'NO_RESPONDERS', message: 'none' } };
 const TIMEOUT = { type: 'xstate.after.callTimeout.agentCall.calling' };
 const RETRY = { type: 'xstate.after.retryDelay.agentCall.waiting' };
 const RESTORED = { type: 'troupe.agentCall.restored' as const };

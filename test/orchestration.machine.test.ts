@@ -63,7 +63,7 @@ function scripted(script: Record<string, (input: AgentRequestInput, signal: Abor
   const request = fromPromise<AgentRequestOutput, AgentRequestInput>(({ input, signal }) => {
     log.push({ input, signal });
     const fn = script[input.agentId];
-    if (!fn) return Promise.reject(Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' }));
+    if (!fn) return Promise.reject(Object.assign(new Error('no responders'), { code: 'TRANSPORT_ERROR', reason: 'NO_RESPONDERS' }));
     return fn(input, signal);
   });
   return { log, request };

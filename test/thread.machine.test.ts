@@ -85,7 +85,7 @@ const STEPS: Step[] = [
   reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
   reply('delegate to researcher and writer', (r) => delegating(`${r.input.agentId} asks the team`, ['researcher', 'writer'])),
   reply('delegate to a ghost', (r) => delegating(`${r.input.agentId} asks a ghost`, ['ghost'])),
-  { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TIMEOUT' })) },
+  { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TRANSPORT_ERROR', reason: 'TIMEOUT' })) },
   { name: 'policy: writer', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'writes' }) },
   { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
   { name: 'policy: unsure', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.2, reasoning: 'vague' }) },
@@ -271,7 +271,7 @@ function runThread(team: Record<string, (m: Message, req: AgentRequestInput) => 
       request: fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
         calls.push(input);
         const agent = team[input.agentId];
-        if (!agent) throw Object.assign(new Error('no responders'), { code: 'NO_RESPONDERS' });
+        if (!agent) throw Object.assign(new Error('no responders'), { code: 'TRANSPORT_ERROR', reason: 'NO_RESPONDERS' });
         return agent(input.message, input);
       }),
     },

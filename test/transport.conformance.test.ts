@@ -69,9 +69,10 @@ function thrown(fn: () => unknown): unknown {
   throw new Error('expected a throw');
 }
 
-function expectTransportError(err: unknown, code: TransportError['code']): void {
+function expectTransportError(err: unknown, reason: TransportError['reason']): void {
   expect(err).toBeInstanceOf(TransportError);
-  expect((err as TransportError).code).toBe(code);
+  expect((err as TransportError).code).toBe('TRANSPORT_ERROR');
+  expect((err as TransportError).reason).toBe(reason);
 }
 
 describe.each([memoryBackend(), natsBackend()])('Transport conformance: $name', (backend) => {

@@ -42,14 +42,14 @@ export function reportError(err: unknown, json: boolean): number {
   let message = err instanceof Error ? err.message : String(err);
   let hint = '';
   let exit = 1;
-  if (err instanceof TroupeError) {
+  if (err instanceof TransportError) {
+    code = `TRANSPORT_${err.reason}`;
+    if (err.reason === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';
+  } else if (err instanceof TroupeError) {
     code = err.code;
     hint = ERROR_CODES[err.code].hint;
     // An invalid configuration file is bad input, like a bad option.
     if (err.code === 'CONFIG_INVALID') exit = 2;
-  } else if (err instanceof TransportError) {
-    code = `TRANSPORT_${err.code}`;
-    if (err.code === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';
   } else if (err instanceof Error && err.name === 'UsageError') {
     code = 'USAGE';
     exit = 2;

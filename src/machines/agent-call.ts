@@ -68,10 +68,12 @@ export interface AgentCallContext extends AgentCallInput {
  */
 export function toErrorBody(err: unknown, agentId: string): ErrorBody {
   if (err && typeof err === 'object' && 'code' in err) {
+    // A transport error says which failure in `reason` (its code is TRANSPORT_ERROR).
+    const reason = 'reason' in err ? err.reason : undefined;
     const code = err.code;
     const message = 'message' in err ? String(err.message) : String(code);
-    if (code === 'NO_RESPONDERS') return { code: 'AGENT_NOT_FOUND', message: `agent "${agentId}" is not on the mesh` };
-    if (code === 'TIMEOUT') return { code: 'AGENT_TIMEOUT', message: `agent "${agentId}" did not answer in time` };
+    if (reason === 'NO_RESPONDERS') return { code: 'AGENT_NOT_FOUND', message: `agent "${agentId}" is not on the mesh` };
+    if (reason === 'TIMEOUT') return { code: 'AGENT_TIMEOUT', message: `agent "${agentId}" did not answer in time` };
     const known = ErrorCodeSchema.safeParse(code);
     if (known.success) return { code: known.data, message };
   }

@@ -61,7 +61,7 @@ export const ErrorReplySchema = z.object({ kind: z.literal('error'), error: Erro
 export type ErrorReply = z.infer<typeof ErrorReplySchema>;
 
 export class TroupeError extends Error {
-  override readonly name = 'TroupeError';
+  override readonly name: string = 'TroupeError';
   constructor(
     readonly code: ErrorCode,
     message: string,

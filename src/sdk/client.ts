@@ -434,8 +434,8 @@ export class TroupeClient {
         return (await this.transport.request(subject, body, { timeoutMs: Math.max(1, Math.min(left, 10_000)), headers })).data;
       } catch (err) {
         const elapsed = Date.now() - started;
-        const unavailable = err instanceof TransportError && err.code === 'NO_RESPONDERS' && elapsed + pause <= Math.min(opts.unavailableRetryMs, opts.timeoutMs);
-        const unanswered = err instanceof TransportError && err.code === 'TIMEOUT' && elapsed < opts.timeoutMs && !this.transport.closed;
+        const unavailable = err instanceof TransportError && err.reason === 'NO_RESPONDERS' && elapsed + pause <= Math.min(opts.unavailableRetryMs, opts.timeoutMs);
+        const unanswered = err instanceof TransportError && err.reason === 'TIMEOUT' && elapsed < opts.timeoutMs && !this.transport.closed;
         if (!unavailable && !unanswered) return this.explain(err, subject, opts.timeoutMs);
         if (unavailable) {
           await new Promise((r) => setTimeout(r, pause));
@@ -446,10 +446,10 @@ export class TroupeClient {
   }
 
   private explain(err: unknown, subject: string, timeoutMs: number): never {
-    if (err instanceof TransportError && err.code === 'NO_RESPONDERS') {
+    if (err instanceof TransportError && err.reason === 'NO_RESPONDERS') {
       throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\` (on a cluster, the inbound stream may have no leader: check that most servers are up)`, undefined, { cause: err });
     }
-    if (err instanceof TransportError && err.code === 'TIMEOUT') {
+    if (err instanceof TransportError && err.reason === 'TIMEOUT') {
       throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`, undefined, { cause: err });
     }
     throw err;

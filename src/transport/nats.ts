@@ -291,11 +291,10 @@ export class NatsTransport implements Transport {
       const tlsFailure = /certificate|\bTLS\b|\bSSL\b/i.test(cause) || (opts.tls !== undefined && /doesn't exist/.test(cause));
       const e =
         err instanceof errors.AuthorizationError
-          ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`)
+          ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`, { cause: err })
           : tlsFailure
-            ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`)
-            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\` (${cause})`);
-      e.cause = err;
+            ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`, { cause: err })
+            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\` (${cause})`, { cause: err });
       throw e;
     }
     // Lines name the connection as the server's monitoring does (its client name).
@@ -342,15 +341,13 @@ export class NatsTransport implements Transport {
   private mapError(err: unknown, subject: string, timeoutMs?: number): unknown {
     if (err instanceof TransportError) return err;
     if (err instanceof errors.TimeoutError || (err instanceof errors.RequestError && err.cause instanceof errors.TimeoutError)) {
-      return new TransportError('TIMEOUT', `no reply on ${subject} within ${timeoutMs ?? '?'} ms`);
+      return new TransportError('TIMEOUT', `no reply on ${subject} within ${timeoutMs ?? '?'} ms`, { cause: err });
     }
     if (isNoResponders(err)) {
-      return new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`);
+      return new TransportError('NO_RESPONDERS', `no subscriber on ${subject}`, { cause: err });
     }
     if (err instanceof errors.ClosedConnectionError || err instanceof errors.DrainingConnectionError || this.connection.isClosed()) {
-      const e = new TransportError('CLOSED', `${subject}: the NATS connection is closed`);
-      e.cause = err;
-      return e;
+      return new TransportError('CLOSED', `${subject}: the NATS connection is closed`, { cause: err });
     }
     return err;
   }
@@ -416,7 +413,7 @@ export class NatsTransport implements Transport {
     } catch (err) {
       const mapped = this.mapError(err, subject, opts.timeoutMs);
       // Scatter-gather over nobody is an empty answer, not a failure (e.g. `ps` with no nodes up).
-      if (mapped instanceof TransportError && mapped.code === 'NO_RESPONDERS') return replies;
+      if (mapped instanceof TransportError && mapped.reason === 'NO_RESPONDERS') return replies;
       throw mapped;
     }
     return replies;

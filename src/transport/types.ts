@@ -3,6 +3,8 @@
  * or in-memory, run the same code. Semantics follow NATS core (subjects with `*`/`>` wildcards, queue
  * groups, request/reply with timeouts and no-responder detection, headers).
  */
+import { TroupeError } from '../protocol/errors.js';
+
 export type Headers = Record<string, string>;
 
 export interface InboundMessage {
@@ -60,12 +62,17 @@ export interface Transport {
 export const TRANSPORT_ERROR_CODES = ['TIMEOUT', 'NO_RESPONDERS', 'CLOSED', 'CONNECT'] as const;
 export type TransportErrorCode = (typeof TRANSPORT_ERROR_CODES)[number];
 
-export class TransportError extends Error {
+/**
+ * A failure of the message bus: a TroupeError with code TRANSPORT_ERROR, saying which (`reason`, also in
+ * `details.reason`) and keeping the client's own error as `cause`.
+ */
+export class TransportError extends TroupeError {
   override readonly name = 'TransportError';
   constructor(
-    readonly code: TransportErrorCode,
+    readonly reason: TransportErrorCode,
     message: string,
+    options?: { cause?: unknown },
   ) {
-    super(message);
+    super('TRANSPORT_ERROR', message, { reason }, options);
   }
 }
