@@ -13,7 +13,8 @@ import { configKindOf, loadTeamConfig, threadConfigOf, validateTeamFile } from '
 import { DEFAULT_THREAD_CONFIG } from '../src/machines/thread.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { LlmRouterPolicy } from '../src/routing/llm-policy.js';
-import { loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/team/team.js';
+import { defineTeam, loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/team/team.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
 import { validateAgentFile } from '../src/config/agent.js';
 import { runTroupe } from './helpers/processes.js';
 
@@ -92,6 +93,21 @@ describe('team.yaml validation', () => {
     expect(validateTeamFile(stray, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['orchestration.synthesis: applies with aggregation: synthesis only']);
     const own = teamFile('own.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  aggregation: synthesis\n  synthesis: {model: {provider: openai, name: m}}\n');
     expect(validateTeamFile(own, ENV).problems).toEqual([]);
+  });
+
+  it('a TS team that cannot work is CONFIG_INVALID saying why (no agents, two with one id, an entry agent that is not one of them)', () => {
+    const agent = (id: string) => defineAgent({ card: { id, name: id, description: id }, handle: () => reply('hi', { to: 'user' }) });
+    const problem = (input: Parameters<typeof defineTeam>[0]) => {
+      try {
+        defineTeam(input);
+      } catch (err) {
+        return err instanceof TroupeError ? `${err.code}: ${err.message}` : `not a TroupeError: ${String(err)}`;
+      }
+      return 'no error';
+    };
+    expect(problem({ name: 'empty', agents: [] })).toBe('CONFIG_INVALID: team "empty" has no agents: name config.entryAgent or give it a policy');
+    expect(problem({ name: 'twins', agents: [agent('a'), agent('a')] })).toBe('CONFIG_INVALID: team "twins" has two agents with id "a"');
+    expect(problem({ name: 'lost', agents: [agent('a')], config: { entryAgent: 'b' } })).toBe('CONFIG_INVALID: team "lost": entry agent "b" is not one of its agents');
   });
 
   it("a router's and a synthesis model's temperature is held to anthropic's limit, as an agent's is", () => {

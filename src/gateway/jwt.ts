@@ -12,7 +12,7 @@
  * RFC 6750); keys that cannot be fetched are the gateway's trouble, not the caller's (503, retry).
  */
 import { createRemoteJWKSet, errors, jwtVerify, type JWTPayload } from 'jose';
-import { idProblem } from '../protocol/index.js';
+import { idProblem, TroupeError } from '../protocol/index.js';
 import type { Caller } from './tokens.js';
 
 export interface JwtAuthOptions {
@@ -78,7 +78,7 @@ export class JwtAuth {
   /** Checks the options and finds the JWKS (discovery, when no `jwksUrl`); throws saying what is wrong. */
   static async create(opts: JwtAuthOptions): Promise<JwtAuth> {
     const issuer = parseUrl(opts.issuer, 'the JWT issuer');
-    if ((Array.isArray(opts.audience) ? opts.audience : [opts.audience]).every((a) => !a)) throw new Error('gateway: a JWT issuer needs an audience (--jwt-audience): tokens for other services would be let in');
+    if ((Array.isArray(opts.audience) ? opts.audience : [opts.audience]).every((a) => !a)) throw new TroupeError('CONFIG_INVALID', 'gateway: a JWT issuer needs an audience (--jwt-audience): tokens for other services would be let in');
     if (opts.jwksUrl) return new JwtAuth(opts, parseUrl(opts.jwksUrl, 'the JWKS URL'));
     const discovery = new URL(`${issuer.href.replace(/\/+$/, '')}/.well-known/openid-configuration`);
     let doc: unknown;
@@ -91,8 +91,8 @@ export class JwtAuth {
     }
     const { issuer: named, jwks_uri: jwksUri } = (doc ?? {}) as { issuer?: unknown; jwks_uri?: unknown };
     // OpenID Connect Discovery §4.3: the document's issuer is the one asked for, or its keys are not its keys.
-    if (named !== opts.issuer) throw new Error(`gateway: the OpenID configuration at ${discovery.href} is for issuer ${JSON.stringify(named)}, not ${opts.issuer}: give --jwt-issuer exactly as the issuer names itself (its tokens' iss)`);
-    if (typeof jwksUri !== 'string') throw new Error(`gateway: the OpenID configuration at ${discovery.href} names no jwks_uri: give the keys with --jwks-url`);
+    if (named !== opts.issuer) throw new TroupeError('CONFIG_INVALID', `gateway: the OpenID configuration at ${discovery.href} is for issuer ${JSON.stringify(named)}, not ${opts.issuer}: give --jwt-issuer exactly as the issuer names itself (its tokens' iss)`);
+    if (typeof jwksUri !== 'string') throw new TroupeError('CONFIG_INVALID', `gateway: the OpenID configuration at ${discovery.href} names no jwks_uri: give the keys with --jwks-url`);
     return new JwtAuth(opts, parseUrl(jwksUri, `jwks_uri of ${discovery.href}`));
   }
 
@@ -137,9 +137,9 @@ function parseUrl(value: string, what: string): URL {
   try {
     url = new URL(value);
   } catch {
-    throw new Error(`gateway: ${what} "${value}" is not a URL`);
+    throw new TroupeError('CONFIG_INVALID', `gateway: ${what} "${value}" is not a URL`);
   }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new Error(`gateway: ${what} must be an http(s) URL, not ${url.protocol}`);
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new TroupeError('CONFIG_INVALID', `gateway: ${what} must be an http(s) URL, not ${url.protocol}`);
   return url;
 }
 

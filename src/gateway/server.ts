@@ -21,7 +21,7 @@ import { agentCardHandler, jsonRpcHandler, restHandler } from '@a2a-js/sdk/serve
 import type { TroupeClient } from '../sdk/client.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { contextFromHeaders, runInContext, tracing } from '../observability/tracing.js';
-import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, LIMITS, exceedsDepth } from '../protocol/index.js';
+import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, LIMITS, TroupeError, exceedsDepth } from '../protocol/index.js';
 import { GatewayCaller } from './caller.js';
 import { AGENT_CARD_PATHS, REST_PATH, gatewayCard, type GatewayCardOptions } from './card.js';
 import { diagnosticsRouter } from './diagnostics.js';
@@ -266,15 +266,15 @@ function urlOf(scheme: string, host: string, port: number): string {
 /** Refuses a configuration that would fail on the first request. */
 function checkConfiguration(opts: GatewayOptions, tokens: BearerTokens | undefined, defaultTenant: string): void {
   for (const [tenant, client] of Object.entries(opts.clients)) {
-    if (client.tenant !== tenant) throw new Error(`gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
+    if (client.tenant !== tenant) throw new TroupeError('CONFIG_INVALID', `gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
   }
-  if ((!tokens || (opts.jwt && !opts.jwt.tenantClaim)) && !opts.clients[defaultTenant]) throw new Error(`gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
+  if ((!tokens || (opts.jwt && !opts.jwt.tenantClaim)) && !opts.clients[defaultTenant]) throw new TroupeError('CONFIG_INVALID', `gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
   for (const tenant of tokens?.tenants() ?? []) {
-    if (!opts.clients[tenant]) throw new Error(`gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
+    if (!opts.clients[tenant]) throw new TroupeError('CONFIG_INVALID', `gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
   }
   if (opts.diagnostics) {
-    if (opts.diagnostics.token.length < 16) throw new Error('gateway: the operator token must be at least 16 characters long');
-    if (tokens?.has(opts.diagnostics.token)) throw new Error('gateway: the operator token is also a user token: give operators a token of their own');
+    if (opts.diagnostics.token.length < 16) throw new TroupeError('CONFIG_INVALID', 'gateway: the operator token must be at least 16 characters long');
+    if (tokens?.has(opts.diagnostics.token)) throw new TroupeError('CONFIG_INVALID', 'gateway: the operator token is also a user token: give operators a token of their own');
   }
 }
 

@@ -10,7 +10,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { describeZodError, idSchema } from '../protocol/index.js';
+import { describeZodError, idSchema, TroupeError } from '../protocol/index.js';
 
 /** The identity a token stands for. */
 export interface Caller {
@@ -30,12 +30,12 @@ export function loadTokens(path: string): Record<string, Caller> {
   try {
     json = JSON.parse(readFileSync(path, 'utf8'));
   } catch (err) {
-    throw new Error(`cannot read the token file ${path} (${(err as Error).message}): it must be JSON like {"<token>": {"tenant": "demo", "user": "alice"}}`);
+    throw new TroupeError('CONFIG_INVALID', `cannot read the token file ${path} (${(err as Error).message}): it must be JSON like {"<token>": {"tenant": "demo", "user": "alice"}}`, { file: path }, { cause: err });
   }
   const parsed = TokenFileSchema.safeParse(json);
-  if (!parsed.success) throw new Error(`the token file ${path} is invalid: ${describeZodError(parsed.error)}; expected {"<token>": {"tenant": "<tenant>", "user": "<user>"}}`);
+  if (!parsed.success) throw new TroupeError('CONFIG_INVALID', `the token file ${path} is invalid: ${describeZodError(parsed.error)}; expected {"<token>": {"tenant": "<tenant>", "user": "<user>"}}`, { file: path });
   const entries = Object.entries(parsed.data);
-  if (entries.length === 0) throw new Error(`the token file ${path} has no tokens: nobody could call the gateway`);
+  if (entries.length === 0) throw new TroupeError('CONFIG_INVALID', `the token file ${path} has no tokens: nobody could call the gateway`, { file: path });
   return Object.fromEntries(entries.map(([token, value]) => [token, typeof value === 'string' ? { tenant: value } : value]));
 }
 
@@ -62,7 +62,7 @@ export class BearerTokens {
 
   constructor(entries: TokenEntries) {
     for (const [token, value] of Object.entries(entries)) {
-      if (!token) throw new Error('gateway: an empty token would let anyone in: remove it from tokens');
+      if (!token) throw new TroupeError('CONFIG_INVALID', 'gateway: an empty token would let anyone in: remove it from tokens');
       this.byDigest.set(tokenDigest(token), typeof value === 'string' ? { tenant: value } : value);
     }
   }

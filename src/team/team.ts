@@ -49,16 +49,16 @@ export function defineTeam(input: TeamInput | TeamDefinition): TeamDefinition {
   const remote = [...((input as TeamDefinition).remote ?? []), ...members.filter((m): m is RemoteAgentRef => isRemoteAgentRef(m))];
   const team: TeamDefinition = { ...input, agents: members.filter((m): m is AgentDefinition => !isRemoteAgentRef(m)), ...(remote.length ? { remote } : {}) };
   if (team.agents.length === 0 && remote.length === 0 && !team.members?.length) {
-    if (!team.config?.entryAgent && !team.policy) throw new Error(`team "${team.name}" has no agents: name config.entryAgent or give it a policy`);
+    if (!team.config?.entryAgent && !team.policy) throw new TroupeError('CONFIG_INVALID', `team "${team.name}" has no agents: name config.entryAgent or give it a policy`);
     return team;
   }
   const ids = new Set<string>();
   for (const id of [...team.agents.map((a) => a.card.id), ...remote.map((r) => r.id), ...(team.members ?? [])]) {
-    if (ids.has(id)) throw new Error(`team "${team.name}" has two agents with id "${id}"`);
+    if (ids.has(id)) throw new TroupeError('CONFIG_INVALID', `team "${team.name}" has two agents with id "${id}"`);
     ids.add(id);
   }
   const entry = team.config?.entryAgent ?? team.agents[0]?.card.id ?? remote[0]?.id ?? team.members![0]!;
-  if (!ids.has(entry)) throw new Error(`team "${team.name}": entry agent "${entry}" is not one of its agents`);
+  if (!ids.has(entry)) throw new TroupeError('CONFIG_INVALID', `team "${team.name}": entry agent "${entry}" is not one of its agents`);
   return { ...team, config: { ...team.config, entryAgent: entry } };
 }
 
@@ -121,7 +121,7 @@ export async function loadModule(path: string): Promise<{ team?: TeamDefinition;
     const team = await withRemoteAgents(candidate as TeamDefinition);
     return { team, agents: team.agents };
   }
-  throw new Error(`${path} exports no agent or team: export default defineAgent({...}) or defineTeam({...})`);
+  throw new TroupeError('CONFIG_INVALID', `${path} exports no agent or team: export default defineAgent({...}) or defineTeam({...})`);
 }
 
 /**
