@@ -1,5 +1,5 @@
 /**
- * Diagnostics over HTTP for operators, behind an operator token that is not a user token (DESIGN §6):
+ * Diagnostics over HTTP for operators, behind an operator token that is not a user token:
  *
  *   GET  /health                     the gateway process answers
  *   GET  /ready                      NATS connected, partitions owned, store reachable, agents seen (503 if not)

@@ -1,5 +1,5 @@
 /**
- * The A2A gateway (DESIGN §1, §6, §7): `@a2a-js/sdk`'s server side over Troupe threads, on express.
+ * The A2A gateway: `@a2a-js/sdk`'s server side over Troupe threads, on express.
  *
  *   GET  /.well-known/agent-card.json   the mesh's AgentCard (v1.0 with `A2A-Version: 1.0`, else v0.3)
  *   POST /                              JSON-RPC, A2A 1.0 (`A2A-Version: 1.0`) or 0.3 (no header)

@@ -1,5 +1,5 @@
 /**
- * Where an agent's reply goes next (DESIGN §3). A pure function: the router machine runs it, tests call
+ * Where an agent's reply goes next. A pure function: the router machine runs it, tests call
  * it directly.
  */
 import type { Message } from '../protocol/a2a.js';

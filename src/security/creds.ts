@@ -8,7 +8,7 @@
  * key to the account JWT's `revocations`, and the system user pushes that JWT to the running servers
  * (`$SYS.REQ.CLAIMS.UPDATE`), which disconnect the user at once and refuse it from then on.
  *
- * Each tenant account also carries the ingress subject mapping (DESIGN §5): a client's publish to
+ * Each tenant account also carries the ingress subject mapping: a client's publish to
  * `troupe.<t>.in.<P>.<T>` is stored as `troupe.<t>.in.<P>.<T>.<partition>`, partition = FNV-1a(T) mod N
  * (`partitionOf` in transport/jetstream/ingress.ts). A publish straight to a 6-token partition subject is
  * mapped the same way, so nobody can put a thread into another partition.

@@ -1,7 +1,7 @@
 /**
  * Who may publish and subscribe to what: the one table of role permissions. The broker enforces it:
  * `creds.ts` writes each role's rules into the user's JWT, and nats-server refuses everything else. The
- * subject layout is the wire table of DESIGN §6 / CONTEXT.md (tenant t = one NATS account):
+ * subject layout is the subjects of src/transport/subjects.ts (tenant t = one NATS account):
  *
  *   troupe.t.in.P.T          client P sends to its thread T (server maps it to troupe.t.in.P.T.<partition>)
  *   troupe.t.out.P.T         every event of thread T, whose owner is P

@@ -1,5 +1,5 @@
 /**
- * ThreadStore over a JetStream KV bucket (DESIGN §5). Key `<tenant>.<threadId>`, value the JSON record,
+ * ThreadStore over a JetStream KV bucket. Key `<tenant>.<threadId>`, value the JSON record,
  * revision the KV revision (the stream sequence of the last write to the key).
  *
  * Compare-and-set rides on the `Nats-Expected-Last-Subject-Sequence` header that `kv.create` and

@@ -1,6 +1,6 @@
 /**
  * The durable thread record and the store seam. A thread record is the A2A Task plus the persisted XState
- * snapshot of the thread actor; every change is a compare-and-set on the store's revision (DESIGN §5).
+ * snapshot of the thread actor; every change is a compare-and-set on the store's revision.
  */
 import { z } from 'zod';
 import { TaskSchema, type TaskState } from '../protocol/index.js';

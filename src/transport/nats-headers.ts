@@ -5,7 +5,7 @@
  * The client's own `MsgHdrs` is built for a caller that edits headers: every `append` checks the key,
  * lists the keys so far to find a match and tests the value with a regex, and reading a message parses
  * its block into that structure, which Troupe then copied into a record. Troupe only ever sends a record
- * and reads one. Measured on an agent hop's request, eight headers (bench/PROFILE.md, session 20): the
+ * and reads one. Measured on an agent hop's request, eight headers (bench/PROFILE.md): the
  * client's way cost 26 µs of CPU to read and 6 µs to send, where a whole raw request-reply cost 260 µs.
  *
  * Both directions keep the client's rules: a key is printable ASCII without `:` (a bad one is refused

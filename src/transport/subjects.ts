@@ -1,5 +1,5 @@
 /**
- * The one place subject names are built and read (DESIGN §3). Every token is an id checked by
+ * The one place subject names are built and read. Every token is an id checked by
  * `protocol/ids.ts`; a builder given a bad id throws a typed INVALID_MESSAGE (never a plain Error), and
  * ids are meant to be checked where they enter, so inside the mesh that never happens.
  *

@@ -2,7 +2,7 @@
  * Whether a thread's history holds a message, asked of every message delivered to it (a second copy of
  * one the thread has is not a new turn). Walking the history each time reads every message object of it:
  * on a busy node these are cold, spread over the old generation, and at the history limit (50 messages)
- * the walk cost about 16 µs of a durable turn's ~900 µs of CPU (bench/PROFILE.md, session 23). A long
+ * the walk cost about 16 µs of a durable turn's ~900 µs of CPU (bench/PROFILE.md). A long
  * history's ids are kept instead, and followed as the history changes: the thread's machine makes a new
  * array around the same message objects (new ones at the end, the oldest dropped at the limit), so
  * following it reads only the messages that came or went.

@@ -22,7 +22,7 @@
  * one stored message per final answer for the broker (on disk; replicated on a cluster), one stream read
  * per redelivered latest message. On disk, not in memory: a memory stream's messages do not outlive its
  * server's restart, so the markers were gone after a single server restarted, and on a cluster after two of
- * three replicas restarted at once (docs/cluster.md, rule 3, session 14). A memory stream made by an earlier
+ * three replicas restarted at once (docs/cluster.md, rule 3). A memory stream made by an earlier
  * version is replaced when a node starts (`#ensureStream`). The marker follows its answer on one
  * connection, so a stored marker means the answer was handed to the server before it.
  */

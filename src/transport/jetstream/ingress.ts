@@ -1,5 +1,5 @@
 /**
- * Durable inbound thread messages (DESIGN §5): JetStream stream + partition leases.
+ * Durable inbound thread messages: JetStream stream + partition leases.
  *
  * Client principal P publishes to `troupe.<tenant>.in.<P>.<threadId>` (a core request with
  * `Nats-Msg-Id: <threadId>/<messageId>`). The account's subject mapping rewrites that to `...<threadId>.<N>`,
@@ -87,7 +87,7 @@ const PULL_EXPIRES_MS = 5_000;
  * The idle heartbeat a pull asks for. The client pulls again once two are missed: that is how long a
  * partition waits when its pull is lost without a word, as at every change of its consumer's leader on a
  * cluster (measured on 3 servers, a stepdown then a message: 4.7–6.9 s with the client's default of half
- * the expiry, 2.5 s; bench/PROFILE.md, session 22). The cost: one heartbeat a second from each idle
+ * the expiry, 2.5 s; bench/PROFILE.md). The cost: one heartbeat a second from each idle
  * partition consumer.
  */
 const HEARTBEAT_MS = 1_000;

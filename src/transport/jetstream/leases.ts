@@ -1,5 +1,5 @@
 /**
- * Partition leases in a JetStream KV bucket (DESIGN §5: one owner per thread at a time).
+ * Partition leases in a JetStream KV bucket (one owner per thread at a time).
  *
  * Inbound thread messages are split by the server into `partitions` partitions (the account mapping `troupe creds init` writes);
  * exactly one node at a time holds the lease of a partition and consumes it (src/actors/ingress.ts).
