@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { Registry } from '../src/actors/registry.js';
 import { ThreadHost } from '../src/actors/threads/host.js';
-import { createLogger } from '../src/observability/logger.js';
+import { createLogger, type Logger } from '../src/observability/logger.js';
 import { metrics } from '../src/observability/metrics.js';
 import { META } from '../src/protocol/metadata.js';
 import { ThreadEventSchema, decode } from '../src/protocol/index.js';
@@ -23,7 +23,8 @@ import { PartitionLeases } from '../src/transport/jetstream/leases.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { sleep, waitUntil } from './helpers/wait.js';
+import { capturingLogger } from './helpers/log-lines.js';
+import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
 let nats: NatsServerHandle;
@@ -37,12 +38,12 @@ async function transport(name: string, user = 'node'): Promise<NatsTransport> {
 }
 
 /** A node's thread side: a thread host on the shared store, with the marker log unless `marker: false`. */
-async function node(nodeId: string, opts: { marker?: boolean; nodeAlive?: (id: string) => Promise<boolean | undefined> } = {}) {
+async function node(nodeId: string, opts: { marker?: boolean; nodeAlive?: (id: string) => Promise<boolean | undefined>; logger?: Logger } = {}) {
   // As a durable node runs it (INGRESS_DUPLICATE_WINDOW_MS).
   const duplicateWindowMs = 120_000;
   const t = await transport(nodeId);
   const store = await KvThreadStore.open(t.connection, { bucket: 'answered_threads' });
-  const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
+  const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, ...(opts.logger ? { logger: opts.logger } : {}) }).start();
   const registry = await new Registry(t, TENANT).start();
   const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, duplicateWindowMs, ...(answered ? { answered } : {}), ...(opts.nodeAlive ? { nodeAlive: opts.nodeAlive } : {}) }).start();
   await registry.waitFor(['echo']);
@@ -77,6 +78,19 @@ async function watchFinals(threadId: string) {
 
 const answered = (seq: number) => ({ seq, until: 'answered' as const });
 
+/**
+ * A later marker on the thread: a new message (stream sequence `seq`) delivered to `host`, its answer
+ * published, and awaited on `out`. A second publication of an earlier answer by this host would have
+ * gone out before it (one connection, one subscriber: in order), so once the probe's answer is in,
+ * `finals` holds every answer this host published before it.
+ */
+async function probe(host: ThreadHost, threadId: string, finals: string[], seq: number): Promise<string> {
+  const messageId = `probe-${seq}`;
+  (await host.deliver(threadId, userMessage('probe', { messageId }), 'local', answered(seq))).publish?.({ acked: true });
+  await waitUntil(() => finals.includes(messageId) || undefined, `the answer to ${messageId}`);
+  return messageId;
+}
+
 /** troupe_redelivered_answers_total by decision (this process's registry: the hosts run here). */
 async function decisions(): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
@@ -103,16 +117,15 @@ afterAll(async () => {
 
 /**
  * The stream gives m1 to the next owner again (its ack lost with a consumer's leader): that node finds
- * the marker, acknowledges m1 without an answer, and no second answer arrives. Returns the node.
+ * the marker and acknowledges m1 without an answer. Returns the node, for a later marker (see `probe`)
+ * showing that no second answer went out.
  */
-async function nextOwnerReadsTheMarker(nodeId: string, threadId: string, finals: string[]) {
+async function nextOwnerReadsTheMarker(nodeId: string, threadId: string) {
   const b = await node(nodeId);
   const before = await decisions();
   const again = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
   expect(again).toEqual({ duplicate: true });
   expect(grew(before, await decisions())).toEqual({ marker: 1 });
-  await sleep(1_000); // a second publication would arrive now
-  expect(finals).toEqual(['m1']);
   return b;
 }
 
@@ -125,9 +138,9 @@ describe('a redelivered latest message after its node is gone', () => {
     // The ack took; the after-ack step publishes the answer and its marker. Then node a dies.
     first.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
-    await sleep(200); // the marker reaches the stream
+    await waitUntil(async () => (await a.answered?.published(threadId, 'm1')) || undefined, 'its marker, stored');
     await a.stop();
-    const b = await nextOwnerReadsTheMarker('node-b', threadId, finals);
+    const b = await nextOwnerReadsTheMarker('node-b', threadId);
     // The thread goes on at the next owner.
     const next = await b.host.deliver(threadId, userMessage('and again', { messageId: 'm2' }), 'local', answered(2));
     next.publish?.({ acked: true });
@@ -149,8 +162,7 @@ describe('a redelivered latest message after its node is gone', () => {
     await b.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2));
     expect(grew(before, await decisions())).toEqual({ published: 1 });
     await waitUntil(() => finals.length === 2 || undefined, 'the stored answer, from the next owner');
-    await sleep(500);
-    expect(finals).toEqual(['m1', 'm2']);
+    expect(finals).toEqual(['m1', 'm2', await probe(b.host, threadId, finals, 3)]);
   }, 60_000);
 
   it('no marker, and the node that committed does not answer but is alive (its heartbeat): the next owner waits until it is gone, then publishes once', async () => {
@@ -168,13 +180,15 @@ describe('a redelivered latest message after its node is gone', () => {
     await a.stop();
     const own = await heartbeat('node-h');
     expect(await own.nodeAlive('node-g')).toBe(true);
-    const b = await node('node-h', { nodeAlive: (id) => own.nodeAlive(id) });
+    // Each round of asking ends with a look at node g's heartbeat: counted, they mark the rounds.
+    let heartbeatLooks = 0;
+    const b = await node('node-h', { nodeAlive: (id) => (heartbeatLooks++, own.nodeAlive(id)) });
     const before = await decisions();
     let settled = false;
     const again = b.host.deliver(threadId, userMessage('second', { messageId: 'm2' }), 'local', answered(2)).finally(() => (settled = true));
     // Two rounds of asking node g (no answer) with the stream's last marker for m1: without the heartbeat,
-    // node h published in the first.
-    await sleep(4_000);
+    // node h published in the first. The third round's look proves the second one ended unpublished.
+    await waitUntil(() => heartbeatLooks >= 3 || undefined, 'three rounds of asking node g', 30_000);
     expect(finals).toEqual(['m1']);
     expect(settled).toBe(false);
     // Node g is gone (a clean stop deletes its heartbeat): now nobody else can publish it.
@@ -183,8 +197,7 @@ describe('a redelivered latest message after its node is gone', () => {
     expect(await again).toEqual({ duplicate: true });
     expect(grew(before, await decisions())).toEqual({ published: 1 });
     await waitUntil(() => finals.length === 2 || undefined, 'the stored answer, from the next owner');
-    await sleep(500);
-    expect(finals).toEqual(['m1', 'm2']);
+    expect(finals).toEqual(['m1', 'm2', await probe(b.host, threadId, finals, 3)]);
   }, 60_000);
 
   it('without a marker (the stream lost it), the node that answered is asked while it lives', async () => {
@@ -194,7 +207,8 @@ describe('a redelivered latest message after its node is gone', () => {
     const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
     first.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
-    await sleep(200);
+    // Purged once the marker is stored, so that it cannot land after the purge.
+    await waitUntil(async () => (await a.answered?.published(threadId, 'm1')) || undefined, 'its marker, stored');
     const t = await transport('purger');
     await (await jetstreamManager(t.connection)).streams.purge(ANSWERED_STREAM);
     // Node e is alive: asked, it says it published the answer.
@@ -202,14 +216,14 @@ describe('a redelivered latest message after its node is gone', () => {
     const before = await decisions();
     await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
     expect(grew(before, await decisions())).toEqual({ node: 1 });
-    await sleep(1_000);
-    expect(finals).toEqual(['m1']);
+    expect(finals).toEqual(['m1', await probe(b.host, threadId, finals, 2)]);
   }, 60_000);
 
   it('a marker the stream could not take at first (no stream leader) is published again until it is stored: the next owner reads it after the node is gone', async () => {
     const threadId = 'remarked-1';
     const finals = await watchFinals(threadId);
-    const a = await node('node-g');
+    const { lines, log } = capturingLogger('debug');
+    const a = await node('node-g', { logger: log });
     // The stream is gone for a while (as while its leader is elected): the marker's first publishes fail.
     const t = await transport('stream-keeper');
     const jsm = await jetstreamManager(t.connection);
@@ -218,12 +232,13 @@ describe('a redelivered latest message after its node is gone', () => {
     const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
     first.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
-    await sleep(1_000); // a few attempts fail meanwhile
+    await waitUntil(() => lines.some((l) => l.msg === 'the stream did not take a published-answer marker; publishing it again') || undefined, 'a failed attempt to store the marker');
     await jsm.streams.add(config);
     const reader = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
     await waitUntil(async () => (await reader.published(threadId, 'm1')) ?? undefined, 'the marker, stored once the stream is back', 20_000);
     await a.stop();
-    await nextOwnerReadsTheMarker('node-h', threadId, finals);
+    const b = await nextOwnerReadsTheMarker('node-h', threadId);
+    expect(finals).toEqual(['m1', await probe(b.host, threadId, finals, 2)]);
   }, 60_000);
 
   it('a marker stream that is gone (a memory stream after a single server restarts) is made again: read, it says what it holds; markers are stored again', async () => {
@@ -336,9 +351,9 @@ describe("a node's heartbeat as its sign of life (rule 3 of docs/cluster.md)", (
     // The client's update type leaves `sealed` out; the server takes it.
     const sealed: StreamConfig = { ...info.config, sealed: true };
     await jsm.streams.update(`KV_${bucket}`, sealed as Partial<StreamUpdateConfig>);
-    await sleep(2 * ttl);
-    // Node r is alive and its heartbeat is older than the ttl; so is node p's: that says nothing about r.
-    expect(await own.leases.nodeAlive('node-r')).toBeUndefined();
+    // Node r is alive and its heartbeat grows older than the ttl; so does node p's: that says nothing about r.
+    const aged = await waitUntil(async () => ((await own.leases.nodeAlive('node-r')) === true ? undefined : { alive: await own.leases.nodeAlive('node-r') }), "node r's heartbeat aged out", 10_000, 100);
+    expect(aged.alive).toBeUndefined();
     expect(await own.leases.nodeAlive('node-q')).toBeUndefined();
     // A clean stop stays a clean stop.
     expect(await own.leases.nodeAlive('node-s')).toBe(false);
@@ -369,8 +384,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     const second = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 1_500) });
     expect(second).toEqual({ duplicate: true });
     expect((await counted()) - before).toBe(1);
-    await sleep(1_000);
-    expect(finals).toEqual(['m1']);
+    expect(finals).toEqual(['m1', await probe(a.host, threadId, finals, 3)]);
   }, 60_000);
 
   it('while the first copy is still being answered: one answer, from the first copy', async () => {
@@ -385,8 +399,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     expect(both[1]).toEqual({ duplicate: true });
     for (const r of both) r.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
-    await sleep(1_000);
-    expect(finals).toEqual(['m1']);
+    expect(finals).toEqual(['m1', await probe(a.host, threadId, finals, 3)]);
   }, 60_000);
 
   it('the second copy reaching the next owner (the first node is gone): the record tells, not answered again', async () => {
@@ -396,8 +409,7 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     const b = await node('node-k');
     const second = await b.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(2), ...copy(at + 800, 'dup-4/m1') });
     expect(second).toEqual({ duplicate: true });
-    await sleep(1_000);
-    expect(finals).toEqual(['m1']);
+    expect(finals).toEqual(['m1', await probe(b.host, threadId, finals, 3)]);
   }, 60_000);
 
   it('after the window (a client sending the messageId again): its answer again', async () => {

@@ -97,17 +97,36 @@ async function waitForPort(port: number, child: ChildProcess, log: () => string,
   throw new Error(`nats-server did not start on ${port} within ${timeoutMs} ms:\n${log()}`);
 }
 
+/**
+ * Every nats-server a suite started and has not stopped: killed when the test process exits, so a suite
+ * that never reaches its afterAll (a worker ended on a timeout, a setup that threw) leaves none behind.
+ */
+const runningServers = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const c of runningServers) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+});
+
 /** One nats-server process: (re)launch with `args`, stop with SIGTERM then SIGKILL. */
 export function natsProcess(args: string[], port: number, env: Record<string, string> = {}, bin = NATS_BIN) {
   let child: ChildProcess | undefined;
   let output = '';
   const launch = async () => {
     output = '';
-    child = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
-    child.on('error', (err) => (output += `\nspawn error: ${err.message} (is nats-server installed? apt-get install nats-server)`));
-    await waitForPort(port, child, () => output);
+    const c = spawn(bin, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    child = c;
+    runningServers.add(c);
+    c.once('exit', () => runningServers.delete(c));
+    c.stdout?.on('data', (d: Buffer) => (output += d.toString()));
+    c.stderr?.on('data', (d: Buffer) => (output += d.toString()));
+    c.on('error', (err) => (output += `\nspawn error: ${err.message} (is nats-server installed? apt-get install nats-server)`));
+    try {
+      await waitForPort(port, c, () => output);
+    } catch (err) {
+      // One that did not come up is not left running.
+      if (child === c) child = undefined;
+      if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+      throw err;
+    }
   };
   /** Sends a signal without waiting (SIGSTOP, SIGCONT); SIGKILL waits for the exit. */
   const signal = async (sig: NodeJS.Signals) => {

@@ -9,6 +9,11 @@
  *
  * The CLI runs as `node --conditions=source --import tsx src/bin/troupe.ts …` (no npx wrapper), so the child's pid is the
  * troupe process itself and a signal sent to it reaches the runtime directly.
+ *
+ * Every child leads a process group of its own, and is stopped with its group: what it started (the nats-servers
+ * of `troupe cluster up`, an MCP server, a Python tool) ends with it, even when it is killed with SIGKILL. Every
+ * child is registered at once, so one whose readiness wait fails is killed there, and any still running when
+ * the test process exits is killed then (without an afterAll, as when a worker ends on a timeout).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { REPO_ROOT } from './nats-server.js';
@@ -23,6 +28,9 @@ export type Env = Record<string, string | undefined>;
  * (CI, stop 25: an agent started beside three others). The wait ends as soon as the line appears.
  */
 export const READY_TIMEOUT_MS = 45_000;
+
+/** How long after a child's exit its process group is still signalled to end what it left behind. */
+const GROUP_AFTER_EXIT_MS = 60_000;
 
 /** What the CLI prints on stderr once a long-running command is ready. */
 export const READY = {
@@ -74,6 +82,7 @@ export class ManagedProcess {
   private out = '';
   private err = '';
   private exit?: ExitInfo;
+  private exitedAt?: number;
   private readonly startedAt = Date.now();
   private lastOutputAt?: number;
   private readonly watchers = new Set<() => void>();
@@ -99,6 +108,7 @@ export class ManagedProcess {
     this.exited = new Promise((resolve) => {
       child.once('exit', (code, signal) => {
         this.exit = { code, signal };
+        this.exitedAt = Date.now();
         this.notify();
         resolve(this.exit);
       });
@@ -143,18 +153,44 @@ export class ManagedProcess {
     });
   }
 
-  /** Sends the signal and waits for the exit; escalates to SIGKILL after `graceMs`. */
+  /**
+   * Sends `signal` to the child's process group (the child and whatever it started); false when none is left.
+   * Once the child has exited its pid may be taken again (pid_max can be as low as 32768), so its group is
+   * signalled only for a while after the exit, when its leftovers are what shares that id.
+   */
+  signalGroup(signal: NodeJS.Signals): boolean {
+    if (this.exitedAt !== undefined && Date.now() - this.exitedAt > GROUP_AFTER_EXIT_MS) return false;
+    try {
+      process.kill(-this.pid, signal);
+      return true;
+    } catch {
+      // No such group (it was never one, or every member is gone): the child alone, if it still runs.
+      return this.running ? this.child.kill(signal) : false;
+    }
+  }
+
+  /**
+   * Sends the signal to the child's group and waits for the child's exit; escalates to SIGKILL after `graceMs`.
+   * Whatever of its group outlives it (a grandchild it did not stop) is killed once it has exited.
+   */
   async kill(signal: NodeJS.Signals = 'SIGTERM', graceMs = 5_000): Promise<ExitInfo> {
-    if (!this.running) return this.exit ?? (await this.exited);
-    this.child.kill(signal);
-    if (signal === 'SIGKILL') return this.exited;
-    const timer = setTimeout(() => {
-      if (this.running) this.child.kill('SIGKILL');
-    }, graceMs);
+    if (!this.running) {
+      const exit = this.exit ?? (await this.exited);
+      this.signalGroup('SIGKILL');
+      return exit;
+    }
+    this.signalGroup(signal);
+    const timer =
+      signal === 'SIGKILL'
+        ? undefined
+        : setTimeout(() => {
+            if (this.running) this.signalGroup('SIGKILL');
+          }, graceMs);
     try {
       return await this.exited;
     } finally {
       clearTimeout(timer);
+      this.signalGroup('SIGKILL');
     }
   }
 
@@ -167,12 +203,27 @@ export class ManagedProcess {
 }
 
 export function spawnProcess(command: string, args: string[], env: Env, opts: SpawnOptions = {}): ManagedProcess {
-  const child = spawn(command, args, { cwd: REPO_ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  // detached: the child leads a new process group (see the header), stopped as a whole by ManagedProcess.kill.
+  const child = spawn(command, args, { cwd: REPO_ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   // Without a listener a failed spawn (ENOENT) would be an uncaught error in the test process.
   let spawnError: Error | undefined;
   child.once('error', (err) => (spawnError = err));
   if (child.pid === undefined) throw new Error(`could not start ${command}: ${spawnError?.message ?? 'no pid'}`);
-  return new ManagedProcess(opts.name ?? [command, ...args].join(' ').slice(0, 80), child);
+  const proc = new ManagedProcess(opts.name ?? [command, ...args].join(' ').slice(0, 80), child);
+  live.add(proc);
+  void proc.exited.then(() => live.delete(proc));
+  return proc;
+}
+
+/** Waits for `proc`'s readiness line; a child that is not ready in time (or exits first) is killed with its group. */
+async function awaitReady(proc: ManagedProcess, ready: RegExp, opts: SpawnOptions): Promise<ManagedProcess> {
+  try {
+    await proc.waitFor(ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS });
+    return proc;
+  } catch (err) {
+    await proc.kill('SIGKILL');
+    throw err;
+  }
 }
 
 function troupeArgs(args: string[]): string[] {
@@ -184,17 +235,15 @@ export async function spawnTroupe(args: string[], env: Env, opts: SpawnOptions =
   const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: opts.name ?? `troupe ${args.slice(0, 2).join(' ')}`, ...opts });
   group?.add(proc);
   const ready = opts.ready ?? (args[0] === 'up' ? READY.up : args[0] === 'agent' ? READY.agent : undefined);
-  if (ready) await proc.waitFor(ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS });
-  return proc;
+  return ready ? awaitReady(proc, ready, opts) : proc;
 }
 
 /** Runs a one-shot `troupe <args>` and collects its output; kills it after `timeoutMs`. */
 export async function runTroupe(args: string[], env: Env, opts: { timeoutMs?: number } = {}): Promise<RunResult> {
   const timeoutMs = opts.timeoutMs ?? 20_000;
   const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: `troupe ${args.slice(0, 2).join(' ')}` });
-  live.add(proc);
   const timer = setTimeout(() => {
-    if (proc.running) proc.child.kill('SIGKILL');
+    if (proc.running) proc.signalGroup('SIGKILL');
   }, timeoutMs);
   try {
     const exit = await proc.exited;
@@ -202,7 +251,8 @@ export async function runTroupe(args: string[], env: Env, opts: { timeoutMs?: nu
     return { code: exit.code, stdout: proc.stdout, stderr: proc.stderr };
   } finally {
     clearTimeout(timer);
-    live.delete(proc);
+    // Whatever it started and left behind goes with it.
+    proc.signalGroup('SIGKILL');
   }
 }
 
@@ -221,7 +271,7 @@ export async function runTroupeJson<T = unknown>(args: string[], env: Env, opts:
 /** Children that must not outlive the test process, even when the worker exits without afterAll. */
 const live = new Set<ManagedProcess>();
 process.once('exit', () => {
-  for (const p of live) if (p.running) p.child.kill('SIGKILL');
+  for (const p of live) p.signalGroup('SIGKILL');
 });
 
 /** The long-running children of one suite; `stopAll` in afterAll ends every one of them. */
@@ -230,8 +280,6 @@ export class ProcessGroup {
 
   add(proc: ManagedProcess): ManagedProcess {
     this.procs.push(proc);
-    live.add(proc);
-    void proc.exited.then(() => live.delete(proc));
     return proc;
   }
 
@@ -242,8 +290,7 @@ export class ProcessGroup {
   /** Starts any program (e.g. the Python agent); resolves once `opts.ready` matches, if given. */
   async spawn(command: string, args: string[], env: Env, opts: SpawnOptions = {}): Promise<ManagedProcess> {
     const proc = this.add(spawnProcess(command, args, env, opts));
-    if (opts.ready) await proc.waitFor(opts.ready, { on: opts.readyOn ?? 'stderr', timeoutMs: opts.readyTimeoutMs ?? READY_TIMEOUT_MS });
-    return proc;
+    return opts.ready ? awaitReady(proc, opts.ready, opts) : proc;
   }
 
   get all(): readonly ManagedProcess[] {
