@@ -82,7 +82,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     try {
       const prepared = await this.prepare(params, context);
       // Only a blocking send waits for the answer, so only its answer may be a Message (META.response).
-      if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, true);
+      if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, callerOf(context).answersWithMessage ? 'always' : true);
       return await this.sdk.sendMessage(prepared, context);
     } catch (err) {
       throw toA2AError(err, { taskId: params.message?.taskId });
