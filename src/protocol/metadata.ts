@@ -30,6 +30,12 @@ export const META = {
   recentMessages: 'troupe/recentMessages',
   /** Message to a handoff's target: the source's summary. */
   contextSummary: 'troupe/contextSummary',
+  /**
+   * Agent reply: `true` when it asks the user something (the task stays `input-required` for the answer,
+   * also in a team whose answers complete their task, `taskEnd: answer`). An agent's Task in
+   * `input-required` gets it too.
+   */
+  inputRequired: 'troupe/inputRequired',
   /** Clarification message: why the router asked ({ reason, confidence }). */
   clarify: 'troupe/clarify',
   /** Agent reply: the agent asks the thread to delegate to other agents ({ agents, strategy?, input? }, DelegateDirective). */
