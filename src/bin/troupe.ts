@@ -210,6 +210,7 @@ program
   .option('--diagnostics-port <n>', 'serve diagnostics on their own port instead of under /diagnostics', int(0, 65_535))
   .addOption(new Option('--card-version <version>', 'the agent card for requests without an A2A-Version header (1.0 for the A2A TCK)').choices(['0.3', '1.0']).default('0.3'))
   .option('--team <file>', 'without --nats: the team module the embedded mesh runs (default: the demo team)')
+  .option('--orchestrator-path <path>', "also serve JSON-RPC here in seed 003's orchestrator form (a Message answer, role assistant, agents_used …)", '/a2a/troupe')
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));

@@ -100,6 +100,8 @@ export const RoutingSchema = z.strictObject({
   fallback_agent: AgentId.optional(),
   clarification_text: Text.default(DEFAULT_THREAD_CONFIG.clarifyText),
   handoff_max_duration_ms: DurationMs.default(DEFAULT_THREAD_CONFIG.handoffMaxDurationMs),
+  /** `open`: an answer leaves the task input-required (the conversation goes on in it); `answer`: an answer completes it. */
+  task_end: z.enum(['open', 'answer']).default('open'),
 });
 
 export const OrchestrationSchema = z.strictObject({
@@ -340,6 +342,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
     ...(fallbackReason ? { fallbackReasonTemplate: fallbackReason } : {}),
     ...(config.router ? { routerHistoryMessages: config.router.history_messages } : {}),
     handoffMaxDurationMs: r.handoff_max_duration_ms,
+    ...(r.task_end === 'answer' ? { taskEnd: 'answer' as const } : {}),
     ...(config.permissions
       ? {
           permissions: {

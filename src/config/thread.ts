@@ -20,6 +20,15 @@ export interface ThreadConfig {
   clarifyText: string;
   /** Earlier messages of the thread the router policy sees besides the new one (default 10). */
   routerHistoryMessages?: number;
+  /**
+   * How a turn that answers the user ends the task. `open` (default): `input-required`, the thread is the
+   * conversation and the next message continues the same task. `answer`: as the agent said — an answer
+   * completes the task (`submitted → working → completed`, seed 000); a question (a reply marked
+   * `troupe/inputRequired`, or an agent's Task in `input-required`), an active handoff, the router's
+   * clarification, an error or more queued messages keep it `input-required`. The next message of the
+   * context then starts a new task of the same context.
+   */
+  taskEnd?: 'open' | 'answer';
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /**

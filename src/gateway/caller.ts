@@ -10,6 +10,12 @@ import type { TroupeClient } from '../sdk/client.js';
 import { TroupeError } from '../protocol/index.js';
 
 export class GatewayCaller implements User {
+  /**
+   * The client wants a blocking send answered with the agent's Message rather than the Task (the seed's
+   * orchestrator path, src/gateway/orchestrator-api.ts).
+   */
+  answersWithMessage = false;
+
   constructor(
     readonly tenant: string,
     readonly user: string | undefined,
@@ -51,6 +57,9 @@ export const STATE = {
   newTask: 'troupe/newTask',
   /** `fresh` (a new task) or `resumed` (a continued one), for the final answer's `taskState`. */
   taskState: 'troupe/taskState',
-  /** Set for a blocking, non-streaming send: its answer may be a bare Message (META.response). */
+  /**
+   * Set for a blocking, non-streaming send: `true`, its answer may be a bare Message (when the agent asks
+   * for it, META.response); `always`, an answer is a Message (the caller asked for it).
+   */
   messageAnswer: 'troupe/messageAnswer',
 } as const;

@@ -82,7 +82,8 @@ export class MeshExecutor implements AgentExecutor {
       endTurn(result.error === undefined);
       const update = finalUpdate(result.final, meta);
       const answer = update.status?.message;
-      if (answer && rc.context.state.get(STATE.messageAnswer) === true && ANSWERED.has(update.status?.state) && answer.metadata?.[META.response] === 'message') {
+      const asMessage = rc.context.state.get(STATE.messageAnswer);
+      if (answer && ANSWERED.has(update.status?.state) && (asMessage === 'always' || (asMessage === true && answer.metadata?.[META.response] === 'message'))) {
         // The agent answered with a message that needs no task: a blocking send returns it as it is (the
         // thread stays, and the next message of the same contextId continues it).
         bus.publish(AgentEvent.message(answer));

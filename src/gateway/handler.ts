@@ -82,7 +82,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     try {
       const prepared = await this.prepare(params, context);
       // Only a blocking send waits for the answer, so only its answer may be a Message (META.response).
-      if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, true);
+      if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, callerOf(context).answersWithMessage ? 'always' : true);
       return await this.sdk.sendMessage(prepared, context);
     } catch (err) {
       throw toA2AError(err, { taskId: params.message?.taskId });
@@ -230,7 +230,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     }
     const caller = callerOf(context);
     const contextId = message.contextId || randomUUID();
-    const { taskId, fresh } = await this.taskOfContext(caller, contextId);
+    const { taskId, fresh, previous } = await this.taskOfContext(caller, contextId);
     context.state.set(STATE.taskState, fresh ? 'fresh' : 'resumed');
     if (fresh) {
       const planned: SdkTask = {
@@ -243,13 +243,17 @@ export class TroupeRequestHandler implements A2ARequestHandler {
       };
       context.state.set(STATE.newTask, planned);
     }
-    return { ...params, message: { ...message, taskId, contextId } };
+    // A new task of a context whose last task ended names that task, as A2A's references do: it continues it.
+    const referenceTaskIds =
+      previous && !message.referenceTaskIds.includes(previous) && message.referenceTaskIds.length < MAX_REFERENCE_TASKS ? [...message.referenceTaskIds, previous] : message.referenceTaskIds;
+    return { ...params, message: { ...message, taskId, contextId, referenceTaskIds } };
   }
 
   /** The open task of a context for this caller, or the id of the new one to start. */
-  private async taskOfContext(caller: GatewayCaller, contextId: string): Promise<{ taskId: string; fresh: boolean }> {
+  private async taskOfContext(caller: GatewayCaller, contextId: string): Promise<{ taskId: string; fresh: boolean; previous?: string }> {
     const key = `${caller.userName}\u0000${contextId}`;
-    for (let generation = this.generations.get(key) ?? 0; generation < MAX_CONTEXT_GENERATIONS; generation++) {
+    const first = this.generations.get(key) ?? 0;
+    for (let generation = first; generation < MAX_CONTEXT_GENERATIONS; generation++) {
       const taskId = contextTaskId(caller, contextId, generation);
       let state: string;
       try {
@@ -257,7 +261,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
       } catch (err) {
         if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') {
           this.remember(key, generation);
-          return { taskId, fresh: true };
+          return { taskId, fresh: true, ...(generation > 0 ? { previous: contextTaskId(caller, contextId, generation - 1) } : {}) };
         }
         throw err;
       }

@@ -3,6 +3,7 @@
  *
  *   GET  /.well-known/agent-card.json   the mesh's AgentCard (v1.0 with `A2A-Version: 1.0`, else v0.3)
  *   POST /                              JSON-RPC, A2A 1.0 (`A2A-Version: 1.0`) or 0.3 (no header)
+ *   POST /a2a/troupe                    the same, in seed 003's form (`orchestratorPath`; orchestrator-api.ts)
  *   *    /rest/...                      HTTP+JSON (REST), A2A 1.0, and 0.3 under /rest/v1/...
  *   *    /diagnostics/...               operator endpoints (or on their own port), see diagnostics.ts
  *
@@ -25,6 +26,7 @@ import { DEFAULT_MAX_PAYLOAD, ERROR_CODES, LIMITS, TroupeError, exceedsDepth } f
 import { GatewayCaller } from './caller.js';
 import { AGENT_CARD_PATHS, REST_PATH, gatewayCard, type GatewayCardOptions } from './card.js';
 import { diagnosticsRouter } from './diagnostics.js';
+import { DEFAULT_ORCHESTRATOR_PATH, checkOrchestratorPath, seedInput, seedOutput } from './orchestrator-api.js';
 import { MeshExecutor } from './executor.js';
 import { TroupeRequestHandler } from './handler.js';
 import { RetryingPushSender, type PushDeliveryOptions } from './push.js';
@@ -71,6 +73,11 @@ export interface GatewayOptions {
    * fetches the card without the header).
    */
   cardVersionWithoutHeader?: '0.3' | '1.0';
+  /**
+   * Where JSON-RPC is also served in the seed orchestrator's form (`POST /a2a/<orchestrator-id>`: a blocking
+   * send answered with a Message, role `assistant`, snake_case result keys). Default `/a2a/troupe`.
+   */
+  orchestratorPath?: string;
 }
 
 export interface Gateway {
@@ -78,6 +85,8 @@ export interface Gateway {
   url: string;
   port: number;
   card: AgentCard;
+  /** The seed orchestrator's JSON-RPC endpoint, e.g. `http://127.0.0.1:8080/a2a/troupe`. */
+  orchestratorUrl: string;
   /** Base URL of the diagnostics endpoints (`${url}/diagnostics` unless they have their own port). */
   diagnosticsUrl?: string;
   close(): Promise<void>;
@@ -99,6 +108,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const maxBodyBytes = opts.maxBodyBytes ?? DEFAULT_MAX_PAYLOAD;
   const turnTimeoutMs = opts.turnTimeoutMs ?? 60_000;
   const limiter = opts.rateLimit ? new TokenBuckets(opts.rateLimit) : undefined;
+  const orchestratorPath = checkOrchestratorPath(opts.orchestratorPath ?? DEFAULT_ORCHESTRATOR_PATH);
 
   // The card names the URL the server ends up on, and the SDK's handler reads the card when it is made:
   // both are made once the port is known (requests before that get 503).
@@ -169,7 +179,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     res.locals.caller = new GatewayCaller(tenant, user, opts.clients[tenant]!, abort.signal);
     next();
   });
-  app.use(readBody(maxBodyBytes));
+  app.use(readBody(maxBodyBytes, orchestratorPath));
   // An A2A client that traces sends `traceparent`: the turn it asks for continues that trace.
   app.use((req: Request, _res: Response, next: NextFunction) => {
     const traceparent = req.headers.traceparent;
@@ -178,13 +188,22 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const userBuilder = async (req: Request) => req.res!.locals.caller as GatewayCaller;
   app.use(REST_PATH, restMediaType, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
-  app.all('/', (req: Request, res: Response, next: NextFunction) => {
+  app.all(['/', orchestratorPath], (req: Request, res: Response, next: NextFunction) => {
     if (req.method === 'POST') return next();
     res.status(405).set('allow', 'POST').json({ error: 'the JSON-RPC endpoint takes POST with a JSON-RPC 2.0 body' });
   });
-  app.post('/', jsonRpcHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
+  const rpcHandler = jsonRpcHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } });
+  app.post('/', seedInput, rpcHandler);
+  app.post(orchestratorPath, seedInput, (_req: Request, res: Response, next: NextFunction) => {
+    (res.locals.caller as GatewayCaller).answersWithMessage = true;
+    next();
+  }, seedOutput, (req: Request, res: Response, next: NextFunction) => {
+    // The SDK's JSON-RPC router answers at its own root.
+    req.url = '/';
+    rpcHandler(req, res, next);
+  });
   app.use((req: Request, res: Response) => {
-    res.status(404).json({ error: `nothing at ${req.path.slice(0, 200)}: POST JSON-RPC to /, REST under ${REST_PATH}, the agent card at ${AGENT_CARD_PATHS[0]}` });
+    res.status(404).json({ error: `nothing at ${req.path.slice(0, 200)}: POST JSON-RPC to / (or ${orchestratorPath}), REST under ${REST_PATH}, the agent card at ${AGENT_CARD_PATHS[0]}` });
   });
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
     log.error({ err, path: req.path.slice(0, 200) }, 'request failed');
@@ -243,6 +262,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     url,
     port,
     card,
+    orchestratorUrl: `${url}${orchestratorPath}`,
     ...(diagnosticsUrl ? { diagnosticsUrl } : {}),
     close: async () => {
       await Promise.all([closeServer(server), ...(diagnosticsServer ? [closeServer(diagnosticsServer)] : [])]);
@@ -306,7 +326,10 @@ function v1Card(cardOf: () => Promise<AgentCard>, v1WithoutHeader: boolean) {
     const version = req.headers['a2a-version'];
     const wantsV1 = typeof version === 'string' ? /^1\./.test(version) : v1WithoutHeader;
     if (req.method !== 'GET' || !wantsV1) return next();
-    res.set('cache-control', 'public, max-age=60').append('vary', 'A2A-Version').json(AgentCard.toJSON(await cardOf()));
+    const json = AgentCard.toJSON(await cardOf()) as Record<string, unknown>;
+    // The JSON form drops empty lists, but a v1.0 card's `skills` is required: a mesh card without skills says [].
+    if (!Array.isArray(json.skills)) json.skills = [];
+    res.set('cache-control', 'public, max-age=60').append('vary', 'A2A-Version').json(json);
   };
 }
 
@@ -315,13 +338,14 @@ function v1Card(cardOf: () => Promise<AgentCard>, v1WithoutHeader: boolean) {
  * cap is 413; bad JSON is a parse error and nesting over the cap an invalid request, each in the form of
  * the endpoint (JSON-RPC error object, REST error body).
  */
-function readBody(maxBytes: number) {
+function readBody(maxBytes: number, orchestratorPath: string) {
   return (req: Request, res: Response, next: NextFunction): void => {
     const declared = Number(req.headers['content-length'] ?? 0);
     const hasBody = declared > 0 || req.headers['transfer-encoding'] !== undefined;
     if (!hasBody) return next();
     // Only the A2A endpoints take bodies; anything else is a 404 whatever it sends.
-    if (req.path !== '/' && !isRest(req)) {
+    // (express matches routes without case and with a trailing slash: so does this)
+    if (req.path !== '/' && req.path.replace(/\/$/, '').toLowerCase() !== orchestratorPath.toLowerCase() && !isRest(req)) {
       req.resume();
       return next();
     }

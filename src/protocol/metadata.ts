@@ -36,6 +36,12 @@ export const META = {
   recentMessages: 'troupe/recentMessages',
   /** Message to a handoff's target: the source's summary. */
   contextSummary: 'troupe/contextSummary',
+  /**
+   * Agent reply: `true` when it asks the user something (the task stays `input-required` for the answer,
+   * also in a team whose answers complete their task, `taskEnd: answer`). An agent's Task in
+   * `input-required` gets it too.
+   */
+  inputRequired: 'troupe/inputRequired',
   /** Clarification message: why the router asked ({ reason, confidence }). */
   clarify: 'troupe/clarify',
   /** Agent reply: the agent asks the thread to delegate to other agents ({ agents, strategy?, input? }, DelegateDirective). */
@@ -51,6 +57,11 @@ export const META = {
    * send has already had the Task and gets the final status as usual.
    */
   response: 'troupe/response',
+  /**
+   * User message: the role its client sent when that was not `user` (seed 003's `assistant` on a
+   * follow-up). A client's message is the user side of the thread whatever it says; the role is kept here.
+   */
+  callerRole: 'troupe/callerRole',
 } as const;
 
 /**
@@ -71,6 +82,15 @@ export const RESULT_META = {
   /** `completed` or `failed`. */
   taskState: 'taskState',
 } as const;
+/**
+ * The seed orchestrator's names of the same result keys (seed 003: `result.metadata.agents_used`, …), which
+ * the gateway adds next to the camelCase ones on its orchestrator path (src/gateway/orchestrator-api.ts).
+ */
+export const SEED_RESULT_META = {
+  agentsUsed: 'agents_used',
+  executionTimeMs: 'execution_time_ms',
+  taskState: 'task_state',
+} as const satisfies Partial<Record<keyof typeof RESULT_META, string>>;
 export type MetaKey = (typeof META)[keyof typeof META];
 
 /** One step of a turn's route, kept in the task metadata and shown by `troupe send`. */

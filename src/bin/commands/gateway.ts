@@ -36,6 +36,7 @@ export interface GatewayCommandOptions {
   diagnosticsPort?: number;
   cardVersion?: '0.3' | '1.0';
   team?: string;
+  orchestratorPath?: string;
 }
 
 export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promise<void> {
@@ -109,6 +110,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       ...(opts.rateLimit !== undefined ? { rateLimit: { perSecond: opts.rateLimit, burst: opts.rateBurst ?? Math.max(1, Math.ceil(opts.rateLimit)) } } : {}),
       ...(tls ? { tls } : {}),
       ...(opts.cardVersion ? { cardVersionWithoutHeader: opts.cardVersion } : {}),
+      ...(opts.orchestratorPath ? { orchestratorPath: opts.orchestratorPath } : {}),
       ...(operatorToken && operatorClient
         ? { diagnostics: { token: operatorToken, client: operatorClient, ...(opts.diagnosticsPort !== undefined ? { port: opts.diagnosticsPort } : {}) } }
         : {}),

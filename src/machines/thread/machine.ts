@@ -1,6 +1,7 @@
 /**
  * A conversation thread: one A2A task. Its states are the task states; a turn runs the router and agent
- * calls as child actors and ends in `input-required` unless an agent completes the task.
+ * calls as child actors and ends in `input-required` unless an agent completes the task (or, with
+ * `taskEnd: answer`, its answer does).
  *
  * Pure: agent calls and the router policy are injected actors (`agentCall`, `router`), and everything
  * the outside world must see leaves as emitted `troupe.thread.status` events (the host publishes them).
@@ -297,7 +298,10 @@ export const threadMachine = threadSetup.createMachine({
       },
     },
     'input-required': {
-      always: { guard: 'hasPending', target: 'working' },
+      always: [
+        { guard: 'answeredTask', target: 'completed' },
+        { guard: 'hasPending', target: 'working' },
+      ],
       on: {
         'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
         // A first cancel ends the handoff: its output queues the resume, and `always` starts that turn.

@@ -10,11 +10,13 @@ import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import { agentReplyMessage, prune, systemMessage } from './messages.js';
 import { isResume, threadWithHandoff } from './handoff.js';
-import type { SynthesisOutput, ThreadStatusEmitted } from './types.js';
+import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted } from './types.js';
 
 export const threadWithTurns = threadWithHandoff.extend({
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
+    /** The turn's answer completed the task (`taskEnd: answer`). */
+    answeredTask: ({ context }) => context.answered === true,
     /** Several answers, for a team that synthesises them with its model. */
     synthesises: ({ context }, output: OrchestrationOutput) => context.config.orchestration.aggregation === 'synthesis' && output.answers.length >= 2,
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
@@ -67,11 +69,12 @@ export const threadWithTurns = threadWithHandoff.extend({
       const now = output.at ?? context.now;
       const reply = agentReplyMessage(output);
       if (!turn || !reply) return { now };
+      const asks = output.reply.kind === 'task' && output.reply.status.state === 'input-required';
       const answer: Message = {
         ...reply,
         contextId: context.contextId,
         taskId: context.threadId,
-        metadata: { ...reply.metadata, [META.agent]: output.agentId },
+        metadata: { ...reply.metadata, [META.agent]: output.agentId, ...(asks ? { [META.inputRequired]: true } : {}) },
       };
       return {
         now,
@@ -149,6 +152,8 @@ export const threadWithTurns = threadWithHandoff.extend({
     answerUser: enqueueActions(({ context, enqueue }, params: { state: TaskState; reason?: string }) => {
       const turn = context.turn;
       const error = context.lastError;
+      const completes = params.state === 'input-required' && answerCompletesTask(context);
+      const state: TaskState = completes ? 'completed' : params.state;
       const routeMeta = {
         [META.route]: turn?.route ?? [],
         [META.hops]: turn?.hops ?? 0,
@@ -165,8 +170,8 @@ export const threadWithTurns = threadWithHandoff.extend({
       if (!turn?.lastAnswer) {
         enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit) });
       }
-      enqueue.emit({ type: 'troupe.thread.status', state: params.state, final: true, message, ...(error ? { error } : {}) });
-      enqueue.assign({ turn: undefined });
+      enqueue.emit({ type: 'troupe.thread.status', state, final: true, message, ...(error ? { error } : {}) });
+      enqueue.assign({ turn: undefined, ...(completes ? { answered: true } : {}) });
     }),
     announceWorking: emit({ type: 'troupe.thread.status', state: 'working', final: false }),
     /**
@@ -187,3 +192,14 @@ export const threadWithTurns = threadWithHandoff.extend({
     clearTurn: assign({ turn: undefined }),
   },
 });
+
+/**
+ * `taskEnd: answer`: whether the turn ending now completes the task. Only an agent's answer does; a
+ * question (META.inputRequired), an open handoff, an error and queued messages keep it open.
+ */
+function answerCompletesTask(context: ThreadContext): boolean {
+  if (context.config.taskEnd !== 'answer') return false;
+  const answer = context.turn?.lastAnswer;
+  if (!answer || context.lastError || context.handoff || context.pending.length > 0) return false;
+  return answer.metadata?.[META.inputRequired] !== true;
+}

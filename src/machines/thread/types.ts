@@ -95,6 +95,8 @@ export interface ThreadContext {
   now: number;
   turns: number;
   handoff?: ThreadHandoff;
+  /** The last turn's answer completed the task (`taskEnd: answer`): `input-required` passes on to `completed`. */
+  answered?: boolean;
 }
 
 export type ThreadEvent =
