@@ -4,10 +4,10 @@
  * compiled JavaScript without tsx. Optional parsers are not installed with it, and say so when needed.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { installedTroupe, type InstalledTroupe } from './helpers/installed.js';
 
 const root = new URL('..', import.meta.url).pathname;
 const IMPORT_CHECK = `import { defineAgent, reply, TroupeClient, TroupeNode, AgentHost, TroupeError } from 'troupe';
@@ -16,13 +16,11 @@ const a = defineAgent({ card: { id: 'x', name: 'X', description: 'x' }, handle: 
 console.log(JSON.stringify({ id: a.card.id, client: typeof TroupeClient, node: typeof TroupeNode, host: typeof AgentHost, err: new TroupeError('AGENT_ERROR', 'e').code, demo: demoTeam.agents.length }));`;
 
 describe('package', () => {
-  let dir: string;
-  beforeAll(() => {
-    // `npm ci` builds dist/ through `prepare`; build again so the check runs on the sources under test.
-    execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe' });
-    dir = mkdtempSync(join(tmpdir(), 'troupe-pkg-'));
-  }, 120_000);
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  let troupe: InstalledTroupe;
+  // Builds dist/ (from the sources under test), packs and installs the tarball: once, shared with the other suites.
+  beforeAll(async () => {
+    troupe = await installedTroupe();
+  }, 360_000);
 
   it("resolves 'troupe' by self-reference in a checkout, from dist/ (no tsx, no source condition)", () => {
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', IMPORT_CHECK], { cwd: root, encoding: 'utf8' });
@@ -30,13 +28,7 @@ describe('package', () => {
   });
 
   it('installs from a packed tarball: the import works and the bin runs from dist', () => {
-    execFileSync('npm', ['pack', '--pack-destination', dir, '--ignore-scripts'], { cwd: root, stdio: 'pipe' });
-    const tarball = readdirSync(dir).find((f) => f.endsWith('.tgz'));
-    expect(tarball).toBeDefined();
-    const app = join(dir, 'app');
-    execFileSync('mkdir', ['-p', app]);
-    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', type: 'module', private: true }));
-    execFileSync('npm', ['install', join(dir, tarball!), '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts'], { cwd: app, stdio: 'pipe' });
+    const app = troupe.userFolder({ packageJson: true });
     const out = execFileSync(process.execPath, ['--input-type=module', '-e', IMPORT_CHECK], { cwd: app, encoding: 'utf8' });
     expect(JSON.parse(out).id).toBe('x');
     const help = execFileSync(join(app, 'node_modules/.bin/troupe'), ['graph', 'router', '--format', 'mermaid'], { cwd: app, encoding: 'utf8' });
@@ -58,5 +50,5 @@ describe('package', () => {
     expect((JSON.parse(evaluated.stdout) as { cases: Array<{ error: string }> }).cases[0]!.error).toBe(
       'test case "case 1" files[0] (prices.xlsx): reading excel files needs the optional packages exceljs, fflate, which are not installed: run npm i exceljs fflate',
     );
-  }, 180_000);
+  });
 });

@@ -21,6 +21,7 @@ import { z } from 'zod';
 import { ID_LIMITS } from '../protocol/ids.js';
 import { loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment, ConfigError } from './load.js';
 import { lineColumn, templatePlaceholders } from './template.js';
+import { USER_MODULE_EXTENSIONS } from './user-module.js';
 
 export const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
 export const TOOL_TYPES = ['function', 'mcp', 'prompt', 'vectorstore'] as const;
@@ -33,7 +34,7 @@ export const METRICS = [...MODEL_JUDGED_METRICS, ...LEXICAL_METRICS] as const;
 export const FILE_INPUT_TYPES = ['image', 'pdf', 'text', 'excel', 'word', 'powerpoint', 'csv'] as const;
 /** Tools Troupe offers the model itself (client routing); an agent's own tools may not take these names. */
 export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff', 'delegate'] as const;
-export const FUNCTION_FILE_EXTENSIONS = ['.ts', '.mts', '.js', '.mjs', '.py'] as const;
+export const FUNCTION_FILE_EXTENSIONS = [...USER_MODULE_EXTENSIONS, '.py'] as const;
 export const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
 
 export const DEFAULT_MAX_TOOL_ROUNDS = 10;

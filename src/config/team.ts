@@ -16,11 +16,12 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from './thread.js';
 import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './router-prompts.js';
+import { USER_MODULE_EXTENSIONS } from './user-module.js';
 import { checkModel, ModelConfigSchema, validateAgentFile } from './agent.js';
 import { ConfigError, loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment } from './load.js';
 
 export const ORCHESTRATION_STRATEGIES = ['parallel', 'sequential', 'first_success'] as const;
-export const MODULE_FILE_EXTENSIONS = ['.ts', '.mts', '.js', '.mjs'] as const;
+export const MODULE_FILE_EXTENSIONS = USER_MODULE_EXTENSIONS;
 export const MAX_TEAM_MEMBERS = 100;
 /** The router's defaults where the issue sets them: temperature 0.3, 500 output tokens, the last 10 messages. */
 export const DEFAULT_ROUTER_TEMPERATURE = 0.3;

@@ -2,6 +2,7 @@
 import { resolve } from 'node:path';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from '../machines/thread.js';
 import { configKindOf, loadTeamConfig, routerPromptsOf, threadConfigOf, DEFAULT_ROUTER_MAX_TOKENS, DEFAULT_ROUTER_TEMPERATURE } from '../config/team.js';
+import { importUserModule } from '../config/user-module.js';
 import { TroupeError } from '../protocol/errors.js';
 import type { RouterPolicy } from '../routing/policy.js';
 import { parseSanitiserPolicy, type SanitiserPolicy, type SanitiserPolicyInput } from '../sanitiser/sanitiser.js';
@@ -111,9 +112,7 @@ export async function loadModule(path: string): Promise<{ team?: TeamDefinition;
     }
     return { agents: [await loadYamlAgent(path)] };
   }
-  const { pathToFileURL } = await import('node:url');
-  const { resolve } = await import('node:path');
-  const mod = (await import(pathToFileURL(resolve(path)).href)) as Record<string, unknown>;
+  const mod = await importUserModule(path);
   const candidate = mod.default ?? mod.team ?? mod.agent;
   if (isAgentDefinition(candidate)) return { agents: [candidate] };
   if (Array.isArray(candidate) && candidate.every(isAgentDefinition)) return { agents: candidate };

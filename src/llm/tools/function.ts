@@ -6,8 +6,8 @@
  */
 import { spawn } from 'node:child_process';
 import { extname, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { FunctionToolConfig } from '../../config/agent.js';
+import { importUserModule } from '../../config/user-module.js';
 import { TroupeError } from '../../protocol/errors.js';
 import { parametersSchema } from './parameters.js';
 import { toResultText, type RunnableTool, type ToolRunContext } from './types.js';
@@ -98,23 +98,6 @@ export function runPythonFunction(file: string, name: string, args: Record<strin
   });
 }
 
-let tsxRegistered = false;
-
-/** Imports a module; a `.ts` file under plain Node (the installed CLI) gets tsx's loader first. */
-export async function importModule(file: string): Promise<Record<string, unknown>> {
-  const url = pathToFileURL(file).href;
-  try {
-    return (await import(url)) as Record<string, unknown>;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ERR_UNKNOWN_FILE_EXTENSION' || tsxRegistered) throw err;
-    const { register } = await import('tsx/esm/api');
-    register();
-    tsxRegistered = true;
-    // Node caches the failed load under the plain URL: ask again under another one.
-    return (await import(`${url}?typescript`)) as Record<string, unknown>;
-  }
-}
-
 export type JsToolFunction = (args: Record<string, unknown>, ctx: ToolRunContext) => unknown;
 
 /** Builds a function tool; imports JS/TS modules now, so a missing export fails the start. */
@@ -132,7 +115,7 @@ export async function functionTool(tool: FunctionToolConfig, dir: string, where:
   }
   let mod: Record<string, unknown>;
   try {
-    mod = await importModule(file);
+    mod = await importUserModule(file);
   } catch (err) {
     throw new TroupeError('CONFIG_INVALID', `${where}: could not import ${tool.file}: ${(err as Error).message}`, { tool: tool.name });
   }
