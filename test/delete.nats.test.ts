@@ -11,6 +11,9 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { DEAD_LETTER_STREAM } from '../src/transport/jetstream/ingress.js';
+import { CTL, type CtlVerb } from '../src/protocol/ctl.js';
+import { encodeJson } from '../src/protocol/codec.js';
+import { subjects } from '../src/transport/subjects.js';
 import { natsSuite } from './helpers/nats-suite.js';
 import { runTroupe, spawnTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
@@ -126,5 +129,28 @@ describe('troupe delete', () => {
     const human = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/^thread cli-1 deleted on \S+: its record; a new message with this id starts a new thread\n$/);
+  });
+
+  it("every control verb a node answers replies as CTL says, and refuses a request outside its schema with INVALID_MESSAGE", async () => {
+    expect((await client.send('typed', { threadId: 'ctl-1', timeoutMs: 15_000 })).text).toBe('echo: typed');
+    const raw = await suite.connect('ctl-raw', 'operator');
+    const ask = async (verb: CtlVerb, body: unknown): Promise<unknown> =>
+      JSON.parse(new TextDecoder().decode((await raw.request(subjects.ctl('demo', verb), encodeJson(body), { timeoutMs: 10_000 })).data)) as unknown;
+    // The node's own bytes, parsed strictly against the verb's reply schema (not through the client, which parses too).
+    const bodies: Array<[CtlVerb, unknown]> = [
+      ['threads', { limit: 5 }],
+      ['thread', { threadId: 'ctl-1' }],
+      ['dlq', { limit: 5 }],
+      ['memory', {}],
+    ];
+    for (const [verb, body] of bodies) {
+      const reply = await ask(verb, body);
+      expect(CTL[verb].reply.safeParse(reply).success, `${verb}: ${JSON.stringify(reply).slice(0, 300)}`).toBe(true);
+    }
+    const typed = await operator.ctl('thread', { threadId: 'ctl-1' });
+    expect(typed.record.task.history?.map((m) => m.role)).toEqual(['user', 'agent']);
+    for (const [verb, body] of [['dlq', { limit: 0 }], ['memory', { gc: 'yes' }], ['threads', { limit: 'all' }], ['thread', { threadId: 'a b' }]] as Array<[CtlVerb, unknown]>) {
+      expect(await ask(verb, body), verb).toMatchObject({ kind: 'error', error: { code: 'INVALID_MESSAGE' } });
+    }
   });
 });

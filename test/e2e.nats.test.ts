@@ -117,7 +117,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
   const storedThread = (threadId: string, minHistory: number) =>
     waitUntil(
       async () => {
-        const res = (await client.ctl('thread', { threadId })) as ThreadRecordJson;
+        const res = (await client.ctl('thread', { threadId })) as unknown as ThreadRecordJson;
         const { task } = res.record;
         return task.history.length >= minHistory && task.status.state !== 'working' ? res : undefined;
       },

@@ -3,17 +3,8 @@ import { DeliverPolicy, jetstream, jetstreamManager } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM } from '../transport/jetstream/ingress.js';
 import { subjects } from '../transport/subjects.js';
+import type { DeadLetterEntry } from '../protocol/ctl.js';
 
-export interface DeadLetterEntry {
-  seq: number;
-  at: string;
-  subject: string;
-  code: string;
-  error: string;
-  attempts: number;
-  /** The first bytes of the message as text. */
-  preview: string;
-}
 
 /** The newest `limit` entries, newest first. One ordered consumer from `last - limit + 1`, not a request per entry. */
 export async function listDeadLetters(nc: NatsConnection, limit: number): Promise<DeadLetterEntry[]> {

@@ -13,7 +13,6 @@
  */
 import type { Logger } from 'pino';
 import { v7 as uuidv7 } from 'uuid';
-import { z } from 'zod';
 import type { NatsConnection } from '@nats-io/transport-node';
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/policy.js';
@@ -26,6 +25,10 @@ import {
   MessageSchema,
   ThreadCtlSchema,
   ThreadsRequestSchema,
+  DlqRequestSchema,
+  MemoryRequestSchema,
+  type CtlReply,
+  type DeadLetterEntry,
   isTerminal,
   TroupeError,
   decode,
@@ -565,7 +568,7 @@ export class TroupeNode {
         rows.push(entry);
         if (rows.length >= limit) break;
       }
-      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit }));
+      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit } satisfies CtlReply<'threads'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
@@ -577,7 +580,7 @@ export class TroupeNode {
       const stored = await this.threads.store.get(this.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
       const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact(record) }));
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact(record) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
@@ -589,12 +592,12 @@ export class TroupeNode {
    */
   private onMemory(msg: InboundMessage): void {
     try {
-      const req = msg.data.length ? decode(z.object({ gc: z.boolean().optional() }), msg.data, 'memory request', 256) : {};
+      const req = msg.data.length ? decode(MemoryRequestSchema, msg.data, 'memory request', 256) : {};
       const gc = (globalThis as { gc?: () => void }).gc;
       const collected = req.gc === true && typeof gc === 'function';
       if (collected) gc();
       const m = process.memoryUsage();
-      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount(), dormantThreads: this.threads.dormantCount() }));
+      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount(), dormantThreads: this.threads.dormantCount() } satisfies CtlReply<'memory'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
     }
@@ -602,9 +605,9 @@ export class TroupeNode {
 
   private async onDeadLetters(msg: InboundMessage, nc: NatsConnection): Promise<void> {
     try {
-      const req = msg.data.length ? decode(z.object({ limit: z.number().int().min(1).max(1000).optional() }), msg.data, 'dlq request', 1024) : {};
+      const req = msg.data.length ? decode(DlqRequestSchema, msg.data, 'dlq request', 1024) : {};
       const entries = await listDeadLetters(nc, req.limit ?? 100);
-      msg.respond(encodeJson({ kind: 'dlq', entries: redact(entries) }));
+      msg.respond(encodeJson({ kind: 'dlq', entries: redact(entries) as DeadLetterEntry[] } satisfies CtlReply<'dlq'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

@@ -2,6 +2,10 @@
  * Control requests and replies: operator verbs on `troupe.<t>.ctl.<verb>` (ps, inspect, threads, thread,
  * rehydrate, cancel, dlq) and a client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` (task,
  * cancel, list). The node, the CLI, the client SDK and the gateway all read these schemas.
+ *
+ * `CTL` lists the operator verbs one node answers (request in, reply out) with their schemas: the node
+ * decodes requests with them, `TroupeClient.ctl(verb, body)` validates the reply and returns its type.
+ * `ps`, `inspect` and `inspection` are answered by every node at once (the client gathers them).
  */
 import { z } from 'zod';
 import { TaskSchema, TaskStateSchema } from './a2a.js';
@@ -96,3 +100,84 @@ export const ThreadAckSchema = z.object({
   duplicate: z.boolean().optional(),
 });
 export type ThreadAck = z.infer<typeof ThreadAckSchema>;
+
+/** One stored thread as `ctl.threads` lists it (a corrupt record: state `unknown` and why in `corrupt`). */
+export const ThreadRowSchema = z.object({
+  threadId: z.string(),
+  state: z.string(),
+  updatedAt: z.string(),
+  revision: z.number().int(),
+  corrupt: z.string().optional(),
+  owner: z.string().optional(),
+  contextId: z.string().optional(),
+});
+export type ThreadRow = z.infer<typeof ThreadRowSchema>;
+/** `truncated`: the node stopped at the request's limit; there may be more. */
+export const ThreadsReplySchema = z.object({ kind: z.literal('threads'), threads: z.array(ThreadRowSchema), truncated: z.boolean() });
+export type ThreadsReply = z.infer<typeof ThreadsReplySchema>;
+
+/** A message of a stored thread as operators see it (redacted: text may be masked). */
+const RecordMessageViewSchema = z.looseObject({
+  role: z.string(),
+  parts: z.array(z.looseObject({ kind: z.string(), text: z.string().optional() })),
+  metadata: z.record(z.string(), z.unknown()).optional(),
+});
+/** `ctl.thread`: the stored record without its machine snapshot and outbox, redacted for operators. */
+export const ThreadReplySchema = z.object({
+  kind: z.literal('thread'),
+  revision: z.number().int(),
+  record: z.looseObject({
+    task: z.looseObject({
+      status: z.looseObject({ state: z.string() }),
+      history: z.array(RecordMessageViewSchema).optional(),
+      metadata: z.record(z.string(), z.unknown()).optional(),
+    }),
+    updatedAt: z.string(),
+    owner: z.string().optional(),
+  }),
+});
+export type ThreadReply = z.infer<typeof ThreadReplySchema>;
+
+export const DlqRequestSchema = z.object({ limit: z.number().int().min(1).max(1000).optional() });
+/** A message that exhausted its deliveries, as the dead-letter stream keeps it. */
+export const DeadLetterEntrySchema = z.object({
+  seq: z.number().int(),
+  at: z.string(),
+  subject: z.string(),
+  code: z.string(),
+  error: z.string(),
+  attempts: z.number().int(),
+  /** The first bytes of the message as text. */
+  preview: z.string(),
+});
+export type DeadLetterEntry = z.infer<typeof DeadLetterEntrySchema>;
+export const DlqReplySchema = z.object({ kind: z.literal('dlq'), entries: z.array(DeadLetterEntrySchema) });
+
+/** `ctl.memory`: one process's memory; `gc: true` collects first in a process started with --expose-gc. */
+export const MemoryRequestSchema = z.object({ gc: z.boolean().optional() });
+export const MemoryReplySchema = z.object({
+  kind: z.literal('memory'),
+  node: z.string(),
+  collected: z.boolean(),
+  rssBytes: z.number(),
+  heapUsedBytes: z.number(),
+  heapTotalBytes: z.number(),
+  externalBytes: z.number(),
+  liveThreads: z.number().int(),
+  dormantThreads: z.number().int(),
+});
+export type MemoryReply = z.infer<typeof MemoryReplySchema>;
+
+/** The verbs one node answers on `troupe.<t>.ctl.<verb>`: what each takes and what it answers (or an ErrorReply). */
+export const CTL = {
+  threads: { request: ThreadsRequestSchema, reply: ThreadsReplySchema },
+  thread: { request: ThreadCtlSchema, reply: ThreadReplySchema },
+  cancel: { request: ThreadCtlSchema, reply: OkReplySchema },
+  rehydrate: { request: ThreadCtlSchema, reply: OkReplySchema },
+  delete: { request: ThreadCtlSchema, reply: DeleteReplySchema },
+  dlq: { request: DlqRequestSchema, reply: DlqReplySchema },
+  memory: { request: MemoryRequestSchema, reply: MemoryReplySchema },
+} as const;
+export type CtlVerb = keyof typeof CTL;
+export type CtlRequest<V extends CtlVerb> = z.input<(typeof CTL)[V]['request']>;
+export type CtlReply<V extends CtlVerb> = z.infer<(typeof CTL)[V]['reply']>;

@@ -12,6 +12,7 @@ import { SpanKind, endSpan, injectTraceparent, startSpan, tracing, type Span } f
 import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
 import {
+  CTL,
   DeleteReplySchema,
   ErrorReplySchema,
   HEADERS,
@@ -33,6 +34,9 @@ import {
   messageText,
   scopedMessageKey,
   type ActorInfo,
+  type CtlReply,
+  type CtlRequest,
+  type CtlVerb,
   type ErrorBody,
   type InspectReply,
   type Message,
@@ -105,6 +109,12 @@ const PubAckSchema = z.object({ stream: z.string(), seq: z.number(), duplicate: 
 const JsErrorSchema = z.object({ error: z.object({ code: z.number(), description: z.string() }) });
 const AckOrError = z.union([ThreadAckSchema, ErrorReplySchema, PubAckSchema, JsErrorSchema]);
 const OkOrError = z.union([OkReplySchema, ErrorReplySchema]);
+/** A node's control reply may list many threads; it comes from a node (only nodes may answer on ctl). */
+const MAX_CTL_REPLY_BYTES = 64 * 1024 * 1024;
+
+function isErrorReply(reply: unknown): reply is z.infer<typeof ErrorReplySchema> {
+  return typeof reply === 'object' && reply !== null && (reply as { kind?: unknown }).kind === 'error';
+}
 const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
 const TaskListOrError = z.union([TaskListReplySchema, ErrorReplySchema]);
 /** What an agent process lists when it answers a hello: its instance, and the model loops it runs. */
@@ -411,14 +421,17 @@ export class TroupeClient {
     return reply.state;
   }
 
-  /** Raw control request (threads, thread, dlq). */
-  async ctl(verb: string, body: unknown): Promise<unknown> {
+  /**
+   * An operator request one node answers (`CTL`: threads, thread, cancel, rehydrate, delete, dlq, memory):
+   * the body as the verb takes it, the reply validated and typed; an error reply is thrown as a TroupeError.
+   */
+  async ctl<V extends CtlVerb>(verb: V, body: CtlRequest<V>): Promise<CtlReply<V>> {
     const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson(body), 10_000);
-    const json: unknown = JSON.parse(new TextDecoder().decode(data));
-    const err = ErrorReplySchema.safeParse(json);
-    if (err.success) throw TroupeError.fromBody(err.data.error);
-    return json;
+    const reply = decode(z.union([CTL[verb].reply as unknown as z.ZodType<CtlReply<V>>, ErrorReplySchema]), data, `${verb} reply`, MAX_CTL_REPLY_BYTES);
+    if (isErrorReply(reply)) throw TroupeError.fromBody(reply.error);
+    return reply;
   }
+
 
   /**
    * The first publish of a message: no responders (a stream without a leader for a moment) is tried again

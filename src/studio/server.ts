@@ -17,7 +17,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { z } from 'zod';
+import { ThreadsReplySchema } from '../protocol/ctl.js';
 import { InspectionControlSchema, type InspectionRecord, type InspectionStateReply } from '../protocol/inspection.js';
 import type { Transport } from '../transport/types.js';
 import { subjects } from '../transport/subjects.js';
@@ -57,10 +57,6 @@ export interface Studio {
   problem?: string;
   close(): Promise<void>;
 }
-
-const ThreadsReplySchema = z.object({
-  threads: z.array(z.object({ threadId: z.string(), state: z.string(), updatedAt: z.string().optional(), live: z.boolean().optional() }).loose()).max(10_000),
-});
 
 export async function startStudio(opts: StudioOptions): Promise<Studio> {
   const assets: StudioAssets = await studioAssets();

@@ -4,6 +4,7 @@ import { globals, UsageError, withClient } from '../cli.js';
 import { color, colorState, printJson, table } from '../output.js';
 import { META } from '../../protocol/metadata.js';
 import { TroupeError } from '../../protocol/errors.js';
+import type { ThreadRow } from '../../protocol/ctl.js';
 import { meshStatus, type MeshCheck } from '../../sdk/status.js';
 import { streamsHealth, type StreamHealth } from '../../actors/stream-health.js';
 import type { NatsTransport } from '../../transport/nats.js';
@@ -61,7 +62,7 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
     const actors = replies.flatMap((r) => r.actors);
     const live = actors.filter((a) => a.kind === 'thread').length;
     // Passivated = persisted threads that are still open but have no live actor on any node.
-    const stored = (await client.ctl('threads', {}).catch(() => ({ threads: [] }))) as { threads: Array<{ threadId: string; state: string }> };
+    const stored = await client.ctl('threads', {}).catch(() => ({ threads: [] as ThreadRow[] }));
     const liveIds = new Set(actors.filter((a) => a.kind === 'thread').map((a) => a.id));
     const passivated = stored.threads.filter((t) => !liveIds.has(t.threadId) && !FINISHED.has(t.state)).length;
     // Of those, the ones whose records a node keeps in memory (at rest, woken without a store read).
@@ -119,10 +120,7 @@ export async function threads(opts: { state?: string; owner?: string; limit: num
   await withClient(g, async (client) => {
     // Which threads are live is known by the node holding each: ask them all (ps), not the one that lists.
     const [res, replies] = await Promise.all([
-      client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), ...(opts.owner ? { owner: opts.owner } : {}), limit: opts.limit }) as Promise<{
-        threads: Array<{ threadId: string; state: string; updatedAt: string; revision: number; corrupt?: string }>;
-        truncated?: boolean;
-      }>,
+      client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), ...(opts.owner ? { owner: opts.owner } : {}), limit: opts.limit }),
       client.ps(500),
     ]);
     const live = new Map(replies.flatMap((r) => r.actors).filter((a) => a.kind === 'thread').map((a) => [a.id, a.node]));
@@ -150,10 +148,7 @@ function middle(text: string, max: number): string {
 export async function thread(id: string, _opts: unknown, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
-    const res = (await client.ctl('thread', { threadId: id })) as {
-      revision: number;
-      record: { task: { status: { state: string }; history?: Array<{ role: string; parts: Array<{ kind: string; text?: string }>; metadata?: Record<string, unknown> }> }; updatedAt: string; owner?: string };
-    };
+    const res = await client.ctl('thread', { threadId: id });
     if (g.json) {
       printJson(res);
       return;
@@ -198,7 +193,7 @@ export async function deleteThread(id: string | undefined, opts: { owner?: strin
 async function deleteOwnerThreads(owner: string, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
-    const listed = (await client.ctl('threads', { owner, limit: MAX_OWNER_THREADS })) as { threads: Array<{ threadId: string }>; truncated?: boolean };
+    const listed = await client.ctl('threads', { owner, limit: MAX_OWNER_THREADS });
     const results: Array<{ threadId: string; deleted: boolean; deadLetters?: number; error?: string; code?: string }> = [];
     for (const { threadId } of listed.threads) {
       try {
@@ -225,9 +220,7 @@ async function deleteOwnerThreads(owner: string, cmd: Command): Promise<void> {
 export async function dlq(opts: { limit: number }, cmd: Command): Promise<void> {
   const g = globals(cmd);
   await withClient(g, async (client) => {
-    const res = (await client.ctl('dlq', { limit: opts.limit })) as {
-      entries: Array<{ seq: number; at: string; subject: string; code: string; error: string; attempts: number }>;
-    };
+    const res = await client.ctl('dlq', { limit: opts.limit });
     if (g.json) {
       printJson(res.entries);
       return;
