@@ -15,7 +15,7 @@ import { TroupeError } from '../src/protocol/errors.js';
 import { LlmRouterPolicy } from '../src/routing/llm-policy.js';
 import { loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/team/team.js';
 import { validateAgentFile } from '../src/config/agent.js';
-import { runTroupe } from './helpers/processes.js';
+import { cliTestTimeout, runTroupe } from './helpers/processes.js';
 
 const DIR = 'test/fixtures/team-yaml';
 const ENV = { OPENAI_API_KEY: 'sk-test-not-used' };
@@ -208,5 +208,5 @@ describe('troupe validate', () => {
     expect(JSON.parse(json.stdout)).toMatchObject({ kind: 'team', valid: true, problems: [], team: { id: 'shop' } });
     const agent = await runTroupe(['--json', 'validate', 'test/fixtures/yaml-agents/concierge/agent.yaml'], {});
     expect(JSON.parse(agent.stdout)).toMatchObject({ kind: 'agent', valid: true, agent: { name: 'concierge' } });
-  });
+  }, cliTestTimeout(4));
 });

@@ -12,7 +12,7 @@ import { TroupeClient } from '../src/sdk/client.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { DEAD_LETTER_STREAM } from '../src/transport/jetstream/ingress.js';
 import { natsSuite } from './helpers/nats-suite.js';
-import { runTroupe, spawnTroupe } from './helpers/processes.js';
+import { cliTestTimeout, runTroupe, spawnTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const suite = natsSuite();
@@ -111,7 +111,7 @@ describe('troupe delete', () => {
     const neither = await runTroupe(['delete', '--nats', suite.nats.url], asOperator);
     expect(neither.code).toBe(2);
     expect(neither.stderr).toContain('name a thread, or every thread of an owner with --owner');
-  });
+  }, cliTestTimeout(4));
 
   it('from the CLI: says what went, --json for scripts, exit 1 with the code for a thread that is not there', async () => {
     expect((await client.send('bye', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: bye');
@@ -126,5 +126,5 @@ describe('troupe delete', () => {
     const human = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/^thread cli-1 deleted on \S+: its record; a new message with this id starts a new thread\n$/);
-  });
+  }, cliTestTimeout(3));
 });
