@@ -11,7 +11,7 @@ import { appliedDefaults, definedNames, loadAgentConfig, metricThreshold, testCa
 import { parseTemplate, renderTemplate } from '../src/config/template.js';
 import { ConfigError, formatProblem, type ConfigProblem } from '../src/config/load.js';
 import { REPO_ROOT } from './helpers/nats-server.js';
-import { runTroupe } from './helpers/processes.js';
+import { cliTestTimeout, runTroupe } from './helpers/processes.js';
 
 const INVALID = join(REPO_ROOT, 'test/fixtures/agent-yaml/invalid');
 const VALID = join(REPO_ROOT, 'test/fixtures/agent-yaml/valid');
@@ -225,7 +225,7 @@ describe('troupe validate', () => {
     expect(json.valid).toBe(true);
     expect(json.warnings).toEqual([expect.objectContaining({ line: 22, column: 7, path: 'tools[1].parameters.audience', phase: 'references' })]);
     expect(json.defaults).toHaveLength(5);
-  });
+  }, cliTestTimeout(2));
 
   it('says a valid file is valid and exits 0', async () => {
     const res = await runTroupe(['validate', 'test/fixtures/agent-yaml/valid/full.yaml', '--json'], ENV);

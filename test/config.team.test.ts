@@ -16,7 +16,7 @@ import { LlmRouterPolicy } from '../src/routing/llm-policy.js';
 import { defineTeam, loadModule, loadTeamYaml, loadYamlAgent, threadSettingsOf, type TeamDefinition } from '../src/team/team.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { validateAgentFile } from '../src/config/agent.js';
-import { runTroupe } from './helpers/processes.js';
+import { cliTestTimeout, runTroupe } from './helpers/processes.js';
 
 const DIR = 'test/fixtures/team-yaml';
 const ENV = { OPENAI_API_KEY: 'sk-test-not-used' };
@@ -235,5 +235,5 @@ describe('troupe validate', () => {
     expect(JSON.parse(json.stdout)).toMatchObject({ kind: 'team', valid: true, problems: [], team: { id: 'shop' } });
     const agent = await runTroupe(['--json', 'validate', 'test/fixtures/yaml-agents/concierge/agent.yaml'], {});
     expect(JSON.parse(agent.stdout)).toMatchObject({ kind: 'agent', valid: true, agent: { name: 'concierge' } });
-  });
+  }, cliTestTimeout(4));
 });

@@ -15,7 +15,7 @@ import { CTL, type CtlVerb } from '../src/protocol/ctl.js';
 import { encodeJson } from '../src/protocol/codec.js';
 import { subjects } from '../src/transport/subjects.js';
 import { natsSuite } from './helpers/nats-suite.js';
-import { runTroupe, spawnTroupe } from './helpers/processes.js';
+import { cliTestTimeout, runTroupe, spawnTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const suite = natsSuite();
@@ -114,7 +114,7 @@ describe('troupe delete', () => {
     const neither = await runTroupe(['delete', '--nats', suite.nats.url], asOperator);
     expect(neither.code).toBe(2);
     expect(neither.stderr).toContain('name a thread, or every thread of an owner with --owner');
-  });
+  }, cliTestTimeout(4));
 
   it('from the CLI: says what went, --json for scripts, exit 1 with the code for a thread that is not there', async () => {
     expect((await client.send('bye', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: bye');
@@ -129,7 +129,7 @@ describe('troupe delete', () => {
     const human = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/^thread cli-1 deleted on \S+: its record; a new message with this id starts a new thread\n$/);
-  });
+  }, cliTestTimeout(3));
 
   it("every control verb a node answers replies as CTL says, and refuses a request outside its schema with INVALID_MESSAGE", async () => {
     expect((await client.send('typed', { threadId: 'ctl-1', timeoutMs: 15_000 })).text).toBe('echo: typed');

@@ -11,7 +11,7 @@ import { ThreadEventSchema, decode, messageText, type ThreadEvent } from '../src
 import { subjects } from '../src/transport/subjects.js';
 import { handoffDeadlineOf } from '../src/actors/threads/record.js';
 import { TENANT, dormantMesh } from './helpers/dormant-mesh.js';
-import { sleep, waitFor } from './helpers/wait.js';
+import { waitFor } from './helpers/wait.js';
 
 
 
@@ -72,8 +72,12 @@ describe('dormant threads in a handoff', () => {
     const first = await m.client.send('slow please', { threadId });
     expect(first.text).toBe('sloth: accepted, thinking…');
     await waitFor(() => m.threads.dormantCount() === 1, 'the thread in a handoff to become dormant');
+    // Past idleMs, shown by a thread at rest since later: a plain one, dropped from memory (neither live
+    // nor dormant) once idle for idleMs.
+    await m.client.send('hello', { threadId: 'idle-marker' });
     const reads = m.store.gets;
-    await sleep(400); // past idleMs
+    await waitFor(() => !m.threads.isLive('idle-marker') && m.threads.inspect('idle-marker') === undefined, 'a thread at rest since later, passivated');
+    expect(m.threads.inspect(threadId)).toBeDefined(); // kept in memory, dormant
     expect(m.threads.dormantCount()).toBe(1);
     expect(m.threads.isLive(threadId)).toBe(false);
 
@@ -101,7 +105,10 @@ describe('dormant threads in a handoff', () => {
 
     await m.threads.releaseThreads(() => true);
     expect(m.threads.dormantCount()).toBe(0);
-    await sleep(1_000); // past the deadline
+    // Past the deadline, shown by a thread that went into the same handoff later: its deadline has fired.
+    const markerEvents = m.record('slow-released-marker');
+    await m.client.send('slow please', { threadId: 'slow-released-marker' });
+    await waitFor(() => finalTexts(markerEvents).some((t) => t.includes('welcome back (failed)')), "the later thread's deadline", 10_000);
     expect(m.threads.isLive(threadId)).toBe(false);
     expect(events.length).toBe(seen);
     expect((await m.store.get(TENANT, threadId))?.revision).toBe(stored?.revision);

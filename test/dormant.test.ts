@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import type { ThreadConfig } from '../src/machines/thread.js';
 import { CountingStore, TENANT, dormantMesh } from './helpers/dormant-mesh.js';
-import { sleep, waitFor } from './helpers/wait.js';
+import { waitFor } from './helpers/wait.js';
 
 
 
@@ -175,7 +175,6 @@ describe('dormant threads', () => {
     expect(await m.threads.passivateThread('drop-1')).toBe(true);
     expect(m.threads.dormantCount()).toBe(0);
     expect(await m.threads.passivateThread('drop-1')).toBe(false);
-    await sleep(10);
     expect((await m.client.send('two', { threadId: 'drop-1' })).text).toBe('echo: two');
     expect(m.store.gets).toBe(gets + 2);
   });

@@ -17,6 +17,9 @@ import type { MessageHandler, SubscribeOptions, Transport } from '../src/transpo
 import { TroupeClient, userMessage } from '../src/sdk/client.js';
 import { waitFor } from './helpers/wait.js';
 
+/** How long the slow agent thinks before it passes on: the second route step is stamped after it. */
+const SLOW_AGENT_THINKS_MS = 80;
+
 let mesh: Awaited<ReturnType<typeof startEmbedded>>;
 
 beforeAll(async () => {
@@ -91,7 +94,7 @@ describe('embedded mesh with the demo team', () => {
       if (e.kind === 'status-update' && e.final) seen.push((await mesh.node.threads.store.get('demo', threadId))?.record.task.status.state ?? 'none');
     });
     await mesh.client.send('order check', { threadId });
-    await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => seen.length === 1, 'the final answer, seen with the stored state');
     expect(seen).toEqual(['input-required']);
   });
 
@@ -268,13 +271,18 @@ describe('a send before any node is up', () => {
 
   it('keeps trying while nothing takes the message (unavailableRetryMs) and is answered once a node starts', async () => {
     const bus = new MemoryBus();
-    const client = new TroupeClient(new MemoryTransport({ bus }), 'demo');
+    // Counts the client's attempts: each is a request that nobody takes until the node is up.
+    const clientTransport = new MemoryTransport({ bus });
+    let attempts = 0;
+    const request = clientTransport.request.bind(clientTransport);
+    clientTransport.request = (...args) => (attempts++, request(...args));
+    const client = new TroupeClient(clientTransport, 'demo');
     const host = await new AgentHost({ transport: new MemoryTransport({ bus }), agent: echo, tenant: 'demo' }).start();
     let node: TroupeNode | undefined;
     try {
       const sent = client.send('are you there?', { threadId: 'early-1', unavailableRetryMs: 30_000, timeoutMs: 30_000 });
       // The first attempts found no subscriber; the node starts only once they have been made.
-      await new Promise((r) => setTimeout(r, 300));
+      await waitFor(() => attempts >= 3, 'three attempts that nobody took');
       node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: 'demo', config: { entryAgent: 'echo' } }).start();
       const res = await sent;
       expect(res.text).toBe('echo: are you there?');
@@ -298,10 +306,12 @@ describe('a send before any node is up', () => {
 
 describe("the thread's clock moves with the agents' answers", () => {
   it('a route step an answer makes is stamped with the time the answer came, not the time the turn began', async () => {
+    let answeredAt = 0;
     const slow = defineAgent({
       card: { id: 'slow', name: 'Slow', description: 'thinks, then passes on' },
       handle: async () => {
-        await new Promise((r) => setTimeout(r, 80));
+        await new Promise((r) => setTimeout(r, SLOW_AGENT_THINKS_MS));
+        answeredAt = Date.now();
         return reply('over to fast', { to: 'fast' });
       },
     });
@@ -311,8 +321,10 @@ describe("the thread's clock moves with the agents' answers", () => {
       const result = await team.client.send('go');
       expect(result.route.map((s) => `${s.from}>${s.to}`)).toEqual(['user>slow', 'slow>fast']);
       const [first, second] = result.route;
-      // The second step is taken when slow's answer comes, at least 80 ms after the first.
-      expect(second!.at! - first!.at!).toBeGreaterThanOrEqual(75);
+      // The second step is stamped when slow's answer came (no earlier than slow returned it), the first
+      // before slow began thinking.
+      expect(second!.at!).toBeGreaterThanOrEqual(answeredAt);
+      expect(first!.at!).toBeLessThan(answeredAt);
     } finally {
       await team.stop();
     }

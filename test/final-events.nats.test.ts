@@ -23,6 +23,8 @@ import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil, waitWhileProgressing } from './helpers/wait.js';
 
 const T = 'troupe.demo';
+/** How long the agent thinks before it answers, so a burst's messages overlap the turns in flight. */
+const AGENT_THINKS_MS = 30;
 const dec = new TextDecoder();
 
 describe('every accepted message gets exactly one final event', () => {
@@ -54,7 +56,7 @@ describe('every accepted message gets exactly one final event', () => {
         card: { id: 'slowecho', name: 'Slow echo', description: 'Echoes after a while' },
         handle: async (message, ctx) => {
           if (!called.includes(message.messageId)) called.push(message.messageId);
-          await sleep(30);
+          await sleep(AGENT_THINKS_MS);
           return reply(`echo: ${ctx.text}`, { to: 'user' });
         },
       }),

@@ -5,6 +5,7 @@ import { createMachine, type AnyStateMachine } from 'xstate';
 import { MACHINES } from '../src/bin/commands/graph.js';
 import { machineJson, machineMermaid } from '../src/machines/graph.js';
 import { definedStates, definedTransitions } from './helpers/machine-coverage.js';
+import { cliTestTimeout } from './helpers/processes.js';
 
 function inlineFunctions(config: unknown, path = ''): string[] {
   if (typeof config === 'function') return [path];
@@ -41,5 +42,5 @@ describe('troupe graph', () => {
     const run = (args: string[]) => execFileSync(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/bin/troupe.ts', ...args], { encoding: 'utf8' });
     expect(JSON.parse(run(['graph', 'thread'])).id).toBe('thread');
     expect(run(['graph', 'handoff', '--format', 'mermaid'])).toContain('handoff_active');
-  });
+  }, cliTestTimeout(2));
 });

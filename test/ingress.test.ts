@@ -13,9 +13,15 @@ import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { capturingLogger } from './helpers/log-lines.js';
 import { overriding } from './helpers/stall.js';
-import { sleep, waitFor, waitUntil } from './helpers/wait.js';
+import { sleep, waitFor, waitUntil, waitWhileProgressing } from './helpers/wait.js';
 
 const TTL = 1_200;
+/** How long a test's handler works on a message (awaiting, as a real turn does), so messages queue up behind it. */
+const HANDLER_WORK_MS = 3;
+/** How long the server is frozen for the consumers' silence to be told of several times (heartbeats every 1 s). */
+const SILENCE_MS = 5_000;
+/** The pause between two tries of a publish while the server restarts or the client reconnects. */
+const RETRY_PAUSE_MS = 50;
 /** A JetStream API request that makes a consumer of the inbound stream (the API of nats-server 2.9 and later, and the older one). */
 const CONSUMER_MAKE = /\.CONSUMER\.(?:DURABLE\.)?CREATE\.TROUPE_IN\./;
 const enc = new TextEncoder();
@@ -44,7 +50,7 @@ async function sendRetrying(nc: NatsConnection, threadId: string, messageId: str
       return await send(nc, threadId, messageId, body, 500);
     } catch (err) {
       if (Date.now() > deadline) throw err;
-      await sleep(50);
+      await sleep(RETRY_PAUSE_MS);
     }
   }
 }
@@ -112,13 +118,20 @@ describe('JetStreamIngress', () => {
   };
 
   const streamMessages = async () => (await jsm.streams.info(INGRESS_STREAM)).state.messages;
-  /** Messages left in the work queue once acks had a moment to land (0 = all acked or terminated). */
+  /**
+   * Messages left in the work queue once it has emptied (0 = all acked or terminated), or what is left
+   * when it stopped emptying for 10 s. A work queue drops a message at its final ack or term, so a message
+   * nak'ed or redelivered is still there until that delivery is done: once it reads 0, no redelivery is due.
+   */
   const drained = async () => {
     let remaining = await streamMessages();
-    for (let i = 0; i < 100 && remaining > 0; i++) {
-      await sleep(10);
-      remaining = await streamMessages();
-    }
+    await waitWhileProgressing(
+      async () => (remaining = await streamMessages()) === 0,
+      () => remaining,
+      'the work queue to empty',
+      10_000,
+      10,
+    ).catch(() => undefined);
     return remaining;
   };
 
@@ -224,11 +237,11 @@ describe('JetStreamIngress', () => {
     for (let i = 0; i < 10; i++) for (const t of threads) acks.push(send(pub, t, `${t}-m${i}`, JSON.stringify({ i })));
     const results = await Promise.all(acks);
     expect(results.every((r) => r.stream === INGRESS_STREAM && !r.duplicate)).toBe(true);
-    await waitFor(() => ids.size === 500, 'all 500 messages', 10_000);
-    await sleep(100);
+    await waitFor(() => ids.size === 500, 'all 500 messages', 30_000);
+    // Every message acked: none is left to be delivered again, so the count of duplicates is final.
+    expect(await drained()).toBe(0);
     expect(dupes).toBe(0);
     for (const t of threads) expect(seen.get(t)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
-    expect(await drained()).toBe(0);
   });
 
   it('does not let a slow thread hold up other threads, even in its own partition', async () => {
@@ -254,8 +267,8 @@ describe('JetStreamIngress', () => {
     await send(pub, other, `${other}-1`, 'x');
     await waitFor(() => done.length === 5, 'the five fast messages');
     expect(done.sort()).toEqual([...samePartition.map((t) => `${t}-1`), `${other}-1`].sort());
-    // The slow thread's second message waits behind its first.
-    await sleep(100);
+    // The slow thread's second message waits behind its first: published before the fast ones of its
+    // partition, it was delivered before they were handled (one consumer per partition, in order).
     expect(done).not.toContain('slow-2');
     gate.resolve();
     await waitFor(() => done.includes('slow-2'), 'slow-2');
@@ -285,15 +298,14 @@ describe('JetStreamIngress', () => {
     await send(pub, 'flaky-thread', 'flaky-2', 'x');
     await send(pub, 'flaky-thread', 'flaky-3', 'x');
     await waitFor(() => calls.includes('bad-2#1') && calls.some((c) => c.startsWith('flaky-3')), 'both threads done');
-    // Longer than the nak delay and well past when a nak'ed "bad-1" would come back.
-    await sleep(600);
+    // A nak'ed "bad-1" would stay in the work queue until delivered again: once it is empty, that has happened or never will.
+    expect(await drained()).toBe(0);
     const bad = calls.filter((c) => c.startsWith('bad-'));
     expect(bad).toEqual(['bad-1#1', 'bad-2#1']);
     const flaky = calls.filter((c) => c.startsWith('flaky-'));
     // flaky-1 failed, was nak'ed with a delay, and flaky-2/3 waited for its retry rather than overtaking it.
     expect(flaky.map((c) => c.split('#')[0])).toEqual(['flaky-1', 'flaky-1', 'flaky-2', 'flaky-3']);
     expect(flaky[1]).toBe('flaky-1#2');
-    expect(await drained()).toBe(0); // the terminated one is gone from the work queue too
   });
 
   it('dead-letters a message that fails every attempt only once its copy is stored: while the dead-letter stream does not take it, the message stays in the work queue', async () => {
@@ -381,7 +393,7 @@ describe('JetStreamIngress', () => {
         // The handler returns once the consumer has delivered it, so it is queued before they are back.
         const { seq } = await send(pub!, thread, 'held-5', 'x');
         const consumer = `p${partitionOf(thread)}`;
-        for (let i = 0; i < 200 && ((await jsm.consumers.info(INGRESS_STREAM, consumer)).delivered.stream_seq ?? 0) < seq; i++) await sleep(2);
+        await waitUntil(async () => ((await jsm.consumers.info(INGRESS_STREAM, consumer)).delivered.stream_seq ?? 0) >= seq, 'held-5 delivered by the consumer', 10_000, 2);
       },
       { retryDelayMs: { base: 150 } },
     );
@@ -427,10 +439,13 @@ describe('JetStreamIngress', () => {
 
     const pub = await connectNode();
     await send(pub, thread, 'crash-1', 'one');
-    await send(pub, thread, 'crash-2', 'two');
+    const { seq: seq2 } = await send(pub, thread, 'crash-2', 'two');
     await entered.promise;
-    await sleep(50);
-    expect(aGot).toEqual(['crash-1']); // crash-2 is queued behind it on node-a
+    // crash-2 has reached node-a (its consumer delivered it, and node-a's connection has read what came before
+    // a round trip) and is queued behind crash-1 there, not handled.
+    await waitUntil(async () => ((await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).delivered.stream_seq ?? 0) >= seq2, 'crash-2 delivered to node-a', 10_000, 10);
+    await a.nc.flush();
+    expect(aGot).toEqual(['crash-1']);
 
     const crashedAt = Date.now();
     await a.nc.close();
@@ -451,7 +466,7 @@ describe('JetStreamIngress', () => {
   it('hands partitions over on a clean stop without losing or reordering messages in flight', async () => {
     const got = new Map<string, number[]>();
     const record = async (m: IngressMessage) => {
-      await sleep(2);
+      await sleep(HANDLER_WORK_MS);
       const list = got.get(m.threadId) ?? [];
       list.push(Number(dec.decode(m.data)));
       got.set(m.threadId, list);
@@ -464,15 +479,16 @@ describe('JetStreamIngress', () => {
     const threads = Array.from({ length: 16 }, (_, i) => `handover-${i}`);
     const sends: Promise<PubAck>[] = [];
     for (let i = 0; i < 20; i++) for (const t of threads) sends.push(send(pub, t, `${t}-${i}`, String(i)));
-    // Stop node-a in the middle of the stream of messages.
-    await sleep(20);
+    // Stop node-a in the middle of the stream of messages: some handled, most not yet.
+    await waitFor(() => [...got.values()].reduce((n, l) => n + l.length, 0) >= 16, 'the first messages handled', 10_000);
     const stoppedAt = Date.now();
     await a.ingress.stop();
     await waitFor(() => b.ingress.owned().length === 8, 'node-b consuming all', TTL);
     console.log(`[ingress] clean stop: node-b consumed all 8 partitions ${Date.now() - stoppedAt} ms after node-a.stop() was called`);
     await Promise.all(sends);
-    await waitFor(() => threads.every((t) => (got.get(t)?.length ?? 0) >= 20), 'all messages', 10_000);
-    await sleep(100);
+    await waitFor(() => threads.every((t) => (got.get(t)?.length ?? 0) >= 20), 'all messages', 30_000);
+    // Every message acked: nothing is left to be replayed, so what was handled is final.
+    expect(await drained()).toBe(0);
     // node-a finished and acked (confirmed) what it had started, dropped what it had only queued, and
     // node-b's fresh consumers began at the oldest unacked message: nothing skipped, replayed or reordered.
     for (const t of threads) expect(got.get(t)).toEqual(Array.from({ length: 20 }, (_, i) => i));
@@ -529,7 +545,7 @@ describe('JetStreamIngress', () => {
     const handled = new Set<string>();
     let dupes = 0;
     const { ingress, nc } = await startIngress('node-a', async (m) => {
-      await sleep(3); // slow enough that messages are still queued when the server goes down
+      await sleep(HANDLER_WORK_MS); // slow enough that messages are still queued when the server goes down
       if (handled.has(m.messageId!)) dupes++;
       handled.add(m.messageId!);
       const list = got.get(m.threadId) ?? [];
@@ -583,9 +599,11 @@ describe('JetStreamIngress', () => {
     await waitFor(() => handled.length === 1, 'the first message');
     expect(lines.filter((l) => l.msg === 'partition consumer silent; pulling again')).toEqual([]);
 
+    // The silence is the input here: frozen for SILENCE_MS, the client tells of missed heartbeats once a
+    // heartbeat interval (1 s) from the second on, so several times per partition; the node says it once.
     await server.signal('SIGSTOP');
     try {
-      await sleep(8_000);
+      await sleep(SILENCE_MS);
     } finally {
       await server.signal('SIGCONT');
     }
@@ -712,10 +730,11 @@ describe('JetStreamIngress', () => {
     await waitUntil(async () => (await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).num_waiting >= 2, "the pull waiting beside the node's", 5_000);
     const mark = lines.length;
 
-    // Frozen past the lease TTL: the node fences itself off, then takes its partitions back.
+    // Frozen past the lease TTL: the node fences itself off (seen in its log while the server is still
+    // frozen), then takes its partitions back.
     await server.signal('SIGSTOP');
     try {
-      await sleep(3 * TTL);
+      await waitUntil(() => lines.slice(mark).some((l) => l.msg === 'lease lost' && l.partition === p) || undefined, 'the node fencing itself off', 30_000);
     } finally {
       await server.signal('SIGCONT');
     }
@@ -775,9 +794,8 @@ describe('JetStreamIngress', () => {
     const mark = lines.length;
 
     await server.shutdown();
-    await sleep(2 * TTL);
-    // Every lease ran out while the server was away: the node fenced itself off every partition.
-    expect(ingress.owned()).toEqual([]);
+    // Every lease runs out while the server is away: the node fences itself off every partition.
+    await waitFor(() => ingress.owned().length === 0 && events.filter((e) => e.startsWith('released-')).length === 8, 'every partition fenced and released', 30_000);
     expect(events.filter((e) => e.startsWith('released-'))).toHaveLength(8);
     await server.restart();
     await waitFor(() => !nc.isClosed() && ingress.owned().length === 8, 'consuming again', 5 * TTL);

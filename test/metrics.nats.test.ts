@@ -12,7 +12,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { send, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer } from './helpers/model-servers.js';
 import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupe } from './helpers/processes.js';
+import { cliTestTimeout, ProcessGroup, runTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -168,7 +168,7 @@ describe('Prometheus metrics of a node and its agents', () => {
     const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
     expect(ready.status).toBe(200);
     expect(await ready.json()).toEqual({ ready: true, checks: { started: { ok: true }, nats: { ok: true, detail: nats.url } } });
-  });
+  }, cliTestTimeout(2));
 
   it('refuses a metrics port already in use with exit code 2 and what to do', async () => {
     const res = await runTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.node)], nats.env);

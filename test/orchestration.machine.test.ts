@@ -87,6 +87,8 @@ function agentCallWith(request: ReturnType<typeof wire>['request'], crashOn = 'C
 }
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** How long a scripted agent works before it answers (a real one thinks): the quick one still finishes first. */
+const AGENT_WORK_MS = { quick: 5, fast: 10, slow: 20 } as const;
 const flush = () => new Promise<void>((r) => setImmediate(r));
 
 afterEach(() => {
@@ -366,13 +368,13 @@ describe('orchestration machine: behaviour', () => {
     const { log, request } = scripted({
       first: async () => {
         events.push('first:start');
-        await sleep(20);
+        await sleep(AGENT_WORK_MS.slow);
         events.push('first:end');
         return reply('f', 'one');
       },
       second: async () => {
         events.push('second:start');
-        await sleep(5);
+        await sleep(AGENT_WORK_MS.quick);
         events.push('second:end');
         return { kind: 'task', id: 't', contextId: 'c', status: { state: 'completed', message: reply('s', 'two') } };
       },
@@ -395,7 +397,7 @@ describe('orchestration machine: behaviour', () => {
         throw new Error('nope');
       },
       fast: async () => {
-        await sleep(10);
+        await sleep(AGENT_WORK_MS.fast);
         return { kind: 'message', role: 'agent', messageId: 'fast-1', parts: [{ kind: 'text', text: 'fast answer' }, { kind: 'data', data: { n: 1 } }] };
       },
       slow: (_input, signal) =>
@@ -518,7 +520,7 @@ describe('orchestration machine: behaviour', () => {
     let host: ReturnType<typeof createActor<typeof orchestrationMachine>> | undefined;
     let fakeNow = T0;
     const request = fromPromise<AgentRequestOutput, AgentRequestInput>(async ({ input }) => {
-      await sleep(input.agentId === 'a' ? 5 : 15);
+      await sleep(input.agentId === 'a' ? AGENT_WORK_MS.quick : AGENT_WORK_MS.slow);
       fakeNow += input.agentId === 'a' ? 300 : 400;
       host!.send({ type: 'troupe.orchestration.tick', now: fakeNow }); // processed before the call's done event
       return reply(input.agentId);

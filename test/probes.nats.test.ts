@@ -10,7 +10,7 @@ import { TroupeClient } from '../src/sdk/client.js';
 import { meshStatus } from '../src/sdk/status.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupe, type ManagedProcess } from './helpers/processes.js';
+import { cliTestTimeout, type ManagedProcess, ProcessGroup, runTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 interface Probe {
@@ -107,7 +107,7 @@ describe('probes of a node and an agent process', () => {
     const refused = await runTroupe(['status', '--nats', nats.url, '--streams'], asOperator);
     expect(refused.code).toBe(1);
     expect(refused.stdout).toMatch(/✗ streams +.*needs a node's credentials/);
-  });
+  }, cliTestTimeout(4));
 
   it('troupe status and ps take only agent actors from an agent: one posing as a node (with 10^9 partitions) or listing a thread is not believed', async () => {
     const forger = await NatsTransport.connect({ ...nats.as('echo'), name: 'forger' });

@@ -4,7 +4,6 @@
  * streamed on the reply subject, typed errors, client routing, idempotent retries and the hello. The
  * test side is the node user, through NatsTransport.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,6 +23,7 @@ import { subjects } from '../src/transport/subjects.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import type { Headers, InboundMessage } from '../src/transport/types.js';
 import { REPO_ROOT, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup, type ManagedProcess } from './helpers/processes.js';
 
 const AGENT = join(REPO_ROOT, 'examples/python-agent/agent.py');
 const PYTHON = process.env.PYTHON ?? 'python3';
@@ -34,6 +34,8 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 const json = (m: InboundMessage): unknown => JSON.parse(dec.decode(m.data));
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+/** How often a wait looks again. */
+const POLL_MS = 10;
 
 async function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -41,7 +43,7 @@ async function waitFor<T>(get: () => T | undefined, what: string, timeoutMs = 5_
     const value = get();
     if (value !== undefined) return value;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
+    await sleep(POLL_MS);
   }
 }
 
@@ -63,8 +65,11 @@ function requestHeaders(message: Message, threadId: string, extra: Headers = {})
 describe('python agent (examples/python-agent)', () => {
   let server: NatsServerHandle;
   let node: NatsTransport;
-  let agent: ChildProcess;
-  let agentLog = '';
+  // The agent runs in a process group of its own, killed with it when the suite ends or its start fails.
+  const procs = new ProcessGroup();
+  let agent: ManagedProcess;
+  /** What the agent printed so far (its JSON log lines are on stderr, anything else on stdout). */
+  const agentLog = () => `${agent.stderr}${agent.stdout}`;
   const registry: RegistryEvent[] = [];
   let exited: Promise<number | null>;
 
@@ -81,20 +86,15 @@ describe('python agent (examples/python-agent)', () => {
       registry.push(RegistryEventSchema.parse(json(m)));
     });
     await node.flush();
-    agent = spawn(PYTHON, [AGENT, '--nats', server.url, '--creds', server.credsFile('pyecho')], {
-      env: { ...process.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    agent.stdout?.on('data', (d: Buffer) => (agentLog += d.toString()));
-    agent.stderr?.on('data', (d: Buffer) => (agentLog += d.toString()));
-    exited = new Promise((res) => agent.once('exit', (code) => res(code)));
-    await waitFor(() => registry.find((e) => e.kind === 'announce'), `the agent's announce; its log:\n${agentLog}`).catch((err) => {
-      throw new Error(`${(err as Error).message}\n${agentLog}`);
+    agent = await procs.spawn(PYTHON, [AGENT, '--nats', server.url, '--creds', server.credsFile('pyecho')], {}, { name: 'python agent' });
+    exited = agent.exited.then((e) => e.code);
+    await waitFor(() => registry.find((e) => e.kind === 'announce'), "the agent's announce").catch((err) => {
+      throw new Error(`${(err as Error).message}\n${agent.describe()}`);
     });
   });
 
   afterAll(async () => {
-    if (agent && agent.exitCode === null && agent.signalCode === null) agent.kill('SIGKILL');
+    await procs.stopAll();
     await node?.close();
     await server?.stop();
   });
@@ -109,7 +109,7 @@ describe('python agent (examples/python-agent)', () => {
     expect(announce.card.capabilities.extensions?.map((e) => e.uri)).toContain(CLIENT_ROUTING_URI);
     expect(announce.card.skills[0]?.id).toBe('echo');
     // The structured "joined" line follows the announce.
-    const joined = await waitFor(() => agentLog.split('\n').find((l) => l.includes('"msg": "joined"')), 'the joined log line');
+    const joined = await waitFor(() => agentLog().split('\n').find((l) => l.includes('"msg": "joined"')), 'the joined log line');
     expect(JSON.parse(joined)).toMatchObject({ agentId: 'pyecho', tenant: 'demo', instanceId: announce.instanceId });
   });
 
@@ -124,8 +124,8 @@ describe('python agent (examples/python-agent)', () => {
     expect(reply.taskId).toBe('task-1');
     expect(reply.metadata?.[CLIENT_ROUTING_URI]).toMatchObject({ recipient: 'sender' });
     // One structured log line per handled message, with thread, agent and tenant.
-    await waitFor(() => (agentLog.includes('"thread": "th-echo"') ? true : undefined), 'the handled log line');
-    const line = agentLog.split('\n').find((l) => l.includes('"thread": "th-echo"'));
+    await waitFor(() => (agentLog().includes('"thread": "th-echo"') ? true : undefined), 'the handled log line');
+    const line = agentLog().split('\n').find((l) => l.includes('"thread": "th-echo"'));
     expect(JSON.parse(line ?? '{}')).toMatchObject({ msg: 'handled', thread: 'th-echo', agentId: 'pyecho', tenant: 'demo' });
   });
 
@@ -218,7 +218,7 @@ describe('python agent (examples/python-agent)', () => {
     if (first.kind !== 'message' || again.kind !== 'message' || elsewhere.kind !== 'message') throw new Error('expected messages');
     expect(again.messageId).toBe(first.messageId);
     expect(elsewhere.messageId).not.toBe(first.messageId);
-    await waitFor(() => (agentLog.includes('"msg": "answered again"') ? true : undefined), 'the cached answer log line');
+    await waitFor(() => (agentLog().includes('"msg": "answered again"') ? true : undefined), 'the cached answer log line');
   });
 
   it('announces and lists itself when a hello is a request (troupe ps)', async () => {
@@ -237,10 +237,10 @@ describe('python agent (examples/python-agent)', () => {
   it('says goodbye on SIGTERM and exits 0', async () => {
     const announce = registry.find((e) => e.kind === 'announce');
     if (announce?.kind !== 'announce') throw new Error('no announce');
-    agent.kill('SIGTERM');
+    agent.child.kill('SIGTERM');
     expect(await exited).toBe(0);
     const goodbye = await waitFor(() => registry.find((e) => e.kind === 'goodbye'), 'the goodbye', 2_000);
     expect(goodbye).toEqual({ kind: 'goodbye', instanceId: announce.instanceId });
-    expect(agentLog).toMatch(/"msg": "left"/);
+    expect(agentLog()).toMatch(/"msg": "left"/);
   });
 });

@@ -29,7 +29,7 @@ import type { ThreadEvent } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup } from './helpers/processes.js';
+import { cliTestTimeout, ProcessGroup } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const WEATHER_TOKEN = 'weather-secret-4f1c9a7e2b';
@@ -252,5 +252,5 @@ describe('`troupe agent --a2a` on a NATS mesh', () => {
     expect(proc.stdout + proc.stderr).not.toContain(WEATHER_TOKEN);
     expect(proc.stdout + proc.stderr).toContain('weather');
     expect(seenAuth.at(-1)).toBe(`Bearer ${WEATHER_TOKEN}`);
-  });
+  }, cliTestTimeout(2));
 });

@@ -18,7 +18,7 @@ import { partitionOf } from '../src/transport/jetstream/ingress.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { freePort, startSecureNatsServer, type SecureNatsServerHandle } from './helpers/nats-server.js';
 import { mintCreds, Observer, Prober } from './helpers/permissions.js';
-import { ProcessGroup, runTroupe, runTroupeJson } from './helpers/processes.js';
+import { ProcessGroup, cliTestTimeout, runTroupe, runTroupeJson } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const NATS_BIN = process.env.NATS_SERVER_BIN ?? 'nats-server';
@@ -103,7 +103,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     // --agents '' makes no agents.
     const users = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', tlsDir, '--json'], {});
     expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'client']);
-  });
+  }, cliTestTimeout(2));
 
   it('refuses a connection without credentials or with a password', async () => {
     await expect(connect({ servers: url, reconnect: false })).rejects.toThrow(errors.AuthorizationError);
@@ -142,7 +142,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect(listed.find((u) => u.tenant === 'demo' && u.name === 'echo')?.revoked).toBe(false);
     // Everyone else is untouched.
     expect((await node.request('$JS.API.INFO', '', { timeout: 5_000 })).data.length).toBeGreaterThan(0);
-  });
+  }, cliTestTimeout(3));
 
   it('add-client, add-node and add-operator make users of those roles; a revoked name can be issued again with new keys', async () => {
     const client = await runTroupeJson<UserInfo>(['creds', 'add-client', 'gateway', '--dir', dir, '--json'], {});
@@ -157,7 +157,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect(again.revoked).toBe(false);
     const nc = await connectWith(again.credsFile);
     expect(nc.info?.server_id).toBeDefined();
-  });
+  }, cliTestTimeout(4));
 
   // Nine CLI runs, each a fresh process (about 1.4 s each in CI beside the other suites).
   it('says what to do next when something is wrong (exit 1), and exits 2 on bad usage', async () => {
@@ -189,7 +189,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'y'), '--tls-hosts', 'example.org'], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'add-agent', '--dir', dir], {})).code).toBe(2);
     expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'x'), '--partitions', '0'], {})).code).toBe(2);
-  }, 60_000);
+  }, cliTestTimeout(9));
 });
 
 describe('operator mode: revocation while the server is down, partitions, JetStream, tenants', () => {
@@ -224,7 +224,7 @@ describe('operator mode: revocation while the server is down, partitions, JetStr
     // `creds push` re-sends every account JWT; the server takes them (they are not older than its own).
     const pushed = await runTroupeJson<{ pushed: number }>(['creds', 'push', '--dir', nats.dir, '--json'], {});
     expect(pushed.pushed).toBe(3);
-  });
+  }, cliTestTimeout(2));
 
   it('maps troupe.<t>.in.<P>.<T> to the partition partitionOf(T) gives, whoever P is, and remaps a publish straight to a partition', async () => {
     const node = await connectAs('demo', 'node');
@@ -404,5 +404,5 @@ describe('TLS', () => {
     expect(res.stderr).toBe('');
     expect(res.code).toBe(0);
     await expect(nats.connect('demo', 'tls-agent', { reconnect: false })).rejects.toThrow(/authorization|revoked/i);
-  });
+  }, cliTestTimeout(1));
 });

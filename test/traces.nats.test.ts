@@ -22,7 +22,7 @@ import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
 import { send as a2aSend, textOf, userText, v1Client } from './helpers/a2a.js';
 import { AnthropicScriptedServer, OpenAIScriptedServer } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, READY_TIMEOUT_MS, runTroupeJson, type ManagedProcess } from './helpers/processes.js';
+import { cliTestTimeout, type ManagedProcess, ProcessGroup, READY_TIMEOUT_MS, runTroupeJson } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -350,7 +350,7 @@ describe('traces of a conversation across the client, a node and an agent proces
     );
     expect(continued.parentSpanId).toBe(callerSpan);
     await waitUntil(() => receiver.inTrace(callerTrace).find((s) => s.name === 'troupe.agent.handle'), "the agent's span in the caller's trace", 15_000);
-  });
+  }, cliTestTimeout(2));
 
   it('follows a handoff: the handoff request, and the next message going straight to the target, each in its turn', async () => {
     const first = await client.send('my parcel is lost', { to: 'greeter', timeoutMs: 15_000 });

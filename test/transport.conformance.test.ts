@@ -9,7 +9,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { TransportError, type InboundMessage, type Transport } from '../src/transport/types.js';
 import type { HandlerErrorContext } from '../src/transport/memory.js';
 import { freePort, natsProcess, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupe } from './helpers/processes.js';
+import { cliTestTimeout, ProcessGroup, runTroupe } from './helpers/processes.js';
 import { bytes, sleep, text, waitFor } from './helpers/wait.js';
 
 /**
@@ -436,7 +436,7 @@ describe('requests on NATS', () => {
   it("troupe up with acme's credentials and no --tenant runs as tenant acme (the tenant the credentials name)", async () => {
     const node = await procs.spawnTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--no-agents', '--log-level', 'warn'], {}, { name: 'acme node' });
     expect(node.stderr).toMatch(/up on .*\(tenant acme, 8 partitions\)/);
-  });
+  }, cliTestTimeout(2));
 
   it("troupe up with acme's credentials and --tenant demo refuses at once: the tenants disagree (exit 2)", async () => {
     const res = await runTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--tenant', 'demo'], {}, { timeoutMs: 30_000 });

@@ -15,7 +15,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { AnthropicScriptedServer, OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
-import { ProcessGroup, runTroupe, runTroupeJson, type Env } from './helpers/processes.js';
+import { cliTestTimeout, type Env, ProcessGroup, runTroupe, runTroupeJson } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
@@ -352,5 +352,5 @@ describe('agents from agent.yaml over NATS', () => {
     const keyless = await runTroupe(['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs], { ...nats.env, OPENAI_API_KEY: undefined, OPENAI_BASE_URL: undefined });
     expect(keyless.code).toBe(2);
     expect(keyless.stderr).toContain('model: provider openai needs OPENAI_API_KEY in the environment');
-  });
+  }, cliTestTimeout(3));
 });

@@ -29,6 +29,18 @@ export type Env = Record<string, string | undefined>;
  */
 export const READY_TIMEOUT_MS = 45_000;
 
+/**
+ * How long one run of a one-shot CLI command may take (runTroupe's default): a fresh process that compiles its
+ * sources with tsx, on two cores busy with the other suites, has taken over 10 s where a quiet machine takes 1.5 s.
+ */
+export const CLI_RUN_MS = 20_000;
+
+/**
+ * The timeout of a test that runs `runs` CLI processes one after another: each may take CLI_RUN_MS, plus
+ * `ownMs` for the test's own work. The test still ends as soon as its runs do; only a hung one waits this long.
+ */
+export const cliTestTimeout = (runs: number, ownMs = 15_000): number => runs * CLI_RUN_MS + ownMs;
+
 /** How long after a child's exit its process group is still signalled to end what it left behind. */
 const GROUP_AFTER_EXIT_MS = 60_000;
 
@@ -240,7 +252,7 @@ export async function spawnTroupe(args: string[], env: Env, opts: SpawnOptions =
 
 /** Runs a one-shot `troupe <args>` and collects its output; kills it after `timeoutMs`. */
 export async function runTroupe(args: string[], env: Env, opts: { timeoutMs?: number } = {}): Promise<RunResult> {
-  const timeoutMs = opts.timeoutMs ?? 20_000;
+  const timeoutMs = opts.timeoutMs ?? CLI_RUN_MS;
   const proc = spawnProcess(process.execPath, troupeArgs(args), env, { name: `troupe ${args.slice(0, 2).join(' ')}` });
   const timer = setTimeout(() => {
     if (proc.running) proc.signalGroup('SIGKILL');
