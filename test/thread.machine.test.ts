@@ -161,6 +161,23 @@ async function replay(config: Partial<ThreadConfig>, path: Step[], recorder: Cov
 const threadCoverage = new CoverageRecorder();
 
 describe('thread machine with its real children: the reachable graph', () => {
+  it('with taskEnd: answer, an agent\'s question keeps the task input-required and its answer completes it', async () => {
+    const rig = new ThreadRig({ config: { taskEnd: 'answer' }, recorder: threadCoverage });
+    await rig.settle();
+    rig.say('turn on the lights');
+    await rig.settle();
+    rig.answer({ ...agentReply('Which room?'), metadata: { [META.inputRequired]: true } });
+    await rig.settle();
+    expect(rig.finals().map((f) => f.state)).toEqual(['input-required']);
+    rig.say('the kitchen');
+    await rig.settle();
+    rig.answer(agentReply('Done.'));
+    await rig.settle();
+    expect(rig.finals().map((f) => f.state)).toEqual(['input-required', 'completed']);
+    expect(rig.snapshot.value).toBe('completed');
+    rig.stop();
+  });
+
   it('explores every state the thread and its children reach from the host events, the agents\' answers and the timers', { timeout: 300_000 }, async () => {
     const MAX_DEPTH = 9;
     let explored = 0;

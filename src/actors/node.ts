@@ -51,7 +51,7 @@ import { INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterA
 import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
-import { redact } from '../observability/redact.js';
+import { redact, redactKeeping } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../inspection/inspection.js';
 import { answerInspectionControl, helloInspection } from '../inspection/control.js';
 import { registerNodeGauges } from '../observability/metrics.js';
@@ -580,7 +580,7 @@ export class TroupeNode {
       const stored = await this.threads.store.get(this.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
       const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redact(record) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

@@ -4,6 +4,11 @@
 export type OrchestrationStrategy = 'parallel' | 'sequential' | 'first_success';
 
 export interface ThreadConfig {
+  /**
+   * The agent a user message nobody addressed goes to (without a policy). Empty (a node without a team):
+   * the only live agent; with several, `triage` when one is live (the demo's convention), else the user
+   * gets NO_ENTRY_AGENT naming --team and --to.
+   */
   entryAgent: string;
   maxHops: number;
   historyLimit: number;
@@ -61,7 +66,7 @@ export interface ThreadConfig {
 export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
 
 export const DEFAULT_THREAD_CONFIG: ThreadConfig = {
-  entryAgent: 'triage',
+  entryAgent: '',
   maxHops: 10,
   historyLimit: 50,
   agentTimeoutMs: 30_000,

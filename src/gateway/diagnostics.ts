@@ -17,9 +17,10 @@ import express, { type NextFunction, type Request, type Response, type Router } 
 import { z } from 'zod';
 import type { TroupeClient } from '../sdk/client.js';
 import { meshStatus } from '../sdk/status.js';
-import { redact } from '../observability/redact.js';
+import { redact, redactKeeping } from '../observability/redact.js';
 import { META, TroupeError, idProblem } from '../protocol/index.js';
 import { bearerToken, tokenDigest } from './tokens.js';
+import type { TokenBuckets } from './rate-limit.js';
 
 export interface DiagnosticsOptions {
   /** The operator token: `Authorization: Bearer <token>`. Must differ from every user token. */
@@ -38,13 +39,23 @@ const MAX_SCAN = 10_000;
 /** HTTP statuses of the mesh's answers that are not the gateway's failure (502). */
 const DIAGNOSTICS_STATUS: Partial<Record<string, number>> = { THREAD_NOT_FOUND: 404, THREAD_BUSY: 409 };
 
-export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
+/**
+ * `limiter`: the gateway's rate limit, applied here as on the message endpoints (seed 003: the task routes
+ * are "rate-limited to prevent misuse"): one bucket per token sent (or per address without one), taken
+ * before the token is checked, so guessing the operator token is rate-limited too.
+ */
+export function diagnosticsRouter(opts: DiagnosticsOptions, limiter?: TokenBuckets): Router {
   const router = express.Router();
   const expected = Buffer.from(tokenDigest(opts.token), 'hex');
   const client = opts.client;
 
   router.use((req: Request, res: Response, next: NextFunction) => {
     const token = bearerToken(req.headers.authorization);
+    const wait = limiter?.take(`diagnostics:${token ? tokenDigest(token) : `ip:${req.socket.remoteAddress ?? ''}`}`) ?? 0;
+    if (wait > 0) {
+      res.status(429).set('retry-after', String(wait)).json({ error: `too many requests for this token: retry in ${wait} s` });
+      return;
+    }
     const given = token ? Buffer.from(tokenDigest(token), 'hex') : undefined;
     if (!given || !timingSafeEqual(given, expected)) {
       res.status(401).set('www-authenticate', 'Bearer realm="troupe-diagnostics"').json({ error: 'diagnostics need the operator token: Authorization: Bearer <operator token>' });
@@ -72,7 +83,7 @@ export function diagnosticsRouter(opts: DiagnosticsOptions): Router {
   router.get('/threads/:id', async (req, res) => {
     const threadId = threadParam(req.params.id);
     const reply = await client.ctl('thread', { threadId });
-    res.json({ threadId, revision: reply.revision, record: redact(reply.record) });
+    res.json({ threadId, revision: reply.revision, record: redactKeeping(reply.record, threadId) });
   });
 
   router.delete('/threads/:id', async (req, res) => {

@@ -79,6 +79,9 @@ export class MeshExecutor implements AgentExecutor {
         [RESULT_META.executionTimeMs]: Math.max(0, this.now() - started),
         [RESULT_META.taskState]: TERMINAL_TASK_STATES.includes(result.final.status.state) ? result.final.status.state : taskState,
       };
+      // Seed 003's controller log: routing confidence, agents used and the request's duration, per turn.
+      const confidence = result.route.find((step) => step.confidence !== undefined)?.confidence;
+      log.info({ state: result.final.status.state, ...meta, ...(confidence !== undefined ? { confidence } : {}) }, 'turn answered');
       endTurn(result.error === undefined);
       const update = finalUpdate(result.final, meta);
       const answer = update.status?.message;

@@ -133,7 +133,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     if (handler) return next();
     res.status(503).set('retry-after', '1').json({ error: 'the gateway is starting' });
   });
-  if (opts.diagnostics && opts.diagnostics.port === undefined) app.use('/diagnostics', diagnosticsRouter(opts.diagnostics));
+  if (opts.diagnostics && opts.diagnostics.port === undefined) app.use('/diagnostics', diagnosticsRouter(opts.diagnostics, limiter));
   // The card is made once, when the gateway starts listening: that is when it last changed (A2A 1.0 §8.6.1).
   let cardMadeAt = '';
   const lastModified = (_req: Request, res: Response, next: NextFunction) => {
@@ -242,7 +242,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   if (opts.diagnostics?.port !== undefined) {
     const diagnosticsApp = express();
     diagnosticsApp.disable('x-powered-by');
-    diagnosticsApp.use(diagnosticsRouter(opts.diagnostics));
+    diagnosticsApp.use(diagnosticsRouter(opts.diagnostics, limiter));
     diagnosticsServer = listen(diagnosticsApp, opts.tls);
     await new Promise<void>((resolve, reject) => {
       diagnosticsServer!.once('error', reject);

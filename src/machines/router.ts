@@ -103,7 +103,27 @@ export function decideWithoutPolicy(input: RouterInput): RouteDecision | undefin
     };
   }
   if (input.usePolicy) return undefined;
-  return { to: 'agent', agentId: input.entryAgent, mode: 'initial', reason: `entry agent ${input.entryAgent}` };
+  if (input.entryAgent) return { to: 'agent', agentId: input.entryAgent, mode: 'initial', reason: `entry agent ${input.entryAgent}` };
+  return defaultEntry(input.agents);
+}
+
+/** The conventional entry of the demo team, used when no team names one and several agents are live. */
+const CONVENTIONAL_ENTRY = 'triage';
+
+/**
+ * Where a message goes when no team names an entry agent (a node started without --team): the only live
+ * agent; among several, `triage` if live; else nowhere, and the user learns how to say where.
+ */
+export function defaultEntry(agents: AgentDirectory): RouteDecision {
+  const live = Object.keys(agents).sort();
+  if (live.length === 1) return { to: 'agent', agentId: live[0]!, mode: 'initial', reason: `${live[0]!} is the only agent on the mesh (no team names an entry agent)` };
+  if (liveAgent(agents, CONVENTIONAL_ENTRY)) return { to: 'agent', agentId: CONVENTIONAL_ENTRY, mode: 'initial', reason: `entry agent ${CONVENTIONAL_ENTRY} (no team names one)` };
+  const shown = live.length > 8 ? `${live.slice(0, 8).join(', ')}, …` : live.join(', ');
+  const message =
+    live.length === 0
+      ? 'no agent is on the mesh yet: start one (troupe agent <file> --nats …) and send again'
+      : `no team names an entry agent and the mesh has ${live.length} agents (${shown}): start the node with --team <file>, or address one with \`troupe send --to <agent>\``;
+  return { to: 'user', reason: 'no entry agent', error: { code: 'NO_ENTRY_AGENT', message, details: { agents: live.slice(0, 50) } } };
 }
 
 export const routerSetup = setup({

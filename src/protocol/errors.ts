@@ -17,6 +17,7 @@ export const ERROR_CODES = {
   AGENT_ERROR: { jsonRpc: -32603, hint: 'the agent failed while handling the message; see its logs' },
   WORKFLOW_ERROR: { jsonRpc: -32603, hint: 'a workflow step failed' },
   AGENT_NOT_FOUND: { jsonRpc: -32001, hint: 'no agent with that id is on the mesh; list them with `troupe ps`' },
+  NO_ENTRY_AGENT: { jsonRpc: -32001, hint: 'no team names the agent a message goes to and the mesh has several (or none): start the node with --team <file>, or address an agent with `troupe send --to <agent>`' },
   INVALID_RECIPIENT: { jsonRpc: -32602, hint: 'the recipient must be "user", "sender" or the id of another live agent' },
   ROUTING_LOOP: { jsonRpc: -32603, hint: 'agents forwarded to each other past the hop limit; raise maxHops or fix the routing' },
   EXTENSION_PARSE_ERROR: { jsonRpc: -32602, refusal: true, hint: 'the client-routing metadata does not match its schema' },

@@ -1026,7 +1026,10 @@ export class ThreadHost {
     const watch = this.firstTurn(live);
     const traceId = traceIdOf(watch?.span);
     if (event.route) {
-      this.log.info({ thread: live.threadId, from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason, ...(traceId ? { traceId } : {}) }, 'routed');
+      // Seed 003's structured routing log: the decision's confidence, the agents the turn has reached, its time so far.
+      const agents = [...new Set([...(ctx.turn?.route ?? []).map((s) => s.to), event.route.to].filter((to) => to !== 'user'))];
+      const step = { from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason, ...(event.route.confidence !== undefined ? { confidence: event.route.confidence } : {}) };
+      this.log.info({ thread: live.threadId, ...step, agentsUsed: agents, ...(watch ? { durationMs: Math.max(0, this.now() - watch.startedAt) } : {}), ...(traceId ? { traceId } : {}) }, 'routed');
       metrics.hops.inc();
       if (watch) {
         const now = this.now();
