@@ -51,8 +51,8 @@ describe('the installed CLI loads what users write', () => {
     return proc;
   }
 
-  async function send(to: string, text: string, cwd: string): Promise<string> {
-    const proc = troupe.spawn('npx', ['troupe', 'send', text, '--to', to, '--creds', nats.credsFile('cli')], cwd, { TROUPE_NATS_URL: nats.url });
+  async function send(to: string, text: string, cwd: string, extra: string[] = []): Promise<string> {
+    const proc = troupe.spawn('npx', ['troupe', 'send', text, '--to', to, '--creds', nats.credsFile('cli'), ...extra], cwd, { TROUPE_NATS_URL: nats.url });
     const exit = await proc.exited;
     expect(exit.code, proc.describe()).toBe(0);
     return proc.stdout;
@@ -75,6 +75,12 @@ describe('the installed CLI loads what users write', () => {
     await Promise.all(agents.map(({ id, dir }) => start(['agent', `${id}.${id.split('-')[1]}`, '--creds', nats.credsFile(id)], dir, READY.agent)));
     const answers = await Promise.all(agents.map(({ id, dir }) => send(id, 'hi', dir)));
     answers.forEach((answer, i) => expect(answer).toContain(`hello from ${agents[i]!.id}, you said: hi`));
+
+    // `troupe send --cancel --thread <id>` needs no text (how a user leaves a handoff).
+    const { threadId } = JSON.parse(await send(agents[0]!.id, 'hi again', node, ['--json'])) as { threadId: string };
+    const cancelled = troupe.spawn('npx', ['troupe', 'send', '--cancel', '--thread', threadId, '--creds', nats.credsFile('cli')], node, { TROUPE_NATS_URL: nats.url });
+    expect((await cancelled.exited).code, cancelled.describe()).toBe(0);
+    expect(cancelled.stdout).toMatch(new RegExp(`^thread ${threadId}: \\S+`));
   }, 240_000);
 
   it('starts a team module that imports its agents from sibling TypeScript files (no package.json)', async () => {

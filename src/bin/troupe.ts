@@ -20,6 +20,11 @@ process.stdout.on('error', (err: NodeJS.ErrnoException) => {
   throw err;
 });
 
+/** A command's examples, printed after its options by `--help` (test/cli-help.test.ts runs each one). */
+function examples(...lines: string[]): string {
+  return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+}
+
 const program = new Command();
 program
   .name('troupe')
@@ -55,6 +60,7 @@ program
   .option('--setup-timeout <ms>', 'how long each JetStream setup step keeps asking a cluster that does not answer yet (servers down, a leader election) before the node gives up', int(1_000), 60_000)
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
+  .addHelpText('after', examples('troupe up', 'troupe up --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/node.creds', 'troupe up --team examples/yaml-agents/team.ts'))
   .action(async (...args: unknown[]) => (await import('./commands/up.js')).up(...(args as Parameters<typeof import('./commands/up.js').up>)));
 
 program
@@ -69,11 +75,13 @@ program
   .option('--inspect', 'publish inspection records from the start (else a node or `troupe inspect --on` switches it)')
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
+  .addHelpText('after', examples('troupe agent hello.ts --creds .troupe/creds/tenants/demo/users/hello.creds', 'troupe agent examples/yaml-agents/support/agent.yaml --replicas 2', 'troupe agent --a2a https://example.com/.well-known/agent-card.json --id partner'))
   .action(async (...args: unknown[]) => (await import('./commands/agent.js')).agent(...(args as Parameters<typeof import('./commands/agent.js').agent>)));
 
 program
   .command('validate <file>')
   .description('check an agent.yaml or team.yaml: every problem with file:line:col and field path (exit 2 when there are any)')
+  .addHelpText('after', examples('troupe validate examples/yaml-agents/support/agent.yaml', 'troupe validate examples/teams/team.yaml --json'))
   .action(async (...args: unknown[]) => (await import('./commands/validate.js')).validate(...(args as Parameters<typeof import('./commands/validate.js').validate>)));
 
 program
@@ -81,15 +89,17 @@ program
   .description("run an agent.yaml's test cases through the agent and score them (case × metric table; exit 1 when a case fails)")
   .option('--case <name>', 'only this test case')
   .option('--timeout <ms>', 'how long one case may take', int(1), 300_000)
+  .addHelpText('after', examples('troupe eval examples/yaml-agents/support/agent.yaml', "troupe eval examples/yaml-agents/support/agent.yaml --case 'order status' --json"))
   .action(async (...args: unknown[]) => (await import('./commands/eval.js')).evaluate(...(args as Parameters<typeof import('./commands/eval.js').evaluate>)));
 
 program
-  .command('send <text>')
-  .description('send a message as the user; prints the streamed answer and the route it took')
+  .command('send [text]')
+  .description('send a message as the user; prints the streamed answer and the route it took (with --cancel: cancel a thread, the text its reason)')
   .option('--thread <id>', 'continue a thread (default: a new one)')
   .option('--to <agentId>', 'address an agent directly instead of the entry agent or the router')
-  .option('--cancel', 'cancel the thread given with --thread instead of sending')
+  .option('--cancel', 'cancel the thread given with --thread instead of sending (ends its handoff; no text needed)')
   .option('--timeout <ms>', 'how long to wait for the answer', int(1), 60_000)
+  .addHelpText('after', examples('troupe send "Write a short note about sea otters"', 'troupe send "hello" --to echo', 'troupe send "and in French?" --thread 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10', 'troupe send --cancel --thread 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10'))
   .action(async (...args: unknown[]) => (await import('./commands/send.js')).send(...(args as Parameters<typeof import('./commands/send.js').send>)));
 
 program
@@ -98,12 +108,14 @@ program
   .option('--window <ms>', 'how long to gather answers', int(10, 60_000), 500)
   .option('--partitions <n>', 'partitions the nodes should own between them (default: the count the nodes report)', int(1, 1024))
   .option('--streams', "also Troupe's streams and buckets: replicas, leader, replicas current (needs a node's credentials: the JetStream API)")
+  .addHelpText('after', examples('troupe status --creds .troupe/creds/tenants/demo/users/operator.creds', 'troupe status --streams --creds .troupe/creds/tenants/demo/users/node.creds'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).status(...(args as Parameters<typeof import('./commands/inspection.js').status>)));
 
 program
   .command('ps')
   .description('every live actor across the mesh (nodes, threads and their children, agents)')
   .option('--window <ms>', 'how long to gather answers', int(10, 60_000), 500)
+  .addHelpText('after', examples('troupe ps --creds .troupe/creds/tenants/demo/users/operator.creds', 'troupe ps --json'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).ps(...(args as Parameters<typeof import('./commands/inspection.js').ps>)));
 
 program
@@ -116,6 +128,7 @@ program
   .option('--port <n>', 'with --stately: port of the relay', int(0, 65_535), 8089)
   .option('--host <host>', 'with --stately: address to listen on', '127.0.0.1')
   .option('--record <file>', 'append every inspection record to this file (JSON lines)')
+  .addHelpText('after', examples('troupe inspect triage', 'troupe inspect --on', 'troupe inspect --stately', 'troupe inspect --record inspection.jsonl'))
   .action(async (...args: unknown[]) => (await import('./commands/observe.js')).inspectStream(...(args as Parameters<typeof import('./commands/observe.js').inspectStream>)));
 
 program
@@ -123,6 +136,7 @@ program
   .description('follow a thread, an actor (<thread>/<child>) or an agent: each transition as `from → to (event)`; Ctrl-C to stop')
   .option('--on', 'switch inspection on for it first (else says so when nothing publishes)')
   .option('--all', 'also show bookkeeping self-transitions (clock ticks, catalog updates)')
+  .addHelpText('after', examples('troupe watch 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --on', 'troupe watch triage --all'))
   .action(async (...args: unknown[]) => (await import('./commands/observe.js')).watch(...(args as Parameters<typeof import('./commands/observe.js').watch>)));
 
 program
@@ -136,6 +150,7 @@ program
     if (!Number.isFinite(n) || n < 0 || n > 1000) throw new InvalidArgumentError(`"${v}" is not a speed between 0 and 1000.`);
     return n;
   }, 0)
+  .addHelpText('after', examples('troupe replay inspection.jsonl --speed 2', 'troupe replay inspection.jsonl --studio'))
   .action(async (...args: unknown[]) => (await import('./commands/observe.js')).replay(...(args as Parameters<typeof import('./commands/observe.js').replay>)));
 
 program
@@ -145,6 +160,7 @@ program
   .option('--host <host>', 'address to listen on', '127.0.0.1')
   .option('--gateway <url>', 'with --nats: the A2A gateway the chat talks to (troupe gateway)')
   .addOption(new Option('--gateway-token <token>', "with --gateway: the bearer token the chat sends (a user's token or JWT, for a gateway with --tokens or --jwt-issuer; never logged)").env('TROUPE_GATEWAY_TOKEN'))
+  .addHelpText('after', examples('troupe studio', 'troupe studio --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/operator.creds --gateway http://127.0.0.1:8080'))
   .action(async (...args: unknown[]) => (await import('./commands/studio.js')).studio(...(args as Parameters<typeof import('./commands/studio.js').studio>)));
 
 program
@@ -153,34 +169,40 @@ program
   .addOption(new Option('--state <state>', 'only threads in this task state').choices(['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected']))
   .option('--owner <owner>', 'only the threads of this owner: <principal> or <principal>/<user>')
   .option('--limit <n>', 'list at most this many', int(1, 10_000), 1_000)
+  .addHelpText('after', examples('troupe threads --state input-required', 'troupe threads --owner cli --limit 20'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).threads(...(args as Parameters<typeof import('./commands/inspection.js').threads>)));
 
 program
   .command('thread <id>')
   .description('show a persisted thread record (redacted)')
+  .addHelpText('after', examples('troupe thread 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --json'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).thread(...(args as Parameters<typeof import('./commands/inspection.js').thread>)));
 
 program
   .command('delete [id]')
   .description("erase a thread for good: its record, its actor on whichever node holds it, its dead letters (refused while a turn is in flight); or every thread of an owner (--owner)")
   .option('--owner <owner>', 'every thread of this owner: <principal> or <principal>/<user> (a gateway user: <gateway principal>/<user>)')
+  .addHelpText('after', examples('troupe delete 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10', 'troupe delete --owner gateway/alice'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).deleteThread(...(args as Parameters<typeof import('./commands/inspection.js').deleteThread>)));
 
 program
   .command('rehydrate <id>')
   .description('drop the live actor of a thread and reload it from the store')
+  .addHelpText('after', examples('troupe rehydrate 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).rehydrate(...(args as Parameters<typeof import('./commands/inspection.js').rehydrate>)));
 
 program
   .command('dlq')
   .description('messages set aside after failing every attempt (the dead-letter stream), newest first')
   .option('--limit <n>', 'how many', int(1, 1000), 50)
+  .addHelpText('after', examples('troupe dlq --limit 10'))
   .action(async (...args: unknown[]) => (await import('./commands/inspection.js')).dlq(...(args as Parameters<typeof import('./commands/inspection.js').dlq>)));
 
 program
   .command('demo')
   .description('run the demo teams in-process and play scripted conversations (what `npm start` does)')
   .option('--llm', 'route with an LLM router and add a YAML agent scene (model from OPENAI_API_KEY or OPENAI_BASE_URL; TROUPE_DEMO_MODEL)')
+  .addHelpText('after', examples('troupe demo', 'troupe demo --json'))
   .action(async (_opts: unknown, cmd: Command) => {
     const o = cmd.optsWithGlobals<{ json?: boolean; llm?: boolean }>();
     await (await import('./demo/run.js')).runDemo(Boolean(o.json), { llm: Boolean(o.llm) });
@@ -213,12 +235,14 @@ program
   .option('--orchestrator-path <path>', "also serve JSON-RPC here in seed 003's orchestrator form (a Message answer, role assistant, agents_used …)", '/a2a/troupe')
   .option('--metrics-port <n>', 'serve Prometheus metrics on GET /metrics, and the probes GET /healthz and GET /readyz, at this port (0: any free port)', int(0, 65_535))
   .option('--metrics-host <host>', 'address the metrics port listens on', '127.0.0.1')
+  .addHelpText('after', examples('troupe gateway', 'troupe gateway --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/cli.creds --tokens tokens.json --port 8080', 'troupe gateway --team examples/tck/team.ts --card-version 1.0'))
   .action(async (...args: unknown[]) => (await import('./commands/gateway.js')).gateway(...(args as Parameters<typeof import('./commands/gateway.js').gateway>)));
 
 program
   .command('graph <machine>')
   .description("print a machine's definition (thread, router, agent-call, agent, handoff, orchestration, llm-agent, llm-tool-call)")
   .addOption(new Option('--format <format>', 'json (imports into the Stately editor) or mermaid').choices(['json', 'mermaid']).default('json'))
+  .addHelpText('after', examples('troupe graph handoff --format mermaid', 'troupe graph thread --format json'))
   .action(async (...args: unknown[]) => (await import('./commands/graph.js')).graph(...(args as Parameters<typeof import('./commands/graph.js').graph>)));
 
 // `troupe creds …`: per-user NATS credentials (operator mode). Each subcommand takes --dir (the store).
@@ -240,18 +264,20 @@ creds
   .option('--tls', 'make a CA and a server certificate and require TLS (clients: tls://… --tls-ca <dir>/tls/ca.pem)')
   .option('--tls-hosts <list>', 'with --tls: names and IPs in the server certificate (default localhost,127.0.0.1)')
   .option('--agents <list>', 'agents to make credentials for in each tenant (default: the demo agents)')
+  .addHelpText('after', examples('troupe creds init', 'troupe creds init --tenants demo,acme --port 4333 --tls'))
   .action(credsAction('init'));
-creds.command('add-agent <id>').description('credentials for one more agent in --tenant').addOption(credsDir()).action(credsAction('addAgent'));
-creds.command('add-client <principal>').description('credentials for a client principal in --tenant (its threads, answers and inbox _INBOX_<principal>)').addOption(credsDir()).action(credsAction('addClient'));
-creds.command('add-node [name]').description('credentials for another node in --tenant (default name node-2, node-3, …)').addOption(credsDir()).action(credsAction('addNode'));
-creds.command('add-operator [name]').description('credentials for an operator in --tenant (ctl and inspection)').addOption(credsDir()).action(credsAction('addOperator'));
-creds.command('list').description('every user: name, role, tenant, public key, revoked').addOption(credsDir()).action(credsAction('listUsers'));
+creds.command('add-agent <id>').description('credentials for one more agent in --tenant').addOption(credsDir()).addHelpText('after', examples('troupe creds add-agent hello', 'troupe creds add-agent billing --tenant acme')).action(credsAction('addAgent'));
+creds.command('add-client <principal>').description('credentials for a client principal in --tenant (its threads, answers and inbox _INBOX_<principal>)').addOption(credsDir()).addHelpText('after', examples('troupe creds add-client web')).action(credsAction('addClient'));
+creds.command('add-node [name]').description('credentials for another node in --tenant (default name node-2, node-3, …)').addOption(credsDir()).addHelpText('after', examples('troupe creds add-node')).action(credsAction('addNode'));
+creds.command('add-operator [name]').description('credentials for an operator in --tenant (ctl and inspection)').addOption(credsDir()).addHelpText('after', examples('troupe creds add-operator oncall')).action(credsAction('addOperator'));
+creds.command('list').description('every user: name, role, tenant, public key, revoked').addOption(credsDir()).addHelpText('after', examples('troupe creds list --json')).action(credsAction('listUsers'));
 creds
   .command('revoke <name>')
   .description('revoke a user of --tenant and push the account to the server (--nats, default: the address in server.conf); it is disconnected at once')
   .addOption(credsDir())
+  .addHelpText('after', examples('troupe creds revoke hello'))
   .action(credsAction('revoke'));
-creds.command('push').description('send every account JWT to the server again (after it was down during a revoke)').addOption(credsDir()).action(credsAction('push'));
+creds.command('push').description('send every account JWT to the server again (after it was down during a revoke)').addOption(credsDir()).addHelpText('after', examples('troupe creds push')).action(credsAction('push'));
 
 program
   .command('cluster')
@@ -266,10 +292,19 @@ program
   .option('--tenants <list>', 'with a new store: tenants, comma-separated', 'demo')
   .option('--host <host>', 'address the servers listen on', '127.0.0.1')
   .option('--name <name>', 'cluster name', 'troupe')
+  .addHelpText('after', examples('troupe cluster up --dir .troupe-cluster --partitions 64'))
   .action(async (...args: unknown[]) => ((await import('./commands/cluster.js')).up as (...a: unknown[]) => Promise<void>)(...args));
 
 // The tenant, once the options are parsed: given, from the credentials, or demo (cli.ts resolveTenant).
 program.hook('preAction', async (_program, action) => {
+  // TROUPE_CLI_PARSE_ONLY=1: parse and check the command line, print what would run, run nothing (the
+  // help examples' test parses every example this way, including those that need a server or a file).
+  if (process.env.TROUPE_CLI_PARSE_ONLY === '1') {
+    const path: string[] = [];
+    for (let c: Command | null = action; c && c !== program; c = c.parent) path.unshift(c.name());
+    process.stdout.write(`${JSON.stringify({ command: path.join(' '), args: action.args, options: Object.keys(action.optsWithGlobals()).sort() })}\n`);
+    process.exit(0);
+  }
   let top: Command = action;
   while (top.parent && top.parent !== program) top = top.parent;
   const g = program.opts<{ tenant?: string; creds?: string }>();

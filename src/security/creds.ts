@@ -16,6 +16,7 @@
  * The store (default `.troupe/`, git-ignored; keys and seeds are 0600, directories 0700):
  *
  *   server.conf                          generated nats-server config (server-config.ts)
+ *   nats-include.conf                    its operator-mode part alone, for the repository's nats.conf to include
  *   cluster/<server>.conf, cluster/<server>/  a cluster's configs and stores (`writeClusterConfigs`, `troupe cluster up`)
  *   nats/jetstream/, nats/jwt/           the server's JetStream store (store_dir nats/) and account resolver
  *   tls/                                 CA and server certificate when made with --tls (tls.ts)
@@ -40,7 +41,7 @@ import { DEFAULT_PARTITIONS } from '../transport/jetstream/leases.js';
 import { SUBJECT_PREFIX } from '../transport/subjects.js';
 import { idProblem, idSchema, isValidId } from '../protocol/ids.js';
 import { idKindOf, inboxPrefix, rolePermissions, ROLES, type AnyRole, type ResponseRules, type Role, type RolePermissions } from './roles.js';
-import { renderServerConfig, type ServerConfigInput } from './server-config.js';
+import { renderIncludeConfig, renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
 
 export const DEFAULT_STORE_DIR = '.troupe';
@@ -370,6 +371,7 @@ function storePaths(dir: string) {
     account: (tenant: string) => join(tenants, tenant, 'account.json'),
     users: (tenant: string) => join(tenants, tenant, 'users'),
     serverConf: join(dir, 'server.conf'),
+    includeConf: join(dir, 'nats-include.conf'),
     clusterDir: join(dir, 'cluster'),
     clusterLayout: join(dir, 'cluster', 'cluster.json'),
     resolverDir: join(dir, 'nats', 'jwt'),
@@ -574,8 +576,9 @@ export class CredentialStore {
 
   /** (Re)writes server.conf from the store, and the cluster's configs when there is a cluster (`writeClusterConfigs`). */
   async writeServerConfig(): Promise<string> {
-    const text = renderServerConfig(await this.#serverConfigInput(this.settings.host, this.settings.port, this.paths.resolverDir, this.paths.jetstreamDir));
-    await writeFileAtomic(this.paths.serverConf, text, 0o644);
+    const input = await this.#serverConfigInput(this.settings.host, this.settings.port, this.paths.resolverDir, this.paths.jetstreamDir);
+    await writeFileAtomic(this.paths.serverConf, renderServerConfig(input), 0o644);
+    await writeFileAtomic(this.paths.includeConf, renderIncludeConfig(input), 0o644);
     const layout = await this.clusterLayout();
     if (layout) await this.writeClusterConfigs(layout);
     return this.paths.serverConf;

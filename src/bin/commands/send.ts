@@ -1,4 +1,8 @@
-/** `troupe send <text>`: one turn as the user, with the streamed answer and the route it took. */
+/**
+ * `troupe send <text>`: one turn as the user, with the streamed answer and the route it took.
+ * `troupe send --cancel --thread <id> [reason]`: cancels the thread (ends a handoff) instead; the text, if
+ * any, is the reason.
+ */
 import { startTracing } from '../../observability/tracing.js';
 import type { Command } from 'commander';
 import { startEmbedded } from '../../team/embedded.js';
@@ -38,9 +42,10 @@ export interface SendOptions {
   timeout: number;
 }
 
-export async function send(text: string, opts: SendOptions, cmd: Command): Promise<void> {
+export async function send(text: string | undefined, opts: SendOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   if (opts.cancel && !opts.thread) throw new UsageError('--cancel needs --thread <id>');
+  if (!opts.cancel && !text) throw new UsageError("missing required argument 'text' (only --cancel goes without one)");
   // With OTEL_EXPORTER_OTLP_ENDPOINT set, the message starts a trace (flushed before the command exits).
   const tracing = await startTracing({ serviceName: 'troupe-cli' });
   let transport: Transport | undefined;
@@ -64,7 +69,7 @@ export async function send(text: string, opts: SendOptions, cmd: Command): Promi
       process.stderr.write(color.dim(`no thread ${opts.thread} yet: this message starts it\n`));
     }
     let streamed = false;
-    const result = await client.send(text, {
+    const result = await client.send(text ?? '', {
       ...(opts.thread ? { threadId: opts.thread } : {}),
       ...(opts.to ? { to: opts.to } : {}),
       timeoutMs: opts.timeout,
