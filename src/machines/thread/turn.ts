@@ -72,11 +72,12 @@ export const threadWithTurns = threadWithHandoff.extend({
       if (!turn || !reply) return { now };
       const asks = output.reply.kind === 'task' && output.reply.status.state === 'input-required';
       const memory = keepSummary(context.memory, output.agentId, reply);
+      const kept = withoutSummary(reply);
       const answer: Message = {
-        ...withoutSummary(reply),
+        ...kept,
         contextId: context.contextId,
         taskId: context.threadId,
-        metadata: { ...reply.metadata, [META.agent]: output.agentId, ...(asks ? { [META.inputRequired]: true } : {}) },
+        metadata: { ...kept.metadata, [META.agent]: output.agentId, ...(asks ? { [META.inputRequired]: true } : {}) },
       };
       return {
         now,
