@@ -123,6 +123,15 @@ export interface AgentDefinition {
 export function defineAgent(def: { card: AgentCardInput & { routing?: boolean; history?: boolean | { maxMessages: number } }; handle: AgentHandler }): AgentDefinition {
   const { routing = true, history = true, ...cardInput } = def.card;
   const card = AgentCardSchema.parse(cardInput);
+  if (routing && !(card.capabilities.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI)) {
+    card.capabilities = {
+      ...card.capabilities,
+      extensions: [
+        ...(card.capabilities.extensions ?? []),
+        { uri: CLIENT_ROUTING_URI, description: 'Names the next recipient of its replies', required: false },
+      ],
+    };
+  }
   if (history !== false && !(card.capabilities.extensions ?? []).some((e) => e.uri === CONVERSATION_URI)) {
     const maxMessages = history === true ? DEFAULT_HISTORY_MESSAGES : history.maxMessages;
     card.capabilities = {
@@ -130,15 +139,6 @@ export function defineAgent(def: { card: AgentCardInput & { routing?: boolean; h
       extensions: [
         ...(card.capabilities.extensions ?? []),
         { uri: CONVERSATION_URI, description: "Takes the thread's earlier messages with each message", required: false, params: { maxMessages } },
-      ],
-    };
-  }
-  if (routing && !(card.capabilities.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI)) {
-    card.capabilities = {
-      ...card.capabilities,
-      extensions: [
-        ...(card.capabilities.extensions ?? []),
-        { uri: CLIENT_ROUTING_URI, description: 'Names the next recipient of its replies', required: false },
       ],
     };
   }

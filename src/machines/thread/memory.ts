@@ -16,36 +16,35 @@ export interface AgentConversation {
   memory?: MemorySummary;
 }
 
-/** Whether history message `m` is the message being sent, or the one it was made from (`<id>><agent>`). */
-function isCurrent(m: Message, outgoingId: string): boolean {
-  return m.messageId === outgoingId || outgoingId.startsWith(`${m.messageId}>`);
+/**
+ * Whether history message `m` is the message being sent to `agentId`: the same message, the answer it was
+ * made from when one agent's reply is forwarded to the next (`<id>><agent>`, routing.ts), or the user's
+ * message passed to a handoff's target (`<id>>handoff><agent>`, handoff.ts).
+ */
+function isCurrent(m: Message, outgoingId: string, agentId: string): boolean {
+  return m.messageId === outgoingId || outgoingId === `${m.messageId}>${agentId}` || outgoingId === `${m.messageId}>handoff>${agentId}`;
 }
 
 /**
- * The earlier messages an agent gets with `outgoing`: the newest `maxMessages` of the history before it,
- * fewer when their JSON would pass MAX_HISTORY_BYTES, and without the conversation metadata of their own
- * (nothing nests). With a summary of the agent's own, the messages it covers are left out.
+ * The earlier messages an agent gets with `outgoing`: the newest `maxMessages` of the history without the
+ * message being sent, fewer when their JSON would pass MAX_HISTORY_BYTES, and without the conversation
+ * metadata of their own (nothing nests). With a summary of the agent's own, the messages it covers are
+ * left out. A handoff's target is sent the user's message again: what came after it (the source's
+ * answer) stays in the history, before the message it answers.
  */
 export function conversationFor(context: Pick<ThreadContext, 'history' | 'memory'>, agentId: string, outgoing: Message, maxMessages: number): AgentConversation {
   const memory = context.memory?.[agentId];
   const history = context.history;
-  let end = history.length;
-  for (let i = history.length - 1; i >= 0; i--) {
-    if (isCurrent(history[i]!, outgoing.messageId)) {
-      end = i;
-      break;
-    }
-  }
   let start = 0;
   if (memory) {
     const covered = history.findIndex((m) => m.messageId === memory.through);
-    if (covered >= 0 && covered < end) start = covered + 1;
+    if (covered >= 0) start = covered + 1;
   }
   const out: Message[] = [];
   let bytes = 0;
-  for (let i = end - 1; i >= start && out.length < maxMessages; i--) {
+  for (let i = history.length - 1; i >= start && out.length < maxMessages; i--) {
     const m = history[i]!;
-    if (isCurrent(m, outgoing.messageId)) continue;
+    if (isCurrent(m, outgoing.messageId, agentId)) continue;
     const clean = withoutConversation(m);
     bytes += JSON.stringify(clean).length;
     if (bytes > MAX_HISTORY_BYTES) break;
