@@ -23,6 +23,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
+import type { ZodType } from 'zod';
 import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type AgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
@@ -55,6 +56,11 @@ export interface LlmAgentOptions {
   onTurn?: (stats: TurnStats) => void;
   /** Called after each call of one of the agent's own tools (not the routing tools), e.g. by `troupe eval`. */
   onToolCall?: (call: ToolCallRecord) => void;
+  /**
+   * A structured answer checked against a zod schema (instead of, or over, the agent.yaml's `output`):
+   * the model is given its JSON Schema, the answer is parsed with it and goes out as a data part.
+   */
+  output?: { schema: ZodType; name?: string; retries?: number };
   /** Where setting the agent up is logged (the agent.yaml's warnings, vector indexes built): default stderr. */
   logger?: Logger;
 }
@@ -163,7 +169,11 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const toolTimeouts = Object.fromEntries(tools.flatMap((t) => (t.timeoutMs !== undefined ? [[t.definition.name, t.timeoutMs]] : [])));
   const loops = new Set<RunningLoop>();
   const memory = memoryOf(config);
-  const output = config.output ? outputSpec(config.output) : undefined;
+  const output = opts.output
+    ? outputSpec({ zod: opts.output.schema, ...(opts.output.name ? { name: opts.output.name } : {}), ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}) })
+    : config.output
+      ? outputSpec(config.output)
+      : undefined;
   const model = { provider: provider.provider, name: provider.model, endpoint: provider.endpoint };
   /** The I/O of each turn in flight, by turn id: the loop's logic is built once and looks its turn up here. */
   const turns = new Map<string, TurnIO>();

@@ -4,9 +4,9 @@
  * json_schema); the answer is parsed and checked, and one that does not match is asked for again with
  * what was wrong, `retries` times. The answer that matches goes to the user as text and as an A2A data part.
  */
-import type { z } from 'zod';
+import { z } from 'zod';
 import { describeZodError } from '../protocol/errors.js';
-import { jsonSchemaValidator, type OutputConfig } from '../config/conversation.js';
+import { DEFAULT_OUTPUT_RETRIES, jsonSchemaValidator, type OutputConfig } from '../config/conversation.js';
 import type { ChatMessage, ResponseFormat } from '../model/types.js';
 
 export interface OutputSpec {
@@ -15,7 +15,13 @@ export interface OutputSpec {
   retries: number;
 }
 
-export function outputSpec(config: OutputConfig): OutputSpec {
+/** From agent.yaml's `output` (a JSON Schema), or from a zod schema given in code (sent as its JSON Schema). */
+export function outputSpec(config: OutputConfig | { zod: z.ZodType; name?: string; retries?: number }): OutputSpec {
+  if ('zod' in config) {
+    const schema = z.toJSONSchema(config.zod, { target: 'draft-7', unrepresentable: 'any' }) as Record<string, unknown>;
+    delete schema.$schema;
+    return { format: { name: config.name ?? 'answer', schema }, validator: config.zod, retries: config.retries ?? DEFAULT_OUTPUT_RETRIES };
+  }
   return { format: { name: config.name, schema: config.schema }, validator: jsonSchemaValidator(config.schema), retries: config.retries };
 }
 
