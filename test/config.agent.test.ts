@@ -99,6 +99,10 @@ describe('valid agent.yaml files', () => {
       ['groundedness', true, true],
       ['bleu', false, false],
     ]);
+    expect(config.memory).toEqual({ max_messages: 12, max_tokens: 3000, summarize: false });
+    expect(config.output).toMatchObject({ name: 'order_status', retries: 1, schema: { type: 'object', required: ['order', 'status'] } });
+    // A file with a memory block has no memory default to report.
+    expect(appliedDefaults(config).map((d) => d.path)).not.toContain('memory');
   });
 
   it('takes what seed 002 allows: a 100-character name, unnamed test cases and metrics without a threshold, with their defaults', () => {
@@ -115,6 +119,7 @@ describe('valid agent.yaml files', () => {
       ['rouge', 0.3],
     ]);
     expect(appliedDefaults(config)).toEqual([
+      { path: 'memory', message: "the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model" },
       { path: 'evaluations.metrics[0].threshold', message: 'relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)' },
       { path: 'evaluations.metrics[1].threshold', message: 'groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)' },
       { path: 'evaluations.metrics[2].threshold', message: 'f1_score passes at 0.5 (no threshold: half of its 0–1 scale)' },
@@ -215,6 +220,7 @@ describe('troupe validate', () => {
     expect(res.stdout.trim().split('\n')).toEqual([
       `${file}:22:7 tools[1].parameters.audience: warning: the template never uses {audience}: the model is asked for it and it goes nowhere`,
       `valid ${file}: agent Geography-assistant-for-the-whole-world-with-a-name-exactly-one-hundred-characters-long-abcdefghijkl, openai gpt-4o-mini, tools capital (prompt), compare (prompt), 1 warning`,
+      "  default memory: the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model",
       '  default evaluations.metrics[0].threshold: relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)',
       '  default evaluations.metrics[1].threshold: groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)',
       '  default evaluations.metrics[2].threshold: f1_score passes at 0.5 (no threshold: half of its 0–1 scale)',
@@ -224,7 +230,7 @@ describe('troupe validate', () => {
     const json = JSON.parse((await runTroupe(['validate', file, '--json'], {})).stdout) as { valid: boolean; warnings: unknown[]; defaults: unknown[] };
     expect(json.valid).toBe(true);
     expect(json.warnings).toEqual([expect.objectContaining({ line: 22, column: 7, path: 'tools[1].parameters.audience', phase: 'references' })]);
-    expect(json.defaults).toHaveLength(5);
+    expect(json.defaults).toHaveLength(6);
   }, cliTestTimeout(2));
 
   it('says a valid file is valid and exits 0', async () => {

@@ -100,6 +100,7 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     ]);
     const [green, rooibos, matcha] = report.cases;
     expect(green).toMatchObject({ name: 'green tea', status: 'passed', answer: GOOD_ANSWERS['How long should I steep green tea?'], calledTools: ['kb_search'], missingTools: [] });
+    expect(green!.usage).toEqual({ inputTokens: 20, outputTokens: 10, modelCalls: 2 });
     expect(green!.metrics.map((m) => [m.metric, m.status, m.score])).toEqual([
       ['groundedness', 'passed', 5],
       ['relevance', 'passed', 5],
@@ -125,6 +126,8 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     expect(res.stdout).toContain('  answer: Steep green tea for one to two minutes at 70 to 80 degrees.');
     expect(res.stdout).toContain('groundedness: Every claim is supported.');
     expect(lines.filter(Boolean).at(-1)).toBe('1 case: 1 passed, 0 failed');
+    // The agent's model calls (a search, then the answer): 10 tokens in and 5 out each, as the server said.
+    expect(res.stdout).toMatch(/^green tea \(\d+\.\d s, tokens 20 in, 10 out\)$/m);
   });
 
   it('fails a case whose score is under its threshold, and one that misses an expected tool (exit 1)', async () => {

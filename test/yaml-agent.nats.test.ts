@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RouteStep } from '../src/machines/thread.js';
-import { CLIENT_ROUTING_URI, RegistryEventSchema, decode, type ActorInfo, type AgentCard, type ThreadEvent } from '../src/protocol/index.js';
+import { CLIENT_ROUTING_URI, CONVERSATION_URI, RegistryEventSchema, decode, type ActorInfo, type AgentCard, type ThreadEvent } from '../src/protocol/index.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
@@ -113,7 +113,8 @@ describe('agents from agent.yaml over NATS', () => {
       id: 'concierge',
       name: 'concierge',
       description: 'Front desk of the test mesh; checks stock and routes work to the other agents',
-      capabilities: { streaming: true, extensions: [{ uri: CLIENT_ROUTING_URI }] },
+      // Client routing, and the thread's conversation: every message after its last summary (memory on by default).
+      capabilities: { streaming: true, extensions: [{ uri: CLIENT_ROUTING_URI }, { uri: CONVERSATION_URI, params: { maxMessages: 100 } }] },
     });
     expect(card.skills).toEqual([
       { id: 'check_stock', name: 'check_stock', description: 'Checks whether an item is in stock (fails for the item "broken")', tags: ['function'] },
@@ -238,7 +239,15 @@ describe('agents from agent.yaml over NATS', () => {
 
     const resumed = openai.requestsFor(CONCIERGE)[1]!;
     expect(messagesOf(resumed)[0]!.content).toContain('You handed the conversation to agent "specialist"; it has given control back (completed).');
-    expect(messagesOf(resumed)[1]).toEqual({ role: 'user', content: 'Handoff to specialist completed: refund for order 42 issued' });
+    // The thread's conversation before the resume: its own answer as assistant, the specialist's named.
+    expect(messagesOf(resumed).slice(1)).toEqual([
+      { role: 'user', content: 'I want a refund for order 42' },
+      { role: 'assistant', content: 'Passing you to our refunds specialist.' },
+      { role: 'user', content: '[agent "specialist" answered] specialist: I got "The user wants a refund for order 42" (refunds), 2 recent messages' },
+      { role: 'user', content: 'done, thanks' },
+      { role: 'user', content: '[agent "specialist" answered] specialist: refund issued' },
+      { role: 'user', content: 'Handoff to specialist completed: refund for order 42 issued' },
+    ]);
     openai.reset();
   });
 
@@ -258,7 +267,12 @@ describe('agents from agent.yaml over NATS', () => {
     const system = req!.body.system as string;
     expect(system).toContain('Agent "desk" handed this conversation to you (needs the returner).');
     expect(system).toContain('What it told you: The visitor said: I need the returner');
-    expect(system).toContain('The conversation so far:\nuser: I need the returner\ndesk: desk: let me get the returner');
+    // The conversation comes as messages (the agent takes it), not as the handoff's lines in the prompt.
+    expect(system).not.toContain('The conversation so far');
+    expect(req!.body.messages).toEqual([
+      { role: 'user', content: '[agent "desk" answered] desk: let me get the returner' },
+      { role: 'user', content: 'I need the returner' },
+    ]);
     // A target may route or give control back, but not start a second handoff.
     expect((req!.body.tools as Array<{ name: string }>).map((t) => t.name)).toEqual(['route', 'return_handoff']);
 

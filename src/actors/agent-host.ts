@@ -31,6 +31,7 @@ import {
 } from '../protocol/index.js';
 import { readHandoffRequest, type HandoffRequest } from '../protocol/handoff.js';
 import { readDelegationResults, type DelegationResults } from '../protocol/delegation.js';
+import { MAX_HISTORY_MESSAGES, readMemorySummary, type MemorySummary } from '../protocol/conversation.js';
 import { parseAgentChunks, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
@@ -85,6 +86,19 @@ function handoffContext(message: Message): { handoff?: HandoffRequest; recentMes
   const recent = message.metadata?.[META.recentMessages];
   const parsed = Array.isArray(recent) ? recent.flatMap((m) => { const r = MessageSchema.safeParse(m); return r.success ? [r.data] : []; }) : undefined;
   return { ...(handoff ? { handoff } : {}), ...(parsed ? { recentMessages: parsed } : {}) };
+}
+
+/** The thread's earlier messages and this agent's summary, when the thread sent them (protocol/conversation.ts). */
+function conversationContext(message: Message): { history?: Message[]; memory?: MemorySummary } {
+  const raw = message.metadata?.[META.history];
+  const history = Array.isArray(raw)
+    ? raw.slice(-MAX_HISTORY_MESSAGES).flatMap((m) => {
+        const r = MessageSchema.safeParse(m);
+        return r.success ? [r.data] : [];
+      })
+    : undefined;
+  const memory = readMemorySummary(message);
+  return { ...(history ? { history } : {}), ...(memory ? { memory } : {}) };
 }
 
 export class AgentHost {
@@ -413,6 +427,7 @@ export class AgentHost {
       ...(routing ? { routing } : {}),
       ...handoffContext(message),
       ...delegationContext(message),
+      ...conversationContext(message),
       signal: this.abort.signal,
       get log() {
         return (child ??= host.callLog(threadId));
@@ -516,7 +531,7 @@ export class AgentHost {
         kind: 'message',
         role: 'agent',
         ...base,
-        parts: [{ kind: 'text', text: result.text }],
+        parts: [{ kind: 'text', text: result.text }, ...(result.data ? [{ kind: 'data' as const, data: result.data }] : [])],
         ...(Object.keys(metadata).length ? { metadata } : {}),
       };
     }

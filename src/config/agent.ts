@@ -22,6 +22,7 @@ import { ID_LIMITS } from '../protocol/ids.js';
 import { loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment, ConfigError } from './load.js';
 import { lineColumn, templatePlaceholders } from './template.js';
 import { USER_MODULE_EXTENSIONS } from './user-module.js';
+import { DEFAULT_MEMORY, MemoryConfigSchema, OutputConfigSchema, checkOutput } from './conversation.js';
 
 export const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
 export const TOOL_TYPES = ['function', 'mcp', 'prompt', 'vectorstore'] as const;
@@ -247,6 +248,10 @@ export const AgentConfigSchema = z.strictObject({
   max_tool_rounds: z.int().min(1).max(50).optional(),
   tool_timeout_ms: TimeoutMs.optional(),
   capabilities: CapabilitiesSchema.optional(),
+  /** The thread's earlier messages the model is given (conversation.ts; default on). */
+  memory: MemoryConfigSchema.optional(),
+  /** A structured answer checked against a JSON Schema (conversation.ts). */
+  output: OutputConfigSchema.optional(),
 });
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 
@@ -510,6 +515,7 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
   });
 
   const metrics = checkEvaluations(ctx, raw.evaluations);
+  checkOutput(ctx, raw.output);
 
   const cases = items(raw.test_cases);
   if (cases.length > MAX_TEST_CASES) ctx.report(['test_cases'], 'constraints', `must have at most ${MAX_TEST_CASES} items (it has ${cases.length})`);
@@ -553,9 +559,16 @@ export interface AppliedDefault {
   message: string;
 }
 
-/** The defaults of a valid agent.yaml that seed 002 leaves open: unnamed test cases and metrics without a threshold. */
+/**
+ * The defaults of a valid agent.yaml that seed 002 leaves open (unnamed test cases and metrics without a
+ * threshold) and the memory an agent without a `memory` block has.
+ */
 export function appliedDefaults(config: AgentConfig): AppliedDefault[] {
   const out: AppliedDefault[] = [];
+  if (!config.memory) {
+    const { max_messages, max_tokens } = DEFAULT_MEMORY;
+    out.push({ path: 'memory', message: `the model gets the thread's newest ${max_messages} earlier messages, at most ${max_tokens} tokens of them; older turns are summarised by the agent's model` });
+  }
   (config.evaluations?.metrics ?? []).forEach((m, i) => {
     if (m.threshold !== undefined) return;
     const judged = (MODEL_JUDGED_METRICS as readonly string[]).includes(m.metric);

@@ -82,6 +82,8 @@ export interface CaseResult {
   metrics: MetricResult[];
   softFailures: number;
   durationMs: number;
+  /** The tokens of the agent's model calls in the case (as the provider reported them; judges not counted). */
+  usage?: { inputTokens: number; outputTokens: number; modelCalls: number };
 }
 
 export interface EvalReport {
@@ -111,6 +113,7 @@ const isJudged = (metric: string): metric is JudgedMetric => (MODEL_JUDGED_METRI
 interface Observed {
   calls: ToolCallRecord[];
   handled: boolean;
+  usage: { inputTokens: number; outputTokens: number; modelCalls: number };
 }
 
 /** The mesh a run uses: send one message to the agent, stop. */
@@ -245,7 +248,11 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
     onToolCall: (call) => observed.get(call.threadId)?.calls.push(call),
     onTurn: (turn) => {
       const o = observed.get(turn.threadId);
-      if (o) o.handled = true;
+      if (!o) return;
+      o.handled = true;
+      o.usage.inputTokens += turn.inputTokens;
+      o.usage.outputTokens += turn.outputTokens;
+      o.usage.modelCalls += turn.modelCalls;
     },
   });
   const mesh = await startMesh(agent, config, opts).catch(async (err: unknown) => {
@@ -257,7 +264,7 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
     for (const [i, { tc, name }] of cases.entries()) {
       const started = performance.now();
       const threadId = `eval-${runId}-${i}`;
-      const watch: Observed = { calls: [], handled: false };
+      const watch: Observed = { calls: [], handled: false, usage: { inputTokens: 0, outputTokens: 0, modelCalls: 0 } };
       const result: CaseResult = {
         name,
         input: tc.input,
@@ -284,6 +291,7 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
         if (res.error) throw new Error(`the agent's turn failed: ${res.error.code}: ${res.error.message}`);
         if (!watch.handled) throw new Error(`the answer came from another instance of ${config.name} on the mesh; stop it while evaluating, so every case runs here`);
         result.answer = res.text;
+        result.usage = watch.usage;
         result.calledTools = [...new Set(watch.calls.map((c) => c.tool))];
         result.missingTools = result.expectedTools.filter((t) => !result.calledTools.includes(t));
         const context = [

@@ -4,10 +4,16 @@
  *
  * - the system prompt is the instructions, plus who the agent is in the team, the peers it may route
  *   to, and — as the target of a handoff — the handoff's reason, context summary and recent messages;
+ * - the thread's earlier messages come before the message to answer, within the agent.yaml's `memory`
+ *   budget, older turns summarised (`memory.ts`; the summary goes back to the thread in `troupe/memory`);
+ * - with `output`, the answer is checked against its JSON Schema and asked for again when it does not
+ *   match (`output.ts`); it goes out as text and as a data part (OUTPUT_INVALID after the retries);
+ * - every model call's tokens go into the reply's `troupe/usage`, the `troupe_model_tokens_total`
+ *   metric and the call's span;
  * - the model is offered the agent's tools and the routing tools (`routing-tools.ts`); its routing
  *   choice becomes the reply's client-routing metadata (`reply(text, { to, reason } | { handoff } |
  *   { handoffReturn })`);
- * - text deltas go to the user through `ctx.stream` as they arrive;
+ * - text deltas go to the user through `ctx.stream` as they arrive (not for a structured answer);
  * - a loop that fails ends the turn with a typed error (MODEL_ERROR, TOOL_ROUND_LIMIT).
  *
  * It joins the mesh through AgentHost like any other agent. `status()` tells `troupe ps` (one `llm-agent`
@@ -17,8 +23,9 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
+import type { ZodType } from 'zod';
 import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type AgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
-import { describeLoop, llmAgentLogic, type LlmAgentActor, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
+import { describeLoop, llmAgentLogic, type LlmAgentActor, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';
 import type { DelegationResults } from '../protocol/delegation.js';
@@ -28,7 +35,12 @@ import { userContent } from './message-content.js';
 import { routingTools, type RoutingTools } from './routing-tools.js';
 import { buildTools, type RunnableTool } from './tools/index.js';
 import { parseArguments } from './tools/parameters.js';
-import type { ChatMessage, Completion, ModelProvider } from '../model/types.js';
+import type { ChatMessage, Completion, CompletionRequest, ModelProvider } from '../model/types.js';
+import { META } from '../protocol/metadata.js';
+import { MAX_HISTORY_MESSAGES, turnUsage, type CallUsage, type MemorySummary } from '../protocol/conversation.js';
+import { memoryOf } from '../config/conversation.js';
+import { nextSummary, planMemory, summaryParagraph, summaryRequest, toChatMessage } from './memory.js';
+import { checkAnswer, outputInstruction, outputSpec, repairMessages } from './output.js';
 import { createLogger, type Logger } from '../observability/logger.js';
 import { metrics } from '../observability/metrics.js';
 import { SpanKind, activeContext, endSpan, startSpan, tracing } from '../observability/tracing.js';
@@ -44,6 +56,11 @@ export interface LlmAgentOptions {
   onTurn?: (stats: TurnStats) => void;
   /** Called after each call of one of the agent's own tools (not the routing tools), e.g. by `troupe eval`. */
   onToolCall?: (call: ToolCallRecord) => void;
+  /**
+   * A structured answer checked against a zod schema (instead of, or over, the agent.yaml's `output`):
+   * the model is given its JSON Schema, the answer is parsed with it and goes out as a data part.
+   */
+  output?: { schema: ZodType; name?: string; retries?: number };
   /** Where setting the agent up is logged (the agent.yaml's warnings, vector indexes built): default stderr. */
   logger?: Logger;
 }
@@ -69,6 +86,9 @@ export interface TurnStats {
   modelCalls: number;
   rounds: number;
   toolCalls: number;
+  /** Tokens of the turn's model calls (summaries and repairs included), as the provider reported them. */
+  inputTokens: number;
+  outputTokens: number;
 }
 
 /** What one turn's loop calls out to. */
@@ -80,7 +100,8 @@ interface TurnIO {
 interface RunningLoop {
   threadId: string;
   messageId: string;
-  actor: LlmAgentActor;
+  /** The loop running now (a structured answer asked for again runs a second one); none before the first. */
+  actor: LlmAgentActor | undefined;
 }
 
 const RECENT_MESSAGE_CHARS = 2_000;
@@ -92,7 +113,7 @@ function clip(text: string, max: number): string {
 }
 
 /** The system prompt: instructions, then what the mesh tells this agent about the turn. */
-export function systemPrompt(instructions: string, agentId: string, message: Message, ctx: Pick<AgentContext, 'sender' | 'peers' | 'handoff' | 'recentMessages'>): string {
+export function systemPrompt(instructions: string, agentId: string, message: Message, ctx: Pick<AgentContext, 'sender' | 'peers' | 'handoff' | 'recentMessages' | 'history'>): string {
   const lines = [instructions.trim(), '', `You are agent "${agentId}" in a team of agents.`];
   const peers = ctx.peers.filter((p) => p.id !== agentId);
   if (peers.length) {
@@ -106,7 +127,8 @@ export function systemPrompt(instructions: string, agentId: string, message: Mes
       `Agent "${ctx.handoff.sourceAgentId}" handed this conversation to you (${ctx.handoff.handoffReason}). You are talking with the user directly.`,
       `What it told you: ${ctx.handoff.contextSummary}`,
     );
-    if (ctx.recentMessages?.length) {
+    // An agent given the conversation has these messages already, as messages.
+    if (ctx.recentMessages?.length && !ctx.history) {
       lines.push('The conversation so far:');
       for (const m of ctx.recentMessages) {
         const who = m.role === 'user' ? 'user' : String(m.metadata?.['troupe/agent'] ?? 'agent');
@@ -146,6 +168,12 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const instructions = config.instructions.inline ?? readFileSync(resolve(loaded.dir, config.instructions.file!), 'utf8');
   const toolTimeouts = Object.fromEntries(tools.flatMap((t) => (t.timeoutMs !== undefined ? [[t.definition.name, t.timeoutMs]] : [])));
   const loops = new Set<RunningLoop>();
+  const memory = memoryOf(config);
+  const output = opts.output
+    ? outputSpec({ zod: opts.output.schema, ...(opts.output.name ? { name: opts.output.name } : {}), ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}) })
+    : config.output
+      ? outputSpec(config.output)
+      : undefined;
   const model = { provider: provider.provider, name: provider.model, endpoint: provider.endpoint };
   /** The I/O of each turn in flight, by turn id: the loop's logic is built once and looks its turn up here. */
   const turns = new Map<string, TurnIO>();
@@ -171,6 +199,54 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     ].join('\n\n');
   }
 
+  /**
+   * One model call, measured: the `troupe_model_*` metrics, a `troupe.model.call` span with its tokens, and
+   * its usage recorded in `calls` for the reply's `troupe/usage`.
+   */
+  async function observedCall(
+    request: CompletionRequest,
+    purpose: CallUsage['purpose'],
+    turn: { calls: CallUsage[]; traceParent: ReturnType<typeof activeContext> | undefined; modelMs: number; modelCalls: number },
+  ): Promise<Completion> {
+    const started = performance.now();
+    turn.modelCalls++;
+    const span = turn.traceParent
+      ? startSpan('troupe.model.call', {
+          parent: turn.traceParent,
+          kind: SpanKind.CLIENT,
+          attributes: { 'gen_ai.system': model.provider, 'gen_ai.request.model': model.name, 'troupe.agent': config.name, 'troupe.model.purpose': purpose },
+        })
+      : undefined;
+    try {
+      const completion = await provider.complete(request);
+      const usage = completion.usage;
+      if (usage?.inputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'input' }, usage.inputTokens);
+      if (usage?.outputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'output' }, usage.outputTokens);
+      metrics.modelCalls.inc({ model: model.name, outcome: 'ok' });
+      turn.calls.push({
+        model: model.name,
+        purpose,
+        ...(usage?.inputTokens !== undefined ? { inputTokens: usage.inputTokens } : {}),
+        ...(usage?.outputTokens !== undefined ? { outputTokens: usage.outputTokens } : {}),
+      });
+      if (span) {
+        span.setAttributes({
+          ...(usage?.inputTokens !== undefined ? { 'gen_ai.usage.input_tokens': usage.inputTokens } : {}),
+          ...(usage?.outputTokens !== undefined ? { 'gen_ai.usage.output_tokens': usage.outputTokens } : {}),
+          'troupe.tool_calls': completion.toolCalls.length,
+        });
+        endSpan(span);
+      }
+      return completion;
+    } catch (err) {
+      metrics.modelCalls.inc({ model: model.name, outcome: 'error' });
+      if (span) endSpan(span, TroupeError.from(err, 'AGENT_ERROR'));
+      throw err;
+    } finally {
+      turn.modelMs += performance.now() - started;
+    }
+  }
+
   async function handle(message: Message, ctx: AgentContext): Promise<AgentResult> {
     const routing: RoutingTools = routingTools({
       self: config.name,
@@ -181,48 +257,51 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       ...(config.capabilities?.handoff?.can_initiate === false ? { noHandoff: true } : {}),
       ...(config.capabilities?.orchestration?.can_delegate === false ? { noDelegate: true } : {}),
     });
-    const messages: ChatMessage[] = [
-      { role: 'system', content: systemPrompt(instructions, config.name, message, ctx) },
+    // Model and tool spans are children of the agent's span for this request (the host's active one).
+    const turn = { calls: [] as CallUsage[], traceParent: tracing.on ? activeContext() : undefined, modelMs: 0, modelCalls: 0 };
+    const signalOf = (signal: AbortSignal) => AbortSignal.any([signal, ctx.signal]);
+
+    // The conversation so far: what fits the budget as written, older turns folded into the summary.
+    const plan = planMemory(ctx.history ?? [], ctx.memory, memory);
+    let summary = plan.summary;
+    let newSummary: MemorySummary | undefined;
+    if (plan.fold.length) {
+      try {
+        const completion = await observedCall({ messages: summaryRequest(config.name, summary, plan.fold), signal: ctx.signal }, 'summary', turn);
+        if (!completion.text.trim()) throw new Error('the model wrote nothing');
+        newSummary = nextSummary(completion.text, summary, plan.fold);
+        summary = newSummary;
+        ctx.log.debug({ folded: plan.fold.length, summarised: newSummary.messages }, 'older turns summarised');
+      } catch (err) {
+        ctx.log.warn({ folded: plan.fold.length, err: (err as Error).message }, 'could not summarise older turns; they are left out this time');
+      }
+    }
+    const system = [systemPrompt(instructions, config.name, message, ctx), summaryParagraph(summary), output ? outputInstruction(output) : undefined]
+      .filter((p): p is string => p !== undefined)
+      .join('\n\n');
+    let messages: ChatMessage[] = [
+      { role: 'system', content: system },
+      ...plan.kept.map((m) => toChatMessage(m, config.name)),
       { role: 'user', content: ctx.delegation ? delegationPrompt(ctx.delegation, ctx.text) : userContent(message, ctx.text) },
     ];
-    let modelMs = 0;
-    let modelCalls = 0;
     const turnId = String(++turnSeq);
-    // Model and tool spans are children of the agent's span for this request (the host's active one).
-    const traceParent = tracing.on ? activeContext() : undefined;
+    let purpose: CallUsage['purpose'] = 'answer';
     turns.set(turnId, {
-      callModel: async (input, signal) => {
-        const started = performance.now();
-        modelCalls++;
-        const span = traceParent
-          ? startSpan('troupe.model.call', { parent: traceParent, kind: SpanKind.CLIENT, attributes: { 'gen_ai.system': model.provider, 'gen_ai.request.model': model.name, 'troupe.agent': config.name } })
-          : undefined;
-        try {
-          const completion = await provider.complete({ messages: input.messages, tools: input.tools, signal: AbortSignal.any([signal, ctx.signal]), onDelta: (text) => ctx.stream(text) });
-          const usage = completion.usage;
-          if (usage?.inputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'input' }, usage.inputTokens);
-          if (usage?.outputTokens) metrics.modelTokens.inc({ model: model.name, kind: 'output' }, usage.outputTokens);
-          metrics.modelCalls.inc({ model: model.name, outcome: 'ok' });
-          if (span) {
-            span.setAttributes({
-              ...(usage?.inputTokens !== undefined ? { 'gen_ai.usage.input_tokens': usage.inputTokens } : {}),
-              ...(usage?.outputTokens !== undefined ? { 'gen_ai.usage.output_tokens': usage.outputTokens } : {}),
-              'troupe.tool_calls': completion.toolCalls.length,
-            });
-            endSpan(span);
-          }
-          return completion;
-        } catch (err) {
-          metrics.modelCalls.inc({ model: model.name, outcome: 'error' });
-          if (span) endSpan(span, TroupeError.from(err, 'AGENT_ERROR'));
-          throw err;
-        } finally {
-          modelMs += performance.now() - started;
-        }
-      },
+      callModel: (input, signal) =>
+        observedCall(
+          {
+            messages: input.messages,
+            tools: input.tools,
+            signal: signalOf(signal),
+            // A structured answer goes out once it is checked, not as it streams.
+            ...(output ? { responseFormat: output.format } : { onDelta: (text: string) => ctx.stream(text) }),
+          },
+          purpose,
+          turn,
+        ),
       runTool: async ({ call }, signal) => {
         if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
-        const span = traceParent ? startSpan('troupe.tool.call', { parent: traceParent, attributes: { 'troupe.tool': call.name, 'troupe.agent': config.name } }) : undefined;
+        const span = turn.traceParent ? startSpan('troupe.tool.call', { parent: turn.traceParent, attributes: { 'troupe.tool': call.name, 'troupe.agent': config.name } }) : undefined;
         try {
           const result = await runTool(call, signal);
           if (span) endSpan(span);
@@ -239,7 +318,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
       try {
         const args = parseArguments(call.arguments, paramsByName.get(call.name));
-        const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+        const result = await tool.run(args, { signal: signalOf(signal), threadId: ctx.threadId, agentId: config.name });
         opts.onToolCall?.({ ...record, result });
         return result;
       } catch (err) {
@@ -247,6 +326,67 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         throw err;
       }
     }
+    const stats = (ok: boolean, rounds: number, toolCalls: number): TurnStats => {
+      const sums = turnUsage(turn.calls);
+      return { threadId: ctx.threadId, ok, modelMs: turn.modelMs, modelCalls: turn.modelCalls, rounds, toolCalls, inputTokens: sums.inputTokens, outputTokens: sums.outputTokens };
+    };
+    const loop: RunningLoop = { threadId: ctx.threadId, messageId: message.messageId, actor: undefined };
+    loops.add(loop);
+    try {
+      let rounds = 0;
+      let toolCalls = 0;
+      let answer: { text: string; data?: Record<string, unknown> } | undefined;
+      for (let attempt = 0; !answer; attempt++) {
+        const { output: out, messages: sent } = await runLoop(loop, turnId, messages, ctx, routing);
+        if (!out) throw new TroupeError('AGENT_ERROR', `agent "${config.name}" stopped before the model answered`);
+        rounds += out.rounds;
+        toolCalls += out.toolCalls;
+        if (!out.ok) {
+          opts.onTurn?.(stats(false, rounds, toolCalls));
+          ctx.log.warn({ code: out.error.code, rounds }, out.error.message);
+          throw new TroupeError(out.error.code, `agent "${config.name}": ${out.error.message}`, out.error.details);
+        }
+        if (!output) {
+          answer = { text: out.text };
+          break;
+        }
+        const checked = checkAnswer(out.text, output);
+        if (checked.ok) {
+          answer = { text: checked.text, data: checked.data };
+          break;
+        }
+        if (attempt >= output.retries) {
+          opts.onTurn?.(stats(false, rounds, toolCalls));
+          throw new TroupeError('OUTPUT_INVALID', `agent "${config.name}": the answer did not match the output schema after ${attempt + 1} tr${attempt === 0 ? 'y' : 'ies'}: ${checked.error}`, {
+            attempts: attempt + 1,
+            error: checked.error,
+          });
+        }
+        ctx.log.info({ attempt: attempt + 1, error: checked.error }, 'the answer did not match the output schema; asking again');
+        messages = [...sent, ...repairMessages(out.text, checked.error)];
+        purpose = 'repair';
+      }
+      opts.onTurn?.(stats(true, rounds, toolCalls));
+      ctx.log.debug({ rounds, toolCalls, modelCalls: turn.modelCalls, modelMs: Math.round(turn.modelMs) }, 'model answered');
+      const choice = routing.choice();
+      const metadata = { [META.usage]: turnUsage(turn.calls), ...(newSummary ? { [META.memory]: newSummary } : {}) };
+      return reply(answer.text, {
+        metadata,
+        ...(answer.data ? { data: answer.data } : {}),
+        ...(choice?.to ? { to: choice.to } : {}),
+        ...(choice?.reason ? { reason: choice.reason } : {}),
+        ...(choice?.handoff ? { handoff: choice.handoff } : {}),
+        ...(choice?.handoffReturn ? { handoffReturn: choice.handoffReturn } : {}),
+        ...(choice?.delegate ? { delegate: choice.delegate } : {}),
+      });
+    } finally {
+      loops.delete(loop);
+      turns.delete(turnId);
+    }
+  }
+
+  /** Runs the model loop once over `messages`; its output, and the messages of its last model call. */
+  async function runLoop(loop: RunningLoop, turnId: string, messages: ChatMessage[], ctx: AgentContext, routing: RoutingTools): Promise<{ output: LlmAgentOutput | undefined; messages: ChatMessage[] }> {
     const actor = createActor(logic, {
       // On the mesh's inspection stream (under the thread) while the thread or this agent is inspected.
       ...(ctx.inspect ? { inspect: ctx.inspect } : {}),
@@ -262,34 +402,15 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         ...(opts.retryBaseMs !== undefined ? { retryBaseMs: opts.retryBaseMs } : {}),
       },
     });
-    const loop: RunningLoop = { threadId: ctx.threadId, messageId: message.messageId, actor };
-    loops.add(loop);
+    loop.actor = actor;
     const stopOnAbort = () => actor.stop();
     ctx.signal.addEventListener('abort', stopOnAbort, { once: true });
     try {
       actor.start();
       const output = await toPromise(actor);
-      // Stopped before it finished (the host is stopping): there is no answer to give.
-      if (!output) throw new TroupeError('AGENT_ERROR', `agent "${config.name}" stopped before the model answered`);
-      opts.onTurn?.({ threadId: ctx.threadId, ok: output.ok, modelMs, modelCalls, rounds: output.rounds, toolCalls: output.toolCalls });
-      if (!output.ok) {
-        ctx.log.warn({ code: output.error.code, rounds: output.rounds }, output.error.message);
-        throw new TroupeError(output.error.code, `agent "${config.name}": ${output.error.message}`, output.error.details);
-      }
-      ctx.log.debug({ rounds: output.rounds, toolCalls: output.toolCalls, modelCalls, modelMs: Math.round(modelMs) }, 'model answered');
-      const choice = routing.choice();
-      if (!choice) return output.text;
-      return reply(output.text, {
-        ...(choice.to ? { to: choice.to } : {}),
-        ...(choice.reason ? { reason: choice.reason } : {}),
-        ...(choice.handoff ? { handoff: choice.handoff } : {}),
-        ...(choice.handoffReturn ? { handoffReturn: choice.handoffReturn } : {}),
-        ...(choice.delegate ? { delegate: choice.delegate } : {}),
-      });
+      return { output, messages: actor.getSnapshot().context.messages };
     } finally {
       ctx.signal.removeEventListener('abort', stopOnAbort);
-      loops.delete(loop);
-      turns.delete(turnId);
     }
   }
 
@@ -300,6 +421,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       description: config.description ?? `${config.name} (${config.model.provider} ${config.model.name})`,
       capabilities: { streaming: true, ...cardCapabilities(config) },
       skills: (config.tools ?? []).map((t) => ({ id: t.name, name: t.name, description: t.description, tags: [t.type] })),
+      // Summarising needs every message after the last summary; without it, the budget is all there is to send.
+      history: memory.max_messages === 0 ? false : { maxMessages: memory.summarize ? MAX_HISTORY_MESSAGES : memory.max_messages },
     },
     handle,
   });
@@ -307,7 +430,9 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     ...definition,
     status: () => {
       // At most a few loops: this goes into the announced status, which must stay small.
-      const running = [...loops].slice(0, MAX_REPORTED_LOOPS).map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...describeLoop(l.actor.getSnapshot()) }));
+      const running = [...loops]
+        .slice(0, MAX_REPORTED_LOOPS)
+        .map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...(l.actor ? describeLoop(l.actor.getSnapshot()) : { state: 'summarising', round: 0, attempt: 0, tools: [] }) }));
       return {
         detail: { model, loops: running, ...toolSet.status() },
         actors: running.map((l) => ({

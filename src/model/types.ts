@@ -35,9 +35,17 @@ export interface ToolDefinition {
   parameters: JsonSchemaObject;
 }
 
+/** A JSON Schema the answer must match, for providers that can be held to one (OpenAI's `response_format`). */
+export interface ResponseFormat {
+  name: string;
+  schema: Record<string, unknown>;
+}
+
 export interface CompletionRequest {
   messages: ChatMessage[];
   tools?: ToolDefinition[];
+  /** Ask for an answer that matches this schema, where the provider supports it (others ignore it). */
+  responseFormat?: ResponseFormat;
   signal?: AbortSignal;
   /** Called with each text delta as it arrives, in order. */
   onDelta?: (text: string) => void;

@@ -41,6 +41,7 @@ export const ERROR_CODES = {
   CONFIG_INVALID: { jsonRpc: -32602, hint: 'fix the problems listed (file:line:col field: message); `troupe validate <file>` checks a file' },
   MODEL_ERROR: { jsonRpc: -32603, hint: "the model provider failed; check the model name, the endpoint and the key in the agent's environment" },
   TOOL_ROUND_LIMIT: { jsonRpc: -32603, hint: "the model kept calling tools past the round limit; raise max_tool_rounds or tighten the agent's instructions" },
+  OUTPUT_INVALID: { jsonRpc: -32603, hint: "the model's answer did not match the agent's output schema after the retries; loosen the schema, raise output.retries or tighten the instructions" },
   TOOL_START_FAILED: { jsonRpc: -32603, hint: "a tool's MCP server or vector index could not be set up; the message names the tool and what failed" },
   PARTITIONS_MISMATCH: { jsonRpc: -32603, hint: "start the node with the server's partition count (--partitions), or change the mapping with `troupe creds init --partitions` on a new store" },
   NATS_SERVER_UNSUPPORTED: { jsonRpc: -32603, hint: 'upgrade nats-server on every server of the cluster to the version the message names, or keep the stream or bucket at 1 replica' },

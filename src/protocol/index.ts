@@ -11,3 +11,4 @@ export * from './limits.js';
 export * from './metadata.js';
 export * from './inspection.js';
 export * from './delegation.js';
+export * from './conversation.js';

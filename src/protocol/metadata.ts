@@ -34,6 +34,15 @@ export const META = {
   handoffResume: 'troupe/handoffResume',
   /** Message to a handoff's target: the last messages of the thread (Message[]). */
   recentMessages: 'troupe/recentMessages',
+  /** Message to an agent whose card asks for it: the thread's earlier messages, oldest first (Message[], conversation.ts). */
+  history: 'troupe/history',
+  /**
+   * Message to an agent: the summary it wrote earlier of older turns; agent reply: a new one for the thread
+   * to keep in its record ({ text, through, messages? }, conversation.ts).
+   */
+  memory: 'troupe/memory',
+  /** Agent reply / final message: the tokens of the turn's model calls ({ inputTokens, outputTokens, calls }, conversation.ts). */
+  usage: 'troupe/usage',
   /** Message to a handoff's target: the source's summary. */
   contextSummary: 'troupe/contextSummary',
   /**

@@ -508,8 +508,8 @@ export function findSensitiveSpans(text: string, options: SanitiseOptions): Sani
 
 /**
  * Sanitises an A2A message for the agent about to receive it, keeping its shape (so it still validates):
- * text parts, data parts, file names and URIs, and metadata (a handoff's `troupe/recentMessages` are
- * messages again, the rest JSON). Ids, roles and file bytes are left as they are: sanitising a file's
+ * text parts, data parts, file names and URIs, and metadata (a handoff's `troupe/recentMessages` and the
+ * conversation's `troupe/history` are messages again, the rest JSON). Ids, roles and file bytes are left as they are: sanitising a file's
  * contents would need a parser per file type. So is the message's task or context id wherever else it
  * appears in the message (a handoff request names its thread): the recipient gets it anyway.
  */
@@ -524,7 +524,7 @@ function messageOf(run: Run, message: Message, depth: number): Message {
   const out: Message = { ...message, parts: message.parts.map((p) => partOf(run, p, depth + 1)) };
   if (message.metadata) {
     out.metadata = run.object(message.metadata, (v, key) =>
-      key === META.recentMessages && Array.isArray(v)
+      (key === META.recentMessages || key === META.history) && Array.isArray(v)
         ? v.map((m: unknown) => (looksLikeMessage(m) ? messageOf(run, m, depth + 2) : run.value(m, depth + 2)))
         : run.value(v, depth + 1),
     );

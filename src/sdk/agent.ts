@@ -20,6 +20,7 @@ import type { ActorInfo } from '../protocol/ctl.js';
 import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
 import type { HandoffAccept, HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
 import type { DelegateDirective, DelegationResults } from '../protocol/delegation.js';
+import { CONVERSATION_URI, DEFAULT_HISTORY_MESSAGES, type MemorySummary } from '../protocol/conversation.js';
 
 export interface AgentContext {
   readonly tenant: string;
@@ -38,6 +39,15 @@ export interface AgentContext {
   readonly handoff?: HandoffRequest;
   /** Recent messages of the thread, sent along with a handoff. */
   readonly recentMessages?: readonly Message[];
+  /**
+   * The thread's earlier messages, oldest first, without the one being answered: the user's, this agent's
+   * own answers (`role: 'agent'`, `metadata['troupe/agent']` its id) and other agents' (their id there).
+   * Present when the card asks for them (`defineAgent`'s `history`, on by default); read from the thread's
+   * record, so a node restart or a takeover loses none of it.
+   */
+  readonly history?: readonly Message[];
+  /** The summary this agent wrote earlier of turns older than `history` (sent back in a reply's `troupe/memory`). */
+  readonly memory?: MemorySummary;
   /** Set when this message brings back what this agent's delegates answered (after `reply(text, { delegate })`). */
   readonly delegation?: DelegationResults;
   /** Aborted when the host stops. */
@@ -63,6 +73,8 @@ export interface ReplyOptions {
   to?: string;
   reason?: string;
   metadata?: Record<string, unknown>;
+  /** A structured answer: sent as a data part after the text (A2A `{ kind: 'data', data }`). */
+  data?: Record<string, unknown>;
   /** Hand the conversation to another agent, which then talks to the user until it returns. */
   handoff?: HandoffDirective;
   /** As a handoff's target: give control back to the source with a result. */
@@ -104,8 +116,12 @@ export interface AgentDefinition {
   close?: () => Promise<void>;
 }
 
-export function defineAgent(def: { card: AgentCardInput & { routing?: boolean }; handle: AgentHandler }): AgentDefinition {
-  const { routing = true, ...cardInput } = def.card;
+/**
+ * `history`: whether the agent gets the thread's earlier messages as `ctx.history` (default true: the newest
+ * DEFAULT_HISTORY_MESSAGES), or how many at most (`{ maxMessages }`); the card says so to the thread.
+ */
+export function defineAgent(def: { card: AgentCardInput & { routing?: boolean; history?: boolean | { maxMessages: number } }; handle: AgentHandler }): AgentDefinition {
+  const { routing = true, history = true, ...cardInput } = def.card;
   const card = AgentCardSchema.parse(cardInput);
   if (routing && !(card.capabilities.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI)) {
     card.capabilities = {
@@ -113,6 +129,16 @@ export function defineAgent(def: { card: AgentCardInput & { routing?: boolean };
       extensions: [
         ...(card.capabilities.extensions ?? []),
         { uri: CLIENT_ROUTING_URI, description: 'Names the next recipient of its replies', required: false },
+      ],
+    };
+  }
+  if (history !== false && !(card.capabilities.extensions ?? []).some((e) => e.uri === CONVERSATION_URI)) {
+    const maxMessages = history === true ? DEFAULT_HISTORY_MESSAGES : history.maxMessages;
+    card.capabilities = {
+      ...card.capabilities,
+      extensions: [
+        ...(card.capabilities.extensions ?? []),
+        { uri: CONVERSATION_URI, description: "Takes the thread's earlier messages with each message", required: false, params: { maxMessages } },
       ],
     };
   }

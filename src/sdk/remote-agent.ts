@@ -108,6 +108,8 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
         (s): AgentSkill => ({ id: s.id, name: s.name, description: s.description, tags: s.tags, ...(s.examples.length ? { examples: s.examples } : {}) }),
       ),
       routing,
+      // The thread's history only for a remote agent whose own card asks for it (its extension is copied above).
+      history: false,
     },
     handle: async (message, ctx) => {
       const answer = await call(message, ctx);

@@ -61,9 +61,11 @@ export interface ScriptedToolCall {
 export type ScriptStep =
   /**
    * An answer: text (streamed as `chunks` when given, else word by word) and/or tool calls. With
-   * `dropConnection` the stream breaks off after the text (a connection lost mid-answer).
+   * `dropConnection` the stream breaks off after the text (a connection lost mid-answer). `usage`: the
+   * tokens the answer reports (default 10 in, 5 out; OpenAI streams send them when the request asks,
+   * `stream_options.include_usage`).
    */
-  | { text?: string; chunks?: string[]; toolCalls?: ScriptedToolCall[]; stop?: string; dropConnection?: boolean }
+  | { text?: string; chunks?: string[]; toolCalls?: ScriptedToolCall[]; stop?: string; dropConnection?: boolean; usage?: { input: number; output: number } }
   /** An HTTP error with the provider's error body. */
   | { status: number; message?: string; headers?: Record<string, string> }
   /** Answers with `then` once `gate` resolves (the request is visible in `requests` meanwhile). */
@@ -208,7 +210,7 @@ abstract class ScriptedServer {
   }
 }
 
-type AnswerStep = { text?: string; chunks?: string[]; toolCalls?: ScriptedToolCall[]; stop?: string; dropConnection?: boolean };
+type AnswerStep = Extract<ScriptStep, { dropConnection?: boolean }>;
 
 /** OpenAI chat completions at `/v1/chat/completions`, and Azure's `/openai/deployments/<d>/chat/completions`. */
 export class OpenAIScriptedServer extends ScriptedServer {
@@ -291,7 +293,7 @@ export class OpenAIScriptedServer extends ScriptedServer {
               finish_reason: finish,
             },
           ],
-          usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 },
+          usage: { prompt_tokens: step.usage?.input ?? 10, completion_tokens: step.usage?.output ?? 5, total_tokens: (step.usage?.input ?? 10) + (step.usage?.output ?? 5) },
         }),
       );
       return;
@@ -311,6 +313,10 @@ export class OpenAIScriptedServer extends ScriptedServer {
       for (const piece of pieces(c.arguments)) send({ tool_calls: [{ index, function: { arguments: piece } }] });
     });
     send({}, finish);
+    if ((req.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true) {
+      const [input, output] = [step.usage?.input ?? 10, step.usage?.output ?? 5];
+      res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: req.model, choices: [], usage: { prompt_tokens: input, completion_tokens: output, total_tokens: input + output } })}\n\n`);
+    }
     res.end('data: [DONE]\n\n');
   }
 }
@@ -335,7 +341,7 @@ export class AnthropicScriptedServer extends ScriptedServer {
     const id = `msg_${req.at}`;
     const calls = (step.toolCalls ?? []).map((c, i) => ({ id: c.id ?? `toolu_${req.at}_${i}`, name: c.name, arguments: argumentText(c.arguments) }));
     const stop = step.stop ?? (calls.length ? 'tool_use' : 'end_turn');
-    const usage = { input_tokens: 10, output_tokens: 5 };
+    const usage = { input_tokens: step.usage?.input ?? 10, output_tokens: step.usage?.output ?? 5 };
     if (req.body.stream !== true) {
       const content = [
         ...(step.text ? [{ type: 'text', text: step.text }] : []),
@@ -349,7 +355,7 @@ export class AnthropicScriptedServer extends ScriptedServer {
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     const send = (event: string, data: Record<string, unknown>) => res.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`);
     send('message_start', {
-      message: { id, type: 'message', role: 'assistant', content: [], model: req.model, stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } },
+      message: { id, type: 'message', role: 'assistant', content: [], model: req.model, stop_reason: null, stop_sequence: null, usage: { input_tokens: usage.input_tokens, output_tokens: 1 } },
     });
     send('ping', {});
     let index = 0;

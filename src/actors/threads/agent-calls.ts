@@ -15,7 +15,9 @@ import { HEADERS, scopedMessageKey } from '../../protocol/headers.js';
 import { LIMITS } from '../../protocol/limits.js';
 import { META } from '../../protocol/metadata.js';
 import { USER, supportsClientRouting, withRoutingRequest, type RouterDecision } from '../../protocol/routing.js';
-import type { Message, Task } from '../../protocol/a2a.js';
+import type { AgentCard, Message, Task } from '../../protocol/a2a.js';
+import { historyWanted } from '../../protocol/conversation.js';
+import type { AgentConversation } from '../../machines/thread/memory.js';
 import { DEFAULT_SANITISER_POLICY, appliesTo, sanitiseMessage, type SanitiserPolicy } from '../../sanitiser/sanitiser.js';
 import { AgentReplySchema, type AgentReply } from '../../protocol/wire.js';
 import { decode, encodeJson } from '../../protocol/codec.js';
@@ -39,6 +41,12 @@ export interface AgentCallerOptions {
    * on those three paths. `false` turns it off.
    */
   sanitiser?: SanitiserPolicy | false;
+  /**
+   * The conversation an agent whose card asks for it gets with a message of thread `threadId`
+   * (`troupe/history`, `troupe/memory`): from the thread's context as it is now; undefined when the thread
+   * is not here.
+   */
+  conversation?: (threadId: string, agentId: string, message: Message, maxMessages: number) => AgentConversation | undefined;
   /** Whether the thread is inspected: its calls then ask the agent to publish inspection records too. */
   inspected?: (threadId: string) => boolean;
   /** With tracing on: the span an agent call of this thread at this hop belongs to (its hop span). */
@@ -94,7 +102,7 @@ export class AgentCaller {
     const { tenant, transport, registry, log } = this.opts;
     const threadId = input.message.taskId ?? '';
     const card = registry.card(input.agentId);
-    const outgoing = this.sanitise(input, opts.fanOut === true, threadId);
+    const outgoing = this.sanitise(this.withConversation(input, threadId, card), opts.fanOut === true, threadId);
     const message =
       card && supportsClientRouting(card) ? withRoutingRequest(outgoing, { agentCards: registry.peersOf(input.agentId), sender: input.sender }) : outgoing;
     const headers: Record<string, string> = {
@@ -164,6 +172,20 @@ export class AgentCaller {
     metrics.agentCallSeconds.observe({ agent: agentId, outcome }, (performance.now() - started) / 1000);
     if (error) metrics.agentCallErrors.inc({ agent: agentId, code: outcome });
     if (span) endSpan(span, error);
+  }
+
+  /** The input with the thread's conversation attached, when the agent's card asks for it. */
+  private withConversation(input: AgentRequestInput, threadId: string, card: AgentCard | undefined): AgentRequestInput {
+    const wanted = historyWanted(card);
+    if (wanted === undefined || !this.opts.conversation) return input;
+    const conversation = this.opts.conversation(threadId, input.agentId, input.message, wanted);
+    if (!conversation) return input;
+    const metadata = {
+      ...input.message.metadata,
+      [META.history]: conversation.history,
+      ...(conversation.memory ? { [META.memory]: conversation.memory } : {}),
+    };
+    return { ...input, message: { ...input.message, metadata } };
   }
 
   /** The copy of the message the agent may see, under the team's sanitiser policy. */

@@ -43,6 +43,7 @@ import type { Registry } from '../registry.js';
 import { AgentCaller } from './agent-calls.js';
 import { Committer } from './committer.js';
 import { historyHas } from './history-ids.js';
+import { conversationFor } from '../../machines/thread/memory.js';
 import { packEvents, unpackEvents } from './event-log.js';
 import type { DormantThread, LiveThread, RecentEvent, ThreadActor, TurnWatch } from './live.js';
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
@@ -258,6 +259,10 @@ export class ThreadHost {
         // Kept with the Task; the turn's next write (its answer) commits it.
         live.artifacts = appendArtifact(live.artifacts, event);
         live.changed = true;
+      },
+      conversation: (threadId, agentId, message, maxMessages) => {
+        const live = this.threads.get(threadId);
+        return live ? conversationFor(live.actor.getSnapshot().context, agentId, message, maxMessages) : undefined;
       },
       inspected: (threadId) => this.inspection.switch.isOn(threadId),
       hopSpan: (threadId, hop, agentId) => this.hopSpan(threadId, hop, agentId),

@@ -62,7 +62,8 @@ export function formatReport(report: EvalReport): string {
     lines.splice(1, 0, color.dim(`default thresholds (none in the file): ${defaulted.map((m) => `${m.metric} ${number(m.threshold, m.max)} on ${scale(m)}`).join(', ')}`));
   }
   for (const c of report.cases) {
-    lines.push(color.bold(`${c.name}`) + color.dim(` (${(c.durationMs / 1000).toFixed(1)} s)`));
+    const tokens = c.usage ? `, tokens ${c.usage.inputTokens} in, ${c.usage.outputTokens} out` : '';
+    lines.push(color.bold(`${c.name}`) + color.dim(` (${(c.durationMs / 1000).toFixed(1)} s${tokens})`));
     lines.push(`  input:  ${clip(c.input)}`);
     if (c.answer !== undefined) lines.push(`  answer: ${clip(c.answer).replace(/\n/g, '\n          ')}`);
     if (c.error) lines.push(color.red(`  error:  ${c.error}`));

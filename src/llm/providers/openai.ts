@@ -140,6 +140,9 @@ export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
       model: config.name,
       messages: toOpenAIMessages(req.messages),
       stream: true,
+      // The usage comes in a last chunk of its own (OpenAI and most compatible servers).
+      stream_options: { include_usage: true },
+      ...(req.responseFormat ? { response_format: { type: 'json_schema' as const, json_schema: { name: req.responseFormat.name, schema: req.responseFormat.schema, strict: false } } } : {}),
       ...(req.tools?.length
         ? { tools: req.tools.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: { ...t.parameters } } })) }
         : {}),

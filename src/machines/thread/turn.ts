@@ -10,6 +10,7 @@ import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import { agentReplyMessage, prune, systemMessage } from './messages.js';
 import { isResume, threadWithHandoff } from './handoff.js';
+import { keepSummary, withoutSummary } from './memory.js';
 import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted } from './types.js';
 
 export const threadWithTurns = threadWithHandoff.extend({
@@ -70,14 +71,17 @@ export const threadWithTurns = threadWithHandoff.extend({
       const reply = agentReplyMessage(output);
       if (!turn || !reply) return { now };
       const asks = output.reply.kind === 'task' && output.reply.status.state === 'input-required';
+      const memory = keepSummary(context.memory, output.agentId, reply);
+      const kept = withoutSummary(reply);
       const answer: Message = {
-        ...reply,
+        ...kept,
         contextId: context.contextId,
         taskId: context.threadId,
-        metadata: { ...reply.metadata, [META.agent]: output.agentId, ...(asks ? { [META.inputRequired]: true } : {}) },
+        metadata: { ...kept.metadata, [META.agent]: output.agentId, ...(asks ? { [META.inputRequired]: true } : {}) },
       };
       return {
         now,
+        ...(memory !== context.memory ? { memory } : {}),
         turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
         history: prune([...context.history, answer], context.config.historyLimit),
       };

@@ -6,6 +6,7 @@ import type { Message, TaskState } from '../../protocol/a2a.js';
 import type { ErrorBody } from '../../protocol/errors.js';
 import type { HandoffRequest } from '../../protocol/handoff.js';
 import type { RouteStep } from '../../protocol/metadata.js';
+import type { MemorySummary } from '../../protocol/conversation.js';
 import type { AgentDirectory } from '../../routing/route.js';
 import type { HandoffOutput } from '../handoff.js';
 import type { OrchestrationStrategy } from '../orchestration.js';
@@ -97,6 +98,8 @@ export interface ThreadContext {
   handoff?: ThreadHandoff;
   /** The last turn's answer completed the task (`taskEnd: answer`): `input-required` passes on to `completed`. */
   answered?: boolean;
+  /** The summary each agent wrote of the older turns it was given (memory.ts), by agent id. */
+  memory?: Record<string, MemorySummary>;
 }
 
 export type ThreadEvent =

@@ -1,0 +1,85 @@
+/**
+ * The conversation an agent is given with each message, and what it gives back about it.
+ *
+ * An agent whose card carries the conversation extension (`CONVERSATION_URI`, `params.maxMessages`) gets,
+ * with every message the thread sends it, the thread's earlier messages in `troupe/history` (oldest first,
+ * the message it is answering left out) and the summary it wrote earlier of older turns in `troupe/memory`.
+ * Both come from the thread's record, not from the agent's process: they survive a node restart, a
+ * takeover and passivation. An agent that folds older turns into a summary sends the new one back in its
+ * reply's `troupe/memory`; the thread keeps it in its record, per agent, and sends it back next time.
+ *
+ * The reply's `troupe/usage` says what the model calls of the turn cost in tokens (`TurnUsage`).
+ */
+import { z } from 'zod';
+import type { AgentCard, Message } from './a2a.js';
+import { META } from './metadata.js';
+
+/** Card extension: the agent wants the thread's conversation with each message. */
+export const CONVERSATION_URI = 'https://troupe.dev/extensions/conversation/v1';
+
+/** Earlier messages a TS agent gets when its card says no number. */
+export const DEFAULT_HISTORY_MESSAGES = 20;
+/** Most earlier messages any agent is sent (the thread keeps `historyLimit`, default 50, anyway). */
+export const MAX_HISTORY_MESSAGES = 100;
+/** Most bytes of JSON the earlier messages take in one request (the newest are kept). */
+export const MAX_HISTORY_BYTES = 256 * 1024;
+/** Longest summary a thread keeps for one agent. */
+export const MAX_SUMMARY_CHARS = 8_000;
+
+/** A summary an agent wrote of the conversation up to and including message `through`. */
+export const MemorySummarySchema = z.strictObject({
+  text: z.string().max(MAX_SUMMARY_CHARS),
+  /** The id of the last message the summary covers. */
+  through: z.string().min(1).max(512),
+  /** How many messages it covers in all (for diagnostics). */
+  messages: z.int().nonnegative().optional(),
+});
+export type MemorySummary = z.infer<typeof MemorySummarySchema>;
+
+/** How many earlier messages an agent's card asks for; undefined when it asks for none. */
+export function historyWanted(card: Pick<AgentCard, 'capabilities'> | undefined): number | undefined {
+  const ext = card?.capabilities.extensions?.find((e) => e.uri === CONVERSATION_URI);
+  if (!ext) return undefined;
+  const n = ext.params?.['maxMessages'];
+  const wanted = typeof n === 'number' && Number.isInteger(n) && n >= 0 ? n : DEFAULT_HISTORY_MESSAGES;
+  return Math.min(wanted, MAX_HISTORY_MESSAGES);
+}
+
+/** The summary a message or reply carries in `troupe/memory`, if it is a valid one. */
+export function readMemorySummary(message: Pick<Message, 'metadata'> | undefined): MemorySummary | undefined {
+  const raw = message?.metadata?.[META.memory];
+  if (raw === undefined) return undefined;
+  const parsed = MemorySummarySchema.safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}
+
+/** One model call's tokens. */
+export const CallUsageSchema = z.strictObject({
+  model: z.string().max(200),
+  /** `answer` (the model loop), `summary` (folding older turns), `repair` (a structured answer asked again). */
+  purpose: z.enum(['answer', 'summary', 'repair']),
+  inputTokens: z.int().nonnegative().optional(),
+  outputTokens: z.int().nonnegative().optional(),
+});
+export type CallUsage = z.infer<typeof CallUsageSchema>;
+
+/** `troupe/usage` on an agent's reply: every model call of the turn and their sums. */
+export interface TurnUsage {
+  inputTokens: number;
+  outputTokens: number;
+  calls: CallUsage[];
+}
+
+/** Model calls listed in one reply's usage (the sums count them all). */
+export const MAX_USAGE_CALLS = 64;
+
+/** The sums and the (first MAX_USAGE_CALLS) calls of a turn. */
+export function turnUsage(calls: readonly CallUsage[]): TurnUsage {
+  let inputTokens = 0;
+  let outputTokens = 0;
+  for (const c of calls) {
+    inputTokens += c.inputTokens ?? 0;
+    outputTokens += c.outputTokens ?? 0;
+  }
+  return { inputTokens, outputTokens, calls: calls.slice(0, MAX_USAGE_CALLS) };
+}
