@@ -6,7 +6,7 @@
  */
 import { request as httpsRequest } from 'node:https';
 import { createServer, request as httpRequest, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { connect as netConnect, type AddressInfo } from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -512,6 +512,61 @@ describe('errors at the edge', () => {
     expect(tooBigForMesh.body.error).toMatchObject({ code: -32602, data: { code: 'PAYLOAD_TOO_LARGE' } });
     const client = await v1Client(open.url);
     expect(taskOf(await client.sendMessage(send(userText('small again')))).status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+  });
+});
+
+describe('slow clients', () => {
+  /** Writes `head` (and nothing after it) on a raw connection; resolves with what the gateway answers before it closes. */
+  const rawExchange = (url: string, head: string) =>
+    new Promise<string>((resolve, reject) => {
+      const { hostname, port } = new URL(url);
+      const socket = netConnect(Number(port), hostname, () => socket.write(head));
+      let answer = '';
+      socket.on('data', (chunk: Buffer) => (answer += chunk.toString('utf8')));
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+
+  it('a body declared over the cap is refused at once with 413, before any of it arrives (the read timeout far away)', async () => {
+    const gw = await startGateway({ clients: { demo: demo.client }, readTimeoutMs: 600_000 });
+    try {
+      const { hostname, port } = new URL(gw.url);
+      const answer = await new Promise<string>((resolve, reject) => {
+        const socket = netConnect(Number(port), hostname, () =>
+          socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10000000\r\n\r\n{"jsonrpc"'),
+        );
+        let text = '';
+        socket.on('data', (chunk: Buffer) => {
+          text += chunk.toString('utf8');
+          // The status line is the event: 10 bytes of 10,000,000 sent, and the answer is already here.
+          if (text.includes('\r\n\r\n')) {
+            socket.destroy();
+            resolve(text);
+          }
+        });
+        socket.on('error', reject);
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it('a body that stops arriving gets 408 once the read timeout passes, and its connection is closed', async () => {
+    const gw = await startGateway({ clients: { demo: demo.client }, readTimeoutMs: 300 });
+    try {
+      const answer = await rawExchange(gw.url, 'POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"jsonrpc"');
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+      expect(answer).toContain('did not arrive within');
+      // Headers that never end: the connection is closed too (Node's own header timeout).
+      const headers = await rawExchange(gw.url, 'POST / HTTP/1.1\r\nhost: x\r\n');
+      expect(headers).toMatch(/^(HTTP\/1\.1 408 |$)/);
+      // And the gateway keeps serving.
+      const client = await v1Client(gw.url);
+      expect(taskOf(await client.sendMessage(send(userText('still here')))).status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
+    } finally {
+      await gw.close();
+    }
   });
 });
 

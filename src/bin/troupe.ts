@@ -221,6 +221,7 @@ program
   .option('--jwt-user-claim <claim>', 'with --jwt-issuer: the claim naming the user', 'sub')
   .option('--public-url <url>', 'the URL clients reach the gateway at, for the agent card (behind a proxy)')
   .option('--max-body <bytes>', 'largest request body (larger: 413)', int(1024, 64 * 1024 * 1024))
+  .option('--read-timeout <ms>', 'time a client has to send the headers, then the body, of a request (then 408; default 10000)', int(100, 600_000))
   .option('--turn-timeout <ms>', 'how long a turn may take before the gateway stops waiting', int(100))
   .option('--rate-limit <n>', 'requests per second per token (token bucket; over it: 429 with Retry-After)', int(1, 1_000_000))
   .option('--rate-burst <n>', 'with --rate-limit: requests a token may make at once', int(1, 1_000_000))

@@ -55,6 +55,11 @@ export interface GatewayOptions {
   host?: string;
   /** Largest request body accepted; larger ones get 413. Default 1 MiB (NATS' default max_payload). */
   maxBodyBytes?: number;
+  /**
+   * How long a client may take to send a request's headers, and then its body: past either, 408 and the
+   * connection closed (a slow or stalled client holds nothing longer). Default 10 s each.
+   */
+  readTimeoutMs?: number;
   card?: GatewayCardOptions;
   logger?: Logger;
   /** How long a turn may take before the gateway stops waiting for its final status. Default 60 s. */
@@ -179,7 +184,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     res.locals.caller = new GatewayCaller(tenant, user, opts.clients[tenant]!, abort.signal);
     next();
   });
-  app.use(readBody(maxBodyBytes, orchestratorPath));
+  const readTimeoutMs = opts.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
+  app.use(readBody(maxBodyBytes, orchestratorPath, readTimeoutMs));
   // An A2A client that traces sends `traceparent`: the turn it asks for continues that trace.
   app.use((req: Request, _res: Response, next: NextFunction) => {
     const traceparent = req.headers.traceparent;
@@ -211,7 +217,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     problem(req, res, 500, -32603, 'the gateway failed unexpectedly; see its logs');
   });
 
-  const server = listen(app, opts.tls);
+  const server = listen(app, opts.tls, readTimeoutMs);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
@@ -243,7 +249,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     const diagnosticsApp = express();
     diagnosticsApp.disable('x-powered-by');
     diagnosticsApp.use(diagnosticsRouter(opts.diagnostics, limiter));
-    diagnosticsServer = listen(diagnosticsApp, opts.tls);
+    diagnosticsServer = listen(diagnosticsApp, opts.tls, readTimeoutMs);
     await new Promise<void>((resolve, reject) => {
       diagnosticsServer!.once('error', reject);
       diagnosticsServer!.listen(opts.diagnostics!.port, opts.host ?? '127.0.0.1', () => resolve());
@@ -270,12 +276,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 }
 
-function listen(app: express.Express, tls: GatewayOptions['tls']): Server {
-  const server = tls ? createHttpsServer({ cert: tls.cert, key: tls.key }, app) : createHttpServer(app);
-  // Hostile clients: bounded headers, and a request that never finishes arriving is dropped.
+const DEFAULT_READ_TIMEOUT_MS = 10_000;
+
+function listen(app: express.Express, tls: GatewayOptions['tls'], readTimeoutMs: number): Server {
+  // Node checks the header and request timeouts every connectionsCheckingInterval (30 s by default): a
+  // check a second keeps a stalled client's hold near the timeout itself.
+  const options = { connectionsCheckingInterval: Math.min(1_000, readTimeoutMs), headersTimeout: readTimeoutMs, requestTimeout: 2 * readTimeoutMs + 1_000 };
+  const server = tls ? createHttpsServer({ ...options, cert: tls.cert, key: tls.key }, app) : createHttpServer(options, app);
+  // Hostile clients: bounded headers; the body's own time is bounded by readBody (a 408 saying so), and
+  // this is the backstop for a request that never finishes arriving.
   server.maxHeadersCount = 100;
-  server.headersTimeout = 20_000;
-  server.requestTimeout = 60_000;
   return server;
 }
 
@@ -338,7 +348,7 @@ function v1Card(cardOf: () => Promise<AgentCard>, v1WithoutHeader: boolean) {
  * cap is 413; bad JSON is a parse error and nesting over the cap an invalid request, each in the form of
  * the endpoint (JSON-RPC error object, REST error body).
  */
-function readBody(maxBytes: number, orchestratorPath: string) {
+function readBody(maxBytes: number, orchestratorPath: string, timeoutMs: number) {
   return (req: Request, res: Response, next: NextFunction): void => {
     const declared = Number(req.headers['content-length'] ?? 0);
     const hasBody = declared > 0 || req.headers['transfer-encoding'] !== undefined;
@@ -374,10 +384,25 @@ function readBody(maxBytes: number, orchestratorPath: string) {
     let size = 0;
     let done = false;
     let over = declared > maxBytes;
-    if (over && declared > DRAIN_CAP) {
-      req.resume();
-      return refuse();
+    if (over) {
+      // Declared over the cap: no need to wait for the bytes to say no. The rest is read and dropped (up to
+      // DRAIN_CAP, within the read timeout) so a client still writing reads the answer, not a broken pipe.
+      refuse();
+      if (declared > DRAIN_CAP) return void req.resume();
     }
+    // The whole body within the read timeout, or 408 and the connection closed.
+    const timer = setTimeout(() => {
+      if (done) return;
+      done = true;
+      if (!answered) {
+        answered = true;
+        problem(req, res, 408, -32600, `the request body did not arrive within ${Math.round(timeoutMs / 1000)} s: send it at once`, { connection: 'close' });
+      }
+      res.once('finish', () => req.socket.destroy());
+      if (res.writableFinished) req.socket.destroy();
+    }, timeoutMs);
+    timer.unref();
+    req.once('close', () => clearTimeout(timer));
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (!over && size > maxBytes) {

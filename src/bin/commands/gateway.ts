@@ -25,6 +25,7 @@ export interface GatewayCommandOptions {
   jwtUserClaim?: string;
   publicUrl?: string;
   maxBody?: number;
+  readTimeout?: number;
   turnTimeout?: number;
   rateLimit?: number;
   rateBurst?: number;
@@ -106,6 +107,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       ...(tokens ? { tokens } : {}),
       ...(jwt ? { jwt } : {}),
       ...(opts.maxBody ? { maxBodyBytes: opts.maxBody } : {}),
+      ...(opts.readTimeout ? { readTimeoutMs: opts.readTimeout } : {}),
       ...(opts.turnTimeout ? { turnTimeoutMs: opts.turnTimeout } : {}),
       ...(opts.rateLimit !== undefined ? { rateLimit: { perSecond: opts.rateLimit, burst: opts.rateBurst ?? Math.max(1, Math.ceil(opts.rateLimit)) } } : {}),
       ...(tls ? { tls } : {}),
