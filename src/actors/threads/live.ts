@@ -1,8 +1,8 @@
 /** A thread actor held by a ThreadHost, with the bookkeeping of its commits. */
 import type { Actor } from 'xstate';
-import type { threadMachine, ThreadStatusEmitted } from '../../machines/thread.js';
+import { taskStateOf, type threadMachine, type ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TroupeError } from '../../protocol/errors.js';
-import type { Artifact, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Artifact, Message, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { Span } from '../../observability/tracing.js';
 import type { ArrayJson } from '../../store/codec.js';
 import type { HistoryIds } from './history-ids.js';
@@ -121,4 +121,37 @@ export interface LiveThread {
   committedBy?: string;
   /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
   inboundSeq?: number;
+}
+
+/** Stream copies remembered per thread (`LiveThread.taken`, kept in its record). */
+export const TAKEN_KEPT = 8;
+
+/** The message is the thread's current turn or waits in its queue. */
+export function inTurnOf(ctx: { turn?: { userMessageId: string } | undefined; pending: readonly Message[] }, messageId: string): boolean {
+  return ctx.turn?.userMessageId === messageId || ctx.pending.some((m) => m.messageId === messageId);
+}
+
+/** A thread in the middle of a turn (its task state `working`). */
+export function isWorking(value: unknown): boolean {
+  return taskStateOf(value) === 'working';
+}
+
+/** No turn in progress: the thread waits for the user (or has ended). */
+export function resting(live: LiveThread): boolean {
+  return !isWorking(live.actor.getSnapshot().value);
+}
+
+/**
+ * A handoff is open. Such a thread is never passivated: its deadline must fire on time, so it stays here,
+ * live or dormant (and then woken at that time, `handoffDeadlineOf` its record).
+ */
+export function inHandoff(live: LiveThread): boolean {
+  return live.actor.getSnapshot().context.handoff !== undefined;
+}
+
+/** Between turns (waiting for the user) or ended: a state worth a write. Not `submitted`: no turn yet. */
+export function atRest(snapshot: { status: string; value: unknown }): boolean {
+  if (snapshot.status !== 'active') return true;
+  const state = taskStateOf(snapshot.value);
+  return state !== 'working' && state !== 'submitted';
 }

@@ -21,7 +21,7 @@
  * while disconnected would otherwise come back late) and when the consumer vanished. One exception: a node
  * taking back a partition it let go, or restarting one after a reconnect, keeps the consumer when it is its
  * own and holds nothing an old one would give late, neither unacknowledged messages nor waiting pulls
- * (`notIdleOwn`).
+ * (`notIdleOwn` in partition-consumers.ts).
  *
  * Failures: a TroupeError with a client-error code (the message itself is bad; redelivery cannot fix it,
  * and the handler already told the user on the thread's `out`) is terminated. Anything else is nak'ed
@@ -39,246 +39,43 @@
  * Delivery is at-least-once: after a takeover or a lost ack the handler may see a message again
  * (`redelivered`); it de-duplicates on `messageId`.
  */
-import {
-  AckPolicy,
-  DeliverPolicy,
-  DiscardPolicy,
-  jetstream,
-  jetstreamManager,
-  JetStreamApiCodes,
-  RetentionPolicy,
-  StorageType,
-  type ConsumerConfig,
-  type ConsumerInfo,
-  type ConsumerMessages,
-  type JetStreamClient,
-  type JetStreamManager,
-  type JsMsg,
-  type StreamConfig,
-} from '@nats-io/jetstream';
-import { headers as jsHeaders, type NatsConnection, type Status, type Subscription as NatsSubscription } from '@nats-io/transport-node';
-import { z } from 'zod';
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager, type JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection, Status, Subscription as NatsSubscription } from '@nats-io/transport-node';
 import { parseThreadIn, subjects } from '../subjects.js';
-import { decode } from '../../protocol/codec.js';
 import { HEADERS } from '../../protocol/headers.js';
 import { isTerminal, TroupeError } from '../../protocol/errors.js';
-import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, fnv1a32, PartitionLeases, type LeaseLossReason } from './leases.js';
+import { DEFAULT_LEASE_TTL_MS, DEFAULT_PARTITIONS, PartitionLeases, type LeaseLossReason } from './leases.js';
 import { silentLogger, type Logger } from '../../observability/logger.js';
-import { checkReplicas, ensureReplicas, ensureStream, isApiError } from './replicas.js';
+import { checkReplicas } from './replicas.js';
 import { jsHeadersOf } from '../nats-headers.js';
-import { isCreateOrBindTransient, isTransientJetStreamError, retrySetup, retryTransient } from './retry.js';
+import { isCreateOrBindTransient, retrySetup, retryTransient } from './retry.js';
+import { settleAck } from './ack-confirm.js';
+import { HEARTBEAT_MS, watchConsumer, watchLeaders } from './consumer-watch.js';
+import { deadLetter, type DeadLetterContext } from './dead-lettering.js';
+import { ensureDeadLetterStream, ensureIngressStream, type IngressStreamOptions } from './ingress-streams.js';
+import { DEAD_LETTER_STREAM, INGRESS_STREAM, errText, withTimeout, type AfterAck, type IngressMessage, type JetStreamIngressOptions, type PartitionRun } from './ingress-types.js';
+import { FRESH_CONSUMER_ATTEMPTS, OWN_INFO_TIMEOUT_MS, PartitionConsumers } from './partition-consumers.js';
+import { consumerName, partitionOf } from './partition-map.js';
 
-export const INGRESS_STREAM = 'TROUPE_IN';
-export const DEAD_LETTER_STREAM = 'TROUPE_DLQ';
-/** Headers of a dead-lettered message (the original headers are kept too). */
-export const DEAD_LETTER_HEADERS = {
-  code: 'Troupe-Error-Code',
-  message: 'Troupe-Error',
-  subject: 'Troupe-Original-Subject',
-  seq: 'Troupe-Original-Seq',
-  attempts: 'Troupe-Attempts',
-} as const;
-export const DEFAULT_INGRESS_MAX_AGE_MS = 24 * 60 * 60 * 1000;
-export const INGRESS_DUPLICATE_WINDOW_MS = 2 * 60 * 1000;
+export {
+  DEAD_LETTER_HEADERS,
+  DEAD_LETTER_STREAM,
+  DEFAULT_INGRESS_MAX_AGE_MS,
+  INGRESS_DUPLICATE_WINDOW_MS,
+  INGRESS_STREAM,
+  msToNanos,
+  type AfterAck,
+  type IngressHandler,
+  type IngressHandlerContext,
+  type IngressMessage,
+  type JetStreamIngressOptions,
+} from './ingress-types.js';
+export { partitionOf } from './partition-map.js';
+
 const ATTEMPTS_TRACKED = 10_000;
 /** How long one pull request lasts. */
 const PULL_EXPIRES_MS = 5_000;
-/**
- * The idle heartbeat a pull asks for. The client pulls again once two are missed: that is how long a
- * partition waits when its pull is lost without a word, as at every change of its consumer's leader on a
- * cluster (measured on 3 servers, a stepdown then a message: 4.7–6.9 s with the client's default of half
- * the expiry, 2.5 s; bench/PROFILE.md). The cost: one heartbeat a second from each idle
- * partition consumer.
- */
-const HEARTBEAT_MS = 1_000;
-/** Acks sent again (each waiting up to ACK_CONFIRM_MS for the server's confirmation) before asking the stream. */
-const ACK_ATTEMPTS = 3;
-const ACK_CONFIRM_MS = 5_000;
-const JS_ACK = new TextEncoder().encode('+ACK');
-/** Prefix of a partition consumer's description: the ack floor of the consumers before it. */
-const ACKED_THROUGH = 'troupe: earlier consumers acked through ';
-/**
- * How long a node taking a partition back asks its own consumer's info before making a fresh one
- * (`#freshConsumer`). Making one needs the cluster's meta leader, and so, while the meta leader is being
- * elected, does the info of a consumer whose leader is alive (a test run: 10 of 43 such consumers not
- * answered in 10 s): waiting costs nothing that making one afresh would not.
- */
-const KEEP_OWN_WAIT_MS = 20_000;
-const OWN_INFO_TIMEOUT_MS = 1_000;
-/** Tries at making a partition consumer while JetStream is unavailable (about 20 s with the backoff). */
-const FRESH_CONSUMER_ATTEMPTS = 12;
-/**
- * Idle heartbeats a partition consumer may miss in a row (10 × HEARTBEAT_MS: 10 s) before it is made
- * again: a consumer that exists but has lost its leader for good answers no pull and reports no error, and
- * the node, still holding the partition's lease, would consume nothing from it (a cluster chaos run: one
- * partition silent for the last 50 s of the run, two messages never answered, their copies included).
- */
-const STALLED_HEARTBEATS = 10;
-/**
- * Pulls refused in a row (409: a limit of the consumer's, such as its max batch or max waiting pulls)
- * before the consumer is made again. The client answers a refusal by waiting for two missed heartbeats
- * and pulling again; the refusal itself counts as a sign of life, so the missed heartbeats never reach
- * STALLED_HEARTBEATS and a consumer that refuses every pull would leave its partition unconsumed for good.
- * Each refusal comes 2–3 s after the one before (two missed heartbeats), which spaces the remakes when a
- * fresh consumer is refused too.
- */
-const REFUSED_PULLS = 3;
 
-/** Where JetStream announces a consumer's new leader: `<this>.<stream>.<consumer>`. */
-const LEADER_ELECTED = '$JS.EVENT.ADVISORY.CONSUMER.LEADER_ELECTED';
-
-/** What the node reads of an advisory of a consumer's new leader: the server's name. */
-const LeaderElectedSchema = z.object({ leader: z.string().min(1).max(256) });
-/** Such an advisory is about 1 KiB (the replicas with their state): anything past this is not one. */
-const ADVISORY_BYTES = 64 * 1024;
-
-/** A partition's consumer on TROUPE_IN. */
-function consumerName(p: number): string {
-  return `p${p}`;
-}
-
-/** The partition whose consumer has this name, if it is one of `partitions`. */
-function partitionOfConsumer(name: string, partitions: number): number | undefined {
-  const m = /^p(\d{1,4})$/.exec(name);
-  const p = m ? Number(m[1]) : -1;
-  return p >= 0 && p < partitions && consumerName(p) === name ? p : undefined;
-}
-
-/**
- * The partition nats-server's `{{partition(n,1)}}` mapping puts a thread in: FNV-1a 32-bit over the
- * thread id's bytes, modulo n (checked against a real server in test/ingress.test.ts).
- */
-export function partitionOf(threadId: string, partitions: number = DEFAULT_PARTITIONS): number {
-  return fnv1a32(threadId) % partitions;
-}
-
-export interface IngressMessage {
-  threadId: string;
-  /** The broker-checked principal that published the message. */
-  principal: string;
-  partition: number;
-  /** `Nats-Msg-Id`: the A2A messageId. */
-  messageId: string | undefined;
-  data: Uint8Array;
-  headers: Record<string, string>;
-  /** Seen before by some node (redelivery after a failure, a takeover or a lost ack). */
-  redelivered: boolean;
-  deliveryCount: number;
-  /**
-   * At or below the ack floor of the partition's previous consumer: acknowledged before, yet the stream
-   * gave it again. A replicated work-queue stream on nats-server 2.9 can keep acknowledged messages when a
-   * consumer's leader changes or the consumer is deleted right after the acks (the deletes ride on the
-   * consumer's replication, not the stream's). A hint for what to publish, not a reason to skip the
-   * message: the floor comes from the server's consumer state, which these same faults can leave ahead
-   * of what was handled, so the handler still sees it (and finds it handled in its own state).
-   */
-  ackedBefore: boolean;
-  /** Stream sequence. */
-  seq: number;
-  /** When the stream stored this copy (ms since the epoch, the server's clock). */
-  storedAt: number;
-  subject: string;
-}
-
-export interface IngressHandlerContext {
-  /** Aborted when this node lost the partition (another node may already be handling the thread). */
-  signal: AbortSignal;
-}
-
-/**
- * Handles one message. It may return a function to run once the message's ack is settled (e.g.
- * publishing an answer: a crash before the ack makes the message come back to the next owner, which
- * answers it; a crash after cannot, so nothing is answered twice). It is told whether the message is
- * known to be acknowledged (`acked`): the server confirmed the ack, or the stream no longer holds the
- * message. When that is not known (the consumer's leader was being elected, the consumer was remade by
- * the partition's next owner), the message may come again, to this node or another, and is answered then.
- * The thread's next message is handed over only after this step ran.
- */
-export type AfterAck = (outcome: { acked: boolean }) => void;
-export type IngressHandler = (msg: IngressMessage, ctx: IngressHandlerContext) => void | Promise<void | AfterAck | undefined>;
-
-export interface JetStreamIngressOptions {
-  nc: NatsConnection;
-  tenant: string;
-  nodeId: string;
-  /** Must equal the partition count of the server's mapping. Default 8. */
-  partitions?: number;
-  leaseTtlMs?: number;
-  /** Lease KV bucket; default `troupe_leases`. */
-  leaseBucket?: string;
-  /** Resolve when the message is done with (the host: its turn answered and committed); throw to refuse or retry. It may run longer than ack_wait: the ingress keeps the message in progress meanwhile. */
-  handler: IngressHandler;
-  /** This node now consumes partition p (e.g. rehydrate its threads that were mid-turn). */
-  onPartitionAcquired?: (partition: number) => void | Promise<void>;
-  /** This node no longer consumes partition p and its handlers have finished (e.g. passivate its threads). */
-  onPartitionReleased?: (partition: number) => void | Promise<void>;
-  /** A message was refused before the handler saw it (malformed subject, wrong partition). */
-  onRefused?: (msg: { subject: string; principal?: string; threadId?: string; messageId?: string; error: TroupeError }) => void;
-  /** A message failed `maxDeliver` times and was dead-lettered. */
-  onDeadLetter?: (msg: IngressMessage, error: TroupeError) => void;
-  logger?: Logger;
-  /** Stream max age; default 24 h. */
-  maxAgeMs?: number;
-  /** Default 30 s: a message unacked this long (node stuck) is redelivered. */
-  ackWaitMs?: number;
-  /** Default 1000 per partition. */
-  maxAckPending?: number;
-  /** Failed attempts after which a message is terminated; default 10. */
-  maxDeliver?: number;
-  /** Nak backoff: `base * 2^(attempt-1)`, capped at `max`. Default 250 ms .. 30 s. */
-  retryDelayMs?: { base?: number; max?: number };
-  /**
-   * Replicas of TROUPE_IN, TROUPE_DLQ and the lease bucket (1..5). Created with 1 when absent; given, an
-   * existing stream with another count is scaled to it.
-   */
-  replicas?: number;
-  /** How long setup keeps asking a cluster that does not answer yet (a leader election); default 60 s. */
-  setupDeadlineMs?: number;
-  /**
-   * On a voluntary release (rebalance, stop), how long in-flight handlers may run before their signal is
-   * aborted. Default 10 s. On a lost lease they are aborted at once.
-   */
-  releaseTimeoutMs?: number;
-}
-
-/**
- * A thread held behind a message that failed: the sequences it sent back to the stream (the failed one,
- * and each later one nak'ed behind it) and has not taken again. It takes them in stream order, and nothing
- * newer meanwhile.
- */
-interface Hold {
-  back: Set<number>;
-  /** When the oldest of them is due back (then: when the hold last moved on); a hold stuck long after it is given up. */
-  until: number;
-}
-
-/** One consumption run of a partition; a restart makes a new one, and the old one's messages are dropped. */
-interface PartitionRun {
-  readonly partition: number;
-  readonly abort: AbortController;
-  /** Tail of each thread's FIFO chain. */
-  readonly chains: Map<string, Promise<void>>;
-  /** Every queued or running message, plus pending ack confirmations. */
-  readonly inflight: Set<Promise<unknown>>;
-  /** Threads held behind a nak'ed message: later messages wait until it, and every one sent back behind it, came back. */
-  readonly held: Map<string, Hold>;
-  /**
-   * Stream sequence up to which the partition's previous consumer had every message acknowledged (its ack
-   * floor, read before it was deleted; 0 when it could not be read). See `IngressMessage.ackedBefore`.
-   */
-  readonly ackedThrough: number;
-  messages?: ConsumerMessages;
-  active: boolean;
-  /**
-   * The lease was lost (expired, or another node holds it), not given back: another node may consume the
-   * partition now, with a consumer of the same name that would take this run's acks as its own.
-   */
-  lost?: boolean;
-  /** Pulls the server refused since the consumer last delivered a message (see REFUSED_PULLS). */
-  refusedPulls: number;
-  /** The server leading the partition's consumer, as its info said at the start or an advisory since (clusters only). */
-  leader?: string;
-}
 
 export class JetStreamIngress {
   readonly tenant: string;
@@ -291,12 +88,8 @@ export class JetStreamIngress {
   readonly #runs = new Map<number, PartitionRun>();
   /** Per-partition chain of start/stop operations, so they never overlap. */
   readonly #ops = new Map<number, Promise<void>>();
-  /**
-   * Per partition, the consumer this node made last (`madeMark`); null once a run of it did not stop
-   * cleanly (see `notIdleOwn`).
-   */
-  readonly #made = new Map<number, string | null>();
-  #makes = 0;
+  /** The partition consumers this node made or keeps (partition-consumers.ts). */
+  readonly #consumers: PartitionConsumers;
   readonly #ackWaitMs: number;
   readonly #maxAckPending: number;
   readonly #maxDeliver: number;
@@ -304,12 +97,12 @@ export class JetStreamIngress {
   readonly #retryMax: number;
   readonly #releaseTimeoutMs: number;
   #jsm?: JetStreamManager;
-  /** Asks a consumer's info with a short timeout (see `#freshConsumer`). */
+  /** Asks a consumer's info with a short timeout (see `PartitionConsumers.fresh`). */
   #ownInfoJsm?: JetStreamManager;
   #js?: JetStreamClient;
   #leases?: PartitionLeases;
   #status?: AsyncIterable<Status> & { stop?: () => void };
-  /** JetStream's advisories of a new leader for a partition consumer (see #watchLeaders). */
+  /** JetStream's advisories of a new leader for a partition consumer (consumer-watch.ts `watchLeaders`). */
   #leaders?: NatsSubscription;
   #started = false;
   #stopping = false;
@@ -334,6 +127,19 @@ export class JetStreamIngress {
     this.#retryBase = opts.retryDelayMs?.base ?? 250;
     this.#retryMax = opts.retryDelayMs?.max ?? 30_000;
     this.#releaseTimeoutMs = opts.releaseTimeoutMs ?? 10_000;
+    this.#consumers = new PartitionConsumers({
+      tenant: this.tenant,
+      nodeId: this.nodeId,
+      nc: this.#nc,
+      jsm: () => this.#jsm!,
+      ownInfoJsm: () => this.#ownInfoJsm!,
+      ackWaitMs: this.#ackWaitMs,
+      maxAckPending: this.#maxAckPending,
+      // Not while the partition is being given back: its release waits behind this (the per-partition
+      // order of the lease's callbacks), and the next owner with it.
+      keepTrying: (p) => !this.#stopping && this.#leases?.keeps(p) === true,
+      log: this.#log,
+    });
   }
 
   /** Subjects the stream captures: every partition of every thread of the tenant. */
@@ -355,7 +161,7 @@ export class JetStreamIngress {
     if (!jsm) return undefined;
     let total = 0;
     for (const p of this.owned()) {
-      const info = await jsm.consumers.info(INGRESS_STREAM, this.#consumerName(p)).catch(() => undefined);
+      const info = await jsm.consumers.info(INGRESS_STREAM, consumerName(p)).catch(() => undefined);
       if (info) total += info.num_pending + info.num_ack_pending;
     }
     return total;
@@ -373,8 +179,8 @@ export class JetStreamIngress {
       `creating the inbound streams ${INGRESS_STREAM} and ${DEAD_LETTER_STREAM}`,
       async () => {
         const jsm = await jetstreamManager(this.#nc);
-        await this.#ensureStream(jsm);
-        await this.#ensureDeadLetterStream(jsm);
+        await ensureIngressStream(jsm, this.#streamOptions());
+        await ensureDeadLetterStream(jsm, this.#streamOptions());
         return jsm;
       },
       // The step makes the streams when they are missing: "stream not found" is the cluster recovering.
@@ -383,7 +189,7 @@ export class JetStreamIngress {
     this.#js = jetstream(this.#nc);
     this.#ownInfoJsm = await jetstreamManager(this.#nc, { timeout: OWN_INFO_TIMEOUT_MS, checkAPI: false });
     this.#watchStatus();
-    this.#watchLeaders();
+    this.#leaders = watchLeaders(this.#nc, { partitions: this.partitions, runOf: (p) => this.#runs.get(p), stopping: () => this.#stopping, log: this.#log });
     this.#leases = new PartitionLeases({
       nc: this.#nc,
       tenant: this.tenant,
@@ -414,168 +220,14 @@ export class JetStreamIngress {
   }
 
   // ---- stream and consumers -----------------------------------------------------------------------
-
-  async #ensureStream(jsm: JetStreamManager): Promise<void> {
-    const want: Partial<StreamConfig> & { name: string } = {
-      name: INGRESS_STREAM,
-      subjects: [this.streamSubject],
-      retention: RetentionPolicy.Workqueue,
-      storage: StorageType.File,
-      duplicate_window: msToNanos(INGRESS_DUPLICATE_WINDOW_MS),
-      max_age: msToNanos(this.#opts.maxAgeMs ?? DEFAULT_INGRESS_MAX_AGE_MS),
-      num_replicas: this.#opts.replicas ?? 1,
-    };
-    let info;
-    try {
-      info = await jsm.streams.info(INGRESS_STREAM);
-    } catch (err) {
-      if (!isApiError(err, JetStreamApiCodes.StreamNotFound)) throw err;
-      try {
-        await jsm.streams.add(want);
-        this.#log.info({ stream: INGRESS_STREAM, subjects: want.subjects }, 'created inbound stream');
-        return;
-      } catch (addErr) {
-        // Another node created it at the same moment.
-        info = await jsm.streams.info(INGRESS_STREAM).catch(() => {
-          throw addErr;
-        });
-      }
-    }
-    const cfg = info.config;
-    if (cfg.retention !== RetentionPolicy.Workqueue) {
-      throw new TroupeError(
-        'TRANSPORT_ERROR',
-        `stream ${INGRESS_STREAM} exists with ${cfg.retention} retention; it must be workqueue (the retention of a stream cannot change: delete it)`,
-      );
-    }
-    const subjectsOk = cfg.subjects?.length === 1 && cfg.subjects[0] === this.streamSubject;
-    if (!subjectsOk || cfg.max_age !== want.max_age || cfg.duplicate_window !== want.duplicate_window) {
-      await jsm.streams.update(INGRESS_STREAM, {
-        ...cfg,
-        subjects: want.subjects!,
-        max_age: want.max_age!,
-        duplicate_window: want.duplicate_window!,
-      });
-      this.#log.info({ stream: INGRESS_STREAM }, 'updated inbound stream configuration');
-    }
-    await ensureReplicas(jsm, INGRESS_STREAM, this.#opts.replicas, this.#log);
+  #streamOptions(): IngressStreamOptions {
+    return { tenant: this.tenant, streamSubject: this.streamSubject, maxAgeMs: this.#opts.maxAgeMs, replicas: this.#opts.replicas, log: this.#log };
   }
 
-  async #ensureDeadLetterStream(jsm: JetStreamManager): Promise<void> {
-    const want: Partial<StreamConfig> & { name: string } = {
-      name: DEAD_LETTER_STREAM,
-      subjects: [subjects.deadLetterAll(this.tenant)],
-      retention: RetentionPolicy.Limits,
-      storage: StorageType.File,
-      max_age: msToNanos(7 * DEFAULT_INGRESS_MAX_AGE_MS),
-      max_msgs: 10_000,
-      max_bytes: 32 * 1024 * 1024,
-      discard: DiscardPolicy.Old,
-      num_replicas: this.#opts.replicas ?? 1,
-    };
-    await ensureStream(jsm, want, this.#opts.replicas, this.#log);
+  #deadLetterContext(): DeadLetterContext {
+    return { js: this.#js!, tenant: this.tenant, log: this.#log, retryMax: this.#retryMax };
   }
 
-  #consumerName(p: number): string {
-    return consumerName(p);
-  }
-
-  #consumerConfig(p: number): Partial<ConsumerConfig> {
-    return {
-      durable_name: this.#consumerName(p),
-      filter_subject: subjects.threadInPartition(this.tenant, p),
-      ack_policy: AckPolicy.Explicit,
-      // Work-queue streams only allow deliver-all; it means "from the oldest message still there".
-      deliver_policy: DeliverPolicy.All,
-      ack_wait: msToNanos(this.#ackWaitMs),
-      max_ack_pending: this.#maxAckPending,
-      // Redelivery limits are ours (maxDeliver, then term), so the server never parks a message.
-      max_deliver: -1,
-    };
-  }
-
-  /**
-   * Deletes the partition's consumer (whoever made it) and creates it afresh. Returns the ack floor the
-   * partition's consumers reached so far (0 when unknown): see `PartitionRun.ackedThrough`. A consumer's
-   * floor dies with it, and a partition can change hands several times before anyone consumes it (a node
-   * takes it and gives it back at once while the nodes balance), so each fresh consumer carries the
-   * floor of the one it replaces in its description (`ACKED_THROUGH`), and the next reads the higher of
-   * the two.
-   */
-  async #freshConsumer(p: number, opts: { keepOwn?: boolean } = {}): Promise<{ ackedThrough: number; how: ConsumerHow }> {
-    const jsm = this.#jsm!;
-    const name = this.#consumerName(p);
-    let ackedThrough = 0;
-    // On a cluster, consumers are made by the JetStream meta leader: while a new one is elected (a server
-    // died, which is also when nodes reconnect and restart their consumers) every attempt times out for a
-    // few seconds. Keep trying while this node holds the partition rather than giving it up: handing it
-    // around the nodes during the election only moves its messages.
-    const started = Date.now();
-    // Only a consumer this node made may be kept; a partition it never consumed is simply made afresh.
-    const mine = opts.keepOwn ? this.#made.get(p) : undefined;
-    let waitingOwn = false;
-    let madeBecause: string | undefined;
-    /** The description of the consumer this call last asked to be made. */
-    let asked: string | undefined;
-    return retryTransient(
-      async () => {
-        // This node's own consumer, not answering: its leader died with its server, and its replicas are
-        // electing another. Ask again for a while rather than make it anew: that asks the meta leader,
-        // which a crash often takes too, and throws away a consumer about to answer. The info is answered
-        // in milliseconds by a consumer with a leader, so it is asked with a short timeout.
-        const asking = typeof mine === 'string' && madeBecause === undefined && Date.now() - started < KEEP_OWN_WAIT_MS;
-        let infoError = '';
-        const old = await (asking ? this.#ownInfoJsm! : jsm).consumers.info(INGRESS_STREAM, name).catch((err: unknown) => {
-          waitingOwn = asking && isTransientJetStreamError(err);
-          if (waitingOwn) throw err;
-          infoError = errText(err);
-          return undefined;
-        });
-        waitingOwn = false;
-        ackedThrough = Math.max(ackedThrough, old?.ack_floor?.stream_seq ?? 0, carriedFloor(old?.config.description));
-        // The first attempt's reason is the one: a later attempt finds the consumer this one deleted.
-        madeBecause ??= mine === undefined ? undefined : old ? notIdleOwn(mine, old) : `no info of it: ${infoError}`;
-        if (mine !== undefined && madeBecause === undefined) return { ackedThrough, how: { consumer: 'kept' } };
-        // The make this call asked for timed out but was stored (a meta leader too slow to answer in
-        // time): that consumer is the one wanted, and untouched, so it is taken rather than deleted and
-        // made again, two more calls to that slow meta leader. Once it runs: on a cluster, until its
-        // replicas have started it, a member answers its info from the assignment (the config, zero state,
-        // no cluster info, where its leader's answer names the leader), and it would answer no pull; so it
-        // is asked again, not made again, which would start that over.
-        if (old !== undefined && asked !== undefined && old.config.description === asked && untouched(old)) {
-          if (this.#nc.info?.cluster !== undefined && !old.cluster?.leader) throw new ConsumerNotStarted(`the partition consumer p${p} this node made is stored but not started yet (no leader)`);
-          this.#made.set(p, madeMark(old));
-          this.#log.info({ partition: p }, 'a make of the partition consumer that timed out had been stored; taking it');
-          return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
-        }
-        this.#made.delete(p);
-        try {
-          await jsm.consumers.delete(INGRESS_STREAM, name);
-        } catch (err) {
-          if (!isApiError(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
-        }
-        // The description names who made it and which of its makes this is: another consumer of the same
-        // name and floor, made by another node or by this one later, is told apart (`madeMark`).
-        const description = `${ACKED_THROUGH}${ackedThrough}; made by ${this.nodeId} #${++this.#makes}`;
-        asked = description;
-        const made = await jsm.consumers.add(INGRESS_STREAM, { ...this.#consumerConfig(p), description });
-        this.#made.set(p, madeMark(made));
-        return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };
-      },
-      {
-        attempts: FRESH_CONSUMER_ATTEMPTS,
-        transient: (err) => err instanceof ConsumerNotStarted || isTransientJetStreamError(err),
-        // Not while the partition is being given back: its release waits behind this (the per-partition
-        // order of the lease's callbacks), and the next owner with it.
-        keepTrying: () => !this.#stopping && this.#leases?.keeps(p) === true,
-        onRetry: (attempt, err) =>
-          this.#log.info(
-            { partition: p, attempt, err: errText(err) },
-            waitingOwn ? 'the partition consumer does not answer yet; asking again' : 'could not make the partition consumer yet; trying again',
-          ),
-      },
-    );
-  }
 
   // ---- partition lifecycle ------------------------------------------------------------------------
 
@@ -598,7 +250,7 @@ export class JetStreamIngress {
   async #acquire(p: number): Promise<void> {
     if (this.#stopping) return;
     try {
-      const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: true });
+      const { ackedThrough, how } = await this.#consumers.fresh(p, { keepOwn: true });
       await this.#opts.onPartitionAcquired?.(p);
       try {
         await this.#startRun(p, ackedThrough);
@@ -614,11 +266,6 @@ export class JetStreamIngress {
       if (!this.#stopping && this.#leases?.keeps(p) !== false) throw err;
       this.#log.info({ partition: p, err: errText(err) }, 'partition not consumed: it was given back or lost meanwhile');
     }
-  }
-
-  /** A run of partition p did not stop cleanly: its consumer is not taken again as it is. */
-  #unclean(p: number): void {
-    if (this.#made.has(p)) this.#made.set(p, null);
   }
 
   async #startRun(p: number, ackedThrough: number): Promise<void> {
@@ -639,7 +286,7 @@ export class JetStreamIngress {
       // machine, for seconds). Giving the partition back on that answer made the next owner delete and
       // make the consumer again, and so on: the chaos campaign saw partitions go unconsumed for minutes
       // that way. Wait for the leader instead, for as long as this node holds the partition.
-      const consumer = await retryTransient(() => this.#js!.consumers.get(INGRESS_STREAM, this.#consumerName(p)), {
+      const consumer = await retryTransient(() => this.#js!.consumers.get(INGRESS_STREAM, consumerName(p)), {
         attempts: FRESH_CONSUMER_ATTEMPTS,
         keepTrying: () => !this.#stopping && run.active && this.#leases?.keeps(p) === true,
         onRetry: (attempt, err) => this.#log.info({ partition: p, attempt, err: errText(err) }, 'the partition consumer has no leader yet; asking again'),
@@ -654,7 +301,7 @@ export class JetStreamIngress {
         callback: (m) => this.#onMessage(run, m),
       });
       run.messages = messages;
-      void this.#watchConsumer(run, messages);
+      void watchConsumer(run, messages, { log: this.#log, restart: (p, why) => this.#restart(p, why), refreshLeases: async () => void (await this.#leases?.refresh()) });
     } catch (err) {
       run.active = false;
       if (this.#runs.get(p) === run) this.#runs.delete(p);
@@ -683,7 +330,7 @@ export class JetStreamIngress {
     if (messages) {
       messages.stop();
       // Not closed in time: it might still pull, so its consumer is not taken again as it is.
-      if (!(await withTimeout(messages.closed(), 2_000))) this.#unclean(run.partition);
+      if (!(await withTimeout(messages.closed(), 2_000))) this.#consumers.unclean(run.partition);
     }
     if (graceMs > 0 && run.inflight.size > 0) await withTimeout(Promise.allSettled([...run.inflight]), graceMs);
     run.abort.abort(new TroupeError('TRANSPORT_ERROR', `partition ${run.partition} is no longer owned by ${this.nodeId}`));
@@ -692,7 +339,7 @@ export class JetStreamIngress {
       const settled = await withTimeout(Promise.allSettled([...run.inflight]), Math.max(this.#releaseTimeoutMs, 1_000));
       if (!settled) {
         this.#log.error({ partition: run.partition, pending: run.inflight.size }, 'handlers did not finish after abort; giving up on them');
-        this.#unclean(run.partition);
+        this.#consumers.unclean(run.partition);
         break;
       }
     }
@@ -719,7 +366,7 @@ export class JetStreamIngress {
       try {
         // After a reconnect the consumer is usually as the run left it: kept then (`notIdleOwn`). Made
         // afresh when it vanished, stalled, or refused pulls: that is what is wrong with it.
-        const { ackedThrough, how } = await this.#freshConsumer(p, { keepOwn: why === 'reconnect' });
+        const { ackedThrough, how } = await this.#consumers.fresh(p, { keepOwn: why === 'reconnect' });
         await this.#startRun(p, ackedThrough);
         this.#log.info({ partition: p, why, ...how }, 'partition consumer restarted');
       } catch (err) {
@@ -732,47 +379,6 @@ export class JetStreamIngress {
         this.#leases?.giveBack(p);
       }
     });
-  }
-
-  async #watchConsumer(run: PartitionRun, messages: ConsumerMessages): Promise<void> {
-    try {
-      for await (const s of messages.status()) {
-        if (!run.active) break;
-        if (s.type === 'exceeded_limits' || (s.type === 'debug' && s.code !== 408 && s.code !== 404)) {
-          // A pull the server refused (409, other than for a deleted consumer): the client waits for missed
-          // heartbeats before it pulls again.
-          run.refusedPulls++;
-          this.#log.warn({ partition: run.partition, event: s.type, code: s.code, description: s.description, refused: run.refusedPulls }, 'partition consumer: the server refused a pull');
-          if (run.refusedPulls >= REFUSED_PULLS) {
-            this.#log.warn({ partition: run.partition, refused: run.refusedPulls }, 'partition consumer refuses every pull: making it again');
-            void this.#restart(run.partition, 'pulls refused');
-            break;
-          }
-          continue;
-        }
-        if (s.type === 'consumer_deleted' || s.type === 'consumer_not_found') {
-          this.#log.warn({ partition: run.partition, event: s.type }, 'partition consumer vanished');
-          // Another node took the partition (then our lease is gone too) or someone deleted it.
-          await this.#leases?.refresh();
-          void this.#restart(run.partition, s.type);
-          break;
-        }
-        if (s.type === 'heartbeats_missed') {
-          // The client tells of missed heartbeats from the second on (then once a heartbeat interval while
-          // nothing comes): nothing came from the consumer for two intervals, and the client pulls again.
-          // The partition's turns waited that long. Said once per silence; the remake below ends a long one.
-          if (s.count === 2) this.#log.warn({ partition: run.partition, silentForMs: s.count * HEARTBEAT_MS }, 'partition consumer silent; pulling again');
-          else this.#log.debug({ partition: run.partition, count: s.count }, 'partition consumer still silent');
-          if (s.count >= STALLED_HEARTBEATS) {
-            this.#log.warn({ partition: run.partition, missed: s.count }, 'partition consumer silent: making it again');
-            void this.#restart(run.partition, 'heartbeats missed');
-            break;
-          }
-        }
-      }
-    } catch {
-      // status iterator closed
-    }
   }
 
   /** Pause on disconnect; on reconnect, check the leases and restart every partition (`#restart`). */
@@ -792,50 +398,6 @@ export class JetStreamIngress {
         }
       }
     })().catch(() => undefined);
-  }
-
-  /**
-   * A partition consumer's pull waiting at its leader goes with that leader: when a cluster elects another
-   * (a server restarted, upgraded or crashed, a stepdown), nothing tells the client, which pulls again only
-   * after two missed heartbeats (about 2 s), and after a crash only once the consumer's info is answered
-   * again. The server announces each election in the account, so the node pulls again when its consumer's
-   * is announced: a stepdown, then a turn 500 ms later, 2.24 s before and 8 ms after (bench/cluster.ts,
-   * summary.clusterTurnAfterLeaderChangeP50Us); after a kill -9 of the leader's server, about 10 ms after
-   * the election is announced, where the partition waited 3-6 s more. The pull is the client's own after
-   * missed heartbeats, less its check of the consumer's info (`resetPendingNoInfo`: the advisory says the
-   * consumer has a leader). That method is not public API: test/cluster.nats.test.ts fails if a client
-   * version drops it, and the heartbeats would still bring the partition back. Where the node's NATS user
-   * may not subscribe to `$JS.EVENT.ADVISORY.>`, the server refuses this subscription (logged as a
-   * transport error) and the heartbeats do it alone.
-   */
-  #watchLeaders(): void {
-    const prefix = `${LEADER_ELECTED}.${INGRESS_STREAM}.`;
-    this.#leaders = this.#nc.subscribe(`${prefix}*`, {
-      callback: (err, m) => {
-        if (err || this.#stopping) return;
-        const p = partitionOfConsumer(m.subject.slice(prefix.length), this.partitions);
-        const run = p === undefined ? undefined : this.#runs.get(p);
-        if (!run?.active || !run.messages) return;
-        let leader: string;
-        try {
-          leader = decode(LeaderElectedSchema, m.data, 'consumer leader advisory', ADVISORY_BYTES).leader;
-        } catch (e) {
-          this.#log.warn({ partition: run.partition, err: errText(e) }, 'ignored a consumer leader advisory that could not be read');
-          return;
-        }
-        // The leader the run pulls from already (the election that made its consumer, announced late).
-        if (leader === run.leader) return;
-        run.leader = leader;
-        // Not `resetPending`, which asks for the info first and does nothing while a reset of its own is
-        // under way: after a crash, the client's reset begun when the heartbeats stopped was still waiting
-        // for an info when the election was announced (a .tmp rig, kill -9 of the leader's server: the turn
-        // 10-13 s after the kill, against 5-8 s now; test/cluster.nats.test.ts).
-        const messages = run.messages as ConsumerMessages & { resetPendingNoInfo?: () => Promise<boolean> };
-        if (typeof messages.resetPendingNoInfo !== 'function') return;
-        this.#log.info({ partition: run.partition, leader }, 'partition consumer has a new leader; pulling again');
-        messages.resetPendingNoInfo().catch(() => undefined);
-      },
-    });
   }
 
   // ---- messages -----------------------------------------------------------------------------------
@@ -954,67 +516,12 @@ export class JetStreamIngress {
     // answer while the next owner runs the turn again (a chaos run: the bucket leader's kill held this
     // node's commit 4.7 s, past its lease, and both answered). Unacknowledged, the message stays with the
     // next owner, which answers it from the stored state (or runs it, if this node's write never took).
-    const acked = await this.#settleAck(run, m);
+    const acked = await settleAck(run, m, { nc: this.#nc, jsm: this.#jsm!, log: this.#log });
     if (typeof afterAck !== 'function') return;
     try {
       afterAck({ acked });
     } catch (err) {
       this.#log.error({ partition: run.partition, seq, err: errText(err) }, 'the after-ack step failed');
-    }
-  }
-
-  /**
-   * Acks a handled message and finds out whether the ack took: confirmed by the server (asked again a few
-   * times while this node still consumes the partition: during an election the consumer's leader does not
-   * answer for a while), else, while it still consumes the partition, whether the stream still holds the
-   * message (gone: it was acknowledged). False when neither is known; the message then comes again if it
-   * was not acknowledged.
-   */
-  async #settleAck(run: PartitionRun, m: JsMsg): Promise<boolean> {
-    const seq = m.seq;
-    let lastErr: unknown;
-    if (run.lost) {
-      this.#log.info({ partition: run.partition, seq }, 'lease lost while the message was handled: not acknowledged, the next owner answers it');
-      return false;
-    }
-    // (JsMsg does not type the reply subject its implementation carries: the ack subject.)
-    const ackSubject = (m as unknown as { reply?: unknown }).reply;
-    try {
-      // The ack and the server's confirmation of it as one request, as `JsMsg.ackAck` does, but through the
-      // connection's `request`: on a transport's `jetstreamConnection` its multiplexer, which makes no Error
-      // per answer (src/transport/request-mux.ts).
-      if (typeof ackSubject === 'string') await this.#nc.request(ackSubject, JS_ACK, { timeout: ACK_CONFIRM_MS });
-      else await m.ackAck({ timeout: ACK_CONFIRM_MS });
-      return true;
-    } catch (err) {
-      lastErr = err;
-    }
-    // The same ack again, on the subject of this delivery, only while this run's consumer is the
-    // partition's (a successor's consumer of the same name must not take an ack meant for this one).
-    for (let attempt = 2; typeof ackSubject === 'string' && attempt <= ACK_ATTEMPTS && run.active && !this.#nc.isClosed(); attempt++) {
-      await new Promise((r) => setTimeout(r, 500 * (attempt - 1)));
-      if (!run.active) break;
-      try {
-        await this.#nc.request(ackSubject, JS_ACK, { timeout: ACK_CONFIRM_MS });
-        return true;
-      } catch (err) {
-        lastErr = err;
-      }
-    }
-    // Gone from the stream means acknowledged by this node's ack only while this run consumes the partition:
-    // after it lost the partition, the next owner may have acked it (and published its answer).
-    if (!run.active) {
-      this.#log.info({ partition: run.partition, seq, err: errText(lastErr) }, 'ack not confirmed and the partition moved on: the message may come again');
-      return false;
-    }
-    try {
-      const stored = await this.#jsm!.streams.getMessage(INGRESS_STREAM, { seq });
-      const gone = stored === null;
-      this.#log.info({ partition: run.partition, seq, err: errText(lastErr), acked: gone }, gone ? 'ack not confirmed, but the stream no longer holds the message' : 'ack not confirmed and the stream still holds the message: it may come again');
-      return gone;
-    } catch (err) {
-      this.#log.info({ partition: run.partition, seq, err: errText(lastErr), check: errText(err) }, 'ack not confirmed and the stream could not be asked: the message may come again');
-      return false;
     }
   }
 
@@ -1043,7 +550,7 @@ export class JetStreamIngress {
         this.#log.error({ err: errText(err) }, 'onRefused failed');
       }
     }
-    void this.#deadLetter(m, refused.error, m.info.deliveryCount).then((stored) => {
+    void deadLetter(m, refused.error, m.info.deliveryCount, this.#deadLetterContext()).then((stored) => {
       if (stored) {
         this.#refusedTold.delete(m.seq);
         m.term();
@@ -1052,32 +559,6 @@ export class JetStreamIngress {
       this.#count(this.#refusedTold, m.seq, 1);
       m.nak(this.#retryMax);
     });
-  }
-
-  /**
-   * Copies a message to the dead-letter stream with its error; never throws. Whether the stream stored it:
-   * when not, the caller sends the message back for `#retryMax` (as the line logged here says) rather than
-   * terminate it. The copy's de-duplication id is its inbound sequence: a copy stored after all by a
-   * publish that timed out is not stored twice when the message is dead-lettered again.
-   */
-  async #deadLetter(m: JsMsg, error: TroupeError, attempts: number): Promise<boolean> {
-    const parsed = parseThreadIn(m.subject);
-    const h = jsHeaders();
-    for (const [k, v] of Object.entries(jsHeadersOf(m))) h.set(k, v);
-    h.set(DEAD_LETTER_HEADERS.code, error.code);
-    h.set(DEAD_LETTER_HEADERS.message, error.message.replace(/[\r\n]+/g, ' ').slice(0, 1000));
-    h.set(DEAD_LETTER_HEADERS.subject, m.subject.slice(0, 1000));
-    h.set(DEAD_LETTER_HEADERS.seq, String(m.seq));
-    h.set(DEAD_LETTER_HEADERS.attempts, String(attempts));
-    // Not the message's own id (a client may send that id again later, another message to keep).
-    h.set(HEADERS.msgId, `dlq/${m.seq}`);
-    try {
-      await this.#js!.publish(subjects.deadLetter(this.tenant, 'problem' in parsed ? '_invalid' : parsed.threadId), m.data, { headers: h, timeout: 5_000 });
-      return true;
-    } catch (err) {
-      this.#log.error({ seq: m.seq, err: errText(err), retryInMs: this.#retryMax }, 'the message stays in the inbound stream and comes back');
-      return false;
-    }
   }
 
   async #onHandlerError(run: PartitionRun, m: JsMsg, msg: IngressMessage, err: unknown): Promise<void> {
@@ -1103,7 +584,7 @@ export class JetStreamIngress {
     if (msg.deliveryCount >= this.#maxDeliver) {
       const error = TroupeError.from(err, 'WORKFLOW_ERROR');
       this.#log.error({ ...fields, err: error.message }, `handler failed ${msg.deliveryCount} times; moving the message to ${DEAD_LETTER_STREAM}`);
-      if (!(await this.#deadLetter(m, error, msg.deliveryCount))) {
+      if (!(await deadLetter(m, error, msg.deliveryCount, this.#deadLetterContext()))) {
         // Not terminated without its copy: it stays in the work queue, comes back, and when it fails
         // again is dead-lettered again.
         this.#retryLater(run, m, msg, this.#retryMax);
@@ -1135,72 +616,3 @@ export class JetStreamIngress {
   }
 }
 
-
-/**
- * Why a partition's consumer, as the server describes it in `info`, may not be consumed again as it is
- * instead of made afresh, given `mine`, what this node kept of the one it made last (`#made`). Kept when it
- * is that one, unchanged (same config, whose description names this node and the make; another node taking
- * the partition deletes it and makes its own, so this one was consumed by this node only), this node's
- * last run of it stopped cleanly, and nothing is left in it: no message delivered and not
- * acknowledged (which it would give again only after ack_wait, behind newer ones), no pull waiting (one of
- * the stopped run's, which could take a message to an inbox nobody reads). Then it starts at the oldest
- * message not acknowledged, as a fresh one would. This is what a node that fenced itself off its leases
- * during an election of the lease bucket finds on taking them back: making every partition's consumer
- * again then asked the cluster's meta leader, itself recovering, for two operations per partition.
- */
-function notIdleOwn(mine: string | null, info: ConsumerInfo): string | undefined {
-  if (mine === null) return 'its last run here did not stop cleanly';
-  if (mine !== madeMark(info)) return 'not the consumer this node made, or changed since';
-  if (info.num_ack_pending > 0) return 'messages delivered and not acknowledged';
-  if (info.num_waiting > 0) return 'pulls waiting';
-  return undefined;
-}
-
-/** A consumer this node made is stored, but its replicas have not started it: asked again (`#freshConsumer`). */
-class ConsumerNotStarted extends Error {}
-
-/** A consumer nothing was delivered from (so nothing is pending) and no pull waits at. */
-function untouched(info: ConsumerInfo): boolean {
-  return info.delivered.consumer_seq === 0 && info.num_waiting === 0;
-}
-
-/** How a partition's consumption began: its consumer kept or made, and why one this node had made was not kept. */
-interface ConsumerHow {
-  consumer: 'kept' | 'made';
-  madeBecause?: string;
-}
-
-/**
- * What tells one consumer of a partition from another, and one changed since it was made: its config,
- * whose description names the node that made it and that node's count of makes. (Not its `created`: a
- * cluster answers the make with a time other than the one its info gives afterwards.)
- */
-function madeMark(info: ConsumerInfo): string {
-  return JSON.stringify(info.config);
-}
-
-/** The floor a partition consumer carries over from the one it replaced (see `#freshConsumer`). */
-function carriedFloor(description: string | undefined): number {
-  if (!description?.startsWith(ACKED_THROUGH)) return 0;
-  const n = Number(/^\d{1,16}/.exec(description.slice(ACKED_THROUGH.length))?.[0]);
-  return Number.isSafeInteger(n) && n > 0 ? n : 0;
-}
-
-export function msToNanos(ms: number): number {
-  return ms * 1_000_000;
-}
-
-function errText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** Resolves true when `p` settled within `ms`, false otherwise. */
-async function withTimeout(p: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<false>((res) => (timer = setTimeout(() => res(false), ms)));
-  try {
-    return await Promise.race([p.then(() => true as const, () => true as const), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
