@@ -101,7 +101,8 @@ export function tally(runs: ChaosRun[]) {
 
 function runOnce(out: string, n: number, keepLogs: boolean): Promise<string> {
   return new Promise((resolve) => {
-    const env = { ...process.env, ...(keepLogs ? { CLUSTER_CHAOS_LOG_LEVEL: process.env.CLUSTER_CHAOS_LOG_LEVEL ?? 'debug', CLUSTER_CHAOS_KEEP_LOGS: '1' } : {}) };
+    // 20 node kills per run (the suite's default is fewer, to keep CI short).
+    const env = { ...process.env, CLUSTER_CHAOS_KILLS: process.env.CLUSTER_CHAOS_KILLS ?? '20', ...(keepLogs ? { CLUSTER_CHAOS_LOG_LEVEL: process.env.CLUSTER_CHAOS_LOG_LEVEL ?? 'debug', CLUSTER_CHAOS_KEEP_LOGS: '1' } : {}) };
     const child = spawn('npx', ['vitest', 'run', 'test/cluster.chaos.nats.test.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (d: Buffer) => void (output += d.toString()));

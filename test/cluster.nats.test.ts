@@ -527,10 +527,12 @@ describe('a cluster that has lost its JetStream quorum', () => {
       );
       expect(failed).toBeInstanceOf(TroupeError);
       expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "placement_probe" .*no suitable peers.*needs N JetStream servers that know each other/);
-      const opening = KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 60_000 });
+      const { lines, log } = capturingLogger('warn');
+      const opening = KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 60_000, logger: log });
       let settled = false;
       void opening.then(() => (settled = true), () => (settled = true));
-      await sleep(2_000);
+      // It keeps asking (two rounds said so in its log) and has not settled: it waits for the third server.
+      await waitUntil(() => lines.filter((l) => /^JetStream did not answer while .*; asking again/.test(l.msg)).length >= 2 || undefined, 'two rounds of asking while the bucket cannot be placed', 30_000);
       expect(settled).toBe(false);
       await young.servers[2]!.restart();
       // A fresh 2.10 cluster may leave the server that joined late out of its meta group, which then
@@ -602,13 +604,15 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       transport: await transport(`${threadId}-echo`, 'echo'),
       agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
     }).start();
+    /** A thread host and its log lines (debug: each round of asking whether an answer went out). */
     const host = async (nodeId: string) => {
       const t = await transport(nodeId);
+      const { lines, log } = capturingLogger('debug');
       const answered = await new JetStreamAnsweredLog({ nc: t.connection, tenant: 'demo', replicas: 3 }).start();
       const registry = await new Registry(t, 'demo').start();
-      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered }).start();
+      const threads = new ThreadHost({ transport: t, registry, tenant: 'demo', nodeId, store, config: { entryAgent: 'echo' }, answered, logger: log }).start();
       await registry.waitFor(['echo']);
-      return { threads, answered, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
+      return { threads, answered, lines, t, stop: async () => (await threads.stop(), await registry.stop(), await t.close()) };
     };
     const finals: string[] = [];
     const watcher = await transport(`${threadId}-watch`);
@@ -617,11 +621,28 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       if (e.kind === 'status-update' && e.final) finals.push(String(e.status.message?.metadata?.[META.inReplyTo]));
     });
     await watcher.flush();
-    return { threadId, agentHost, host, finals };
+    /**
+     * A later marker for `finals`: a round trip on each host's connection, then on the watcher's (all on one
+     * server), so whatever those hosts published before now has reached the watcher.
+     */
+    const settledFinals = async (...hosts: Array<{ t: NatsTransport }>) => {
+      for (const h of hosts) await h.t.flush();
+      await watcher.flush();
+      return finals;
+    };
+    return { threadId, agentHost, host, finals, settledFinals };
   };
+  /**
+   * Resolves once the host logged a round of asking whether a redelivered message was answered that ended
+   * undecided (it asks again); a timeout says what the host logged last.
+   */
+  const undecidedRound = (h: { lines: Array<{ msg: string }> }, what: string, orSettled: () => boolean = () => false) =>
+    waitUntil(() => h.lines.some((l) => l.msg.startsWith('cannot tell yet whether a redelivered message was answered')) || orSettled() || undefined, what, 90_000).catch((err: Error) => {
+      throw new Error(`${err.message}; the host's last lines: ${JSON.stringify(h.lines.slice(-8))}`);
+    });
 
   it('the next owner keeps asking until the stream answers, finds the marker and does not publish again', async () => {
-    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-1');
+    const { threadId, agentHost, host, finals, settledFinals } = await markerScene('unreadable-marker-1');
     const [, down1, down2] = cluster.servers;
     try {
       const a = await host('node-unreadable-a');
@@ -641,18 +662,18 @@ describe('a redelivered latest message while the marker stream cannot be read', 
         return { notPublished: values.filter((v) => v.labels.decision !== 'published').reduce((n, v) => n + v.value, 0), published: values.find((v) => v.labels.decision === 'published')?.value ?? 0 };
       };
       const before = await decisions();
-      const again = b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
-      // Past one round of asking (the stream's lookup deadline, 3 questions to the dead node): before the
-      // node waited while nobody could tell, it published here.
-      await sleep(12_000);
-      expect(finals).toEqual(['m1']);
+      let settled = false;
+      const again = b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' }).finally(() => (settled = true));
+      // Past one round of asking (the stream's lookup deadline, 3 questions to the dead node), which ends
+      // undecided (before the node waited while nobody could tell, it published here), or settled already.
+      await undecidedRound(b, 'a round of asking that ends undecided, or a decision', () => settled);
+      expect(await settledFinals(b)).toEqual(['m1']);
       await Promise.all([down1!.restart(), down2!.restart()]);
       expect(await again).toEqual({ duplicate: true });
       const after = await decisions();
       expect(after.notPublished - before.notPublished).toBe(1);
       expect(after.published).toBe(before.published);
-      await sleep(1_000);
-      expect(finals).toEqual(['m1']);
+      expect(await settledFinals(b)).toEqual(['m1']);
       await b.stop();
     } finally {
       await agentHost.stop();
@@ -662,7 +683,7 @@ describe('a redelivered latest message while the marker stream cannot be read', 
   }, 120_000);
 
   it('the committer deciding on its own redelivery, asked meanwhile by the next owner: after saying "not published" it does not publish', async () => {
-    const { threadId, agentHost, host, finals } = await markerScene('unreadable-marker-2');
+    const { threadId, agentHost, host, finals, settledFinals } = await markerScene('unreadable-marker-2');
     const [, down1, down2] = cluster.servers;
     try {
       const a = await host('node-deciding-a');
@@ -674,14 +695,14 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       // committed, so it asks nobody and waits for the stream) and to node b, the partition's next owner.
       await Promise.all([down1!.kill(), down2!.kill()]);
       const own = a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
-      await sleep(500);
+      // Node a waits for the stream (a round of it ended undecided) before node b asks it.
+      await undecidedRound(a, "node a's own redelivery waiting for the stream");
       // Node b asks node a, which says it did not publish: node b publishes it.
       await b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
       await waitUntil(() => finals.length >= 1 || undefined, "node b's answer");
       // Node a's wait for the stream runs out (30 s): having said "not published", it must not publish.
       expect(await own).toEqual({ duplicate: true });
-      await sleep(500);
-      expect(finals).toEqual(['m1']);
+      expect(await settledFinals(a, b)).toEqual(['m1']);
       await Promise.all([a.stop(), b.stop()]);
     } finally {
       await agentHost.stop();

@@ -123,7 +123,11 @@ describe('durable threads across node crashes and NATS restarts', () => {
     expect(result.text).toBe('echo: slow:1500 crash me');
     const takeoverMs = Date.now() - killedAt;
     console.log(`kill -9 mid-turn: answered ${takeoverMs} ms after the kill (lease ttl ${LEASE_TTL_MS} ms)`);
-    await sleep(1_000);
+    // A later message on the thread, answered by the survivor: a second answer to the first, from the only
+    // node left, would have gone out before it (one publisher, one subscriber: in order).
+    const later = userMessage('after the crash');
+    expect((await client.send(later, { threadId, timeoutMs: 30_000 })).text).toBe('echo: after the crash');
+    await waitUntil(() => finalsFor(events, later.messageId).length > 0 || undefined, 'the later answer on out');
     expect(finalsFor(events, message.messageId)).toHaveLength(1);
     // The surviving node re-ran the call with the same idempotency key: the agent did the work once.
     expect(executions.get(message.messageId)).toBe(1);
@@ -306,7 +310,19 @@ describe('an active handoff survives a node crash', () => {
       return nodeInfo && !actors.some((a) => a.id === threadId || a.id === `${threadId}/handoff`) ? true : undefined;
     };
     await waitUntil(dormantNow, 'the thread in a handoff to become dormant', 10_000);
-    await sleep(1_700);
+    // Past --idle, shown by a thread at rest since later: a plain one, dropped from memory after --idle
+    // (passivated, and no longer dormant). The thread in the handoff is still dormant (inspect says so below).
+    const nodeDetail = async () => (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'node')?.detail ?? {};
+    const passivatedBefore = Number((await nodeDetail())['passivatedThreads'] ?? 0);
+    expect((await client.send('hello', { threadId: 'idle-marker-1', timeoutMs: 15_000 })).text).toBe('main: hello');
+    await waitUntil(
+      async () => {
+        const d = await nodeDetail();
+        return Number(d['passivatedThreads'] ?? 0) > passivatedBefore && Number(d['dormantThreads'] ?? 0) === 1 && Number(d['liveThreads'] ?? 0) === 0 ? true : undefined;
+      },
+      'a thread at rest since later dropped after --idle',
+      20_000,
+    );
     if (Date.now() < deadline - 300) expect(await dormantNow()).toBe(true);
     const shown = await runTroupe(['inspect', threadId, '--nats', suite.nats.url], suite.nats.env);
     expect(shown.stdout).toContain(`(dormant: at rest, its actor stopped and its record kept; its next message wakes it, or its handoff's deadline at ${new Date(deadline).toISOString()})`);

@@ -12,6 +12,7 @@ import { defineAgent, reply, type AgentDefinition, type AgentHandler } from '../
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage, type SendResult } from '../src/sdk/client.js';
 import { TroupeNode } from '../src/actors/node.js';
+import { handoffDeadlineOf } from '../src/actors/threads/record.js';
 import type { TeamDefinition } from '../src/team/team.js';
 import { handoffTeam } from '../src/bin/demo/handoff-team.js';
 import qaTeam, { billing, travel, weather } from '../src/bin/demo/qa-team.js';
@@ -322,13 +323,16 @@ describe('handoff deadline over NATS (handoffMaxDurationMs: 500)', () => {
     const threadId = newThreadId('slow');
     const watch = await ThreadWatch.open(client, threadId);
     try {
-      const started = Date.now();
       const first = await client.send('slow please', { threadId, timeoutMs: TURN_MS });
       expect(first.text).toBe('sloth: accepted, thinking…');
       expect(first.route.map((s) => `${s.from}>${s.to}`)).toEqual(['user>main', 'main>sloth']);
+      const stored = await mesh.node.threads.store.get(TENANT, threadId);
+      const deadline = stored ? handoffDeadlineOf(stored.record) : undefined;
+      expect(deadline).toEqual(expect.any(Number));
 
       const resumed = await watch.final('welcome back (failed)', 3_000);
-      expect(Date.now() - started).toBeGreaterThanOrEqual(450);
+      // Resumed by the deadline: stamped no earlier than the one the handoff stored.
+      expect(Date.parse(resumed.status.timestamp ?? '')).toBeGreaterThanOrEqual(deadline!);
       const text = textOfMessage(resumed.status.message);
       expect(text).toContain('AGENT_TIMEOUT');
       expect(text).toContain('did not finish within 500 ms');

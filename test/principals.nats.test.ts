@@ -1,0 +1,87 @@
+/**
+ * Another principal's thread looks like a missing one, at the NATS level: two client principals of one
+ * tenant (users `client` and `cli`, each confined by nats-server to its own `in.P.*`, `out.P.>`, `req.P.*`),
+ * one node (`troupe up`, durable, as shipped). The second principal asking for the first one's thread — its task, a cancel, its events on
+ * `out` — gets byte for byte what it gets for a thread that never existed (the thread id aside).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentHost } from '../src/actors/agent-host.js';
+import { defineAgent, reply } from '../src/sdk/agent.js';
+import { TroupeClient } from '../src/sdk/client.js';
+import { encodeJson } from '../src/protocol/index.js';
+import { NatsTransport } from '../src/transport/nats.js';
+import { subjects } from '../src/transport/subjects.js';
+import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { ProcessGroup } from './helpers/processes.js';
+
+const TENANT = 'demo';
+const dec = new TextDecoder();
+
+describe("another principal's thread, over NATS", () => {
+  let nats: NatsServerHandle;
+  const transports: NatsTransport[] = [];
+  const procs = new ProcessGroup();
+  let agent: AgentHost;
+  let alice: TroupeClient;
+  let bobT: NatsTransport;
+
+  const connect = async (user: string, name: string) => {
+    const t = await NatsTransport.connect({ ...nats.as(user), name });
+    transports.push(t);
+    return t;
+  };
+
+  beforeAll(async () => {
+    nats = await startNatsServer();
+    // test/fixtures/durable-team.ts: entry agent slowecho, run here.
+    const echo = defineAgent({ card: { id: 'slowecho', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    agent = await new AgentHost({ transport: await connect('slowecho', 'principals-echo'), agent: echo, tenant: TENANT }).start();
+    await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--log-level', 'warn'], nats.env, { name: 'node' });
+    alice = new TroupeClient(await connect('client', 'principals-alice'), { tenant: TENANT, principal: 'client' });
+    bobT = await connect('cli', 'principals-bob');
+  });
+
+  afterAll(async () => {
+    await procs.stopAll();
+    await agent?.stop();
+    await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
+    await nats?.stop();
+  });
+
+  /** Bob's raw request about thread `threadId` (`task` or `cancel`), the reply's bytes with the id replaced. */
+  const bobAsks = async (verb: 'task' | 'cancel', threadId: string): Promise<string> => {
+    const reply = await bobT.request(subjects.clientRequest(TENANT, 'cli', verb), encodeJson({ threadId }), { timeoutMs: 10_000 });
+    return dec.decode(reply.data).replaceAll(threadId, '<thread>');
+  };
+
+  it("task and cancel of alice's thread answer bob as for a thread that never existed; its events never reach him", async () => {
+    const threadId = 'alice-thread-1';
+    const missing = 'never-existed-1';
+    // Bob listens on his own `out` for the thread id, as for any thread of his.
+    const bobSees: string[] = [];
+    bobT.subscribe(subjects.threadOut(TENANT, 'cli', threadId), (m) => void bobSees.push(dec.decode(m.data)));
+    await bobT.flush();
+
+    const first = await alice.send('hello', { threadId, timeoutMs: 15_000 });
+    expect(first.text).toBe('echo: hello');
+
+    const foreignTask = await bobAsks('task', threadId);
+    const missingTask = await bobAsks('task', missing);
+    expect(foreignTask).toBe(missingTask);
+    expect(JSON.parse(foreignTask)).toMatchObject({ kind: 'error' });
+
+    const foreignCancel = await bobAsks('cancel', threadId);
+    const missingCancel = await bobAsks('cancel', missing);
+    expect(foreignCancel).toBe(missingCancel);
+    expect(JSON.parse(foreignCancel)).toMatchObject({ kind: 'error' });
+
+    // Alice's thread is untouched by bob's cancel, and goes on.
+    expect((await alice.task(threadId)).status.state).toBe('input-required');
+    const second = await alice.send('again', { threadId, timeoutMs: 15_000 });
+    expect(second.text).toBe('echo: again');
+    // The node's reply to bob comes on his connection after anything it published to bob before it (one
+    // publisher, one subscriber: in order): nothing of alice's two turns was.
+    await bobAsks('task', missing);
+    expect(bobSees).toEqual([]);
+  });
+});
