@@ -109,6 +109,14 @@ function remember(set: Set<string>, key: string): void {
   if (set.size > PUBLISHED_ANSWERS_KEPT) set.delete(set.values().next().value as string);
 }
 /** A stream copy of a message: when it was stored and its Nats-Msg-Id. */
+/** What a thread is created from when a message starts it: its owner and context, and the task it continues. */
+interface ThreadCreation {
+  owner: string;
+  contextId?: string | undefined;
+  /** An ended task of the same owner and context whose conversation the new thread starts with. */
+  continues?: string;
+}
+
 export interface StoredCopy {
   at: number;
   id: string;
@@ -394,7 +402,9 @@ export class ThreadHost {
     opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean; resend?: boolean; stored?: StoredCopy } = {},
   ): Promise<{ duplicate: boolean; publish?: AfterAck }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
-    const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId } });
+    // A new task of a context whose last task ended names that task (the gateway does): it continues its conversation.
+    const continues = message.referenceTaskIds?.at(-1);
+    const live = await this.obtain(threadId, { create: { owner, contextId: message.contextId, ...(continues ? { continues } : {}) } });
     const snap = live.actor.getSnapshot();
     this.checkOwner(snap.context.owner, owner, threadId);
     const key = answerKey(threadId, message.messageId);
@@ -830,7 +840,7 @@ export class ThreadHost {
     if (actual !== claimed) throw this.notFound(threadId);
   }
 
-  private async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
+  private async obtain(threadId: string, opts: { create?: ThreadCreation } = {}): Promise<LiveThread> {
     if (this.erasing.size > 0 && this.erasing.has(threadId)) {
       await this.erasing.get(threadId)!.catch(() => undefined);
       return this.obtain(threadId, opts);
@@ -850,11 +860,24 @@ export class ThreadHost {
     return pending;
   }
 
-  private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
+  /**
+   * The history a new thread starts with when its first message references an ended task (`continues`) of
+   * the same owner and context: that task's conversation, newest `historyLimit` messages. Anything else
+   * (another owner's task, another context, none stored) starts empty.
+   */
+  private async historyToContinue(create: ThreadCreation): Promise<Message[] | undefined> {
+    if (!create.continues || !isValidId('thread', create.continues)) return undefined;
+    const prior = await this.store.get(this.tenant, create.continues).catch(() => undefined);
+    if (!prior || ownerOfRecord(prior.record) !== create.owner || prior.record.task.contextId !== create.contextId) return undefined;
+    return (prior.record.task.history ?? []).slice(-this.config.historyLimit);
+  }
+
+  private async load(threadId: string, create: ThreadCreation | undefined): Promise<LiveThread> {
     const kept = this.forgetDormant(threadId);
     const woken = kept ? { ...wakeFromDormant(kept, this.givens), revision: kept.revision } : undefined;
     const stored = woken ?? (await this.store.get(this.tenant, threadId));
     if (!stored && !create) throw this.notFound(threadId);
+    const history = !stored && create?.continues ? await this.historyToContinue(create) : undefined;
     const live: LiveThread = {
       threadId,
       actor: undefined as unknown as ThreadActor,
@@ -898,6 +921,7 @@ export class ThreadHost {
             config: this.config,
             agents: this.registry.directory(),
             now: this.now(),
+            ...(history?.length ? { history } : {}),
           },
         });
     live.actor.on('troupe.thread.status', (event) => {
