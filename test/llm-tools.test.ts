@@ -37,7 +37,7 @@ writeFileSync(TS, 'export function greet(args: { name: string }) { return `hello
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const peer = (id: string): SimplifiedAgentCard => ({ id, name: id, description: `the ${id}`, capabilities: {}, supportsClientRouting: true });
+const peer = (id: string): SimplifiedAgentCard => ({ id, name: id, description: `the ${id}`, capabilities: [], supportsClientRouting: true });
 const signal = () => new AbortController().signal;
 
 describe('python function tools', () => {

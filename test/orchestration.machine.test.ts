@@ -311,9 +311,9 @@ describe('orchestration machine: behaviour', () => {
       skipped: [],
       // Each call ran from T0 to the tick at T0 + 1234 (the machine's clock moves only with events).
       results: [
-        { agentId: 'researcher', success: true, latencyMs: 1_234 },
-        { agentId: 'writer', success: false, latencyMs: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' } },
-        { agentId: 'critic', success: true, latencyMs: 1_234 },
+        { agentId: 'researcher', success: true, content: 'The research says yes.', latencyMs: 1_234, executionTimeMs: 1_234 },
+        { agentId: 'writer', success: false, content: '', latencyMs: 1_234, executionTimeMs: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' }, errorMessage: 'the writer crashed' },
+        { agentId: 'critic', success: true, content: 'Looks fine.', latencyMs: 1_234, executionTimeMs: 1_234 },
       ],
       latencyMs: { researcher: 1_234, writer: 1_234, critic: 1_234 },
     });
@@ -334,8 +334,8 @@ describe('orchestration machine: behaviour', () => {
     openB();
     const out = await toPromise(actor);
     expect(out.metadata.results).toEqual([
-      { agentId: 'a', success: true, latencyMs: 100 },
-      { agentId: 'b', success: true, latencyMs: 250 },
+      { agentId: 'a', success: true, content: 'a', latencyMs: 100, executionTimeMs: 100 },
+      { agentId: 'b', success: true, content: 'b', latencyMs: 250, executionTimeMs: 250 },
     ]);
     expect(out.metadata.latencyMs).toEqual({ a: 100, b: 250 });
     expect(out.metadata.executionTimeMs).toBe(350);

@@ -2,7 +2,7 @@
  * Seed 000's task lifecycle (`submitted → working → completed`; `input-required` only when the agent asks)
  * for a team with `taskEnd: answer`, through the A2A gateway with the SDK's own client: an answer completes
  * the task, a question keeps it open and the reply continues it, and the next message of the context is a
- * new task of the same context that names the one before. Seed 003's request payload, verbatim, at the
+ * new task of the same context that names the one before and continues its conversation. Seed 003's request payload, verbatim, at the
  * orchestrator path gets `task_state: "completed"`. A team without the setting keeps the conversation open.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -17,7 +17,7 @@ import { silentLogger } from '../src/observability/logger.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { META } from '../src/protocol/index.js';
 import { loadTeamConfig, threadConfigOf } from '../src/config/team.js';
-import { collect, send, userText, v1Client } from './helpers/a2a.js';
+import { collect, send, textOf, userText, v1Client } from './helpers/a2a.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
 
@@ -48,6 +48,9 @@ const home = defineAgent({
   card: { id: 'home', name: 'Home', description: 'Lights and music' },
   handle: (_m, ctx) => {
     if (ctx.text === 'Turn on the lights') return reply('Which room?', { to: 'user', metadata: { [META.inputRequired]: true } });
+    // "And the hall" means the lights only to an agent that sees the conversation before it.
+    const earlier = (ctx.history ?? []).filter((m) => m.role === 'user').map((m) => m.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''));
+    if (ctx.text === 'And the hall') return reply(earlier.includes('Turn on the lights') ? 'Hall lights on too.' : 'The hall what?', { to: 'user' });
     return reply(`Done: ${ctx.text}`, { to: 'user' });
   },
 });
@@ -104,8 +107,27 @@ describe('taskEnd: answer (seed 000)', () => {
     expect(next.id).not.toBe(asked.id);
     expect(next.contextId).toBe(contextId);
     expect(next.status?.state).toBe(TaskState.TASK_STATE_COMPLETED);
-    const first = next.history.find((m) => m.messageId && m.role === 1);
-    expect(first?.referenceTaskIds).toContain(asked.id);
+    // The new task continues the conversation of the one before: the agent saw it.
+    expect(textOf(next.status?.message?.parts)).toBe('Hall lights on too.');
+    const sent = next.history.find((m) => m.role === 1 && textOf(m.parts) === 'And the hall');
+    expect(sent?.referenceTaskIds).toContain(asked.id);
+    // Its history starts with the earlier task's conversation, those messages still naming their task.
+    expect(next.history.filter((m) => m.taskId === asked.id).map((m) => textOf(m.parts))).toEqual(['Turn on the lights', 'Which room?', 'The kitchen', 'Done: The kitchen']);
+  });
+
+  it("does not continue another user's task, whatever a message references", async () => {
+    const contextId = `ctx-${crypto.randomUUID()}`;
+    const message = (text: string, referenceTaskIds?: string[]) => ({
+      kind: 'message' as const,
+      role: 'user' as const,
+      messageId: crypto.randomUUID(),
+      contextId,
+      parts: [{ kind: 'text' as const, text }],
+      ...(referenceTaskIds ? { referenceTaskIds } : {}),
+    });
+    const alices = await answering.client.send(message('Turn on the lights'), { user: 'alice', timeoutMs: 10_000 });
+    const bobs = await answering.client.send(message('And the hall', [alices.threadId]), { user: 'bob', timeoutMs: 10_000 });
+    expect(bobs.text).toBe('The hall what?');
   });
 
   it('answers the seed 003 request, verbatim, at the orchestrator path with task_state "completed"', async () => {

@@ -115,6 +115,11 @@ describe('seed 003: POST /a2a/<orchestrator-id>', () => {
     expect(result.metadata.agents_used).toEqual(['light-agent', 'music-agent']);
     expect(Number.isInteger(result.metadata.execution_time_ms)).toBe(true);
     expect(['fresh', 'resumed', 'completed']).toContain(result.metadata.task_state);
+    // Each fan-out agent's AgentResponse (seed 003: agentId, content, success, executionTimeMs).
+    expect(result.metadata.results).toEqual([
+      { agentId: 'light-agent', success: true, content: "I've turned on the kitchen lights.", latencyMs: expect.any(Number), executionTimeMs: expect.any(Number) },
+      { agentId: 'music-agent', success: true, content: 'Started playing jazz music.', latencyMs: expect.any(Number), executionTimeMs: expect.any(Number) },
+    ]);
     // The camelCase keys stay next to them.
     expect(result.metadata.agentsUsed).toEqual(result.metadata.agents_used);
     expect(result.metadata.executionTimeMs).toBe(result.metadata.execution_time_ms);

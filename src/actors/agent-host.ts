@@ -18,6 +18,7 @@ import {
   RoutingRequestSchema,
   TroupeError,
   decode,
+  declaringRouting,
   describeZodError,
   encodeJson,
   messageText,
@@ -527,15 +528,16 @@ export class AgentHost {
       };
       const routing = Object.keys(slot).length ? { [CLIENT_ROUTING_URI]: slot } : {};
       const metadata = { ...result.metadata, ...routing, ...(result.delegate ? { [META.delegate]: result.delegate } : {}) };
-      return {
+      // A reply that uses the client-routing extension declares it (`extensions: [URI]`, seed 001).
+      return declaringRouting({
         kind: 'message',
         role: 'agent',
         ...base,
         parts: [{ kind: 'text', text: result.text }, ...(result.data ? [{ kind: 'data' as const, data: result.data }] : [])],
         ...(Object.keys(metadata).length ? { metadata } : {}),
-      };
+      });
     }
-    if (result.kind === 'message') return { ...base, ...result, role: 'agent' };
+    if (result.kind === 'message') return declaringRouting({ ...base, ...result, role: 'agent' });
     return result;
   }
 }

@@ -7,7 +7,18 @@
  */
 import type { AgentCard, AgentSkill as SdkSkill } from '@a2a-js/sdk';
 import { duplicateInterfacesForLegacy } from '@a2a-js/sdk/compat/v0_3';
-import type { AgentCardInput, AgentExtension, AgentSkill } from '../protocol/index.js';
+import { CLIENT_ROUTING_URI, type AgentCardInput, type AgentExtension, type AgentSkill } from '../protocol/index.js';
+
+/**
+ * The client-routing extension (seed 001) as the gateway takes part in it: a client may address an agent
+ * of the mesh with `metadata[URI] = { recipient: "<agent id>" }`, and the agents' answers carry their
+ * routing metadata and `extensions: [URI]`. Optional: a client that ignores it is routed by the mesh.
+ */
+const CLIENT_ROUTING_EXTENSION: AgentExtension = {
+  uri: CLIENT_ROUTING_URI,
+  description: 'Client agent routing (ranch): address an agent with message.metadata[uri].recipient; answers carry the agent\'s routing decision',
+  required: false,
+};
 
 export interface GatewayCardOptions {
   name?: string;
@@ -54,7 +65,7 @@ export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, auth: C
       streaming: true,
       pushNotifications: true,
       extendedAgentCard: false,
-      extensions: (opts.extensions ?? []).map((e) => ({ uri: e.uri, description: e.description ?? '', required: e.required ?? false, params: e.params })),
+      extensions: [CLIENT_ROUTING_EXTENSION, ...(opts.extensions ?? []).filter((e) => e.uri !== CLIENT_ROUTING_URI)].map((e) => ({ uri: e.uri, description: e.description ?? '', required: e.required ?? false, params: e.params })),
     },
     securitySchemes: auth
       ? { bearer: { scheme: { $case: 'httpAuthSecurityScheme', value: { description: auth.description, scheme: 'bearer', bearerFormat: auth.jwt ? 'JWT' : '' } } } }

@@ -101,14 +101,13 @@ export class TroupeRequestHandler implements A2ARequestHandler {
 
   async getTask(params: GetTaskRequest, context: ServerCallContext): Promise<SdkTask> {
     checkTaskId(params.id);
-    if (params.historyLength !== undefined && (!Number.isInteger(params.historyLength) || params.historyLength < 0)) {
-      throw invalidParams('historyLength must be a whole number of 0 or more');
-    }
+    checkHistoryLength(params.historyLength);
     return this.sdk.getTask(params, context);
   }
 
-  /** The caller's own tasks (MeshTaskStore.list over the node's owner-checked listing). */
-  listTasks(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
+  /** The caller's own tasks (MeshTaskStore.list over the node's owner-checked listing); historyLength as GetTask checks it. */
+  async listTasks(params: ListTasksRequest, context: ServerCallContext): Promise<ListTasksResponse> {
+    checkHistoryLength(params.historyLength);
     return this.sdk.listTasks(params, context);
   }
 
@@ -293,6 +292,13 @@ function checkTaskId(taskId: string | undefined): string {
   const problem = idProblem('thread', taskId);
   if (problem) throw invalidParams(`task id: ${problem.replace('thread id', 'the task id')}; use the id this gateway returned`);
   return taskId as string;
+}
+
+/** `historyLength`, where a request may give it: a whole number of 0 or more (-32602 otherwise). */
+function checkHistoryLength(historyLength: number | undefined): void {
+  if (historyLength !== undefined && (!Number.isInteger(historyLength) || historyLength < 0)) {
+    throw invalidParams('historyLength must be a whole number of 0 or more');
+  }
 }
 
 function checkConfigId(id: string | undefined): void {

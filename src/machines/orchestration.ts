@@ -77,14 +77,26 @@ export interface AgentCallRecord {
   finishedAt?: number;
 }
 
-/** One agent's part in a fan-out, in the aggregated metadata. */
+/**
+ * One agent's part in a fan-out, in the aggregated metadata: seed 003's AgentResponse (`agentId`, `content`,
+ * `success`, `errorMessage`, `executionTimeMs`) with Troupe's `latencyMs` and typed `error` beside them.
+ */
 export interface AgentCallSummary {
   agentId: string;
   success: boolean;
+  /** The agent's answer as text ('' when it gave none), at most AGENT_CONTENT_CHARS characters. */
+  content: string;
   /** How long its call took (retries included); 0 for a call that never started. */
   latencyMs: number;
+  /** The same, by seed 003's name. */
+  executionTimeMs: number;
   error?: { code: ErrorCode; message: string };
+  /** `error.message`, by seed 003's name. */
+  errorMessage?: string;
 }
+
+/** Longest `content` kept per agent in a fan-out's metadata (the whole answers are the message's parts). */
+export const AGENT_CONTENT_CHARS = 8_000;
 
 export interface OrchestrationMetadata {
   /** Agents that answered, in agent order. */
@@ -312,12 +324,17 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
   const original = context.message;
   const used = winnerOnly ? results.filter((r) => r.status !== 'failed') : results;
   const answers = used.flatMap((r) => (r.status === 'succeeded' && r.reply ? [{ agentId: r.agentId, text: messageText(r.reply) }] : []));
-  const summaries: AgentCallSummary[] = context.calls.map((c) => ({
-    agentId: c.agentId,
-    success: c.status === 'succeeded',
-    latencyMs: c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0,
-    ...(c.error ? { error: c.error } : {}),
-  }));
+  const summaries: AgentCallSummary[] = context.calls.map((c) => {
+    const latencyMs = c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0;
+    return {
+      agentId: c.agentId,
+      success: c.status === 'succeeded',
+      content: c.reply ? messageText(c.reply).slice(0, AGENT_CONTENT_CHARS) : '',
+      latencyMs,
+      executionTimeMs: latencyMs,
+      ...(c.error ? { error: c.error, errorMessage: c.error.message } : {}),
+    };
+  });
   const latency: Record<string, number> = Object.create(null) as Record<string, number>;
   for (const r of summaries) latency[r.agentId] = r.latencyMs;
   return {

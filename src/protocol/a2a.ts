@@ -142,7 +142,7 @@ export const AgentExtensionSchema = z.object({
 });
 export type AgentExtension = z.infer<typeof AgentExtensionSchema>;
 
-export const AgentCapabilitiesSchema = z.object({
+const AgentCapabilitiesObjectSchema = z.object({
   streaming: z.boolean().optional(),
   pushNotifications: z.boolean().optional(),
   stateTransitionHistory: z.boolean().optional(),
@@ -151,8 +151,25 @@ export const AgentCapabilitiesSchema = z.object({
   handoff: z.object({ canInitiate: z.boolean().optional(), canAccept: z.boolean().optional() }).optional(),
   /** Troupe addition: whether the agent may delegate to other agents, and to how many at once (absent: allowed, the team's limit). */
   orchestration: z.object({ canDelegate: z.boolean().optional(), maxParallel: z.int().min(1).max(100).optional() }).optional(),
+  /**
+   * Troupe addition: what the agent can do as the `ranch` runtime lists it (`["search", "summarize"]`,
+   * seed 001's SimplifiedAgentCard.capabilities); emitted to peers in the client-routing request.
+   */
+  names: z.array(z.string().max(200)).max(100).optional(),
 });
-export type AgentCapabilities = z.infer<typeof AgentCapabilitiesSchema>;
+
+/**
+ * An agent's capabilities: A2A's object, or ranch's list of strings (seed 001), read as that object — the
+ * names kept in `names`, a URI among them (ranch lists the client-routing URI there) as an extension.
+ */
+export const AgentCapabilitiesSchema = z.union([AgentCapabilitiesObjectSchema, z.array(z.string().max(2048)).max(100).transform(capabilitiesOfList)]);
+export type AgentCapabilities = z.infer<typeof AgentCapabilitiesObjectSchema>;
+
+function capabilitiesOfList(list: string[]): AgentCapabilities {
+  const uris = list.filter((name) => /^[a-z][a-z0-9+.-]*:\/\//i.test(name));
+  const names = list.filter((name) => !uris.includes(name));
+  return { ...(names.length ? { names } : {}), ...(uris.length ? { extensions: uris.map((uri) => ({ uri, required: false })) } : {}) };
+}
 
 export const AgentSkillSchema = z.object({
   id: z.string(),

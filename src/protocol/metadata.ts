@@ -86,7 +86,7 @@ export const RESULT_META = {
   executionTimeMs: 'executionTimeMs',
   /** Per agent: how long its call took ({ [agentId]: ms }). */
   latencyMs: 'latencyMs',
-  /** Per agent, in agent order: { agentId, success, latencyMs, error? }. */
+  /** Per agent, in agent order: { agentId, success, content, latencyMs, executionTimeMs, error?, errorMessage? } (seed 003's AgentResponse). */
   results: 'results',
   /** `completed` or `failed`. */
   taskState: 'taskState',

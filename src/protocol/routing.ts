@@ -4,7 +4,7 @@
  * Agent -> router: `reply.metadata[URI] = { recipient, reason? }` (plus Troupe's optional `handoff`).
  */
 import { z } from 'zod';
-import { AgentCapabilitiesSchema, type AgentCard, type Message } from './a2a.js';
+import { AgentCapabilitiesSchema, type AgentCapabilities, type AgentCard, type Message } from './a2a.js';
 import { TroupeError, describeZodError } from './errors.js';
 
 export const CLIENT_ROUTING_URI = 'https://ranch.woi.dev/extensions/client-routing/v1';
@@ -13,11 +13,15 @@ export const CLIENT_ROUTING_URI = 'https://ranch.woi.dev/extensions/client-routi
 export const USER = 'user';
 export const SENDER = 'sender';
 
+/**
+ * A peer as the client-routing request lists it (seed 001). `capabilities` is ranch's list of strings; an
+ * A2A capabilities object (what Troupe sent before) is read as that list too.
+ */
 export const SimplifiedAgentCardSchema = z.object({
   id: z.string(),
   name: z.string(),
   description: z.string(),
-  capabilities: AgentCapabilitiesSchema,
+  capabilities: z.preprocess((value) => (Array.isArray(value) ? value : capabilityNames(AgentCapabilitiesSchema.safeParse(value ?? {}).data ?? {})), z.array(z.string())),
   supportsClientRouting: z.boolean(),
 });
 export type SimplifiedAgentCard = z.infer<typeof SimplifiedAgentCardSchema>;
@@ -31,7 +35,11 @@ export type RoutingRequest = z.infer<typeof RoutingRequestSchema>;
 export const RoutingResponseSchema = z
   .object({
     recipient: z.string().min(1).optional(),
-    reason: z.string().optional(),
+    // ranch (Rust, serde) writes `null` for a reason it does not give.
+    reason: z
+      .string()
+      .nullish()
+      .transform((r) => r ?? undefined),
   })
   .passthrough();
 export type RoutingResponse = z.infer<typeof RoutingResponseSchema>;
@@ -41,13 +49,27 @@ export function supportsClientRouting(card: AgentCard): boolean {
 }
 
 export function simplifyCard(card: AgentCard): SimplifiedAgentCard {
+  const supports = supportsClientRouting(card);
+  const names = card.capabilities.names ?? card.skills.map((s) => s.id);
   return {
     id: card.id,
     name: card.name,
     description: card.description,
-    capabilities: card.capabilities,
-    supportsClientRouting: supportsClientRouting(card),
+    // ranch's shape: what the agent can do, and the extension URI when it routes (ranch checks the list for it).
+    capabilities: [...new Set([...names, ...(supports ? [CLIENT_ROUTING_URI] : [])])],
+    supportsClientRouting: supports,
   };
+}
+
+/** An A2A capabilities object as ranch's list: its names and its extensions' URIs. */
+function capabilityNames(capabilities: AgentCapabilities): string[] {
+  return [...(capabilities.names ?? []), ...(capabilities.extensions ?? []).map((e) => e.uri)];
+}
+
+/** The message, declaring the client-routing extension (`extensions: [URI]`) when its metadata uses it. */
+export function declaringRouting<M extends Message>(message: M): M {
+  if (message.metadata?.[CLIENT_ROUTING_URI] === undefined || message.extensions?.includes(CLIENT_ROUTING_URI)) return message;
+  return { ...message, extensions: [...(message.extensions ?? []), CLIENT_ROUTING_URI] };
 }
 
 /**

@@ -319,7 +319,9 @@ export class ThreadHost {
     opts: { seq?: number; until?: 'accepted' | 'answered'; trace?: Context; ackedBefore?: boolean; resend?: boolean; stored?: StoredCopy } = {},
   ): Promise<{ duplicate: boolean; publish?: AfterAck }> {
     if (message.role !== 'user') throw new TroupeError('INVALID_MESSAGE', `messages into a thread must have role "user", not "${message.role}"`);
-    const live = await this.residency.obtain(threadId, { create: { owner, contextId: message.contextId } });
+    // A new task of a context whose last task ended names that task (the gateway does): it continues its conversation.
+    const continues = message.referenceTaskIds?.at(-1);
+    const live = await this.residency.obtain(threadId, { create: { owner, contextId: message.contextId, ...(continues ? { continues } : {}) } });
     const snap = live.actor.getSnapshot();
     this.residency.checkOwner(snap.context.owner, owner, threadId);
     const key = answerKey(threadId, message.messageId);

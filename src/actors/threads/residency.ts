@@ -13,9 +13,10 @@
 import { createActor, type AnyActorRef, type InspectionEvent } from 'xstate';
 import type { Logger } from 'pino';
 import { taskStateOf, type threadMachine, type ThreadConfig, type ThreadStatusEmitted } from '../../machines/thread.js';
-import type { TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
+import type { Message, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import { TroupeError } from '../../protocol/errors.js';
+import { isValidId } from '../../protocol/ids.js';
 import { META } from '../../protocol/metadata.js';
 import type { InspectionPublisher } from '../../inspection/inspection.js';
 import type { ThreadStore } from '../../store/types.js';
@@ -24,7 +25,7 @@ import type { Registry } from '../registry.js';
 import type { Committer } from './committer.js';
 import { packEvents, unpackEvents } from './event-log.js';
 import { TAKEN_KEPT, atRest, inHandoff, resting, type DormantThread, type LiveThread, type RecentEvent, type ThreadActor } from './live.js';
-import { dormantJson, fromDormant, fullSnapshot, handoffDeadlineOf, recordOf, wakeFromDormant, type NodeGivens } from './record.js';
+import { dormantJson, fromDormant, fullSnapshot, handoffDeadlineOf, ownerOfRecord, recordOf, wakeFromDormant, type NodeGivens } from './record.js';
 import { endTurn } from './turns.js';
 import { actorsOf, inspectDormant, inspectThread } from './views.js';
 
@@ -60,6 +61,14 @@ export interface ResidencyOptions {
   /** A status the thread machine emitted (status.ts). */
   publishStatus: (live: LiveThread, event: ThreadStatusEmitted) => void;
   publishToOwner: (live: LiveThread, event: TaskStatusUpdateEvent | TaskArtifactUpdateEvent) => void;
+}
+
+/** What a thread is created from when a message starts it: its owner and context, and the task it continues. */
+export interface ThreadCreation {
+  owner: string;
+  contextId?: string | undefined;
+  /** An ended task of the same owner and context whose conversation the new thread starts with. */
+  continues?: string;
 }
 
 export class Residency {
@@ -222,7 +231,7 @@ export class Residency {
     if (actual !== claimed) throw this.notFound(threadId);
   }
 
-  async obtain(threadId: string, opts: { create?: { owner: string; contextId?: string | undefined } } = {}): Promise<LiveThread> {
+  async obtain(threadId: string, opts: { create?: ThreadCreation } = {}): Promise<LiveThread> {
     if (this.erasing.size > 0 && this.erasing.has(threadId)) {
       await this.erasing.get(threadId)!.catch(() => undefined);
       return this.obtain(threadId, opts);
@@ -242,11 +251,24 @@ export class Residency {
     return pending;
   }
 
-  private async load(threadId: string, create: { owner: string; contextId?: string | undefined } | undefined): Promise<LiveThread> {
+  /**
+   * The history a new thread starts with when its first message references an ended task (`continues`) of
+   * the same owner and context: that task's conversation, newest `historyLimit` messages. Anything else
+   * (another owner's task, another context, none stored) starts empty.
+   */
+  private async historyToContinue(create: ThreadCreation): Promise<Message[] | undefined> {
+    if (!create.continues || !isValidId('thread', create.continues)) return undefined;
+    const prior = await this.store.get(this.tenant, create.continues).catch(() => undefined);
+    if (!prior || ownerOfRecord(prior.record) !== create.owner || prior.record.task.contextId !== create.contextId) return undefined;
+    return (prior.record.task.history ?? []).slice(-this.opts.config.historyLimit);
+  }
+
+  private async load(threadId: string, create: ThreadCreation | undefined): Promise<LiveThread> {
     const kept = this.forgetDormant(threadId);
     const woken = kept ? { ...wakeFromDormant(kept, this.opts.givens), revision: kept.revision } : undefined;
     const stored = woken ?? (await this.store.get(this.tenant, threadId));
     if (!stored && !create) throw this.notFound(threadId);
+    const history = !stored && create?.continues ? await this.historyToContinue(create) : undefined;
     const live: LiveThread = {
       threadId,
       actor: undefined as unknown as ThreadActor,
@@ -290,6 +312,7 @@ export class Residency {
             config: this.opts.config,
             agents: this.opts.registry.directory(),
             now: this.now(),
+            ...(history?.length ? { history } : {}),
           },
         });
     live.actor.on('troupe.thread.status', (event) => {

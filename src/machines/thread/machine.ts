@@ -35,7 +35,7 @@ export const threadMachine = threadSetup.createMachine({
     contextId: input.contextId ?? input.threadId,
     config: { ...DEFAULT_THREAD_CONFIG, ...input.config },
     agents: input.agents ?? {},
-    history: [],
+    history: input.history ?? [],
     pending: [],
     routeLog: [],
     now: input.now,

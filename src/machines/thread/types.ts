@@ -24,6 +24,8 @@ export interface ThreadInput {
   config?: Partial<ThreadConfig>;
   agents?: AgentDirectory;
   now: number;
+  /** The conversation this thread continues: the history of an ended task of the same owner and context. */
+  history?: Message[];
 }
 
 export interface Turn {
