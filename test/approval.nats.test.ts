@@ -19,6 +19,7 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { runTroupe } from './helpers/processes.js';
 
 const PARTITIONS = 4;
 interface OpenAIMessage {
@@ -167,6 +168,20 @@ describe('tool approval over NATS', () => {
     expect(ledger()).toBe('refund 42 20\n');
   });
 
+  it('troupe approve sends the decision to the waiting agent and prints its answer; troupe deny refuses', async () => {
+    const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
+    openai.scriptFor('cashier-model', { toolCalls: [{ id: 'call_c', name: 'refund', arguments: { order: 5, amount: 1 } }] }, { text: 'Refunded 1 on order 5.' });
+    await client.send('Refund 1 on order 5', { threadId: 'cli-1', timeoutMs: 20_000 });
+    const approved = await runTroupe(['approve', 'cli-1', '--nats', nats.url, '--json'], env);
+    expect(approved.code, approved.stderr).toBe(0);
+    expect(JSON.parse(approved.stdout)).toMatchObject({ threadId: 'cli-1', agent: 'cashier', decision: { decision: 'approve' }, text: 'Refunded 1 on order 5.' });
+    expect(ledger()).toBe('refund 42 20\nrefund 5 1\n');
+    // Nothing waits any more.
+    const again = await runTroupe(['deny', 'cli-1', '--nats', nats.url], env);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toContain('waits for no approval');
+  });
+
   it('refuses a call whose approval comes after the timeout, and tells the model so', async () => {
     openai.scriptFor('laggard-model', { toolCalls: [{ id: 'call_t', name: 'refund', arguments: { order: 9, amount: 5 } }] }, { text: 'The refund was not approved in time.' });
     const asked = await client.send({ kind: 'message', role: 'user', messageId: randomUUID(), parts: [{ kind: 'text', text: 'Refund 5 on order 9' }], metadata: { [CLIENT_ROUTING_URI]: { recipient: 'laggard' } } }, { threadId: 'late-1', timeoutMs: 20_000 });
@@ -176,6 +191,6 @@ describe('tool approval over NATS', () => {
     const last = messagesOf(openai.requestsFor('laggard-model').at(-1)!).at(-1)!;
     expect(last.role).toBe('tool');
     expect(last.content).toContain('timed out');
-    expect(ledger()).toBe('refund 42 20\n');
+    expect(ledger()).not.toContain('refund 9');
   });
 });
