@@ -296,7 +296,9 @@ describe('a YAML agent that delegates with the delegate tool', () => {
     const delegateTool = (first.body.tools as Array<{ function: { name: string } }>).map((t) => t.function.name);
     expect(delegateTool).toContain('delegate');
     const last = requests.at(-1)!;
-    const user = messagesOf(last).find((m) => m.role === 'user')!.content!;
+    // The message it answers comes last, after the thread's conversation (the user's question, its own delegating answer).
+    const user = messagesOf(last).filter((m) => m.role === 'user').at(-1)!.content!;
+    expect(messagesOf(last)[1]).toEqual({ role: 'user', content: 'Is order 42 paid, and will it be sunny?' });
     expect(user).toContain('You asked billing, weather this: order 42: paid? and the weather for delivery?');
     expect(user).toContain('**billing**: billing checked "order 42: paid? and the weather for delivery?": paid');
     expect(user).toContain('**weather**: weather: sunny');

@@ -206,6 +206,25 @@ describe('llm agent loop', () => {
     ]);
   });
 
+  it('stops before a round that calls a tool needing approval, running none of its calls, and hands the round out', async () => {
+    const r = await run(() => calls('I will refund it.', ['r1', 'refund', { order: 42 }], ['l1', 'lookup', { id: 42 }]), never, { approvalTools: ['refund'] });
+    expect(r.states).toEqual(['thinking', 'awaitingApproval']);
+    expect(r.toolRuns).toEqual([]);
+    expect(r.output).toEqual({
+      ok: true,
+      text: 'I will refund it.',
+      rounds: 0,
+      toolCalls: 0,
+      approval: [
+        { id: 'r1', name: 'refund', arguments: '{"order":42}' },
+        { id: 'l1', name: 'lookup', arguments: '{"id":42}' },
+      ],
+    });
+    // A round without such a tool runs as usual.
+    const plain = await run((i) => (i.round === 0 ? calls('', ['l1', 'lookup', { id: 42 }]) : answer('Shipped.')), async () => 'shipped', { approvalTools: ['refund'] });
+    expect(plain.output).toEqual({ ok: true, text: 'Shipped.', rounds: 1, toolCalls: 1 });
+  });
+
   it('reached every state and transition of the loop and of a tool call', () => {
     expect(coverage.missingOf(llmAgentMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
     expect(coverage.missingOf(toolCallMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });

@@ -8,7 +8,7 @@ import { createActor, fromPromise, toPromise, type AnyStateMachine, type EventOb
 import { getSimplePaths } from 'xstate/graph';
 import type { Message } from '../src/protocol/a2a.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../src/protocol/routing.js';
-import { routerMachine, type PolicyInput, type RouterInput } from '../src/machines/router.js';
+import { decideWithoutPolicy, routerMachine, type PolicyInput, type RouterInput } from '../src/machines/router.js';
 import { definedStates, definedTransitions, missing, replayPaths } from './helpers/machine-coverage.js';
 
 /** The policy is the router's I/O: the model's events stand for its answers. */
@@ -54,6 +54,14 @@ describe('router machine: model-based', () => {
     }
     expect(missing(definedStates(routerMachine), states)).toEqual([]);
     expect(missing(definedTransitions(routerMachine), transitions)).toEqual([]);
+  });
+
+  it("sends the user's message to an agent waiting for approval, unless the user addresses another or it is gone", () => {
+    const waiting = { kind: 'user' as const, ...user, usePolicy: true, approvalAgent: 'writer' };
+    expect(decideWithoutPolicy({ ...waiting, message: userMsg('approve') })).toMatchObject({ to: 'agent', agentId: 'writer', reason: "writer waits for the user's approval" });
+    expect(decideWithoutPolicy({ ...waiting, message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'triage' } }) })).toMatchObject({ to: 'agent', agentId: 'triage' });
+    // An agent no longer on the mesh: routed as any message (here, by the policy).
+    expect(decideWithoutPolicy({ ...waiting, approvalAgent: 'ghost', message: userMsg('approve') })).toBeUndefined();
   });
 
   it('a failing policy is retried up to maxAttempts, then the fallback agent answers', async () => {

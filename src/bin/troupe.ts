@@ -102,6 +102,17 @@ program
   .addHelpText('after', examples('troupe send "Write a short note about sea otters"', 'troupe send "hello" --to echo', 'troupe send "and in French?" --thread 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10', 'troupe send --cancel --thread 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10'))
   .action(async (...args: unknown[]) => (await import('./commands/send.js')).send(...(args as Parameters<typeof import('./commands/send.js').send>)));
 
+for (const decision of ['approve', 'deny'] as const) {
+  program
+    .command(`${decision} <thread>`)
+    .description(`${decision} the tool calls an agent of the thread waits on (a requires_approval tool); prints the agent's answer`)
+    .option('--call <id>', 'only this call (default: every waiting call)')
+    .option('--reason <text>', 'why, for the model')
+    .option('--timeout <ms>', 'how long to wait for the answer', int(1), 60_000)
+    .addOption(new Option('--args <json>', 'approve with these arguments instead of the model\'s (a JSON object)').hideHelp(decision === 'deny'))
+    .action(async (thread: string, opts: unknown, cmd: Command) => (await import('./commands/approve.js')).decideApproval(decision, thread, opts as import('./commands/approve.js').ApproveOptions, cmd));
+}
+
 program
   .command('status')
   .description("is the tenant's mesh serving: NATS, the nodes and the partitions they own, the store, the agents (exit 1 when not)")

@@ -106,6 +106,8 @@ const toolBase = {
   description: z.string().min(1).max(500),
   /** How long one call may take (default: the agent's tool_timeout_ms). */
   timeout_ms: TimeoutMs.optional(),
+  /** A person approves each call first (docs/conversation.md#tool-approval). */
+  requires_approval: z.boolean().optional(),
 };
 
 export const FunctionToolSchema = z.strictObject({
@@ -252,6 +254,8 @@ export const AgentConfigSchema = z.strictObject({
   memory: MemoryConfigSchema.optional(),
   /** A structured answer checked against a JSON Schema (conversation.ts). */
   output: OutputConfigSchema.optional(),
+  /** How long a call waits for a person's approval (default 10 minutes); a later decision refuses it. */
+  approval_timeout_ms: z.int().positive().max(7 * 24 * 3_600_000).optional(),
 });
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 

@@ -17,6 +17,8 @@ import type { CheckContext, PathSegment } from './load.js';
 
 export const DEFAULT_MEMORY = { max_messages: 20, max_tokens: 4_000, summarize: true } as const;
 export const DEFAULT_OUTPUT_RETRIES = 2;
+/** How long a tool call waits for a person's approval (agent.yaml `approval_timeout_ms`). */
+export const DEFAULT_APPROVAL_TIMEOUT_MS = 10 * 60_000;
 /** Characters per token, for a budget estimated without the model's tokenizer. */
 export const CHARS_PER_TOKEN = 4;
 

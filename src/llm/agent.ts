@@ -38,7 +38,9 @@ import { parseArguments } from './tools/parameters.js';
 import type { ChatMessage, Completion, CompletionRequest, ModelProvider } from '../model/types.js';
 import { META } from '../protocol/metadata.js';
 import { MAX_HISTORY_MESSAGES, turnUsage, type CallUsage, type MemorySummary } from '../protocol/conversation.js';
-import { memoryOf } from '../config/conversation.js';
+import { DEFAULT_APPROVAL_TIMEOUT_MS, memoryOf } from '../config/conversation.js';
+import { pendingApproval, readApprovalDecision, type ApprovalRequest } from '../protocol/approval.js';
+import { approvalData, approvalRequest, approvalText, decideCalls, ofPausedTurn, turnMessages } from './approval.js';
 import { nextSummary, planMemory, summaryParagraph, summaryRequest, toChatMessage } from './memory.js';
 import { checkAnswer, outputInstruction, outputSpec, repairMessages } from './output.js';
 import { createLogger, type Logger } from '../observability/logger.js';
@@ -169,6 +171,10 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const toolTimeouts = Object.fromEntries(tools.flatMap((t) => (t.timeoutMs !== undefined ? [[t.definition.name, t.timeoutMs]] : [])));
   const loops = new Set<RunningLoop>();
   const memory = memoryOf(config);
+  // The model's names of the tools a person approves first (an MCP entry marks all its server's tools).
+  const needsApprovalBySource = new Set((config.tools ?? []).filter((t) => t.requires_approval).map((t) => t.name));
+  const approvalTools = tools.filter((t) => needsApprovalBySource.has(t.source ?? t.definition.name)).map((t) => t.definition.name);
+  const approvalTimeoutMs = config.approval_timeout_ms ?? DEFAULT_APPROVAL_TIMEOUT_MS;
   const output = opts.output
     ? outputSpec({ zod: opts.output.schema, ...(opts.output.name ? { name: opts.output.name } : {}), ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}) })
     : config.output
@@ -262,7 +268,10 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     const signalOf = (signal: AbortSignal) => AbortSignal.any([signal, ctx.signal]);
 
     // The conversation so far: what fits the budget as written, older turns folded into the summary.
-    const plan = planMemory(ctx.history ?? [], ctx.memory, memory);
+    // A turn paused for a person's approval resumes here: its messages come from the request, not the history.
+    const paused = pendingApproval(ctx.history ?? [], config.name);
+    const history = paused ? (ctx.history ?? []).filter((m) => !ofPausedTurn(m, config.name, paused.request, paused.messageId)) : (ctx.history ?? []);
+    const plan = planMemory(history, ctx.memory, memory);
     let summary = plan.summary;
     let newSummary: MemorySummary | undefined;
     if (plan.fold.length) {
@@ -279,11 +288,9 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     const system = [systemPrompt(instructions, config.name, message, ctx), summaryParagraph(summary), output ? outputInstruction(output) : undefined]
       .filter((p): p is string => p !== undefined)
       .join('\n\n');
-    let messages: ChatMessage[] = [
-      { role: 'system', content: system },
-      ...plan.kept.map((m) => toChatMessage(m, config.name)),
-      { role: 'user', content: ctx.delegation ? delegationPrompt(ctx.delegation, ctx.text) : userContent(message, ctx.text) },
-    ];
+    const prefix: ChatMessage[] = [{ role: 'system', content: system }, ...plan.kept.map((m) => toChatMessage(m, config.name))];
+    const current: ChatMessage = { role: 'user', content: ctx.delegation ? delegationPrompt(ctx.delegation, ctx.text) : userContent(message, ctx.text) };
+    let messages: ChatMessage[] = paused ? [...prefix, ...(await resumeTurn(paused.request, message, ctx, current))] : [...prefix, current];
     const turnId = String(++turnSeq);
     let purpose: CallUsage['purpose'] = 'answer';
     turns.set(turnId, {
@@ -312,20 +319,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         }
       },
     });
-    async function runTool(call: ToolRunInput['call'], signal: AbortSignal): Promise<string> {
-      const tool = byName.get(call.name);
-      if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routing.names].join(', ') || '(none)'}`);
-      const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
-      try {
-        const args = parseArguments(call.arguments, paramsByName.get(call.name));
-        const result = await tool.run(args, { signal: signalOf(signal), threadId: ctx.threadId, agentId: config.name });
-        opts.onToolCall?.({ ...record, result });
-        return result;
-      } catch (err) {
-        opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
-        throw err;
-      }
-    }
+    const runTool = (call: ToolRunInput['call'], signal: AbortSignal) => runToolFor(message, ctx, call, signal, routing.names);
     const stats = (ok: boolean, rounds: number, toolCalls: number): TurnStats => {
       const sums = turnUsage(turn.calls);
       return { threadId: ctx.threadId, ok, modelMs: turn.modelMs, modelCalls: turn.modelCalls, rounds, toolCalls, inputTokens: sums.inputTokens, outputTokens: sums.outputTokens };
@@ -345,6 +339,26 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
           opts.onTurn?.(stats(false, rounds, toolCalls));
           ctx.log.warn({ code: out.error.code, rounds }, out.error.message);
           throw new TroupeError(out.error.code, `agent "${config.name}": ${out.error.message}`, out.error.details);
+        }
+        if (out.approval) {
+          // A tool waits for a person: ask, and keep what the turn needs to resume in the reply.
+          const request = approvalRequest({
+            agent: config.name,
+            answering: paused?.request.answering ?? message.messageId,
+            expiresAt: Date.now() + approvalTimeoutMs,
+            text: out.text,
+            calls: out.approval,
+            needsApproval: (name) => approvalTools.includes(name),
+            turn: sent.slice(prefix.length, -1),
+            userText: ctx.text,
+          });
+          opts.onTurn?.(stats(true, rounds, toolCalls));
+          ctx.log.info({ tools: request.calls.filter((c) => c.needsApproval).map((c) => c.tool) }, 'waiting for a person to approve a tool call');
+          return reply(approvalText(request), {
+            to: 'user',
+            data: approvalData(request),
+            metadata: { [META.usage]: turnUsage(turn.calls), ...(newSummary ? { [META.memory]: newSummary } : {}), [META.approval]: request, [META.inputRequired]: true },
+          });
         }
         if (!output) {
           answer = { text: out.text };
@@ -385,6 +399,52 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     }
   }
 
+  /** Runs one of the agent's own tools for a call of the model (the routing tools are not among them). */
+  async function runToolFor(message: Message, ctx: AgentContext, call: ToolRunInput['call'], signal: AbortSignal, routingNames: readonly string[] = []): Promise<string> {
+    const tool = byName.get(call.name);
+    if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routingNames].join(', ') || '(none)'}`);
+    const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
+    try {
+      const args = parseArguments(call.arguments, paramsByName.get(call.name));
+      const result = await tool.run(args, { signal: AbortSignal.any([signal, ctx.signal]), threadId: ctx.threadId, agentId: config.name });
+      opts.onToolCall?.({ ...record, result });
+      return result;
+    } catch (err) {
+      opts.onToolCall?.({ ...record, error: err instanceof Error ? err.message : String(err) });
+      throw err;
+    }
+  }
+
+  /**
+   * The model messages a paused turn goes on from: the turn's messages the request holds, the round's
+   * calls as decided (approved ones run now, with the tool's timeout), and — when the person wrote
+   * something other than a decision — their message.
+   */
+  async function resumeTurn(request: ApprovalRequest, message: Message, ctx: AgentContext, current: ChatMessage): Promise<ChatMessage[]> {
+    const decision = readApprovalDecision(message);
+    const decided = decideCalls(request, decision, Date.now(), ctx.text);
+    const results: ChatMessage[] = [];
+    for (const d of decided) {
+      if (!d.run) {
+        results.push({ role: 'tool', toolCallId: d.call.id, name: d.call.name, content: JSON.stringify({ error: d.why }), isError: true });
+        continue;
+      }
+      const timeout = AbortSignal.timeout(toolTimeouts[d.call.name] ?? config.tool_timeout_ms ?? DEFAULT_TOOL_TIMEOUT_MS);
+      try {
+        results.push({ role: 'tool', toolCallId: d.call.id, name: d.call.name, content: await runToolFor(message, ctx, d.call, timeout) });
+      } catch (err) {
+        results.push({ role: 'tool', toolCallId: d.call.id, name: d.call.name, content: JSON.stringify({ error: (err as Error).message }), isError: true });
+      }
+    }
+    ctx.log.info({ decision: decision?.decision ?? 'none', calls: decided.map((d) => `${d.call.name}:${d.run ? 'ran' : 'refused'}`) }, 'resuming a turn after an approval');
+    return [
+      ...turnMessages(request),
+      { role: 'assistant', content: request.text, toolCalls: decided.map((d) => d.call) },
+      ...results,
+      ...(decision ? [] : [current]),
+    ];
+  }
+
   /** Runs the model loop once over `messages`; its output, and the messages of its last model call. */
   async function runLoop(loop: RunningLoop, turnId: string, messages: ChatMessage[], ctx: AgentContext, routing: RoutingTools): Promise<{ output: LlmAgentOutput | undefined; messages: ChatMessage[] }> {
     const actor = createActor(logic, {
@@ -398,6 +458,7 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         maxToolRounds: config.max_tool_rounds ?? DEFAULT_MAX_TOOL_ROUNDS,
         toolTimeoutMs: config.tool_timeout_ms ?? DEFAULT_TOOL_TIMEOUT_MS,
         toolTimeouts,
+        approvalTools,
         ...(opts.maxRetries !== undefined ? { maxRetries: opts.maxRetries } : {}),
         ...(opts.retryBaseMs !== undefined ? { retryBaseMs: opts.retryBaseMs } : {}),
       },
@@ -422,7 +483,11 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
       capabilities: { streaming: true, ...cardCapabilities(config) },
       skills: (config.tools ?? []).map((t) => ({ id: t.name, name: t.name, description: t.description, tags: [t.type] })),
       // Summarising needs every message after the last summary; without it, the budget is all there is to send.
-      history: memory.max_messages === 0 ? false : { maxMessages: memory.summarize ? MAX_HISTORY_MESSAGES : memory.max_messages },
+      // A paused turn resumes from its request, the agent's last message: an agent with approvals needs that one.
+      history:
+        memory.max_messages === 0 && approvalTools.length === 0
+          ? false
+          : { maxMessages: memory.summarize ? MAX_HISTORY_MESSAGES : Math.max(memory.max_messages, approvalTools.length ? 4 : 0) },
     },
     handle,
   });

@@ -15,6 +15,10 @@
  * those, they succeed, and it already wrote its answer in the same response, the turn ends there
  * instead of asking the model again.
  *
+ * A round that calls a tool a person must approve (`approvalTools`) runs none of its calls: the loop
+ * ends in `awaitingApproval`, its output holding the round's calls; the host asks and, once decided,
+ * starts a new loop with the results.
+ *
  * Pure: the model call and the tool runs are injected actors (`llmAgentLogic({ callModel, runTool })`);
  * the clock is XState's delayed transitions. This actor lives for one turn in the agent's process.
  */
@@ -69,6 +73,11 @@ export interface LlmAgentInput {
   toolTimeoutMs: number;
   /** Per-tool timeouts by tool name, overriding `toolTimeoutMs`. */
   toolTimeouts?: Record<string, number>;
+  /**
+   * Tools a person must approve first: a round that calls one runs none of its calls, and the loop ends
+   * in `awaitingApproval` with the round's calls in its output (the host asks, and resumes later).
+   */
+  approvalTools?: string[];
   maxRetries?: number;
   retryBaseMs?: number;
 }
@@ -81,6 +90,7 @@ export interface LlmAgentContext {
   maxToolRounds: number;
   toolTimeoutMs: number;
   toolTimeouts: Record<string, number>;
+  approvalTools: string[];
   maxRetries: number;
   retryBaseMs: number;
   /** Tool rounds done. */
@@ -95,13 +105,15 @@ export interface LlmAgentContext {
   /** Text the model wrote alongside the current round's tool calls. */
   roundText: string;
   toolCallsMade: number;
+  /** The loop ended in `awaitingApproval`. */
+  awaitingApproval?: boolean;
   text?: string;
   error?: ErrorBody;
   lastModelError?: string;
 }
 
 export type LlmAgentOutput =
-  | { ok: true; text: string; rounds: number; toolCalls: number }
+  | { ok: true; text: string; rounds: number; toolCalls: number; approval?: ToolCall[] }
   | { ok: false; error: ErrorBody; rounds: number; toolCalls: number };
 
 // ---------------------------------------------------------------------------------------------------
@@ -211,6 +223,7 @@ export const llmAgentSetup = setup({
   guards: {
     asksForTools: (_, completion: Completion) => completion.toolCalls.length > 0,
     roundLimitReached: ({ context }) => context.round >= context.maxToolRounds,
+    needsApproval: ({ context }) => context.pending.some((c) => context.approvalTools.includes(c.name)),
     canRetry: ({ context }, err: unknown) => modelFailure(err).retryable && context.attempt < context.maxRetries,
     allToolsDone: ({ context }) => context.pending.every((c) => context.results[c.id] !== undefined),
     /** Only routing tools, all accepted, and the answer already written: nothing more to ask. */
@@ -267,6 +280,7 @@ export const llmAgentSetup = setup({
       toolCallsMade: context.toolCallsMade + context.pending.length,
     })),
     recordAnswer: assign({ text: (_, completion: Completion) => completion.text }),
+    markAwaitingApproval: assign({ awaitingApproval: true }),
     recordRoundLimit: assign({
       error: ({ context }) => ({
         code: 'TOOL_ROUND_LIMIT' as const,
@@ -307,6 +321,7 @@ export const llmAgentMachine = llmAgentSetup.createMachine({
     maxToolRounds: input.maxToolRounds,
     toolTimeoutMs: input.toolTimeoutMs,
     toolTimeouts: Object.assign(Object.create(null) as Record<string, number>, input.toolTimeouts),
+    approvalTools: input.approvalTools ?? [],
     maxRetries: input.maxRetries ?? DEFAULT_MODEL_RETRIES,
     retryBaseMs: input.retryBaseMs ?? DEFAULT_RETRY_BASE_MS,
     round: 0,
@@ -344,7 +359,11 @@ export const llmAgentMachine = llmAgentSetup.createMachine({
     },
     // The model asked for tools: allowed unless it has used up its rounds.
     checkingRounds: {
-      always: [{ guard: 'roundLimitReached', target: 'failed', actions: 'recordRoundLimit' }, { target: 'tools' }],
+      always: [
+        { guard: 'roundLimitReached', target: 'failed', actions: 'recordRoundLimit' },
+        { guard: 'needsApproval', target: 'awaitingApproval' },
+        { target: 'tools' },
+      ],
     },
     retrying: {
       after: { retryDelay: { target: 'thinking' } },
@@ -361,13 +380,18 @@ export const llmAgentMachine = llmAgentSetup.createMachine({
         { guard: 'allToolsDone', target: 'thinking', actions: 'endRound' },
       ],
     },
+    /** A call of the round needs a person's approval: nothing ran; the output holds the round's calls. */
+    awaitingApproval: { type: 'final', entry: 'markAwaitingApproval' },
     answered: { type: 'final' },
     failed: { type: 'final' },
   },
-  output: ({ context }): LlmAgentOutput =>
-    context.error
-      ? { ok: false, error: context.error, rounds: context.round, toolCalls: context.toolCallsMade }
-      : { ok: true, text: context.text ?? '', rounds: context.round, toolCalls: context.toolCallsMade },
+  output: ({ context }): LlmAgentOutput => {
+    if (context.error) return { ok: false, error: context.error, rounds: context.round, toolCalls: context.toolCallsMade };
+    if (context.awaitingApproval) {
+      return { ok: true, text: context.roundText, rounds: context.round, toolCalls: context.toolCallsMade, approval: context.pending };
+    }
+    return { ok: true, text: context.text ?? '', rounds: context.round, toolCalls: context.toolCallsMade };
+  },
 });
 
 /**

@@ -20,6 +20,8 @@ export interface UserRouteInput {
   entryAgent: string;
   /** The agent that holds control in an active handoff. */
   handoffTarget?: string;
+  /** The agent whose last answer waits for the user's approval of a tool call (protocol/approval.ts). */
+  approvalAgent?: string;
   usePolicy: boolean;
   threshold: number;
   maxAttempts: number;
@@ -101,6 +103,10 @@ export function decideWithoutPolicy(input: RouterInput): RouteDecision | undefin
       reason: `the user addressed "${addressed}", which is not a live agent`,
       error: { code: 'INVALID_RECIPIENT', message: `no live agent "${addressed}": list the agents with \`troupe ps\``, details: { recipient: addressed } },
     };
+  }
+  // The user's next message answers an agent waiting for approval, whatever it says (a decision or not).
+  if (input.approvalAgent !== undefined && liveAgent(input.agents, input.approvalAgent)) {
+    return { to: 'agent', agentId: input.approvalAgent, mode: 'initial', reason: `${input.approvalAgent} waits for the user's approval` };
   }
   if (input.usePolicy) return undefined;
   if (input.entryAgent) return { to: 'agent', agentId: input.entryAgent, mode: 'initial', reason: `entry agent ${input.entryAgent}` };

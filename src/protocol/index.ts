@@ -12,3 +12,4 @@ export * from './metadata.js';
 export * from './inspection.js';
 export * from './delegation.js';
 export * from './conversation.js';
+export * from './approval.js';

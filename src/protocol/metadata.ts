@@ -43,6 +43,11 @@ export const META = {
   memory: 'troupe/memory',
   /** Agent reply / final message: the tokens of the turn's model calls ({ inputTokens, outputTokens, calls }, conversation.ts). */
   usage: 'troupe/usage',
+  /**
+   * Agent reply: the tool calls waiting for a person's approval (ApprovalRequest, approval.ts); user
+   * message (a data part's key, or metadata): the person's decision (ApprovalDecision).
+   */
+  approval: 'troupe/approval',
   /** Message to a handoff's target: the source's summary. */
   contextSummary: 'troupe/contextSummary',
   /**

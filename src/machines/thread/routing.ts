@@ -8,6 +8,7 @@ import { USER } from '../../protocol/routing.js';
 import { routeReply, type RouteDecision } from '../../routing/route.js';
 import { decideWithoutPolicy, type RouterInput } from '../router.js';
 import type { Message } from '../../protocol/a2a.js';
+import { readApprovalRequest } from '../../protocol/approval.js';
 import { withHandoffContext } from './handoff.js';
 import { ROUTE_LOG_LIMIT, messageFor, prune, systemMessage } from './messages.js';
 import { threadWithDelegation } from './delegation.js';
@@ -25,6 +26,25 @@ function routerHistory(context: ThreadContext): Message[] {
   return n > 0 ? earlier.slice(-n) : [];
 }
 
+/**
+ * The agent whose answer before the turn's message waits for the user's approval: the last agent message
+ * of the history before it, when it carries an approval request.
+ */
+function approvalAgent(context: ThreadContext): string | undefined {
+  const current = context.turn?.userMessageId;
+  for (let i = context.history.length - 1; i >= 0; i--) {
+    const m = context.history[i]!;
+    if (m.messageId === current || m.role !== 'agent') continue;
+    return readApprovalRequest(m)?.agent;
+  }
+  return undefined;
+}
+
+function withApproval(context: ThreadContext): { approvalAgent?: string } {
+  const agent = approvalAgent(context);
+  return agent ? { approvalAgent: agent } : {};
+}
+
 /** What the router is given for the turn's user message. */
 export function userRouterInput(context: ThreadContext): RouterInput {
   return {
@@ -33,6 +53,7 @@ export function userRouterInput(context: ThreadContext): RouterInput {
     agents: context.agents,
     entryAgent: context.config.entryAgent,
     ...(context.turn?.mode === 'handoffActive' && context.handoff ? { handoffTarget: context.handoff.request.targetAgentId } : {}),
+    ...withApproval(context),
     usePolicy: context.config.usePolicy,
     threshold: context.config.threshold,
     maxAttempts: context.config.maxAttempts,

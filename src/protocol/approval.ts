@@ -1,0 +1,87 @@
+/**
+ * Tool approval (a person in the loop), on the wire. An LLM agent whose model calls a tool marked
+ * `requires_approval` runs none of that round's calls: it answers with the pending calls — a data part
+ * `{ "troupe/approval": { calls, expiresAt } }` for any A2A client, and the whole request in the reply's
+ * `troupe/approval` metadata — and the turn ends in `input-required`. The person answers with an ordinary
+ * message to the same agent carrying a decision, as a data part or in metadata under `troupe/approval`:
+ *
+ *   { "kind": "data", "data": { "troupe/approval": { "decision": "approve" } } }
+ *   { "kind": "data", "data": { "troupe/approval": { "decision": "approve", "callId": "call_1", "arguments": { "amount": 20 } } } }
+ *   { "kind": "data", "data": { "troupe/approval": { "decision": "deny", "reason": "too much" } } }
+ *
+ * (`troupe approve|deny <thread>` sends one.) Both the request and the decision are messages of the thread,
+ * so they are in its record: a node that takes the thread over after a crash sends the decision to the
+ * agent with the request in its history, and the agent resumes from them.
+ */
+import { z } from 'zod';
+import type { Message } from './a2a.js';
+import { META } from './metadata.js';
+
+export const MAX_PENDING_CALLS = 32;
+
+export const PendingCallSchema = z.strictObject({
+  callId: z.string().min(1).max(256),
+  tool: z.string().min(1).max(200),
+  /** The arguments as the model wrote them (JSON text). */
+  arguments: z.string().max(64 * 1024),
+  /** Whether this call waits for the person (the round's other calls run with it once decided). */
+  needsApproval: z.boolean(),
+});
+export type PendingCall = z.infer<typeof PendingCallSchema>;
+
+/** `troupe/approval` on the agent's reply: what waits, until when, and what the agent needs to resume. */
+export const ApprovalRequestSchema = z.strictObject({
+  agent: z.string().min(1).max(100),
+  /** The message the paused turn answered. */
+  answering: z.string().min(1).max(512),
+  /** Epoch ms; a decision after it counts as a refusal (timed out). */
+  expiresAt: z.number(),
+  /** What the model wrote with the calls. */
+  text: z.string().max(64 * 1024),
+  calls: z.array(PendingCallSchema).min(1).max(MAX_PENDING_CALLS),
+  /** The turn's model messages so far (the agent's own, model-neutral form), to resume from. */
+  turn: z.array(z.unknown()).max(200),
+});
+export type ApprovalRequest = z.infer<typeof ApprovalRequestSchema>;
+
+/** A person's decision: on every waiting call, or on one (`callId`); `arguments` replaces the model's (an edit). */
+export const ApprovalDecisionSchema = z.strictObject({
+  decision: z.enum(['approve', 'deny']),
+  callId: z.string().min(1).max(256).optional(),
+  arguments: z.record(z.string(), z.unknown()).optional(),
+  reason: z.string().max(1000).optional(),
+});
+export type ApprovalDecision = z.infer<typeof ApprovalDecisionSchema>;
+
+/** The decision a message carries (a data part's `troupe/approval`, else its metadata's), if a valid one. */
+export function readApprovalDecision(message: Pick<Message, 'parts' | 'metadata'>): ApprovalDecision | undefined {
+  for (const part of message.parts) {
+    if (part.kind !== 'data' || part.data[META.approval] === undefined) continue;
+    const parsed = ApprovalDecisionSchema.safeParse(part.data[META.approval]);
+    if (parsed.success) return parsed.data;
+  }
+  const parsed = ApprovalDecisionSchema.safeParse(message.metadata?.[META.approval]);
+  return parsed.success ? parsed.data : undefined;
+}
+
+/** The approval request a message carries, if a valid one. */
+export function readApprovalRequest(message: Pick<Message, 'metadata'>): ApprovalRequest | undefined {
+  const raw = message.metadata?.[META.approval];
+  if (raw === undefined) return undefined;
+  const parsed = ApprovalRequestSchema.safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}
+
+/**
+ * The request agent `agentId` is waiting on in a thread's history: its last message, when that message
+ * asks for approval (any later answer of the agent settled it).
+ */
+export function pendingApproval(history: readonly Message[], agentId: string): { request: ApprovalRequest; messageId: string } | undefined {
+  for (let i = history.length - 1; i >= 0; i--) {
+    const m = history[i]!;
+    if (m.role !== 'agent' || m.metadata?.[META.agent] !== agentId) continue;
+    const request = readApprovalRequest(m);
+    return request && request.agent === agentId ? { request, messageId: m.messageId } : undefined;
+  }
+  return undefined;
+}
