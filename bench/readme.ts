@@ -1,11 +1,14 @@
 /**
- * Writes the README's benchmark table from a results file of bench/series.ts, between the markers
- * `<!-- bench:begin -->` and `<!-- bench:end -->`, so every figure the README quotes is in a committed file.
+ * Writes the benchmark table of docs/benchmark.md from a results file of bench/series.ts, between the markers
+ * `<!-- bench:begin -->` and `<!-- bench:end -->`, so every figure the docs quote is in a committed file.
  *
  *   node --conditions=source --import tsx bench/readme.ts bench/results/2026-11-26.json
  */
 import { readFileSync, writeFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { dirname, relative, resolve } from 'node:path';
+
+/** The page that holds the table. */
+export const BENCHMARK_DOC = resolve(import.meta.dirname, '..', 'docs', 'benchmark.md');
 
 interface SeriesJson {
   meta: Record<string, unknown>;
@@ -73,7 +76,7 @@ function format(x: number, unit: Unit): string {
   }
 }
 
-export function renderReadmeTable(file: string, r: SeriesJson): string {
+export function renderReadmeTable(file: string, r: SeriesJson, link = file): string {
   const rows = FIGURES.filter((f) => f.key in r.summary).map((f) => {
     const v = r.summary[f.key];
     const s = r.spread[f.key];
@@ -83,7 +86,7 @@ export function renderReadmeTable(file: string, r: SeriesJson): string {
   });
   const m = r.meta;
   return [
-    `Median of ${String(m['runs'])} runs of \`npm run bench\` (${String(m['cpus'])} CPUs, ${String(m['cpuModel'])}, Node ${String(m['node'])}, nats-server ${String(m['natsServer'])}), from [\`${file}\`](${file}):`,
+    `Median of ${String(m['runs'])} runs of \`npm run bench\` (${String(m['cpus'])} CPUs, ${String(m['cpuModel'])}, Node ${String(m['node'])}, nats-server ${String(m['natsServer'])}), from [\`${file}\`](${link}):`,
     '',
     '| figure | median | min – max | target | |',
     '|---|---:|---:|---|---|',
@@ -98,7 +101,7 @@ export function writeReadmeTable(readmePath: string, file: string, r: SeriesJson
   const i = readme.indexOf(begin);
   const j = readme.indexOf(end);
   if (i < 0 || j < i) throw new Error(`${readmePath} has no ${begin} … ${end} section for the benchmark table`);
-  writeFileSync(readmePath, `${readme.slice(0, i + begin.length)}\n${renderReadmeTable(file, r)}\n${readme.slice(j)}`);
+  writeFileSync(readmePath, `${readme.slice(0, i + begin.length)}\n${renderReadmeTable(file, r, relative(dirname(readmePath), resolve(import.meta.dirname, '..', file)))}\n${readme.slice(j)}`);
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename)) {
@@ -107,5 +110,5 @@ if (process.argv[1] && resolve(process.argv[1]) === resolve(import.meta.filename
     console.error('usage: bench/readme.ts <results file of bench/series.ts>');
     process.exit(2);
   }
-  writeReadmeTable(resolve(import.meta.dirname, '..', 'README.md'), file, JSON.parse(readFileSync(file, 'utf8')) as SeriesJson);
+  writeReadmeTable(BENCHMARK_DOC, file, JSON.parse(readFileSync(file, 'utf8')) as SeriesJson);
 }

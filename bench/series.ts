@@ -4,11 +4,11 @@
  *
  *   bench/results.json              every run in full, and `summary`: the median of each figure, with
  *                                   `spread` (min, max and every run's value) beside it
- *   bench/results/<date>.json       the same, a dated copy to commit with the README figures it backs
+ *   bench/results/<date>.json       the same, a dated copy to commit with the docs figures it backs
  *                                   (<date>-2.json, -3… for a later series of the same day)
  *
- * then rewrites the README's benchmark table (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
- * from that file (bench/readme.ts; `--no-readme` leaves the README alone). Every BENCH_* setting of
+ * then rewrites the benchmark table of docs/benchmark.md (between `<!-- bench:begin -->` and `<!-- bench:end -->`)
+ * from that file (bench/readme.ts; `--no-readme` leaves it alone). Every BENCH_* setting of
  * bench/run.ts applies to each run.
  *
  *   npm run bench                      # 3 runs, defaults (about 6 min on 2 cores)
@@ -18,7 +18,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { writeReadmeTable } from './readme.js';
+import { BENCHMARK_DOC, writeReadmeTable } from './readme.js';
 
 const BENCH_DIR = import.meta.dirname;
 const REPO_ROOT = join(BENCH_DIR, '..');
@@ -89,8 +89,8 @@ async function main(): Promise<void> {
   }
   process.stdout.write(`\nresults: bench/results.json and bench/results/${name}\n`);
   if (!process.argv.includes('--no-readme')) {
-    writeReadmeTable(join(REPO_ROOT, 'README.md'), `bench/results/${name}`, out);
-    process.stdout.write('README benchmark table rewritten from it\n');
+    writeReadmeTable(BENCHMARK_DOC, `bench/results/${name}`, out);
+    process.stdout.write('docs/benchmark.md table rewritten from it\n');
   }
 }
 

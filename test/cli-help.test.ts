@@ -25,6 +25,20 @@ const RUN_IN_CHECKOUT = [
   'troupe send "Write a short note about sea otters"',
 ];
 
+/** Runs `fn` over the items, three at a time (each is a short CLI process), results in order. */
+async function inTurn<T, R>(items: readonly T[], fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all([worker(), worker(), worker()]);
+  return out;
+}
+
 interface Parsed {
   command: string;
   args: string[];
@@ -51,12 +65,11 @@ describe('the help examples of every command', () => {
     store = mkdtempSync(join(tmpdir(), 'troupe-help-'));
     // Every command, leaves of `creds` and `cluster` included, from the top-level help down.
     const commandsOf = (text: string) => [...text.split('\nCommands:\n')[1]!.matchAll(/^ {2}(\S+)/gm)].map((m) => m[1]!).filter((c) => c !== 'help');
-    const top = (await exec(bin, ['--help'], { env: env() })).stdout;
-    for (const name of commandsOf(top)) {
-      const text = (await exec(bin, [name, '--help'], { env: env() })).stdout;
-      if (text.includes('\nCommands:\n')) {
-        for (const sub of commandsOf(text)) help.set(`${name} ${sub}`, (await exec(bin, [name, sub, '--help'], { env: env() })).stdout);
-      } else help.set(name, text);
+    const helpOf = async (path: string[]) => (await exec(bin, [...path, '--help'], { env: env() })).stdout;
+    const texts = await inTurn(commandsOf(await helpOf([])), async (name) => [name, await helpOf([name])] as const);
+    for (const [name, text] of texts) {
+      if (!text.includes('\nCommands:\n')) help.set(name, text);
+      else for (const [sub, subText] of await inTurn(commandsOf(text), async (sub) => [sub, await helpOf([name, sub])] as const)) help.set(`${name} ${sub}`, subText);
     }
   }, 360_000);
 
@@ -71,19 +84,17 @@ describe('the help examples of every command', () => {
   });
 
   it('each example parses and lands on its own command', async () => {
-    const failures: string[] = [];
-    for (const [name, text] of help) {
-      for (const line of examplesOf(text)) {
-        try {
-          const { stdout } = await shell(line, store, { TROUPE_CLI_PARSE_ONLY: '1' });
-          const parsed = JSON.parse(stdout.trim().split('\n').at(-1)!) as Parsed;
-          if (parsed.command !== name) failures.push(`${line}: ran ${parsed.command}, its help is ${name}'s`);
-        } catch (err) {
-          failures.push(`${line}: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`);
-        }
+    const examples = [...help].flatMap(([name, text]) => examplesOf(text).map((line) => ({ name, line })));
+    const results = await inTurn(examples, async ({ name, line }) => {
+      try {
+        const { stdout } = await shell(line, store, { TROUPE_CLI_PARSE_ONLY: '1' });
+        const parsed = JSON.parse(stdout.trim().split('\n').at(-1)!) as Parsed;
+        return parsed.command === name ? undefined : `${line}: ran ${parsed.command}, its help is ${name}'s`;
+      } catch (err) {
+        return `${line}: ${(err as { stderr?: string }).stderr?.trim() || (err as Error).message}`;
       }
-    }
-    expect(failures).toEqual([]);
+    });
+    expect(results.filter((r) => r !== undefined)).toEqual([]);
   }, 240_000);
 
   it('the examples that need no server, key or network run', async () => {

@@ -19,6 +19,7 @@ import { basename, extname, join, resolve } from 'node:path';
 import type { FileInput } from '../config/agent.js';
 import type { Part } from '../protocol/a2a.js';
 import { TroupeError } from '../protocol/errors.js';
+import { importOptional } from '../llm/optional.js';
 import { META } from '../protocol/metadata.js';
 import { excelText } from './office/excel.js';
 import { powerpointText } from './office/powerpoint.js';
@@ -65,7 +66,7 @@ async function readInput(file: FileInput, dir: string): Promise<{ bytes: Buffer;
 
 /** The text of a PDF's pages (all, or the 1-based `pages`), a page per paragraph. */
 export async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<string> {
-  const pdfjs = await import('pdfjs-dist/legacy/build/pdf.mjs');
+  const pdfjs = await importOptional<typeof import('pdfjs-dist/legacy/build/pdf.mjs')>('pdfjs-dist/legacy/build/pdf.mjs', 'reading pdf files');
   const doc = await pdfjs.getDocument({ data: new Uint8Array(bytes), isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 }).promise;
   try {
     const wanted = pages?.length ? pages : Array.from({ length: doc.numPages }, (_, i) => i + 1);

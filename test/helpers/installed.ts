@@ -46,6 +46,18 @@ interface LockEntry {
   [key: string]: unknown;
 }
 
+/**
+ * The checkout's lockfile names no tarball URLs; without one npm asks the registry for the package's
+ * document to find it, which offline works only when that document happens to be cached. The registry's
+ * URL is a function of the name and version.
+ */
+function withResolved(key: string, entry: LockEntry): LockEntry {
+  if (typeof entry.resolved === 'string' || typeof entry.version !== 'string') return entry;
+  const name = typeof entry.name === 'string' ? entry.name : key.slice(key.lastIndexOf('node_modules/') + 'node_modules/'.length);
+  const base = name.slice(name.lastIndexOf('/') + 1);
+  return { ...entry, resolved: `https://registry.npmjs.org/${name}/-/${base}-${entry.version}.tgz` };
+}
+
 /** package.json and package-lock.json of a folder that depends on the tarball alone. */
 function writeInstallManifest(dir: string, tarball: string): void {
   const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as Record<string, unknown>;
@@ -66,7 +78,7 @@ function writeInstallManifest(dir: string, tarball: string): void {
       engines: pkg.engines,
     },
   };
-  for (const [key, entry] of Object.entries(lock.packages)) if (key && !entry.dev && !entry.link) packages[key] = entry;
+  for (const [key, entry] of Object.entries(lock.packages)) if (key && !entry.dev && !entry.link) packages[key] = withResolved(key, entry);
   writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   writeFileSync(join(dir, 'package-lock.json'), `${JSON.stringify({ name: 'troupe-user', lockfileVersion: 3, requires: true, packages }, null, 2)}\n`);
 }

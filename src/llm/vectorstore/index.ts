@@ -25,6 +25,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import type { Connection, Table } from '@lancedb/lancedb';
+import { importOptional } from '../optional.js';
 import { TroupeError } from '../../protocol/errors.js';
 import type { EmbeddingProvider } from '../../model/types.js';
 import type { SourceChunk } from './source.js';
@@ -73,7 +74,8 @@ let lancedb: typeof import('@lancedb/lancedb') | undefined;
 async function loadLanceDb(): Promise<typeof import('@lancedb/lancedb')> {
   // LanceDB logs a warning for every table it creates; keep its log to errors unless asked otherwise.
   process.env.LANCEDB_LOG ??= 'error';
-  lancedb ??= await import('@lancedb/lancedb');
+  // An optional peer dependency: the core install stays small; a missing one is named with its npm i.
+  lancedb ??= await importOptional<typeof import('@lancedb/lancedb')>('@lancedb/lancedb', 'a vectorstore tool');
   return lancedb;
 }
 
