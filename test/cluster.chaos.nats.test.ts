@@ -17,8 +17,9 @@
  * times, and how the nodes settled a thread's latest message given to them again (their
  * troupe_redelivered_answers_total, scraped before each kill and at the end).
  * Asserted: 0 lost (every message answered on `out`, or its answer found in the stored history; 0 in every
- * run of every campaign since clients send copies), 0 duplicated (no answer published twice; 0 in every run
- * of session 11's campaigns, docs/cluster.md has the tally), no turn ran twice (every answer to a message is
+ * run of every campaign since clients send copies), 0 duplicated (no answer published twice: counted by the
+ * client's subscriber and by an observer pinned to each server, so a subscriber reconnecting cannot miss a
+ * copy; 0 in every run of session 11's campaigns, docs/cluster.md has the tally), no turn ran twice (every answer to a message is
  * the same stored answer), answers in the order of their messages, every stored history in send order with
  * each answered message followed by its answer. A failure lists each message not answered exactly once with
  * what the chaos was doing and what the nodes logged about it. Nothing asserts a timing.
@@ -114,6 +115,25 @@ async function collectRedelivered(node: ManagedProcess): Promise<void> {
 async function owners(client: TroupeClient): Promise<Map<string, number[]>> {
   const found = (await client.ps(300)).flatMap((r) => r.actors).filter((a) => a.kind === 'node');
   return new Map(found.map((n) => [n.id, ((n.detail?.partitions as number[] | undefined) ?? []).slice().sort((a, b) => a - b)]));
+}
+
+/**
+ * An observer of the answers pinned to one server of the cluster: how many times it saw each message
+ * answered on `out`. With one on every server, an answer published twice is seen twice by every observer
+ * that was connected both times, so a subscriber's reconnect (a killed or frozen server) cannot hide it.
+ */
+async function observerOn(server: ClusterServerHandle) {
+  const t = await NatsTransport.connect({ ...cluster.as('node'), servers: [server.url], name: `chaos-observer-${server.name}`, maxReconnectAttempts: -1 });
+  transports.push(t);
+  const seen = new Map<string, number>();
+  t.subscribe('troupe.demo.out.local.*', (m) => {
+    const e = decode(ThreadEventSchema, m.data, 'event');
+    if (e.kind !== 'status-update' || !e.final) return;
+    const inReplyTo = String((e as TaskStatusUpdateEvent).status.message?.metadata?.[META.inReplyTo] ?? '?');
+    seen.set(inReplyTo, (seen.get(inReplyTo) ?? 0) + 1);
+  });
+  await t.flush();
+  return { server: server.name, seen, client: new TroupeClient(t) };
 }
 
 /** Threads that talk without pause: each message waits for its stream ack (retried), then for its answer. */
@@ -287,6 +307,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     await Promise.all([group.spawnTroupe(agentArgs, agentEnv, { name: 'echo 1' }), group.spawnTroupe(agentArgs, agentEnv, { name: 'echo 2' })]);
     const clientT = await transport('chaos-client');
     const client = new TroupeClient(clientT);
+    const observers = await Promise.all(cluster.servers.map((s) => observerOn(s)));
     await waitUntil(async () => {
       const o = await owners(client);
       return o.size === 3 && [...o.values()].flat().length === PARTITIONS ? true : undefined;
@@ -430,6 +451,16 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     await progress('after the node kills');
 
     await talk.stop(30_000, nodes.length);
+    // The same later marker on each observer's connection: every node's earlier answers are in its counts.
+    for (const o of observers) {
+      await waitUntil(async () => ((await owners(o.client)).size === nodes.length ? true : undefined), `a ps reply from each node through ${o.server}`, 30_000);
+    }
+    /** Answers published more than once, as the observers saw them: per message, the most copies any one saw, less one. */
+    const seenTwice = [...talk.sent.values()].flat().flatMap((id) => {
+      const most = Math.max(0, ...observers.map((o) => o.seen.get(id) ?? 0));
+      return most > 1 ? [`${id} seen ${most}× (${observers.map((o) => `${o.server}: ${o.seen.get(id) ?? 0}`).join(', ')})`] : [];
+    });
+    if (seenTwice.length) console.log(`[cluster-chaos] answers the per-server observers saw more than once:\n  ${seenTwice.join('\n  ')}`);
     for (const node of nodes) await collectRedelivered(node);
     const storeT = await transport('chaos-store');
     const store = await KvThreadStore.open(storeT.connection);
@@ -479,6 +510,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
         recovered: talk.recovered.size,
         lost,
         duplicated,
+        duplicatedSeenByObservers: seenTwice.length,
         copies: talk.resent.size,
         kills,
         takeover: { minMs: sorted[0] ?? null, medianMs: sorted[Math.floor(sorted.length / 2)] ?? null, maxMs: sorted[sorted.length - 1] ?? null },
@@ -491,6 +523,7 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     expect(lost, 'messages never answered nor stored, copies included (listed above)').toBe(0);
     // 0 in every run of session 11's campaigns on c07d602 and later (docs/cluster.md has the tally).
     expect(duplicated, 'answers published twice (listed above)').toBe(0);
+    expect(seenTwice, 'answers an observer on some server saw more than once').toEqual([]);
     // What holds on the cluster (and is asserted): no turn ran twice (a message's answers are one stored
     // answer); answers arrive in the order of their messages; every stored history holds its thread's
     // messages in the order sent, each answered message followed by its answer.
