@@ -293,6 +293,15 @@ describe('messages', () => {
     expect(message.parts[0]).toEqual({ kind: 'text', text: 'my card is 4242 4242 4242 4242, mail ada@example.com' });
   });
 
+  it("sanitises the conversation's troupe/history as messages: text masked, ids and shape kept", () => {
+    const withHistory: Message = {
+      ...message,
+      metadata: { 'troupe/history': [{ kind: 'message', role: 'user', messageId: 'h-ada@example.com', parts: [{ kind: 'text', text: 'mail me at ada@example.com' }] }] },
+    };
+    const history = sanitiseMessage(withHistory, { policy, recipientAgentId: 'support' }).value.metadata?.['troupe/history'] as Message[];
+    expect(history).toEqual([{ kind: 'message', role: 'user', messageId: 'h-ada@example.com', parts: [{ kind: 'text', text: 'mail me at [email]' }] }]);
+  });
+
   it('applies the recipient agent’s allow rules', () => {
     const p = withPolicy({ allow: [{ agent: 'billing', detectors: ['card', 'iban'] }] });
     const out = sanitiseMessage(message, { policy: p, recipientAgentId: 'billing' }).value;

@@ -63,6 +63,8 @@ export interface LlmAgentOptions {
    * the model is given its JSON Schema, the answer is parsed with it and goes out as a data part.
    */
   output?: { schema: ZodType; name?: string; retries?: number };
+  /** Tools a person approves before each call, by the name the model calls, besides agent.yaml's `requires_approval`. */
+  requiresApproval?: (toolName: string) => boolean;
   /** Where setting the agent up is logged (the agent.yaml's warnings, vector indexes built): default stderr. */
   logger?: Logger;
 }
@@ -173,7 +175,9 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const memory = memoryOf(config);
   // The model's names of the tools a person approves first (an MCP entry marks all its server's tools).
   const needsApprovalBySource = new Set((config.tools ?? []).filter((t) => t.requires_approval).map((t) => t.name));
-  const approvalTools = tools.filter((t) => needsApprovalBySource.has(t.source ?? t.definition.name)).map((t) => t.definition.name);
+  const approvalTools = tools
+    .filter((t) => needsApprovalBySource.has(t.source ?? t.definition.name) || opts.requiresApproval?.(t.definition.name) === true)
+    .map((t) => t.definition.name);
   const approvalTimeoutMs = config.approval_timeout_ms ?? DEFAULT_APPROVAL_TIMEOUT_MS;
   const output = opts.output
     ? outputSpec({ zod: opts.output.schema, ...(opts.output.name ? { name: opts.output.name } : {}), ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}) })
