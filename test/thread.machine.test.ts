@@ -183,14 +183,20 @@ describe('thread machine with its real children: the reachable graph', () => {
     let explored = 0;
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
     // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
-    // The second also synthesises a fan-out's answers with its model.
+    // The second also synthesises a fan-out's answers with its model. A third ends the task on an agent's
+    // answer (`taskEnd: answer`); a few steps reach what it adds.
     const synthesis = { strategy: 'parallel', maxParallelAgents: 3, aggregation: 'synthesis' } as const;
-    for (const config of [{}, { usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }] satisfies Array<Partial<ThreadConfig>>) {
+    const teams: Array<[Partial<ThreadConfig>, number]> = [
+      [{}, MAX_DEPTH],
+      [{ usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }, MAX_DEPTH],
+      [{ taskEnd: 'answer' }, 3],
+    ];
+    for (const [config, maxDepth] of teams) {
       const start = await replay(config, [], threadCoverage);
       const seen = new Set([stateKey(start)]);
       start.stop();
       let frontier: Step[][] = [[]];
-      for (let depth = 0; depth < MAX_DEPTH && frontier.length; depth++) {
+      for (let depth = 0; depth < maxDepth && frontier.length; depth++) {
         const next: Step[][] = [];
         for (const path of frontier) {
           for (const step of STEPS) {
