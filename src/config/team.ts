@@ -106,6 +106,8 @@ export const RoutingSchema = z.strictObject({
 });
 
 export const OrchestrationSchema = z.strictObject({
+  /** `false`: a router decision's additional agents are not called (seed 003's EnableMultiAgentCoordination). */
+  multi_agent: z.boolean().default(true),
   strategy: z.enum(ORCHESTRATION_STRATEGIES).default(DEFAULT_THREAD_CONFIG.orchestration.strategy),
   max_parallel_agents: z.int().min(1).max(20).default(DEFAULT_THREAD_CONFIG.orchestration.maxParallelAgents),
   fallback_message: Text.optional(),
@@ -354,6 +356,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
         }
       : {}),
     orchestration: {
+      ...(o.multi_agent === false ? { multiAgent: false } : {}),
       strategy: o.strategy,
       maxParallelAgents: o.max_parallel_agents,
       ...(o.fallback_message ? { fallbackMessage: o.fallback_message } : {}),

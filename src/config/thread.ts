@@ -51,6 +51,11 @@ export interface ThreadConfig {
   };
   /** How a decision naming several agents fans out. */
   orchestration: {
+    /**
+     * Whether a router decision's additional agents are called too (seed 003's EnableMultiAgentCoordination).
+     * `false`: only the primary agent takes the message. Default true.
+     */
+    multiAgent?: boolean;
     strategy: OrchestrationStrategy;
     maxParallelAgents: number;
     fallbackMessage?: string;

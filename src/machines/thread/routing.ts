@@ -86,7 +86,8 @@ export const threadSetup = threadWithDelegation.extend({
     /** The user's message needs the router policy (no handoff target, no agent addressed, a policy configured). */
     routerPolicyDecides: ({ context }) => decideWithoutPolicy(userRouterInput(context)) === undefined,
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
-    routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
+    /** Several agents, for a team that lets them work together (`orchestration.multiAgent`, seed 003's EnableMultiAgentCoordination). */
+    routesToFanOut: ({ context }, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0 && context.config.orchestration.multiAgent !== false,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
   },
   actions: {
