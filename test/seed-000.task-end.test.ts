@@ -16,7 +16,7 @@ import { startEmbedded } from '../src/team/embedded.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { META } from '../src/protocol/index.js';
-import { loadTeamConfig, threadConfigOf } from '../src/config/team.js';
+import { loadTeamConfig, threadConfigOf, validateTeamFile } from '../src/config/team.js';
 import { collect, send, textOf, userText, v1Client } from './helpers/a2a.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
@@ -160,5 +160,13 @@ describe('team.yaml routing.task_end', () => {
     expect(threadConfigOf(answers, 'a').taskEnd).toBe('answer');
     const plain = loadTeamConfig(file('plain.yaml', 'id: t\nname: T\nagents:\n  - id: a\n'), {}).config;
     expect(threadConfigOf(plain, 'a').taskEnd).toBeUndefined();
+  });
+
+  it('routing.clarification_agent names a member (seed 000 ClarificationAgentId), checked by troupe validate', () => {
+    const file = (name: string, text: string) => (writeFileSync(join(dir, name), text), join(dir, name));
+    const good = loadTeamConfig(file('clarify.yaml', 'id: t\nname: T\nagents:\n  - id: a\n  - id: asker\nrouting:\n  clarification_agent: asker\n'), {}).config;
+    expect(threadConfigOf(good, 'a').clarificationAgent).toBe('asker');
+    const bad = validateTeamFile(file('clarify-bad.yaml', 'id: t\nname: T\nagents:\n  - id: a\nrouting:\n  clarification_agent: ghost\n'), {});
+    expect(bad.problems.map((p) => p.path)).toEqual(['routing.clarification_agent']);
   });
 });

@@ -4,7 +4,11 @@
  * checked, `role: "assistant"` accepted on a follow-up, the snake_case result keys; and the A2A form at `/`
  * unchanged by it.
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadTeamConfig, threadConfigOf } from '../src/config/team.js';
 import { defineAgent, reply } from '../src/sdk/index.js';
 import { defineTeam } from '../src/team/team.js';
 import { startEmbedded } from '../src/team/embedded.js';
@@ -175,5 +179,43 @@ describe('seed 003: POST /a2a/<orchestrator-id>', () => {
   it('refuses an orchestrator path that shadows its own endpoints', async () => {
     await expect(startGateway({ clients: { demo: mesh.client }, orchestratorPath: '/rest/x' })).rejects.toThrow(/orchestrator path/);
     await expect(startGateway({ clients: { demo: mesh.client }, orchestratorPath: 'a2a' })).rejects.toThrow(/orchestrator path/);
+  });
+});
+
+describe('seed 003: EnableMultiAgentCoordination (orchestration.multiAgent)', () => {
+  let single: Mesh;
+  let singleGateway: Gateway;
+
+  beforeAll(async () => {
+    const team = defineTeam({
+      name: 'home-single',
+      agents: [lights, music],
+      policy: both,
+      config: { entryAgent: 'light-agent', retries: 0, orchestration: { strategy: 'parallel', maxParallelAgents: 3, multiAgent: false } },
+    });
+    single = await startEmbedded(team, silentLogger());
+    singleGateway = await startGateway({ clients: { demo: single.client } });
+  });
+
+  afterAll(async () => {
+    await singleGateway?.close();
+    await single?.stop();
+  });
+
+  it('switched off, the router\'s additional agents are not called: only the primary answers the seed request', async () => {
+    const res = await fetch(singleGateway.orchestratorUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(SEED_REQUEST) });
+    const body = (await res.json()) as RpcBody;
+    expect(body.result.metadata.agents_used).toEqual(['light-agent']);
+    expect(body.result.parts[0]!.text).toBe("I've turned on the kitchen lights.");
+  });
+
+  it('is orchestration.multi_agent in a team.yaml', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'troupe-multi-agent-'));
+    try {
+      writeFileSync(join(dir, 'team.yaml'), 'id: t\nname: T\nagents:\n  - id: a\norchestration:\n  multi_agent: false\n');
+      expect(threadConfigOf(loadTeamConfig(join(dir, 'team.yaml'), {}).config, 'a').orchestration.multiAgent).toBe(false);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -161,6 +161,21 @@ async function replay(config: Partial<ThreadConfig>, path: Step[], recorder: Cov
 const threadCoverage = new CoverageRecorder();
 
 describe('thread machine with its real children: the reachable graph', () => {
+  it('an unsure router hands the message to the clarification agent, whose answer is the question (input-required, also with taskEnd: answer)', async () => {
+    const rig = new ThreadRig({ config: { usePolicy: true, maxAttempts: 1, clarificationAgent: 'writer', taskEnd: 'answer' }, recorder: threadCoverage });
+    await rig.settle();
+    rig.say('do the thing');
+    await rig.settle();
+    rig.decide({ agentId: 'researcher', confidence: 0.3, reasoning: 'too vague' });
+    await rig.settle();
+    const request = rig.answer(agentReply('Which thing do you mean?'));
+    expect(request.input.agentId).toBe('writer');
+    expect(request.input.message.metadata?.[META.clarify]).toMatchObject({ confidence: 0.3 });
+    await rig.settle();
+    expect(rig.finals().map((f) => [f.state, f.message && messageText(f.message)])).toEqual([['input-required', 'Which thing do you mean?']]);
+    rig.stop();
+  });
+
   it('with taskEnd: answer, an agent\'s question keeps the task input-required and its answer completes it', async () => {
     const rig = new ThreadRig({ config: { taskEnd: 'answer' }, recorder: threadCoverage });
     await rig.settle();

@@ -99,6 +99,8 @@ export const RoutingSchema = z.strictObject({
   confidence_threshold: z.number().min(0).max(1).default(DEFAULT_THREAD_CONFIG.threshold),
   router_max_attempts: z.int().min(1).max(10).default(DEFAULT_THREAD_CONFIG.maxAttempts),
   fallback_agent: AgentId.optional(),
+  /** The agent that asks the user when the router is unsure (instead of clarification_text). */
+  clarification_agent: AgentId.optional(),
   clarification_text: Text.default(DEFAULT_THREAD_CONFIG.clarifyText),
   handoff_max_duration_ms: DurationMs.default(DEFAULT_THREAD_CONFIG.handoffMaxDurationMs),
   /** `open`: an answer leaves the task input-required (the conversation goes on in it); `answer`: an answer completes it. */
@@ -106,6 +108,8 @@ export const RoutingSchema = z.strictObject({
 });
 
 export const OrchestrationSchema = z.strictObject({
+  /** `false`: a router decision's additional agents are not called (seed 003's EnableMultiAgentCoordination). */
+  multi_agent: z.boolean().default(true),
   strategy: z.enum(ORCHESTRATION_STRATEGIES).default(DEFAULT_THREAD_CONFIG.orchestration.strategy),
   max_parallel_agents: z.int().min(1).max(20).default(DEFAULT_THREAD_CONFIG.orchestration.maxParallelAgents),
   fallback_message: Text.optional(),
@@ -240,6 +244,7 @@ export function checkTeamDocument(
   mustBeMember(raw.entry, ['entry'], 'the entry agent');
   if (isRecord(raw.routing)) {
     mustBeMember(raw.routing.fallback_agent, ['routing', 'fallback_agent'], 'the fallback agent');
+    mustBeMember(raw.routing.clarification_agent, ['routing', 'clarification_agent'], 'the clarification agent');
     if (raw.routing.fallback_agent !== undefined && !isRecord(raw.router)) {
       ctx.report(['routing', 'fallback_agent'], 'constraints', 'applies with a router only: without one, every message goes to the entry agent');
     }
@@ -339,6 +344,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
     threshold: r.confidence_threshold,
     maxAttempts: r.router_max_attempts,
     ...(r.fallback_agent ? { fallbackAgent: r.fallback_agent } : {}),
+    ...(r.clarification_agent ? { clarificationAgent: r.clarification_agent } : {}),
     clarifyText: clarify,
     ...(fallbackReason ? { fallbackReasonTemplate: fallbackReason } : {}),
     ...(config.router ? { routerHistoryMessages: config.router.history_messages } : {}),
@@ -354,6 +360,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
         }
       : {}),
     orchestration: {
+      ...(o.multi_agent === false ? { multiAgent: false } : {}),
       strategy: o.strategy,
       maxParallelAgents: o.max_parallel_agents,
       ...(o.fallback_message ? { fallbackMessage: o.fallback_message } : {}),

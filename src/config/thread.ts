@@ -21,6 +21,12 @@ export interface ThreadConfig {
   fallbackAgent?: string;
   /** The route reason when the fallback agent answers (`{{attempts}}`, `{{error}}`, `{{agent}}`). */
   fallbackReasonTemplate?: string;
+  /**
+   * The agent that asks the user when the router is unsure (seed 000's ClarificationAgentId): it gets the
+   * user's message with `troupe/clarify` ({ reason, confidence, candidate }) and its answer is the question
+   * (the task stays input-required). Absent, or not live: the thread asks with `clarifyText`.
+   */
+  clarificationAgent?: string;
   /** What the user is asked when the router is unsure; may say `{{candidate}}`, `{{confidence}}`, `{{reasoning}}`. */
   clarifyText: string;
   /** Earlier messages of the thread the router policy sees besides the new one (default 10). */
@@ -51,6 +57,11 @@ export interface ThreadConfig {
   };
   /** How a decision naming several agents fans out. */
   orchestration: {
+    /**
+     * Whether a router decision's additional agents are called too (seed 003's EnableMultiAgentCoordination).
+     * `false`: only the primary agent takes the message. Default true.
+     */
+    multiAgent?: boolean;
     strategy: OrchestrationStrategy;
     maxParallelAgents: number;
     fallbackMessage?: string;

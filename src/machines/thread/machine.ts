@@ -15,9 +15,9 @@ import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import type { RouteDecision } from '../../routing/route.js';
 import type { RouterInput } from '../router.js';
-import { replyDecision, threadSetup, userDecisionWithoutPolicy, userRouterInput } from './routing.js';
+import { clarificationRoute, replyDecision, threadSetup, userDecisionWithoutPolicy, userRouterInput } from './routing.js';
 import { delegationOrchestrationInput } from './delegation.js';
-import { DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput } from './types.js';
+import { DEFAULT_THREAD_CONFIG, type SynthesisInput, type SynthesisOutput, type ThreadContext } from './types.js';
 
 /**
  * How a turn that answers the user ends: the answer goes out (`answerUser`) and the thread waits for the
@@ -107,6 +107,15 @@ export const threadMachine = threadSetup.createMachine({
                 target: 'calling',
                 actions: [
                   { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                  'announceRoute',
+                ],
+              },
+              {
+                guard: { type: 'routesToClarificationAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
+                target: 'calling',
+                actions: [
+                  { type: 'applyAgentRoute', params: ({ context, event }: { context: ThreadContext; event: DoneActorEvent<RouteDecision> }) => clarificationRoute(context, event.output) },
+                  { type: 'markClarifying', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
                   'announceRoute',
                 ],
               },

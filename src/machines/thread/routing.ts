@@ -5,7 +5,7 @@
 import { assign, emit, enqueueActions } from 'xstate';
 import { META, type RouteStep } from '../../protocol/metadata.js';
 import { USER } from '../../protocol/routing.js';
-import { routeReply, type RouteDecision } from '../../routing/route.js';
+import { liveAgent, routeReply, type RouteDecision } from '../../routing/route.js';
 import { decideWithoutPolicy, type RouterInput } from '../router.js';
 import type { Message } from '../../protocol/a2a.js';
 import { readApprovalRequest } from '../../protocol/approval.js';
@@ -86,8 +86,12 @@ export const threadSetup = threadWithDelegation.extend({
     /** The user's message needs the router policy (no handoff target, no agent addressed, a policy configured). */
     routerPolicyDecides: ({ context }) => decideWithoutPolicy(userRouterInput(context)) === undefined,
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
-    routesToFanOut: (_, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0,
+    /** Several agents, for a team that lets them work together (`orchestration.multiAgent`, seed 003's EnableMultiAgentCoordination). */
+    routesToFanOut: ({ context }, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0 && context.config.orchestration.multiAgent !== false,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
+    /** Unsure, and the team names a live clarification agent to ask the user. */
+    routesToClarificationAgent: ({ context }, decision: RouteDecision) =>
+      decision.to === 'clarify' && context.config.clarificationAgent !== undefined && liveAgent(context.agents, context.config.clarificationAgent) !== undefined,
   },
   actions: {
     applyAgentRoute: assign(({ context }, decision: RouteDecision) => {
@@ -150,6 +154,13 @@ export const threadSetup = threadWithDelegation.extend({
       return { lastError, turn: { ...context.turn, route: [...context.turn.route, step] }, routeLog: prune([...context.routeLog, step], ROUTE_LOG_LIMIT) };
     }),
     /** Ends the turn: the user gets the last answer (with any error attached), or the error alone. */
+    /** The clarification agent gets the user's message with why the router asked (`troupe/clarify`). */
+    markClarifying: assign(({ context }, decision: RouteDecision) => {
+      const turn = context.turn;
+      if (!turn || decision.to !== 'clarify') return {};
+      const clarify = { reason: decision.reason, confidence: decision.confidence, ...(decision.candidate ? { candidate: decision.candidate } : {}) };
+      return { turn: { ...turn, clarifying: true, outgoing: { ...turn.outgoing, metadata: { ...turn.outgoing.metadata, [META.clarify]: clarify } } } };
+    }),
     askToClarify: enqueueActions(({ context, enqueue }, decision: RouteDecision) => {
       const reason = decision.to === 'clarify' ? decision.reason : '';
       const confidence = decision.to === 'clarify' ? decision.confidence : undefined;
@@ -177,3 +188,10 @@ export const threadSetup = threadWithDelegation.extend({
     }),
   },
 });
+
+/** The clarification agent's route for an unsure decision (`routesToClarificationAgent` holds). */
+export function clarificationRoute(context: ThreadContext, decision: RouteDecision): RouteDecision {
+  const agentId = context.config.clarificationAgent ?? '';
+  const why = decision.to === 'clarify' ? decision.reason : '';
+  return { to: 'agent', agentId, mode: 'initial', reason: `clarification by ${agentId}: ${why}`, ...(decision.to === 'clarify' ? { confidence: decision.confidence } : {}) };
+}

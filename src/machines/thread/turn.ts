@@ -70,7 +70,8 @@ export const threadWithTurns = threadWithHandoff.extend({
       const now = output.at ?? context.now;
       const reply = agentReplyMessage(output);
       if (!turn || !reply) return { now };
-      const asks = output.reply.kind === 'task' && output.reply.status.state === 'input-required';
+      // A question: an agent's Task waiting for input, or the clarification agent's answer.
+      const asks = (output.reply.kind === 'task' && output.reply.status.state === 'input-required') || turn?.clarifying === true;
       const memory = keepSummary(context.memory, output.agentId, reply);
       const kept = withoutSummary(reply);
       const answer: Message = {

@@ -47,6 +47,8 @@ export interface Turn {
   mode: 'normal' | 'handoffStart' | 'handoffActive';
   /** An agent's delegation in flight: the orchestration child `orchestration` calls its delegates. */
   delegation?: TurnDelegation;
+  /** The clarification agent holds the message: its answer is a question to the user. */
+  clarifying?: boolean;
   /** A fan-out's answers being synthesised into one (the child `synthesize`). */
   synthesis?: SynthesisInput;
 }
