@@ -50,7 +50,7 @@ const FIGURES: Array<{ key: string; label: string; unit: Unit; target?: { op: '>
   { key: 'handoffP99Us', label: 'handoff: message → target\'s first chunk, p99', unit: 'us', target: { op: '<=', value: 5_000 } },
   { key: 'handoffDirectP99Us', label: 'the same first chunk with the target addressed directly (no handoff), p99', unit: 'us' },
   { key: 'handoffFloorP99Us', label: 'the handoff\'s legs over NATS with the guarantees at their edges alone (the floor of the handoff row), p99', unit: 'us' },
-  { key: 'handoffBeforeWarmUpP99Us', label: 'the handoff\'s first 400 runs after 10 (before V8 has compiled its code; the row\'s figure up to session 24), p99', unit: 'us' },
+  { key: 'handoffBeforeWarmUpP99Us', label: 'the handoff\'s first 400 runs after 10 (before V8 has compiled its code; what the row measured with 10 warm-up runs), p99', unit: 'us' },
   { key: 'fanOutP50VsSlowest', label: 'fan-out to 3 agents p50 ÷ the slowest agent alone', unit: 'ratio' },
   { key: 'yamlAgentTurnVsHandwritten', label: 'agent.yaml turn (model time excluded) ÷ hand-written agent', unit: 'ratio' },
   { key: 'inspectionOnHopThroughputVsOff', label: 'agent hop throughput with inspection on ÷ off', unit: 'ratio' },
