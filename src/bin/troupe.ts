@@ -110,6 +110,12 @@ for (const decision of ['approve', 'deny'] as const) {
     .option('--reason <text>', 'why, for the model')
     .option('--timeout <ms>', 'how long to wait for the answer', int(1), 60_000)
     .addOption(new Option('--args <json>', 'approve with these arguments instead of the model\'s (a JSON object)').hideHelp(decision === 'deny'))
+    .addHelpText(
+      'after',
+      decision === 'approve'
+        ? examples('troupe approve 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10', 'troupe approve 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --call call_1 --args \'{"amount": 20}\'')
+        : examples('troupe deny 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --reason "refunds over 50 need a manager"'),
+    )
     .action(async (thread: string, opts: unknown, cmd: Command) => (await import('./commands/approve.js')).decideApproval(decision, thread, opts as import('./commands/approve.js').ApproveOptions, cmd));
 }
 
