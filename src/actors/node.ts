@@ -6,8 +6,9 @@
  * - `in.<P>.<T>` (durable: the TROUPE_IN stream; else a queue subscription): a user message of
  *   principal P into thread T. The owner of a thread is P, or `P/<user>` when P names a user in the
  *   `Troupe-User` header (the gateway serves many users on one principal).
- * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, cancel).
- * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, dlq).
+ * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, list, cancel).
+ * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, delete, memory, dlq).
+ * The handlers of `req` and `ctl` are in control.ts; this file wires them, and takes user messages in.
  * Every bad input gets a typed error on the requester's reply or on its `out` subject; none can end the
  * process.
  */
@@ -17,18 +18,9 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import type { ThreadConfig } from '../machines/thread.js';
 import type { RouterPolicy } from '../routing/policy.js';
 import {
-  ClientListRequestSchema,
-  ClientThreadRequestSchema,
   HEADERS,
-  InspectRequestSchema,
   LIMITS,
   MessageSchema,
-  ThreadCtlSchema,
-  ThreadsRequestSchema,
-  DlqRequestSchema,
-  MemoryRequestSchema,
-  type CtlReply,
-  type DeadLetterEntry,
   isTerminal,
   TroupeError,
   decode,
@@ -36,22 +28,19 @@ import {
   isValidId,
   rejectionEvent,
   type ActorInfo,
-  type InspectReply,
   type PsReply,
-  type TaskListReply,
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
 import type { SanitiserPolicy } from '../sanitiser/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
-import { parseThreadIn, principalOfRequest, subjects } from '../transport/subjects.js';
+import { parseThreadIn, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { JetStreamAnsweredLog } from '../transport/jetstream/answered.js';
 import { INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
 import { retryTransient } from '../transport/jetstream/retry.js';
 import { checkPartitionMapping } from '../transport/jetstream/partition-check.js';
 import { silentLogger } from '../observability/logger.js';
-import { redact, redactKeeping } from '../observability/redact.js';
 import { InspectionPublisher, InspectionSwitch } from '../inspection/inspection.js';
 import { answerInspectionControl, helloInspection } from '../inspection/control.js';
 import { registerNodeGauges } from '../observability/metrics.js';
@@ -59,7 +48,7 @@ import type { CheckResult } from '../observability/probes.js';
 import { contextFromHeaders, tracing } from '../observability/tracing.js';
 import { Registry } from './registry.js';
 import { ThreadHost } from './threads/host.js';
-import { listDeadLetters, purgeDeadLetters } from './dead-letters.js';
+import { ControlHandlers } from './control.js';
 
 export interface NodeOptions {
   transport: Transport;
@@ -107,6 +96,8 @@ export class TroupeNode {
   private readonly maxMessageBytes: number;
   private subs: Subscription[] = [];
   private readonly startedAt = Date.now();
+  /** The answers to `req.*` and `ctl.*` requests (control.ts). */
+  private readonly control: ControlHandlers;
   private ingress?: JetStreamIngress;
   private readonly answered?: JetStreamAnsweredLog;
   private readonly partitions: number;
@@ -154,6 +145,16 @@ export class TroupeNode {
       ...(opts.durable ? { nodeAlive: (id: string) => this.ingress?.leases?.nodeAlive(id) ?? Promise.resolve(undefined) } : {}),
       logger: opts.logger ?? silentLogger(),
     });
+    this.control = new ControlHandlers({
+      tenant: this.tenant,
+      nodeId: this.nodeId,
+      threads: this.threads,
+      registry: this.registry,
+      log: this.log,
+      ps: () => this.ps(),
+      ownsThread: (threadId) => this.ownsThread(threadId),
+      ownerOf: (principal, headers) => this.ownerOf(principal, headers),
+    });
   }
 
   async start(): Promise<this> {
@@ -194,19 +195,19 @@ export class TroupeNode {
       this.subs.push(t.subscribe(subjects.threadInAll(this.tenant), (m) => this.onThreadIn(m), { queue: 'troupe-threads' }));
     }
     // Reads come from the store: any node may answer. Changes go to the node that owns the thread.
-    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'task'), (m) => this.onClientRequest(m, 'task'), { queue: 'troupe-req' }));
-    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'list'), (m) => void this.onClientList(m), { queue: 'troupe-req' }));
-    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.onPs(m)));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.onInspect(m)));
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'task'), (m) => this.control.onClientRequest(m, 'task'), { queue: 'troupe-req' }));
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'list'), (m) => void this.control.onClientList(m), { queue: 'troupe-req' }));
+    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.control.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.control.onPs(m)));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.control.onInspect(m)));
     // Only the owner of a thread acts on it, so these reach every node and the owner answers.
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.onThreadCtl(m, 'cancel'), durable ? {} : { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'delete'), (m) => void this.onDelete(m, durable?.nc), durable ? {} : { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.onThreads(m), { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.onThread(m), { queue: 'troupe-ctl' }));
-    if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'memory'), (m) => this.onMemory(m)));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.control.onThreadCtl(m, 'cancel'), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.control.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'delete'), (m) => void this.control.onDelete(m, durable?.nc), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.control.onThreads(m), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.control.onThread(m), { queue: 'troupe-ctl' }));
+    if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.control.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
+    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'memory'), (m) => this.control.onMemory(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspection'), (m) => answerInspectionControl(m, { publisher: this.inspection, transport: t, tenant: this.tenant, node: this.nodeId })));
     if (this.inspection.switch.all) helloInspection(t, this.tenant, true);
     await t.flush();
@@ -419,222 +420,10 @@ export class TroupeNode {
       if (!msg.respond(encodeJson(error.toReply()))) this.publishRejection(principal, threadId, undefined, error);
     }
   }
-
-  // ---- a client's requests about its threads ------------------------------------------------------------
-
-  private async onClientRequest(msg: InboundMessage, verb: 'task' | 'cancel'): Promise<void> {
-    try {
-      const principal = principalOfRequest(msg.subject);
-      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
-      const owner = this.ownerOf(principal, msg.headers);
-      if (owner instanceof TroupeError) throw owner;
-      const req = decode(ClientThreadRequestSchema, msg.data, `${verb} request`, 4096);
-      if (verb === 'task') {
-        const { task, revision } = await this.threads.task(req.threadId, owner);
-        const n = req.historyLength;
-        const trimmed = n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) };
-        msg.respond(encodeJson({ kind: 'task', task: trimmed, revision }));
-        return;
-      }
-      if (!this.ownsThread(req.threadId)) return; // the owning node answers
-      const state = await this.threads.cancel(req.threadId, req.reason, owner);
-      msg.respond(encodeJson({ kind: 'ok', threadId: req.threadId, state, node: this.nodeId }));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  /**
-   * A principal's (or its user's) own threads, newest update first, a page at a time. The owner is read
-   * from every stored record's envelope (at most LIST_SCAN_CAP of them); the page's Tasks are then read
-   * whole, live ones from their actor. The page token is the sort key of the page's last entry, so a page
-   * stays right while threads are added.
-   */
-  private async onClientList(msg: InboundMessage): Promise<void> {
-    try {
-      const principal = principalOfRequest(msg.subject);
-      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
-      const owner = this.ownerOf(principal, msg.headers);
-      if (owner instanceof TroupeError) throw owner;
-      const req = decode(ClientListRequestSchema, msg.data, 'list request', 4096);
-      const after = req.pageToken !== undefined ? parseListToken(req.pageToken) : undefined;
-      const since = req.updatedAfter !== undefined ? Date.parse(req.updatedAfter) : undefined;
-      const mine: Array<{ threadId: string; updatedAt: string }> = [];
-      let scanned = 0;
-      for await (const entry of this.threads.store.list(this.tenant, req.state ? { state: req.state } : undefined)) {
-        if (++scanned > LIST_SCAN_CAP) break;
-        if (entry.owner !== owner || entry.corrupt) continue;
-        if (req.contextId !== undefined && entry.contextId !== req.contextId) continue;
-        if (since !== undefined && !(Date.parse(entry.updatedAt) >= since)) continue;
-        mine.push({ threadId: entry.threadId, updatedAt: entry.updatedAt });
-      }
-      // Newest first; ties by thread id, so the order (and the token) is total.
-      mine.sort((a, b) => (a.updatedAt === b.updatedAt ? (a.threadId < b.threadId ? -1 : 1) : a.updatedAt < b.updatedAt ? 1 : -1));
-      const start = after ? mine.findIndex((e) => e.updatedAt < after.updatedAt || (e.updatedAt === after.updatedAt && e.threadId > after.threadId)) : 0;
-      const page = start < 0 ? [] : mine.slice(start, start + req.pageSize);
-      const tasks = [];
-      for (const e of page) {
-        try {
-          const { task } = await this.threads.task(e.threadId, owner);
-          const n = req.historyLength;
-          tasks.push(n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) });
-        } catch (err) {
-          if (!(err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND')) throw err; // expired since the listing
-        }
-      }
-      const last = page.at(-1);
-      const more = start >= 0 && start + req.pageSize < mine.length;
-      const reply: TaskListReply = { kind: 'tasks', tasks, nextPageToken: more && last ? listToken(last) : '', totalSize: mine.length, pageSize: req.pageSize };
-      msg.respond(encodeJson(reply));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  // ---- operator control --------------------------------------------------------------------------------
-
-  private onPs(msg: InboundMessage): void {
-    msg.respond(encodeJson(this.ps()));
-  }
-
-  private onInspect(msg: InboundMessage): void {
-    try {
-      const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request', 4096);
-      if (actorId === this.nodeId || actorId === `${this.nodeId}/registry`) {
-        const actor = this.ps().actors.find((a) => a.id === actorId);
-        const reply: InspectReply = { found: true, node: this.nodeId, ...(actor ? { actor } : {}), value: actor?.state, context: actor?.detail, events: [] };
-        msg.respond(encodeJson(reply));
-        return;
-      }
-      const card = isValidId('agent', actorId) ? this.registry.card(actorId) : undefined;
-      if (card) {
-        // An agent: its card and its instances as this node's registry sees them.
-        const reply: InspectReply = {
-          found: true,
-          node: this.nodeId,
-          actor: { kind: 'agent', id: actorId, state: `${this.registry.instanceCount(actorId)} instance(s)`, node: this.nodeId, status: 'live' },
-          value: this.registry.statuses(actorId).map((s) => s.status?.state ?? 'unknown'),
-          context: redact({ card, instances: this.registry.statuses(actorId) }),
-          events: [],
-        };
-        msg.respond(encodeJson(reply));
-        return;
-      }
-      const found = this.threads.inspect(actorId);
-      // Only the node holding the actor answers; the CLI gathers answers from every node.
-      if (found) {
-        const reply: InspectReply = { found: true, node: this.nodeId, actor: found.actor, value: found.value, context: found.context, events: found.events };
-        msg.respond(encodeJson(reply));
-      }
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
-    }
-  }
-
-  private async onThreadCtl(msg: InboundMessage, verb: 'cancel' | 'rehydrate'): Promise<void> {
-    try {
-      const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`, 4096);
-      if (!this.ownsThread(threadId)) return; // the owner answers
-      const state = verb === 'cancel' ? await this.threads.cancel(threadId, reason) : await this.threads.rehydrate(threadId);
-      msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.nodeId }));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  /** `troupe delete`: the owner erases the thread (host.erase), then its dead letters. */
-  private async onDelete(msg: InboundMessage, nc: NatsConnection | undefined): Promise<void> {
-    try {
-      const { threadId } = decode(ThreadCtlSchema, msg.data, 'delete request', 4096);
-      if (!this.ownsThread(threadId)) return; // the owner answers
-      await this.threads.erase(threadId);
-      const deadLetters = nc ? await purgeDeadLetters(nc, this.tenant, threadId) : 0;
-      this.log.info({ threadId, deadLetters }, 'thread deleted');
-      msg.respond(encodeJson({ kind: 'ok', threadId, state: 'deleted', node: this.nodeId, deadLetters }));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  private async onThreads(msg: InboundMessage): Promise<void> {
-    try {
-      const filter = msg.data.length ? decode(ThreadsRequestSchema, msg.data, 'threads request', 4096) : {};
-      const limit = filter.limit ?? 1_000;
-      const rows = [];
-      for await (const entry of this.threads.store.list(this.tenant)) {
-        if (filter.state && entry.state !== filter.state) continue;
-        if (filter.owner !== undefined && entry.owner !== filter.owner) continue;
-        // Which are live is for the nodes holding them to say (`troupe threads` asks every node with ps).
-        rows.push(entry);
-        if (rows.length >= limit) break;
-      }
-      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit } satisfies CtlReply<'threads'>));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  private async onThread(msg: InboundMessage): Promise<void> {
-    try {
-      const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request', 4096);
-      const stored = await this.threads.store.get(this.tenant, threadId);
-      if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.tenant}`);
-      const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
-
-  /**
-   * This process's memory. With `{ gc: true }` and a process started with `--expose-gc` (NODE_OPTIONS),
-   * after a full collection first: what the process holds, not what it has yet to collect.
-   */
-  private onMemory(msg: InboundMessage): void {
-    try {
-      const req = msg.data.length ? decode(MemoryRequestSchema, msg.data, 'memory request', 256) : {};
-      const gc = (globalThis as { gc?: () => void }).gc;
-      const collected = req.gc === true && typeof gc === 'function';
-      if (collected) gc();
-      const m = process.memoryUsage();
-      msg.respond(encodeJson({ kind: 'memory', node: this.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.threads.liveCount(), dormantThreads: this.threads.dormantCount() } satisfies CtlReply<'memory'>));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
-    }
-  }
-
-  private async onDeadLetters(msg: InboundMessage, nc: NatsConnection): Promise<void> {
-    try {
-      const req = msg.data.length ? decode(DlqRequestSchema, msg.data, 'dlq request', 1024) : {};
-      const entries = await listDeadLetters(nc, req.limit ?? 100);
-      msg.respond(encodeJson({ kind: 'dlq', entries: redact(entries) as DeadLetterEntry[] } satisfies CtlReply<'dlq'>));
-    } catch (err) {
-      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
-    }
-  }
 }
 
 /** The client's messageId out of a de-duplication id `<threadId>/<messageId>`. */
 function bareMessageId(threadId: string, scoped: string | undefined): string | undefined {
   if (!scoped) return undefined;
   return scoped.startsWith(`${threadId}/`) ? scoped.slice(threadId.length + 1) : scoped;
-}
-
-/** Stored records a `list` request reads at most (a tenant with more lists the first this many). */
-const LIST_SCAN_CAP = 10_000;
-
-/** A list page token: the sort key of the last entry of the page before (opaque to clients). */
-function listToken(e: { threadId: string; updatedAt: string }): string {
-  return Buffer.from(`${e.updatedAt}|${e.threadId}`, 'utf8').toString('base64url');
-}
-
-function parseListToken(token: string): { updatedAt: string; threadId: string } {
-  const text = Buffer.from(token, 'base64url').toString('utf8');
-  const bar = text.indexOf('|');
-  const updatedAt = text.slice(0, bar);
-  const threadId = text.slice(bar + 1);
-  if (bar < 0 || Number.isNaN(Date.parse(updatedAt)) || !isValidId('thread', threadId)) {
-    throw new TroupeError('INVALID_MESSAGE', 'pageToken is not one this mesh gave out: pass the nextPageToken of the page before, or none');
-  }
-  return { updatedAt, threadId };
 }

@@ -30,19 +30,42 @@
  * Writes go through a temporary file and a rename, so a crash never leaves half a file. Two processes
  * changing the same store at once are not coordinated (the last write of an account wins).
  */
-import { randomBytes } from 'node:crypto';
-import { chmod, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { encodeAccount, encodeOperator, encodeUser, fmtCreds, parseCreds, type Account, type Permissions, type User } from '@nats-io/jwt';
-import { createAccount, createOperator, createUser, fromSeed, type KeyPair } from '@nats-io/nkeys';
-import { z } from 'zod';
-import { describeZodError, TroupeError } from '../protocol/errors.js';
+import { encodeAccount, encodeOperator, encodeUser, fmtCreds, type User } from '@nats-io/jwt';
+import { createAccount, createOperator, createUser, type KeyPair } from '@nats-io/nkeys';
+import { TroupeError } from '../protocol/errors.js';
 import { DEFAULT_PARTITIONS } from '../transport/jetstream/leases.js';
-import { SUBJECT_PREFIX } from '../transport/subjects.js';
-import { idProblem, idSchema, isValidId } from '../protocol/ids.js';
-import { idKindOf, inboxPrefix, rolePermissions, ROLES, type AnyRole, type ResponseRules, type Role, type RolePermissions } from './roles.js';
+import { idProblem, isValidId } from '../protocol/ids.js';
+import { idKindOf, rolePermissions, ROLES, type ResponseRules, type Role } from './roles.js';
 import { renderIncludeConfig, renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
+import { ClusterLayoutSchema, connectHost, type ClusterLayout, type ClusterServerFiles } from './cluster-layout.js';
+import { DEFAULT_JETSTREAM_LIMITS, ROLE_TAG, TENANT_TAG, UNLIMITED_CORE, keyPair, nowSeconds, seedOf, tenantAccountClaims, toJwtPermissions, type JetStreamAccountLimits } from './jwt-claims.js';
+import {
+  AccountSchema,
+  MAX_PARTITIONS,
+  MAX_TENANTS,
+  OperatorSchema,
+  SettingsSchema,
+  SystemSchema,
+  UserSchema,
+  exists,
+  readJson,
+  storePaths,
+  writeFileAtomic,
+  writeJson,
+  type AccountRecord,
+  type Settings,
+  type UserInfo,
+  type UserRecord,
+} from './store-layout.js';
+
+export { DEFAULT_JETSTREAM_LIMITS, partitionMappings, toJwtPermissions, type JetStreamAccountLimits } from './jwt-claims.js';
+export { MAX_PARTITIONS, type UserInfo } from './store-layout.js';
+export type { ClusterLayout, ClusterServerFiles } from './cluster-layout.js';
+export { pushAccountJwts, type PushOptions } from './creds-push.js';
+export { readCredsIdentity, type CredsIdentity } from './creds-identity.js';
 
 export const DEFAULT_STORE_DIR = '.troupe';
 
@@ -59,188 +82,8 @@ export const DEFAULT_CLIENT = 'cli';
 export const DEFAULT_OPERATOR_USER = 'operator';
 export const DEFAULT_NODE_USER = 'node';
 export const MAX_PAYLOAD_BYTES = 1024 * 1024;
-export const MAX_PARTITIONS = 1024;
-const MAX_TENANTS = 256;
 const SYSTEM_ACCOUNT = 'SYS';
 const SYSTEM_USER = 'sys';
-/** Tags on user JWTs, so a creds file says what it is for (`readCredsIdentity`). */
-const ROLE_TAG = 'troupe-role:';
-const TENANT_TAG = 'troupe-tenant:';
-
-export interface JetStreamAccountLimits {
-  /** Bytes of memory-backed streams per tenant. Default 256 MiB. */
-  memoryBytes: number;
-  /** Bytes of file-backed streams per tenant. Default 4 GiB. */
-  diskBytes: number;
-}
-
-export const DEFAULT_JETSTREAM_LIMITS: JetStreamAccountLimits = { memoryBytes: 256 * 1024 ** 2, diskBytes: 4 * 1024 ** 3 };
-
-// ---------------------------------------------------------------------------------------------------
-// What the store files hold. Everything read back is validated: a damaged file is a typed error.
-// ---------------------------------------------------------------------------------------------------
-
-const Seed = (prefix: string) => z.string().regex(new RegExp(`^S${prefix}[A-Z2-7]{56}$`), `must be an nkey seed starting S${prefix}`);
-const PublicKey = (prefix: string) => z.string().regex(new RegExp(`^${prefix}[A-Z2-7]{55}$`), `must be an nkey public key starting ${prefix}`);
-const Jwt = z.string().regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/, 'must be a JWT');
-
-const SettingsSchema = z.object({
-  version: z.literal(1),
-  host: z.string().min(1).max(253),
-  port: z.number().int().min(0).max(65_535),
-  tenants: z.array(idSchema('tenant')).min(1).max(MAX_TENANTS),
-  jetstream: z.object({ memoryBytes: z.number().int().min(1), diskBytes: z.number().int().min(1) }),
-  tls: z.object({ caFile: z.string(), caKeyFile: z.string(), certFile: z.string(), keyFile: z.string() }).optional(),
-});
-type Settings = z.infer<typeof SettingsSchema>;
-
-const OperatorSchema = z.object({ name: z.string().min(1).max(128), publicKey: PublicKey('O'), seed: Seed('O'), jwt: Jwt });
-const SystemSchema = z.object({ publicKey: PublicKey('A'), seed: Seed('A'), jwt: Jwt });
-const AccountSchema = z.object({
-  tenant: idSchema('tenant'),
-  publicKey: PublicKey('A'),
-  seed: Seed('A'),
-  signingKey: z.object({ publicKey: PublicKey('A'), seed: Seed('A') }),
-  partitions: z.number().int().min(1).max(MAX_PARTITIONS),
-  /** User public key → unix seconds: user JWTs issued at or before are refused. */
-  revocations: z.record(PublicKey('U'), z.number().int().min(0)),
-  jwt: Jwt,
-});
-type AccountRecord = z.infer<typeof AccountSchema>;
-const UserSchema = z.object({
-  // Agent ids and principals share one rule and cap (protocol/ids.ts).
-  name: idSchema('principal'),
-  role: z.enum(ROLES),
-  tenant: idSchema('tenant'),
-  publicKey: PublicKey('U'),
-  createdAt: z.string(),
-  responses: z.object({ max: z.number().int().min(1), ttlMs: z.number().int().min(1) }).optional(),
-});
-type UserRecord = z.infer<typeof UserSchema>;
-
-/** A user as `troupe creds list` shows it. */
-export interface UserInfo {
-  name: string;
-  role: Role;
-  tenant: string;
-  publicKey: string;
-  /** The `.creds` file to give the process (`--creds`). */
-  credsFile: string;
-  createdAt: string;
-  revoked: boolean;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Files
-// ---------------------------------------------------------------------------------------------------
-
-async function writeFileAtomic(path: string, data: string | Uint8Array, mode: number): Promise<void> {
-  const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
-  await writeFile(tmp, data, { mode });
-  // writeFile's mode applies only when it creates the file; chmod makes it so on every platform umask.
-  await chmod(tmp, mode);
-  await rename(tmp, path);
-}
-
-async function writeJson(path: string, value: unknown, secret: boolean): Promise<void> {
-  await writeFileAtomic(path, `${JSON.stringify(value, null, 2)}\n`, secret ? 0o600 : 0o644);
-}
-
-async function readJson<T>(path: string, schema: z.ZodType<T>, what: string): Promise<T> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const e =
-      code === 'ENOENT'
-        ? new TroupeError('CREDENTIALS_NOT_FOUND', `no ${what} at ${path}`)
-        : new TroupeError('CREDENTIALS_INVALID', `cannot read ${what} at ${path}: ${(err as Error).message}`);
-    e.cause = err;
-    throw e;
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (err) {
-    const e = new TroupeError('CREDENTIALS_INVALID', `${what} at ${path} is not JSON: ${(err as Error).message}`);
-    e.cause = err;
-    throw e;
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw new TroupeError('CREDENTIALS_INVALID', `${what} at ${path} is damaged: ${describeZodError(parsed.error)}`);
-  return parsed.data;
-}
-
-async function exists(path: string): Promise<boolean> {
-  try {
-    await stat(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function keyPair(seed: string): KeyPair {
-  return fromSeed(new TextEncoder().encode(seed));
-}
-
-function seedOf(kp: KeyPair): string {
-  return new TextDecoder().decode(kp.getSeed());
-}
-
-const nowSeconds = () => Math.floor(Date.now() / 1000);
-
-// ---------------------------------------------------------------------------------------------------
-// Claims
-// ---------------------------------------------------------------------------------------------------
-
-/** The account JWT's subject mappings that partition a tenant's inbound thread messages (see header). */
-export function partitionMappings(tenant: string, partitions: number): Record<string, Array<{ subject: string; weight: number }>> {
-  const problem = idProblem('tenant', tenant);
-  if (problem) throw new RangeError(problem);
-  if (!Number.isInteger(partitions) || partitions < 1 || partitions > MAX_PARTITIONS) throw new RangeError(`partitions must be 1..${MAX_PARTITIONS}`);
-  const t = `${SUBJECT_PREFIX}.${tenant}`;
-  // No spaces inside {{…}}: the JWT library refuses subjects with spaces. partition(N,2) hashes the
-  // second wildcard only (the thread id), so P does not change a thread's partition.
-  const destination = `${t}.in.{{wildcard(1)}}.{{wildcard(2)}}.{{partition(${partitions},2)}}`;
-  return {
-    [`${t}.in.*.*`]: [{ subject: destination, weight: 100 }],
-    // A publish straight to a partition subject is put back where its thread belongs.
-    [`${t}.in.*.*.*`]: [{ subject: destination, weight: 100 }],
-  };
-}
-
-/** The `nats` part of an account JWT carries more than @nats-io/jwt's Account type names. */
-type AccountClaims = Partial<Account> & { mappings?: ReturnType<typeof partitionMappings> };
-
-const UNLIMITED_CORE = { subs: -1, data: -1, payload: -1, imports: -1, exports: -1, wildcards: true, conn: -1, leaf: -1 };
-
-function tenantAccountClaims(account: Omit<AccountRecord, 'jwt'>, limits: JetStreamAccountLimits): AccountClaims {
-  return {
-    description: `Troupe tenant ${account.tenant}`,
-    limits: {
-      // Every limit is explicit: an absent one decodes as 0, and 0 connections means none.
-      ...UNLIMITED_CORE,
-      mem_storage: limits.memoryBytes,
-      disk_storage: limits.diskBytes,
-      streams: -1,
-      consumer: -1,
-    },
-    signing_keys: [account.signingKey.publicKey],
-    // A user JWT without permissions of its own (not one of ours) gets nothing rather than everything.
-    default_permissions: { pub: { allow: [], deny: ['>'] }, sub: { allow: [], deny: ['>'] } },
-    revocations: { ...account.revocations },
-    mappings: partitionMappings(account.tenant, account.partitions),
-  };
-}
-
-/** RolePermissions → the JWT's permission claims (ttl in nanoseconds, as Go's time.Duration). */
-export function toJwtPermissions(p: RolePermissions): Permissions {
-  const out: Permissions = { pub: { allow: [...p.pub.allow], deny: [...p.pub.deny] }, sub: { allow: [...p.sub.allow], deny: [...p.sub.deny] } };
-  if (p.resp) out.resp = { max: p.resp.max, ttl: p.resp.ttlMs * 1_000_000 };
-  return out;
-}
 
 // ---------------------------------------------------------------------------------------------------
 // The store
@@ -355,30 +198,6 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
   return store;
 }
 
-function storePaths(dir: string) {
-  const creds = join(dir, 'creds');
-  const tenants = join(creds, 'tenants');
-  return {
-    dir,
-    creds,
-    tenants,
-    settings: join(creds, 'store.json'),
-    operator: join(creds, 'operator.json'),
-    operatorJwt: join(creds, 'operator.jwt'),
-    system: join(creds, 'system'),
-    systemAccount: join(creds, 'system', 'account.json'),
-    systemCreds: join(creds, 'system', 'sys.creds'),
-    account: (tenant: string) => join(tenants, tenant, 'account.json'),
-    users: (tenant: string) => join(tenants, tenant, 'users'),
-    serverConf: join(dir, 'server.conf'),
-    includeConf: join(dir, 'nats-include.conf'),
-    clusterDir: join(dir, 'cluster'),
-    clusterLayout: join(dir, 'cluster', 'cluster.json'),
-    resolverDir: join(dir, 'nats', 'jwt'),
-    // nats-server puts its files in <store_dir>/jetstream.
-    jetstreamDir: join(dir, 'nats'),
-  };
-}
 
 export class CredentialStore {
   private readonly paths: ReturnType<typeof storePaths>;
@@ -643,151 +462,4 @@ export class CredentialStore {
     await writeJson(this.paths.clusterLayout, parsed, false);
     return out;
   }
-}
-
-/** Where a client connects for a listen address (0.0.0.0 listens everywhere, including loopback). */
-function connectHost(host: string): string {
-  return host === '0.0.0.0' ? '127.0.0.1' : host;
-}
-
-const ClusterLayoutSchema = z.object({
-  name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a cluster name is 1-64 of A-Z, a-z, 0-9, _ and -'),
-  host: z.string().min(1).max(253),
-  servers: z
-    .array(
-      z.object({
-        name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'a server name is 1-64 of A-Z, a-z, 0-9, _ and -'),
-        port: z.number().int().min(1).max(65_535),
-        clusterPort: z.number().int().min(1).max(65_535),
-      }),
-    )
-    .min(1)
-    .max(32),
-  pingIntervalS: z.number().int().min(1).max(3600).optional(),
-  pingMax: z.number().int().min(1).max(100).optional(),
-});
-/** The servers of a cluster: names, client ports and route ports, on one host (a development cluster). */
-export type ClusterLayout = z.infer<typeof ClusterLayoutSchema>;
-export interface ClusterServerFiles {
-  name: string;
-  port: number;
-  clusterPort: number;
-  /** `<dir>/cluster/<name>.conf`: `nats-server -c` it. */
-  configFile: string;
-  /** Its JetStream and resolver directory. */
-  storeDir: string;
-  url: string;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Pushing account JWTs to running servers
-// ---------------------------------------------------------------------------------------------------
-
-const ClaimsUpdateReplySchema = z.object({
-  data: z.object({ code: z.number(), message: z.string().optional(), account: z.string().optional() }).optional(),
-  error: z.object({ code: z.number(), description: z.string().optional(), account: z.string().optional() }).optional(),
-});
-
-export interface PushOptions {
-  /** Server URL(s); a cluster spreads the update itself. */
-  servers: string | string[];
-  /** The system user's creds (`CredentialStore.systemCredsFile`). */
-  systemCreds: string;
-  /** CA to trust when the server requires TLS. */
-  caFile?: string;
-  timeoutMs?: number;
-}
-
-/**
- * Sends account JWTs to the servers' `full` resolver (`$SYS.REQ.CLAIMS.UPDATE`). The server stores each
- * one and applies it at once: a revoked user is disconnected. Throws CLAIMS_UPDATE_FAILED when the server
- * cannot be reached or refuses a JWT.
- */
-export async function pushAccountJwts(jwts: Iterable<string>, opts: PushOptions): Promise<number> {
-  const { NatsTransport } = await import('../transport/nats.js');
-  const servers = Array.isArray(opts.servers) ? opts.servers : [opts.servers];
-  let transport: Awaited<ReturnType<typeof NatsTransport.connect>>;
-  try {
-    transport = await NatsTransport.connect({
-      servers,
-      creds: opts.systemCreds,
-      name: 'troupe-creds',
-      maxReconnectAttempts: 0,
-      ...(opts.caFile ? { tls: { caFile: opts.caFile } } : {}),
-    });
-  } catch (err) {
-    const e = new TroupeError('CLAIMS_UPDATE_FAILED', `cannot reach ${servers.join(',')} as the system user: ${(err as Error).message}`);
-    e.cause = err;
-    throw e;
-  }
-  let pushed = 0;
-  try {
-    for (const jwt of jwts) {
-      let reply;
-      try {
-        reply = await transport.request('$SYS.REQ.CLAIMS.UPDATE', new TextEncoder().encode(jwt), { timeoutMs: opts.timeoutMs ?? 5_000 });
-      } catch (err) {
-        const e = new TroupeError('CLAIMS_UPDATE_FAILED', `no answer to the account update from ${servers.join(',')}: ${(err as Error).message}`);
-        e.cause = err;
-        throw e;
-      }
-      let body: z.infer<typeof ClaimsUpdateReplySchema>;
-      try {
-        body = ClaimsUpdateReplySchema.parse(JSON.parse(new TextDecoder().decode(reply.data)));
-      } catch (err) {
-        const e = new TroupeError('CLAIMS_UPDATE_FAILED', 'the server answered the account update with something unexpected; is it running in operator mode with a full resolver?');
-        e.cause = err;
-        throw e;
-      }
-      if (body.error || body.data?.code !== 200) {
-        throw new TroupeError('CLAIMS_UPDATE_FAILED', `the server refused the account update: ${body.error?.description ?? JSON.stringify(body)}`);
-      }
-      pushed++;
-    }
-  } finally {
-    await transport.close().catch(() => undefined);
-  }
-  return pushed;
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Reading a creds file
-// ---------------------------------------------------------------------------------------------------
-
-export interface CredsIdentity {
-  /** The user's name: a client's principal P, an agent's id. */
-  name: string;
-  publicKey: string;
-  /** The account (tenant) public key. */
-  account: string;
-  role?: AnyRole;
-  tenant?: string;
-  /** For clients and operators: the inbox prefix their connections must use. */
-  inboxPrefix?: string;
-}
-
-/** What a `.creds` file says about its user (the JWT's signature is checked). */
-export async function readCredsIdentity(file: string): Promise<CredsIdentity> {
-  let parsed: Awaited<ReturnType<typeof parseCreds>>;
-  try {
-    parsed = await parseCreds(await readFile(file));
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    const e = new TroupeError(code === 'ENOENT' ? 'CREDENTIALS_NOT_FOUND' : 'CREDENTIALS_INVALID', `cannot use the credentials in ${file}: ${(err as Error).message}`);
-    e.cause = err;
-    throw e;
-  }
-  const tags = parsed.uc.nats.tags ?? [];
-  const role = tags.find((t) => t.startsWith(ROLE_TAG))?.slice(ROLE_TAG.length);
-  const tenant = tags.find((t) => t.startsWith(TENANT_TAG))?.slice(TENANT_TAG.length);
-  const knownRole = role === 'system' || (ROLES as readonly string[]).includes(role ?? '') ? (role as AnyRole) : undefined;
-  const name = parsed.uc.name;
-  return {
-    name,
-    publicKey: parsed.uc.sub,
-    account: parsed.aid,
-    ...(knownRole ? { role: knownRole } : {}),
-    ...(tenant ? { tenant } : {}),
-    ...((knownRole === 'client' || knownRole === 'operator') && isValidId('principal', name) ? { inboxPrefix: inboxPrefix(name) } : {}),
-  };
 }

@@ -1,0 +1,262 @@
+/**
+ * The node's answers to requests: `req.<P>.<verb>` (a principal's owner-checked requests about its own
+ * threads: task, list, cancel) and `ctl.<verb>` (operator requests: ps, inspect, cancel, rehydrate,
+ * delete, threads, thread, memory, dlq). Each validates its request, calls into the thread host or the
+ * registry, and answers with a reply or a typed error. The node subscribes them (node.ts).
+ */
+import type { Logger } from 'pino';
+import type { NatsConnection } from '@nats-io/transport-node';
+import {
+  ClientListRequestSchema,
+  ClientThreadRequestSchema,
+  InspectRequestSchema,
+  ThreadCtlSchema,
+  ThreadsRequestSchema,
+  DlqRequestSchema,
+  MemoryRequestSchema,
+  type CtlReply,
+  type DeadLetterEntry,
+  TroupeError,
+  decode,
+  encodeJson,
+  isValidId,
+  type InspectReply,
+  type PsReply,
+  type TaskListReply,
+} from '../protocol/index.js';
+import { principalOfRequest } from '../transport/subjects.js';
+import type { InboundMessage } from '../transport/types.js';
+import { redact, redactKeeping } from '../observability/redact.js';
+import type { Registry } from './registry.js';
+import type { ThreadHost } from './threads/host.js';
+import { listDeadLetters, purgeDeadLetters } from './dead-letters.js';
+
+export interface ControlOptions {
+  tenant: string;
+  nodeId: string;
+  threads: ThreadHost;
+  registry: Registry;
+  log: Logger;
+  /** What this node runs (`TroupeNode.ps`). */
+  ps: () => PsReply;
+  /** This node owns the thread: only the owner acts on it. */
+  ownsThread: (threadId: string) => boolean;
+  /** The owner a request of `principal` speaks for (`P` or `P/<user>`), or why it may not. */
+  ownerOf: (principal: string, headers: Record<string, string>) => string | TroupeError;
+}
+
+export class ControlHandlers {
+  constructor(private readonly opts: ControlOptions) {}
+
+  // ---- a client's requests about its threads ------------------------------------------------------------
+
+  async onClientRequest(msg: InboundMessage, verb: 'task' | 'cancel'): Promise<void> {
+    try {
+      const principal = principalOfRequest(msg.subject);
+      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
+      const owner = this.opts.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const req = decode(ClientThreadRequestSchema, msg.data, `${verb} request`, 4096);
+      if (verb === 'task') {
+        const { task, revision } = await this.opts.threads.task(req.threadId, owner);
+        const n = req.historyLength;
+        const trimmed = n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) };
+        msg.respond(encodeJson({ kind: 'task', task: trimmed, revision }));
+        return;
+      }
+      if (!this.opts.ownsThread(req.threadId)) return; // the owning node answers
+      const state = await this.opts.threads.cancel(req.threadId, req.reason, owner);
+      msg.respond(encodeJson({ kind: 'ok', threadId: req.threadId, state, node: this.opts.nodeId }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  /**
+   * A principal's (or its user's) own threads, newest update first, a page at a time. The owner is read
+   * from every stored record's envelope (at most LIST_SCAN_CAP of them); the page's Tasks are then read
+   * whole, live ones from their actor. The page token is the sort key of the page's last entry, so a page
+   * stays right while threads are added.
+   */
+  async onClientList(msg: InboundMessage): Promise<void> {
+    try {
+      const principal = principalOfRequest(msg.subject);
+      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
+      const owner = this.opts.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      const req = decode(ClientListRequestSchema, msg.data, 'list request', 4096);
+      const after = req.pageToken !== undefined ? parseListToken(req.pageToken) : undefined;
+      const since = req.updatedAfter !== undefined ? Date.parse(req.updatedAfter) : undefined;
+      const mine: Array<{ threadId: string; updatedAt: string }> = [];
+      let scanned = 0;
+      for await (const entry of this.opts.threads.store.list(this.opts.tenant, req.state ? { state: req.state } : undefined)) {
+        if (++scanned > LIST_SCAN_CAP) break;
+        if (entry.owner !== owner || entry.corrupt) continue;
+        if (req.contextId !== undefined && entry.contextId !== req.contextId) continue;
+        if (since !== undefined && !(Date.parse(entry.updatedAt) >= since)) continue;
+        mine.push({ threadId: entry.threadId, updatedAt: entry.updatedAt });
+      }
+      // Newest first; ties by thread id, so the order (and the token) is total.
+      mine.sort((a, b) => (a.updatedAt === b.updatedAt ? (a.threadId < b.threadId ? -1 : 1) : a.updatedAt < b.updatedAt ? 1 : -1));
+      const start = after ? mine.findIndex((e) => e.updatedAt < after.updatedAt || (e.updatedAt === after.updatedAt && e.threadId > after.threadId)) : 0;
+      const page = start < 0 ? [] : mine.slice(start, start + req.pageSize);
+      const tasks = [];
+      for (const e of page) {
+        try {
+          const { task } = await this.opts.threads.task(e.threadId, owner);
+          const n = req.historyLength;
+          tasks.push(n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) });
+        } catch (err) {
+          if (!(err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND')) throw err; // expired since the listing
+        }
+      }
+      const last = page.at(-1);
+      const more = start >= 0 && start + req.pageSize < mine.length;
+      const reply: TaskListReply = { kind: 'tasks', tasks, nextPageToken: more && last ? listToken(last) : '', totalSize: mine.length, pageSize: req.pageSize };
+      msg.respond(encodeJson(reply));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  // ---- operator control --------------------------------------------------------------------------------
+
+  onPs(msg: InboundMessage): void {
+    msg.respond(encodeJson(this.opts.ps()));
+  }
+
+  onInspect(msg: InboundMessage): void {
+    try {
+      const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request', 4096);
+      if (actorId === this.opts.nodeId || actorId === `${this.opts.nodeId}/registry`) {
+        const actor = this.opts.ps().actors.find((a) => a.id === actorId);
+        const reply: InspectReply = { found: true, node: this.opts.nodeId, ...(actor ? { actor } : {}), value: actor?.state, context: actor?.detail, events: [] };
+        msg.respond(encodeJson(reply));
+        return;
+      }
+      const card = isValidId('agent', actorId) ? this.opts.registry.card(actorId) : undefined;
+      if (card) {
+        // An agent: its card and its instances as this node's registry sees them.
+        const reply: InspectReply = {
+          found: true,
+          node: this.opts.nodeId,
+          actor: { kind: 'agent', id: actorId, state: `${this.opts.registry.instanceCount(actorId)} instance(s)`, node: this.opts.nodeId, status: 'live' },
+          value: this.opts.registry.statuses(actorId).map((s) => s.status?.state ?? 'unknown'),
+          context: redact({ card, instances: this.opts.registry.statuses(actorId) }),
+          events: [],
+        };
+        msg.respond(encodeJson(reply));
+        return;
+      }
+      const found = this.opts.threads.inspect(actorId);
+      // Only the node holding the actor answers; the CLI gathers answers from every node.
+      if (found) {
+        const reply: InspectReply = { found: true, node: this.opts.nodeId, actor: found.actor, value: found.value, context: found.context, events: found.events };
+        msg.respond(encodeJson(reply));
+      }
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
+    }
+  }
+
+  async onThreadCtl(msg: InboundMessage, verb: 'cancel' | 'rehydrate'): Promise<void> {
+    try {
+      const { threadId, reason } = decode(ThreadCtlSchema, msg.data, `${verb} request`, 4096);
+      if (!this.opts.ownsThread(threadId)) return; // the owner answers
+      const state = verb === 'cancel' ? await this.opts.threads.cancel(threadId, reason) : await this.opts.threads.rehydrate(threadId);
+      msg.respond(encodeJson({ kind: 'ok', threadId, state, node: this.opts.nodeId }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  /** `troupe delete`: the owner erases the thread (host.erase), then its dead letters. */
+  async onDelete(msg: InboundMessage, nc: NatsConnection | undefined): Promise<void> {
+    try {
+      const { threadId } = decode(ThreadCtlSchema, msg.data, 'delete request', 4096);
+      if (!this.opts.ownsThread(threadId)) return; // the owner answers
+      await this.opts.threads.erase(threadId);
+      const deadLetters = nc ? await purgeDeadLetters(nc, this.opts.tenant, threadId) : 0;
+      this.opts.log.info({ threadId, deadLetters }, 'thread deleted');
+      msg.respond(encodeJson({ kind: 'ok', threadId, state: 'deleted', node: this.opts.nodeId, deadLetters }));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  async onThreads(msg: InboundMessage): Promise<void> {
+    try {
+      const filter = msg.data.length ? decode(ThreadsRequestSchema, msg.data, 'threads request', 4096) : {};
+      const limit = filter.limit ?? 1_000;
+      const rows = [];
+      for await (const entry of this.opts.threads.store.list(this.opts.tenant)) {
+        if (filter.state && entry.state !== filter.state) continue;
+        if (filter.owner !== undefined && entry.owner !== filter.owner) continue;
+        // Which are live is for the nodes holding them to say (`troupe threads` asks every node with ps).
+        rows.push(entry);
+        if (rows.length >= limit) break;
+      }
+      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit } satisfies CtlReply<'threads'>));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  async onThread(msg: InboundMessage): Promise<void> {
+    try {
+      const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request', 4096);
+      const stored = await this.opts.threads.store.get(this.opts.tenant, threadId);
+      if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.opts.tenant}`);
+      const record = { ...stored.record, snapshot: undefined, outbox: undefined };
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  /**
+   * This process's memory. With `{ gc: true }` and a process started with `--expose-gc` (NODE_OPTIONS),
+   * after a full collection first: what the process holds, not what it has yet to collect.
+   */
+  onMemory(msg: InboundMessage): void {
+    try {
+      const req = msg.data.length ? decode(MemoryRequestSchema, msg.data, 'memory request', 256) : {};
+      const gc = (globalThis as { gc?: () => void }).gc;
+      const collected = req.gc === true && typeof gc === 'function';
+      if (collected) gc();
+      const m = process.memoryUsage();
+      msg.respond(encodeJson({ kind: 'memory', node: this.opts.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.opts.threads.liveCount(), dormantThreads: this.opts.threads.dormantCount() } satisfies CtlReply<'memory'>));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
+    }
+  }
+
+  async onDeadLetters(msg: InboundMessage, nc: NatsConnection): Promise<void> {
+    try {
+      const req = msg.data.length ? decode(DlqRequestSchema, msg.data, 'dlq request', 1024) : {};
+      const entries = await listDeadLetters(nc, req.limit ?? 100);
+      msg.respond(encodeJson({ kind: 'dlq', entries: redact(entries) as DeadLetterEntry[] } satisfies CtlReply<'dlq'>));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }}
+
+/** Stored records a `list` request reads at most (a tenant with more lists the first this many). */
+const LIST_SCAN_CAP = 10_000;
+
+/** A list page token: the sort key of the last entry of the page before (opaque to clients). */
+function listToken(e: { threadId: string; updatedAt: string }): string {
+  return Buffer.from(`${e.updatedAt}|${e.threadId}`, 'utf8').toString('base64url');
+}
+
+function parseListToken(token: string): { updatedAt: string; threadId: string } {
+  const text = Buffer.from(token, 'base64url').toString('utf8');
+  const bar = text.indexOf('|');
+  const updatedAt = text.slice(0, bar);
+  const threadId = text.slice(bar + 1);
+  if (bar < 0 || Number.isNaN(Date.parse(updatedAt)) || !isValidId('thread', threadId)) {
+    throw new TroupeError('INVALID_MESSAGE', 'pageToken is not one this mesh gave out: pass the nextPageToken of the page before, or none');
+  }
+  return { updatedAt, threadId };
+}
+
