@@ -37,7 +37,7 @@
  * only after its `onLost` resolved, and it keeps being renewed meanwhile, so its consumer can finish
  * in-flight work before the next owner starts.
  */
-import { jetstream, JetStreamApiCodes, JetStreamApiError, StorageType, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
 import type { NatsConnection, QueuedIterator, Status, Subscription } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
@@ -45,6 +45,12 @@ import { metrics } from '../../observability/metrics.js';
 import { checkReplicas, ensureReplicas } from './replicas.js';
 import { isCreateOrBindTransient, retrySetup } from './retry.js';
 import { requireSerializableCas } from './server-version.js';
+import { fnv1a32 } from './fnv.js';
+import { encode, isLeaseOf, isOwnWrite, isWrongLastSequence } from './lease-entries.js';
+import { freeForLong, shareOf } from './lease-share.js';
+
+export { fnv1a32 } from './fnv.js';
+export { freeForLong, shareOf } from './lease-share.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
@@ -98,38 +104,6 @@ interface HeldLease {
 }
 
 const KEY_TOKEN = /^[A-Za-z0-9_-]+$/;
-
-/**
- * The leases a node should hold: the partitions split evenly over the live nodes in node-id order, the
- * first `partitions mod nodes` nodes one more (3 nodes, 64 partitions: 22, 21, 21). Every node computes
- * the same split from the same survey, so shares always add up to the partition count.
- */
-export function shareOf(nodeId: string, nodes: Iterable<string>, partitions: number): number {
-  const sorted = [...new Set(nodes)].sort();
-  const n = Math.max(1, sorted.length);
-  const rank = Math.max(0, sorted.indexOf(nodeId));
-  return Math.floor(partitions / n) + (rank < partitions % n ? 1 : 0);
-}
-
-/**
- * Notes a survey in `freeSince` (per partition nobody holds, when surveys first saw it free; a partition
- * seen held is dropped) and says whether any partition has been free for longer than `ttlMs`. Per
- * partition: two partitions each free for a moment, a ttl apart (a give-back taken at once), are not one
- * partition free all along.
- */
-export function freeForLong(freeSince: Map<number, number>, taken: ReadonlySet<number>, partitions: number, now: number, ttlMs: number): boolean {
-  let long = false;
-  for (let p = 0; p < partitions; p++) {
-    if (taken.has(p)) {
-      freeSince.delete(p);
-      continue;
-    }
-    const since = freeSince.get(p);
-    if (since === undefined) freeSince.set(p, now);
-    else if (now - since > ttlMs) long = true;
-  }
-  return long;
-}
 
 export class PartitionLeases {
   readonly tenant: string;
@@ -798,48 +772,6 @@ export class PartitionLeases {
   }
 }
 
-const enc = new TextEncoder();
-const dec = new TextDecoder();
-
-function encode(value: unknown): Uint8Array {
-  return enc.encode(JSON.stringify(value));
-}
-
-function leaseValue(e: KvEntry | KvWatchEntry): { nodeId?: unknown; acquiredAt?: unknown } {
-  try {
-    return (JSON.parse(dec.decode(e.value)) as { nodeId?: unknown; acquiredAt?: unknown } | null) ?? {};
-  } catch {
-    return {};
-  }
-}
-
-function isOwnWrite(e: KvWatchEntry, nodeId: string): boolean {
-  return leaseValue(e).nodeId === nodeId;
-}
-
-/** Whether a lease key's value was written by node `nodeId` in the tenure that began at `acquiredAt`. */
-function isLeaseOf(e: KvEntry, nodeId: string, acquiredAt: number): boolean {
-  const v = leaseValue(e);
-  return v.nodeId === nodeId && v.acquiredAt === acquiredAt;
-}
-
-function isWrongLastSequence(err: unknown): boolean {
-  return (
-    err instanceof JetStreamApiError &&
-    (err.code === JetStreamApiCodes.StreamWrongLastSequence || err.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
-  );
-}
-
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-/** FNV-1a 32-bit of a string's UTF-8 bytes (the hash nats-server's `partition()` mapping uses). */
-export function fnv1a32(s: string): number {
-  let h = 0x811c9dc5;
-  for (const b of enc.encode(s)) {
-    h ^= b;
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
 }

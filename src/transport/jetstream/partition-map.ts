@@ -2,7 +2,8 @@
  * Where a thread's messages go: the partition nats-server's subject mapping puts a thread in, and the name
  * of each partition's consumer on TROUPE_IN.
  */
-import { DEFAULT_PARTITIONS, fnv1a32 } from './leases.js';
+import { fnv1a32 } from './fnv.js';
+import { DEFAULT_PARTITIONS } from './leases.js';
 
 /** A partition's consumer on TROUPE_IN. */
 export function consumerName(p: number): string {
