@@ -40,9 +40,10 @@ describe('the installed CLI loads what users write', () => {
   }, 360_000);
 
   afterAll(async () => {
+    // Every group gone (npx, its shell and the troupe process) before the server they talk to stops.
     await Promise.all(procs.map((p) => p.stop()));
     await nats?.stop();
-  });
+  }, 30_000);
 
   async function start(args: string[], cwd: string, ready: RegExp): Promise<InstalledProcess> {
     const proc = troupe.spawn('npx', ['troupe', ...args], cwd, { TROUPE_NATS_URL: nats.url });

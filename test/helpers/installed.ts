@@ -106,10 +106,19 @@ export interface InstalledTroupe {
   spawn(command: string, args: string[], cwd: string, env?: Env): InstalledProcess;
 }
 
-/** A child started in its own process group: `stop()` signals the whole group. */
+/** A child started in its own process group: `stop()` signals the whole group and waits until all of it is gone. */
 export class InstalledProcess extends ManagedProcess {
+  /** Whether any process of the group is left (npx's child can outlive npx). */
+  get groupAlive(): boolean {
+    try {
+      process.kill(-this.pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   async stop(graceMs = 5_000): Promise<void> {
-    if (!this.running) return;
     const signal = (sig: NodeJS.Signals) => {
       try {
         process.kill(-this.pid, sig);
@@ -118,16 +127,19 @@ export class InstalledProcess extends ManagedProcess {
       }
     };
     signal('SIGTERM');
-    const timer = setTimeout(() => signal('SIGKILL'), graceMs);
-    await this.exited;
-    clearTimeout(timer);
+    const deadline = Date.now() + graceMs;
+    // A group's end has no event to wait on: look every 50 ms, SIGKILL what is left after the grace time.
+    while (this.groupAlive) {
+      if (Date.now() > deadline) signal('SIGKILL');
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 }
 
 const started = new Set<InstalledProcess>();
 const folders: string[] = [];
 process.once('exit', () => {
-  for (const p of started) if (p.running) process.kill(-p.pid, 'SIGKILL');
+  for (const p of started) if (p.groupAlive) process.kill(-p.pid, 'SIGKILL');
   for (const f of folders) rmSync(f, { recursive: true, force: true });
 });
 
@@ -214,7 +226,6 @@ async function install(): Promise<InstalledTroupe> {
       const child = spawn(command, args, { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
       const proc = new InstalledProcess(`${command} ${args.slice(0, 3).join(' ')}`, child);
       started.add(proc);
-      void proc.exited.then(() => started.delete(proc));
       return proc;
     },
   };
