@@ -57,7 +57,9 @@ const stepdown = (api: string) => nodeT.request(`$JS.API.${api}`, new Uint8Array
 try {
   await node.registry.waitFor(['echo']);
   while (((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).length < PARTITIONS) await sleep(100);
-  console.log(`lease TTL ${LEASE_TTL_MS} ms${MOVE_LEASES ? '; the leases bucket led by the server killed' : ''}${KILL_NODE_SERVER ? "; the server killed is the node's" : ''}`);
+  console.log(
+    `lease TTL ${LEASE_TTL_MS} ms${MOVE_LEASES ? '; the leases bucket led by the server killed' : ''}${KILL_NODE_SERVER ? "; the server killed is the node's" : ''}`,
+  );
   for (let round = 0; round < ROUNDS; round++) {
     const threadId = `crash-${round}`;
     const p = partitionOf(threadId, PARTITIONS);
@@ -76,7 +78,9 @@ try {
     const leaders = `${INGRESS_STREAM} ${await cluster.streamLeader(INGRESS_STREAM)}, threads ${await cluster.streamLeader('KV_troupe_threads')}, leases ${await cluster.streamLeader('KV_troupe_leases')}`;
     const mark = lines.length;
     let electedAt: number | undefined;
-    const elected = nodeT.connection.subscribe('$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_troupe_leases', { callback: () => void (electedAt ??= Date.now()) });
+    const elected = nodeT.connection.subscribe('$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_troupe_leases', {
+      callback: () => void (electedAt ??= Date.now()),
+    });
     const killedAt = Date.now();
     await victim.kill();
     await sleep(500);
@@ -90,10 +94,14 @@ try {
     // At debug (CRASH_LOG_LEVEL=debug): renewals that landed but timed out, and how partitions were taken back.
     const unanswered = lines.slice(mark).filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision').length;
     const how = lines.slice(mark).filter((l) => l.msg === 'lease acquired');
-    const taken = how.length ? `; leases taken: ${['reclaimed', 'created'].map((h) => `${how.filter((l) => l.how === h).length} ${h}`).join(', ')}; writes that had landed unanswered: ${unanswered}` : '';
+    const taken = how.length
+      ? `; leases taken: ${['reclaimed', 'created'].map((h) => `${how.filter((l) => l.how === h).length} ${h}`).join(', ')}; writes that had landed unanswered: ${unanswered}`
+      : '';
     elected.unsubscribe();
     const election = electedAt === undefined ? '' : `; the leases' bucket elected a leader at +${electedAt - killedAt} ms`;
-    console.log(`round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}${taken}`);
+    console.log(
+      `round ${round}: killed ${victim.name} (leader of p${p}; leaders: ${leaders}); the turn 500 ms later took ${ms.toFixed(0)} ms; leases lost: ${lapsed}${election}${taken}`,
+    );
     for (const l of said) console.log(`  +${(l.time as number) - killedAt} ms  ${l.msg}${l.consumer ? ` (consumer ${l.consumer as string})` : ''}`);
     // Every partition's way back, not only the turn's: when they were consumed again, and how.
     const restarts = lines.slice(mark).filter((l) => l.msg === 'restarting partition consumer').length;
@@ -112,7 +120,9 @@ try {
       const at = back.map((l) => (l.time as number) - killedAt).sort((a, b) => a - b);
       const kept = back.filter((l) => l.consumer === 'kept').length;
       const why = [...new Set(back.flatMap((l) => (l.madeBecause ? [l.madeBecause as string] : [])))];
-      console.log(`  partitions consumed again: ${back.length} (${kept} consumers kept, ${back.length - kept} made${why.length ? `: ${why.join('; ')}` : ''}), from +${at[0]} to +${at.at(-1)} ms`);
+      console.log(
+        `  partitions consumed again: ${back.length} (${kept} consumers kept, ${back.length - kept} made${why.length ? `: ${why.join('; ')}` : ''}), from +${at[0]} to +${at.at(-1)} ms`,
+      );
     }
     await victim.restart();
     await cluster.ready(60_000);

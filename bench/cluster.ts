@@ -103,7 +103,10 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     const clientT = await connect('bench-cluster-client', 'client');
     const rawResponder = await connect('bench-cluster-raw-responder');
     const rawRequester = await connect('bench-cluster-raw-requester');
-    const echo = defineAgent({ card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
+    const echo = defineAgent({
+      card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' },
+      handle: (_m, ctx) => reply(ctx.text, { to: 'user' }),
+    });
     host = await new AgentHost({ transport: agentT, agent: echo, tenant: TENANT }).start();
     store = await KvThreadStore.open(nodeT.jetstreamConnection, { replicas: REPLICAS });
     node = await new TroupeNode({
@@ -129,7 +132,11 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
     const durableTurn = await measure('durable turn, 3 servers, replicas 3', durableOp, o);
     const afterLeaderChange = await turnsAfterLeaderChange(nodeT, turnOn, o);
     // The raw turn writes a value the size of the durable threads' records, as the thread store does.
-    const recordBytes = await meanRecordBytes(rawRequester.connection, TENANT, Array.from({ length: o.concurrency }, (_, w) => `bench-cluster-${w}`));
+    const recordBytes = await meanRecordBytes(
+      rawRequester.connection,
+      TENANT,
+      Array.from({ length: o.concurrency }, (_, w) => `bench-cluster-${w}`),
+    );
 
     rawSub = rawResponder.connection.subscribe(RAW_SUBJECT, {
       callback: (err, msg) => {
@@ -148,7 +155,7 @@ export async function runClusterBench(o: ClusterBenchOptions): Promise<ClusterRe
       replicas: REPLICAS,
     });
 
-    const raw = await measure('raw turn (the durable turn\'s work, NATS alone), 3 servers, replicas 3', rawTurn.op, o);
+    const raw = await measure("raw turn (the durable turn's work, NATS alone), 3 servers, replicas 3", rawTurn.op, o);
     return {
       servers: 3,
       replicas: REPLICAS,
@@ -186,7 +193,11 @@ async function turnsAfterLeaderChange(
   const samplesUs: number[] = [];
   for (let i = 0; i < o.stepdowns; i++) {
     await turn();
-    const answer = decode(StepdownReplySchema, (await nodeT.request(`$JS.API.CONSUMER.LEADER.STEPDOWN.${INGRESS_STREAM}.${consumer}`, new Uint8Array(), { timeoutMs: o.timeoutMs })).data, 'stepdown reply');
+    const answer = decode(
+      StepdownReplySchema,
+      (await nodeT.request(`$JS.API.CONSUMER.LEADER.STEPDOWN.${INGRESS_STREAM}.${consumer}`, new Uint8Array(), { timeoutMs: o.timeoutMs })).data,
+      'stepdown reply',
+    );
     if (!answer.success) throw new Error(`the stepdown of ${consumer} failed: ${JSON.stringify(answer.error ?? answer)}`);
     await new Promise((r) => setTimeout(r, AFTER_STEPDOWN_MS));
     const start = process.hrtime.bigint();

@@ -60,7 +60,11 @@ export interface StreamCounters {
 
 /** NaN when a stream is missing (then the durable rows failed, and say why). */
 export async function streamCounters(jsm: JetStreamManager): Promise<StreamCounters> {
-  const seq = (stream: string) => jsm.streams.info(stream).then((i) => i.state.last_seq, () => Number.NaN);
+  const seq = (stream: string) =>
+    jsm.streams.info(stream).then(
+      (i) => i.state.last_seq,
+      () => Number.NaN,
+    );
   const [inSeq, kvSeq] = await Promise.all([seq(INGRESS_STREAM), seq(`KV_${DEFAULT_THREAD_BUCKET}`)]);
   return { inSeq, kvSeq };
 }
@@ -69,7 +73,10 @@ export async function streamCounters(jsm: JetStreamManager): Promise<StreamCount
 export async function unackedInbound(jsm: JetStreamManager, ms = 3_000): Promise<number> {
   const deadline = Date.now() + ms;
   for (;;) {
-    const n = await jsm.streams.info(INGRESS_STREAM).then((i) => i.state.messages, () => Number.NaN);
+    const n = await jsm.streams.info(INGRESS_STREAM).then(
+      (i) => i.state.messages,
+      () => Number.NaN,
+    );
     if (n === 0 || Number.isNaN(n) || Date.now() > deadline) return n;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -165,7 +172,12 @@ export async function startRawTurn(
     max_ack_pending: 1_024,
     num_replicas: opts.replicas ?? 1,
   });
-  const kv = await new Kvm(nc).create(`${SCRATCH_BUCKET}_${name}`, { history: 1, ttl: 24 * 60 * 60_000, replicas: opts.replicas ?? 1, storage: StorageType.File });
+  const kv = await new Kvm(nc).create(`${SCRATCH_BUCKET}_${name}`, {
+    history: 1,
+    ttl: 24 * 60 * 60_000,
+    replicas: opts.replicas ?? 1,
+    storage: StorageType.File,
+  });
   const value = new Uint8Array(Math.max(1, Math.round(opts.valueBytes))).fill(0x61);
   const message = new Uint8Array(Math.max(1, Math.round(opts.messageBytes))).fill(0x62);
   const revisions: number[] = [];
@@ -221,7 +233,10 @@ export async function startRawTurn(
     let timer: NodeJS.Timeout | undefined;
     const answered = new Promise<void>((resolve, reject) => {
       waiting.set(w, { resolve, reject });
-      timer = setTimeout(() => reject(new Error(`no answer within ${opts.timeoutMs} ms${failures.length ? ` (node side: ${failures.at(-1)})` : ''}`)), opts.timeoutMs);
+      timer = setTimeout(
+        () => reject(new Error(`no answer within ${opts.timeoutMs} ms${failures.length ? ` (node side: ${failures.at(-1)})` : ''}`)),
+        opts.timeoutMs,
+      );
     });
     try {
       const ack = await js.publish(`${inSubject}.${w}`, g ? g.message(w) : message, { msgID: randomUUID(), timeout: opts.timeoutMs });
@@ -399,9 +414,27 @@ export async function runRehydrateBench(opts: {
   await new Promise((r) => setTimeout(r, 200));
   await passivateAll(node);
   const limitPassivated = await timed(m, (i) => turn(limitIds[i]!));
-  const atLimit = { threads: m, recordBytes: await meanRecordBytes(opts.nc, tenant, limitIds), liveTurn: limitLive, dormantTurn: limitDormant, passivatedTurn: limitPassivated };
+  const atLimit = {
+    threads: m,
+    recordBytes: await meanRecordBytes(opts.nc, tenant, limitIds),
+    liveTurn: limitLive,
+    dormantTurn: limitDormant,
+    passivatedTurn: limitPassivated,
+  };
   log(' done\n');
-  return { threads: n, recordBytes, liveTurn, passivatedTurn, dormantTurn, rehydrate, kvGet, kvWritesPerPassivation, kvWritesPerRehydrate, kvWritesPerSleep, atLimit };
+  return {
+    threads: n,
+    recordBytes,
+    liveTurn,
+    passivatedTurn,
+    dormantTurn,
+    rehydrate,
+    kvGet,
+    kvWritesPerPassivation,
+    kvWritesPerRehydrate,
+    kvWritesPerSleep,
+    atLimit,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -506,7 +539,11 @@ export function deriveMemory(r: MemoryResults): MemoryDerived {
     ...(dormantAll
       ? {
           dormantEmbedded: { name: 'dormant, embedded (record JSON in the host + memory-store record)', ...dormantAll },
-          dormantNode: { name: 'dormant, durable node (record JSON in the host; record in KV)', heap: dormantAll.heap - store.heap, buffers: dormantAll.buffers - store.buffers },
+          dormantNode: {
+            name: 'dormant, durable node (record JSON in the host; record in KV)',
+            heap: dormantAll.heap - store.heap,
+            buffers: dormantAll.buffers - store.buffers,
+          },
         }
       : {}),
     passivatedEmbedded: { name: 'passivated, embedded (memory-store record + host residue)', ...per(p, b) },
@@ -530,7 +567,14 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
   ];
   const table = renderTable(
     ['thread', 'heap/thread', 'buffers/thread', 'total/thread', 'vs live', 'live threads in 2 GiB'],
-    [row(d.liveEmbedded), row(d.liveNode), ...(d.dormantEmbedded && d.dormantNode ? [row(d.dormantEmbedded), row(d.dormantNode)] : []), row(d.passivatedEmbedded), row(d.passivatedNode), row(d.store)],
+    [
+      row(d.liveEmbedded),
+      row(d.liveNode),
+      ...(d.dormantEmbedded && d.dormantNode ? [row(d.dormantEmbedded), row(d.dormantNode)] : []),
+      row(d.passivatedEmbedded),
+      row(d.passivatedNode),
+      row(d.store),
+    ],
     ['left', 'right', 'right', 'right', 'right', 'right'],
   );
   const s = r.samples;
@@ -555,7 +599,9 @@ export function renderMemoryReport(r: MemoryResults, kvRecordBytes?: number): st
       `(~${formatRate(d.liveThreadsIn2GiB.embedded)} embedded, records in process); a passivated thread costs the durable node ` +
       `${formatBytes(total(d.passivatedNode))} (ThreadHost keeps only a counter; the residue is compiled code and GC noise, not thread objects)`,
     ...(r.bareActorBytes !== undefined
-      ? [`the floor of a live thread: a started XState root actor of a one-state machine holds ${formatBytes(r.bareActorBytes)} (its own actor system, scheduler, snapshot)`]
+      ? [
+          `the floor of a live thread: a started XState root actor of a one-state machine holds ${formatBytes(r.bareActorBytes)} (its own actor system, scheduler, snapshot)`,
+        ]
       : []),
     ...(r.historyActorBytes !== undefined
       ? [`the same actor holding a copy of the thread's history (${r.historyMessages} messages as objects) in its context: ${formatBytes(r.historyActorBytes)}`]
@@ -632,7 +678,19 @@ function renderThroughput(t: ThroughputResults, concurrency: number): string {
   };
   const rows = [raw, t.durableTurn, ...t.others];
   const table = renderTable(
-    ['turn', 'p50', 'p99', 'p50/raw', `turns/s @${concurrency}`, `p50 @${concurrency}`, `p99 @${concurrency}`, `p99@${concurrency}/raw`, 'tput/raw', 'slowdown', 'errors'],
+    [
+      'turn',
+      'p50',
+      'p99',
+      'p50/raw',
+      `turns/s @${concurrency}`,
+      `p50 @${concurrency}`,
+      `p99 @${concurrency}`,
+      `p99@${concurrency}/raw`,
+      'tput/raw',
+      'slowdown',
+      'errors',
+    ],
     rows.map(row),
     ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
   );
@@ -696,7 +754,9 @@ function renderRehydrate(h: RehydrateResults): string {
     `a turn on a passivated thread costs ${formatUs(h.passivatedTurn.p50Us - h.liveTurn.p50Us)} more at p50 ` +
       `(${formatRatio(h.passivatedTurn.p50Us / h.liveTurn.p50Us)}); rehydrate() alone ${formatUs(h.rehydrate.p50Us)} p50 / ${formatUs(h.rehydrate.p99Us)} p99, ` +
       `of which the KV get ${formatUs(h.kvGet.p50Us)} p50` +
-      (h.dormantTurn ? `; on a dormant thread ${formatUs(h.dormantTurn.p50Us - h.liveTurn.p50Us)} more (${formatRatio(h.dormantTurn.p50Us / h.liveTurn.p50Us)})` : ''),
+      (h.dormantTurn
+        ? `; on a dormant thread ${formatUs(h.dormantTurn.p50Us - h.liveTurn.p50Us)} more (${formatRatio(h.dormantTurn.p50Us / h.liveTurn.p50Us)})`
+        : ''),
     ...(h.atLimit
       ? [
           `at the history limit (records of ${formatBytes(h.atLimit.recordBytes)}), against a live turn there: dormant ${formatRatio(h.atLimit.dormantTurn.p50Us / h.atLimit.liveTurn.p50Us)} at p50, ` +

@@ -48,7 +48,10 @@ export interface HandoffFloor {
  * Starts the node, source and target sides on their connections; `client` sends and reads. `timeoutMs`
  * bounds each request and each run.
  */
-export function startHandoffFloor(t: { node: NatsTransport; source: NatsTransport; target: NatsTransport; client: NatsTransport }, timeoutMs: number): HandoffFloor {
+export function startHandoffFloor(
+  t: { node: NatsTransport; source: NatsTransport; target: NatsTransport; client: NatsTransport },
+  timeoutMs: number,
+): HandoffFloor {
   const subs: Subscription[] = [];
   const reply = (to: Message, text: string, metadata?: Record<string, unknown>): Message => ({
     kind: 'message',
@@ -65,7 +68,11 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
     t.source.subscribe(`${PREFIX}.source`, (msg) => {
       const message = decode(MessageSchema, msg.data, 'message to the source');
       msg.respond(
-        encodeJson(reply(message, 'desk: passing you on', { [CLIENT_ROUTING_URI]: { handoff: { targetAgentId: 'target', contextSummary: `The user said: ${messageText(message)}`, handoffReason: 'bench' } } })),
+        encodeJson(
+          reply(message, 'desk: passing you on', {
+            [CLIENT_ROUTING_URI]: { handoff: { targetAgentId: 'target', contextSummary: `The user said: ${messageText(message)}`, handoffReason: 'bench' } },
+          }),
+        ),
       );
     }),
   );
@@ -101,7 +108,11 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
       msg.respond(encodeJson({ kind: 'ack', threadId, messageId: message.messageId }));
       void (async () => {
         const headers = { [HEADERS.threadId]: threadId, [HEADERS.hop]: '0', [HEADERS.sender]: 'user' };
-        const sourceReply = decode(AgentReplySchema, (await t.node.request(`${PREFIX}.source`, encodeJson({ ...message, contextId: threadId, taskId: threadId }), { timeoutMs, headers })).data, 'source reply');
+        const sourceReply = decode(
+          AgentReplySchema,
+          (await t.node.request(`${PREFIX}.source`, encodeJson({ ...message, contextId: threadId, taskId: threadId }), { timeoutMs, headers })).data,
+          'source reply',
+        );
         if (sourceReply.kind !== 'message') throw new Error(`the source answered a ${sourceReply.kind}`);
         const directive = readHandoffDirective(sourceReply);
         if (!directive) throw new Error('the source did not hand off');
@@ -111,7 +122,12 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
         ).value;
         const targetReply = decode(
           AgentReplySchema,
-          (await t.node.request(`${PREFIX}.target`, encodeJson(toTarget), { timeoutMs, headers: { ...headers, [HEADERS.hop]: '1', [HEADERS.chunks]: `${PREFIX}.chunks.${threadId}` } })).data,
+          (
+            await t.node.request(`${PREFIX}.target`, encodeJson(toTarget), {
+              timeoutMs,
+              headers: { ...headers, [HEADERS.hop]: '1', [HEADERS.chunks]: `${PREFIX}.chunks.${threadId}` },
+            })
+          ).data,
           'target reply',
         );
         if (targetReply.kind !== 'message') throw new Error(`the target answered a ${targetReply.kind}`);
@@ -137,7 +153,11 @@ export function startHandoffFloor(t: { node: NatsTransport; source: NatsTranspor
       try {
         await t.client.flush();
         start = process.hrtime.bigint();
-        const ack = decode(AckOrError, (await t.client.request(`${PREFIX}.in.${threadId}`, encodeJson(userMessage('I need the specialist')), { timeoutMs })).data, 'ack');
+        const ack = decode(
+          AckOrError,
+          (await t.client.request(`${PREFIX}.in.${threadId}`, encodeJson(userMessage('I need the specialist')), { timeoutMs })).data,
+          'ack',
+        );
         if (ack.kind === 'error') throw new Error(`${ack.error.code}: ${ack.error.message}`);
         return await first;
       } finally {
@@ -167,7 +187,10 @@ export async function connectHandoffFloor(
       transports.push(t);
       return t;
     };
-    const rig = startHandoffFloor({ node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') }, timeoutMs);
+    const rig = startHandoffFloor(
+      { node: await connect('node'), source: await connect('source'), target: await connect('target'), client: await connect('client') },
+      timeoutMs,
+    );
     return {
       sample: rig.sample,
       stop: async () => {

@@ -27,7 +27,11 @@ const client = new TroupeClient(new MemoryTransport({ bus }), 'demo');
 const N = 1000;
 async function many(prefix: string, n: number): Promise<void> {
   for (let i = 0; i < n; i += 50) {
-    await Promise.all(Array.from({ length: Math.min(50, n - i) }, (_, k) => client.send('Hello Troupe, please echo this benchmark message back to me.', { threadId: `${prefix}-${i + k}` })));
+    await Promise.all(
+      Array.from({ length: Math.min(50, n - i) }, (_, k) =>
+        client.send('Hello Troupe, please echo this benchmark message back to me.', { threadId: `${prefix}-${i + k}` }),
+      ),
+    );
   }
 }
 

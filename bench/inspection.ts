@@ -55,7 +55,14 @@ export async function runInspectionBench(input: InspectionBenchInput): Promise<I
 export function renderInspectionReport(r: InspectionResults): string {
   const table = renderTable(
     ['scenario', 'inspection', 'p50', 'p99', 'throughput', 'records'],
-    r.rows.map((row) => [row.name, row.inspection, formatUs(row.sequential.p50Us), formatUs(row.sequential.p99Us), formatRate(row.concurrent.perSecond), String(row.records)]),
+    r.rows.map((row) => [
+      row.name,
+      row.inspection,
+      formatUs(row.sequential.p50Us),
+      formatUs(row.sequential.p99Us),
+      formatRate(row.concurrent.perSecond),
+      String(row.records),
+    ]),
     ['left', 'left', 'right', 'right', 'right', 'right'],
   );
   const summary = Object.entries(r.onVsOff).map(([name, ratio]) => `  ${name}: inspection on runs at ${formatRatio(ratio)} of the throughput with it off`);

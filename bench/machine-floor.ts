@@ -110,7 +110,13 @@ export function xstateTurns<I, O>(request: (input: I) => Promise<O>): XstateTurn
     context: ({ input }) => ({ input: input.input }),
     initial: 'calling',
     states: {
-      calling: { invoke: { src: 'request', input: ({ context }: { context: CallContext }) => context.input, onDone: { target: 'done', actions: assign({ answer: ({ event }) => event.output }) } } },
+      calling: {
+        invoke: {
+          src: 'request',
+          input: ({ context }: { context: CallContext }) => context.input,
+          onDone: { target: 'done', actions: assign({ answer: ({ event }) => event.output }) },
+        },
+      },
       done: { type: 'final' },
     },
     output: ({ context }: { context: CallContext }) => context.answer,

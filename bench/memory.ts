@@ -82,7 +82,11 @@ async function settle(): Promise<MemorySample> {
 async function bareActorBytes(n: number, historyJson?: string): Promise<number> {
   const machine = createMachine({ id: 'bare', initial: 'idle', states: { idle: {} } });
   // With a history: each actor's context holds its own copy of it, as a live thread's does.
-  const start = () => createActor(machine, historyJson === undefined ? {} : { snapshot: machine.resolveState({ value: 'idle', context: { history: JSON.parse(historyJson) as unknown } }) }).start();
+  const start = () =>
+    createActor(
+      machine,
+      historyJson === undefined ? {} : { snapshot: machine.resolveState({ value: 'idle', context: { history: JSON.parse(historyJson) as unknown } }) },
+    ).start();
   const warm = Array.from({ length: 200 }, start);
   for (const a of warm) a.stop();
   const before = await settle();
@@ -102,13 +106,27 @@ async function main(): Promise<MemoryResults> {
   const echo = defineAgent({
     card: { id: AGENT_ID, name: 'Echo', description: 'Repeats what it is told' },
     handle: (_message, ctx) =>
-      handoff ? reply(ctx.text, { handoff: { targetAgentId: 'expert', contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }) : reply(ctx.text, { to: 'user' }),
+      handoff
+        ? reply(ctx.text, { handoff: { targetAgentId: 'expert', contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } })
+        : reply(ctx.text, { to: 'user' }),
   });
-  const expert = defineAgent({ card: { id: 'expert', name: 'Expert', description: 'Takes handed-off conversations' }, handle: (_message, ctx) => reply(ctx.text) });
+  const expert = defineAgent({
+    card: { id: 'expert', name: 'Expert', description: 'Takes handed-off conversations' },
+    handle: (_message, ctx) => reply(ctx.text),
+  });
   // idleMs and dormantMs 0: no passivator, threads stay live until made dormant and passivated below.
-  const node = await new TroupeNode({ transport: new MemoryTransport({ bus }), tenant: TENANT, store, idleMs: 0, dormantMs: 0, config: { entryAgent: AGENT_ID } }).start();
+  const node = await new TroupeNode({
+    transport: new MemoryTransport({ bus }),
+    tenant: TENANT,
+    store,
+    idleMs: 0,
+    dormantMs: 0,
+    config: { entryAgent: AGENT_ID },
+  }).start();
   const hosts = await Promise.all(
-    (handoff ? [echo, expert] : [echo]).map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: TENANT, idempotencyCacheSize: 1 }).start()),
+    (handoff ? [echo, expert] : [echo]).map((agent) =>
+      new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant: TENANT, idempotencyCacheSize: 1 }).start(),
+    ),
   );
   await node.registry.waitFor(handoff ? [AGENT_ID, 'expert'] : [AGENT_ID]);
   const client = new TroupeClient(new MemoryTransport({ bus }), TENANT);
@@ -118,7 +136,8 @@ async function main(): Promise<MemoryResults> {
   const turn = async (threadId: string) => {
     const res = await client.send(TEXT, { threadId, timeoutMs: 10_000 });
     if (res.error) throw new Error(`turn failed: ${res.error.code}: ${res.error.message}`);
-    if (res.text !== TEXT && !(handoff && res.final.status.state === 'input-required')) throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
+    if (res.text !== TEXT && !(handoff && res.final.status.state === 'input-required'))
+      throw new Error(`turn answered "${res.text}" (state ${res.final.status.state})`);
   };
   /** `turns` turns on each of `ids` (one after the other on a thread), CONCURRENCY threads in flight. */
   const turnsEach = async (ids: string[], turns: number) => {
@@ -155,7 +174,8 @@ async function main(): Promise<MemoryResults> {
 
     log(' dormant…');
     const dormantCount = await node.threads.sleepThreads();
-    if (dormantCount !== threads || node.threads.liveCount() !== 0) throw new Error(`${dormantCount} of ${threads} threads dormant, ${node.threads.liveCount()} live`);
+    if (dormantCount !== threads || node.threads.liveCount() !== 0)
+      throw new Error(`${dormantCount} of ${threads} threads dormant, ${node.threads.liveCount()} live`);
     const dormant = await settle();
 
     log(' passivate…');

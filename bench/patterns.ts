@@ -129,7 +129,8 @@ const CHUNK = 'on it';
 /** Hands every conversation to the specialist at once. */
 export const desk = defineAgent({
   card: { id: SOURCE, name: 'Front desk', description: 'Greets users and hands them to a specialist' },
-  handle: (_m, ctx) => reply('desk: passing you on', { handoff: { targetAgentId: TARGET, contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }),
+  handle: (_m, ctx) =>
+    reply('desk: passing you on', { handoff: { targetAgentId: TARGET, contextSummary: `The user said: ${ctx.text}`, handoffReason: 'bench' } }),
 });
 
 /** Streams one chunk at once, then answers (accepting the handoff when there is one). */
@@ -150,7 +151,12 @@ const SLOWEST_TEXT = 'Please refund my last invoice';
 function delayedAgent(card: { id: keyof typeof DELAYS_MS; name: string; description: string; skill: string; tags: string[] }): AgentDefinition {
   const delay = DELAYS_MS[card.id];
   return defineAgent({
-    card: { id: card.id, name: card.name, description: card.description, skills: [{ id: card.id, name: card.skill, description: card.description, tags: card.tags }] },
+    card: {
+      id: card.id,
+      name: card.name,
+      description: card.description,
+      skills: [{ id: card.id, name: card.skill, description: card.description, tags: card.tags }],
+    },
     handle: async (_m, ctx) => {
       await sleep(delay);
       return reply(`${card.id} (${delay} ms): ${ctx.text.length} chars`, { to: 'user' });
@@ -159,9 +165,27 @@ function delayedAgent(card: { id: keyof typeof DELAYS_MS; name: string; descript
 }
 
 const fanOutAgents = [
-  delayedAgent({ id: 'forecast', name: 'Forecast', description: 'Weather forecasts for any city', skill: 'Weather', tags: ['weather', 'forecast', 'rain', 'temperature'] }),
-  delayedAgent({ id: 'flights', name: 'Flights', description: 'Books flights and plane tickets', skill: 'Flight booking', tags: ['flight', 'book', 'ticket', 'plane'] }),
-  delayedAgent({ id: 'refunds', name: 'Refunds', description: 'Refunds invoices and charges', skill: 'Refunds', tags: ['refund', 'invoice', 'charge', 'billing'] }),
+  delayedAgent({
+    id: 'forecast',
+    name: 'Forecast',
+    description: 'Weather forecasts for any city',
+    skill: 'Weather',
+    tags: ['weather', 'forecast', 'rain', 'temperature'],
+  }),
+  delayedAgent({
+    id: 'flights',
+    name: 'Flights',
+    description: 'Books flights and plane tickets',
+    skill: 'Flight booking',
+    tags: ['flight', 'book', 'ticket', 'plane'],
+  }),
+  delayedAgent({
+    id: 'refunds',
+    name: 'Refunds',
+    description: 'Refunds invoices and charges',
+    skill: 'Refunds',
+    tags: ['refund', 'invoice', 'charge', 'billing'],
+  }),
 ];
 
 // ---------------------------------------------------------------------------------------------------
@@ -248,7 +272,9 @@ export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Mess
     if (ack.kind === 'error') throw new Error(`${ack.error.code}: ${ack.error.message}`);
     const end = await final;
     if (end.kind !== 'status-update') throw new Error('unexpected final event');
-    const route = (end.status.message?.metadata?.['troupe/route'] as Array<{ from: string; to: string }> | undefined)?.map((s) => `${s.from}>${s.to}`).join(',');
+    const route = (end.status.message?.metadata?.['troupe/route'] as Array<{ from: string; to: string }> | undefined)
+      ?.map((s) => `${s.from}>${s.to}`)
+      .join(',');
     if (route !== expectRoute) throw new Error(`route ${route ?? '(none)'}, expected ${expectRoute}: "${textOfMessage(end.status.message)}"`);
     if (firstChunkUs === undefined) throw new Error(`no chunk from ${from} before the final answer`);
     return firstChunkUs;
@@ -263,11 +289,7 @@ export async function timeToFirstChunk(mesh: Mesh, tenant: string, message: Mess
  * the order rotating from round to round. A row per sampler; its samples are what it returns (µs), not its
  * duration. The warm-up's samples are summarised too: all of them, and the first `n` after the first 10.
  */
-async function sampledInTurn(
-  samples: ReadonlyArray<() => Promise<number>>,
-  n: number,
-  warmup: number,
-): Promise<Array<{ row: PatternRow; warmUp: WarmUpRow }>> {
+async function sampledInTurn(samples: ReadonlyArray<() => Promise<number>>, n: number, warmup: number): Promise<Array<{ row: PatternRow; warmUp: WarmUpRow }>> {
   const rounds = async (count: number) => {
     const rows = samples.map(() => ({ samples: [] as number[], errors: 0, firstError: undefined as string | undefined }));
     for (let i = 0; i < count; i++) {
@@ -371,7 +393,8 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
       const res = await orchMesh.client.send(text, { threadId: `bench-orch-${randomUUID()}`, timeoutMs });
       if (res.error) throw new Error(`${res.error.code}: ${res.error.message}`);
       const used = res.final.status.message?.metadata?.['agentsUsed'] ?? [res.final.status.message?.metadata?.['troupe/agent']];
-      if ([...(used as string[])].sort().join(',') !== [...expectAgents].sort().join(',')) throw new Error(`answered by ${JSON.stringify(used)}: "${res.text}"`);
+      if ([...(used as string[])].sort().join(',') !== [...expectAgents].sort().join(','))
+        throw new Error(`answered by ${JSON.stringify(used)}: "${res.text}"`);
     };
     log(`warm-up… ×${orchestrationRuns} fan-out…`);
     for (let i = 0; i < warmupRuns; i++) await turn(FAN_OUT_TEXT, Object.keys(DELAYS_MS)).catch(() => undefined);
@@ -414,7 +437,7 @@ export function renderPatternReport(r: PatternResults): string {
     [
       line('handoff: message -> first chunk from target', h.transition, 'direct', h.vsDirect.p50, h.vsDirect.p99),
       line('direct: message -> first chunk (addressed)', h.direct, 'direct', 1, 1),
-      line('floor: the handoff\'s legs and guarantees alone', h.floor, 'direct', h.floor.p50Us / h.direct.p50Us, h.floor.p99Us / h.direct.p99Us),
+      line("floor: the handoff's legs and guarantees alone", h.floor, 'direct', h.floor.p50Us / h.direct.p50Us, h.floor.p99Us / h.direct.p99Us),
       line(`fan-out to 3 agents (${Object.values(r.config.agentDelaysMs).join('/')} ms), parallel`, o.fanOut, 'slowest', o.overhead.p50, o.overhead.p99),
       line(`slowest agent alone (${r.config.agentDelaysMs[SLOWEST]} ms)`, o.slowestAlone, 'slowest', 1, 1),
     ],

@@ -123,7 +123,9 @@ try {
   if (!only || only === 'troupe') {
     const mesh = await startMesh(opts, 'handoff', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: TIMEOUT_MS, retries: 0 });
     try {
-      await measure('troupe handoff', () => timeToFirstChunk(mesh, TENANT, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, TIMEOUT_MS));
+      await measure('troupe handoff', () =>
+        timeToFirstChunk(mesh, TENANT, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, TIMEOUT_MS),
+      );
     } finally {
       await mesh.stop();
     }

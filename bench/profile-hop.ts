@@ -43,9 +43,13 @@ const floorT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AG
 const floor = floorResponder(floorT, 'demo', 'pyecho');
 /** The transport alone: the same request with the thread's headers over Troupe's transport, echoed unread (no validation). */
 const bareT = await NatsTransport.connect({ ...server.as(process.env.PROFILE_AGENT_USER ?? 'slowecho'), name: 'hop-bare' });
-const bare = bareT.subscribe(subjects.agentInbox('demo', 'slowecho'), (m) => {
-  m.respond(m.data);
-}, { queue: subjects.agentQueue('slowecho') });
+const bare = bareT.subscribe(
+  subjects.agentInbox('demo', 'slowecho'),
+  (m) => {
+    m.respond(m.data);
+  },
+  { queue: subjects.agentQueue('slowecho') },
+);
 /** PROFILE_ONLY=hop (or raw, bare, floor) runs one of them, so a profile shows one alone. */
 const only = process.env.PROFILE_ONLY;
 /**
@@ -65,14 +69,16 @@ async function measure(what: string, op: (w: number, i: number) => Promise<void>
   const until = performance.now() + SECONDS * 1000;
   const cpu0 = process.cpuUsage();
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: WORKERS }, async (_, w) => {
-    for (let i = 0; performance.now() < until; i++) {
-      const t = performance.now();
-      await op(w, window * 1e9 + i);
-      times.push(performance.now() - t);
-      n++;
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: WORKERS }, async (_, w) => {
+      for (let i = 0; performance.now() < until; i++) {
+        const t = performance.now();
+        await op(w, window * 1e9 + i);
+        times.push(performance.now() - t);
+        n++;
+      }
+    }),
+  );
   const cpu = process.cpuUsage(cpu0);
   const s = (performance.now() - t0) / 1000;
   await stopProfile();
@@ -82,13 +88,21 @@ async function measure(what: string, op: (w: number, i: number) => Promise<void>
 }
 
 const body = (threadId: string): Uint8Array => {
-  const message: Message = { kind: 'message', role: 'user', messageId: randomUUID(), contextId: threadId, taskId: threadId, parts: [{ kind: 'text', text: TEXT }] };
+  const message: Message = {
+    kind: 'message',
+    role: 'user',
+    messageId: randomUUID(),
+    contextId: threadId,
+    taskId: threadId,
+    parts: [{ kind: 'text', text: TEXT }],
+  };
   return encodeJson(message);
 };
 const rawBody = body('t-raw');
-if (only === undefined || only === 'raw') await run('raw request-reply', async () => {
-  await nodeT.connection.request('bench.raw', rawBody, { timeout: 10_000 });
-});
+if (only === undefined || only === 'raw')
+  await run('raw request-reply', async () => {
+    await nodeT.connection.request('bench.raw', rawBody, { timeout: 10_000 });
+  });
 /** A call to an agent's inbox as a thread makes it: the thread's headers, 10 s to answer. */
 const callAgent = (agentId: string, data: Uint8Array, w: number, i: number) => {
   const threadId = `hop-${w}`;
@@ -97,15 +111,18 @@ const callAgent = (agentId: string, data: Uint8Array, w: number, i: number) => {
     headers: { [HEADERS.threadId]: threadId, [HEADERS.tenant]: 'demo', [HEADERS.hop]: '0', [HEADERS.sender]: 'user', [HEADERS.callId]: `${threadId}/${i}` },
   });
 };
-if (only === undefined || only === 'bare') await run('Troupe transport request-reply with the thread\'s headers, unvalidated', async (w, i) => {
-  await callAgent('slowecho', rawBody, w, i);
-});
-if (only === undefined || only === 'floor') await run('validated request-reply (the floor of a hop\'s guarantees)', async (w, i) => {
-  decode(AgentReplySchema, (await callAgent('pyecho', body(`hop-${w}`), w, i)).data, 'floor reply');
-});
-if (only === undefined || only === 'hop') await run('agent hop', async (w, i) => {
-  decode(AgentReplySchema, (await callAgent('echo', body(`hop-${w}`), w, i)).data, 'echo reply');
-});
+if (only === undefined || only === 'bare')
+  await run("Troupe transport request-reply with the thread's headers, unvalidated", async (w, i) => {
+    await callAgent('slowecho', rawBody, w, i);
+  });
+if (only === undefined || only === 'floor')
+  await run("validated request-reply (the floor of a hop's guarantees)", async (w, i) => {
+    decode(AgentReplySchema, (await callAgent('pyecho', body(`hop-${w}`), w, i)).data, 'floor reply');
+  });
+if (only === undefined || only === 'hop')
+  await run('agent hop', async (w, i) => {
+    decode(AgentReplySchema, (await callAgent('echo', body(`hop-${w}`), w, i)).data, 'echo reply');
+  });
 raw.unsubscribe();
 floor.unsubscribe();
 bare.unsubscribe();

@@ -16,7 +16,12 @@ for (const [id, us] of self) {
   const where = callFrame.url.replace(/^.*\/(node_modules\/|src\/)/, '$1') || '(native)';
   const key = `${callFrame.functionName || '(anonymous)'}  ${where}:${callFrame.lineNumber + 1}`;
   fn.set(key, (fn.get(key) ?? 0) + us);
-  const area = where.startsWith('node_modules/') ? where.split('/').slice(0, where.includes('@') ? 3 : 2).join('/') : where;
+  const area = where.startsWith('node_modules/')
+    ? where
+        .split('/')
+        .slice(0, where.includes('@') ? 3 : 2)
+        .join('/')
+    : where;
   url.set(area, (url.get(area) ?? 0) + us);
 }
 const pct = (us) => `${((100 * us) / total).toFixed(1)}%`.padStart(6);

@@ -64,7 +64,13 @@ const rawT = await NatsTransport.connect({ ...server.asNode, name: 'turn-raw' })
 const echo = defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(ctx.text, { to: 'user' }) });
 const host = await new AgentHost({ transport: agentT, agent: echo }).start();
 const store = await KvThreadStore.open(nodeT.jetstreamConnection);
-const node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.jetstreamConnection, partitions: 8 }, config: { entryAgent: 'echo' } }).start();
+const node = await new TroupeNode({
+  transport: nodeT,
+  tenant: 'demo',
+  store,
+  durable: { nc: nodeT.jetstreamConnection, partitions: 8 },
+  config: { entryAgent: 'echo' },
+}).start();
 await node.registry.waitFor(['echo']);
 const client = new TroupeClient(clientT, { tenant: 'demo', principal: 'client' });
 
@@ -154,7 +160,15 @@ if (runs('raw') || runs('floor')) {
     const responder = floorResponder(responderT, 'demo', 'pyecho');
     await responderT.flush();
     for (const without of floorVariants()) {
-      const guarantees = await durableTurnFloor({ transport: rawT, tenant: 'demo', agentId: 'pyecho', text: TEXT, record: stored.record, timeoutMs: 10_000, without });
+      const guarantees = await durableTurnFloor({
+        transport: rawT,
+        tenant: 'demo',
+        agentId: 'pyecho',
+        text: TEXT,
+        record: stored.record,
+        timeoutMs: 10_000,
+        without,
+      });
       const floorTurn = await startRawTurn(rawT.jetstreamConnection, { ...raw, name: `floor${without.length ? `-${without.join('-')}` : ''}`, guarantees });
       await run(`durable turn floor${without.length ? ` without ${without.join(', ')}` : ''}`, async (w) => void (await floorTurn.op(w, 0)));
       await floorTurn.stop();

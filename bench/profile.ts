@@ -31,6 +31,11 @@ await Promise.all(
 const elapsed = (performance.now() - t0) / 1000;
 const cpu = process.cpuUsage(cpu0);
 console.log(
-  JSON.stringify({ turns, turnsPerSecond: Math.round(turns / elapsed), cpuMsPerTurn: +((cpu.user + cpu.system) / 1000 / turns).toFixed(3), seconds: +elapsed.toFixed(1) }),
+  JSON.stringify({
+    turns,
+    turnsPerSecond: Math.round(turns / elapsed),
+    cpuMsPerTurn: +((cpu.user + cpu.system) / 1000 / turns).toFixed(3),
+    seconds: +elapsed.toFixed(1),
+  }),
 );
 await mesh.stop();

@@ -44,7 +44,6 @@ export async function profileWindow(what: string): Promise<() => Promise<void>> 
   };
 }
 
-
 interface SamplingNode {
   callFrame: { functionName: string; url: string; lineNumber: number };
   selfSize: number;
@@ -68,9 +67,7 @@ export interface Allocation {
  * - `live`: what is still alive when the window ends. `survivors` less `live` is what a scavenge copied
  *   (and promoted) and a mark-compact collected later: medium-lived objects.
  */
-export async function allocationWindow(
-  opts: { interval?: number; keep?: 'all' | 'survivors' | 'live' } = {},
-): Promise<() => Promise<Allocation>> {
+export async function allocationWindow(opts: { interval?: number; keep?: 'all' | 'survivors' | 'live' } = {}): Promise<() => Promise<Allocation>> {
   const interval = opts.interval ?? Number(process.env.PROFILE_ALLOC_INTERVAL ?? 4_096);
   const keep = opts.keep ?? 'all';
   const session = new Session();

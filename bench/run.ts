@@ -76,7 +76,18 @@ import {
   type RawTurn,
   type StreamCounters,
 } from './durability.js';
-import { Tally, concurrent, connections, floorResponder, sequential, threadCallHeaders, summarize, type ConcurrentResult, type Op, type SequentialResult } from './measure.js';
+import {
+  Tally,
+  concurrent,
+  connections,
+  floorResponder,
+  sequential,
+  threadCallHeaders,
+  summarize,
+  type ConcurrentResult,
+  type Op,
+  type SequentialResult,
+} from './measure.js';
 import { renderPatternReport, runPatternBench } from './patterns.js';
 import { renderYamlAgentReport, runYamlAgentBench } from './yaml-agent.js';
 import { renderInspectionReport, runInspectionBench, type InspectionResults } from './inspection.js';
@@ -248,7 +259,9 @@ async function runScenarios(group: Scenario[], around?: (s: Scenario, window: ()
   }
   const measured = group.filter((s) => tallies.has(s));
   if (measured.length) {
-    process.stderr.write(`  ${measured.length > 1 ? `${measured.length} rows in turn, ` : ''}${ROUNDS} rounds of sequential runs and ${CONCURRENCY} in flight:`);
+    process.stderr.write(
+      `  ${measured.length > 1 ? `${measured.length} rows in turn, ` : ''}${ROUNDS} rounds of sequential runs and ${CONCURRENCY} in flight:`,
+    );
   }
   for (let round = 0; round < ROUNDS && measured.length; round++) {
     for (const s of measured) {
@@ -591,14 +604,25 @@ async function main(): Promise<void> {
     // shaped like that thread's.
     const sized = await store.get(TENANT, 'bench-size');
     if (!sized) throw new Error('the thread bench-size has no record after 30 turns');
-    floorTurnGuarantees = await durableTurnFloor({ transport: rawRequester, tenant: TENANT, agentId: FLOOR_AGENT_ID, text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
+    floorTurnGuarantees = await durableTurnFloor({
+      transport: rawRequester,
+      tenant: TENANT,
+      agentId: FLOOR_AGENT_ID,
+      text: TEXT,
+      record: sized.record,
+      timeoutMs: TIMEOUT_MS,
+    });
     floorTurn = await startRawTurn(rawRequester.jetstreamConnection, { ...rawTurnOptions, name: 'floor', guarantees: floorTurnGuarantees });
     embeddedFloorRig = await startEmbeddedTurnFloor({ text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
 
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.
     const nodeEnv = { ...process.env, TROUPE_NATS_CREDS: server.credsFile('node', MP_TENANT), TROUPE_TENANT: MP_TENANT, TROUPE_LOG_LEVEL: 'warn' };
-    mpProcs.push(await procs.spawnTroupe(['up', '--nats', server.url, '--team', 'bench/fixtures/echo-team.ts', '--partitions', String(PARTITIONS)], nodeEnv, { name: 'bench node' }));
+    mpProcs.push(
+      await procs.spawnTroupe(['up', '--nats', server.url, '--team', 'bench/fixtures/echo-team.ts', '--partitions', String(PARTITIONS)], nodeEnv, {
+        name: 'bench node',
+      }),
+    );
     mpProcs.push(await procs.spawnTroupe(['agent', 'bench/fixtures/echo-agent.ts', '--nats', server.url], nodeEnv, { name: 'bench agent' }));
     const mpClient = new TroupeClient(await connect('bench-mp-client', 'node', MP_TENANT), { tenant: MP_TENANT, principal: 'node' });
 
@@ -614,7 +638,7 @@ async function main(): Promise<void> {
       },
       {
         key: 'hopFloor',
-        name: 'validated request-reply (an agent hop\'s guarantees alone)',
+        name: "validated request-reply (an agent hop's guarantees alone)",
         description:
           'NatsTransport.request of the same A2A Message with thread headers to a responder on an agent user that only validates ' +
           'it and answers with a new A2A Message, the reply validated by the caller',
@@ -641,7 +665,7 @@ async function main(): Promise<void> {
       },
       {
         key: 'rawTurn',
-        name: 'raw turn (the durable turn\'s work, NATS alone)',
+        name: "raw turn (the durable turn's work, NATS alone)",
         description:
           'js.publish to a work-queue stream -> durable pull consumer -> core request to the echo responder -> one KV compare-and-set ' +
           '-> ackAck -> core publish of the answer, which the publisher awaits',
@@ -651,10 +675,10 @@ async function main(): Promise<void> {
       },
       {
         key: 'durableTurnFloor',
-        name: 'raw turn with the durable turn\'s guarantees (floor of the durable turn)',
+        name: "raw turn with the durable turn's guarantees (floor of the durable turn)",
         description:
-          'the raw turn carrying an A2A message validated at each edge, the turn run as an XState actor of the thread\'s shape whose ' +
-          'agent call goes over Troupe\'s transport to a validating responder, and the thread record at the history limit encoded ' +
+          "the raw turn carrying an A2A message validated at each edge, the turn run as an XState actor of the thread's shape whose " +
+          "agent call goes over Troupe's transport to a validating responder, and the thread record at the history limit encoded " +
           'and validated before its compare-and-set (bench/turn-floor.ts)',
         op: floorTurn.op,
         n: TURN_N,
@@ -713,7 +737,7 @@ async function main(): Promise<void> {
       },
       {
         key: 'embeddedTurnFloor',
-        name: 'the embedded turn\'s guarantees alone (floor of the embedded turn)',
+        name: "the embedded turn's guarantees alone (floor of the embedded turn)",
         description:
           'validation at every edge, the XState turn above with its agent call over the memory transport to a validating responder, the record (at the history limit) checked and encoded, the status stream: no thread machine, host, store or agent host (bench/turn-floor.ts)',
         op: embeddedFloorRig.op,
@@ -818,20 +842,29 @@ async function main(): Promise<void> {
     const rawTurnResult = byKey('rawTurn');
     const fp = footprints.fullTurn ?? { messages: 0, kvWrites: 0 };
     const log = (text: string) => process.stderr.write(text);
-    const rehydrate = await attempt('rehydrate', () => runRehydrateBench({
-      node: troupeNode,
-      client,
-      nc: rawRequester.connection,
-      tenant: TENANT,
-      text: TEXT,
-      n: REHYDRATE_N,
-      timeoutMs: TIMEOUT_MS,
+    const rehydrate = await attempt(
+      'rehydrate',
+      () =>
+        runRehydrateBench({
+          node: troupeNode,
+          client,
+          nc: rawRequester.connection,
+          tenant: TENANT,
+          text: TEXT,
+          n: REHYDRATE_N,
+          timeoutMs: TIMEOUT_MS,
+          log,
+        }),
       log,
-    }), log);
+    );
     const takeover = await attempt('takeover', () => runTakeoverBench({ asNode: server.asNode, kills: TAKEOVER_KILLS, ttlMs: TAKEOVER_TTL_MS, log }), log);
     const memory = await attempt('memory', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_THREADS), BENCH_MEM_TURNS: '1' }), log);
     // The same at the history limit: 25 turns are 50 messages, the default historyLimit.
-    const memoryAtLimit = await attempt('memory at the history limit', () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_LIMIT_THREADS), BENCH_MEM_TURNS: '25' }), log);
+    const memoryAtLimit = await attempt(
+      'memory at the history limit',
+      () => runMemoryChild({ BENCH_MEM_THREADS: String(MEM_LIMIT_THREADS), BENCH_MEM_TURNS: '25' }),
+      log,
+    );
     const durability: DurabilityResults = {
       throughput: {
         rawTurn: rawTurnResult,
@@ -855,7 +888,16 @@ async function main(): Promise<void> {
     process.stderr.write('cluster (3 servers, replicas 3):\n');
     const cluster = await attempt(
       'cluster',
-      () => runClusterBench({ n: CLUSTER_N, warmupN: TURN_WARMUP_N, seconds: SECONDS, concurrency: CONCURRENCY, timeoutMs: TIMEOUT_MS, stepdowns: CLUSTER_STEPDOWNS, log }),
+      () =>
+        runClusterBench({
+          n: CLUSTER_N,
+          warmupN: TURN_WARMUP_N,
+          seconds: SECONDS,
+          concurrency: CONCURRENCY,
+          timeoutMs: TIMEOUT_MS,
+          stepdowns: CLUSTER_STEPDOWNS,
+          log,
+        }),
       log,
     );
 
@@ -914,7 +956,10 @@ async function main(): Promise<void> {
     );
     const failed =
       results.reduce((n, r) => n + r.sequential.errors + r.concurrent.errors, 0) +
-      [patterns.handoff.transition, patterns.handoff.direct, patterns.orchestration.fanOut, patterns.orchestration.slowestAlone].reduce((n, r) => n + r.errors, 0) +
+      [patterns.handoff.transition, patterns.handoff.direct, patterns.orchestration.fanOut, patterns.orchestration.slowestAlone].reduce(
+        (n, r) => n + r.errors,
+        0,
+      ) +
       durabilityErrors(durability) +
       yamlAgent.handwritten.errors +
       yamlAgent.yaml.errors +

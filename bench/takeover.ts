@@ -31,7 +31,13 @@ async function until(cond: () => boolean, what: string, timeoutMs: number): Prom
   }
 }
 
-export async function runTakeoverBench(opts: { asNode: UserConnectOptions; kills: number; ttlMs: number; partitions?: number; log: (s: string) => void }): Promise<TakeoverResults> {
+export async function runTakeoverBench(opts: {
+  asNode: UserConnectOptions;
+  kills: number;
+  ttlMs: number;
+  partitions?: number;
+  log: (s: string) => void;
+}): Promise<TakeoverResults> {
   const partitions = opts.partitions ?? 8;
   const bucket = `bench_leases_${Date.now()}`;
   const node = async (nodeId: string) => {

@@ -88,11 +88,19 @@ export async function runTracingBench(input: TracingBenchInput): Promise<Tracing
 export function renderTracingReport(r: TracingResults): string {
   const table = renderTable(
     ['scenario', 'tracing', 'p50', 'p99', 'throughput', 'spans exported'],
-    r.rows.map((row) => [row.name, row.tracing, formatUs(row.sequential.p50Us), formatUs(row.sequential.p99Us), formatRate(row.concurrent.perSecond), String(row.spans)]),
+    r.rows.map((row) => [
+      row.name,
+      row.tracing,
+      formatUs(row.sequential.p50Us),
+      formatUs(row.sequential.p99Us),
+      formatRate(row.concurrent.perSecond),
+      String(row.spans),
+    ]),
     ['left', 'left', 'right', 'right', 'right', 'right'],
   );
   const summary = Object.keys(r.onVsOff).map(
-    (key) => `  ${key}: tracing on (OTLP/HTTP to a local sink) runs at ${formatRatio(r.onVsOff[key]!)} of the throughput with it off; off runs at ${formatRatio(r.offVsBaseline[key]!)} of the main table's row`,
+    (key) =>
+      `  ${key}: tracing on (OTLP/HTTP to a local sink) runs at ${formatRatio(r.onVsOff[key]!)} of the throughput with it off; off runs at ${formatRatio(r.offVsBaseline[key]!)} of the main table's row`,
   );
   return ['Tracing cost (off: no provider; on: OpenTelemetry SDK exporting every span; off again)', table, ...summary].join('\n');
 }

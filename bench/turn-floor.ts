@@ -31,7 +31,16 @@
 import type { Transport } from '../src/transport/types.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { JetStreamAnsweredLog } from '../src/transport/jetstream/answered.js';
-import { decode, decodeText, encodeJson, MessageSchema, messageText, ThreadEventSchema, type Message, type TaskStatusUpdateEvent } from '../src/protocol/index.js';
+import {
+  decode,
+  decodeText,
+  encodeJson,
+  MessageSchema,
+  messageText,
+  ThreadEventSchema,
+  type Message,
+  type TaskStatusUpdateEvent,
+} from '../src/protocol/index.js';
 import { subjects } from '../src/transport/subjects.js';
 import { AgentReplySchema } from '../src/protocol/wire.js';
 import { userMessage } from '../src/sdk/client.js';
@@ -100,7 +109,11 @@ export async function durableTurnFloor(opts: {
       const message = read(MessageSchema, data, 'user message');
       const thread = threadOf(w);
       lastMessage.set(w, message.messageId);
-      const status = (state: TaskStatusUpdateEvent['status']['state'], final: boolean, extra: { message?: Message; metadata?: Record<string, unknown> }): TaskStatusUpdateEvent => ({
+      const status = (
+        state: TaskStatusUpdateEvent['status']['state'],
+        final: boolean,
+        extra: { message?: Message; metadata?: Record<string, unknown> },
+      ): TaskStatusUpdateEvent => ({
         kind: 'status-update',
         taskId: thread.threadId,
         contextId: thread.threadId,
@@ -108,7 +121,10 @@ export async function durableTurnFloor(opts: {
         final,
         ...(extra.metadata ? { metadata: extra.metadata } : {}),
       });
-      if (!without.has('status')) publish(encodeJson(status('working', false, { metadata: { 'troupe/route': { from: 'user', to: agentId, hop: 0, reason: 'entry agent', at: Date.now() } } })));
+      if (!without.has('status'))
+        publish(
+          encodeJson(status('working', false, { metadata: { 'troupe/route': { from: 'user', to: agentId, hop: 0, reason: 'entry agent', at: Date.now() } } })),
+        );
       const reply = turns ? await turns.run(w, { threadId: thread.threadId, message }) : await call({ threadId: thread.threadId, message });
       thread.history = [...thread.history, message, reply].slice(-HISTORY_LIMIT);
       const value =
@@ -116,7 +132,13 @@ export async function durableTurnFloor(opts: {
         encodeRecord({
           ...record,
           threadId: thread.threadId,
-          task: { ...record.task, id: thread.threadId, contextId: thread.threadId, status: { state: 'input-required', message: reply }, history: thread.encoded.encode(thread.history) },
+          task: {
+            ...record.task,
+            id: thread.threadId,
+            contextId: thread.threadId,
+            status: { state: 'input-required', message: reply },
+            history: thread.encoded.encode(thread.history),
+          },
           updatedAt: new Date().toISOString(),
         }).data;
       return { value, answer: encodeJson(status('input-required', true, { message: reply })) };
@@ -134,7 +156,8 @@ export async function durableTurnFloor(opts: {
 }
 
 function markerLog(transport: Transport, tenant: string): Promise<JetStreamAnsweredLog> {
-  if (!(transport instanceof NatsTransport)) throw new Error('the published-answer markers need a NatsTransport (JetStream); take them out with without: ["marker"]');
+  if (!(transport instanceof NatsTransport))
+    throw new Error('the published-answer markers need a NatsTransport (JetStream); take them out with without: ["marker"]');
   return new JetStreamAnsweredLog({ nc: transport.jetstreamConnection, tenant }).start();
 }
 
@@ -147,13 +170,26 @@ function markerLog(transport: Transport, tenant: string): Promise<JetStreamAnswe
  * marker (an embedded mesh is not durable), no thread machine, host, store or agent host. `without`: as
  * the durable floor's.
  */
-export async function startEmbeddedTurnFloor(opts: { text: string; record: ThreadRecord; timeoutMs: number; without?: readonly FloorGuarantee[] }): Promise<MachineRig> {
+export async function startEmbeddedTurnFloor(opts: {
+  text: string;
+  record: ThreadRecord;
+  timeoutMs: number;
+  without?: readonly FloorGuarantee[];
+}): Promise<MachineRig> {
   const bus = new MemoryBus();
   const tenant = 'bench';
   const agentId = 'floor';
   const responderT = new MemoryTransport({ bus });
   const responder = floorResponder(responderT, tenant, agentId);
-  const guarantees = await durableTurnFloor({ transport: new MemoryTransport({ bus }), tenant, agentId, text: opts.text, record: opts.record, timeoutMs: opts.timeoutMs, without: ['marker', ...(opts.without ?? [])] });
+  const guarantees = await durableTurnFloor({
+    transport: new MemoryTransport({ bus }),
+    tenant,
+    agentId,
+    text: opts.text,
+    record: opts.record,
+    timeoutMs: opts.timeoutMs,
+    without: ['marker', ...(opts.without ?? [])],
+  });
   const store = new Map<number, { revision: number; value: Uint8Array }>();
   return {
     op: async (w) => {

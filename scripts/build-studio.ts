@@ -10,4 +10,6 @@ const assets = await bundleStudio({ minify: true });
 await mkdir(out, { recursive: true });
 await writeFile(new URL('app.js', out), assets.js);
 await writeFile(new URL('app.css', out), assets.css);
-process.stdout.write(`studio app: ${(assets.js.length / 1024).toFixed(0)} KiB script, ${(assets.css.length / 1024).toFixed(0)} KiB styles in dist/studio/assets\n`);
+process.stdout.write(
+  `studio app: ${(assets.js.length / 1024).toFixed(0)} KiB script, ${(assets.css.length / 1024).toFixed(0)} KiB styles in dist/studio/assets\n`,
+);

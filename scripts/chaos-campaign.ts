@@ -102,7 +102,11 @@ export function tally(runs: ChaosRun[]) {
 function runOnce(out: string, n: number, keepLogs: boolean): Promise<string> {
   return new Promise((resolve) => {
     // 20 node kills per run (the suite's default is fewer, to keep CI short).
-    const env = { ...process.env, CLUSTER_CHAOS_KILLS: process.env.CLUSTER_CHAOS_KILLS ?? '20', ...(keepLogs ? { CLUSTER_CHAOS_LOG_LEVEL: process.env.CLUSTER_CHAOS_LOG_LEVEL ?? 'debug', CLUSTER_CHAOS_KEEP_LOGS: '1' } : {}) };
+    const env = {
+      ...process.env,
+      CLUSTER_CHAOS_KILLS: process.env.CLUSTER_CHAOS_KILLS ?? '20',
+      ...(keepLogs ? { CLUSTER_CHAOS_LOG_LEVEL: process.env.CLUSTER_CHAOS_LOG_LEVEL ?? 'debug', CLUSTER_CHAOS_KEEP_LOGS: '1' } : {}),
+    };
     const child = spawn('npx', ['vitest', 'run', 'test/cluster.chaos.nats.test.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
     child.stdout.on('data', (d: Buffer) => void (output += d.toString()));
@@ -148,7 +152,9 @@ async function main(): Promise<number> {
       },
     }).values;
   } catch (err) {
-    process.stderr.write(`${(err as Error).message}\nusage: npx tsx scripts/chaos-campaign.ts --runs N | --minutes M | --tally DIR [--out DIR] [--keep-logs]\n`);
+    process.stderr.write(
+      `${(err as Error).message}\nusage: npx tsx scripts/chaos-campaign.ts --runs N | --minutes M | --tally DIR [--out DIR] [--keep-logs]\n`,
+    );
     return 2;
   }
   if (args.tally) {
@@ -176,7 +182,9 @@ async function main(): Promise<number> {
     if (args['keep-logs'] && (!isClean(r) || (r.takeover?.medianMs ?? 0) > slowMs) && existsSync(join('.tmp', 'cluster-chaos'))) {
       cpSync(join('.tmp', 'cluster-chaos'), join(args.out, `run-${n}-nodes`), { recursive: true });
     }
-    process.stdout.write(`run ${n}: ${isClean(r) ? 'clean' : 'PROBLEM'}, ${r.attempted ?? '?'} turns, lost ${r.lost ?? '?'}, duplicated ${r.duplicated ?? '?'}\n`);
+    process.stdout.write(
+      `run ${n}: ${isClean(r) ? 'clean' : 'PROBLEM'}, ${r.attempted ?? '?'} turns, lost ${r.lost ?? '?'}, duplicated ${r.duplicated ?? '?'}\n`,
+    );
   }
   process.stdout.write('\n');
   return print(runs, args.out).problemRuns.length ? 1 : 0;

@@ -36,7 +36,20 @@ describe('a node acknowledges an inbound message only after its turn is committe
 
   const startNode = (name: string, url: string): Promise<ManagedProcess> =>
     suite.group.spawnTroupe(
-      ['up', '--nats', url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--log-level', 'warn'],
+      [
+        'up',
+        '--nats',
+        url,
+        '--team',
+        'test/fixtures/durable-team.ts',
+        '--no-agents',
+        '--lease-ttl',
+        String(LEASE_TTL_MS),
+        '--partitions',
+        String(PARTITIONS),
+        '--log-level',
+        'warn',
+      ],
       suite.nats.env,
       { name },
     );

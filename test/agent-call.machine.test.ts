@@ -24,14 +24,19 @@ const RESTORED = { type: 'troupe.agentCall.restored' as const };
 function rig() {
   const clock = new ManualClock();
   const requests: Array<{ input: AgentRequestInput; signal: AbortSignal; resolve: (r: AgentRequestOutput) => void; reject: (e: unknown) => void }> = [];
-  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(({ input, signal }) => new Promise((resolve, reject) => requests.push({ input, signal, resolve, reject })));
+  const request = fromPromise<AgentRequestOutput, AgentRequestInput>(
+    ({ input, signal }) => new Promise((resolve, reject) => requests.push({ input, signal, resolve, reject })),
+  );
   return { clock, requests, logic: agentCallMachine.provide({ actors: { request } }) };
 }
 const settle = () => new Promise<void>((r) => setImmediate(r));
 
 describe('agent call machine: the time of the answer', () => {
   it('a reply that says when it came passes its time on in the output; a plain one leaves it out', async () => {
-    for (const [resolved, at] of [[{ kind: 'troupe.timedReply' as const, reply: answer, at: 1_234 }, 1_234], [answer, undefined]] as const) {
+    for (const [resolved, at] of [
+      [{ kind: 'troupe.timedReply' as const, reply: answer, at: 1_234 }, 1_234],
+      [answer, undefined],
+    ] as const) {
       const { clock, requests, logic } = rig();
       const actor = createActor(logic, { input: INPUT, clock }).start();
       await settle();
@@ -48,7 +53,8 @@ describe('agent call machine: model-based', () => {
   it('every state and transition, with the request settled and the timers fired for real', async () => {
     const stubbed = agentCallMachine as AnyStateMachine;
     // Only events a state can receive: an unhandled actor error event would fail the actor.
-    const events = (snap: AnyMachineSnapshot): EventObject[] => (snap.value === 'calling' ? [DONE, ERROR, TIMEOUT, RESTORED] : snap.value === 'waiting' ? [RETRY, RESTORED] : []);
+    const events = (snap: AnyMachineSnapshot): EventObject[] =>
+      snap.value === 'calling' ? [DONE, ERROR, TIMEOUT, RESTORED] : snap.value === 'waiting' ? [RETRY, RESTORED] : [];
     const paths = getSimplePaths(stubbed, {
       events,
       input: INPUT,

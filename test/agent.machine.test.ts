@@ -70,7 +70,8 @@ describe('agent machine: model-based', () => {
   it('every state and transition is reached on real actors, and every step agrees with the model of what is in flight', () => {
     const machine = agentMachine as unknown as AnyStateMachine;
     const recorder = new CoverageRecorder();
-    const eventsOf = (path: { steps: Array<{ event: unknown }> }) => path.steps.map((s) => s.event as AgentActorEvent).filter((e) => (e.type as string) !== 'xstate.init');
+    const eventsOf = (path: { steps: Array<{ event: unknown }> }) =>
+      path.steps.map((s) => s.event as AgentActorEvent).filter((e) => (e.type as string) !== 'xstate.init');
     const shortest = getShortestPaths(agentMachine, traversal);
     // The simple paths, and every event after the shortest path to each state: the latter reaches the
     // edges back into a state already seen (busy -> idle when the last request ends), which no simple path takes.
@@ -86,7 +87,13 @@ describe('agent machine: model-based', () => {
         actor.send(event);
         const snap = actor.getSnapshot();
         const want = expected(events.slice(0, i + 1));
-        expect({ value: snap.value, inFlight: snap.context.inFlight, handled: snap.context.handled, failed: snap.context.failed, lastMessageId: snap.context.lastMessageId }).toEqual(want);
+        expect({
+          value: snap.value,
+          inFlight: snap.context.inFlight,
+          handled: snap.context.handled,
+          failed: snap.context.failed,
+          lastMessageId: snap.context.lastMessageId,
+        }).toEqual(want);
       });
       expect(actor.getSnapshot().status).toBe(actor.getSnapshot().value === 'stopped' ? 'done' : 'active');
       actor.stop();

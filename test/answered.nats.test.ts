@@ -43,9 +43,22 @@ async function node(nodeId: string, opts: { marker?: boolean; nodeAlive?: (id: s
   const duplicateWindowMs = 120_000;
   const t = await transport(nodeId);
   const store = await KvThreadStore.open(t.connection, { bucket: 'answered_threads' });
-  const answered = opts.marker === false ? undefined : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, ...(opts.logger ? { logger: opts.logger } : {}) }).start();
+  const answered =
+    opts.marker === false
+      ? undefined
+      : await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT, ...(opts.logger ? { logger: opts.logger } : {}) }).start();
   const registry = await new Registry(t, TENANT).start();
-  const host = new ThreadHost({ transport: t, registry, tenant: TENANT, nodeId, store, config: { entryAgent: 'echo' }, duplicateWindowMs, ...(answered ? { answered } : {}), ...(opts.nodeAlive ? { nodeAlive: opts.nodeAlive } : {}) }).start();
+  const host = new ThreadHost({
+    transport: t,
+    registry,
+    tenant: TENANT,
+    nodeId,
+    store,
+    config: { entryAgent: 'echo' },
+    duplicateWindowMs,
+    ...(answered ? { answered } : {}),
+    ...(opts.nodeAlive ? { nodeAlive: opts.nodeAlive } : {}),
+  }).start();
   await registry.waitFor(['echo']);
   const stop = async () => {
     await host.stop();
@@ -98,12 +111,19 @@ async function decisions(): Promise<Record<string, number>> {
   return out;
 }
 const grew = (before: Record<string, number>, after: Record<string, number>) =>
-  Object.fromEntries(Object.entries(after).filter(([k, v]) => v !== (before[k] ?? 0)).map(([k, v]) => [k, v - (before[k] ?? 0)]));
+  Object.fromEntries(
+    Object.entries(after)
+      .filter(([k, v]) => v !== (before[k] ?? 0))
+      .map(([k, v]) => [k, v - (before[k] ?? 0)]),
+  );
 
 beforeAll(async () => {
   nats = await startNatsServer();
   const agentT = await NatsTransport.connect({ ...nats.as('echo'), name: 'answered-echo' });
-  agent = await new AgentHost({ transport: agentT, agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }) }).start();
+  agent = await new AgentHost({
+    transport: agentT,
+    agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
+  }).start();
 }, 60_000);
 
 afterEach(async () => {
@@ -232,7 +252,10 @@ describe('a redelivered latest message after its node is gone', () => {
     const first = await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', answered(1));
     first.publish?.({ acked: true });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
-    await waitUntil(() => lines.some((l) => l.msg === 'the stream did not take a published-answer marker; publishing it again') || undefined, 'a failed attempt to store the marker');
+    await waitUntil(
+      () => lines.some((l) => l.msg === 'the stream did not take a published-answer marker; publishing it again') || undefined,
+      'a failed attempt to store the marker',
+    );
     await jsm.streams.add(config);
     const reader = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
     await waitUntil(async () => (await reader.published(threadId, 'm1')) ?? undefined, 'the marker, stored once the stream is back', 20_000);
@@ -257,7 +280,7 @@ describe('a redelivered latest message after its node is gone', () => {
     await waitUntil(async () => (await log.published('gone-2', 'm2')) || undefined, 'the marker, stored once the stream is back', 20_000);
   }, 60_000);
 
-  it("an account without room for the stream: the node runs without markers and says so", async () => {
+  it('an account without room for the stream: the node runs without markers and says so', async () => {
     const t = await transport('filler');
     const jsm = await jetstreamManager(t.connection);
     await jsm.streams.delete(ANSWERED_STREAM).catch(() => undefined);
@@ -296,7 +319,13 @@ describe('a redelivered latest message after its node is gone', () => {
     const t = await transport('upgrader');
     const jsm = await jetstreamManager(t.connection);
     await jsm.streams.delete(ANSWERED_STREAM).catch(() => undefined);
-    await jsm.streams.add({ name: ANSWERED_STREAM, subjects: [subjects.answerPublishedAll(TENANT)], storage: StorageType.Memory, max_msgs_per_subject: 1, max_bytes: 1024 ** 2 });
+    await jsm.streams.add({
+      name: ANSWERED_STREAM,
+      subjects: [subjects.answerPublishedAll(TENANT)],
+      storage: StorageType.Memory,
+      max_msgs_per_subject: 1,
+      max_bytes: 1024 ** 2,
+    });
     const log = await new JetStreamAnsweredLog({ nc: t.connection, tenant: TENANT }).start();
     expect((await jsm.streams.info(ANSWERED_STREAM)).config).toMatchObject({ storage: 'file', max_msgs_per_subject: 1 });
     log.mark('upgraded-1', 'm1');
@@ -352,7 +381,12 @@ describe("a node's heartbeat as its sign of life (rule 3 of docs/cluster.md)", (
     const sealed: StreamConfig = { ...info.config, sealed: true };
     await jsm.streams.update(`KV_${bucket}`, sealed as Partial<StreamUpdateConfig>);
     // Node r is alive and its heartbeat grows older than the ttl; so does node p's: that says nothing about r.
-    const aged = await waitUntil(async () => ((await own.leases.nodeAlive('node-r')) === true ? undefined : { alive: await own.leases.nodeAlive('node-r') }), "node r's heartbeat aged out", 10_000, 100);
+    const aged = await waitUntil(
+      async () => ((await own.leases.nodeAlive('node-r')) === true ? undefined : { alive: await own.leases.nodeAlive('node-r') }),
+      "node r's heartbeat aged out",
+      10_000,
+      100,
+    );
     expect(aged.alive).toBeUndefined();
     expect(await own.leases.nodeAlive('node-q')).toBeUndefined();
     // A clean stop stays a clean stop.
@@ -371,7 +405,9 @@ describe('a second stored copy of a message (the stream missed the duplicate)', 
     const finals = await watchFinals(threadId);
     const a = await node(nodeId);
     const at = Date.now();
-    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, `${threadId}/m1`) })).publish?.({ acked: true });
+    (await a.host.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { ...answered(1), ...copy(at, `${threadId}/m1`) })).publish?.({
+      acked: true,
+    });
     await waitUntil(() => finals.length === 1 || undefined, 'the answer');
     return { finals, a, at };
   };

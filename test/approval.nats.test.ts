@@ -133,7 +133,9 @@ describe('tool approval over NATS', () => {
     expect(waiting.parts[0]).toMatchObject({ kind: 'text', text: expect.stringContaining('refund({"order":42,"amount":30}) [call_r]') });
     expect(waiting.parts[1]).toMatchObject({
       kind: 'data',
-      data: { [META.approval]: { agent: 'cashier', calls: [{ callId: 'call_r', tool: 'refund', arguments: '{"order":42,"amount":30}', needsApproval: true }] } },
+      data: {
+        [META.approval]: { agent: 'cashier', calls: [{ callId: 'call_r', tool: 'refund', arguments: '{"order":42,"amount":30}', needsApproval: true }] },
+      },
     });
     expect(ledger()).toBe('');
 
@@ -147,16 +149,26 @@ describe('tool approval over NATS', () => {
     const resumed = openai.requestsFor('cashier-model').at(-1)!;
     expect(messagesOf(resumed).slice(1)).toEqual([
       { role: 'user', content: 'Refund 30 on order 42' },
-      { role: 'assistant', content: 'I will refund it.', tool_calls: [{ id: 'call_r', type: 'function', function: { name: 'refund', arguments: '{"order":42,"amount":20}' } }] },
+      {
+        role: 'assistant',
+        content: 'I will refund it.',
+        tool_calls: [{ id: 'call_r', type: 'function', function: { name: 'refund', arguments: '{"order":42,"amount":20}' } }],
+      },
       { role: 'tool', tool_call_id: 'call_r', content: 'refunded 20 on order 42' },
     ]);
     // The decision is a message of the thread: in its record.
     const task = await client.task('approve-1');
-    expect(task.history?.some((m) => m.parts.some((p) => p.kind === 'data' && (p.data[META.approval] as { decision?: string } | undefined)?.decision === 'approve'))).toBe(true);
+    expect(
+      task.history?.some((m) => m.parts.some((p) => p.kind === 'data' && (p.data[META.approval] as { decision?: string } | undefined)?.decision === 'approve')),
+    ).toBe(true);
   });
 
   it('reports a refusal to the model, and runs nothing', async () => {
-    openai.scriptFor('cashier-model', { toolCalls: [{ id: 'call_d', name: 'refund', arguments: { order: 7, amount: 500 } }] }, { text: 'I did not refund order 7.' });
+    openai.scriptFor(
+      'cashier-model',
+      { toolCalls: [{ id: 'call_d', name: 'refund', arguments: { order: 7, amount: 500 } }] },
+      { text: 'I did not refund order 7.' },
+    );
     await client.send('Refund 500 on order 7', { threadId: 'deny-1', timeoutMs: 20_000 });
     const done = await decide('deny-1', { decision: 'deny', reason: 'too much' });
     expect(done.text).toBe('I did not refund order 7.');
@@ -170,11 +182,20 @@ describe('tool approval over NATS', () => {
 
   it('troupe approve sends the decision to the waiting agent and prints its answer; troupe deny refuses', async () => {
     const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
-    openai.scriptFor('cashier-model', { toolCalls: [{ id: 'call_c', name: 'refund', arguments: { order: 5, amount: 1 } }] }, { text: 'Refunded 1 on order 5.' });
+    openai.scriptFor(
+      'cashier-model',
+      { toolCalls: [{ id: 'call_c', name: 'refund', arguments: { order: 5, amount: 1 } }] },
+      { text: 'Refunded 1 on order 5.' },
+    );
     await client.send('Refund 1 on order 5', { threadId: 'cli-1', timeoutMs: 20_000 });
     const approved = await runTroupe(['approve', 'cli-1', '--nats', nats.url, '--json'], env);
     expect(approved.code, approved.stderr).toBe(0);
-    expect(JSON.parse(approved.stdout)).toMatchObject({ threadId: 'cli-1', agent: 'cashier', decision: { decision: 'approve' }, text: 'Refunded 1 on order 5.' });
+    expect(JSON.parse(approved.stdout)).toMatchObject({
+      threadId: 'cli-1',
+      agent: 'cashier',
+      decision: { decision: 'approve' },
+      text: 'Refunded 1 on order 5.',
+    });
     expect(ledger()).toBe('refund 42 20\nrefund 5 1\n');
     // Nothing waits any more.
     const again = await runTroupe(['deny', 'cli-1', '--nats', nats.url], env);
@@ -183,8 +204,21 @@ describe('tool approval over NATS', () => {
   });
 
   it('refuses a call whose approval comes after the timeout, and tells the model so', async () => {
-    openai.scriptFor('laggard-model', { toolCalls: [{ id: 'call_t', name: 'refund', arguments: { order: 9, amount: 5 } }] }, { text: 'The refund was not approved in time.' });
-    const asked = await client.send({ kind: 'message', role: 'user', messageId: randomUUID(), parts: [{ kind: 'text', text: 'Refund 5 on order 9' }], metadata: { [CLIENT_ROUTING_URI]: { recipient: 'laggard' } } }, { threadId: 'late-1', timeoutMs: 20_000 });
+    openai.scriptFor(
+      'laggard-model',
+      { toolCalls: [{ id: 'call_t', name: 'refund', arguments: { order: 9, amount: 5 } }] },
+      { text: 'The refund was not approved in time.' },
+    );
+    const asked = await client.send(
+      {
+        kind: 'message',
+        role: 'user',
+        messageId: randomUUID(),
+        parts: [{ kind: 'text', text: 'Refund 5 on order 9' }],
+        metadata: { [CLIENT_ROUTING_URI]: { recipient: 'laggard' } },
+      },
+      { threadId: 'late-1', timeoutMs: 20_000 },
+    );
     expect(requestOf(asked)?.agent).toBe('laggard');
     // Not addressed: the thread sends the user's next message to the agent that waits (not the entry agent).
     const done = await decide('late-1', { decision: 'approve' });

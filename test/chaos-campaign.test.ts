@@ -17,13 +17,31 @@ const humanLine =
 describe('chaos campaign tally', () => {
   it('reads the figures line of a passed run', () => {
     const r = parseRun(1, `stdout | …\n${figures(0, 0)}\n\n${passedFooter}\n`);
-    expect(r).toEqual({ run: 1, passed: true, attempted: 9577, answered: 9577, lost: 0, duplicated: 0, copies: 21, takeover: { minMs: 3493, medianMs: 4588, maxMs: 6000 }, seconds: 169 });
+    expect(r).toEqual({
+      run: 1,
+      passed: true,
+      attempted: 9577,
+      answered: 9577,
+      lost: 0,
+      duplicated: 0,
+      copies: 21,
+      takeover: { minMs: 3493, medianMs: 4588, maxMs: 6000 },
+      seconds: 169,
+    });
     expect(isClean(r)).toBe(true);
   });
 
   it('reads the human line of a run made before the figures line', () => {
     const r = parseRun(2, `${humanLine}\n${passedFooter}`);
-    expect(r).toMatchObject({ passed: true, attempted: 8578, lost: 0, duplicated: 1, copies: 15, takeover: { minMs: 2900, medianMs: 4168, maxMs: 6036 }, seconds: 160 });
+    expect(r).toMatchObject({
+      passed: true,
+      attempted: 8578,
+      lost: 0,
+      duplicated: 1,
+      copies: 15,
+      takeover: { minMs: 2900, medianMs: 4168, maxMs: 6036 },
+      seconds: 160,
+    });
     expect(isClean(r)).toBe(false);
   });
 

@@ -17,7 +17,14 @@ import { REPO_ROOT } from './helpers/nats-server.js';
 const exec = promisify(execFile);
 
 /** Examples that run for real, where: the credential store in a new folder, the rest in the checkout. */
-const RUN_IN_STORE = ['troupe creds init', 'troupe creds add-agent hello', 'troupe creds add-client web', 'troupe creds add-node', 'troupe creds add-operator oncall', 'troupe creds list --json'];
+const RUN_IN_STORE = [
+  'troupe creds init',
+  'troupe creds add-agent hello',
+  'troupe creds add-client web',
+  'troupe creds add-node',
+  'troupe creds add-operator oncall',
+  'troupe creds list --json',
+];
 const RUN_IN_CHECKOUT = [
   'troupe validate examples/yaml-agents/support/agent.yaml',
   'troupe validate examples/teams/team.yaml --json',
@@ -69,7 +76,9 @@ describe('the help examples of every command', () => {
     const texts = await inTurn(commandsOf(await helpOf([])), async (name) => [name, await helpOf([name])] as const);
     for (const [name, text] of texts) {
       if (!text.includes('\nCommands:\n')) help.set(name, text);
-      else for (const [sub, subText] of await inTurn(commandsOf(text), async (sub) => [sub, await helpOf([name, sub])] as const)) help.set(`${name} ${sub}`, subText);
+      else
+        for (const [sub, subText] of await inTurn(commandsOf(text), async (sub) => [sub, await helpOf([name, sub])] as const))
+          help.set(`${name} ${sub}`, subText);
     }
   }, 360_000);
 

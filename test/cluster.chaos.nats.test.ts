@@ -89,7 +89,22 @@ const redelivered: Record<string, number> = {};
 async function startNode(name: string): Promise<ManagedProcess> {
   const port = await freePort();
   const node = await spawnTroupe(
-    ['up', '--team', 'test/fixtures/cluster-chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', LOG_LEVEL, '--metrics-port', String(port)],
+    [
+      'up',
+      '--team',
+      'test/fixtures/cluster-chaos-team.ts',
+      '--no-agents',
+      '--partitions',
+      String(PARTITIONS),
+      '--replicas',
+      '3',
+      '--lease-ttl',
+      String(LEASE_TTL_MS),
+      '--log-level',
+      LOG_LEVEL,
+      '--metrics-port',
+      String(port),
+    ],
     cluster.env,
     { name, readyTimeoutMs: 60_000 },
     group,
@@ -104,7 +119,8 @@ async function collectRedelivered(node: ManagedProcess): Promise<void> {
   try {
     const res = await fetch(`http://127.0.0.1:${metricsPorts.get(node)}/metrics`, { signal: AbortSignal.timeout(2_000) });
     const text = await res.text();
-    for (const m of text.matchAll(/^troupe_redelivered_answers_total\{decision="(\w+)"\} (\d+)$/gm)) redelivered[m[1]!] = (redelivered[m[1]!] ?? 0) + Number(m[2]);
+    for (const m of text.matchAll(/^troupe_redelivered_answers_total\{decision="(\w+)"\} (\d+)$/gm))
+      redelivered[m[1]!] = (redelivered[m[1]!] ?? 0) + Number(m[2]);
     const copies = /^troupe_inbound_duplicates_total (\d+)$/m.exec(text);
     redelivered.streamCopies = (redelivered.streamCopies ?? 0) + Number(copies?.[1] ?? 0);
   } catch {
@@ -192,7 +208,10 @@ class Conversations {
     const msg = userMessage(text, { messageId });
     for (;;) {
       try {
-        const ack = await this.t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), { timeoutMs: 3_000, headers: { [HEADERS.msgId]: `${threadId}/${messageId}` } });
+        const ack = await this.t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), {
+          timeoutMs: 3_000,
+          headers: { [HEADERS.msgId]: `${threadId}/${messageId}` },
+        });
         // During an election JetStream answers with an error instead of a PubAck: send again (same id).
         const body = JSON.parse(new TextDecoder().decode(ack.data)) as { seq?: number };
         if (typeof body.seq === 'number') break;
@@ -238,7 +257,10 @@ class Conversations {
         resendAt = Date.now() + resendDelay;
         resendDelay *= 2;
       }
-      const history = await this.client.task(threadId).then((t) => t.history ?? [], () => []);
+      const history = await this.client.task(threadId).then(
+        (t) => t.history ?? [],
+        () => [],
+      );
       const i = history.findIndex((m) => m.messageId === messageId);
       const answer = i >= 0 ? history[i + 1] : undefined;
       if (answer?.role === 'agent' && !this.answeredAt.has(messageId)) {
@@ -260,7 +282,9 @@ class Conversations {
     const n = (this.resent.get(messageId) ?? 0) + 1;
     this.resent.set(messageId, n);
     const headers = { [HEADERS.msgId]: `${threadId}/${messageId}#${n}`, [HEADERS.resend]: String(n) };
-    await this.t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(userMessage(text, { messageId })), { timeoutMs: 3_000, headers }).catch(() => undefined);
+    await this.t
+      .request(subjects.threadIn('demo', 'local', threadId), encodeJson(userMessage(text, { messageId })), { timeoutMs: 3_000, headers })
+      .catch(() => undefined);
   }
 
   /**
@@ -308,10 +332,14 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
     const clientT = await transport('chaos-client');
     const client = new TroupeClient(clientT);
     const observers = await Promise.all(cluster.servers.map((s) => observerOn(s)));
-    await waitUntil(async () => {
-      const o = await owners(client);
-      return o.size === 3 && [...o.values()].flat().length === PARTITIONS ? true : undefined;
-    }, '3 nodes sharing the partitions', 60_000);
+    await waitUntil(
+      async () => {
+        const o = await owners(client);
+        return o.size === 3 && [...o.values()].flat().length === PARTITIONS ? true : undefined;
+      },
+      '3 nodes sharing the partitions',
+      60_000,
+    );
 
     const talk = new Conversations(clientT, client);
     await clientT.flush();
@@ -427,7 +455,9 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
         // The partition is between owners right now: look again, for a while.
         ownerlessSince ??= Date.now();
         if (Date.now() - ownerlessSince > 60_000) {
-          throw new Error(`the probe's partition ${p} has had no owner among the running nodes for 60 s (before node kill ${k}); nodes and their partitions: ${JSON.stringify([...o])}`);
+          throw new Error(
+            `the probe's partition ${p} has had no owner among the running nodes for 60 s (before node kill ${k}); nodes and their partitions: ${JSON.stringify([...o])}`,
+          );
         }
         k--;
         continue;
@@ -472,13 +502,20 @@ describe('chaos on a 3-server cluster, conversations running all along', () => {
         const n = got.filter((g) => g === id).length;
         if (n === 1 || (n === 0 && talk.recovered.has(id))) continue;
         const stored = history.findIndex((m) => m.messageId === id);
-        problems.push(`${id} (${talk.phaseOf.get(id)}): answered ${n}×, in the stored history: ${stored < 0 ? 'no' : history[stored + 1]?.role === 'agent' ? 'with its answer' : 'without an answer'}, copies sent ${talk.resent.get(id) ?? 0}`);
+        problems.push(
+          `${id} (${talk.phaseOf.get(id)}): answered ${n}×, in the stored history: ${stored < 0 ? 'no' : history[stored + 1]?.role === 'agent' ? 'with its answer' : 'without an answer'}, copies sent ${talk.resent.get(id) ?? 0}`,
+        );
       }
     }
     if (problems.length) console.log(`[cluster-chaos] not answered exactly once:\n  ${problems.join('\n  ')}`);
     for (const problem of problems) {
       const id = problem.slice(0, problem.indexOf(' '));
-      const lines = everyNode.flatMap((n) => n.stderr.split('\n').filter((l) => l.includes(`${id}"`)).map((l) => `${n.name}: ${l}`));
+      const lines = everyNode.flatMap((n) =>
+        n.stderr
+          .split('\n')
+          .filter((l) => l.includes(`${id}"`))
+          .map((l) => `${n.name}: ${l}`),
+      );
       if (lines.length) console.log(`[cluster-chaos] what the nodes logged about ${id} (log level ${LOG_LEVEL}):\n  ${lines.join('\n  ')}`);
     }
     if ((problems.length || process.env.CLUSTER_CHAOS_KEEP_LOGS) && LOG_LEVEL !== 'error') {

@@ -66,7 +66,21 @@ async function transportOn(name: string, user = 'node', servers?: string[]): Pro
 
 function startNode(name: string, extra: string[] = [], logLevel = 'warn'): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', logLevel, ...extra],
+    [
+      'up',
+      '--team',
+      'test/fixtures/chaos-team.ts',
+      '--no-agents',
+      '--partitions',
+      String(PARTITIONS),
+      '--replicas',
+      '3',
+      '--lease-ttl',
+      String(LEASE_TTL_MS),
+      '--log-level',
+      logLevel,
+      ...extra,
+    ],
     cluster.env,
     { name, readyTimeoutMs: 40_000 },
     group,
@@ -91,7 +105,12 @@ describe('troupe cluster up', () => {
   it('starts 3 routed servers with JetStream; a bucket with 3 replicas works through any of them', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'troupe-cluster-up-'));
     try {
-      const proc = await spawnTroupe(['cluster', 'up', '--dir', dir, '--json'], { NATS_SERVER_BIN: clusterServerBin() }, { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 }, group);
+      const proc = await spawnTroupe(
+        ['cluster', 'up', '--dir', dir, '--json'],
+        { NATS_SERVER_BIN: clusterServerBin() },
+        { name: 'cluster up', ready: /"url"/, readyOn: 'stdout', readyTimeoutMs: 30_000 },
+        group,
+      );
       const out = JSON.parse(proc.stdout) as { url: string; servers: Array<{ name: string; url: string; configFile: string }> };
       expect(out.servers.map((s) => s.name)).toEqual(['n1', 'n2', 'n3']);
       const t = await NatsTransport.connect({ servers: out.url.split(','), creds: join(dir, 'creds/tenants/demo/users/node.creds'), name: 'cluster-up-check' });
@@ -132,7 +151,13 @@ describe('the same accounts on every server', () => {
     const before = readFileSync(join(cluster.dir, 'cluster', 'n2.conf'), 'utf8');
     // A new user needs no server change: it connects through every server.
     for (const url of cluster.urls) {
-      const t = await NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 });
+      const t = await NatsTransport.connect({
+        servers: url,
+        creds: cluster.credsFile('leaver'),
+        name: 'leaver',
+        inboxPrefix: '_INBOX_leaver',
+        maxReconnectAttempts: 0,
+      });
       await t.close();
     }
     const { accountJwt } = await cluster.store.revoke('demo', 'leaver');
@@ -141,7 +166,13 @@ describe('the same accounts on every server', () => {
     for (const url of cluster.urls) {
       await waitUntil(
         () =>
-          NatsTransport.connect({ servers: url, creds: cluster.credsFile('leaver'), name: 'leaver', inboxPrefix: '_INBOX_leaver', maxReconnectAttempts: 0 }).then(
+          NatsTransport.connect({
+            servers: url,
+            creds: cluster.credsFile('leaver'),
+            name: 'leaver',
+            inboxPrefix: '_INBOX_leaver',
+            maxReconnectAttempts: 0,
+          }).then(
             async (t) => (await t.close(), undefined),
             () => true,
           ),
@@ -184,14 +215,22 @@ describe('nodes on the cluster', () => {
       // The one stored is what the key holds. A KV get may be answered by a replica a little behind (direct
       // get), so read until it has caught up to that revision, then it must be that write, no other.
       if (stored.length === 1) {
-        const held = await waitUntil(async () => {
-          const e = await kv.get(key);
-          return e && e.revision >= stored[0]! ? e : undefined;
-        }, `key ${key} at revision ${stored[0]} or later`, 10_000, 50);
+        const held = await waitUntil(
+          async () => {
+            const e = await kv.get(key);
+            return e && e.revision >= stored[0]! ? e : undefined;
+          },
+          `key ${key} at revision ${stored[0]} or later`,
+          10_000,
+          50,
+        );
         expect(held.revision).toBe(stored[0]);
       }
     }
-    expect(winners.every((n) => n === 1), `writes stored per round: ${winners.join(',')}`).toBe(true);
+    expect(
+      winners.every((n) => n === 1),
+      `writes stored per round: ${winners.join(',')}`,
+    ).toBe(true);
   }, 60_000);
 
   /**
@@ -212,16 +251,26 @@ describe('nodes on the cluster', () => {
     }).start();
     await node.registry.waitFor(['echo']);
     const consuming = (p: number) =>
-      waitUntil(() => ((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).includes(p) || undefined, `${name} consuming partition ${p}`, 30_000);
+      waitUntil(
+        () => ((node.ps().actors[0]?.detail?.partitions as number[] | undefined) ?? []).includes(p) || undefined,
+        `${name} consuming partition ${p}`,
+        30_000,
+      );
     // Asked again while JetStream answers "temporarily unavailable" (a CI run: 64 of these right after the
     // leases bucket's leader stepped down).
     const consumerLeader = async (p: number) =>
       (await retryTransient(async () => (await jetstreamManager(t.connection)).consumers.info('TROUPE_IN', `p${p}`), { deadlineMs: 30_000 })).cluster?.leader;
     /** The line that says the node pulled from partition p's new leader, from `lines[from]` on. */
     const pulledLine = (p: number, from: number) =>
-      waitUntil(() => lines.slice(from).find((l) => l.msg === 'partition consumer has a new leader; pulling again' && l.partition === p), `partition ${p} pulling from its new leader`, 60_000);
+      waitUntil(
+        () => lines.slice(from).find((l) => l.msg === 'partition consumer has a new leader; pulling again' && l.partition === p),
+        `partition ${p} pulling from its new leader`,
+        60_000,
+      );
     const stepdown = async (api: string) => {
-      const answer = JSON.parse(new TextDecoder().decode((await t.request(`$JS.API.${api}`, new Uint8Array(), { timeoutMs: 10_000 })).data)) as { success?: boolean };
+      const answer = JSON.parse(new TextDecoder().decode((await t.request(`$JS.API.${api}`, new Uint8Array(), { timeoutMs: 10_000 })).data)) as {
+        success?: boolean;
+      };
       expect(answer.success, api).toBe(true);
     };
     return {
@@ -267,7 +316,7 @@ describe('nodes on the cluster', () => {
     return { rig, local, localEcho };
   }
 
-  it('a partition consumer whose leader steps down pulls again when the new leader is announced, and the thread\'s next turn is answered', async () => {
+  it("a partition consumer whose leader steps down pulls again when the new leader is announced, and the thread's next turn is answered", async () => {
     // Before the node watched the advisories, the lost pull was noticed after two missed heartbeats (2 s
     // and more: bench/cluster.ts); that path is covered in test/ingress.test.ts. Here the new leader's
     // announcement must be what sends the pull: the line below is said only on that path.
@@ -334,7 +383,7 @@ describe('nodes on the cluster', () => {
     }
   }, 90_000);
 
-  it('a partition consumer whose leader\'s server is killed pulls from the new leader as soon as it is announced: the partition is not silent between the announcement and the next answer', async () => {
+  it("a partition consumer whose leader's server is killed pulls from the new leader as soon as it is announced: the partition is not silent between the announcement and the next answer", async () => {
     // After a crash the client notices the silence first (two missed heartbeats) and starts a reset of its
     // own that asks for the consumer's info, which nobody answers until the election; a pull asked for
     // through that reset waited for it, and the partition stayed silent seconds after the new leader was
@@ -368,7 +417,7 @@ describe('nodes on the cluster', () => {
     }
   }, 180_000);
 
-  it('a crash of the server leading the leases\' bucket: the node fences itself off every partition, takes them back once the bucket has a new leader, with their consumers as they were, and the thread\'s next turn is answered', async () => {
+  it("a crash of the server leading the leases' bucket: the node fences itself off every partition, takes them back once the bucket has a new leader, with their consumers as they were, and the thread's next turn is answered", async () => {
     // Every lease lapses (the election outlasts the 1.5 s TTL). Taking them back used to make every
     // partition's consumer again, two requests each to a meta layer recovering from the same crash
     // (bench/cluster-crash.ts with CRASH_LEASES=1: the next turn 7-25 s after the kill, 4.7-7.9 s now).
@@ -380,7 +429,14 @@ describe('nodes on the cluster', () => {
       // Every partition first: one still being taken over from an earlier test's node is made afresh.
       for (let p = 0; p < PARTITIONS; p++) await rig.consuming(p);
       expect((await local.send('before', { threadId, timeoutMs: 20_000 })).text).toBe('echo: before');
-      await moveLeaderOff(rig, 'the leases bucket', () => cluster.streamLeader('KV_troupe_leases'), home.name, 'STREAM.LEADER.STEPDOWN.KV_troupe_leases', 1_000);
+      await moveLeaderOff(
+        rig,
+        'the leases bucket',
+        () => cluster.streamLeader('KV_troupe_leases'),
+        home.name,
+        'STREAM.LEADER.STEPDOWN.KV_troupe_leases',
+        1_000,
+      );
       const leasesLeader = await cluster.streamLeader('KV_troupe_leases');
       victim = cluster.servers.find((s) => s.name === leasesLeader)!;
       // A consumer led by the server killed answers again only once its replicas elect another leader; every
@@ -397,7 +453,8 @@ describe('nodes on the cluster', () => {
       // whose leader lives may not answer either): then made afresh, as before, and the line says why.
       const back = after().filter((l) => l.msg === 'consuming partition' && notLedByVictim.includes(l.partition as number));
       const made = back.filter((l) => l.consumer !== 'kept');
-      if (made.length > 0) console.log(`[cluster] consumers made again after the leases' crash: ${JSON.stringify(made.map((l) => [l.partition, l.madeBecause]))}`);
+      if (made.length > 0)
+        console.log(`[cluster] consumers made again after the leases' crash: ${JSON.stringify(made.map((l) => [l.partition, l.madeBecause]))}`);
       expect(back.length - made.length, 'consumers kept').toBeGreaterThan(0);
       expect(made.filter((l) => !String(l.madeBecause).startsWith('no info of it:')).map((l) => [l.partition, l.madeBecause])).toEqual([]);
       const res = await local.send('after the crash', { threadId, timeoutMs: 60_000, unavailableRetryMs: 60_000 });
@@ -410,14 +467,16 @@ describe('nodes on the cluster', () => {
     }
   }, 240_000);
 
-  it('a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server\'s count', async () => {
+  it("a node whose --partitions disagrees with the mapping refuses to start: exit 1, and it names the server's count", async () => {
     const res = await runTroupe(['up', '--partitions', '8', '--log-level', 'warn'], cluster.env, { timeoutMs: 30_000 });
     expect(res.code).toBe(1);
     expect(res.stderr).toMatch(/PARTITIONS_MISMATCH/);
     expect(res.stderr).toMatch(/maps tenant "demo" into 64: start it with --partitions 64/);
     // The library check agrees, and passes with the right count.
     const t = await transport('probe');
-    await expect(checkPartitionMapping(t.connection, 'demo', 63)).rejects.toSatisfy((e: unknown) => e instanceof TroupeError && e.code === 'PARTITIONS_MISMATCH' && e.details?.serverPartitions === 64);
+    await expect(checkPartitionMapping(t.connection, 'demo', 63)).rejects.toSatisfy(
+      (e: unknown) => e instanceof TroupeError && e.code === 'PARTITIONS_MISMATCH' && e.details?.serverPartitions === 64,
+    );
     await expect(checkPartitionMapping(t.connection, 'demo', PARTITIONS)).resolves.toEqual({ serverPartitions: PARTITIONS });
     // A TroupeNode does the same before it takes anything.
     const node = new TroupeNode({ transport: t, nodeId: 'wrong-count', durable: { nc: t.connection, partitions: 16 } });
@@ -440,12 +499,16 @@ describe('nodes on the cluster', () => {
     // warnings, such as 'lease lost', are in their stderr below).
     const readyAt = Date.now();
     const polls: string[] = [];
-    const shares = await waitUntil(async () => {
-      const o = await owners(client);
-      const counts = [...o.values()].map((p) => p.length).sort((a, b) => a - b);
-      polls.push(`${Date.now() - readyAt} ms: ${counts.join('/') || 'no answer'}`);
-      return o.size === 3 && counts.join() === '21,21,22' ? o : undefined;
-    }, '3 nodes sharing 64 partitions 22/21/21', 30_000).catch((err: Error) => {
+    const shares = await waitUntil(
+      async () => {
+        const o = await owners(client);
+        const counts = [...o.values()].map((p) => p.length).sort((a, b) => a - b);
+        polls.push(`${Date.now() - readyAt} ms: ${counts.join('/') || 'no answer'}`);
+        return o.size === 3 && counts.join() === '21,21,22' ? o : undefined;
+      },
+      '3 nodes sharing 64 partitions 22/21/21',
+      30_000,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}; polls (last 20 of ${polls.length}): ${polls.slice(-20).join(', ')}\n${nodes.map((n) => n.describe()).join('\n')}`);
     });
     expect([...shares.values()].flat().sort((a, b) => a - b)).toEqual(Array.from({ length: PARTITIONS }, (_, i) => i));
@@ -457,12 +520,17 @@ describe('nodes on the cluster', () => {
     for (const l of said.flat()) seen.set(l.msg, (seen.get(l.msg) ?? 0) + 1);
     const counts = [...seen].map(([m, n]) => `${n}× ${m}`).join('; ');
     const tookMs = Date.now() - readyAt;
-    console.log(`[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${tookMs} ms (${polls.length} polls; answers: ${changes.join(', ')}; the nodes said: ${counts})`);
+    console.log(
+      `[cluster] 3 nodes × ${PARTITIONS} partitions: ${[...shares.values()].map((p) => p.length).join('/')} after ${tookMs} ms (${polls.length} polls; answers: ${changes.join(', ')}; the nodes said: ${counts})`,
+    );
     if (tookMs > 5_000) {
       for (const [i, lines] of said.entries()) {
         const after = lines
           .filter((l) => (l.time as number) >= readyAt)
-          .map((l) => `+${(l.time as number) - readyAt} ${l.msg}${l.partition !== undefined ? ` p${l.partition as number}` : ''}${Array.isArray(l.partitions) ? ` [${l.partitions.join(',')}]` : ''}`);
+          .map(
+            (l) =>
+              `+${(l.time as number) - readyAt} ${l.msg}${l.partition !== undefined ? ` p${l.partition as number}` : ''}${Array.isArray(l.partitions) ? ` [${l.partitions.join(',')}]` : ''}`,
+          );
         console.log(`[cluster]   node ${i + 1} after the third was ready: ${after.slice(0, 60).join(' | ') || 'nothing'}`);
       }
     }
@@ -477,7 +545,10 @@ describe('nodes on the cluster', () => {
     expect((await jsm.streams.info('TROUPE_IN')).state.last_seq).toBe(storedBefore);
     // What an operator sees of it: every stream and bucket with 3 replicas and a leader, and the shares.
     const status = await runTroupe(['status', '--streams', '--json'], cluster.env, { timeoutMs: 30_000 });
-    const shown = JSON.parse(status.stdout) as { ready: boolean; checks: { partitions: { detail: string }; streams: { streams: Array<{ stream: string; replicas: number; leader?: string }> } } };
+    const shown = JSON.parse(status.stdout) as {
+      ready: boolean;
+      checks: { partitions: { detail: string }; streams: { streams: Array<{ stream: string; replicas: number; leader?: string }> } };
+    };
     expect(shown.checks.streams.streams.map((s) => [s.stream, s.replicas, cluster.servers.some((srv) => srv.name === s.leader)])).toEqual(
       ['TROUPE_IN', 'TROUPE_DLQ', 'TROUPE_ANSWERED', 'KV_troupe_threads', 'KV_troupe_leases'].map((name) => [name, 3, true]),
     );
@@ -491,12 +562,18 @@ describe('nodes on the cluster', () => {
     const victim = nodes.shift()!;
     const killedAt = Date.now();
     await victim.kill('SIGKILL');
-    const o = await waitUntil(async () => {
-      const m = await owners(client);
-      const counts = [...m.values()].map((p) => p.length).sort((a, b) => a - b);
-      return m.size === 2 && counts.join() === '32,32' ? m : undefined;
-    }, 'two nodes owning 32/32', 30_000);
-    console.log(`[cluster] after kill -9 of a node: ${[...o.values()].map((p) => p.length).join('/')} after ${Date.now() - killedAt} ms (lease ttl ${LEASE_TTL_MS} ms)`);
+    const o = await waitUntil(
+      async () => {
+        const m = await owners(client);
+        const counts = [...m.values()].map((p) => p.length).sort((a, b) => a - b);
+        return m.size === 2 && counts.join() === '32,32' ? m : undefined;
+      },
+      'two nodes owning 32/32',
+      30_000,
+    );
+    console.log(
+      `[cluster] after kill -9 of a node: ${[...o.values()].map((p) => p.length).join('/')} after ${Date.now() - killedAt} ms (lease ttl ${LEASE_TTL_MS} ms)`,
+    );
     expect([...o.values()].flat().length).toBe(PARTITIONS);
     const res = await client.send('still here', { threadId: 'cluster-1', timeoutMs: 20_000 });
     expect(res.text).toBe('echo: still here');
@@ -526,13 +603,22 @@ describe('a cluster that has lost its JetStream quorum', () => {
         (err: unknown) => err,
       );
       expect(failed).toBeInstanceOf(TroupeError);
-      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "placement_probe" .*no suitable peers.*needs N JetStream servers that know each other/);
+      expect((failed as TroupeError).message).toMatch(
+        /JetStream did not answer while opening the thread bucket "placement_probe" .*no suitable peers.*needs N JetStream servers that know each other/,
+      );
       const { lines, log } = capturingLogger('warn');
       const opening = KvThreadStore.open(t.connection, { bucket: 'placement_probe', replicas: 3, setupDeadlineMs: 60_000, logger: log });
       let settled = false;
-      void opening.then(() => (settled = true), () => (settled = true));
+      void opening.then(
+        () => (settled = true),
+        () => (settled = true),
+      );
       // It keeps asking (two rounds said so in its log) and has not settled: it waits for the third server.
-      await waitUntil(() => lines.filter((l) => /^JetStream did not answer while .*; asking again/.test(l.msg)).length >= 2 || undefined, 'two rounds of asking while the bucket cannot be placed', 30_000);
+      await waitUntil(
+        () => lines.filter((l) => /^JetStream did not answer while .*; asking again/.test(l.msg)).length >= 2 || undefined,
+        'two rounds of asking while the bucket cannot be placed',
+        30_000,
+      );
       expect(settled).toBe(false);
       await young.servers[2]!.restart();
       // A fresh 2.10 cluster may leave the server that joined late out of its meta group, which then
@@ -562,16 +648,50 @@ describe('a cluster that has lost its JetStream quorum', () => {
       );
       expect(failed).toBeInstanceOf(TroupeError);
       expect((failed as TroupeError).code).toBe('TRANSPORT_ERROR');
-      expect((failed as TroupeError).message).toMatch(/JetStream did not answer while opening the thread bucket "quorum_probe" .*most servers of the cluster are up/);
+      expect((failed as TroupeError).message).toMatch(
+        /JetStream did not answer while opening the thread bucket "quorum_probe" .*most servers of the cluster are up/,
+      );
 
       // So does a node given a short --setup-timeout: exit 1 with what to check.
-      const gaveUp = await runTroupe(['up', '--tenant', 'acme', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--setup-timeout', '1000'], acmeEnv(), { timeoutMs: 60_000 });
+      const gaveUp = await runTroupe(
+        [
+          'up',
+          '--tenant',
+          'acme',
+          '--team',
+          'test/fixtures/chaos-team.ts',
+          '--no-agents',
+          '--partitions',
+          String(PARTITIONS),
+          '--replicas',
+          '3',
+          '--setup-timeout',
+          '1000',
+        ],
+        acmeEnv(),
+        { timeoutMs: 60_000 },
+      );
       expect(gaveUp.code).toBe(1);
       expect(gaveUp.stderr).toMatch(/JetStream did not answer while .*most servers of the cluster are up/);
 
       // A node started now (a restart after a crash, a rolling deploy) does not exit: it reports that it waits.
       const node = await spawnTroupe(
-        ['up', '--tenant', 'acme', '--team', 'test/fixtures/chaos-team.ts', '--no-agents', '--partitions', String(PARTITIONS), '--replicas', '3', '--lease-ttl', String(LEASE_TTL_MS), '--log-level', 'warn'],
+        [
+          'up',
+          '--tenant',
+          'acme',
+          '--team',
+          'test/fixtures/chaos-team.ts',
+          '--no-agents',
+          '--partitions',
+          String(PARTITIONS),
+          '--replicas',
+          '3',
+          '--lease-ttl',
+          String(LEASE_TTL_MS),
+          '--log-level',
+          'warn',
+        ],
         acmeEnv(),
         { name: 'node q', readyTimeoutMs: 40_000, ready: /JetStream did not answer while/ },
         group,
@@ -637,7 +757,11 @@ describe('a redelivered latest message while the marker stream cannot be read', 
    * undecided (it asks again); a timeout says what the host logged last.
    */
   const undecidedRound = (h: { lines: Array<{ msg: string }> }, what: string, orSettled: () => boolean = () => false) =>
-    waitUntil(() => h.lines.some((l) => l.msg.startsWith('cannot tell yet whether a redelivered message was answered')) || orSettled() || undefined, what, 90_000).catch((err: Error) => {
+    waitUntil(
+      () => h.lines.some((l) => l.msg.startsWith('cannot tell yet whether a redelivered message was answered')) || orSettled() || undefined,
+      what,
+      90_000,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}; the host's last lines: ${JSON.stringify(h.lines.slice(-8))}`);
     });
 
@@ -659,11 +783,16 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       // servers are back before b asks, by another "already published" rule); never by publishing.
       const decisions = async () => {
         const values = (await metrics.redeliveredAnswers.get()).values;
-        return { notPublished: values.filter((v) => v.labels.decision !== 'published').reduce((n, v) => n + v.value, 0), published: values.find((v) => v.labels.decision === 'published')?.value ?? 0 };
+        return {
+          notPublished: values.filter((v) => v.labels.decision !== 'published').reduce((n, v) => n + v.value, 0),
+          published: values.find((v) => v.labels.decision === 'published')?.value ?? 0,
+        };
       };
       const before = await decisions();
       let settled = false;
-      const again = b.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' }).finally(() => (settled = true));
+      const again = b.threads
+        .deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' })
+        .finally(() => (settled = true));
       // Past one round of asking (the stream's lookup deadline, 3 questions to the dead node), which ends
       // undecided (before the node waited while nobody could tell, it published here), or settled already.
       await undecidedRound(b, 'a round of asking that ends undecided, or a decision', () => settled);

@@ -17,7 +17,9 @@ const INVALID = join(REPO_ROOT, 'test/fixtures/agent-yaml/invalid');
 const VALID = join(REPO_ROOT, 'test/fixtures/agent-yaml/valid');
 const ENV = { FIXTURE_MODEL: 'gpt-4o-mini', FIXTURE_TOKEN: 'tok-123456', FIXTURE_SECRET_URL: 'supersecret-value-not-a-url' };
 
-const invalidFiles = readdirSync(INVALID).filter((f) => f.endsWith('.yaml')).sort();
+const invalidFiles = readdirSync(INVALID)
+  .filter((f) => f.endsWith('.yaml'))
+  .sort();
 
 function expectations(file: string): string[] {
   return readFileSync(join(INVALID, file), 'utf8')
@@ -80,7 +82,14 @@ describe('valid agent.yaml files', () => {
   it('the fixture with every field loads, with ${VAR} resolved and defaults applied', () => {
     const { config, dir } = loadAgentConfig(join(VALID, 'full.yaml'), ENV);
     expect(dir).toBe(VALID);
-    expect(config.model).toEqual({ provider: 'openai', name: 'gpt-4o-mini', temperature: 0.2, max_tokens: 800, top_p: 0.9, base_url: 'http://127.0.0.1:11434/v1' });
+    expect(config.model).toEqual({
+      provider: 'openai',
+      name: 'gpt-4o-mini',
+      temperature: 0.2,
+      max_tokens: 800,
+      top_p: 0.9,
+      base_url: 'http://127.0.0.1:11434/v1',
+    });
     expect(config.tools?.map((t) => `${t.name}:${t.type}`)).toEqual([
       'lookup_order:function',
       'shipping_quote:function',
@@ -91,7 +100,9 @@ describe('valid agent.yaml files', () => {
       'notes:vectorstore',
     ]);
     // `${NAME:-default}`: the default when unset, the variable when set.
-    expect(loadAgentConfig(join(VALID, 'full.yaml'), { ...ENV, FIXTURE_BASE_URL: 'https://models.example.com/v1' }).config.model.base_url).toBe('https://models.example.com/v1');
+    expect(loadAgentConfig(join(VALID, 'full.yaml'), { ...ENV, FIXTURE_BASE_URL: 'https://models.example.com/v1' }).config.model.base_url).toBe(
+      'https://models.example.com/v1',
+    );
     const remote = config.tools?.[4];
     expect(remote?.type === 'mcp' && remote.config?.headers).toEqual({ Authorization: 'Bearer tok-123456' });
     expect(config.evaluations?.metrics.map((m) => [m.metric, m.enabled, m.fail_on_error])).toEqual([
@@ -119,7 +130,10 @@ describe('valid agent.yaml files', () => {
       ['rouge', 0.3],
     ]);
     expect(appliedDefaults(config)).toEqual([
-      { path: 'memory', message: "the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model" },
+      {
+        path: 'memory',
+        message: "the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model",
+      },
       { path: 'evaluations.metrics[0].threshold', message: 'relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)' },
       { path: 'evaluations.metrics[1].threshold', message: 'groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)' },
       { path: 'evaluations.metrics[2].threshold', message: 'f1_score passes at 0.5 (no threshold: half of its 0–1 scale)' },
@@ -138,7 +152,10 @@ describe('valid agent.yaml files', () => {
       writeFileSync(join(dir, 'ask.txt'), 'Context: {"k": 1}\nTell {{ who }} about {topic}\nand \\{literal} stays.\n');
       const yaml = (params: string) =>
         `name: asker\nmodel: {provider: openai, name: m}\ninstructions: {inline: Ask.}\ntools:\n  - name: ask\n    description: Asks\n    type: prompt\n    file: ask.txt\n    parameters:\n${params}`;
-      writeFileSync(join(dir, 'agent.yaml'), yaml('      who: {type: str, description: W}\n      topic: {type: str, description: T}\n      tone: {type: str, description: How}\n'));
+      writeFileSync(
+        join(dir, 'agent.yaml'),
+        yaml('      who: {type: str, description: W}\n      topic: {type: str, description: T}\n      tone: {type: str, description: How}\n'),
+      );
       const ok = validateAgentFile(join(dir, 'agent.yaml'), ENV);
       expect(ok.problems).toEqual([]);
       expect(ok.warnings.map((w) => `${relative(dir, w.file)}:${w.line}:${w.column} ${w.path}`)).toEqual(['agent.yaml:12:7 tools[0].parameters.tone']);
@@ -165,12 +182,17 @@ describe('prompt templates', () => {
     const args = { country: 'Peru', order: { id: 1 } };
     expect(renderTemplate('What is the capital of {country}?', args)).toBe('What is the capital of Peru?');
     expect(renderTemplate('Capital of {{country}} / {{ country }}', args)).toBe('Capital of Peru / Peru');
-    expect(renderTemplate('Reply as {"capital": "…", "country": "{country}"} for {order}', args)).toBe('Reply as {"capital": "…", "country": "Peru"} for {"id":1}');
+    expect(renderTemplate('Reply as {"capital": "…", "country": "{country}"} for {order}', args)).toBe(
+      'Reply as {"capital": "…", "country": "Peru"} for {"id":1}',
+    );
     expect(renderTemplate('Write \\{country} and \\{\\{country}} as text, {{{country}}} braced, C:\\path kept', args)).toBe(
       'Write {country} and {{country}} as text, {Peru} braced, C:\\path kept',
     );
     expect(renderTemplate('{ country } {1} {} {country!r} {{missing}}', args)).toBe('{ country } {1} {} {country!r} {{missing}}');
-    expect(parseTemplate('a {x} b {{ y }}').flatMap((s) => (s.kind === 'placeholder' ? [`${s.name}@${s.offset}:${s.raw}`] : []))).toEqual(['x@2:{x}', 'y@8:{{ y }}']);
+    expect(parseTemplate('a {x} b {{ y }}').flatMap((s) => (s.kind === 'placeholder' ? [`${s.name}@${s.offset}:${s.raw}`] : []))).toEqual([
+      'x@2:{x}',
+      'y@8:{{ y }}',
+    ]);
   });
 });
 
@@ -185,7 +207,10 @@ describe('definedNames', () => {
   });
 
   it('finds top-level Python definitions, assignments and imports', () => {
-    const names = definedNames('import os\nfrom x import y as z, w\ndef quote(a):\n    def inner(): pass\nasync def fetch(): pass\nTAX: float = 0.2\nclass K: pass\n', '.py');
+    const names = definedNames(
+      'import os\nfrom x import y as z, w\ndef quote(a):\n    def inner(): pass\nasync def fetch(): pass\nTAX: float = 0.2\nclass K: pass\n',
+      '.py',
+    );
     expect([...names!].sort()).toEqual(['K', 'TAX', 'fetch', 'os', 'quote', 'w', 'z']);
   });
 });
@@ -213,25 +238,29 @@ describe('troupe validate', () => {
     });
   });
 
-  it('prints warnings and the defaults it applied for a valid file, and exits 0', async () => {
-    const file = 'test/fixtures/agent-yaml/valid/seed-defaults.yaml';
-    const res = await runTroupe(['validate', file], {});
-    expect(res.code).toBe(0);
-    expect(res.stdout.trim().split('\n')).toEqual([
-      `${file}:22:7 tools[1].parameters.audience: warning: the template never uses {audience}: the model is asked for it and it goes nowhere`,
-      `valid ${file}: agent Geography-assistant-for-the-whole-world-with-a-name-exactly-one-hundred-characters-long-abcdefghijkl, openai gpt-4o-mini, tools capital (prompt), compare (prompt), 1 warning`,
-      "  default memory: the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model",
-      '  default evaluations.metrics[0].threshold: relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)',
-      '  default evaluations.metrics[1].threshold: groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)',
-      '  default evaluations.metrics[2].threshold: f1_score passes at 0.5 (no threshold: half of its 0–1 scale)',
-      '  default test_cases[0].name: the case is called "case 1" (no name: its place in the list)',
-      '  default test_cases[2].name: the case is called "case 3" (no name: its place in the list)',
-    ]);
-    const json = JSON.parse((await runTroupe(['validate', file, '--json'], {})).stdout) as { valid: boolean; warnings: unknown[]; defaults: unknown[] };
-    expect(json.valid).toBe(true);
-    expect(json.warnings).toEqual([expect.objectContaining({ line: 22, column: 7, path: 'tools[1].parameters.audience', phase: 'references' })]);
-    expect(json.defaults).toHaveLength(6);
-  }, cliTestTimeout(2));
+  it(
+    'prints warnings and the defaults it applied for a valid file, and exits 0',
+    async () => {
+      const file = 'test/fixtures/agent-yaml/valid/seed-defaults.yaml';
+      const res = await runTroupe(['validate', file], {});
+      expect(res.code).toBe(0);
+      expect(res.stdout.trim().split('\n')).toEqual([
+        `${file}:22:7 tools[1].parameters.audience: warning: the template never uses {audience}: the model is asked for it and it goes nowhere`,
+        `valid ${file}: agent Geography-assistant-for-the-whole-world-with-a-name-exactly-one-hundred-characters-long-abcdefghijkl, openai gpt-4o-mini, tools capital (prompt), compare (prompt), 1 warning`,
+        "  default memory: the model gets the thread's newest 20 earlier messages, at most 4000 tokens of them; older turns are summarised by the agent's model",
+        '  default evaluations.metrics[0].threshold: relevance passes at 3 (no threshold: the middle of its 1–5 scale, rounded up)',
+        '  default evaluations.metrics[1].threshold: groundedness passes at 6 (no threshold: the middle of its 1–10 scale, rounded up)',
+        '  default evaluations.metrics[2].threshold: f1_score passes at 0.5 (no threshold: half of its 0–1 scale)',
+        '  default test_cases[0].name: the case is called "case 1" (no name: its place in the list)',
+        '  default test_cases[2].name: the case is called "case 3" (no name: its place in the list)',
+      ]);
+      const json = JSON.parse((await runTroupe(['validate', file, '--json'], {})).stdout) as { valid: boolean; warnings: unknown[]; defaults: unknown[] };
+      expect(json.valid).toBe(true);
+      expect(json.warnings).toEqual([expect.objectContaining({ line: 22, column: 7, path: 'tools[1].parameters.audience', phase: 'references' })]);
+      expect(json.defaults).toHaveLength(6);
+    },
+    cliTestTimeout(2),
+  );
 
   it('says a valid file is valid and exits 0', async () => {
     const res = await runTroupe(['validate', 'test/fixtures/agent-yaml/valid/full.yaml', '--json'], ENV);

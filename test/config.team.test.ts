@@ -80,7 +80,9 @@ describe('team.yaml validation', () => {
       ].join('\n'),
     );
     const messages = validateTeamFile(file, ENV).problems.map((p) => `${p.path}: ${p.message}`);
-    expect(messages).toContain('agents[1].id: agent id "concierge" is already a member (agents[0], ' + join(process.cwd(), 'test/fixtures/yaml-agents/concierge/agent.yaml') + ')');
+    expect(messages).toContain(
+      'agents[1].id: agent id "concierge" is already a member (agents[0], ' + join(process.cwd(), 'test/fixtures/yaml-agents/concierge/agent.yaml') + ')',
+    );
     expect(messages).toContain('routing.fallback_agent: applies with a router only: without one, every message goes to the entry agent');
   });
 
@@ -90,8 +92,13 @@ describe('team.yaml validation', () => {
       'orchestration.aggregation: synthesis needs a model: give orchestration.synthesis.model, or a router (its model is used)',
     ]);
     const stray = teamFile('stray.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  synthesis: {prompt: Combine}\n');
-    expect(validateTeamFile(stray, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['orchestration.synthesis: applies with aggregation: synthesis only']);
-    const own = teamFile('own.yaml', 'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  aggregation: synthesis\n  synthesis: {model: {provider: openai, name: m}}\n');
+    expect(validateTeamFile(stray, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'orchestration.synthesis: applies with aggregation: synthesis only',
+    ]);
+    const own = teamFile(
+      'own.yaml',
+      'id: s\nname: S\nagents:\n  - id: a\norchestration:\n  aggregation: synthesis\n  synthesis: {model: {provider: openai, name: m}}\n',
+    );
     expect(validateTeamFile(own, ENV).problems).toEqual([]);
   });
 
@@ -107,7 +114,9 @@ describe('team.yaml validation', () => {
     };
     expect(problem({ name: 'empty', agents: [] })).toBe('CONFIG_INVALID: team "empty" has no agents: name config.entryAgent or give it a policy');
     expect(problem({ name: 'twins', agents: [agent('a'), agent('a')] })).toBe('CONFIG_INVALID: team "twins" has two agents with id "a"');
-    expect(problem({ name: 'lost', agents: [agent('a')], config: { entryAgent: 'b' } })).toBe('CONFIG_INVALID: team "lost": entry agent "b" is not one of its agents');
+    expect(problem({ name: 'lost', agents: [agent('a')], config: { entryAgent: 'b' } })).toBe(
+      'CONFIG_INVALID: team "lost": entry agent "b" is not one of its agents',
+    );
   });
 
   it("a router's and a synthesis model's temperature is held to anthropic's limit, as an agent's is", () => {
@@ -121,13 +130,19 @@ describe('team.yaml validation', () => {
     ]);
   });
 
-  it('permissions name members, and become the thread\'s permissions', () => {
-    const bad = teamFile('perms-bad.yaml', 'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a, ghost]}\n  delegate: [nobody]\n');
+  it("permissions name members, and become the thread's permissions", () => {
+    const bad = teamFile(
+      'perms-bad.yaml',
+      'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a, ghost]}\n  delegate: [nobody]\n',
+    );
     expect(validateTeamFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
       'permissions.handoff.initiate[1]: the agent allowed to start handoffs "ghost" is not a member of the team (members: a, b)',
       'permissions.delegate[0]: the agent allowed to delegate "nobody" is not a member of the team (members: a, b)',
     ]);
-    const good = teamFile('perms.yaml', 'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a], accept: [b]}\n  delegate: [a]\n');
+    const good = teamFile(
+      'perms.yaml',
+      'id: p\nname: P\nagents:\n  - id: a\n  - id: b\npermissions:\n  handoff: {initiate: [a], accept: [b]}\n  delegate: [a]\n',
+    );
     expect(validateTeamFile(good, ENV).problems).toEqual([]);
     expect(threadConfigOf(loadTeamConfig(good, ENV).config, 'a').permissions).toEqual({ handoffInitiate: ['a'], handoffAccept: ['b'], delegate: ['a'] });
   });
@@ -136,7 +151,10 @@ describe('team.yaml validation', () => {
     const file = teamFile('minimal.yaml', 'id: minimal\nname: Minimal\nagents:\n  - id: solo\n');
     const { config } = loadTeamConfig(file, ENV);
     expect(threadConfigOf(config, 'solo')).toEqual({ ...DEFAULT_THREAD_CONFIG, entryAgent: 'solo' });
-    const routed = loadTeamConfig(teamFile('routed.yaml', 'id: routed\nname: Routed\nagents:\n  - id: a\n  - id: b\nrouter:\n  model: {provider: openai, name: m}\n'), ENV).config;
+    const routed = loadTeamConfig(
+      teamFile('routed.yaml', 'id: routed\nname: Routed\nagents:\n  - id: a\n  - id: b\nrouter:\n  model: {provider: openai, name: m}\n'),
+      ENV,
+    ).config;
     expect(routed.router).toEqual({ model: { provider: 'openai', name: 'm' }, history_messages: 10, timeout_ms: 15_000 });
     expect(threadConfigOf(routed, 'a')).toMatchObject({ usePolicy: true, maxAttempts: 3, threshold: 0.7, routerHistoryMessages: 10 });
   });
@@ -155,7 +173,11 @@ describe('team.yaml and TS teams', () => {
     expect(threadSettingsOf(fromYaml)).toEqual(threadSettingsOf(fromTs));
     expect(memberIds(fromYaml)).toEqual(memberIds(fromTs));
     expect(memberIds(fromYaml)).toEqual(['concierge', 'desk', 'ledger', 'partner', 'pyagent', 'specialist']);
-    expect({ id: fromYaml.id, name: fromYaml.name, description: fromYaml.description }).toEqual({ id: fromTs.id, name: fromTs.name, description: fromTs.description });
+    expect({ id: fromYaml.id, name: fromYaml.name, description: fromYaml.description }).toEqual({
+      id: fromTs.id,
+      name: fromTs.name,
+      description: fromTs.description,
+    });
     // The agent.yaml member runs here (built from its file); the others are the TS module's agents.
     expect(fromYaml.agents.map((a) => a.card.id).sort()).toEqual(['concierge', 'desk', 'ledger', 'specialist']);
     expect(fromYaml.remote).toEqual([{ id: 'partner', a2a: 'http://127.0.0.1:9/.well-known/agent-card.json' }]);
@@ -165,7 +187,15 @@ describe('team.yaml and TS teams', () => {
   it('builds the LLM router from the router block', async () => {
     const file = teamFile(
       'router.yaml',
-      ['id: routed', 'name: Routed', 'agents:', '  - id: a', '  - id: b', 'router:', '  model: {provider: openai, name: router-model, base_url: "http://127.0.0.1:9/v1"}'].join('\n'),
+      [
+        'id: routed',
+        'name: Routed',
+        'agents:',
+        '  - id: a',
+        '  - id: b',
+        'router:',
+        '  model: {provider: openai, name: router-model, base_url: "http://127.0.0.1:9/v1"}',
+      ].join('\n'),
     );
     const team = await loadTeamYaml(file, { env: {} });
     expect(team.policy).toBeInstanceOf(LlmRouterPolicy);
@@ -176,14 +206,20 @@ describe('team.yaml and TS teams', () => {
     const invalid = await loadTeamYaml(`${DIR}/invalid.yaml`, { env: ENV }).catch((e: unknown) => e);
     expect(invalid).toMatchObject({ code: 'CONFIG_INVALID' });
     expect(((invalid as TroupeError).details as { problems: unknown[] }).problems).toHaveLength(15);
-    const file = teamFile('module.yaml', `id: m\nname: M\nagents:\n  - module: ${join(process.cwd(), 'test/fixtures/yaml-peers.ts')}\n    ids: [ledger, bookkeeper]\n`);
+    const file = teamFile(
+      'module.yaml',
+      `id: m\nname: M\nagents:\n  - module: ${join(process.cwd(), 'test/fixtures/yaml-peers.ts')}\n    ids: [ledger, bookkeeper]\n`,
+    );
     const err = await loadTeamYaml(file, { env: ENV }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TroupeError);
     expect((err as TroupeError).message).toContain('provides ledger, specialist, desk, not bookkeeper');
   });
 
   it('loadModule (troupe up --team) takes a team.yaml', async () => {
-    const file = teamFile('up.yaml', `id: up\nname: Up\nagents:\n  - module: ${join(process.cwd(), 'test/fixtures/yaml-peers.ts')}\n  - id: outside\nentry: desk\n`);
+    const file = teamFile(
+      'up.yaml',
+      `id: up\nname: Up\nagents:\n  - module: ${join(process.cwd(), 'test/fixtures/yaml-peers.ts')}\n  - id: outside\nentry: desk\n`,
+    );
     const { team, agents } = await loadModule(file);
     expect(agents.map((a) => a.card.id)).toEqual(['ledger', 'specialist', 'desk']);
     expect(team?.members).toEqual(['outside']);
@@ -205,9 +241,18 @@ describe('agent.yaml capabilities', () => {
       ].join('\n'),
     );
     const agent = await loadYamlAgent(file, { env: ENV });
-    expect(agent.card.capabilities).toMatchObject({ streaming: true, handoff: { canInitiate: false, canAccept: true }, orchestration: { canDelegate: true, maxParallel: 2 } });
-    const bad = teamFile('incapable.yaml', 'name: x\nmodel: {provider: openai, name: m}\ninstructions: {inline: Hi}\ncapabilities:\n  orchestration: {can_delegate: maybe}\n');
-    expect(validateAgentFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual(['capabilities.orchestration.can_delegate: must be true or false, not "maybe"']);
+    expect(agent.card.capabilities).toMatchObject({
+      streaming: true,
+      handoff: { canInitiate: false, canAccept: true },
+      orchestration: { canDelegate: true, maxParallel: 2 },
+    });
+    const bad = teamFile(
+      'incapable.yaml',
+      'name: x\nmodel: {provider: openai, name: m}\ninstructions: {inline: Hi}\ncapabilities:\n  orchestration: {can_delegate: maybe}\n',
+    );
+    expect(validateAgentFile(bad, ENV).problems.map((p) => `${p.path}: ${p.message}`)).toEqual([
+      'capabilities.orchestration.can_delegate: must be true or false, not "maybe"',
+    ]);
   });
 });
 
@@ -223,17 +268,21 @@ describe('the example team', () => {
 });
 
 describe('troupe validate', () => {
-  it('prints the problems of a team.yaml and exits 2; a valid one exits 0 with a summary', async () => {
-    const bad = await runTroupe(['validate', `${DIR}/invalid.yaml`], {});
-    expect(bad.code).toBe(2);
-    expect(bad.stdout).toContain(`${DIR}/invalid.yaml:11:8 entry: the entry agent "nobody" is not a member of the team`);
-    expect(bad.stdout).toContain('15 problems');
-    const good = await runTroupe(['validate', `${DIR}/team.yaml`], {});
-    expect(good.code).toBe(0);
-    expect(good.stdout).toContain('team shop, 4 members');
-    const json = await runTroupe(['--json', 'validate', `${DIR}/team.yaml`], {});
-    expect(JSON.parse(json.stdout)).toMatchObject({ kind: 'team', valid: true, problems: [], team: { id: 'shop' } });
-    const agent = await runTroupe(['--json', 'validate', 'test/fixtures/yaml-agents/concierge/agent.yaml'], {});
-    expect(JSON.parse(agent.stdout)).toMatchObject({ kind: 'agent', valid: true, agent: { name: 'concierge' } });
-  }, cliTestTimeout(4));
+  it(
+    'prints the problems of a team.yaml and exits 2; a valid one exits 0 with a summary',
+    async () => {
+      const bad = await runTroupe(['validate', `${DIR}/invalid.yaml`], {});
+      expect(bad.code).toBe(2);
+      expect(bad.stdout).toContain(`${DIR}/invalid.yaml:11:8 entry: the entry agent "nobody" is not a member of the team`);
+      expect(bad.stdout).toContain('15 problems');
+      const good = await runTroupe(['validate', `${DIR}/team.yaml`], {});
+      expect(good.code).toBe(0);
+      expect(good.stdout).toContain('team shop, 4 members');
+      const json = await runTroupe(['--json', 'validate', `${DIR}/team.yaml`], {});
+      expect(JSON.parse(json.stdout)).toMatchObject({ kind: 'team', valid: true, problems: [], team: { id: 'shop' } });
+      const agent = await runTroupe(['--json', 'validate', 'test/fixtures/yaml-agents/concierge/agent.yaml'], {});
+      expect(JSON.parse(agent.stdout)).toMatchObject({ kind: 'agent', valid: true, agent: { name: 'concierge' } });
+    },
+    cliTestTimeout(4),
+  );
 });

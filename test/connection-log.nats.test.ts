@@ -40,7 +40,10 @@ describe('NATS connection log', () => {
     // The subscription came back with the connection.
     let answer = '';
     for (let i = 0; i < 20 && answer !== 'two'; i++) {
-      answer = await t.request('conn-log.echo', new TextEncoder().encode('two'), { timeoutMs: 500 }).then((m) => new TextDecoder().decode(m.data), () => '');
+      answer = await t.request('conn-log.echo', new TextEncoder().encode('two'), { timeoutMs: 500 }).then(
+        (m) => new TextDecoder().decode(m.data),
+        () => '',
+      );
     }
     expect(answer).toBe('two');
   });

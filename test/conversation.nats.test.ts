@@ -50,7 +50,8 @@ function answer(req: SeenRequest) {
     return { text: `The user is Ada; her order number is ${order ?? 'unknown'}.`, usage: { input: 40, output: 8 } };
   }
   const last = msgs.at(-1)!.content;
-  if (/order number\?/.test(last)) return { text: `Your order number is ${/order number is (\d+)/.exec(all)?.[1] ?? 'unknown'}.`, usage: { input: 100, output: 10 } };
+  if (/order number\?/.test(last))
+    return { text: `Your order number is ${/order number is (\d+)/.exec(all)?.[1] ?? 'unknown'}.`, usage: { input: 100, output: 10 } };
   return { text: `Noted: ${last}`, usage: { input: 100, output: 10 } };
 }
 
@@ -206,7 +207,11 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
     expect(rest).toEqual([]);
     expect(isSummaryRequest(only!)).toBe(false);
     expect(messagesOf(only!)[0]!.content).toContain('The user is Ada; her order number is 4417.');
-    expect(messagesOf(only!).slice(1).map((m) => m.content)).toEqual([
+    expect(
+      messagesOf(only!)
+        .slice(1)
+        .map((m) => m.content),
+    ).toEqual([
       'What was my order number?',
       'Your order number is 4417.',
       'Please remind me: what is my order number?',
@@ -223,7 +228,9 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
     expect(value('output')).toBe(58);
     await tracer.forceFlush();
     const calls = exporter.getFinishedSpans().filter((s) => s.name === 'troupe.model.call');
-    expect(calls.map((s) => [s.attributes['troupe.model.purpose'], s.attributes['gen_ai.usage.input_tokens'], s.attributes['gen_ai.usage.output_tokens']])).toEqual([
+    expect(
+      calls.map((s) => [s.attributes['troupe.model.purpose'], s.attributes['gen_ai.usage.input_tokens'], s.attributes['gen_ai.usage.output_tokens']]),
+    ).toEqual([
       ['answer', 100, 10],
       ['answer', 100, 10],
       ['answer', 100, 10],

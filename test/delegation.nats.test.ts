@@ -43,7 +43,13 @@ async function startMesh(tenant: string, agents: AgentDefinition[], config: Part
     transports.push(t);
     return t;
   };
-  const node = await new TroupeNode({ transport: await connect('node'), tenant, config: { retries: 0, agentTimeoutMs: 5_000, ...config }, ...(policy ? { policy } : {}), idleMs: 0 }).start();
+  const node = await new TroupeNode({
+    transport: await connect('node'),
+    tenant,
+    config: { retries: 0, agentTimeoutMs: 5_000, ...config },
+    ...(policy ? { policy } : {}),
+    idleMs: 0,
+  }).start();
   const hosts = await Promise.all(agents.map(async (agent) => new AgentHost({ transport: await connect(agent.card.id), agent, tenant }).start()));
   await node.registry.waitFor(agents.map((a) => a.card.id));
   const client = new TroupeClient(await connect('client'), tenant);
@@ -133,7 +139,8 @@ describe('delegation', () => {
       timeoutMs: 10_000,
       onEvent: (e) => {
         if (e.kind === 'status-update' && e.final) events.push('final');
-        else if (e.kind === 'status-update' && e.status.message) events.push(`status: ${e.status.message.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('')}`);
+        else if (e.kind === 'status-update' && e.status.message)
+          events.push(`status: ${e.status.message.parts.map((p) => (p.kind === 'text' ? p.text : '')).join('')}`);
       },
     });
     expect(res.error).toBeUndefined();
@@ -191,7 +198,7 @@ describe('delegation', () => {
     expect((await send('ask lead: hi', 'lead')).error?.code).toBe('INVALID_RECIPIENT');
   });
 
-  it("refuses a handoff to an agent whose card does not accept handoffs", async () => {
+  it('refuses a handoff to an agent whose card does not accept handoffs', async () => {
     const res = await send('help', 'passer');
     expect(res.error?.code).toBe('HANDOFF_NOT_ALLOWED');
     expect(res.error?.message).toContain('closed');
@@ -260,7 +267,10 @@ describe('a YAML agent that delegates with the delegate tool', () => {
 
   beforeAll(async () => {
     await openai.start();
-    const yamlLead = await loadYamlAgent('test/fixtures/team-yaml/lead/agent.yaml', { env: { OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: 'sk-test' }, maxRetries: 0 });
+    const yamlLead = await loadYamlAgent('test/fixtures/team-yaml/lead/agent.yaml', {
+      env: { OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: 'sk-test' },
+      maxRetries: 0,
+    });
     mesh = await startMesh('delegation-yaml', [yamlLead, billing, weather], { entryAgent: 'yaml-lead' });
   }, 30_000);
 
@@ -273,7 +283,10 @@ describe('a YAML agent that delegates with the delegate tool', () => {
     seen.length = 0;
     openai.scriptFor(
       MODEL,
-      { text: 'Let me ask the desks.', toolCalls: [{ name: 'delegate', arguments: { agents: ['billing', 'weather'], input: 'order 42: paid? and the weather for delivery?' } }] },
+      {
+        text: 'Let me ask the desks.',
+        toolCalls: [{ name: 'delegate', arguments: { agents: ['billing', 'weather'], input: 'order 42: paid? and the weather for delivery?' } }],
+      },
       { text: 'Order 42 is paid and it will be sunny.' },
     );
     const res = await mesh.client.send('Is order 42 paid, and will it be sunny?', { timeoutMs: 15_000 });
@@ -297,7 +310,9 @@ describe('a YAML agent that delegates with the delegate tool', () => {
     expect(delegateTool).toContain('delegate');
     const last = requests.at(-1)!;
     // The message it answers comes last, after the thread's conversation (the user's question, its own delegating answer).
-    const user = messagesOf(last).filter((m) => m.role === 'user').at(-1)!.content!;
+    const user = messagesOf(last)
+      .filter((m) => m.role === 'user')
+      .at(-1)!.content!;
     expect(messagesOf(last)[1]).toEqual({ role: 'user', content: 'Is order 42 paid, and will it be sunny?' });
     expect(user).toContain('You asked billing, weather this: order 42: paid? and the weather for delivery?');
     expect(user).toContain('**billing**: billing checked "order 42: paid? and the weather for delivery?": paid');

@@ -42,14 +42,23 @@ beforeAll(async () => {
     },
   });
   await new AgentHost({ transport: await suite.connect('slowecho'), agent: echo, heartbeatMs: 300 }).start();
-  await spawnTroupe(['up', '--nats', suite.nats.url, '--team', 'test/fixtures/resend-team.ts', '--no-agents', '--partitions', '8'], suite.nats.env, { name: 'node' }, suite.group);
+  await spawnTroupe(
+    ['up', '--nats', suite.nats.url, '--team', 'test/fixtures/resend-team.ts', '--no-agents', '--partitions', '8'],
+    suite.nats.env,
+    { name: 'node' },
+    suite.group,
+  );
   client = new TroupeClient(await suite.connect('delete-client', 'client'), { principal: 'client' });
   operator = new TroupeClient(await suite.connect('delete-operator', 'operator'), { principal: 'operator' });
-  await waitUntil(async () => ((await operator.ps(300)).some((r) => r.actors.some((a) => a.kind === 'registry' && String(a.detail?.['agents']).includes('slowecho'))) ? true : undefined), 'the node to see the agent');
+  await waitUntil(
+    async () =>
+      (await operator.ps(300)).some((r) => r.actors.some((a) => a.kind === 'registry' && String(a.detail?.['agents']).includes('slowecho'))) ? true : undefined,
+    'the node to see the agent',
+  );
 }, 60_000);
 
 describe('troupe delete', () => {
-  it('erases the record, the live actor and the thread\'s dead letters, and nothing of another thread; the next message starts afresh', async () => {
+  it("erases the record, the live actor and the thread's dead letters, and nothing of another thread; the next message starts afresh", async () => {
     expect((await client.send('first', { threadId: 'gone-1', timeoutMs: 15_000 })).text).toBe('echo: first');
     expect((await client.send('second', { threadId: 'gone-1', timeoutMs: 15_000 })).text).toBe('echo: second');
     expect((await client.send('kept', { threadId: 'kept-1', timeoutMs: 15_000 })).text).toBe('echo: kept');
@@ -77,7 +86,13 @@ describe('troupe delete', () => {
 
   it('refuses while a turn is in flight (THREAD_BUSY), and deletes once it is answered; a thread that is nowhere is THREAD_NOT_FOUND', async () => {
     const answer = client.send('wait for the gate', { threadId: 'busy-1', timeoutMs: 30_000 });
-    await waitUntil(async () => ((await operator.ps(300)).flatMap((r) => r.actors).some((a) => a.kind === 'thread' && a.id === 'busy-1' && a.state.startsWith('working')) ? true : undefined), 'the turn to be in flight');
+    await waitUntil(
+      async () =>
+        (await operator.ps(300)).flatMap((r) => r.actors).some((a) => a.kind === 'thread' && a.id === 'busy-1' && a.state.startsWith('working'))
+          ? true
+          : undefined,
+      'the turn to be in flight',
+    );
     expect(await codeOf(operator.deleteThread('busy-1'))).toBe('THREAD_BUSY');
     openGate();
     expect((await answer).text).toBe('echo: wait for the gate');
@@ -86,7 +101,7 @@ describe('troupe delete', () => {
     expect(await codeOf(operator.deleteThread('never-was'))).toBe('THREAD_NOT_FOUND');
   });
 
-  it('is for operators: a user\'s client cannot send the request (the broker refuses it)', async () => {
+  it("is for operators: a user's client cannot send the request (the broker refuses it)", async () => {
     expect((await client.send('mine', { threadId: 'user-1', timeoutMs: 15_000 })).text).toBe('echo: mine');
     const refused = await client.deleteThread('user-1').then(
       () => 'no error',
@@ -96,42 +111,54 @@ describe('troupe delete', () => {
     expect((await client.task('user-1')).history).toHaveLength(2);
   });
 
-  it('every thread of one owner (a user who asks to be forgotten): theirs go, another user\'s stay', async () => {
-    for (const [user, threadId] of [['alice', 'alice-1'], ['alice', 'alice-2'], ['bob', 'bob-1']] as const) {
-      expect((await client.send(`hi from ${user}`, { threadId, user, timeoutMs: 15_000 })).text).toBe(`echo: hi from ${user}`);
-    }
-    const asOperator = { TROUPE_NATS_CREDS: suite.nats.credsFile('operator') };
-    const listed = await runTroupe(['threads', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
-    expect((JSON.parse(listed.stdout) as Array<{ threadId: string }>).map((t) => t.threadId).sort()).toEqual(['alice-1', 'alice-2']);
-    const res = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
-    expect(res.code, res.stderr).toBe(0);
-    expect(JSON.parse(res.stdout)).toMatchObject({ owner: 'client/alice', deleted: 2, kept: 0, more: false });
-    expect(await codeOf(client.task('alice-1', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
-    expect(await codeOf(client.task('alice-2', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
-    expect((await client.task('bob-1', { user: 'bob' })).history).toHaveLength(2);
-    const again = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url], asOperator);
-    expect(again.stdout).toBe('0 threads of client/alice deleted\n');
-    const neither = await runTroupe(['delete', '--nats', suite.nats.url], asOperator);
-    expect(neither.code).toBe(2);
-    expect(neither.stderr).toContain('name a thread, or every thread of an owner with --owner');
-  }, cliTestTimeout(4));
+  it(
+    "every thread of one owner (a user who asks to be forgotten): theirs go, another user's stay",
+    async () => {
+      for (const [user, threadId] of [
+        ['alice', 'alice-1'],
+        ['alice', 'alice-2'],
+        ['bob', 'bob-1'],
+      ] as const) {
+        expect((await client.send(`hi from ${user}`, { threadId, user, timeoutMs: 15_000 })).text).toBe(`echo: hi from ${user}`);
+      }
+      const asOperator = { TROUPE_NATS_CREDS: suite.nats.credsFile('operator') };
+      const listed = await runTroupe(['threads', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
+      expect((JSON.parse(listed.stdout) as Array<{ threadId: string }>).map((t) => t.threadId).sort()).toEqual(['alice-1', 'alice-2']);
+      const res = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
+      expect(res.code, res.stderr).toBe(0);
+      expect(JSON.parse(res.stdout)).toMatchObject({ owner: 'client/alice', deleted: 2, kept: 0, more: false });
+      expect(await codeOf(client.task('alice-1', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
+      expect(await codeOf(client.task('alice-2', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
+      expect((await client.task('bob-1', { user: 'bob' })).history).toHaveLength(2);
+      const again = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url], asOperator);
+      expect(again.stdout).toBe('0 threads of client/alice deleted\n');
+      const neither = await runTroupe(['delete', '--nats', suite.nats.url], asOperator);
+      expect(neither.code).toBe(2);
+      expect(neither.stderr).toContain('name a thread, or every thread of an owner with --owner');
+    },
+    cliTestTimeout(4),
+  );
 
-  it('from the CLI: says what went, --json for scripts, exit 1 with the code for a thread that is not there', async () => {
-    expect((await client.send('bye', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: bye');
-    const asOperator = { TROUPE_NATS_CREDS: suite.nats.credsFile('operator') };
-    const json = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url, '--json'], asOperator);
-    expect(json.code, json.stderr).toBe(0);
-    expect(JSON.parse(json.stdout)).toMatchObject({ threadId: 'cli-1', deleted: true, deadLetters: 0 });
-    const missing = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
-    expect(missing.code).toBe(1);
-    expect(missing.stderr).toContain('THREAD_NOT_FOUND');
-    expect((await client.send('again', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: again');
-    const human = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
-    expect(human.code).toBe(0);
-    expect(human.stdout).toMatch(/^thread cli-1 deleted on \S+: its record; a new message with this id starts a new thread\n$/);
-  }, cliTestTimeout(3));
+  it(
+    'from the CLI: says what went, --json for scripts, exit 1 with the code for a thread that is not there',
+    async () => {
+      expect((await client.send('bye', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: bye');
+      const asOperator = { TROUPE_NATS_CREDS: suite.nats.credsFile('operator') };
+      const json = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url, '--json'], asOperator);
+      expect(json.code, json.stderr).toBe(0);
+      expect(JSON.parse(json.stdout)).toMatchObject({ threadId: 'cli-1', deleted: true, deadLetters: 0 });
+      const missing = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toContain('THREAD_NOT_FOUND');
+      expect((await client.send('again', { threadId: 'cli-1', timeoutMs: 15_000 })).text).toBe('echo: again');
+      const human = await runTroupe(['delete', 'cli-1', '--nats', suite.nats.url], asOperator);
+      expect(human.code).toBe(0);
+      expect(human.stdout).toMatch(/^thread cli-1 deleted on \S+: its record; a new message with this id starts a new thread\n$/);
+    },
+    cliTestTimeout(3),
+  );
 
-  it("every control verb a node answers replies as CTL says, and refuses a request outside its schema with INVALID_MESSAGE", async () => {
+  it('every control verb a node answers replies as CTL says, and refuses a request outside its schema with INVALID_MESSAGE', async () => {
     expect((await client.send('typed', { threadId: 'ctl-1', timeoutMs: 15_000 })).text).toBe('echo: typed');
     const raw = await suite.connect('ctl-raw', 'operator');
     const ask = async (verb: CtlVerb, body: unknown): Promise<unknown> =>
@@ -149,7 +176,12 @@ describe('troupe delete', () => {
     }
     const typed = await operator.ctl('thread', { threadId: 'ctl-1' });
     expect(typed.record.task.history?.map((m) => m.role)).toEqual(['user', 'agent']);
-    for (const [verb, body] of [['dlq', { limit: 0 }], ['memory', { gc: 'yes' }], ['threads', { limit: 'all' }], ['thread', { threadId: 'a b' }]] as Array<[CtlVerb, unknown]>) {
+    for (const [verb, body] of [
+      ['dlq', { limit: 0 }],
+      ['memory', { gc: 'yes' }],
+      ['threads', { limit: 'all' }],
+      ['thread', { threadId: 'a b' }],
+    ] as Array<[CtlVerb, unknown]>) {
       expect(await ask(verb, body), verb).toMatchObject({ kind: 'error', error: { code: 'INVALID_MESSAGE' } });
     }
   });

@@ -37,7 +37,11 @@ describe('troupe demo --llm', () => {
       decide({ agentId: 'weather', confidence: 0.2, reasoning: 'too vague' }),
     );
     openai.scriptFor('support-model', { toolCalls: [{ name: 'lookup_order', arguments: { order_id: 'A-1001' } }] }, { text: 'Order A-1001 has shipped.' });
-    const res = await runTroupe(['demo', '--llm', '--json'], { OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: 'sk-test', TROUPE_DEMO_MODEL: 'router-model', SUPPORT_MODEL: 'support-model' }, { timeoutMs: 60_000 });
+    const res = await runTroupe(
+      ['demo', '--llm', '--json'],
+      { OPENAI_BASE_URL: openai.baseURL, OPENAI_API_KEY: 'sk-test', TROUPE_DEMO_MODEL: 'router-model', SUPPORT_MODEL: 'support-model' },
+      { timeoutMs: 60_000 },
+    );
     expect(res.code, res.stderr).toBe(0);
     const steps = JSON.parse(res.stdout) as DemoStep[];
     const qa = steps.filter((s) => s.team === 'qa');

@@ -76,7 +76,12 @@ __ready() {
 `;
 
 function documents(): string[] {
-  return ['README.md', ...readdirSync(join(REPO_ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  return [
+    'README.md',
+    ...readdirSync(join(REPO_ROOT, 'docs'))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ];
 }
 
 describe('the docs, run as written', () => {
@@ -142,7 +147,9 @@ describe('the docs, run as written', () => {
       } catch {
         // Nothing was left.
       }
-      const logs = readdirSync(dir).filter((f) => f.startsWith('.bg-')).map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').slice(-2_000)}`);
+      const logs = readdirSync(dir)
+        .filter((f) => f.startsWith('.bg-'))
+        .map((f) => `--- ${f}\n${readFileSync(join(dir, f), 'utf8').slice(-2_000)}`);
       expect(code, `${out}\n${logs.join('\n')}`).toBe(0);
     }, 300_000);
   }

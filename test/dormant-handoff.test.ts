@@ -13,8 +13,6 @@ import { handoffDeadlineOf } from '../src/actors/threads/record.js';
 import { TENANT, dormantMesh } from './helpers/dormant-mesh.js';
 import { waitFor } from './helpers/wait.js';
 
-
-
 const stops: Array<() => Promise<void>> = [];
 afterEach(async () => {
   for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);

@@ -22,7 +22,20 @@ const suite = natsSuite();
 
 function startNode(name: string): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', suite.nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--lease-ttl', '1500', '--partitions', String(PARTITIONS), '--dormant', '200'],
+    [
+      'up',
+      '--nats',
+      suite.nats.url,
+      '--team',
+      'test/fixtures/durable-team.ts',
+      '--no-agents',
+      '--lease-ttl',
+      '1500',
+      '--partitions',
+      String(PARTITIONS),
+      '--dormant',
+      '200',
+    ],
     { ...suite.nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
     { name },
     suite.group,
@@ -39,9 +52,12 @@ async function nodes(client: TroupeClient): Promise<Array<{ id: string; partitio
 }
 
 describe('dormant threads on durable nodes', () => {
-  it('a partition that moves away and back: its threads are read from KV with what the other node wrote, not woken from the first node\'s copy', async () => {
+  it("a partition that moves away and back: its threads are read from KV with what the other node wrote, not woken from the first node's copy", async () => {
     const agentTransport = await suite.connect('slowecho');
-    const echo = defineAgent({ card: { id: 'slowecho', name: 'Echo', description: 'Echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const echo = defineAgent({
+      card: { id: 'slowecho', name: 'Echo', description: 'Echoes' },
+      handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }),
+    });
     await new AgentHost({ transport: agentTransport, agent: echo, heartbeatMs: 500 }).start();
     const nodeA = await startNode('node A');
     const client = new TroupeClient(await suite.connect('client'));
@@ -60,7 +76,11 @@ describe('dormant threads on durable nodes', () => {
       ['inspect', ids[0]!, '--nats', suite.nats.url, '--json'],
       suite.nats.env,
     );
-    expect(seen).toMatchObject({ found: true, value: 'input-required', actor: { kind: 'thread', status: 'passivated', detail: { dormant: true, history: 2 } } });
+    expect(seen).toMatchObject({
+      found: true,
+      value: 'input-required',
+      actor: { kind: 'thread', status: 'passivated', detail: { dormant: true, history: 2 } },
+    });
     // With the recent events its actor had.
     expect(seen.events.map((e) => e.type)).toContain('troupe.user.message');
     expect(seen.events.some((e) => e.summary === `${ids[0]}/agentCall`)).toBe(true);
@@ -72,10 +92,14 @@ describe('dormant threads on durable nodes', () => {
 
     // Node B joins and takes some partitions; its threads get a turn there.
     const nodeB = await startNode('node B');
-    const split = await waitUntil(async () => {
-      const all = await nodes(client);
-      return all.length === 2 && all.every((n) => n.partitions.length > 0) && all.flatMap((n) => n.partitions).length === PARTITIONS ? all : undefined;
-    }, 'the two nodes to share the partitions', 20_000);
+    const split = await waitUntil(
+      async () => {
+        const all = await nodes(client);
+        return all.length === 2 && all.every((n) => n.partitions.length > 0) && all.flatMap((n) => n.partitions).length === PARTITIONS ? all : undefined;
+      },
+      'the two nodes to share the partitions',
+      20_000,
+    );
     const bId = split.find((n) => nodeB.stderr.includes(n.id))!.id;
     const bParts = split.find((n) => n.id === bId)!.partitions;
     const moved = ids.filter((id) => bParts.includes(partitionOf(id, PARTITIONS)));
@@ -86,7 +110,11 @@ describe('dormant threads on durable nodes', () => {
 
     // Node B stops: node A owns everything again and the next turn of each moved thread carries B's turn.
     await nodeB.kill('SIGTERM');
-    await waitUntil(async () => ((await nodes(client)).find((n) => n.id !== bId)?.partitions.length === PARTITIONS ? true : undefined), 'node A to own every partition again', 20_000);
+    await waitUntil(
+      async () => ((await nodes(client)).find((n) => n.id !== bId)?.partitions.length === PARTITIONS ? true : undefined),
+      'node A to own every partition again',
+      20_000,
+    );
     for (const id of ids) expect((await client.send('three', { threadId: id, timeoutMs: 15_000 })).text).toBe('echo: three');
     const store = await KvThreadStore.open((await suite.connect('reader')).connection);
     for (const id of ids) {
@@ -94,7 +122,9 @@ describe('dormant threads on durable nodes', () => {
         const r = await store.get('demo', id);
         return r && (r.record.task.history?.length ?? 0) >= (moved.includes(id) ? 6 : 4) ? r : undefined;
       }, `the history of ${id}`);
-      const expected = moved.includes(id) ? ['one', 'echo: one', 'two (on B)', 'echo: two (on B)', 'three', 'echo: three'] : ['one', 'echo: one', 'three', 'echo: three'];
+      const expected = moved.includes(id)
+        ? ['one', 'echo: one', 'two (on B)', 'echo: two (on B)', 'three', 'echo: three']
+        : ['one', 'echo: one', 'three', 'echo: three'];
       expect(stored.record.task.history?.map(textOf)).toEqual(expected);
     }
     expect(nodeA.stderr).not.toMatch(/could not commit thread state/);

@@ -9,8 +9,6 @@ import type { ThreadConfig } from '../src/machines/thread.js';
 import { CountingStore, TENANT, dormantMesh } from './helpers/dormant-mesh.js';
 import { waitFor } from './helpers/wait.js';
 
-
-
 /** An echo agent that, for a message saying "hold", answers only once `release()` is called. */
 function echoAgent() {
   let release: () => void = () => undefined;
@@ -36,7 +34,8 @@ async function mesh(opts: { dormantMs: number; idleMs?: number; store?: Counting
   return { ...m, release: echo.release };
 }
 
-const texts = (history: Array<{ parts: Array<{ kind: string; text?: string }> }> | undefined) => (history ?? []).map((m) => m.parts.map((p) => p.text).join(''));
+const texts = (history: Array<{ parts: Array<{ kind: string; text?: string }> }> | undefined) =>
+  (history ?? []).map((m) => m.parts.map((p) => p.text).join(''));
 
 describe('dormant threads', () => {
   it('a thread at rest for dormantMs keeps its record in memory, not its actor; its next message wakes it without a store read and it goes on where it was', async () => {
@@ -56,7 +55,13 @@ describe('dormant threads', () => {
     // `troupe inspect` shows it from the record it keeps (state and context, no children) and the recent
     // events its actor had, as they were.
     const seen = m.threads.inspect(first.threadId);
-    expect(seen?.actor).toMatchObject({ kind: 'thread', id: first.threadId, state: 'input-required', status: 'passivated', detail: { dormant: true, turns: 2, history: 4 } });
+    expect(seen?.actor).toMatchObject({
+      kind: 'thread',
+      id: first.threadId,
+      state: 'input-required',
+      status: 'passivated',
+      detail: { dormant: true, turns: 2, history: 4 },
+    });
     expect(seen?.value).toBe('input-required');
     expect((seen?.context as { history: unknown[] }).history).toHaveLength(4);
     expect(seen?.events).toEqual(liveEvents);
@@ -141,7 +146,10 @@ describe('dormant threads', () => {
     expect(a.threads.dormantCount()).toBe(0);
     const stored = (await store.get(TENANT, 'moved-1'))!;
     const written = { kind: 'message' as const, role: 'user' as const, messageId: 'b-1', parts: [{ kind: 'text' as const, text: 'written by node-b' }] };
-    await store.update({ ...stored.record, node: 'node-b', task: { ...stored.record.task, history: [...(stored.record.task.history ?? []), written] } }, stored.revision);
+    await store.update(
+      { ...stored.record, node: 'node-b', task: { ...stored.record.task, history: [...(stored.record.task.history ?? []), written] } },
+      stored.revision,
+    );
     // The partition comes back: the thread is read from the store, with what node-b wrote.
     const gets = store.gets;
     const second = await a.client.send('two', { threadId: 'moved-1' });
@@ -150,7 +158,7 @@ describe('dormant threads', () => {
     expect(texts((await store.get(TENANT, 'moved-1'))!.record.task.history)).toEqual(['one', 'echo: one', 'written by node-b', 'two', 'echo: two']);
   });
 
-  it('a thread loaded with another config than the node\'s keeps it through dormancy', async () => {
+  it("a thread loaded with another config than the node's keeps it through dormancy", async () => {
     const store = new CountingStore();
     const a = await mesh({ dormantMs: 0, store, nodeId: 'node-a', config: { maxHops: 3 } });
     await a.client.send('one', { threadId: 'config-1' });

@@ -44,7 +44,20 @@ const transport = (name: string, user = 'node') => suite.connect(name, user);
 
 function startNode(name: string, team = 'test/fixtures/chaos-team.ts'): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--log-level', 'warn'],
+    [
+      'up',
+      '--nats',
+      suite.nats.url,
+      '--team',
+      team,
+      '--no-agents',
+      '--lease-ttl',
+      String(LEASE_TTL_MS),
+      '--partitions',
+      String(PARTITIONS),
+      '--log-level',
+      'warn',
+    ],
     suite.nats.env,
     { name },
     suite.group,
@@ -68,10 +81,14 @@ async function afterEveryNodesAnswers(client: TroupeClient, nodes: number): Prom
 }
 
 async function allPartitionsOwned(client: TroupeClient, nodes: number): Promise<void> {
-  await waitUntil(async () => {
-    const o = await owners(client);
-    return o.size === nodes && [...o.values()].flat().length === PARTITIONS && [...o.values()].every((p) => p.length > 0) ? true : undefined;
-  }, `${nodes} nodes sharing the ${PARTITIONS} partitions`, 30_000);
+  await waitUntil(
+    async () => {
+      const o = await owners(client);
+      return o.size === nodes && [...o.values()].flat().length === PARTITIONS && [...o.values()].every((p) => p.length > 0) ? true : undefined;
+    },
+    `${nodes} nodes sharing the ${PARTITIONS} partitions`,
+    30_000,
+  );
 }
 
 /** Every final answer on the tenant's `out.local.*` subjects, in arrival order per thread. */
@@ -96,7 +113,10 @@ async function sendAll(t: NatsTransport, threads: string[], perThread: number, t
         const msg = userMessage(`${tag} ${threadId} #${i}`, { messageId: `${threadId}-${tag}-${i}` });
         for (;;) {
           try {
-            await t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), { timeoutMs: 3_000, headers: { [HEADERS.msgId]: `${threadId}/${msg.messageId}` } });
+            await t.request(subjects.threadIn('demo', 'local', threadId), encodeJson(msg), {
+              timeoutMs: 3_000,
+              headers: { [HEADERS.msgId]: `${threadId}/${msg.messageId}` },
+            });
             break;
           } catch {
             await sleep(RETRY_PAUSE_MS); // the server is restarting: the same Nats-Msg-Id makes a retry safe
@@ -114,7 +134,11 @@ async function sendAll(t: NatsTransport, threads: string[], perThread: number, t
  * Every message answered once and in order: on `out`, or (`recovered`) only in the thread's stored history,
  * for an answer published while the observer was away.
  */
-function assertExactlyOnceInOrder(sent: Map<string, string[]>, finals: Map<string, string[]>, recovered: ReadonlySet<string> = new Set()): { answered: number; duplicates: number } {
+function assertExactlyOnceInOrder(
+  sent: Map<string, string[]>,
+  finals: Map<string, string[]>,
+  recovered: ReadonlySet<string> = new Set(),
+): { answered: number; duplicates: number } {
   let answered = recovered.size;
   let duplicates = 0;
   for (const [threadId, ids] of sent) {
@@ -170,7 +194,8 @@ describe('durability under real faults, hundreds of messages in flight', () => {
     // missing 20 s on (as the cluster chaos suite does).
     const recovered = new Set<string>();
     const started = Date.now();
-    const unanswered = () => [...sent].flatMap(([t, ids]) => ids.filter((id) => !(finals.get(t) ?? []).includes(id) && !recovered.has(id)).map((id) => [t, id] as const));
+    const unanswered = () =>
+      [...sent].flatMap(([t, ids]) => ids.filter((id) => !(finals.get(t) ?? []).includes(id) && !recovered.has(id)).map((id) => [t, id] as const));
     try {
       await waitUntil(
         async () => {
@@ -178,9 +203,13 @@ describe('durability under real faults, hundreds of messages in flight', () => {
           if (missing.length === 0) return true;
           if (Date.now() - started < 20_000) return undefined;
           for (const t of new Set(missing.map(([t]) => t))) {
-            const history = await client.task(t).then((task) => task.history ?? [], () => []);
+            const history = await client.task(t).then(
+              (task) => task.history ?? [],
+              () => [],
+            );
             history.forEach((m, i) => {
-              if (m.role === 'user' && history[i + 1]?.role === 'agent' && missing.some(([mt, id]) => mt === t && id === m.messageId)) recovered.add(m.messageId);
+              if (m.role === 'user' && history[i + 1]?.role === 'agent' && missing.some(([mt, id]) => mt === t && id === m.messageId))
+                recovered.add(m.messageId);
             });
           }
           return unanswered().length === 0 || undefined;
@@ -190,11 +219,18 @@ describe('durability under real faults, hundreds of messages in flight', () => {
         500,
       );
     } catch (err) {
-      throw new Error(`${(err as Error).message}: no answer on out or in the history for ${unanswered().slice(0, 10).map(([t, id]) => `${t}:${id}`).join(', ')}`);
+      throw new Error(
+        `${(err as Error).message}: no answer on out or in the history for ${unanswered()
+          .slice(0, 10)
+          .map(([t, id]) => `${t}:${id}`)
+          .join(', ')}`,
+      );
     }
     await afterEveryNodesAnswers(client, 2);
     const { answered, duplicates } = assertExactlyOnceInOrder(sent, finals, recovered);
-    console.log(`[chaos] nats-server restart: 900 messages over 300 threads; answered ${answered} (${recovered.size} read from the stored history), duplicates ${duplicates}, lost ${900 - answered + duplicates}`);
+    console.log(
+      `[chaos] nats-server restart: 900 messages over 300 threads; answered ${answered} (${recovered.size} read from the stored history), duplicates ${duplicates}, lost ${900 - answered + duplicates}`,
+    );
     expect(restarted).toBe(true);
     expect(duplicates).toBe(0);
   }, 180_000);
@@ -265,10 +301,17 @@ describe('two live nodes racing for one thread', () => {
     const t1 = await transport('race-a');
     const t2 = await transport('race-b');
     // Two nodes on one store, in a tenant without durable ingress: the test hands each its messages.
-    const [storeA, storeB] = await Promise.all([KvThreadStore.open(t1.connection, { bucket: 'race_threads' }), KvThreadStore.open(t2.connection, { bucket: 'race_threads' })]);
+    const [storeA, storeB] = await Promise.all([
+      KvThreadStore.open(t1.connection, { bucket: 'race_threads' }),
+      KvThreadStore.open(t2.connection, { bucket: 'race_threads' }),
+    ]);
     const a = await new TroupeNode({ transport: t1, tenant: 'race', nodeId: 'race-a', store: storeA, config: { entryAgent: 'echo' } }).start();
     const b = await new TroupeNode({ transport: t2, tenant: 'race', nodeId: 'race-b', store: storeB, config: { entryAgent: 'echo' } }).start();
-    const raceHost = await new AgentHost({ transport: t1, tenant: 'race', agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'e' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }) }).start();
+    const raceHost = await new AgentHost({
+      transport: t1,
+      tenant: 'race',
+      agent: defineAgent({ card: { id: 'echo', name: 'Echo', description: 'e' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) }),
+    }).start();
     await Promise.all([a.registry.waitFor(['echo']), b.registry.waitFor(['echo'])]);
     const threadId = 'raced';
     const msg = (id: string) => ({ ...userMessage(id, { messageId: id }) });
@@ -282,7 +325,10 @@ describe('two live nodes racing for one thread', () => {
     await b.threads.deliver(threadId, msg('m2'), 'local', answered); // b loads it and writes over a's revision
     await waitUntil(async () => ((await storeB.get('race', threadId))?.record.task.history?.length ?? 0) >= 4 || undefined, 'm2 answered');
     // a's live actor is stale now: its write loses the compare-and-set, and the stored state wins.
-    const lost = await a.threads.deliver(threadId, msg('m3'), 'local', answered).then(() => 'accepted', (e: { code?: string }) => e.code);
+    const lost = await a.threads.deliver(threadId, msg('m3'), 'local', answered).then(
+      () => 'accepted',
+      (e: { code?: string }) => e.code,
+    );
     expect(lost).toBe('STORE_CONFLICT');
     expect(a.threads.isLive(threadId)).toBe(false);
     // Delivered again (as the ingress redelivers a message that failed), a reloads the stored state and goes on.

@@ -28,7 +28,21 @@ const suite = natsSuite();
 
 function startNode(team: string, name: string, extra: string[] = []): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', suite.nats.url, '--team', team, '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS), '--idle', '1500', ...extra],
+    [
+      'up',
+      '--nats',
+      suite.nats.url,
+      '--team',
+      team,
+      '--no-agents',
+      '--lease-ttl',
+      String(LEASE_TTL_MS),
+      '--partitions',
+      String(PARTITIONS),
+      '--idle',
+      '1500',
+      ...extra,
+    ],
     { ...suite.nats.env, TROUPE_LOG_LEVEL: process.env.NODE_LOG_LEVEL ?? 'info' },
     { name },
     suite.group,
@@ -86,11 +100,15 @@ describe('durable threads across node crashes and NATS restarts', () => {
     clientTransport = await suite.connect('client');
     client = new TroupeClient(clientTransport);
     // Both nodes hold partitions and the agent is known before the faults start.
-    await waitUntil(async () => {
-      const owned = await partitionsByNode(client);
-      const all = [...owned.values()].flat();
-      return owned.size === 2 && [...owned.values()].every((p) => p.length > 0) && all.length === PARTITIONS;
-    }, 'two nodes sharing the partitions', 15_000);
+    await waitUntil(
+      async () => {
+        const owned = await partitionsByNode(client);
+        const all = [...owned.values()].flat();
+        return owned.size === 2 && [...owned.values()].every((p) => p.length > 0) && all.length === PARTITIONS;
+      },
+      'two nodes sharing the partitions',
+      15_000,
+    );
     const warm = await client.send('warm up', { timeoutMs: 15_000 });
     expect(warm.text).toBe('echo: warm up');
   });
@@ -149,7 +167,9 @@ describe('durable threads across node crashes and NATS restarts', () => {
     await waitUntil(() => (executions.get(message.messageId) ?? 0) > 0, 'the agent to receive the call');
     await suite.nats.restart();
     const mid = await answer.catch((err: unknown) => {
-      throw new Error(`${String(err)} requests=${requests.get(message.messageId)} executions=${executions.get(message.messageId)}\n${nodeA.describe()}\n${nodeB.describe()}`);
+      throw new Error(
+        `${String(err)} requests=${requests.get(message.messageId)} executions=${executions.get(message.messageId)}\n${nodeA.describe()}\n${nodeB.describe()}`,
+      );
     });
     expect(mid.text).toBe('echo: slow:800 across the restart');
     const last = await client.send('after the restart', { threadId, timeoutMs: 30_000 });
@@ -218,7 +238,10 @@ describe('durable threads across node crashes and NATS restarts', () => {
       return res.actors.some((a) => a.id === threadId) ? undefined : res;
     }, 'the idle thread to be passivated');
     expect(ps.passivated).toBeGreaterThanOrEqual(1);
-    const threads = await runTroupeJson<Array<{ threadId: string; state: string; live: boolean }>>(['threads', '--nats', suite.nats.url, '--json', '--state', 'input-required'], suite.nats.env);
+    const threads = await runTroupeJson<Array<{ threadId: string; state: string; live: boolean }>>(
+      ['threads', '--nats', suite.nats.url, '--json', '--state', 'input-required'],
+      suite.nats.env,
+    );
     expect(threads.find((t) => t.threadId === threadId)).toMatchObject({ state: 'input-required', live: false });
     const record = await runTroupeJson<{ record: { task: { history: Message[] } } }>(['thread', threadId, '--nats', suite.nats.url, '--json'], suite.nats.env);
     expect(record.record.task.history.map(textOf)).toEqual(['first', 'echo: first']);
@@ -287,21 +310,30 @@ describe('an active handoff survives a node crash', () => {
     await node.kill('SIGKILL');
     const replacement = await startNode('test/fixtures/durable-handoff-team.ts', 'handoff node 2');
     // On the new node the handoff is live and active (the 15 s budget outlasts a node restart).
-    const active = await waitUntil(async () => {
-      const replies = await client.ps(300);
-      return replies.flatMap((r) => r.actors).find((a) => a.id === `${threadId}/handoff`);
-    }, 'the handoff actor on the new node', 15_000);
+    const active = await waitUntil(
+      async () => {
+        const replies = await client.ps(300);
+        return replies.flatMap((r) => r.actors).find((a) => a.id === `${threadId}/handoff`);
+      },
+      'the handoff actor on the new node',
+      15_000,
+    );
     expect(active.state).toBe('active');
 
     const firedAt = await expectOneResume(client, events, threadId, deadline, 30_000);
-    console.log(`handoff deadline at ${new Date(deadline).toISOString()}; the resume was stamped ${firedAt - deadline} ms after it (node killed and replaced in between)`);
+    console.log(
+      `handoff deadline at ${new Date(deadline).toISOString()}; the resume was stamped ${firedAt - deadline} ms after it (node killed and replaced in between)`,
+    );
     await replacement.kill('SIGTERM');
     await Promise.all(hosts.map((h) => h.stop()));
   }, 90_000);
 
   it('a thread in a handoff goes dormant (--dormant) and stays past --idle; the node wakes it at the deadline, which fires once, not before it', async () => {
     const threadId = 'handoff-dormant-1';
-    const { hosts, node, client, events, deadline } = await slothHandoff('dormant-handoff', 'test/fixtures/durable-handoff-team-short.ts', threadId, ['--dormant', '200']);
+    const { hosts, node, client, events, deadline } = await slothHandoff('dormant-handoff', 'test/fixtures/durable-handoff-team-short.ts', threadId, [
+      '--dormant',
+      '200',
+    ]);
 
     // Dormant on its node (no live actor, no handoff actor), and still dormant after --idle (1.5 s).
     const dormantNow = async () => {
@@ -318,14 +350,18 @@ describe('an active handoff survives a node crash', () => {
     await waitUntil(
       async () => {
         const d = await nodeDetail();
-        return Number(d['passivatedThreads'] ?? 0) > passivatedBefore && Number(d['dormantThreads'] ?? 0) === 1 && Number(d['liveThreads'] ?? 0) === 0 ? true : undefined;
+        return Number(d['passivatedThreads'] ?? 0) > passivatedBefore && Number(d['dormantThreads'] ?? 0) === 1 && Number(d['liveThreads'] ?? 0) === 0
+          ? true
+          : undefined;
       },
       'a thread at rest since later dropped after --idle',
       20_000,
     );
     if (Date.now() < deadline - 300) expect(await dormantNow()).toBe(true);
     const shown = await runTroupe(['inspect', threadId, '--nats', suite.nats.url], suite.nats.env);
-    expect(shown.stdout).toContain(`(dormant: at rest, its actor stopped and its record kept; its next message wakes it, or its handoff's deadline at ${new Date(deadline).toISOString()})`);
+    expect(shown.stdout).toContain(
+      `(dormant: at rest, its actor stopped and its record kept; its next message wakes it, or its handoff's deadline at ${new Date(deadline).toISOString()})`,
+    );
 
     await expectOneResume(client, events, threadId, deadline, 20_000);
     await node.kill('SIGTERM');

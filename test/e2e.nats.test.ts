@@ -187,7 +187,9 @@ describe('troupe end to end over NATS, one process per actor', () => {
     expect(finalAt).toBe(events.length - 1);
     expect(Math.max(...chunks.map((c) => c.i))).toBeLessThan(finalAt);
     // The route steps were announced as working status updates, in order, before the final one.
-    const announced = events.flatMap((e) => (e.kind === 'status-update' && !e.final && e.metadata?.['troupe/route'] ? [e.metadata['troupe/route'] as RouteStep] : []));
+    const announced = events.flatMap((e) =>
+      e.kind === 'status-update' && !e.final && e.metadata?.['troupe/route'] ? [e.metadata['troupe/route'] as RouteStep] : [],
+    );
     expect(announced.map((s) => s.to)).toEqual(['triage', 'researcher', 'writer']);
 
     // The persisted thread, read by the CLI in another process.
@@ -240,7 +242,10 @@ describe('troupe end to end over NATS, one process per actor', () => {
     // the client both `troupe.demo.in.client.*` and `troupe.demo.in.client.*.*`.
     expect(outcome).toEqual({ text: `Here is your piece. ${facts(topic)}`, error: undefined, streamed: true });
     // Control is for operators: the broker refuses the client's ps request.
-    const ps = await asClient.ps(300).then(() => 'answered', (e: unknown) => (e as Error).message);
+    const ps = await asClient.ps(300).then(
+      () => 'answered',
+      (e: unknown) => (e as Error).message,
+    );
     expect(ps).toMatch(/Permissions Violation for Publish to "troupe\.demo\.(ctl\.ps|hello)"/);
   });
 
@@ -514,9 +519,7 @@ describe('troupe end to end over NATS, one process per actor', () => {
     const nodeId = kinds('node')[0]!.id;
     const reg = kinds('registry')[0];
     expect(reg?.node).toBe(nodeId);
-    expect(reg?.detail?.agents).toEqual(
-      expect.arrayContaining(['triage×1', 'researcher×1', 'writer×1', 'echo×2', ...(HAS_PYTHON_AGENT ? ['pyecho×1'] : [])]),
-    );
+    expect(reg?.detail?.agents).toEqual(expect.arrayContaining(['triage×1', 'researcher×1', 'writer×1', 'echo×2', ...(HAS_PYTHON_AGENT ? ['pyecho×1'] : [])]));
     // Agents answer from their own processes (their own `node` names), not from the node.
     const agents = kinds('agent');
     const agentIds = agents.map((a) => a.id).sort();

@@ -162,7 +162,11 @@ describe('embedded mesh with the demo team', () => {
     await waitFor(() => answers.length === 2, 'the answer of m2');
     expect(await host.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' })).toEqual({ duplicate: true });
     await host.passivateThread(threadId);
-    const other = new TroupeNode({ transport: new MemoryTransport({ bus: (mesh.client.transport as MemoryTransport).bus }), store: host.store, nodeId: 'other-node-2' });
+    const other = new TroupeNode({
+      transport: new MemoryTransport({ bus: (mesh.client.transport as MemoryTransport).bus }),
+      store: host.store,
+      nodeId: 'other-node-2',
+    });
     expect(await other.threads.deliver(threadId, m1, 'local', { seq: 11, until: 'answered' })).toEqual({ duplicate: true });
     // The latest message given again (its ack confirmed, then lost with a consumer's leader): the node that
     // committed it says it published the answer, so the next owner does not.
@@ -214,7 +218,8 @@ describe('embedded mesh with the demo team', () => {
     const historyOf = () => (mesh.node.threads.inspect(first.threadId)?.context as { history: Array<{ messageId: string }> }).history.map((m) => m.messageId);
     let turns = 1;
     // Until the first message has been pruned, and a few turns after (the history's ids followed through several prunes).
-    while (historyOf().includes('long-0') || turns < 20) await mesh.client.send(`Is the lake cold? ${turns}`, { messageId: `long-${turns++}`, threadId: first.threadId });
+    while (historyOf().includes('long-0') || turns < 20)
+      await mesh.client.send(`Is the lake cold? ${turns}`, { messageId: `long-${turns++}`, threadId: first.threadId });
     expect(historyOf()).toHaveLength(50);
     // The oldest message of this test's still in the history.
     const oldest = historyOf().find((id) => id.startsWith('long-'))!;

@@ -17,7 +17,14 @@ const CASES: Array<{ answer: string; truth: string; f1: number; bleu: number; ro
     rouge: 0.8421052631578948,
     meteor: 0.9041027559546079,
   },
-  { answer: 'The cat sat on the mat', truth: 'The cat is sitting on the mat', f1: 0.6666666666666665, bleu: 0.21506254256566312, rouge: 0.7692307692307692, meteor: 0.7014492753623188 },
+  {
+    answer: 'The cat sat on the mat',
+    truth: 'The cat is sitting on the mat',
+    f1: 0.6666666666666665,
+    bleu: 0.21506254256566312,
+    rouge: 0.7692307692307692,
+    meteor: 0.7014492753623188,
+  },
   {
     // NLTK's own doctest pair for METEOR (0.6944).
     answer: 'It is a guide to action which ensures that the military always obeys the commands of the party',
@@ -28,7 +35,14 @@ const CASES: Array<{ answer: string; truth: string; f1: number; bleu: number; ro
     meteor: 0.6944444444444445,
   },
   // "steeping"/"steep" and "teas"/"tea" match only through their stems.
-  { answer: 'steeping green teas for two minutes', truth: 'Steep green tea for one to two minutes', f1: 0.5714285714285715, bleu: 0.07356556000975763, rouge: 0.5714285714285715, meteor: 0.754985754985755 },
+  {
+    answer: 'steeping green teas for two minutes',
+    truth: 'Steep green tea for one to two minutes',
+    f1: 0.5714285714285715,
+    bleu: 0.07356556000975763,
+    rouge: 0.5714285714285715,
+    meteor: 0.754985754985755,
+  },
   { answer: 'nothing in common', truth: 'completely different words', f1: 0, bleu: 0, rouge: 0, meteor: 0 },
 ];
 

@@ -20,7 +20,9 @@ import { ProcessGroup, runTroupe } from './helpers/processes.js';
 type Msg = { role: string; content: unknown; tool_call_id?: string };
 const messages = (req: SeenRequest) => req.body.messages as Msg[];
 const textOf = (content: unknown): string =>
-  typeof content === 'string' ? content : (content as Array<{ type: string; text?: string }>).map((p) => (p.type === 'text' ? p.text : `[${p.type}]`)).join('\n');
+  typeof content === 'string'
+    ? content
+    : (content as Array<{ type: string; text?: string }>).map((p) => (p.type === 'text' ? p.text : `[${p.type}]`)).join('\n');
 const question = (req: SeenRequest) => textOf(messages(req).find((m) => m.role === 'user')!.content).split('\n')[0]!;
 
 const work = mkdtempSync(join(tmpdir(), 'troupe-eval-'));
@@ -68,7 +70,8 @@ describe('troupe eval', { timeout: 180_000 }, () => {
       const tools = ((req.body.tools ?? []) as Array<{ function: { name: string } }>).map((t) => t.function.name);
       const searched = messages(req).some((m) => m.role === 'tool');
       if (!searched && tools.includes('kb_search') && !noSearch.has(asked)) return { toolCalls: [{ name: 'kb_search', arguments: { query: asked } }] };
-      if (!searched && tools.includes('docs__search_files') && SEARCH_WORDS[asked]) return { toolCalls: [{ name: 'docs__search_files', arguments: { query: SEARCH_WORDS[asked] } }] };
+      if (!searched && tools.includes('docs__search_files') && SEARCH_WORDS[asked])
+        return { toolCalls: [{ name: 'docs__search_files', arguments: { query: SEARCH_WORDS[asked] } }] };
       return { text: answers[asked] ?? 'I do not know.' };
     });
   });
@@ -99,7 +102,13 @@ describe('troupe eval', { timeout: 180_000 }, () => {
       ['rouge', 'lexical', 0.4, 1, undefined],
     ]);
     const [green, rooibos, matcha] = report.cases;
-    expect(green).toMatchObject({ name: 'green tea', status: 'passed', answer: GOOD_ANSWERS['How long should I steep green tea?'], calledTools: ['kb_search'], missingTools: [] });
+    expect(green).toMatchObject({
+      name: 'green tea',
+      status: 'passed',
+      answer: GOOD_ANSWERS['How long should I steep green tea?'],
+      calledTools: ['kb_search'],
+      missingTools: [],
+    });
     expect(green!.usage).toEqual({ inputTokens: 20, outputTokens: 10, modelCalls: 2 });
     expect(green!.metrics.map((m) => [m.metric, m.status, m.score])).toEqual([
       ['groundedness', 'passed', 5],
@@ -112,7 +121,9 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     // The case names its metrics: only those are scored.
     expect(matcha!.metrics.map((m) => m.metric)).toEqual(['groundedness', 'f1_score']);
     // The groundedness judge saw what the search returned.
-    const grounded = model.requestsFor('judge').find((r) => textOf(messages(r)[0]!.content).includes('How long should I steep green tea?') && textOf(messages(r)[0]!.content).includes('CONTEXT'))!;
+    const grounded = model
+      .requestsFor('judge')
+      .find((r) => textOf(messages(r)[0]!.content).includes('How long should I steep green tea?') && textOf(messages(r)[0]!.content).includes('CONTEXT'))!;
     expect(textOf(messages(grounded)[0]!.content)).toContain('"source_reference":"knowledge/faq.json#data.records[0]"');
     expect(model.embeddingRequests.length).toBeGreaterThan(0);
   });
@@ -132,7 +143,10 @@ describe('troupe eval', { timeout: 180_000 }, () => {
 
   it('fails a case whose score is under its threshold, and one that misses an expected tool (exit 1)', async () => {
     answers = { ...GOOD_ANSWERS, 'Does rooibos have caffeine?': 'Please ask our staff in the shop.' };
-    judge = (req) => (textOf(messages(req)[0]!.content).includes('Please ask our staff') ? { text: '{"score": 2, "reason": "It does not answer."}' } : { text: '{"score": 5, "reason": "Fine."}' });
+    judge = (req) =>
+      textOf(messages(req)[0]!.content).includes('Please ask our staff')
+        ? { text: '{"score": 2, "reason": "It does not answer."}' }
+        : { text: '{"score": 5, "reason": "Fine."}' };
     noSearch = new Set(['How long should I steep green tea?']);
     const report = await evalJson([TEA], 1);
     expect(report.summary).toMatchObject({ cases: 3, passed: 1, failed: 2, ok: false });
@@ -164,7 +178,9 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     expect(content).toContain('[file invoice-2041.pdf (pdf)]\nLeaf & Kettle - Invoice 2041');
     expect(content).toContain('Total due: 96.90 EUR');
     const search = model.requestsFor('agent').find((r) => messages(r).some((m) => m.role === 'tool') && question(r).startsWith('Until when'))!;
-    expect(messages(search).find((m) => m.role === 'tool')!.content).toBe('policies/returns.md:3: Unopened tea can be returned within thirty days of delivery for a full refund.');
+    expect(messages(search).find((m) => m.role === 'tool')!.content).toBe(
+      'policies/returns.md:3: Unopened tea can be returned within thirty days of delivery for a full refund.',
+    );
   });
 
   it('a judge that times out is a soft failure with fail_on_error false (exit 0), a hard one with true (exit 1)', async () => {
@@ -172,7 +188,14 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     const soft = await evalJson(['test/fixtures/eval/judge-timeout-soft.yaml'], 0);
     expect(soft.summary).toEqual({ cases: 1, passed: 1, failed: 0, softFailures: 1, ok: true });
     expect(soft.cases[0]!.metrics).toEqual([
-      { metric: 'coherence', status: 'error', hard: false, threshold: 3, max: 5, note: 'the judge failed 2 times: timed out after 300 ms; timed out after 300 ms' },
+      {
+        metric: 'coherence',
+        status: 'error',
+        hard: false,
+        threshold: 3,
+        max: 5,
+        note: 'the judge failed 2 times: timed out after 300 ms; timed out after 300 ms',
+      },
       { metric: 'f1_score', status: 'passed', hard: false, threshold: 0.5, max: 1, score: 1 },
     ]);
     // retry_on_failure: 1 — two attempts.
@@ -185,7 +208,9 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     const table = await runTroupe(['eval', 'test/fixtures/eval/judge-timeout-soft.yaml'], env(), { timeoutMs: 60_000 });
     expect(table.code).toBe(0);
     expect(table.stdout).toMatch(/greeting\s+–\s+error \(soft\)\s+1\.00 ≥ 0\.50 ✓\s+passed \(soft failures\)/);
-    expect(table.stdout).toContain('coherence: the judge failed 2 times: timed out after 300 ms; timed out after 300 ms (soft failure: fail_on_error is false)');
+    expect(table.stdout).toContain(
+      'coherence: the judge failed 2 times: timed out after 300 ms; timed out after 300 ms (soft failure: fail_on_error is false)',
+    );
     expect(table.stdout).toContain('1 case: 1 passed, 0 failed, 1 soft failure');
   });
 
@@ -194,7 +219,11 @@ describe('troupe eval', { timeout: 180_000 }, () => {
     expect(report.cases.map((c) => [c.name, c.status, c.error?.replace(/ \(not a zip archive.*$/, '')])).toEqual([
       ['attachments', 'passed', undefined],
       ['office', 'passed', undefined],
-      ['spreadsheet', 'failed', 'test case "spreadsheet" files[0] (prices.csv): the excel file\'s text cannot be extracted: the workbook is not a valid file of its type'],
+      [
+        'spreadsheet',
+        'failed',
+        'test case "spreadsheet" files[0] (prices.csv): the excel file\'s text cannot be extracted: the workbook is not a valid file of its type',
+      ],
     ]);
     const [turn, office] = model.requestsFor('agent');
     const parts = messages(turn!).find((m) => m.role === 'user')!.content as Array<{ type: string; text?: string; image_url?: { url: string } }>;
@@ -298,7 +327,7 @@ describe('test-case files', () => {
     expect(context).toHaveLength(3);
   });
 
-  it('parses a judge\'s verdict, and refuses one off the scale', () => {
+  it("parses a judge's verdict, and refuses one off the scale", () => {
     expect(parseVerdict('Sure! {"score": 4, "reason": "Mostly supported."}', 5)).toEqual({ score: 4, reason: 'Mostly supported.' });
     expect(parseVerdict('Score: 3', 5)).toEqual({ score: 3, reason: 'Score: 3' });
     expect(() => parseVerdict('{"score": 9}', 5)).toThrow("the judge's score 9 is not on the 1–5 scale");

@@ -30,10 +30,16 @@ describe('the packed recent-events log', () => {
       { at: t0 + i * 40 + 7, type: 'xstate.done.actor.request', child: 'agentCall' },
       { at: t0 + i * 40 + 8, type: 'xstate.done.actor.agentCall', child: undefined },
     ];
-    const log = Array.from({ length: 6 }, (_, i) => turn(i)).flat().slice(-25);
+    const log = Array.from({ length: 6 }, (_, i) => turn(i))
+      .flat()
+      .slice(-25);
     expect(packEvents(log)!.length).toBeLessThan(10 * log.length);
     // More distinct names than the table keeps: the later ones are written out, and read back the same.
-    const many = Array.from({ length: 5_000 }, (_, i): RecentEventEntry => ({ at: t0 + i, type: `custom.event.${i}`, child: i % 2 ? `child-${i}` : undefined }));
+    const many = Array.from({ length: 5_000 }, (_, i): RecentEventEntry => ({
+      at: t0 + i,
+      type: `custom.event.${i}`,
+      child: i % 2 ? `child-${i}` : undefined,
+    }));
     expect(unpackEvents(packEvents(many))).toEqual(many);
   });
 });

@@ -46,7 +46,11 @@ describe('every accepted message gets exactly one final event', () => {
     nats = await startNatsServer();
     // Idle threads passivate after 300 ms: between two bursts the node unloads the thread while the next
     // message may already be on its way.
-    node = await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--idle', '300', '--log-level', 'error'], nats.env, { name: 'node' });
+    node = await procs.spawnTroupe(
+      ['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--idle', '300', '--log-level', 'error'],
+      nats.env,
+      { name: 'node' },
+    );
     const agentT = await NatsTransport.connect({ ...nats.as('slowecho'), name: 'final-events-agent' });
     transports.push(agentT);
     agent = await new AgentHost({
@@ -99,7 +103,15 @@ describe('every accepted message gets exactly one final event', () => {
     const cliT = await NatsTransport.connect({ ...nats.as('cli'), name: 'final-events-cli' });
     transports.push(cliT);
     const cli = new TroupeClient(cliT, { principal: 'cli' });
-    await waitUntil(async () => (await cli.send('warm up', { timeoutMs: 10_000 }).then((x) => x.text === 'echo: warm up', () => false)) || undefined, 'the mesh to answer', 30_000);
+    await waitUntil(
+      async () =>
+        (await cli.send('warm up', { timeoutMs: 10_000 }).then(
+          (x) => x.text === 'echo: warm up',
+          () => false,
+        )) || undefined,
+      'the mesh to answer',
+      30_000,
+    );
     called.length = 0;
 
     const TOTAL = 160;
@@ -111,14 +123,17 @@ describe('every accepted message gets exactly one final event', () => {
       const message = userMessage(`message ${i}`, { messageId: `m-${i}` });
       const h = natsHeaders();
       h.set(HEADERS.msgId, `${threadId}/${message.messageId}`);
-      const ack = JSON.parse(dec.decode((await nc.request(`${T}.in.client.${threadId}`, encodeJson(message), { headers: h, timeout: 10_000 })).data)) as { seq?: number; duplicate?: boolean };
+      const ack = JSON.parse(dec.decode((await nc.request(`${T}.in.client.${threadId}`, encodeJson(message), { headers: h, timeout: 10_000 })).data)) as {
+        seq?: number;
+        duplicate?: boolean;
+      };
       expect(ack.duplicate).toBeFalsy();
       expect(ack.seq).toBeGreaterThan(0);
       accepted.push(message.messageId);
     };
     // The stream of messages: bursts of 1–7 sent one after another (each waits for the stream's ack only).
     const sender = (async () => {
-      for (let i = 0; i < TOTAL; ) {
+      for (let i = 0; i < TOTAL;) {
         const burst = 1 + (i % 7);
         for (let k = 0; k < burst && i < TOTAL; k++, i++) {
           await send(i);
@@ -143,7 +158,10 @@ describe('every accepted message gets exactly one final event', () => {
         await waitUntil(async () => called.length > seen + 1 || sent >= TOTAL || (await drained()) || undefined, 'another agent call', 60_000, 10);
         seen = called.length;
         // A reload mid-turn: the turn's delivery goes back to the stream, with everything queued behind it.
-        await operator.rehydrate(threadId).then(() => reloads.ok++, () => reloads.other++);
+        await operator.rehydrate(threadId).then(
+          () => reloads.ok++,
+          () => reloads.other++,
+        );
       }
     })();
     await Promise.all([sender, operatorLoop]);
@@ -151,10 +169,15 @@ describe('every accepted message gets exactly one final event', () => {
 
     // Every accepted message gets a final event naming it. A lost one stops the count: no progress for 30 s.
     const named = () => accepted.filter((id) => (finals.get(id)?.length ?? 0) > 0).length;
-    await waitWhileProgressing(() => named() === accepted.length || undefined, named, 'a final event for every accepted message', 30_000).catch((err: unknown) => {
-      const missing = accepted.filter((id) => !finals.has(id));
-      throw new Error(`${(err as Error).message}: ${missing.length} of ${accepted.length} accepted messages got no final event: ${JSON.stringify(missing.slice(0, 30))}`, { cause: err });
-    });
+    await waitWhileProgressing(() => named() === accepted.length || undefined, named, 'a final event for every accepted message', 30_000).catch(
+      (err: unknown) => {
+        const missing = accepted.filter((id) => !finals.has(id));
+        throw new Error(
+          `${(err as Error).message}: ${missing.length} of ${accepted.length} accepted messages got no final event: ${JSON.stringify(missing.slice(0, 30))}`,
+          { cause: err },
+        );
+      },
+    );
     // Nothing is left to come: the stream is empty and nothing is in flight.
     await waitUntil(async () => (await drained()) || undefined, 'the inbound stream to be empty', 30_000);
     await nc.flush();
@@ -196,7 +219,12 @@ describe('every accepted message gets exactly one final event', () => {
       const h = natsHeaders();
       // A de-duplication id of its own each time: these are new messages that happen to reuse a messageId.
       h.set(HEADERS.msgId, `${threadId}/${messageId}/${n++}`);
-      const ack = JSON.parse(dec.decode((await nc.request(`${T}.in.client.${threadId}`, encodeJson(userMessage(`text of ${messageId}`, { messageId })), { headers: h, timeout: 10_000 })).data)) as { duplicate?: boolean };
+      const ack = JSON.parse(
+        dec.decode(
+          (await nc.request(`${T}.in.client.${threadId}`, encodeJson(userMessage(`text of ${messageId}`, { messageId })), { headers: h, timeout: 10_000 }))
+            .data,
+        ),
+      ) as { duplicate?: boolean };
       expect(ack.duplicate).toBeFalsy();
     };
     const finalsFor = (id: string) => finals.get(id) ?? 0;

@@ -52,7 +52,11 @@ describe('fuzz: every NATS ingress of a node', () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     // --expose-gc: `ctl memory` can then measure what the node holds after a full collection.
-    node = await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/fuzz-team.ts', '--idle', '2000', '--log-level', 'error'], { ...nats.env, NODE_OPTIONS: '--expose-gc' }, { name: 'node' });
+    node = await procs.spawnTroupe(
+      ['up', '--nats', nats.url, '--team', 'test/fixtures/fuzz-team.ts', '--idle', '2000', '--log-level', 'error'],
+      { ...nats.env, NODE_OPTIONS: '--expose-gc' },
+      { name: 'node' },
+    );
     const echoT = await NatsTransport.connect({ ...nats.as('echo'), name: 'fuzz-echo' });
     transports.push(echoT);
     echoHost = await new AgentHost({ transport: echoT, agent: echo, heartbeatMs: 1_000 }).start();
@@ -69,7 +73,23 @@ describe('fuzz: every NATS ingress of a node', () => {
   it(`survives ${Object.values(N).reduce((a, b) => a + b, 0)}+ hostile inputs with a control conversation running throughout`, async () => {
     const r = rng(SEED);
     const started = performance.now();
-    const counts = { inboundPublished: 0, inboundRefusedByClient: 0, rawHeaderBlocks: 0, jsDuplicates: 0, agentCalls: 0, agentReplies: 0, chunks: 0, registry: 0, ctl: 0, ctlTyped: 0, ctlOther: 0, ctlInspectUnheld: 0, requests: 0, requestsTyped: 0, requestsAnswered: 0 };
+    const counts = {
+      inboundPublished: 0,
+      inboundRefusedByClient: 0,
+      rawHeaderBlocks: 0,
+      jsDuplicates: 0,
+      agentCalls: 0,
+      agentReplies: 0,
+      chunks: 0,
+      registry: 0,
+      ctl: 0,
+      ctlTyped: 0,
+      ctlOther: 0,
+      ctlInspectUnheld: 0,
+      requests: 0,
+      requestsTyped: 0,
+      requestsAnswered: 0,
+    };
 
     // --- the hostile entry agent `triage` and its registry lies ---
     const triage = await open('triage');
@@ -101,11 +121,20 @@ describe('fuzz: every NATS ingress of a node', () => {
     const cliT = await NatsTransport.connect({ ...nats.as('cli'), name: 'fuzz-control' });
     transports.push(cliT);
     const cli = new TroupeClient(cliT, { principal: 'cli' });
-    await waitUntil(async () => (await cli.send('warm up', { to: 'echo', timeoutMs: 10_000 }).then((x) => x.text.includes('warm up'), () => false)) || undefined, 'the mesh to answer', 30_000);
+    await waitUntil(
+      async () =>
+        (await cli.send('warm up', { to: 'echo', timeoutMs: 10_000 }).then(
+          (x) => x.text.includes('warm up'),
+          () => false,
+        )) || undefined,
+      'the mesh to answer',
+      30_000,
+    );
     const operatorT = await NatsTransport.connect({ ...nats.as('operator'), name: 'fuzz-operator' });
     transports.push(operatorT);
     const operator = new TroupeClient(operatorT, { principal: 'operator' });
-    const nodeStats = async () => (await operator.ctl('memory', { gc: true })) as { collected: boolean; heapUsedBytes: number; rssBytes: number; liveThreads: number };
+    const nodeStats = async () =>
+      (await operator.ctl('memory', { gc: true })) as { collected: boolean; heapUsedBytes: number; rssBytes: number; liveThreads: number };
     const baseline = await nodeStats();
     const control = { ok: 0, failed: [] as string[] };
     let storming = true;
@@ -176,7 +205,10 @@ describe('fuzz: every NATS ingress of a node', () => {
         counts.rawHeaderBlocks++;
       }
       try {
-        const ack = JSON.parse(dec.decode((await client.request(`${T}.in.client.${threadId}`, enc.encode(body), { headers: h, timeout: 10_000 })).data)) as { duplicate?: boolean; error?: unknown };
+        const ack = JSON.parse(dec.decode((await client.request(`${T}.in.client.${threadId}`, enc.encode(body), { headers: h, timeout: 10_000 })).data)) as {
+          duplicate?: boolean;
+          error?: unknown;
+        };
         counts.inboundPublished++;
         if (ack.duplicate) counts.jsDuplicates++;
         else if (isValidId('thread', threadId)) {
@@ -192,8 +224,7 @@ describe('fuzz: every NATS ingress of a node', () => {
           expected.set(threadId, (expected.get(threadId) ?? 0) + 1);
           acceptedIds.set(threadId, [...ids, mid]);
           headerIds.set(threadId, [...(headerIds.get(threadId) ?? []), String(i)]);
-        }
-        else invalidStored++;
+        } else invalidStored++;
       } catch {
         counts.inboundRefusedByClient++; // over max_payload, or a subject the client library refuses
       }
@@ -246,40 +277,69 @@ describe('fuzz: every NATS ingress of a node', () => {
     ].sort(() => r() - 0.5);
     // 64 at a time, each worker taking the next input as soon as its last one is answered.
     let next = 0;
-    await Promise.all(Array.from({ length: 64 }, async () => {
-      while (next < work.length) await work[next++]!();
-    }));
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        while (next < work.length) await work[next++]!();
+      }),
+    );
     phase('storm sent');
 
     // Every turn of the storm ends: nothing stays working.
     // A working thread is always live (only idle threads passivate), so ps sees every one.
-    await waitUntil(async () => {
-      const actors = (await operator.ps(500)).flatMap((p) => p.actors);
-      return actors.some((a) => a.kind === 'node') && !actors.some((a) => a.kind === 'thread' && a.state.startsWith('working')) ? true : undefined;
-    }, 'no thread left working', 60_000);
+    await waitUntil(
+      async () => {
+        const actors = (await operator.ps(500)).flatMap((p) => p.actors);
+        return actors.some((a) => a.kind === 'node') && !actors.some((a) => a.kind === 'thread' && a.state.startsWith('working')) ? true : undefined;
+      },
+      'no thread left working',
+      60_000,
+    );
     phase('no thread working');
     // Every accepted message into a valid thread got its final event (an answer or a typed error).
     let finalCount = 0;
     // A loaded machine drains slowly; a lost message stops the count (no final event for 60 s) and fails the test.
-    await waitWhileProgressing(() => [...expected].every(([id, n]) => (finals.get(id) ?? 0) >= n) || undefined, () => (finalCount = [...finals.values()].reduce((a, b) => a + b, 0)), 'a final event for every accepted message', 60_000).catch(async (err: unknown) => {
+    await waitWhileProgressing(
+      () => [...expected].every(([id, n]) => (finals.get(id) ?? 0) >= n) || undefined,
+      () => (finalCount = [...finals.values()].reduce((a, b) => a + b, 0)),
+      'a final event for every accepted message',
+      60_000,
+    ).catch(async (err: unknown) => {
       const missing = [...expected].filter(([id, n]) => (finals.get(id) ?? 0) < n).slice(0, 5);
       const missed = [...expected].reduce((n, [id, want]) => n + Math.max(0, want - (finals.get(id) ?? 0)), 0);
       const jsmDiag = await jetstreamManager(await open('node'));
       const inState = (await jsmDiag.streams.info(INGRESS_STREAM)).state;
       const inbound = inState.messages;
-      const stuck = inbound > 0 ? await jsmDiag.streams.getMessage(INGRESS_STREAM, { seq: inState.first_seq }).then((m) => m === null ? 'gone' : `${m.subject} ${JSON.stringify(Object.fromEntries([...(m.header?.keys() ?? [])].map((k) => [k, m.header?.get(k)])))} ${dec.decode(m.data).slice(0, 300)}`, (e: unknown) => String(e)).catch((e: unknown) => `headers the client cannot read: ${String(e)}`) : '';
+      const stuck =
+        inbound > 0
+          ? await jsmDiag.streams
+              .getMessage(INGRESS_STREAM, { seq: inState.first_seq })
+              .then(
+                (m) =>
+                  m === null
+                    ? 'gone'
+                    : `${m.subject} ${JSON.stringify(Object.fromEntries([...(m.header?.keys() ?? [])].map((k) => [k, m.header?.get(k)])))} ${dec.decode(m.data).slice(0, 300)}`,
+                (e: unknown) => String(e),
+              )
+              .catch((e: unknown) => `headers the client cannot read: ${String(e)}`)
+          : '';
       const consumers: string[] = [];
-      for await (const ci of jsmDiag.consumers.list(INGRESS_STREAM)) consumers.push(`${ci.name}: pending ${ci.num_pending} ackPending ${ci.num_ack_pending} redelivered ${ci.num_redelivered} waiting ${ci.num_waiting}`);
+      for await (const ci of jsmDiag.consumers.list(INGRESS_STREAM))
+        consumers.push(`${ci.name}: pending ${ci.num_pending} ackPending ${ci.num_ack_pending} redelivered ${ci.num_redelivered} waiting ${ci.num_waiting}`);
       for (const [id] of missing) {
         const ids = acceptedIds.get(id) ?? [];
         const seen = [...answeredIds].filter((a) => a.startsWith(`${id}/`));
         const alt = headerIds.get(id) ?? [];
         const unanswered = ids.filter((m, k) => !seen.some((a) => a.startsWith(`${id}/${m}:`) || a.startsWith(`${id}/${alt[k]}:`)));
-        console.log(`[fuzz] ${id}: accepted ${ids.length}, finals ${finals.get(id) ?? 0}; accepted ids without a final naming them: ${JSON.stringify(unanswered.slice(0, 20))}; finals not naming one: ${JSON.stringify(seen.filter((a) => a.includes('/?:')).slice(0, 10))}; repeated ids: ${ids.length - new Set(ids).size}`);
+        console.log(
+          `[fuzz] ${id}: accepted ${ids.length}, finals ${finals.get(id) ?? 0}; accepted ids without a final naming them: ${JSON.stringify(unanswered.slice(0, 20))}; finals not naming one: ${JSON.stringify(seen.filter((a) => a.includes('/?:')).slice(0, 10))}; repeated ids: ${ids.length - new Set(ids).size}`,
+        );
       }
       console.log(`[fuzz] stuck in TROUPE_IN: ${stuck}\n[fuzz] consumers: ${consumers.join(' | ')}`);
       const records = await Promise.all(missing.map(([id]) => operator.ctl('thread', { threadId: id }).catch((e: unknown) => String(e))));
-      throw new Error(`${(err as Error).message}: ${missed} accepted messages got no final event (${finalCount} final events; observer disconnects ${observerDisconnects}, TROUPE_IN holds ${inbound}); without one: ${JSON.stringify(missing)} — ${JSON.stringify(records).slice(0, 1_500)}\nnode log (errors):\n${node.stderr.slice(-4_000)}`, { cause: err });
+      throw new Error(
+        `${(err as Error).message}: ${missed} accepted messages got no final event (${finalCount} final events; observer disconnects ${observerDisconnects}, TROUPE_IN holds ${inbound}); without one: ${JSON.stringify(missing)} — ${JSON.stringify(records).slice(0, 1_500)}\nnode log (errors):\n${node.stderr.slice(-4_000)}`,
+        { cause: err },
+      );
     });
     storming = false;
     await controlLoop;
@@ -289,10 +349,14 @@ describe('fuzz: every NATS ingress of a node', () => {
     // Every message ever stored there (the stream keeps the newest within its size limit).
     const deadLettered = (await jsm.streams.info(DEAD_LETTER_STREAM)).state.last_seq;
     // Idle threads passivate (--idle 2000); then what the node holds, after a full collection.
-    const after = await waitUntil(async () => {
-      const s = await nodeStats();
-      return s.liveThreads <= 1 ? s : undefined;
-    }, 'idle threads to passivate', 30_000);
+    const after = await waitUntil(
+      async () => {
+        const s = await nodeStats();
+        return s.liveThreads <= 1 ? s : undefined;
+      },
+      'idle threads to passivate',
+      30_000,
+    );
     expect(after.collected).toBe(true);
     const total = N.inbound + N.requests + N.registry + N.ctl + counts.agentReplies + counts.chunks;
     console.log(

@@ -31,7 +31,10 @@ describe('the v1.0 card of a mesh without skills', () => {
   it('says skills: [] without the header (--card-version 1.0) and with A2A-Version: 1.0', async () => {
     const variants: Array<Record<string, string>> = [{}, { 'a2a-version': '1.0' }];
     for (const headers of variants) {
-      const card = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`, { headers })).json()) as { skills?: unknown; supportedInterfaces?: unknown };
+      const card = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`, { headers })).json()) as {
+        skills?: unknown;
+        supportedInterfaces?: unknown;
+      };
       expect(card.supportedInterfaces).toBeDefined();
       expect(card.skills).toEqual([]);
     }

@@ -45,7 +45,12 @@ beforeAll(async () => {
   const nodeT = await NatsTransport.connect({ ...nats.as('node'), name: 'fuzz-node' });
   transports.push(nodeT);
   store = await KvThreadStore.open(nodeT.connection);
-  node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: 8 }, ...(demoTeam.config ? { config: demoTeam.config } : {}) }).start();
+  node = await new TroupeNode({
+    transport: nodeT,
+    store,
+    durable: { nc: nodeT.connection, partitions: 8 },
+    ...(demoTeam.config ? { config: demoTeam.config } : {}),
+  }).start();
   for (const agent of demoTeam.agents) {
     const t = await NatsTransport.connect({ ...nats.as(agent.card.id), name: `fuzz-${agent.card.id}` });
     transports.push(t);
@@ -95,15 +100,85 @@ interface Case {
   raw?: string;
 }
 
-const PROTO_NAMES = ['constructor', '__proto__', 'toString', 'valueOf', 'hasOwnProperty', 'isPrototypeOf', 'propertyIsEnumerable', '__defineGetter__', '__lookupSetter__', 'toLocaleString'];
-const BAD_IDS: unknown[] = ['', ' ', 'a.b', '*', '>', 'a b', 'x'.repeat(5_000), '../etc', 'crash=1', 'ü', '\u0000', 42, -1, 1e308, null, true, [], {}, { id: 'x' }, ['t-1']];
+const PROTO_NAMES = [
+  'constructor',
+  '__proto__',
+  'toString',
+  'valueOf',
+  'hasOwnProperty',
+  'isPrototypeOf',
+  'propertyIsEnumerable',
+  '__defineGetter__',
+  '__lookupSetter__',
+  'toLocaleString',
+];
+const BAD_IDS: unknown[] = [
+  '',
+  ' ',
+  'a.b',
+  '*',
+  '>',
+  'a b',
+  'x'.repeat(5_000),
+  '../etc',
+  'crash=1',
+  'ü',
+  '\u0000',
+  42,
+  -1,
+  1e308,
+  null,
+  true,
+  [],
+  {},
+  { id: 'x' },
+  ['t-1'],
+];
 /** Ids a message may not name a task by ('' and null mean "no task": a new one, which is fine). */
 const BAD_TASK_REFS = BAD_IDS.filter((id) => id !== '' && id !== null);
 /** Message ids are client-chosen printable text (`a.b` and `*` are fine); these are not. */
 const BAD_MESSAGE_IDS: unknown[] = ['', ' ', 'a b', 'x'.repeat(300), '\u0000', 'ü', 'tab\there', 42, null, true, [], {}];
-const ODD_PATHS = ['//', '///', '//rest', '/rest//tasks/x', '/%00', '/..%2f..%2fetc/passwd', '/rest/tasks/%2e%2e', '/rest/tasks/a.b', '/rest/tasks/%00', `/${'a'.repeat(9_000)}`, '/.well-known/../x', '/\u00e9', '/rest/v1/tasks/a*b', '/rest/message:explode', '/diagnostics/ready', '/?a=1&a=2&a=3'];
-const METHODS_V03 = ['message/send', 'message/stream', 'tasks/get', 'tasks/cancel', 'tasks/resubscribe', 'tasks/pushNotificationConfig/set', 'tasks/pushNotificationConfig/get', 'tasks/pushNotificationConfig/list', 'tasks/pushNotificationConfig/delete'];
-const METHODS_V1 = ['SendMessage', 'SendStreamingMessage', 'GetTask', 'CancelTask', 'SubscribeToTask', 'CreateTaskPushNotificationConfig', 'GetTaskPushNotificationConfig', 'ListTaskPushNotificationConfigs', 'DeleteTaskPushNotificationConfig', 'ListTasks'];
+const ODD_PATHS = [
+  '//',
+  '///',
+  '//rest',
+  '/rest//tasks/x',
+  '/%00',
+  '/..%2f..%2fetc/passwd',
+  '/rest/tasks/%2e%2e',
+  '/rest/tasks/a.b',
+  '/rest/tasks/%00',
+  `/${'a'.repeat(9_000)}`,
+  '/.well-known/../x',
+  '/\u00e9',
+  '/rest/v1/tasks/a*b',
+  '/rest/message:explode',
+  '/diagnostics/ready',
+  '/?a=1&a=2&a=3',
+];
+const METHODS_V03 = [
+  'message/send',
+  'message/stream',
+  'tasks/get',
+  'tasks/cancel',
+  'tasks/resubscribe',
+  'tasks/pushNotificationConfig/set',
+  'tasks/pushNotificationConfig/get',
+  'tasks/pushNotificationConfig/list',
+  'tasks/pushNotificationConfig/delete',
+];
+const METHODS_V1 = [
+  'SendMessage',
+  'SendStreamingMessage',
+  'GetTask',
+  'CancelTask',
+  'SubscribeToTask',
+  'CreateTaskPushNotificationConfig',
+  'GetTaskPushNotificationConfig',
+  'ListTaskPushNotificationConfigs',
+  'DeleteTaskPushNotificationConfig',
+  'ListTasks',
+];
 
 function deep(depth: number, open: string, close: string, inner = '1'): string {
   return `${open.repeat(depth)}${inner}${close.repeat(depth)}`;
@@ -114,33 +189,106 @@ function generate(rand: () => number, n: number): Case[] {
   const json = { 'content-type': 'application/json' };
   const rpcBody = (method: unknown, params: unknown, id: unknown = Math.floor(rand() * 1e6)) => JSON.stringify({ jsonrpc: '2.0', id, method, params });
   const v1 = { ...json, 'a2a-version': '1.0' };
-  const message = (over: Record<string, unknown>) => ({ kind: 'message', role: 'user', messageId: `m-${Math.floor(rand() * 1e9)}`, parts: [{ kind: 'text', text: 'hi' }], ...over });
+  const message = (over: Record<string, unknown>) => ({
+    kind: 'message',
+    role: 'user',
+    messageId: `m-${Math.floor(rand() * 1e9)}`,
+    parts: [{ kind: 'text', text: 'hi' }],
+    ...over,
+  });
   const generators: Array<() => Case> = [
     // Bad JSON.
-    () => ({ kind: 'bad-json', path: '/', headers: json, body: pick(['{', '{"jsonrpc":', '[1,2', 'nul', '"unterminated', '{"a":1}}', '\u0000\u0001', '{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"x"}', '\ufeff{}', ',']) }),
-    () => ({ kind: 'bad-json', path: '/', headers: json, body: Buffer.from(Array.from({ length: 64 + Math.floor(rand() * 512) }, () => Math.floor(rand() * 256))) }),
+    () => ({
+      kind: 'bad-json',
+      path: '/',
+      headers: json,
+      body: pick([
+        '{',
+        '{"jsonrpc":',
+        '[1,2',
+        'nul',
+        '"unterminated',
+        '{"a":1}}',
+        '\u0000\u0001',
+        '{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"x"}',
+        '\ufeff{}',
+        ',',
+      ]),
+    }),
+    () => ({
+      kind: 'bad-json',
+      path: '/',
+      headers: json,
+      body: Buffer.from(Array.from({ length: 64 + Math.floor(rand() * 512) }, () => Math.floor(rand() * 256))),
+    }),
     () => ({ kind: 'bad-json', path: '/rest/message:send', headers: { ...json, 'a2a-version': '1.0' }, body: pick(['{', '[[[', 'not json']) }),
     // Not a request.
-    () => ({ kind: 'not-a-request', path: '/', headers: json, body: pick(['null', '1', '"x"', '[]', '[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]', '{}', '{"jsonrpc":"1.0","id":1,"method":"tasks/get","params":{}}', '{"jsonrpc":"2.0","id":{},"method":"tasks/get","params":{}}', '{"jsonrpc":"2.0","id":1,"method":7}']) }),
+    () => ({
+      kind: 'not-a-request',
+      path: '/',
+      headers: json,
+      body: pick([
+        'null',
+        '1',
+        '"x"',
+        '[]',
+        '[{"jsonrpc":"2.0","id":1,"method":"tasks/get"}]',
+        '{}',
+        '{"jsonrpc":"1.0","id":1,"method":"tasks/get","params":{}}',
+        '{"jsonrpc":"2.0","id":{},"method":"tasks/get","params":{}}',
+        '{"jsonrpc":"2.0","id":1,"method":7}',
+      ]),
+    }),
     // Deep nesting.
     () => ({ kind: 'deep', path: '/', headers: json, body: deep(100 + Math.floor(rand() * 50_000), '[', ']') }),
-    () => ({ kind: 'deep', path: '/', headers: json, body: rpcBody('message/send', { message: message({ metadata: JSON.parse(deep(40 + Math.floor(rand() * 200), '{"a":', '}')) as unknown }) }) }),
+    () => ({
+      kind: 'deep',
+      path: '/',
+      headers: json,
+      body: rpcBody('message/send', { message: message({ metadata: JSON.parse(deep(40 + Math.floor(rand() * 200), '{"a":', '}')) as unknown }) }),
+    }),
     // Huge bodies.
-    () => ({ kind: 'huge', path: '/', headers: json, body: rpcBody('message/send', { message: message({ parts: [{ kind: 'text', text: 'x'.repeat(1024 * 1024 + Math.floor(rand() * 4096)) }] }) }) }),
-    () => ({ kind: 'huge', path: '/rest/message:send', headers: v1, body: JSON.stringify({ message: { messageId: 'h', role: 'ROLE_USER', parts: [{ text: 'y'.repeat(1024 * 1024 + 10) }] } }) }),
+    () => ({
+      kind: 'huge',
+      path: '/',
+      headers: json,
+      body: rpcBody('message/send', { message: message({ parts: [{ kind: 'text', text: 'x'.repeat(1024 * 1024 + Math.floor(rand() * 4096)) }] }) }),
+    }),
+    () => ({
+      kind: 'huge',
+      path: '/rest/message:send',
+      headers: v1,
+      body: JSON.stringify({ message: { messageId: 'h', role: 'ROLE_USER', parts: [{ text: 'y'.repeat(1024 * 1024 + 10) }] } }),
+    }),
     // Object.prototype names as methods.
     () => ({ kind: 'proto-method', path: '/', headers: rand() < 0.5 ? json : v1, body: rpcBody(pick(PROTO_NAMES), {}) }),
-    () => ({ kind: 'unknown-method', path: '/', headers: rand() < 0.5 ? json : v1, body: rpcBody(pick(['tasks/frobnicate', '', 'a'.repeat(5000), 'message/send/../x', 'SendMessage ', 'rpc.discover']), {}) }),
+    () => ({
+      kind: 'unknown-method',
+      path: '/',
+      headers: rand() < 0.5 ? json : v1,
+      body: rpcBody(pick(['tasks/frobnicate', '', 'a'.repeat(5000), 'message/send/../x', 'SendMessage ', 'rpc.discover']), {}),
+    }),
     // Odd paths.
     () => ({ kind: 'odd-path', method: pick(['GET', 'POST', 'PUT', 'DELETE', 'PATCH']), path: pick(ODD_PATHS), headers: json, body: '{}' }),
     // Bad ids.
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody(pick(['tasks/get', 'tasks/cancel', 'tasks/resubscribe']), { id: pick(BAD_IDS) }) }),
     () => ({ kind: 'bad-id', path: '/', headers: v1, body: rpcBody(pick(['GetTask', 'CancelTask', 'SubscribeToTask']), { id: pick(BAD_IDS) }) }),
     // (An empty id with no verb is GET /rest/tasks/, the list of the caller's own tasks: not a bad id.)
-    () => ({ kind: 'bad-id', method: pick(['GET', 'POST']), path: `/rest/tasks/${encodeURIComponent(String(pick(BAD_IDS.filter((id) => String(id) !== ''))))}${pick(['', ':cancel', ':subscribe'])}`, headers: v1, body: '{}' }),
+    () => ({
+      kind: 'bad-id',
+      method: pick(['GET', 'POST']),
+      path: `/rest/tasks/${encodeURIComponent(String(pick(BAD_IDS.filter((id) => String(id) !== ''))))}${pick(['', ':cancel', ':subscribe'])}`,
+      headers: v1,
+      body: '{}',
+    }),
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ taskId: pick(BAD_TASK_REFS) }) }) }),
     () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ messageId: pick(BAD_MESSAGE_IDS) }) }) }),
-    () => ({ kind: 'bad-id', path: '/', headers: json, body: rpcBody('message/send', { message: message({ contextId: pick(['a b', 'x'.repeat(300), '\u0001', 42, {}]) }) }) }),
+    () => ({
+      kind: 'bad-id',
+      path: '/',
+      headers: json,
+      body: rpcBody('message/send', { message: message({ contextId: pick(['a b', 'x'.repeat(300), '\u0001', 42, {}]) }) }),
+    }),
     // Bad params.
     () => ({
       kind: 'bad-params',
@@ -159,21 +307,95 @@ function generate(rand: () => number, n: number): Case[] {
           { message: message({ parts: [{ kind: 'nope' }] }) },
           { message: message({ referenceTaskIds: Array.from({ length: 50 }, (_, i) => `t-${i}`) }) },
           { message: message({}), configuration: { historyLength: -5 } },
-          { message: message({}), configuration: { pushNotificationConfig: { url: pick(['file:///etc/passwd', 'javascript:alert(1)', 'not a url', 'x'.repeat(3000)]) } } },
+          {
+            message: message({}),
+            configuration: { pushNotificationConfig: { url: pick(['file:///etc/passwd', 'javascript:alert(1)', 'not a url', 'x'.repeat(3000)]) } },
+          },
           { id: 'x', historyLength: 'lots' },
           { '': 1 },
         ]),
       ),
     }),
-    () => ({ kind: 'bad-params', path: '/', headers: v1, body: rpcBody(pick(METHODS_V1.filter((m) => m !== 'ListTasks')), pick<unknown>([null, [], 'x', { message: { role: 'ROLE_AGENT', parts: [] } }, { message: { messageId: '', parts: [{ text: 'x' }] } }, { pageSize: 10_000 }])) }),
+    () => ({
+      kind: 'bad-params',
+      path: '/',
+      headers: v1,
+      body: rpcBody(
+        pick(METHODS_V1.filter((m) => m !== 'ListTasks')),
+        pick<unknown>([
+          null,
+          [],
+          'x',
+          { message: { role: 'ROLE_AGENT', parts: [] } },
+          { message: { messageId: '', parts: [{ text: 'x' }] } },
+          { pageSize: 10_000 },
+        ]),
+      ),
+    }),
     // ListTasks takes only optional fields (unknown ones are ignored): bad values of its own are what it refuses.
-    () => ({ kind: 'bad-params', path: '/', headers: v1, body: rpcBody('ListTasks', pick<unknown>([{ pageSize: 10_000 }, { pageSize: 0 }, { pageSize: -1 }, { pageToken: 'not-a-token' }, { statusTimestampAfter: 'yesterday' }, { status: 'TASK_STATE_NONSENSE' }])) }),
+    () => ({
+      kind: 'bad-params',
+      path: '/',
+      headers: v1,
+      body: rpcBody(
+        'ListTasks',
+        pick<unknown>([
+          { pageSize: 10_000 },
+          { pageSize: 0 },
+          { pageSize: -1 },
+          { pageToken: 'not-a-token' },
+          { statusTimestampAfter: 'yesterday' },
+          { status: 'TASK_STATE_NONSENSE' },
+        ]),
+      ),
+    }),
     // Header abuse.
-    () => ({ kind: 'content-type', path: '/', headers: { 'content-type': pick(['text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=utf-7', '', 'a'.repeat(2000)]) }, body: rpcBody('tasks/get', { id: 't-1' }) }),
-    () => ({ kind: 'version-header', path: '/', headers: { ...json, 'a2a-version': pick(['9.9', 'x', '0.2', '1.0.0.0', '-1', 'a'.repeat(500), '0.3.0', '1.0.0']) }, body: rpcBody(pick(['tasks/get', 'GetTask']), { id: 'no-such-task' }) }),
-    () => ({ kind: 'auth', path: '/', headers: { ...json, authorization: pick(['Bearer', 'Basic Zm9vOmJhcg==', 'Bearer a b', `Bearer ${'t'.repeat(10_000)}`, 'bearer wrong-token', `Bearer ${TOKEN.slice(0, -1)}`, 'Bearer\tx', 'Bearer \u00e9']) }, body: rpcBody('tasks/get', { id: 't-1' }) }),
+    () => ({
+      kind: 'content-type',
+      path: '/',
+      headers: {
+        'content-type': pick(['text/plain', 'application/xml', 'multipart/form-data; boundary=x', 'application/json; charset=utf-7', '', 'a'.repeat(2000)]),
+      },
+      body: rpcBody('tasks/get', { id: 't-1' }),
+    }),
+    () => ({
+      kind: 'version-header',
+      path: '/',
+      headers: { ...json, 'a2a-version': pick(['9.9', 'x', '0.2', '1.0.0.0', '-1', 'a'.repeat(500), '0.3.0', '1.0.0']) },
+      body: rpcBody(pick(['tasks/get', 'GetTask']), { id: 'no-such-task' }),
+    }),
+    () => ({
+      kind: 'auth',
+      path: '/',
+      headers: {
+        ...json,
+        authorization: pick([
+          'Bearer',
+          'Basic Zm9vOmJhcg==',
+          'Bearer a b',
+          `Bearer ${'t'.repeat(10_000)}`,
+          'bearer wrong-token',
+          `Bearer ${TOKEN.slice(0, -1)}`,
+          'Bearer\tx',
+          'Bearer \u00e9',
+        ]),
+      },
+      body: rpcBody('tasks/get', { id: 't-1' }),
+    }),
     () => ({ kind: 'big-header', path: '/', headers: { ...json, 'x-pad': 'p'.repeat(17_000) }, body: rpcBody('tasks/get', { id: 't-1' }) }),
-    () => ({ kind: 'raw-http', path: '/', raw: pick(['GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n', 'POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n', 'BREW / HTCPCP/1.0\r\n\r\n', 'GET /\r\n\r\n', `GET /${'a'.repeat(70_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n', 'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}']) }),
+    () => ({
+      kind: 'raw-http',
+      path: '/',
+      raw: pick([
+        'GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n',
+        'POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n',
+        'BREW / HTCPCP/1.0\r\n\r\n',
+        'GET /\r\n\r\n',
+        `GET /${'a'.repeat(70_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n',
+        'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\n{}',
+      ]),
+    }),
   ];
   return Array.from({ length: n }, () => pick(generators)());
 }
@@ -186,7 +408,12 @@ async function fire(c: Case): Promise<{ status: number; typed: boolean; detail: 
   const withToken = c.kind === 'auth' ? c.headers : { authorization: `Bearer ${TOKEN}`, ...c.headers };
   let res: Response;
   try {
-    res = await fetch(`${url}${c.path}`, { method: c.method ?? 'POST', headers: withToken, ...(c.method === 'GET' ? {} : { body: c.body }), signal: AbortSignal.timeout(20_000) });
+    res = await fetch(`${url}${c.path}`, {
+      method: c.method ?? 'POST',
+      headers: withToken,
+      ...(c.method === 'GET' ? {} : { body: c.body }),
+      signal: AbortSignal.timeout(20_000),
+    });
   } catch (err) {
     // Node may answer a request it cannot parse (a header too large) by closing; fetch reports that.
     const cause = (err as { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
@@ -252,10 +479,16 @@ describe('gateway fuzz', () => {
       while (!stop) {
         if (turns % 2 === 0) {
           const task = await v1.sendMessage(send(userText(`Write about wave ${turns}`, { taskId: first.id })));
-          if (!('status' in task) || task.status?.state !== TaskState.TASK_STATE_INPUT_REQUIRED || !textOf(task.status.message?.parts).includes(`wave ${turns}`)) throw new Error(`control turn ${turns} failed: ${JSON.stringify(task).slice(0, 300)}`);
+          if (
+            !('status' in task) ||
+            task.status?.state !== TaskState.TASK_STATE_INPUT_REQUIRED ||
+            !textOf(task.status.message?.parts).includes(`wave ${turns}`)
+          )
+            throw new Error(`control turn ${turns} failed: ${JSON.stringify(task).slice(0, 300)}`);
         } else {
           const task = await v03.sendMessage({ message: v03Text(`Write about gust ${turns}`, { taskId: first.id }) });
-          if (task.kind !== 'task' || task.status.state !== 'input-required') throw new Error(`control turn ${turns} failed: ${JSON.stringify(task).slice(0, 300)}`);
+          if (task.kind !== 'task' || task.status.state !== 'input-required')
+            throw new Error(`control turn ${turns} failed: ${JSON.stringify(task).slice(0, 300)}`);
         }
         turns++;
       }
@@ -269,16 +502,27 @@ describe('gateway fuzz', () => {
         const outcome = await fire(c);
         counts.set(c.kind, (counts.get(c.kind) ?? 0) + 1);
         statuses.set(outcome.status, (statuses.get(outcome.status) ?? 0) + 1);
-        if (!outcome.typed) untyped.push(`${c.kind} ${c.method ?? "POST"} ${c.path.slice(0, 60)} ${String(c.body ?? c.raw ?? "").slice(0, 80)}…${String(c.body ?? c.raw ?? "").slice(-80)} -> ${outcome.status} ${outcome.detail}`);
+        if (!outcome.typed)
+          untyped.push(
+            `${c.kind} ${c.method ?? 'POST'} ${c.path.slice(0, 60)} ${String(c.body ?? c.raw ?? '').slice(0, 80)}…${String(c.body ?? c.raw ?? '').slice(-80)} -> ${outcome.status} ${outcome.detail}`,
+          );
       }
     };
     await Promise.all(Array.from({ length: CONCURRENCY }, worker));
     stop = true;
     const turns = await control;
 
-    const byKind = [...counts.entries()].sort().map(([k, v]) => `${k}=${v}`).join(' ');
-    const byStatus = [...statuses.entries()].sort((a, b) => a[0] - b[0]).map(([k, v]) => `${k}:${v}`).join(' ');
-    console.log(`gateway fuzz: ${cases.length} requests (${byKind}); statuses ${byStatus}; untyped ${untyped.length}; control turns ${turns}; gateway exits ${gatewayProc.running ? 0 : 1}`);
+    const byKind = [...counts.entries()]
+      .sort()
+      .map(([k, v]) => `${k}=${v}`)
+      .join(' ');
+    const byStatus = [...statuses.entries()]
+      .sort((a, b) => a[0] - b[0])
+      .map(([k, v]) => `${k}:${v}`)
+      .join(' ');
+    console.log(
+      `gateway fuzz: ${cases.length} requests (${byKind}); statuses ${byStatus}; untyped ${untyped.length}; control turns ${turns}; gateway exits ${gatewayProc.running ? 0 : 1}`,
+    );
     if (untyped.length) console.log(gatewayProc.stderr.slice(-3000));
     expect(untyped).toEqual([]);
     expect(gatewayProc.running).toBe(true);

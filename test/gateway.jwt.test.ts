@@ -141,7 +141,10 @@ describe('JWT callers', () => {
     const result = await acmeUser.sendMessage(send(userText('Will it be sunny in Rome?')));
     if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
     expect((await acme.client.task(result.id, { user: 'dana' })).id).toBe(result.id);
-    expect(await call(await issuer.sign({ sub: 'erin', aud: AUDIENCE, tenant: 'globex' }))).toMatchObject({ status: 403, message: 'this gateway does not serve tenant "globex"' });
+    expect(await call(await issuer.sign({ sub: 'erin', aud: AUDIENCE, tenant: 'globex' }))).toMatchObject({
+      status: 403,
+      message: 'this gateway does not serve tenant "globex"',
+    });
   });
 
   it('refuses, with why in the response and the challenge: expired, not yet valid, another audience or issuer, no exp, a foreign key, no signature, a claim that cannot name a user or tenant', async () => {
@@ -152,25 +155,49 @@ describe('JWT callers', () => {
       ['not yet valid', issuer.sign({ ...ok, nbf: now + 120 }), `the token's "nbf" claim is not accepted (check_failed)`],
       ['another audience', issuer.sign({ ...ok, aud: 'another-service' }), `the token's "aud" claim is not accepted (check_failed)`],
       ['another issuer', issuer.sign(ok, keyA, 'https://evil.example'), `the token's "iss" claim is not accepted (check_failed)`],
-      ['no exp', new SignJWT({ ...ok }).setProtectedHeader({ alg: 'ES256', kid: 'a' }).setIssuer(issuer.url).sign(keyA.privateKey), `the token's "exp" claim is not accepted (missing)`],
+      [
+        'no exp',
+        new SignJWT({ ...ok }).setProtectedHeader({ alg: 'ES256', kid: 'a' }).setIssuer(issuer.url).sign(keyA.privateKey),
+        `the token's "exp" claim is not accepted (missing)`,
+      ],
       ['a key the issuer does not publish', issuer.sign(ok, foreign), "the token's signature is not from the issuer's keys"],
       ['a known kid, another key', issuer.sign(ok, { ...foreign, kid: 'a' }), "the token's signature is not from the issuer's keys"],
-      ['no signature', new UnsecuredJWT({ ...ok, exp: now + 300 }).setIssuer(issuer.url).encode(), 'the token is signed with an algorithm this gateway does not accept'],
-      ['a user id with a space', issuer.sign({ ...ok, sub: 'alice smith' }), `the token's "sub" claim cannot name a user: user id "alice smith" may only hold printable characters without spaces`],
+      [
+        'no signature',
+        new UnsecuredJWT({ ...ok, exp: now + 300 }).setIssuer(issuer.url).encode(),
+        'the token is signed with an algorithm this gateway does not accept',
+      ],
+      [
+        'a user id with a space',
+        issuer.sign({ ...ok, sub: 'alice smith' }),
+        `the token's "sub" claim cannot name a user: user id "alice smith" may only hold printable characters without spaces`,
+      ],
       ['no tenant', issuer.sign({ sub: 'alice', aud: AUDIENCE }), `the token's "tenant" claim cannot name a tenant: tenant is missing`],
     ];
     const before = await refusals();
     // A token with many claims (groups, as some providers send them): about 5 KiB, still read.
-    cases.push(['many groups, and a user id with a space', issuer.sign({ ...ok, sub: 'alice smith', groups: Array.from({ length: 120 }, (_, i) => `group-${i}-of-the-organisation`) }), `the token's "sub" claim cannot name a user: user id "alice smith" may only hold printable characters without spaces`]);
+    cases.push([
+      'many groups, and a user id with a space',
+      issuer.sign({ ...ok, sub: 'alice smith', groups: Array.from({ length: 120 }, (_, i) => `group-${i}-of-the-organisation`) }),
+      `the token's "sub" claim cannot name a user: user id "alice smith" may only hold printable characters without spaces`,
+    ]);
     for (const [what, token, why] of cases) {
       const res = await call(await token);
       expect(res, what).toEqual({ status: 401, message: why, challenge: `Bearer error="invalid_token", error_description="${why.replace(/"/g, "'")}"` });
     }
     // Not a JWT, not a static token: the usual answer, naming both ways in.
-    expect(await call('not-a-token')).toMatchObject({ status: 401, message: `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with a JWT from ${issuer.url} for ${AUDIENCE} or a token the gateway was given`, challenge: 'Bearer' });
+    expect(await call('not-a-token')).toMatchObject({
+      status: 401,
+      message: `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with a JWT from ${issuer.url} for ${AUDIENCE} or a token the gateway was given`,
+      challenge: 'Bearer',
+    });
     // Counted by reason, for an operator watching for attacks or a misconfigured client.
     const after = await refusals();
-    const counted = Object.fromEntries(Object.keys(after).map((r) => [r, after[r]! - (before[r] ?? 0)]).filter(([, n]) => n !== 0));
+    const counted = Object.fromEntries(
+      Object.keys(after)
+        .map((r) => [r, after[r]! - (before[r] ?? 0)])
+        .filter(([, n]) => n !== 0),
+    );
     expect(counted).toEqual({ expired: 1, claim: 4, signature: 2, algorithm: 1, user: 2, tenant: 1, unknown_token: 1 });
   });
 
@@ -189,7 +216,9 @@ describe('JWT callers', () => {
       });
       expect(res.status).toBe(503);
       expect(res.headers.get('retry-after')).toBe('5');
-      expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/^cannot fetch the issuer's keys to check the token \(.+\); retry shortly$/);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(
+        /^cannot fetch the issuer's keys to check the token \(.+\); retry shortly$/,
+      );
     } finally {
       issuer.down = false;
     }
@@ -202,7 +231,11 @@ describe('troupe gateway with --jwt-issuer', () => {
   it('serves the tokens of the issuer for any of its comma-separated audiences, and names the issuer when it starts', async () => {
     const procs = new ProcessGroup();
     try {
-      const gw = await procs.spawnTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url, '--jwt-audience', `another-api, ${AUDIENCE}`], {}, { name: 'jwt gateway', ready: /gateway listening on / });
+      const gw = await procs.spawnTroupe(
+        ['gateway', '--port', '0', '--jwt-issuer', issuer.url, '--jwt-audience', `another-api, ${AUDIENCE}`],
+        {},
+        { name: 'jwt gateway', ready: /gateway listening on / },
+      );
       expect(gw.stderr).toContain(`JWTs from ${issuer.url}`);
       const url = /gateway listening on (http:\/\/\S+)/.exec(gw.stderr)![1]!;
       const alice = await v1Client(url, { token: await issuer.sign({ sub: 'alice', aud: AUDIENCE }) });
@@ -211,13 +244,16 @@ describe('troupe gateway with --jwt-issuer', () => {
       expect(textOf(result.status?.message?.parts)).toMatch(/sunny/i);
       const other = await v1Client(url, { token: await issuer.sign({ sub: 'bob', aud: 'another-api' }) });
       expect(await messageOf(other.getTask({ tenant: '', id: result.id }))).toMatch(/Task not found/);
-      const res = await fetch(`${url}/`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${await issuer.sign({ sub: 'eve', aud: 'a-third-api' })}` }, body: '{}' });
+      const res = await fetch(`${url}/`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${await issuer.sign({ sub: 'eve', aud: 'a-third-api' })}` },
+        body: '{}',
+      });
       expect(res.status).toBe(401);
     } finally {
       await procs.stopAll();
     }
   });
-
 
   it('needs an audience, and an issuer whose configuration it can read: exit 2 saying what to do', async () => {
     const noAudience = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url], {});
@@ -225,7 +261,9 @@ describe('troupe gateway with --jwt-issuer', () => {
     expect(noAudience.stderr).toContain('--jwt-issuer needs --jwt-audience');
     const unreachable = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', 'http://127.0.0.1:9/', '--jwt-audience', AUDIENCE], {});
     expect(unreachable.code).toBe(2);
-    expect(unreachable.stderr).toMatch(/cannot read the issuer's OpenID configuration at http:\/\/127\.0\.0\.1:9\/\.well-known\/openid-configuration \(.+\): give its keys with --jwks-url/);
+    expect(unreachable.stderr).toMatch(
+      /cannot read the issuer's OpenID configuration at http:\/\/127\.0\.0\.1:9\/\.well-known\/openid-configuration \(.+\): give its keys with --jwks-url/,
+    );
     // The issuer as the user typed it, with a trailing slash: its configuration names it without one.
     const otherName = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', `${issuer.url}/`, '--jwt-audience', AUDIENCE], {});
     expect(otherName.code).toBe(2);

@@ -60,7 +60,12 @@ beforeAll(async () => {
   nats = await startNatsServer();
   const nodeT = await connect('gateway-test-node', 'node');
   store = await KvThreadStore.open(nodeT.connection);
-  node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: PARTITIONS }, config: { ...demoTeam.config, agentTimeoutMs: 20_000 } }).start();
+  node = await new TroupeNode({
+    transport: nodeT,
+    store,
+    durable: { nc: nodeT.connection, partitions: PARTITIONS },
+    config: { ...demoTeam.config, agentTimeoutMs: 20_000 },
+  }).start();
   for (const agent of [...demoTeam.agents, sloth]) {
     const t = await connect(`gateway-test-${agent.card.id}`, agent.card.id);
     hosts.push(await new AgentHost({ transport: t, agent }).start());
@@ -69,7 +74,12 @@ beforeAll(async () => {
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
   const client = new TroupeClient(await connect('gateway-test-client', 'client'), { tenant: 'demo', principal: 'client' });
   const operator = new TroupeClient(await connect('gateway-test-operator', 'operator'), { tenant: 'demo', principal: 'operator' });
-  gateway = await startGateway({ clients: { demo: client }, tokens: TOKENS, turnTimeoutMs: 20_000, diagnostics: { token: OPERATOR, client: operator, partitions: PARTITIONS } });
+  gateway = await startGateway({
+    clients: { demo: client },
+    tokens: TOKENS,
+    turnTimeoutMs: 20_000,
+    diagnostics: { token: OPERATOR, client: operator, partitions: PARTITIONS },
+  });
   const client2 = new TroupeClient(await connect('gateway-test-client-2', 'client'), { tenant: 'demo', principal: 'client' });
   second = await startGateway({ clients: { demo: client2 }, tokens: TOKENS, turnTimeoutMs: 20_000 });
 });
@@ -166,13 +176,14 @@ describe('A2A gateway over NATS with a durable node', () => {
     const legacy = await v03Client(second.url, { token: ALICE });
     const events: Array<{ kind: string; state?: string }> = [];
     const following = (async () => {
-      for await (const event of legacy.resubscribeTask({ id: taskId })) events.push({ kind: event.kind, ...(event.kind === 'status-update' || event.kind === 'task' ? { state: event.status.state } : {}) });
+      for await (const event of legacy.resubscribeTask({ id: taskId }))
+        events.push({ kind: event.kind, ...(event.kind === 'status-update' || event.kind === 'task' ? { state: event.status.state } : {}) });
     })();
     await waitFor(() => events.length > 0, 'the resubscriber to get the task');
     expect(events[0]).toEqual({ kind: 'task', state: 'working' });
     openGate();
     // The turn ends waiting for input: the subscription shows it and goes on until the task ends.
-    await waitFor(() => events.some((e) => e.state === 'input-required'), 'the turn\'s final status on the resubscribed stream');
+    await waitFor(() => events.some((e) => e.state === 'input-required'), "the turn's final status on the resubscribed stream");
     for (;;) if ((await stream.next()).done) break;
     await one.cancelTask({ tenant: '', id: taskId, metadata: undefined });
     await following;
@@ -189,7 +200,7 @@ describe('A2A gateway over NATS with a durable node', () => {
 });
 
 describe('ListTasks: a user lists only their own tasks', () => {
-  it('newest update first, paged, by state and by context; never another user\'s; over JSON-RPC and REST', async () => {
+  it("newest update first, paged, by state and by context; never another user's; over JSON-RPC and REST", async () => {
     // Users of their own, so the other tests' tasks do not count.
     const carolToken = 'carol-token-0123456789';
     const daveToken = 'dave-token-0123456789ab';
@@ -210,38 +221,103 @@ describe('ListTasks: a user lists only their own tasks', () => {
       // The first task gets a second turn: it becomes the most recently updated.
       await carol.sendMessage(send(userText('Is the sea cold?', { taskId: made[0]! })));
 
-      const all = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const all = await carol.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(all.tasks.map((t) => t.id)).toEqual([made[0], made[2], made[1]]);
       expect(all.totalSize).toBe(3);
       expect(all.nextPageToken).toBe('');
       expect(all.tasks.every((t) => t.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED)).toBe(true);
 
       // Two pages of two and one.
-      const first = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 2, pageToken: '', statusTimestampAfter: undefined });
+      const first = await carol.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 2,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(first.tasks.map((t) => t.id)).toEqual([made[0], made[2]]);
       expect(first.nextPageToken).not.toBe('');
-      const rest = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 2, pageToken: first.nextPageToken, statusTimestampAfter: undefined });
+      const rest = await carol.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 2,
+        pageToken: first.nextPageToken,
+        statusTimestampAfter: undefined,
+      });
       expect(rest.tasks.map((t) => t.id)).toEqual([made[1]]);
       expect(rest.nextPageToken).toBe('');
 
       // By the context the client was given, and by state.
       expect(all.tasks.map((t) => t.contextId)).toEqual([contexts[0], contexts[2], contexts[1]]);
-      const ctx = await carol.listTasks({ tenant: '', contextId: contexts[1]!, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const ctx = await carol.listTasks({
+        tenant: '',
+        contextId: contexts[1]!,
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(ctx.tasks.map((t) => t.id)).toEqual([made[1]]);
-      const done = await carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_COMPLETED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const done = await carol.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_COMPLETED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(done.tasks).toEqual([]);
 
       // Dave sees his one task; another user's context is simply empty.
-      const his = await dave.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const his = await dave.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(his.tasks.map((t) => t.id)).toEqual([daves]);
-      const notHis = await dave.listTasks({ tenant: '', contextId: contexts[0]!, status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const notHis = await dave.listTasks({
+        tenant: '',
+        contextId: contexts[0]!,
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(notHis.tasks).toEqual([]);
 
       // REST, and a page token this mesh never gave out.
       const rest1 = await v1Client(gw.url, { token: daveToken, rest: true });
-      const viaRest = await rest1.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: '', statusTimestampAfter: undefined });
+      const viaRest = await rest1.listTasks({
+        tenant: '',
+        contextId: '',
+        status: TaskState.TASK_STATE_UNSPECIFIED,
+        pageSize: 10,
+        pageToken: '',
+        statusTimestampAfter: undefined,
+      });
       expect(viaRest.tasks.map((t) => t.id)).toEqual([daves]);
-      await expect(carol.listTasks({ tenant: '', contextId: '', status: TaskState.TASK_STATE_UNSPECIFIED, pageSize: 10, pageToken: 'not-a-token', statusTimestampAfter: undefined })).rejects.toThrow(/pageToken/);
+      await expect(
+        carol.listTasks({
+          tenant: '',
+          contextId: '',
+          status: TaskState.TASK_STATE_UNSPECIFIED,
+          pageSize: 10,
+          pageToken: 'not-a-token',
+          statusTimestampAfter: undefined,
+        }),
+      ).rejects.toThrow(/pageToken/);
     } finally {
       await gw.close();
     }
@@ -249,7 +325,8 @@ describe('ListTasks: a user lists only their own tasks', () => {
 });
 
 describe('diagnostics with operator credentials', () => {
-  const diag = (path: string, token = OPERATOR, method = 'GET') => fetch(`${gateway.diagnosticsUrl}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+  const diag = (path: string, token = OPERATOR, method = 'GET') =>
+    fetch(`${gateway.diagnosticsUrl}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
 
   it('ready: NATS connected, every partition owned, the store reachable, the agents seen', async () => {
     const res = await diag('/ready');
@@ -286,7 +363,21 @@ describe('`troupe gateway --nats`', () => {
     writeFileSync(tokens, JSON.stringify(TOKENS));
     const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
     const proc = await group.spawnTroupe(
-      ['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens, '--operator-token', OPERATOR, '--operator-creds', nats.credsFile('operator'), '--log-level', 'warn'],
+      [
+        'gateway',
+        '--nats',
+        nats.url,
+        '--port',
+        '0',
+        '--tokens',
+        tokens,
+        '--operator-token',
+        OPERATOR,
+        '--operator-creds',
+        nats.credsFile('operator'),
+        '--log-level',
+        'warn',
+      ],
       env,
       { ready: /diagnostics: \S+/ },
     );

@@ -115,7 +115,9 @@ describe('agent card', () => {
       // node:http, not fetch: fetch adds `Cache-Control: no-cache` to a conditional request, which asks the server not to answer 304.
       const statusOf = (extra: Record<string, string>) =>
         new Promise<number | undefined>((resolve, reject) => {
-          httpRequest(`${open.url}/.well-known/agent-card.json`, { headers: { ...headers, ...extra } }, (r) => (r.resume(), resolve(r.statusCode))).on('error', reject).end();
+          httpRequest(`${open.url}/.well-known/agent-card.json`, { headers: { ...headers, ...extra } }, (r) => (r.resume(), resolve(r.statusCode)))
+            .on('error', reject)
+            .end();
         });
       expect(await statusOf({ 'if-none-match': etag! })).toBe(304);
       expect(await statusOf({ 'if-modified-since': lastModified! })).toBe(304);
@@ -156,7 +158,11 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     const chunks = events.flatMap((e) => (e.payload?.$case === 'artifactUpdate' ? [textOf(e.payload.value.artifact?.parts)] : []));
     expect(chunks.join('')).toBe('Here is your piece. ');
     expect(cases.lastIndexOf('artifactUpdate')).toBeLessThan(cases.length - 1);
-    const routeSteps = events.flatMap((e) => (e.payload?.$case === 'statusUpdate' && e.payload.value.metadata?.['troupe/route'] ? [(e.payload.value.metadata['troupe/route'] as { to: string }).to] : []));
+    const routeSteps = events.flatMap((e) =>
+      e.payload?.$case === 'statusUpdate' && e.payload.value.metadata?.['troupe/route']
+        ? [(e.payload.value.metadata['troupe/route'] as { to: string }).to]
+        : [],
+    );
     expect(routeSteps).toEqual(['triage', 'researcher', 'writer']);
     const taskId = events[0]?.payload?.$case === 'task' ? events[0].payload.value.id : '';
     const stored = await client.getTask({ tenant: '', id: taskId });
@@ -179,7 +185,7 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     expect(trimmed.history).toHaveLength(1);
   });
 
-  it('a known contextId without taskId continues the context\'s open task; after cancel it starts a new one', async () => {
+  it("a known contextId without taskId continues the context's open task; after cancel it starts a new one", async () => {
     const client = await v1Client(open.url);
     const first = taskOf(await client.sendMessage(send(userText('Write about crabs'))));
     const again = taskOf(await client.sendMessage(send(userText('and lobsters?', { contextId: first.contextId }))));
@@ -219,7 +225,7 @@ describe('A2A 1.0: the SDK default ClientFactory with no options', () => {
     await expect(client.getTask({ tenant: '', id: 'no-such-task' })).rejects.toThrow(/Task not found/);
   });
 
-  it('a messageId reused in another task is answered there too (no hang, no other task\'s answer)', async () => {
+  it("a messageId reused in another task is answered there too (no hang, no other task's answer)", async () => {
     const client = await v1Client(open.url);
     const first = taskOf(await client.sendMessage(send(userText('Write about voles', { messageId: 'reused-id-1' }))));
     const second = taskOf(await client.sendMessage(send(userText('Write about shrews', { messageId: 'reused-id-1' }))));
@@ -243,7 +249,11 @@ describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
   const rest = (path: string, init: { body?: unknown; accept?: string } = {}) =>
     fetch(`${sut.url}/rest${path}`, {
       method: init.body === undefined ? 'GET' : 'POST',
-      headers: { 'a2a-version': '1.0', ...(init.body === undefined ? {} : { 'content-type': 'application/json' }), ...(init.accept ? { accept: init.accept } : {}) },
+      headers: {
+        'a2a-version': '1.0',
+        ...(init.body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...(init.accept ? { accept: init.accept } : {}),
+      },
       ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) }),
     });
   const restSend = (messageId: string, accept?: string) =>
@@ -262,7 +272,9 @@ describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
       expect(task.status?.state, prefix).toBe(TaskState.TASK_STATE_COMPLETED);
       expect(task.artifacts, prefix).toHaveLength(1);
       const part = task.artifacts[0]!.parts[0]!;
-      expect({ ...part.content, value: part.content?.value instanceof Uint8Array ? new Uint8Array(part.content.value) : part.content?.value }, prefix).toEqual(content);
+      expect({ ...part.content, value: part.content?.value instanceof Uint8Array ? new Uint8Array(part.content.value) : part.content?.value }, prefix).toEqual(
+        content,
+      );
       if (prefix.startsWith('tck-artifact-file')) expect([part.filename, part.mediaType], prefix).toEqual(['output.txt', 'text/plain']);
       expect(task.artifacts[0]!.metadata?.['troupe/agent']).toBe('tck');
       // What the node stored, read back through another transport.
@@ -285,16 +297,20 @@ describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
       expect(task.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
       expect(task.status?.message?.messageId).toBe(message.messageId);
       // The client keeps the conversation by its contextId alone.
-      const next = taskOf(await client.sendMessage(send(userText('and then', { messageId: `tck-complete-task-${crypto.randomUUID()}`, contextId: task.contextId }))));
+      const next = taskOf(
+        await client.sendMessage(send(userText('and then', { messageId: `tck-complete-task-${crypto.randomUUID()}`, contextId: task.contextId }))),
+      );
       expect([next.id, next.status?.state]).toEqual([message.taskId, TaskState.TASK_STATE_COMPLETED]);
     }
     const client = await v1Client(sut.url);
-    const events = await collect(client.sendMessageStream(send(userText('TCK message response', { messageId: `tck-message-response-${crypto.randomUUID()}` }))));
+    const events = await collect(
+      client.sendMessageStream(send(userText('TCK message response', { messageId: `tck-message-response-${crypto.randomUUID()}` }))),
+    );
     expect(events[0]?.payload?.$case).toBe('task');
     expect(events.at(-1)?.payload?.$case).toBe('statusUpdate');
   });
 
-  it('streamed: the Task answer\'s artifact arrives as an artifact update before the final status', async () => {
+  it("streamed: the Task answer's artifact arrives as an artifact update before the final status", async () => {
     const client = await v1Client(sut.url, { rest: true });
     const events = await collect(client.sendMessageStream(send(userText('TCK stream', { messageId: `tck-stream-artifact-file-${crypto.randomUUID()}` }))));
     const cases = events.map((e) => e.payload?.$case);
@@ -323,7 +339,9 @@ describe('the A2A TCK system under test (examples/tck/team.ts)', () => {
     const prefers = await rest(`/tasks/${id}`, { accept: 'application/a2a+json;q=0.5, application/json' });
     expect(prefers.headers.get('content-type')).toMatch(/^application\/json(;|$)/);
     // SSE is left alone.
-    const stream = await rest('/message:stream', { body: { message: { role: 'ROLE_USER', parts: [{ text: 'x' }], messageId: `tck-complete-task-${crypto.randomUUID()}` } } });
+    const stream = await rest('/message:stream', {
+      body: { message: { role: 'ROLE_USER', parts: [{ text: 'x' }], messageId: `tck-complete-task-${crypto.randomUUID()}` } },
+    });
     expect(stream.headers.get('content-type')).toMatch(/^text\/event-stream/);
     await stream.text();
   });
@@ -396,7 +414,7 @@ describe('resubscribe', () => {
     await slow?.stop();
   });
 
-  it('a running task: the Task, then the turn\'s events from the mesh until its final status (1.0 and 0.3)', async () => {
+  it("a running task: the Task, then the turn's events from the mesh until its final status (1.0 and 0.3)", async () => {
     closeGate();
     const client = await v1Client(gw.url);
     const stream = client.sendMessageStream(send(userText('take your time')))[Symbol.asyncIterator]();
@@ -461,12 +479,24 @@ describe('errors at the edge', () => {
   });
 
   it('bad JSON is -32700, a batch or a non-request -32600, deep nesting refused, bad ids -32602', async () => {
-    const bad = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"jsonrpc": "2.0", "id": 1, "method": ' });
+    const bad = await fetch(`${open.url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"jsonrpc": "2.0", "id": 1, "method": ',
+    });
     expect(bad.status).toBe(200);
     expect(((await bad.json()) as { error: { code: number } }).error.code).toBe(-32700);
-    const batch = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tasks/get' }]) });
+    const batch = await fetch(`${open.url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify([{ jsonrpc: '2.0', id: 1, method: 'tasks/get' }]),
+    });
     expect(((await batch.json()) as { error: { code: number } }).error.code).toBe(-32600);
-    const deep = await fetch(`${open.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `${'['.repeat(5_000)}${']'.repeat(5_000)}` });
+    const deep = await fetch(`${open.url}/`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: `${'['.repeat(5_000)}${']'.repeat(5_000)}`,
+    });
     expect(deep.status).toBe(400);
     expect(((await deep.json()) as { error: { code: number } }).error.code).toBe(-32600);
     for (const id of ['a.b', 'x'.repeat(200), '']) {
@@ -481,14 +511,20 @@ describe('errors at the edge', () => {
     const noParts = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'p-1', parts: [] } });
     expect(noParts.body.error?.code).toBe(-32602);
     expect(noParts.body.error?.message).toContain('at least one part');
-    const agentRole = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'agent', messageId: 'p-2', parts: [{ kind: 'text', text: 'hi' }] } });
+    const agentRole = await rpc(open.url, 'message/send', {
+      message: { kind: 'message', role: 'agent', messageId: 'p-2', parts: [{ kind: 'text', text: 'hi' }] },
+    });
     expect(agentRole.body.error?.message).toContain('role');
     const nested = { a: {} as Record<string, unknown> };
     let cursor = nested.a;
     for (let i = 0; i < 35; i++) cursor = cursor.a = {} as Record<string, unknown>;
-    const deepMeta = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'p-3', parts: [{ kind: 'text', text: 'hi' }], metadata: nested } });
+    const deepMeta = await rpc(open.url, 'message/send', {
+      message: { kind: 'message', role: 'user', messageId: 'p-3', parts: [{ kind: 'text', text: 'hi' }], metadata: nested },
+    });
     expect(deepMeta.body.error?.code).toBe(-32602);
-    const badId = await rpc(open.url, 'message/send', { message: { kind: 'message', role: 'user', messageId: 'has space', parts: [{ kind: 'text', text: 'hi' }] } });
+    const badId = await rpc(open.url, 'message/send', {
+      message: { kind: 'message', role: 'user', messageId: 'has space', parts: [{ kind: 'text', text: 'hi' }] },
+    });
     expect(badId.body.error?.code).toBe(-32602);
   });
 
@@ -626,13 +662,23 @@ describe('tokens: tenants and users', () => {
   it('refuses a configuration that could not serve', async () => {
     await expect(startGateway({ clients: { demo: demo.client }, tokens: { t: 'acme' } })).rejects.toThrow(/no client for it/);
     await expect(startGateway({ clients: { acme: demo.client } })).rejects.toThrow(/talks to tenant "demo"/);
-    await expect(startGateway({ clients: { demo: demo.client }, tokens: { [ALICE]: { tenant: 'demo', user: 'alice' } }, diagnostics: { token: ALICE, client: demo.client } })).rejects.toThrow(/also a user token/);
+    await expect(
+      startGateway({
+        clients: { demo: demo.client },
+        tokens: { [ALICE]: { tenant: 'demo', user: 'alice' } },
+        diagnostics: { token: ALICE, client: demo.client },
+      }),
+    ).rejects.toThrow(/also a user token/);
   });
 });
 
 describe('rate limit', () => {
   it('per token: over the burst is 429 with Retry-After; another token is not affected', async () => {
-    const gw = await startGateway({ clients: { demo: demo.client }, tokens: { [ALICE]: { tenant: 'demo', user: 'alice' }, [BOB]: { tenant: 'demo', user: 'bob' } }, rateLimit: { perSecond: 0.001, burst: 2 } });
+    const gw = await startGateway({
+      clients: { demo: demo.client },
+      tokens: { [ALICE]: { tenant: 'demo', user: 'alice' }, [BOB]: { tenant: 'demo', user: 'bob' } },
+      rateLimit: { perSecond: 0.001, burst: 2 },
+    });
     try {
       const statuses: number[] = [];
       let retryAfter: string | null = null;
@@ -659,12 +705,16 @@ describe('HTTPS', () => {
 
   function httpsJson(url: string, body?: string, headers: Record<string, string> = {}): Promise<{ status: number; json: unknown }> {
     return new Promise((resolve, reject) => {
-      const req = httpsRequest(url, { method: body ? 'POST' : 'GET', ca: certs.ca, headers: { 'content-type': 'application/json', ...headers } }, (res: IncomingMessage) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) }));
-      });
+      const req = httpsRequest(
+        url,
+        { method: body ? 'POST' : 'GET', ca: certs.ca, headers: { 'content-type': 'application/json', ...headers } },
+        (res: IncomingMessage) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (text += d));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) }));
+        },
+      );
       req.on('error', reject);
       req.end(body);
     });
@@ -676,7 +726,10 @@ describe('HTTPS', () => {
       expect(gw.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
       const card = await httpsJson(`${gw.url}/.well-known/agent-card.json`);
       expect(card.json).toMatchObject({ url: `${gw.url}/` });
-      const sent = await httpsJson(`${gw.url}/`, JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: v03Text('Write about terns') } }));
+      const sent = await httpsJson(
+        `${gw.url}/`,
+        JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: v03Text('Write about terns') } }),
+      );
       expect(sent.json).toMatchObject({ result: { kind: 'task', status: { state: 'input-required' } } });
       // A client that does not trust the CA is refused by TLS itself.
       await expect(fetch(`${gw.url}/.well-known/agent-card.json`)).rejects.toThrow();
@@ -687,7 +740,8 @@ describe('HTTPS', () => {
 });
 
 describe('diagnostics', () => {
-  const diag = (path: string, token?: string, method = 'GET') => fetch(`${guarded.diagnosticsUrl}${path}`, { method, ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}) });
+  const diag = (path: string, token?: string, method = 'GET') =>
+    fetch(`${guarded.diagnosticsUrl}${path}`, { method, ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}) });
 
   it('need the operator token: none, a user token or a wrong one is 401', async () => {
     for (const token of [undefined, ALICE, 'operator-token-wrong-00']) expect((await diag('/health', token)).status).toBe(401);
@@ -763,7 +817,14 @@ describe('push notifications', () => {
   it('set/get/list/delete configs; each event of a turn is POSTed to the receiver, retried when it fails', async () => {
     const client = await v1Client(open.url);
     const task = taskOf(await client.sendMessage(send(userText('Write about geese'))));
-    const config = await client.createTaskPushNotificationConfig({ tenant: '', id: 'hook-1', taskId: task.id, url: receiverUrl, token: 'secret-hook-token', authentication: undefined });
+    const config = await client.createTaskPushNotificationConfig({
+      tenant: '',
+      id: 'hook-1',
+      taskId: task.id,
+      url: receiverUrl,
+      token: 'secret-hook-token',
+      authentication: undefined,
+    });
     expect(config).toMatchObject({ id: 'hook-1', taskId: task.id, url: receiverUrl });
     expect(await client.getTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: 'hook-1' })).toMatchObject({ url: receiverUrl });
     expect((await client.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toHaveLength(1);
@@ -782,8 +843,12 @@ describe('push notifications', () => {
     await client.deleteTaskPushNotificationConfig({ tenant: '', taskId: task.id, id: 'hook-1' });
     expect((await client.listTaskPushNotificationConfig({ tenant: '', taskId: task.id, pageSize: 0, pageToken: '' })).configs).toHaveLength(0);
     // A config for someone else's task, or a bad URL, is refused.
-    await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: 'no-such-task', url: receiverUrl, token: '', authentication: undefined })).rejects.toThrow(/Task not found/);
-    await expect(client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: task.id, url: 'file:///etc/passwd', token: '', authentication: undefined })).rejects.toThrow(/http or https/);
+    await expect(
+      client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: 'no-such-task', url: receiverUrl, token: '', authentication: undefined }),
+    ).rejects.toThrow(/Task not found/);
+    await expect(
+      client.createTaskPushNotificationConfig({ tenant: '', id: 'h', taskId: task.id, url: 'file:///etc/passwd', token: '', authentication: undefined }),
+    ).rejects.toThrow(/http or https/);
   });
 
   it("a config set without an id is the task's own: a 0.3 client gets it back with the task id alone", async () => {
@@ -795,13 +860,22 @@ describe('push notifications', () => {
     expect(got.body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
     expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: taskId })).body.result).toMatchObject({ taskId });
     // A 0.3 client that asks for "default" (as 0.3's Python reference server allows) gets the task's one config …
-    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'default' })).body.result).toMatchObject({ taskId, pushNotificationConfig: { id: taskId, url: receiverUrl } });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'default' })).body.result).toMatchObject({
+      taskId,
+      pushNotificationConfig: { id: taskId, url: receiverUrl },
+    });
     // … but not once the task has two, and a task with none is still not found.
-    expect((await rpc(open.url, 'tasks/pushNotificationConfig/set', { taskId, pushNotificationConfig: { id: 'second', url: receiverUrl } })).body.result).toMatchObject({ pushNotificationConfig: { id: 'second' } });
-    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'other' })).body.error).toMatchObject({ code: -32001 });
+    expect(
+      (await rpc(open.url, 'tasks/pushNotificationConfig/set', { taskId, pushNotificationConfig: { id: 'second', url: receiverUrl } })).body.result,
+    ).toMatchObject({ pushNotificationConfig: { id: 'second' } });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: taskId, pushNotificationConfigId: 'other' })).body.error).toMatchObject({
+      code: -32001,
+    });
     expect((await rpc(open.url, 'tasks/pushNotificationConfig/delete', { id: taskId, pushNotificationConfigId: 'second' })).body.result).toBeNull();
     const bare = (await rpc(open.url, 'message/send', { message: v03Text('Write about geese') })).body.result as { id: string };
-    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: bare.id, pushNotificationConfigId: 'default' })).body.error).toMatchObject({ code: -32001 });
+    expect((await rpc(open.url, 'tasks/pushNotificationConfig/get', { id: bare.id, pushNotificationConfigId: 'default' })).body.error).toMatchObject({
+      code: -32001,
+    });
     // The same in A2A 1.0, where a get is exact.
     const client = await v1Client(open.url);
     const v1 = await client.createTaskPushNotificationConfig({ tenant: '', id: '', taskId, url: receiverUrl, token: '', authentication: undefined });

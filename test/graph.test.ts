@@ -38,9 +38,14 @@ describe.each(Object.entries(MACHINES))('machine %s', (name, machine) => {
 });
 
 describe('troupe graph', () => {
-  it('prints JSON and Mermaid from the CLI', () => {
-    const run = (args: string[]) => execFileSync(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/bin/troupe.ts', ...args], { encoding: 'utf8' });
-    expect(JSON.parse(run(['graph', 'thread'])).id).toBe('thread');
-    expect(run(['graph', 'handoff', '--format', 'mermaid'])).toContain('handoff_active');
-  }, cliTestTimeout(2));
+  it(
+    'prints JSON and Mermaid from the CLI',
+    () => {
+      const run = (args: string[]) =>
+        execFileSync(process.execPath, ['--conditions=source', '--import', 'tsx', 'src/bin/troupe.ts', ...args], { encoding: 'utf8' });
+      expect(JSON.parse(run(['graph', 'thread'])).id).toBe('thread');
+      expect(run(['graph', 'handoff', '--format', 'mermaid'])).toContain('handoff_active');
+    },
+    cliTestTimeout(2),
+  );
 });

@@ -35,7 +35,9 @@ function record(m: NonNullable<typeof mesh>, threadId: string): ThreadEvent[] {
 const finalTexts = (events: ThreadEvent[]) => events.flatMap((e) => (e.kind === 'status-update' && e.final ? [messageText(e.status.message)] : []));
 /** What the user saw of a turn, in order: the answers (intermediate and final) with who wrote them. */
 const answers = (events: ThreadEvent[]) =>
-  events.flatMap((e) => (e.kind === 'status-update' && e.status.message ? [`${String(e.status.message.metadata?.[META.agent])}: ${messageText(e.status.message)}`] : []));
+  events.flatMap((e) =>
+    e.kind === 'status-update' && e.status.message ? [`${String(e.status.message.metadata?.[META.agent])}: ${messageText(e.status.message)}`] : [],
+  );
 const steps = (route: Array<{ from: string; to: string }>) => route.map((s) => `${s.from}>${s.to}`);
 
 describe('handoff on the embedded mesh', () => {
@@ -62,7 +64,10 @@ describe('handoff on the embedded mesh', () => {
 
     const done = await m.client.send("I'm done", { threadId });
     // One turn: the specialist's last answer, then main's, which answers the message.
-    expect(answers(done.events)).toEqual(['skills: Skill saved.', 'main: main: welcome back (completed) — Handoff to skills completed: created a skill in 4 steps']);
+    expect(answers(done.events)).toEqual([
+      'skills: Skill saved.',
+      'main: main: welcome back (completed) — Handoff to skills completed: created a skill in 4 steps',
+    ]);
     expect(done.text).toBe('main: welcome back (completed) — Handoff to skills completed: created a skill in 4 steps');
     expect(done.error).toBeUndefined();
     // The route says what happened: the user talked to skills, skills gave control back to main.
@@ -71,7 +76,9 @@ describe('handoff on the embedded mesh', () => {
       'skills>main: handoff completed: created a skill in 4 steps',
     ]);
     // The specialist's chunks streamed before its answer.
-    const kinds = done.events.map((e) => (e.kind === 'artifact-update' ? 'chunk' : e.status.message ? `answer:${String(e.status.message.metadata?.[META.agent])}` : 'step'));
+    const kinds = done.events.map((e) =>
+      e.kind === 'artifact-update' ? 'chunk' : e.status.message ? `answer:${String(e.status.message.metadata?.[META.agent])}` : 'step',
+    );
     expect(kinds.indexOf('chunk')).toBeGreaterThan(-1);
     expect(kinds.indexOf('chunk')).toBeLessThan(kinds.indexOf('answer:skills'));
     expect(m.node.threads.inspect(threadId)?.context).toMatchObject({ handoff: undefined });
@@ -96,7 +103,9 @@ describe('handoff on the embedded mesh', () => {
     await waitFor(() => finalTexts(events).some((t) => t.includes('welcome back (cancelled)')), 'main to resume after the cancel');
     expect(finalTexts(events).at(-1)).toContain('changed my mind');
     // The user is told, then main answers; its turn's route starts at the specialist, not at the user.
-    const notice = events.findIndex((e) => e.kind === 'status-update' && !e.final && messageText(e.status.message) === 'Handoff to skills cancelled; back to main.');
+    const notice = events.findIndex(
+      (e) => e.kind === 'status-update' && !e.final && messageText(e.status.message) === 'Handoff to skills cancelled; back to main.',
+    );
     const resumed = events.findIndex((e) => e.kind === 'status-update' && e.final && messageText(e.status.message).includes('welcome back (cancelled)'));
     expect(notice).toBeGreaterThan(-1);
     expect(notice).toBeLessThan(resumed);
@@ -184,7 +193,8 @@ function recordingTeam() {
       if (ctx.handoff) requests.push(ctx.handoff);
       const ret = (r: HandoffReturnInput, text: string) => reply(text, { handoffReturn: r });
       if (ctx.text.includes('fail at once')) return ret({ completionStatus: 'error', resultSummary: 'the expert could not help' }, 'expert: sorry, no');
-      if (ctx.text.includes('done')) return ret({ completionStatus: 'completed', resultSummary: 'made two files', artifactsCreated: ['a.txt', 'b.txt'] }, 'expert: all done');
+      if (ctx.text.includes('done'))
+        return ret({ completionStatus: 'completed', resultSummary: 'made two files', artifactsCreated: ['a.txt', 'b.txt'] }, 'expert: all done');
       return reply(`expert: ${ctx.text}`);
     },
   });

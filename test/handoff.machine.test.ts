@@ -74,8 +74,7 @@ afterEach(() => {
 /* model-based coverage                                                                             */
 /* ---------------------------------------------------------------------------------------------- */
 
-const eventsOf = <E extends EventObject>(path: StatePath<AnyMachineSnapshot, E>): E[] =>
-  path.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
+const eventsOf = <E extends EventObject>(path: StatePath<AnyMachineSnapshot, E>): E[] => path.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
 
 const INPUT: HandoffInput = { request, now: T0, maxDurationMs: 60_000 };
 const AFTER_PENDING = 'xstate.after.handoffDeadline.handoff.pending';
@@ -87,7 +86,11 @@ const SAMPLE_EVENTS: HandoffEvent[] = [
   { type: 'troupe.handoff.rejected', now: T0 + 100, rejectionReason: 'no capacity' },
   { type: 'troupe.handoff.userMessage', message: userMsg('m1'), now: T0 + 200 },
   { type: 'troupe.handoff.userMessage', message: userMsg('m2'), now: T0 + 300 },
-  { type: 'troupe.handoff.returned', result: { completionStatus: 'completed', resultSummary: 'refund issued', artifactsCreated: ['refund-42'] }, now: T0 + 400 },
+  {
+    type: 'troupe.handoff.returned',
+    result: { completionStatus: 'completed', resultSummary: 'refund issued', artifactsCreated: ['refund-42'] },
+    now: T0 + 400,
+  },
   { type: 'troupe.handoff.returned', result: { completionStatus: 'error', resultSummary: 'could not refund', artifactsCreated: [] }, now: T0 + 400 },
   { type: 'troupe.handoff.returned', result: { completionStatus: 'cancelled', resultSummary: 'the user gave up', artifactsCreated: [] }, now: T0 + 400 },
   { type: 'troupe.handoff.cancel', reason: 'user left', now: T0 + 150 },
@@ -102,8 +105,7 @@ const traversal = {
   events: SAMPLE_EVENTS,
   // Bound the state space: at most two forwarded turns.
   // A finished actor takes no more events; at most two forwarded turns.
-  filterEvents: (snap: HandoffSnapshot, e: HandoffEvent) =>
-    snap.status === 'active' && !(e.type === 'troupe.handoff.userMessage' && snap.context.turns >= 2),
+  filterEvents: (snap: HandoffSnapshot, e: HandoffEvent) => snap.status === 'active' && !(e.type === 'troupe.handoff.userMessage' && snap.context.turns >= 2),
 };
 
 interface Replay {
@@ -146,7 +148,16 @@ describe('handoff machine: model-based', () => {
     ]);
     // Sanity: the model's own view of itself.
     expect([...states].sort()).toEqual(
-      ['handoff', 'handoff.active', 'handoff.cancelled', 'handoff.completed', 'handoff.error', 'handoff.pending', 'handoff.rejected', 'handoff.returning'].sort(),
+      [
+        'handoff',
+        'handoff.active',
+        'handoff.cancelled',
+        'handoff.completed',
+        'handoff.error',
+        'handoff.pending',
+        'handoff.rejected',
+        'handoff.returning',
+      ].sort(),
     );
 
     // 1. shortest paths to every distinct snapshot
@@ -175,10 +186,7 @@ describe('handoff machine: model-based', () => {
     expect(missing(states, graphStates)).toEqual([]);
 
     const recorder = new CoverageRecorder();
-    const runs = [
-      ...shortest.map((p) => ({ events: eventsOf(p), states: p.steps.slice(1).map((s) => s.state as AnyMachineSnapshot) })),
-      ...edgePaths,
-    ];
+    const runs = [...shortest.map((p) => ({ events: eventsOf(p), states: p.steps.slice(1).map((s) => s.state as AnyMachineSnapshot) })), ...edgePaths];
     for (const run of runs) {
       const r = replay(run.events, run.states, recorder);
       // Outputs agree with where the path ended.
@@ -190,9 +198,9 @@ describe('handoff machine: model-based', () => {
         if (value === 'rejected') {
           expect(out).toMatchObject({ rejectionReason: 'no capacity', turns: 0 });
           expect(out.handoffReturn).toBeUndefined();
-        }
-        else expect(out.handoffReturn?.completionStatus).toBe(value === 'completed' ? 'completed' : value);
-        if (value === 'completed') expect(out.handoffReturn).toEqual({ completionStatus: 'completed', resultSummary: 'refund issued', artifactsCreated: ['refund-42'] });
+        } else expect(out.handoffReturn?.completionStatus).toBe(value === 'completed' ? 'completed' : value);
+        if (value === 'completed')
+          expect(out.handoffReturn).toEqual({ completionStatus: 'completed', resultSummary: 'refund issued', artifactsCreated: ['refund-42'] });
         if (value === 'error') expect(['AGENT_TIMEOUT', 'AGENT_ERROR']).toContain(out.error?.code);
       } else {
         expect(isOpen(r.final)).toBe(true);
@@ -204,7 +212,19 @@ describe('handoff machine: model-based', () => {
   it('is fully named: every action, guard and delay in the config is a string reference to setup', () => {
     const json = JSON.stringify(handoffMachine.config);
     const impl = handoffMachine.implementations;
-    for (const name of ['recordNow', 'recordAcceptance', 'recordRejection', 'recordUserMessage', 'recordReturn', 'markCompleted', 'markCancelled', 'markReturnedError', 'recordCancel', 'recordFailure', 'recordTimeout']) {
+    for (const name of [
+      'recordNow',
+      'recordAcceptance',
+      'recordRejection',
+      'recordUserMessage',
+      'recordReturn',
+      'markCompleted',
+      'markCancelled',
+      'markReturnedError',
+      'recordCancel',
+      'recordFailure',
+      'recordTimeout',
+    ]) {
       expect(json).toContain(`"${name}"`);
       expect(impl.actions).toHaveProperty(name);
     }
@@ -244,7 +264,11 @@ describe('handoff machine: behaviour', () => {
     expect(actor.getSnapshot().context).toMatchObject({ turns: 2, lastMessageId: 'm2', now: T0 + 30 });
     expect(isOpen(actor.getSnapshot())).toBe(true);
 
-    actor.send({ type: 'troupe.handoff.returned', result: { completionStatus: 'completed', resultSummary: 'refund sent', artifactsCreated: ['refund-42'] }, now: T0 + 40 });
+    actor.send({
+      type: 'troupe.handoff.returned',
+      result: { completionStatus: 'completed', resultSummary: 'refund sent', artifactsCreated: ['refund-42'] },
+      now: T0 + 40,
+    });
     const snap = actor.getSnapshot();
     expect(snap.value).toBe('completed');
     expect(snap.status).toBe('done');
@@ -318,7 +342,9 @@ describe('handoff machine: behaviour', () => {
     expect(actor.getSnapshot().value).toBe('completed');
     // in `active`, handoffAccept is not looked at
     expect(handoffEventsForTargetReply(agentMsg('x'), 'active', 9)).toEqual([]);
-    expect(() => handoffEventsForTargetReply(agentMsg('x', 'x', { [CLIENT_ROUTING_URI]: { handoffReturn: { completionStatus: 'maybe' } } }), 'active', 9)).toThrow(TroupeError);
+    expect(() =>
+      handoffEventsForTargetReply(agentMsg('x', 'x', { [CLIENT_ROUTING_URI]: { handoffReturn: { completionStatus: 'maybe' } } }), 'active', 9),
+    ).toThrow(TroupeError);
   });
 
   it('fails with AGENT_TIMEOUT when the deadline passes while active (the deadline is absolute)', () => {
@@ -336,7 +362,11 @@ describe('handoff machine: behaviour', () => {
       status: 'error',
       returnsToSource: true,
       error: { code: 'AGENT_TIMEOUT', message: 'the handoff to "billing" did not finish within 5000 ms' },
-      handoffReturn: { completionStatus: 'error', resultSummary: 'AGENT_TIMEOUT: the handoff to "billing" did not finish within 5000 ms', artifactsCreated: [] },
+      handoffReturn: {
+        completionStatus: 'error',
+        resultSummary: 'AGENT_TIMEOUT: the handoff to "billing" did not finish within 5000 ms',
+        artifactsCreated: [],
+      },
       turns: 0,
     });
     expect(snap.context.now).toBe(T0 + 5_000);
@@ -503,7 +533,10 @@ describe('handoff wire schemas', () => {
       returnExpected: true,
     });
     expect(() =>
-      handoffRequestFromDirective({ targetAgentId: 'triage', contextSummary: 'c', handoffReason: 'r' }, { threadId: 't', tenantId: 'a', userId: 'u', sourceAgentId: 'triage' }),
+      handoffRequestFromDirective(
+        { targetAgentId: 'triage', contextSummary: 'c', handoffReason: 'r' },
+        { threadId: 't', tenantId: 'a', userId: 'u', sourceAgentId: 'triage' },
+      ),
     ).toThrow(expect.objectContaining({ code: 'INVALID_MESSAGE' }));
   });
 });

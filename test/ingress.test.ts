@@ -7,7 +7,16 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { connect, headers as natsHeaders, PermissionViolationError, TimeoutError, type NatsConnection, type RequestOptions } from '@nats-io/transport-node';
 import { Kvm } from '@nats-io/kv';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM, INGRESS_STREAM, JetStreamIngress, partitionOf, type IngressHandler, type IngressMessage, type JetStreamIngressOptions } from '../src/transport/jetstream/ingress.js';
+import {
+  DEAD_LETTER_HEADERS,
+  DEAD_LETTER_STREAM,
+  INGRESS_STREAM,
+  JetStreamIngress,
+  partitionOf,
+  type IngressHandler,
+  type IngressMessage,
+  type JetStreamIngressOptions,
+} from '../src/transport/jetstream/ingress.js';
 import { createLogger } from '../src/observability/logger.js';
 import { TroupeError } from '../src/protocol/errors.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -26,7 +35,6 @@ const RETRY_PAUSE_MS = 50;
 const CONSUMER_MAKE = /\.CONSUMER\.(?:DURABLE\.)?CREATE\.TROUPE_IN\./;
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-
 
 interface PubAck {
   stream: string;
@@ -111,7 +119,16 @@ describe('JetStreamIngress', () => {
     const nc = await connectNode();
     // TROUPE_TEST_LOG=debug shows what the ingress and its leases do.
     const logger = process.env.TROUPE_TEST_LOG ? createLogger({ level: process.env.TROUPE_TEST_LOG }) : undefined;
-    const ingress = new JetStreamIngress({ nc, tenant: 'demo', nodeId, leaseTtlMs: TTL, leaseBucket: bucket, handler, ...(logger ? { logger } : {}), ...extra });
+    const ingress = new JetStreamIngress({
+      nc,
+      tenant: 'demo',
+      nodeId,
+      leaseTtlMs: TTL,
+      leaseBucket: bucket,
+      handler,
+      ...(logger ? { logger } : {}),
+      ...extra,
+    });
     ingresses.push(ingress);
     await ingress.start();
     return { nc, ingress };
@@ -325,7 +342,10 @@ describe('JetStreamIngress', () => {
     await jsm.streams.delete(DEAD_LETTER_STREAM);
     const pub = await connectNode();
     const { seq } = await send(pub, 'doomed-thread', 'doomed-1', 'x');
-    await waitFor(() => lines.some((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq), 'a dead-lettering that could not store its copy');
+    await waitFor(
+      () => lines.some((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq),
+      'a dead-lettering that could not store its copy',
+    );
     expect(calls.slice(0, 2)).toEqual(['doomed-1#1', 'doomed-1#2']);
     expect(deadLettered).toEqual([]);
     expect(await jsm.streams.getMessage(INGRESS_STREAM, { seq })).not.toBeNull();
@@ -359,7 +379,10 @@ describe('JetStreamIngress', () => {
     const pub = await connectNode();
     const { seq } = await send(pub, 'not~a~thread', 'refused-1', 'x');
     // Refused, the copy not stored, sent back: refused again when it comes back, the sender told only once.
-    await waitFor(() => lines.filter((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq).length >= 2, 'two refusals whose copy was not stored');
+    await waitFor(
+      () => lines.filter((l) => l.msg === 'the message stays in the inbound stream and comes back' && l.seq === seq).length >= 2,
+      'two refusals whose copy was not stored',
+    );
     expect(refused).toHaveLength(1);
     expect(refused[0]!.code).toBe('INVALID_MESSAGE');
     expect(refused[0]!.subject).toMatch(/^troupe\.demo\.in\.local\.not~a~thread\.\d$/);
@@ -393,20 +416,29 @@ describe('JetStreamIngress', () => {
         // The handler returns once the consumer has delivered it, so it is queued before they are back.
         const { seq } = await send(pub!, thread, 'held-5', 'x');
         const consumer = `p${partitionOf(thread)}`;
-        await waitUntil(async () => ((await jsm.consumers.info(INGRESS_STREAM, consumer)).delivered.stream_seq ?? 0) >= seq, 'held-5 delivered by the consumer', 10_000, 2);
+        await waitUntil(
+          async () => ((await jsm.consumers.info(INGRESS_STREAM, consumer)).delivered.stream_seq ?? 0) >= seq,
+          'held-5 delivered by the consumer',
+          10_000,
+          2,
+        );
       },
       { retryDelayMs: { base: 150 } },
     );
     await waitFor(() => ingress.owned().length === 8, 'consuming');
     pub = await connectNode();
     for (let i = 1; i <= 4; i++) await send(pub, thread, `held-${i}`, 'x');
-    await waitFor(() => calls.some((c) => c.startsWith('held-5')) && calls.filter((c) => c.startsWith('held-')).length >= 6, 'every message of the thread', 10_000);
+    await waitFor(
+      () => calls.some((c) => c.startsWith('held-5')) && calls.filter((c) => c.startsWith('held-')).length >= 6,
+      'every message of the thread',
+      10_000,
+    );
     expect(await drained()).toBe(0);
     // Stream order, each once after held-1's retry; held-2..4 were sent back untried: no failed attempt each.
     expect(calls).toEqual(['held-1#1', 'held-1#2', 'held-2#1', 'held-3#1', 'held-4#1', 'held-5#1']);
   });
 
-  it('hands a crashed node\'s partition to another node, which redelivers the unacked message first', async () => {
+  it("hands a crashed node's partition to another node, which redelivers the unacked message first", async () => {
     const entered = deferred<IngressMessage>();
     const aGot: string[] = [];
     const bGot: IngressMessage[] = [];
@@ -443,7 +475,12 @@ describe('JetStreamIngress', () => {
     await entered.promise;
     // crash-2 has reached node-a (its consumer delivered it, and node-a's connection has read what came before
     // a round trip) and is queued behind crash-1 there, not handled.
-    await waitUntil(async () => ((await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).delivered.stream_seq ?? 0) >= seq2, 'crash-2 delivered to node-a', 10_000, 10);
+    await waitUntil(
+      async () => ((await jsm.consumers.info(INGRESS_STREAM, `p${p}`)).delivered.stream_seq ?? 0) >= seq2,
+      'crash-2 delivered to node-a',
+      10_000,
+      10,
+    );
     await a.nc.flush();
     expect(aGot).toEqual(['crash-1']);
 
@@ -459,7 +496,13 @@ describe('JetStreamIngress', () => {
     expect(forThread[0]!.deliveryCount).toBe(1);
     // node-a fenced itself (released the partition) before node-b acquired it.
     await waitFor(() => events.some((e) => e.startsWith(`a-released-${p}@`)), 'node-a releasing');
-    const at = (prefix: string) => Number(events.filter((e) => e.startsWith(prefix)).pop()!.split('@')[1]);
+    const at = (prefix: string) =>
+      Number(
+        events
+          .filter((e) => e.startsWith(prefix))
+          .pop()!
+          .split('@')[1],
+      );
     expect(at(`a-released-${p}@`)).toBeLessThanOrEqual(at(`b-acquired-${p}@`));
   });
 
@@ -544,19 +587,25 @@ describe('JetStreamIngress', () => {
     const got = new Map<string, string[]>();
     const handled = new Set<string>();
     let dupes = 0;
-    const { ingress, nc } = await startIngress('node-a', async (m) => {
-      await sleep(HANDLER_WORK_MS); // slow enough that messages are still queued when the server goes down
-      if (handled.has(m.messageId!)) dupes++;
-      handled.add(m.messageId!);
-      const list = got.get(m.threadId) ?? [];
-      list.push(m.messageId!);
-      got.set(m.threadId, list);
-    }, { logger });
+    const { ingress, nc } = await startIngress(
+      'node-a',
+      async (m) => {
+        await sleep(HANDLER_WORK_MS); // slow enough that messages are still queued when the server goes down
+        if (handled.has(m.messageId!)) dupes++;
+        handled.add(m.messageId!);
+        const list = got.get(m.threadId) ?? [];
+        list.push(m.messageId!);
+        got.set(m.threadId, list);
+      },
+      { logger },
+    );
     await waitFor(() => ingress.owned().length === 8, 'consuming');
     const pub = await connectNode();
     // Ten threads, none in two partitions that stay idle.
     const idle = [0, 1];
-    const threads = Array.from({ length: 40 }, (_, i) => `restart-${i}`).filter((t) => !idle.includes(partitionOf(t))).slice(0, 10);
+    const threads = Array.from({ length: 40 }, (_, i) => `restart-${i}`)
+      .filter((t) => !idle.includes(partitionOf(t)))
+      .slice(0, 10);
     const published: string[] = [];
     const sendRound = async (round: number) => {
       for (const t of threads) {
@@ -572,7 +621,9 @@ describe('JetStreamIngress', () => {
     const restartAt = Date.now();
     const mark = lines.length;
     await server.restart();
-    console.log(`[ingress] server restarted in ${Date.now() - restartAt} ms with ${published.length - handledBefore} of ${published.length} messages not yet handled`);
+    console.log(
+      `[ingress] server restarted in ${Date.now() - restartAt} ms with ${published.length - handledBefore} of ${published.length} messages not yet handled`,
+    );
     await waitFor(() => !nc.isClosed() && ingress.owned().length === 8, 'consuming again', 5 * TTL);
     for (let r = 10; r < 15; r++) await sendRound(r);
     await waitFor(() => published.every((id) => handled.has(id)), 'every message published before and after the restart', 15_000);
@@ -585,7 +636,8 @@ describe('JetStreamIngress', () => {
     // A partition with nothing in flight goes on with its consumer as it was (restarted after the reconnect,
     // or taken back if its lease lapsed meanwhile): nothing was left in it that a fresh one would give sooner.
     const last = new Map<number, unknown>();
-    for (const l of lines.slice(mark)) if (l.msg === 'partition consumer restarted' || l.msg === 'consuming partition') last.set(l.partition as number, l.consumer);
+    for (const l of lines.slice(mark))
+      if (l.msg === 'partition consumer restarted' || l.msg === 'consuming partition') last.set(l.partition as number, l.consumer);
     expect(idle.map((p) => [p, last.get(p)])).toEqual(idle.map((p) => [p, 'kept']));
   });
   it('says when a partition consumer falls silent (the server frozen for 8 s), and consumes again after', async () => {
@@ -795,14 +847,28 @@ describe('JetStreamIngress', () => {
 
     await server.shutdown();
     // Every lease runs out while the server is away: the node fences itself off every partition.
-    await waitFor(() => ingress.owned().length === 0 && events.filter((e) => e.startsWith('released-')).length === 8, 'every partition fenced and released', 30_000);
+    await waitFor(
+      () => ingress.owned().length === 0 && events.filter((e) => e.startsWith('released-')).length === 8,
+      'every partition fenced and released',
+      30_000,
+    );
     expect(events.filter((e) => e.startsWith('released-'))).toHaveLength(8);
     await server.restart();
     await waitFor(() => !nc.isClosed() && ingress.owned().length === 8, 'consuming again', 5 * TTL);
     expect(events.filter((e) => e.startsWith('acquired-'))).toHaveLength(8);
     await waitFor(() => lines.slice(mark).filter((l) => l.msg === 'consuming partition').length === 8, 'every partition consumed again');
-    const how = new Map(lines.slice(mark).filter((l) => l.msg === 'consuming partition').map((l) => [l.partition as number, l.consumer]));
-    const why = new Map(lines.slice(mark).filter((l) => l.msg === 'consuming partition').map((l) => [l.partition as number, l.madeBecause]));
+    const how = new Map(
+      lines
+        .slice(mark)
+        .filter((l) => l.msg === 'consuming partition')
+        .map((l) => [l.partition as number, l.consumer]),
+    );
+    const why = new Map(
+      lines
+        .slice(mark)
+        .filter((l) => l.msg === 'consuming partition')
+        .map((l) => [l.partition as number, l.madeBecause]),
+    );
     expect(why.get(partitionOf(busy))).toBe('messages delivered and not acknowledged');
     expect(why.get(partitionOf(changed))).toBe('not the consumer this node made, or changed since');
     // The busy partition's consumer has the message delivered and not acknowledged; the changed one is not

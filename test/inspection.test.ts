@@ -55,7 +55,10 @@ describe('inspection stream', () => {
     const states = await controlInspection(operator, 'demo', { on: true });
     expect(states[0]).toMatchObject({ all: true });
     const turn = await mesh.client.send('Write about kelp');
-    await waitUntil(() => ofThread(turn.threadId).some((r) => r.actorId === turn.threadId && r.kind === 'snapshot' && r.value === 'input-required'), 'the thread to reach input-required');
+    await waitUntil(
+      () => ofThread(turn.threadId).some((r) => r.actorId === turn.threadId && r.kind === 'snapshot' && r.value === 'input-required'),
+      'the thread to reach input-required',
+    );
     const mine = ofThread(turn.threadId);
     expect(invalid).toEqual([]);
     // Definitions first, for every actor.
@@ -73,7 +76,9 @@ describe('inspection stream', () => {
     const call = mine.find((r) => r.kind === 'actor' && r.actorId === `${turn.threadId}/agentCall`);
     expect(call).toMatchObject({ machineId: 'agentCall', parentId: turn.threadId, rootId: turn.threadId });
     // The thread's transitions, in order: the last one goes from working.* to input-required.
-    const threadSteps = mine.filter((r) => r.kind === 'snapshot' && r.actorId === turn.threadId).map((r) => r.kind === 'snapshot' && `${stateLabel(r.from)} → ${stateLabel(r.value)} (${r.event.type})`);
+    const threadSteps = mine
+      .filter((r) => r.kind === 'snapshot' && r.actorId === turn.threadId)
+      .map((r) => r.kind === 'snapshot' && `${stateLabel(r.from)} → ${stateLabel(r.value)} (${r.event.type})`);
     const last = threadSteps.at(-1)!;
     expect(last).toMatch(/^working\.\w+ → input-required \(/);
     expect(threadSteps.some((s) => s && s.startsWith('submitted → working.calling (troupe.user.message)'))).toBe(true);
@@ -140,7 +145,9 @@ describe('InspectionPublisher', () => {
       idle: { on: { go: 'running' } },
       running: {
         invoke: { id: 'kid', src: 'kid', onDone: 'done' },
-        on: { poke: { actions: ({ self }) => (self.getSnapshot().children as Record<string, { send(e: { type: string }): void }>).kid?.send({ type: 'next' }) } },
+        on: {
+          poke: { actions: ({ self }) => (self.getSnapshot().children as Record<string, { send(e: { type: string }): void }>).kid?.send({ type: 'next' }) },
+        },
       },
       done: {},
     },
@@ -164,7 +171,9 @@ describe('InspectionPublisher', () => {
     expect(publisher.announce()).toBe(1);
     actor.send({ type: 'poke' });
     await waitUntil(() => out.length >= 5, 'five records');
-    const summary = out.map((r) => (r.kind === 'actor' ? `+${r.actorId}<${r.parentId ?? ''}>` : `${r.actorId}: ${stateLabel(r.from)}→${stateLabel(r.value)} (${r.event.type})`));
+    const summary = out.map((r) =>
+      r.kind === 'actor' ? `+${r.actorId}<${r.parentId ?? ''}>` : `${r.actorId}: ${stateLabel(r.from)}→${stateLabel(r.value)} (${r.event.type})`,
+    );
     expect(summary).toEqual(['+R<>', '+R/kid<R>', 'R/kid: a→b (next)', 'R: running→running (poke)', 'R: running→done (xstate.done.actor.kid)']);
     expect(out.map((r) => r.seq)).toEqual([...out.map((r) => r.seq)].sort((a, b) => a - b));
     actor.stop();
@@ -180,7 +189,11 @@ describe('InspectionPublisher', () => {
     });
     const secretive = setup({ types: { context: {} as { apiKey: string; profile: { note: string; auth: { token: string } }; log: string[] } } }).createMachine({
       id: 'secretive',
-      context: { apiKey: 'plain-looking', profile: { note: 'mail me at a@b.com', auth: { token: 'zzz' } }, log: Array.from({ length: 30 }, (_, i) => `line ${i}`) },
+      context: {
+        apiKey: 'plain-looking',
+        profile: { note: 'mail me at a@b.com', auth: { token: 'zzz' } },
+        log: Array.from({ length: 30 }, (_, i) => `line ${i}`),
+      },
       initial: 'a',
       states: { a: { on: { add: { actions: assign({ log: ({ context }) => [...context.log, 'more'] }) } } } },
     });
@@ -201,7 +214,13 @@ describe('InspectionPublisher', () => {
 
   it('inspectable() redacts secrets and bounds size', () => {
     const long = 'x'.repeat(5000);
-    const value = inspectable({ apiKey: 'sk-abcdefghijklmnop', note: 'mail me at a@b.com', items: Array.from({ length: 30 }, (_, i) => i), long, fn: () => 1 }) as Record<string, unknown>;
+    const value = inspectable({
+      apiKey: 'sk-abcdefghijklmnop',
+      note: 'mail me at a@b.com',
+      items: Array.from({ length: 30 }, (_, i) => i),
+      long,
+      fn: () => 1,
+    }) as Record<string, unknown>;
     expect(value.apiKey).toBe('[redacted]');
     expect(value.note).toBe('mail me at [redacted]');
     expect((value.items as unknown[]).length).toBe(21);
@@ -220,7 +239,15 @@ describe('an LLM agent loop on the stream', () => {
     await model.start();
     model.respondWith(() => ({ chunks: ['otters ', 'float'] }));
     const agent = await createLlmAgent(
-      { config: AgentConfigSchema.parse({ name: 'solo', model: { provider: 'openai', name: 'm', base_url: model.baseURL }, instructions: { inline: 'Answer.' } }), file: 'inline', dir: process.cwd() },
+      {
+        config: AgentConfigSchema.parse({
+          name: 'solo',
+          model: { provider: 'openai', name: 'm', base_url: model.baseURL },
+          instructions: { inline: 'Answer.' },
+        }),
+        file: 'inline',
+        dir: process.cwd(),
+      },
       { env: {} },
     );
     llmMesh = await startEmbedded({ name: 'solo', agents: [agent], config: { entryAgent: 'solo' } }, silentLogger());
@@ -239,7 +266,10 @@ describe('an LLM agent loop on the stream', () => {
     await controlInspection(op, 'demo', { on: true, threadId: 'llm-thread' });
     const turn = await llmMesh.client.send('Do otters float?', { threadId: 'llm-thread' });
     expect(turn.text).toBe('otters float');
-    await waitUntil(() => seen.some((r) => r.machineId === 'llmAgent' && r.status === 'done'), `the loop to finish on the stream; seen ${[...new Set(seen.map((r) => `${r.machineId}:${r.actorId}:${r.status}`))].join(' ')}`);
+    await waitUntil(
+      () => seen.some((r) => r.machineId === 'llmAgent' && r.status === 'done'),
+      `the loop to finish on the stream; seen ${[...new Set(seen.map((r) => `${r.machineId}:${r.actorId}:${r.status}`))].join(' ')}`,
+    );
     const loop = seen.filter((r) => r.machineId === 'llmAgent');
     expect(loop[0]).toMatchObject({ kind: 'actor', threadId: 'llm-thread', parentId: 'llm-thread' });
     expect(loop.at(-1)).toMatchObject({ kind: 'snapshot', status: 'done' });

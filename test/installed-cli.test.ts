@@ -79,7 +79,9 @@ describe('the installed CLI loads what users write', () => {
 
     // `troupe send --cancel --thread <id>` needs no text (how a user leaves a handoff).
     const { threadId } = JSON.parse(await send(agents[0]!.id, 'hi again', node, ['--json'])) as { threadId: string };
-    const cancelled = troupe.spawn('npx', ['troupe', 'send', '--cancel', '--thread', threadId, '--creds', nats.credsFile('cli')], node, { TROUPE_NATS_URL: nats.url });
+    const cancelled = troupe.spawn('npx', ['troupe', 'send', '--cancel', '--thread', threadId, '--creds', nats.credsFile('cli')], node, {
+      TROUPE_NATS_URL: nats.url,
+    });
     expect((await cancelled.exited).code, cancelled.describe()).toBe(0);
     expect(cancelled.stdout).toMatch(new RegExp(`^thread ${threadId}: \\S+`));
   }, 240_000);
@@ -87,7 +89,10 @@ describe('the installed CLI loads what users write', () => {
   it('starts a team module that imports its agents from sibling TypeScript files (no package.json)', async () => {
     const dir = troupe.userFolder();
     writeFileSync(join(dir, 'greeter.ts'), agentSource('greeter', 'ts'));
-    writeFileSync(join(dir, 'team.ts'), `import { defineTeam } from 'troupe';\nimport greeter from './greeter.js';\n\nexport default defineTeam({ name: 'greeters', agents: [greeter] });\n`);
+    writeFileSync(
+      join(dir, 'team.ts'),
+      `import { defineTeam } from 'troupe';\nimport greeter from './greeter.js';\n\nexport default defineTeam({ name: 'greeters', agents: [greeter] });\n`,
+    );
     // Without --nats the node runs the team on an in-process mesh: it says which agents it started.
     const up = troupe.spawn('npx', ['troupe', 'up', '--team', 'team.ts'], dir);
     procs.push(up);
@@ -99,7 +104,10 @@ describe('the installed CLI loads what users write', () => {
     const openai = await new OpenAIScriptedServer().start();
     try {
       const dir = troupe.userFolder();
-      writeFileSync(join(dir, 'words.ts'), `export function countWords(args: { text: string }): string {\n  return \`counted:\${args.text.split(/\\s+/).length}\`;\n}\n`);
+      writeFileSync(
+        join(dir, 'words.ts'),
+        `export function countWords(args: { text: string }): string {\n  return \`counted:\${args.text.split(/\\s+/).length}\`;\n}\n`,
+      );
       writeFileSync(
         join(dir, 'agent.yaml'),
         [

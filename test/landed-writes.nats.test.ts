@@ -67,8 +67,11 @@ describe('a thread write that timed out but landed', () => {
     await nats?.stop();
   });
 
-  it('is the node\'s own: the thread is written on, not dropped, on its first write (create) and a later one (update)', async () => {
-    const client = new TroupeClient(await NatsTransport.connect({ ...nats.as('client'), name: 'landed-client' }).then((t) => (transports.push(t), t)), { tenant: 'demo', principal: 'client' });
+  it("is the node's own: the thread is written on, not dropped, on its first write (create) and a later one (update)", async () => {
+    const client = new TroupeClient(await NatsTransport.connect({ ...nats.as('client'), name: 'landed-client' }).then((t) => (transports.push(t), t)), {
+      tenant: 'demo',
+      principal: 'client',
+    });
 
     stallNext.add('create');
     const first = await client.send('one', { timeoutMs: 30_000 });
@@ -81,11 +84,19 @@ describe('a thread write that timed out but landed', () => {
     const msgs = lines.map((l) => l.msg);
     // Each stalled write timed out, was retried, refused, and recognised as the node's own.
     expect(msgs.filter((m) => m === 'could not commit thread state; retrying')).toHaveLength(2);
-    expect(lines.filter((l) => l.msg === 'a write of this thread that timed out had landed; writing on its revision').map((l) => l.thread)).toEqual([first.threadId, first.threadId]);
+    expect(lines.filter((l) => l.msg === 'a write of this thread that timed out had landed; writing on its revision').map((l) => l.thread)).toEqual([
+      first.threadId,
+      first.threadId,
+    ]);
     expect(msgs).not.toContain('could not commit thread state; dropping the live actor');
     // One turn each, both in the record; the live thread was never dropped and read back.
     const stored = await kv.get('demo', first.threadId);
-    expect(stored?.record.task.history?.map((m) => m.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''))).toEqual(['one', 'echo: one', 'two', 'echo: two']);
+    expect(stored?.record.task.history?.map((m) => m.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''))).toEqual([
+      'one',
+      'echo: one',
+      'two',
+      'echo: two',
+    ]);
     expect(stored?.record.node).toBe(node.nodeId);
   }, 60_000);
 });

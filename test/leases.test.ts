@@ -19,7 +19,6 @@ const ALL = [0, 1, 2, 3, 4, 5, 6, 7];
 /** How long each lease callback works (as a consumer starting or draining does), so overlapping callbacks would show. */
 const CALLBACK_WORK_MS = 3;
 
-
 interface Event {
   node: string;
   partition: number;
@@ -228,7 +227,10 @@ describe('PartitionLeases', () => {
       // that it happened in order: b fenced each partition before a took it.
       // node-b fenced itself (onLost 'expired') before node-a took each of its partitions.
       await waitFor(() => callbacksSettled(events, [a.leases]), 'node-a callbacks to settle');
-      await waitFor(() => bOwned.every((p) => events.some((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)), 'node-b fencing');
+      await waitFor(
+        () => bOwned.every((p) => events.some((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)),
+        'node-b fencing',
+      );
       for (const p of bOwned) {
         const fenced = events.find((e) => e.node === 'node-b' && e.partition === p && e.kind === 'lost' && e.start >= crashedAt)!;
         const taken = events.find((e) => e.node === 'node-a' && e.partition === p && e.kind === 'acquired' && e.start >= crashedAt)!;
@@ -289,7 +291,9 @@ describe('PartitionLeases', () => {
     await waitFor(() => a.leases.owned().length === 8 && !a.nc.isClosed(), 'all 8 after the restart', 20 * ttl);
     await waitFor(() => callbacksSettled(events, [a.leases]), 'callbacks to settle');
     const lost = events.filter((e) => e.kind === 'lost' && e.start >= restartAt);
-    console.log(`[leases] server restart took ${restartTook} ms; leases lost meanwhile: ${lost.length} (${[...new Set(lost.map((e) => e.reason))].join() || 'none'})`);
+    console.log(
+      `[leases] server restart took ${restartTook} ms; leases lost meanwhile: ${lost.length} (${[...new Set(lost.map((e) => e.reason))].join() || 'none'})`,
+    );
     expect(lost.every((e) => e.reason === 'expired')).toBe(true);
     // Renewing again: two more rounds of writes to every key, and nothing lost or taken meanwhile.
     const before = events.length;
@@ -299,7 +303,7 @@ describe('PartitionLeases', () => {
     expectSerializedCallbacks(events, 'node-a');
   });
 
-  it('a lease write that landed but timed out (the process stalled) is not taken for someone else\'s: renewed on, or reclaimed after a fence', async () => {
+  it("a lease write that landed but timed out (the process stalled) is not taken for someone else's: renewed on, or reclaimed after a fence", async () => {
     const bucket = `leases_${++bucketN}`;
     const events: Event[] = [];
     const { lines, log } = capturingLogger('debug');
@@ -343,7 +347,12 @@ describe('PartitionLeases', () => {
     expect(events.filter((e) => e.kind === 'lost')).toEqual([]);
     expect(leases.owned()).toEqual(ALL);
     expect((await kv.get('demo.p0'))!.revision).toBeGreaterThan(known);
-    expect(lines.filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision').map((l) => l.partition).sort()).toEqual(ALL);
+    expect(
+      lines
+        .filter((l) => l.msg === 'own lease write had landed unanswered; writing on its revision')
+        .map((l) => l.partition)
+        .sort(),
+    ).toEqual(ALL);
     expect(await countedSince()).toEqual({ created: 0, reclaimed: 0, released: 0, expired: 0, conflict: 0 });
 
     // 2. A stall past the validity: every lease is fenced ('expired') while its key, at a revision the
@@ -354,7 +363,12 @@ describe('PartitionLeases', () => {
     await renewThenStall(validUntil + 100 - Date.now());
     await waitFor(() => events.filter((e) => e.kind === 'lost').length === 8 && leases.owned().length === 8, 'all 8 fenced and back', ttl);
     expect(events.filter((e) => e.kind === 'lost').map((e) => e.reason)).toEqual(Array(8).fill('expired'));
-    expect(lines.filter((l) => l.msg === 'lease acquired').slice(-8).map((l) => l.how)).toEqual(Array(8).fill('reclaimed'));
+    expect(
+      lines
+        .filter((l) => l.msg === 'lease acquired')
+        .slice(-8)
+        .map((l) => l.how),
+    ).toEqual(Array(8).fill('reclaimed'));
     // troupe_partition_leases_*_total: 8 expired, 8 reclaimed, nothing else.
     expect(await countedSince()).toEqual({ created: 0, reclaimed: 8, released: 0, expired: 8, conflict: 0 });
     expectSerializedCallbacks(events, 'node-a');

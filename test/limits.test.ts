@@ -49,8 +49,26 @@ describe('exceedsDepth', () => {
   });
 
   it('checkDepth throws INVALID_MESSAGE naming the value and the limit', () => {
-    expect(() => checkDepth(nested(4, (v) => [v]), 'the metadata', 3)).toThrow(TroupeError);
-    expect(() => checkDepth(nested(4, (v) => [v]), 'the metadata', 3)).toThrow('the metadata nests deeper than 3 levels');
-    expect(() => checkDepth(nested(3, (v) => [v]), 'the metadata', 3)).not.toThrow();
+    expect(() =>
+      checkDepth(
+        nested(4, (v) => [v]),
+        'the metadata',
+        3,
+      ),
+    ).toThrow(TroupeError);
+    expect(() =>
+      checkDepth(
+        nested(4, (v) => [v]),
+        'the metadata',
+        3,
+      ),
+    ).toThrow('the metadata nests deeper than 3 levels');
+    expect(() =>
+      checkDepth(
+        nested(3, (v) => [v]),
+        'the metadata',
+        3,
+      ),
+    ).not.toThrow();
   });
 });

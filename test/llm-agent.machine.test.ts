@@ -49,7 +49,10 @@ async function run(
   });
   const actor = createActor(logic, {
     input: {
-      messages: [{ role: 'system', content: 'Be helpful.' }, { role: 'user', content: 'Where is order 42?' }],
+      messages: [
+        { role: 'system', content: 'Be helpful.' },
+        { role: 'user', content: 'Where is order 42?' },
+      ],
       tools: [],
       controlTools: ['route'],
       maxToolRounds: 3,
@@ -119,13 +122,21 @@ describe('llm agent loop', () => {
       },
     );
     expect(r.output).toMatchObject({ ok: true, text: 'I could not refund it.' });
-    expect(r.modelInputs[1]!.messages.at(-1)).toEqual({ role: 'tool', toolCallId: 'a', name: 'refund', content: '{"error":"the refund service is down"}', isError: true });
+    expect(r.modelInputs[1]!.messages.at(-1)).toEqual({
+      role: 'tool',
+      toolCallId: 'a',
+      name: 'refund',
+      content: '{"error":"the refund service is down"}',
+      isError: true,
+    });
   });
 
   it('times a tool out (its own timeout over the default), aborts it and tells the model', async () => {
-    const r = await run((i) => (i.round === 0 ? calls('', ['a', 'slow'], ['b', 'fast']) : answer('The slow one timed out.')), (i, signal) =>
-      i.call.name === 'fast' ? Promise.resolve('done') : never(i, signal),
-    { toolTimeoutMs: 60_000, toolTimeouts: { slow: 20 } });
+    const r = await run(
+      (i) => (i.round === 0 ? calls('', ['a', 'slow'], ['b', 'fast']) : answer('The slow one timed out.')),
+      (i, signal) => (i.call.name === 'fast' ? Promise.resolve('done') : never(i, signal)),
+      { toolTimeoutMs: 60_000, toolTimeouts: { slow: 20 } },
+    );
     expect(r.output).toMatchObject({ ok: true, text: 'The slow one timed out.' });
     expect(r.toolRuns.find((t) => t.call.name === 'slow')!.signal.aborted).toBe(true);
     expect(r.modelInputs[1]!.messages.slice(-2)).toEqual([
@@ -152,9 +163,13 @@ describe('llm agent loop', () => {
   });
 
   it('gives up with MODEL_ERROR after the retries, and at once for an error a retry cannot fix', async () => {
-    const down = await run(() => {
-      throw new ModelCallError('HTTP 503 unavailable', true, 503);
-    }, never, { maxRetries: 2 });
+    const down = await run(
+      () => {
+        throw new ModelCallError('HTTP 503 unavailable', true, 503);
+      },
+      never,
+      { maxRetries: 2 },
+    );
     expect(down.output).toEqual({
       ok: false,
       error: { code: 'MODEL_ERROR', message: 'HTTP 503 unavailable (gave up after 3 attempts)', details: { attempts: 3, retryable: true } },
@@ -169,7 +184,11 @@ describe('llm agent loop', () => {
   });
 
   it('ends with TOOL_ROUND_LIMIT when the model never stops calling tools', async () => {
-    const r = await run((i) => calls('', [`c${i.round}`, 'lookup']), async () => 'more', { maxToolRounds: 2 });
+    const r = await run(
+      (i) => calls('', [`c${i.round}`, 'lookup']),
+      async () => 'more',
+      { maxToolRounds: 2 },
+    );
     expect(r.output).toEqual({
       ok: false,
       error: { code: 'TOOL_ROUND_LIMIT', message: 'the model still asked for tools after 2 tool rounds', details: { maxToolRounds: 2 } },
@@ -181,13 +200,19 @@ describe('llm agent loop', () => {
   });
 
   it('ends the turn after a routing-only round when the answer is already written', async () => {
-    const r = await run(() => calls('Passing you to billing.', ['r', 'route', { recipient: 'billing' }]), async () => 'ok');
+    const r = await run(
+      () => calls('Passing you to billing.', ['r', 'route', { recipient: 'billing' }]),
+      async () => 'ok',
+    );
     expect(r.output).toEqual({ ok: true, text: 'Passing you to billing.', rounds: 1, toolCalls: 1 });
     expect(r.modelInputs).toHaveLength(1);
   });
 
   it('asks the model again after a routing call without text, or one that failed', async () => {
-    const noText = await run((i) => (i.round === 0 ? calls('', ['r', 'route']) : answer('For billing: refund 42.')), async () => 'ok');
+    const noText = await run(
+      (i) => (i.round === 0 ? calls('', ['r', 'route']) : answer('For billing: refund 42.')),
+      async () => 'ok',
+    );
     expect(noText.output).toMatchObject({ ok: true, text: 'For billing: refund 42.', rounds: 1 });
     const refused = await run(
       (i) => (i.round === 0 ? calls('To nobody.', ['r', 'route', { recipient: 'nobody' }]) : answer('Sorry, I answer myself.')),
@@ -199,7 +224,10 @@ describe('llm agent loop', () => {
   });
 
   it('keeps results apart when the model reuses a call id in one round', async () => {
-    const r = await run((i) => (i.round === 0 ? calls('', ['same', 'a'], ['same', 'b']) : answer('ok')), async (i) => `ran ${i.call.name}`);
+    const r = await run(
+      (i) => (i.round === 0 ? calls('', ['same', 'a'], ['same', 'b']) : answer('ok')),
+      async (i) => `ran ${i.call.name}`,
+    );
     expect(r.modelInputs[1]!.messages.filter((m) => m.role === 'tool').map((m) => m.role === 'tool' && [m.toolCallId, m.content])).toEqual([
       ['same', 'ran a'],
       ['same#1', 'ran b'],
@@ -221,7 +249,11 @@ describe('llm agent loop', () => {
       ],
     });
     // A round without such a tool runs as usual.
-    const plain = await run((i) => (i.round === 0 ? calls('', ['l1', 'lookup', { id: 42 }]) : answer('Shipped.')), async () => 'shipped', { approvalTools: ['refund'] });
+    const plain = await run(
+      (i) => (i.round === 0 ? calls('', ['l1', 'lookup', { id: 42 }]) : answer('Shipped.')),
+      async () => 'shipped',
+      { approvalTools: ['refund'] },
+    );
     expect(plain.output).toEqual({ ok: true, text: 'Shipped.', rounds: 1, toolCalls: 1 });
   });
 

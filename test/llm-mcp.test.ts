@@ -26,7 +26,9 @@ const messagesOf = (req: SeenRequest) => req.body.messages as Msg[];
 const toolResults = (req: SeenRequest) => Object.fromEntries(messagesOf(req).flatMap((m) => (m.role === 'tool' ? [[m.tool_call_id!, m.content]] : [])));
 const toolNames = (req: SeenRequest) => ((req.body.tools ?? []) as Array<{ function: { name: string } }>).map((t) => t.function.name);
 const toolSchema = (req: SeenRequest, name: string) =>
-  ((req.body.tools ?? []) as Array<{ function: { name: string; description: string; parameters: Record<string, unknown> } }>).find((t) => t.function.name === name)?.function;
+  ((req.body.tools ?? []) as Array<{ function: { name: string; description: string; parameters: Record<string, unknown> } }>).find(
+    (t) => t.function.name === name,
+  )?.function;
 
 function agentConfig(model: OpenAIScriptedServer, tool: Record<string, unknown>, name = 'notes-agent'): LoadedAgentConfig {
   return {
@@ -68,17 +70,31 @@ describe('where an mcp server runs', () => {
     });
     const ts = resolveMcpServer({ server: 'notes-stdio.ts --greeting hi' }, FIXTURES);
     expect(ts).toMatchObject({ kind: 'stdio', command: process.execPath, cwd: FIXTURES });
-    expect(ts.kind === 'stdio' && ts.args).toEqual(['--import', expect.stringMatching(/tsx\/dist\/esm\/index\.m?js$/), resolve(FIXTURES, 'notes-stdio.ts'), '--greeting', 'hi']);
-    expect(resolveMcpServer({ server: 'fails-at-start.mjs' }, FIXTURES)).toMatchObject({ command: process.execPath, args: [resolve(FIXTURES, 'fails-at-start.mjs')] });
-    expect(resolveMcpServer({ server: '@modelcontextprotocol/server-memory', config: { args: ['x'] } }, '/a')).toMatchObject({ command: 'npx', args: ['-y', '@modelcontextprotocol/server-memory', 'x'] });
+    expect(ts.kind === 'stdio' && ts.args).toEqual([
+      '--import',
+      expect.stringMatching(/tsx\/dist\/esm\/index\.m?js$/),
+      resolve(FIXTURES, 'notes-stdio.ts'),
+      '--greeting',
+      'hi',
+    ]);
+    expect(resolveMcpServer({ server: 'fails-at-start.mjs' }, FIXTURES)).toMatchObject({
+      command: process.execPath,
+      args: [resolve(FIXTURES, 'fails-at-start.mjs')],
+    });
+    expect(resolveMcpServer({ server: '@modelcontextprotocol/server-memory', config: { args: ['x'] } }, '/a')).toMatchObject({
+      command: 'npx',
+      args: ['-y', '@modelcontextprotocol/server-memory', 'x'],
+    });
     expect(resolveMcpServer({ server: 'mcp-server-sqlite-npx' }, '/a', { PATH: '' })).toMatchObject({ command: 'npx', args: ['-y', 'mcp-server-sqlite-npx'] });
     // A program on the PATH is run as it is.
     expect(resolveMcpServer({ server: 'node' }, '/a')).toMatchObject({ command: 'node', args: [] });
-    expect(() => resolveMcpServer({ server: 'missing-server.mjs' }, FIXTURES)).toThrow('missing-server.mjs does not exist (paths are relative to the agent.yaml)');
+    expect(() => resolveMcpServer({ server: 'missing-server.mjs' }, FIXTURES)).toThrow(
+      'missing-server.mjs does not exist (paths are relative to the agent.yaml)',
+    );
     expect(() => splitCommandLine('node "unclosed')).toThrow('unbalanced " in the command line');
   });
 
-  it('namespaces the server tools by the tool name, within the providers\' name rules', () => {
+  it("namespaces the server tools by the tool name, within the providers' name rules", () => {
     expect(namespacedToolName('files', 'read_file')).toBe('files__read_file');
     expect(namespacedToolName('files', 'read.file')).toMatch(/^files__read_file_[0-9a-f]{6}$/);
     const long = namespacedToolName('a'.repeat(60), 'search');
@@ -184,7 +200,10 @@ describe('an agent with an MCP server over stdio', () => {
     const pid = (JSON.parse(toolResults(model.requests[1]!).who!) as { pid: number }).pid;
     model.reset();
 
-    const replica = await createLlmAgent(agentConfig(model, { server: 'notes-stdio.ts', config: { args: ['--greeting', 'bonjour'], env: { NOTES_PREFIX: 'n-' } } }), { env: {} });
+    const replica = await createLlmAgent(
+      agentConfig(model, { server: 'notes-stdio.ts', config: { args: ['--greeting', 'bonjour'], env: { NOTES_PREFIX: 'n-' } } }),
+      { env: {} },
+    );
     expect(mcpServers.size).toBe(1);
     await replica.close!();
     expect(alive(pid)).toBe(true);
@@ -204,7 +223,9 @@ describe('an agent with an MCP server over streamable HTTP', () => {
   beforeAll(async () => {
     await model.start();
     await http.start();
-    agent = await createLlmAgent(agentConfig(model, { server: http.url, config: { headers: { authorization: 'Bearer secret-token' } } }, 'http-agent'), { env: {} });
+    agent = await createLlmAgent(agentConfig(model, { server: http.url, config: { headers: { authorization: 'Bearer secret-token' } } }, 'http-agent'), {
+      env: {},
+    });
     mesh = await startEmbedded({ name: 'mcp-http', agents: [agent], config: { entryAgent: 'http-agent' } }, silentLogger());
   });
 
@@ -270,13 +291,19 @@ describe('an MCP server that cannot start', () => {
   it('is an error naming the tool and saying what the server wrote before it died', async () => {
     const died = await startError({ server: 'fails-at-start.mjs' });
     expect(died.code).toBe('TOOL_START_FAILED');
-    expect(died.message).toMatch(/^agent\.yaml tools\[0\] "notes": MCP server "fails-at-start\.mjs" did not start: .*\(the server exited\); it wrote: fatal: the notes database is missing$/);
+    expect(died.message).toMatch(
+      /^agent\.yaml tools\[0\] "notes": MCP server "fails-at-start\.mjs" did not start: .*\(the server exited\); it wrote: fatal: the notes database is missing$/,
+    );
     expect(died.details).toMatchObject({ tool: 'notes' });
   });
 
   it('is an error for a program that does not exist, a missing script and a URL nobody answers', async () => {
-    expect((await startError({ server: 'no-such-mcp-program --stdio' })).message).toContain('"notes": MCP server "no-such-mcp-program --stdio" did not start: spawn no-such-mcp-program ENOENT');
-    expect((await startError({ server: './gone.py' })).message).toBe('agent.yaml tools[0] "notes": MCP server "./gone.py": ./gone.py does not exist (paths are relative to the agent.yaml)');
+    expect((await startError({ server: 'no-such-mcp-program --stdio' })).message).toContain(
+      '"notes": MCP server "no-such-mcp-program --stdio" did not start: spawn no-such-mcp-program ENOENT',
+    );
+    expect((await startError({ server: './gone.py' })).message).toBe(
+      'agent.yaml tools[0] "notes": MCP server "./gone.py": ./gone.py does not exist (paths are relative to the agent.yaml)',
+    );
     const closed = new McpHttpServer(() => createNotesServer({ greeting: '', canCrash: false }));
     await closed.start();
     const url = closed.url;

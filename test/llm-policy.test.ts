@@ -6,10 +6,7 @@ import { TroupeError, type Message } from '../src/protocol/index.js';
 import { ROUTING_TEAM } from './fixtures/routing-team.js';
 
 /** What the fake server answers to one request. */
-type Reply =
-  | { kind: 'content'; content: string }
-  | { kind: 'status'; status: number; body?: string }
-  | { kind: 'hang' };
+type Reply = { kind: 'content'; content: string } | { kind: 'status'; status: number; body?: string } | { kind: 'hang' };
 
 interface SeenRequest {
   method: string;
@@ -94,7 +91,11 @@ const input = (text = 'My card was declined', extra: Partial<Parameters<LlmRoute
   agents: ROUTING_TEAM,
   ...extra,
 });
-const failure = (p: Promise<unknown>) => p.then(() => expect.unreachable('expected ROUTER_FAILURE'), (e: unknown) => e as TroupeError);
+const failure = (p: Promise<unknown>) =>
+  p.then(
+    () => expect.unreachable('expected ROUTER_FAILURE'),
+    (e: unknown) => e as TroupeError,
+  );
 
 describe('LlmRouterPolicy', () => {
   it('returns the decision of a valid answer, and sends a well-formed chat-completions request', async () => {
@@ -148,7 +149,12 @@ describe('LlmRouterPolicy', () => {
     server.reset(answer({ agentId: 'hr', confidence: 0.9, reasoning: 'PTO' }));
     const history = Array.from({ length: 14 }, (_, i) => message(`earlier ${i}`));
     await policy({
-      prompts: { system: 'ROUTE FOR ACME.\n{{catalog}}\nJSON only.', userTemplate: 'HISTORY<{{history}}> NOW<{{message}}>', catalogHeader: 'Team members:', includeExamples: false },
+      prompts: {
+        system: 'ROUTE FOR ACME.\n{{catalog}}\nJSON only.',
+        userTemplate: 'HISTORY<{{history}}> NOW<{{message}}>',
+        catalogHeader: 'Team members:',
+        includeExamples: false,
+      },
     }).decide(input('How many PTO days do I have?', { history }));
     const [system, user] = server.requests[0]!.body.messages;
     expect(system!.content.startsWith('ROUTE FOR ACME.\nTeam members:\n- id: billing')).toBe(true);
@@ -189,10 +195,7 @@ describe('LlmRouterPolicy', () => {
   });
 
   it('retries an answer that breaks the schema (confidence out of range)', async () => {
-    server.reset(
-      answer({ agentId: 'billing', confidence: 7, reasoning: 'payment' }),
-      answer({ agentId: 'billing', confidence: 0.7, reasoning: 'payment' }),
-    );
+    server.reset(answer({ agentId: 'billing', confidence: 7, reasoning: 'payment' }), answer({ agentId: 'billing', confidence: 0.7, reasoning: 'payment' }));
     expect((await policy().decide(input())).confidence).toBe(0.7);
     expect(server.requests).toHaveLength(2);
   });

@@ -43,7 +43,13 @@ describe('openai provider', () => {
   it('streams text deltas in order and sends the settings, the key and stream: true', async () => {
     server.script({ chunks: ['Hel', 'lo ', 'there', '!'] });
     const deltas: string[] = [];
-    const out = await provider().complete({ messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }], onDelta: (d) => deltas.push(d) });
+    const out = await provider().complete({
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hi' },
+      ],
+      onDelta: (d) => deltas.push(d),
+    });
     expect(deltas).toEqual(['Hel', 'lo ', 'there', '!']);
     expect(out).toMatchObject({ text: 'Hello there!', toolCalls: [], stopReason: 'stop' });
     const [req] = server.requests;
@@ -64,7 +70,13 @@ describe('openai provider', () => {
   });
 
   it('assembles parallel tool calls from their deltas and offers tools as functions', async () => {
-    server.script({ text: 'Checking both.', toolCalls: [{ id: 'call_a', name: 'lookup_order', arguments: { order_id: '42' } }, { id: 'call_b', name: 'lookup_order', arguments: { order_id: '43' } }] });
+    server.script({
+      text: 'Checking both.',
+      toolCalls: [
+        { id: 'call_a', name: 'lookup_order', arguments: { order_id: '42' } },
+        { id: 'call_b', name: 'lookup_order', arguments: { order_id: '43' } },
+      ],
+    });
     const out = await provider().complete({ messages: [{ role: 'user', content: 'Where are 42 and 43?' }], tools: [LOOKUP] });
     expect(out.stopReason).toBe('tool_calls');
     expect(out.text).toBe('Checking both.');
@@ -72,7 +84,9 @@ describe('openai provider', () => {
       { id: 'call_a', name: 'lookup_order', arguments: '{"order_id":"42"}' },
       { id: 'call_b', name: 'lookup_order', arguments: '{"order_id":"43"}' },
     ]);
-    expect(server.requests[0]!.body.tools).toEqual([{ type: 'function', function: { name: 'lookup_order', description: 'Looks an order up', parameters: LOOKUP.parameters } }]);
+    expect(server.requests[0]!.body.tools).toEqual([
+      { type: 'function', function: { name: 'lookup_order', description: 'Looks an order up', parameters: LOOKUP.parameters } },
+    ]);
   });
 
   it('sends earlier tool calls and their results in the chat-completions shape', async () => {
@@ -85,7 +99,11 @@ describe('openai provider', () => {
     await provider().complete({ messages, tools: [LOOKUP] });
     expect(server.requests[0]!.body.messages).toEqual([
       { role: 'user', content: 'Where is 42?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'lookup_order', arguments: '{"order_id":"42"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_a', type: 'function', function: { name: 'lookup_order', arguments: '{"order_id":"42"}' } }],
+      },
       { role: 'tool', tool_call_id: 'call_a', content: '{"status":"shipped"}' },
     ]);
   });
@@ -115,7 +133,9 @@ describe('openai provider', () => {
     await stopped.start();
     const url = stopped.baseURL;
     await stopped.stop();
-    const gone = await rejection(createProvider({ ...model, base_url: url }, { env: { OPENAI_API_KEY: KEY } }).complete({ messages: [{ role: 'user', content: 'x' }] }));
+    const gone = await rejection(
+      createProvider({ ...model, base_url: url }, { env: { OPENAI_API_KEY: KEY } }).complete({ messages: [{ role: 'user', content: 'x' }] }),
+    );
     expect(gone.retryable).toBe(true);
 
     server.script({ chunks: ['Half ', 'an '], dropConnection: true });
@@ -137,7 +157,9 @@ describe('openai provider', () => {
   it('refuses to start without a key or a base URL, naming the variable', () => {
     expect(() => createProvider({ provider: 'openai', name: 'gpt-4o' }, { env: {} })).toThrow(TroupeError);
     expect(() => createProvider({ provider: 'openai', name: 'gpt-4o' }, { env: {} })).toThrow(/OPENAI_API_KEY/);
-    expect(() => createProvider({ provider: 'azure_openai', name: 'dep' }, { env: {} })).toThrow(/AZURE_OPENAI_ENDPOINT \(or base_url\) and AZURE_OPENAI_API_KEY/);
+    expect(() => createProvider({ provider: 'azure_openai', name: 'dep' }, { env: {} })).toThrow(
+      /AZURE_OPENAI_ENDPOINT \(or base_url\) and AZURE_OPENAI_API_KEY/,
+    );
     expect(() => createProvider({ provider: 'anthropic', name: 'claude' }, { env: {} })).toThrow(/ANTHROPIC_API_KEY/);
   });
 });
@@ -180,19 +202,38 @@ describe('anthropic provider', () => {
   it('streams text deltas in order; system prompt apart; max_tokens defaults to 4096; the key as the SDK sends it', async () => {
     server.script({ chunks: ['Bon', 'jour', ' !'] });
     const deltas: string[] = [];
-    const out = await provider().complete({ messages: [{ role: 'system', content: 'Speak French.' }, { role: 'user', content: 'Hello' }], onDelta: (d) => deltas.push(d) });
+    const out = await provider().complete({
+      messages: [
+        { role: 'system', content: 'Speak French.' },
+        { role: 'user', content: 'Hello' },
+      ],
+      onDelta: (d) => deltas.push(d),
+    });
     expect(deltas).toEqual(['Bon', 'jour', ' !']);
     expect(out).toMatchObject({ text: 'Bonjour !', stopReason: 'stop', toolCalls: [] });
     const [req] = server.requests;
     // @anthropic-ai/sdk 1.x sends an API key as a bearer token.
     expect(req!.headers.authorization).toBe(`Bearer ${KEY}`);
     expect(req!.headers['anthropic-version']).toBeDefined();
-    expect(req!.body).toMatchObject({ model: 'claude-test', system: 'Speak French.', max_tokens: 4096, temperature: 0.5, stream: true, messages: [{ role: 'user', content: 'Hello' }] });
+    expect(req!.body).toMatchObject({
+      model: 'claude-test',
+      system: 'Speak French.',
+      max_tokens: 4096,
+      temperature: 0.5,
+      stream: true,
+      messages: [{ role: 'user', content: 'Hello' }],
+    });
   });
 
   it('assembles tool_use blocks from input_json deltas and sends results back as tool_result blocks', async () => {
     server.script(
-      { text: 'Let me look.', toolCalls: [{ id: 'toolu_1', name: 'lookup_order', arguments: { order_id: '42' } }, { id: 'toolu_2', name: 'lookup_order', arguments: { order_id: '43' } }] },
+      {
+        text: 'Let me look.',
+        toolCalls: [
+          { id: 'toolu_1', name: 'lookup_order', arguments: { order_id: '42' } },
+          { id: 'toolu_2', name: 'lookup_order', arguments: { order_id: '43' } },
+        ],
+      },
       { text: 'Both shipped.' },
     );
     const first = await provider().complete({ messages: [{ role: 'user', content: 'Where are 42 and 43?' }], tools: [LOOKUP] });
@@ -248,7 +289,13 @@ describe('images in user messages, and embeddings', () => {
   const openai = new OpenAIScriptedServer();
   const anthropic = new AnthropicScriptedServer();
   const PNG = Buffer.from('a tiny picture').toString('base64');
-  const withImage: ChatMessage = { role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image', mimeType: 'image/png', data: PNG }] };
+  const withImage: ChatMessage = {
+    role: 'user',
+    content: [
+      { type: 'text', text: 'What is this?' },
+      { type: 'image', mimeType: 'image/png', data: PNG },
+    ],
+  };
 
   beforeAll(async () => {
     await openai.start();
@@ -308,7 +355,9 @@ describe('images in user messages, and embeddings', () => {
     bagOfWordsVector('green tea').forEach((x, i) => expect(fromBase64![i]).toBeCloseTo(x, 6));
     openai.embeddingEncoding = 'asked';
     expect(decodeEmbedding(base64Floats([1.5, -2, 0.25]), 'test', 0)).toEqual([1.5, -2, 0.25]);
-    expect(() => decodeEmbedding('not base64!', 'test', 3)).toThrow('test: embedding 3 is a string that is not base64 float32s (11 characters), not a list of numbers');
+    expect(() => decodeEmbedding('not base64!', 'test', 3)).toThrow(
+      'test: embedding 3 is a string that is not base64 float32s (11 characters), not a list of numbers',
+    );
     expect(() => decodeEmbedding('AAA=', 'test', 0)).toThrow(/not base64 float32s/);
     expect(() => decodeEmbedding({ values: [1] }, 'test', 1)).toThrow('test: embedding 1 is object, not a list of numbers');
   });

@@ -63,7 +63,14 @@ describe('python function tools', () => {
 describe('typescript function tools', () => {
   it('imports the module and calls the export with the arguments', async () => {
     const tool = await functionTool(
-      { name: 'greet', description: 'Greets', type: 'function', file: 'tools.ts', function: 'greet', parameters: { name: { type: 'str', description: 'who' } } },
+      {
+        name: 'greet',
+        description: 'Greets',
+        type: 'function',
+        file: 'tools.ts',
+        function: 'greet',
+        parameters: { name: { type: 'str', description: 'who' } },
+      },
       dir,
       'test',
     );
@@ -76,7 +83,11 @@ describe('typescript function tools', () => {
   });
 
   it('refuses to start when the export is not a function', async () => {
-    const err = await functionTool({ name: 'x', description: 'X', type: 'function', file: 'tools.ts', function: 'notAFunction' }, dir, 'agent.yaml tools[0] "x"').catch((e: unknown) => e);
+    const err = await functionTool(
+      { name: 'x', description: 'X', type: 'function', file: 'tools.ts', function: 'notAFunction' },
+      dir,
+      'agent.yaml tools[0] "x"',
+    ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TroupeError);
     expect((err as TroupeError).message).toBe('agent.yaml tools[0] "x": tools.ts exports no function "notAFunction"');
   });
@@ -118,8 +129,12 @@ describe('routing tools', () => {
     const tools = routingTools({ self: 'front', sender: 'user', peers: [peer('billing')] });
     expect(() => tools.run('route', '{"recipient":"front","reason":"me"}')).toThrow('invalid arguments: recipient: recipient must be one of user, billing');
     expect(tools.choice()).toBeUndefined();
-    expect(tools.run('route', '{"recipient":"billing","reason":"money"}')).toBe('Your answer will go to agent billing. Write it now, as a message to that agent.');
-    expect(() => tools.run('handoff', '{"target":"billing","context_summary":"x","reason":"y"}')).toThrow('you already chose (route to billing); one routing decision per answer');
+    expect(tools.run('route', '{"recipient":"billing","reason":"money"}')).toBe(
+      'Your answer will go to agent billing. Write it now, as a message to that agent.',
+    );
+    expect(() => tools.run('handoff', '{"target":"billing","context_summary":"x","reason":"y"}')).toThrow(
+      'you already chose (route to billing); one routing decision per answer',
+    );
     expect(tools.choice()).toEqual({ tool: 'route', to: 'billing', reason: 'money' });
   });
 
@@ -128,7 +143,18 @@ describe('routing tools', () => {
     source.run('handoff', '{"target":"billing","context_summary":"refund order 42","reason":"refunds"}');
     expect(source.choice()).toEqual({ tool: 'handoff', handoff: { targetAgentId: 'billing', contextSummary: 'refund order 42', handoffReason: 'refunds' } });
 
-    const handoff = { threadId: 't', tenantId: 'demo', userId: 'user', sourceAgentId: 'front', targetAgentId: 'billing', contextSummary: 'refund', handoffReason: 'refunds', recentMessageCount: 5, preserveState: true, returnExpected: true };
+    const handoff = {
+      threadId: 't',
+      tenantId: 'demo',
+      userId: 'user',
+      sourceAgentId: 'front',
+      targetAgentId: 'billing',
+      contextSummary: 'refund',
+      handoffReason: 'refunds',
+      recentMessageCount: 5,
+      preserveState: true,
+      returnExpected: true,
+    };
     const target = routingTools({ self: 'billing', sender: 'user', peers: [peer('front')], handoff });
     expect(target.names).toEqual(['route', 'return_handoff']);
     expect(() => target.run('handoff', '{}')).toThrow('no routing tool "handoff" is available now');

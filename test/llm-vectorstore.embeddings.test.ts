@@ -50,8 +50,10 @@ function loaded(model: OpenAIScriptedServer, dir: string, embedding_model?: stri
 const start = (model: OpenAIScriptedServer, dir: string, opts: LlmAgentOptions & { embeddingModel?: string } = {}) =>
   createLlmAgent(loaded(model, dir, opts.embeddingModel), { env: {}, logger: silentLogger(), ...opts });
 
-const tables = (dir: string) => (existsSync(join(dir, '.troupe', 'vectors')) ? readdirSync(join(dir, '.troupe', 'vectors')).filter((f) => f !== '__manifest') : []);
-const indexed = (agent: AgentDefinition) => (agent.status!().detail as { vectorstores: Record<string, { table: string; built: boolean; rows: number }> }).vectorstores.kb_search!;
+const tables = (dir: string) =>
+  existsSync(join(dir, '.troupe', 'vectors')) ? readdirSync(join(dir, '.troupe', 'vectors')).filter((f) => f !== '__manifest') : [];
+const indexed = (agent: AgentDefinition) =>
+  (agent.status!().detail as { vectorstores: Record<string, { table: string; built: boolean; rows: number }> }).vectorstores.kb_search!;
 
 /** The model searches once with `query`; what its tool call gave back (results, or the tool error). */
 async function search(agent: AgentDefinition, model: OpenAIScriptedServer, query: string): Promise<SearchResult[] | { error: string }> {
@@ -111,7 +113,12 @@ describe('embeddings that make no sense', () => {
     ['NaN in a base64 answer', 'base64', poisonAt('rooibos', Number.NaN), /vector \d+ holds NaN at \[17\]/],
     ['NaN in a float answer (null on the wire)', 'float', poisonAt('rooibos', Number.NaN), /vector \d+ holds null at \[17\]/],
     ['Infinity in a base64 answer', 'base64', poisonAt('rooibos', Number.POSITIVE_INFINITY), /vector \d+ holds Infinity at \[17\]/],
-    ['a vector of another length', 'float', (v: number[], t: string) => (t.includes('rooibos') ? v.slice(1) : v), new RegExp(`vector \\d+ has ${EMBEDDING_DIMS - 1} dimensions, not ${EMBEDDING_DIMS}`)],
+    [
+      'a vector of another length',
+      'float',
+      (v: number[], t: string) => (t.includes('rooibos') ? v.slice(1) : v),
+      new RegExp(`vector \\d+ has ${EMBEDDING_DIMS - 1} dimensions, not ${EMBEDDING_DIMS}`),
+    ],
     ['a vector of zeros', 'float', (v: number[], t: string) => (t.includes('rooibos') ? v.map(() => 0) : v), /vector \d+ is all zeros/],
   ] as const)('%s stops the start with a typed error and stores nothing', async (_what, encoding, mangle, message) => {
     const dir = dataset(`garbage-${++garbage}`);
@@ -138,7 +145,9 @@ describe('embeddings that make no sense', () => {
     const agent = await start(model, dir);
     try {
       model.mangleEmbedding = (v, t) => (t.includes('oolong') ? v.map((x, i) => (i === 3 ? Number.NaN : x)) : v);
-      expect(await search(agent, model, 'what temperature to brew oolong')).toEqual({ error: expect.stringMatching(/unusable: vector 0 holds null at \[3\]$/) });
+      expect(await search(agent, model, 'what temperature to brew oolong')).toEqual({
+        error: expect.stringMatching(/unusable: vector 0 holds null at \[3\]$/),
+      });
       model.mangleEmbedding = undefined;
       model.embeddingDims = 128;
       expect(await search(agent, model, 'green tea')).toEqual({

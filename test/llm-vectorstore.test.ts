@@ -21,7 +21,10 @@ import type { AgentDefinition } from '../src/sdk/agent.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 
 /** The tables in a LanceDB directory (LanceDB keeps its own `__manifest` beside them). */
-const lanceTables = (path: string) => readdirSync(path).filter((f) => f !== '__manifest').sort();
+const lanceTables = (path: string) =>
+  readdirSync(path)
+    .filter((f) => f !== '__manifest')
+    .sort();
 
 const KB = resolve('test/fixtures/vectorstore/kb');
 const work = mkdtempSync(join(tmpdir(), 'troupe-vectors-'));
@@ -45,7 +48,12 @@ const KB_TOOL = {
   chunk_overlap: 20,
 };
 
-function loaded(model: OpenAIScriptedServer, dir: string, tool: Record<string, unknown> = KB_TOOL, provider: 'openai' | 'anthropic' = 'openai'): LoadedAgentConfig {
+function loaded(
+  model: OpenAIScriptedServer,
+  dir: string,
+  tool: Record<string, unknown> = KB_TOOL,
+  provider: 'openai' | 'anthropic' = 'openai',
+): LoadedAgentConfig {
   return {
     config: AgentConfigSchema.parse({
       name: 'shop',
@@ -146,9 +154,15 @@ describe('reading a source into chunks', () => {
 
   it('says what is wrong with a source', () => {
     const files = sourceFiles({ source: 'kb/faq.json' }, resolve(KB, '..'));
-    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.rows' })).toThrow('kb/faq.json: record_path "data.rows" leads to no records');
-    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.records', vector_field: 'body' })).toThrow('vector_field "body" is in no record');
-    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.records', meta_fields: ['owner'] })).toThrow('meta_fields "owner" found in no record');
+    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.rows' })).toThrow(
+      'kb/faq.json: record_path "data.rows" leads to no records',
+    );
+    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.records', vector_field: 'body' })).toThrow(
+      'vector_field "body" is in no record',
+    );
+    expect(() => readSourceChunks(files, { source: 'kb/faq.json', record_path: 'data.records', meta_fields: ['owner'] })).toThrow(
+      'meta_fields "owner" found in no record',
+    );
     const bad = join(work, 'bad');
     cpSync(KB, bad, { recursive: true });
     writeFileSync(join(bad, 'orders.jsonl'), '{"order": "A-1"}\n{oops\n');
@@ -231,7 +245,8 @@ describe('reusing and rebuilding the index', () => {
   afterAll(() => model.stop());
 
   const tables = () => lanceTables(join(dir, '.troupe', 'vectors'));
-  const indexed = (agent: AgentDefinition) => (agent.status!().detail as { vectorstores: Record<string, { table: string; built: boolean; rows: number }> }).vectorstores.kb_search!;
+  const indexed = (agent: AgentDefinition) =>
+    (agent.status!().detail as { vectorstores: Record<string, { table: string; built: boolean; rows: number }> }).vectorstores.kb_search!;
 
   it('reuses the table across restarts while the source is unchanged, and re-indexes when it changes', async () => {
     const first = await createLlmAgent(loaded(model, dir), { env: {} });
@@ -254,7 +269,9 @@ describe('reusing and rebuilding the index', () => {
     // notes.txt is now longer than chunk_size: two chunks.
     expect(indexed(changed)).toMatchObject({ built: true, rows: 14 });
     expect(indexed(changed).table).not.toBe(built.table);
-    expect(model.embeddingRequests.flatMap((r) => r.input).filter((t) => t.includes('recycled paper'))).toEqual([expect.stringMatching(/gift wrapped with recycled paper for two euros\.$/)]);
+    expect(model.embeddingRequests.flatMap((r) => r.input).filter((t) => t.includes('recycled paper'))).toEqual([
+      expect.stringMatching(/gift wrapped with recycled paper for two euros\.$/),
+    ]);
     // The old table is dropped: one table per tool.
     expect(tables()).toEqual([`${indexed(changed).table}.lance`]);
     const mesh = await meshOf(changed);
@@ -288,7 +305,9 @@ describe('a vectorstore that cannot be set up', () => {
     const dir = dataset('anthropic');
     const err = (await createLlmAgent(loaded(model, dir, KB_TOOL, 'anthropic'), { env: {} }).catch((e: unknown) => e)) as TroupeError;
     expect(err.code).toBe('CONFIG_INVALID');
-    expect(err.message).toContain('anthropic has no embeddings API; set OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible server) to embed with text-embedding-3-small');
+    expect(err.message).toContain(
+      'anthropic has no embeddings API; set OPENAI_API_KEY (or OPENAI_BASE_URL for an OpenAI-compatible server) to embed with text-embedding-3-small',
+    );
     model.reset();
     const agent = await createLlmAgent(loaded(model, dir, KB_TOOL, 'anthropic'), { env: { OPENAI_BASE_URL: model.baseURL } });
     expect(model.embeddingRequests.flatMap((r) => r.input).filter((t) => t !== EMBEDDING_PROBE)).toHaveLength(13);

@@ -29,7 +29,7 @@ describe('memory transport subjects', () => {
   it('matches a subject as the token-by-token rule does, for 20,000 random subjects and patterns', () => {
     const next = rng(25);
     const words = ['a', 'b', 'ab', 'troupe', 'demo', 'in', 'x1'];
-    const pick = <T,>(xs: readonly T[]) => xs[Math.floor(next() * xs.length)]!;
+    const pick = <T>(xs: readonly T[]) => xs[Math.floor(next() * xs.length)]!;
     for (let i = 0; i < 20_000; i++) {
       const subject = Array.from({ length: 1 + Math.floor(next() * 5) }, () => pick(words));
       const pattern = Array.from({ length: 1 + Math.floor(next() * 5) }, () => (next() < 0.25 ? '*' : pick(words)));
@@ -42,7 +42,8 @@ describe('memory transport subjects', () => {
     const t = new MemoryTransport({ bus: new MemoryBus() });
     const data = new Uint8Array();
     for (const subject of ['a.*', '>', 'a.>.b', '*.b']) expect(() => t.publish(subject, data), subject).toThrow(/cannot publish to a wildcard/);
-    for (const subject of ['', '.a', 'a.', 'a..b', 'a b', 'a.\tb']) expect(() => t.publish(subject, data), JSON.stringify(subject)).toThrow(/empty token or whitespace/);
+    for (const subject of ['', '.a', 'a.', 'a..b', 'a b', 'a.\tb'])
+      expect(() => t.publish(subject, data), JSON.stringify(subject)).toThrow(/empty token or whitespace/);
     // A wildcard character inside a token is an ordinary character, as on a NATS server.
     expect(() => t.publish('a.b*.c>', data)).not.toThrow();
   });

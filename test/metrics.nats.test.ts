@@ -49,11 +49,15 @@ describe('Prometheus metrics of a node and its agents', () => {
     await procs.spawnTroupe(['up', ...natsArgs, '--metrics-port', String(ports.node)], nats.env, { name: 'node' });
     await Promise.all([
       procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', ...natsArgs, '--metrics-port', String(ports.agents)], nats.env, { name: 'agents' }),
-      procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs, '--metrics-port', String(ports.llm)], {
-        ...nats.env,
-        ANTHROPIC_BASE_URL: anthropic.baseURL,
-        ANTHROPIC_API_KEY: 'sk-test-metrics',
-      }, { name: 'returner' }),
+      procs.spawnTroupe(
+        ['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs, '--metrics-port', String(ports.llm)],
+        {
+          ...nats.env,
+          ANTHROPIC_BASE_URL: anthropic.baseURL,
+          ANTHROPIC_API_KEY: 'sk-test-metrics',
+        },
+        { name: 'returner' },
+      ),
     ]);
     transport = await NatsTransport.connect({ ...nats.asNode, name: 'metrics-test' });
     client = new TroupeClient(transport, TENANT);
@@ -79,7 +83,15 @@ describe('Prometheus metrics of a node and its agents', () => {
     const before = await scrape(ports.node);
     expect(before.contentType).toMatch(/^text\/plain/);
     // Every metric is declared from the start, so dashboards see zeros rather than gaps.
-    for (const name of ['troupe_turns_total', 'troupe_hops_total', 'troupe_turn_duration_seconds', 'troupe_hop_duration_seconds', 'troupe_threads', 'troupe_partitions_owned', 'troupe_inbound_pending_messages']) {
+    for (const name of [
+      'troupe_turns_total',
+      'troupe_hops_total',
+      'troupe_turn_duration_seconds',
+      'troupe_hop_duration_seconds',
+      'troupe_threads',
+      'troupe_partitions_owned',
+      'troupe_inbound_pending_messages',
+    ]) {
       expect(before.text).toContain(`# TYPE ${name} `);
     }
     expect(before.value('troupe_partitions_owned')).toBe(8);
@@ -150,25 +162,33 @@ describe('Prometheus metrics of a node and its agents', () => {
     expect(await res.text()).toContain('GET /metrics');
   });
 
-  it('counts the A2A turns a gateway serves (`troupe gateway --metrics-port`)', async () => {
-    const port = await freePort();
-    const gateway = await procs.spawnTroupe(['gateway', '--nats', nats.url, '--port', '0', '--metrics-port', String(port), '--log-level', 'warn'], { TROUPE_NATS_CREDS: nats.credsFile('client') }, {
-      name: 'gateway',
-      ready: /gateway listening on /,
-    });
-    const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
-    const a2a = await v1Client(url);
-    const result = await a2a.sendMessage(send(userText('how are you?', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
-    if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
-    expect(textOf(result.status?.message?.parts)).toContain('back: answered');
-    const scraped = await scrape(port);
-    expect(scraped.value('troupe_gateway_turns_total{outcome="input-required"}')).toBe(1);
-    expect(scraped.value('troupe_gateway_turn_duration_seconds_count')).toBe(1);
-    // Its readiness probe on the same port: started once it listens, and its NATS connection.
-    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
-    expect(ready.status).toBe(200);
-    expect(await ready.json()).toEqual({ ready: true, checks: { started: { ok: true }, nats: { ok: true, detail: nats.url } } });
-  }, cliTestTimeout(2));
+  it(
+    'counts the A2A turns a gateway serves (`troupe gateway --metrics-port`)',
+    async () => {
+      const port = await freePort();
+      const gateway = await procs.spawnTroupe(
+        ['gateway', '--nats', nats.url, '--port', '0', '--metrics-port', String(port), '--log-level', 'warn'],
+        { TROUPE_NATS_CREDS: nats.credsFile('client') },
+        {
+          name: 'gateway',
+          ready: /gateway listening on /,
+        },
+      );
+      const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
+      const a2a = await v1Client(url);
+      const result = await a2a.sendMessage(send(userText('how are you?', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
+      if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+      expect(textOf(result.status?.message?.parts)).toContain('back: answered');
+      const scraped = await scrape(port);
+      expect(scraped.value('troupe_gateway_turns_total{outcome="input-required"}')).toBe(1);
+      expect(scraped.value('troupe_gateway_turn_duration_seconds_count')).toBe(1);
+      // Its readiness probe on the same port: started once it listens, and its NATS connection.
+      const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+      expect(ready.status).toBe(200);
+      expect(await ready.json()).toEqual({ ready: true, checks: { started: { ok: true }, nats: { ok: true, detail: nats.url } } });
+    },
+    cliTestTimeout(2),
+  );
 
   it('refuses a metrics port already in use with exit code 2 and what to do', async () => {
     const res = await runTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.node)], nats.env);

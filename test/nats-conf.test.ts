@@ -28,7 +28,12 @@ describe('nats.conf', () => {
     // The file as committed; only the port is chosen here (4222 may be taken on a shared machine).
     const port = await freePort();
     url = `nats://127.0.0.1:${port}`;
-    server = await group.spawn(process.env.NATS_SERVER_BIN ?? 'nats-server', ['-c', join(dir, 'nats.conf'), '-p', String(port)], {}, { name: 'nats-server -c nats.conf', ready: /Server is ready/ });
+    server = await group.spawn(
+      process.env.NATS_SERVER_BIN ?? 'nats-server',
+      ['-c', join(dir, 'nats.conf'), '-p', String(port)],
+      {},
+      { name: 'nats-server -c nats.conf', ready: /Server is ready/ },
+    );
   }, 90_000);
 
   afterAll(async () => {

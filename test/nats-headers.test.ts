@@ -8,7 +8,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Msg, MsgHdrs } from '@nats-io/transport-node';
 import { NatsTransport } from '../src/transport/nats.js';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { clientHeaders as clientHeadersOf, encodeHeaderBlock, headersOf, jsHeadersOf, parseHeaderBlock, readsBytesOf, wireHeaders } from '../src/transport/nats-headers.js';
+import {
+  clientHeaders as clientHeadersOf,
+  encodeHeaderBlock,
+  headersOf,
+  jsHeadersOf,
+  parseHeaderBlock,
+  readsBytesOf,
+  wireHeaders,
+} from '../src/transport/nats-headers.js';
 import type { Headers } from '../src/transport/types.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { bytes, waitFor } from './helpers/wait.js';
@@ -77,7 +85,7 @@ describe('NATS header blocks', () => {
   });
 
   it('refuses what the client refuses, and skips a line it would throw on when reading', () => {
-    for (const bad of <Headers[]>[{ 'Bad Key': 'v' }, { 'Bad:Key': 'v' }, { 'Bäd': 'v' }, { Good: 'line\r\nInjected: yes' }, { Good: 'a\nb' }]) {
+    for (const bad of <Headers[]>[{ 'Bad Key': 'v' }, { 'Bad:Key': 'v' }, { Bäd: 'v' }, { Good: 'line\r\nInjected: yes' }, { Good: 'a\nb' }]) {
       expect(() => clientBlock(bad), JSON.stringify(bad)).toThrow();
       expect(() => encodeHeaderBlock(bad), JSON.stringify(bad)).toThrow(/header/);
     }
@@ -117,7 +125,17 @@ describe('NATS header blocks', () => {
 
   it('hands the client headers it reads as the record says, and refuses edits', () => {
     const h = wireHeaders({ A: '1', B: '2' })!;
-    expect([h.get('A'), h.get('C'), h.has('B'), h.keys(), h.values('B'), [...h]]).toEqual(['1', '', true, ['A', 'B'], ['2'], [['A', ['1']], ['B', ['2']]]]);
+    expect([h.get('A'), h.get('C'), h.has('B'), h.keys(), h.values('B'), [...h]]).toEqual([
+      '1',
+      '',
+      true,
+      ['A', 'B'],
+      ['2'],
+      [
+        ['A', ['1']],
+        ['B', ['2']],
+      ],
+    ]);
     expect(() => h.set('A', '3')).toThrow(/encoded already/);
     expect(wireHeaders({})).toBeUndefined();
   });
@@ -136,9 +154,11 @@ describe('NATS header blocks', () => {
 
     it('reads the bytes of a received message itself, to the record that was sent', async () => {
       const seen: Msg[] = [];
-      const sub = t.connection.subscribe('troupe.demo.headers.test', { callback: (_e, m) => {
-        seen.push(m);
-      } });
+      const sub = t.connection.subscribe('troupe.demo.headers.test', {
+        callback: (_e, m) => {
+          seen.push(m);
+        },
+      });
       const sent = records[2]!;
       t.publish('troupe.demo.headers.test', bytes('one'), { headers: sent });
       t.publish('troupe.demo.headers.test', bytes('two'), { headers: records[3]! });

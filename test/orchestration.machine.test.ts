@@ -5,7 +5,16 @@
  * ticks, restore, the fan-out flag, and aggregation.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createActor, fromPromise, getInitialMicrosteps, getMicrosteps, toPromise, type AnyMachineSnapshot, type AnyStateMachine, type EventObject } from 'xstate';
+import {
+  createActor,
+  fromPromise,
+  getInitialMicrosteps,
+  getMicrosteps,
+  toPromise,
+  type AnyMachineSnapshot,
+  type AnyStateMachine,
+  type EventObject,
+} from 'xstate';
 import { getAdjacencyMap, getShortestPaths, type StatePath } from 'xstate/graph';
 import { CoverageRecorder, activeStateIds, definedStates, missing } from './helpers/machine-coverage.js';
 import type { Message } from '../src/protocol/a2a.js';
@@ -99,8 +108,7 @@ afterEach(() => {
 /* model-based coverage                                                                             */
 /* ---------------------------------------------------------------------------------------------- */
 
-const eventsOf = <E extends EventObject>(path: StatePath<AnyMachineSnapshot, E>): E[] =>
-  path.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
+const eventsOf = <E extends EventObject>(path: StatePath<AnyMachineSnapshot, E>): E[] => path.steps.map((s) => s.event).filter((e) => e.type !== 'xstate.init');
 
 const MODEL_AGENTS = ['alpha', 'beta'] as const;
 function modelInput(strategy: OrchestrationStrategy): OrchestrationInput {
@@ -117,7 +125,8 @@ function modelInput(strategy: OrchestrationStrategy): OrchestrationInput {
 }
 
 /** How XState reports the fault put into the agent call's retry guard (agentCallWith): its error, wrapped. */
-const CRASH_REPORT = "Unable to evaluate guard 'canRetry' in transition for event 'xstate.error.actor.request' in state node 'agentCall.calling':\nthe agent call crashed";
+const CRASH_REPORT =
+  "Unable to evaluate guard 'canRetry' in transition for event 'xstate.error.actor.request' in state node 'agentCall.calling':\nthe agent call crashed";
 
 /** How the test makes a real agentCall child end the way the model says. */
 type Realize = { agentId: string; settle: (r: Request) => void };
@@ -131,12 +140,18 @@ const MODEL: Array<{ event: OrchestrationEvent; realize?: Realize }> = [
     const answer = reply(`${agentId}-1`, `${agentId} answer`);
     const errorReply: AgentReply = { kind: 'error', error: { code: 'INVALID_MESSAGE', message: `${agentId} refused` } };
     return [
-      { event: { type: `xstate.done.actor.${callActorId(agentId)}` as const, output: ok(agentId, answer) }, realize: { agentId, settle: (r: Request) => r.resolve(answer) } },
+      {
+        event: { type: `xstate.done.actor.${callActorId(agentId)}` as const, output: ok(agentId, answer) },
+        realize: { agentId, settle: (r: Request) => r.resolve(answer) },
+      },
       {
         event: { type: `xstate.done.actor.${callActorId(agentId)}` as const, output: failed(agentId, 'AGENT_ERROR', `${agentId} broke`) },
         realize: { agentId, settle: (r: Request) => r.reject(new TroupeError('AGENT_ERROR', `${agentId} broke`)) },
       },
-      { event: { type: `xstate.done.actor.${callActorId(agentId)}` as const, output: ok(agentId, errorReply) }, realize: { agentId, settle: (r: Request) => r.resolve(errorReply) } },
+      {
+        event: { type: `xstate.done.actor.${callActorId(agentId)}` as const, output: ok(agentId, errorReply) },
+        realize: { agentId, settle: (r: Request) => r.resolve(errorReply) },
+      },
       {
         event: { type: `xstate.error.actor.${callActorId(agentId)}` as const, error: new Error(CRASH_REPORT) },
         realize: { agentId, settle: (r: Request) => r.reject(new Error('CRASH')) },
@@ -156,7 +171,12 @@ interface ReplayResult {
 }
 
 /** Replays a model path on a real orchestration with real agentCall children; the test settles their requests. */
-async function replay(input: OrchestrationInput, events: OrchestrationEvent[], expected: AnyMachineSnapshot[], recorder: CoverageRecorder): Promise<ReplayResult> {
+async function replay(
+  input: OrchestrationInput,
+  events: OrchestrationEvent[],
+  expected: AnyMachineSnapshot[],
+  recorder: CoverageRecorder,
+): Promise<ReplayResult> {
   const w = wire();
   const actor = createActor(orchestrationMachine.provide({ actors: { agentCall: agentCallWith(w.request) } }), { input, inspect: recorder.inspect });
   actor.start();
@@ -211,7 +231,8 @@ describe('orchestration machine: model-based, with real agent calls', () => {
         }
       }
       // The initial dispatch happens before any event: its microsteps show the transient `dispatching`.
-      for (const [micro] of getInitialMicrosteps(machine, input)) for (const id of activeStateIds(machine, (micro as AnyMachineSnapshot).value)) graphStates.add(id);
+      for (const [micro] of getInitialMicrosteps(machine, input))
+        for (const id of activeStateIds(machine, (micro as AnyMachineSnapshot).value)) graphStates.add(id);
 
       for (const run of runs) {
         const r = await replay(input, run.events, run.states, recorder);
@@ -312,7 +333,15 @@ describe('orchestration machine: behaviour', () => {
       // Each call ran from T0 to the tick at T0 + 1234 (the machine's clock moves only with events).
       results: [
         { agentId: 'researcher', success: true, content: 'The research says yes.', latencyMs: 1_234, executionTimeMs: 1_234 },
-        { agentId: 'writer', success: false, content: '', latencyMs: 1_234, executionTimeMs: 1_234, error: { code: 'AGENT_ERROR', message: 'the writer crashed' }, errorMessage: 'the writer crashed' },
+        {
+          agentId: 'writer',
+          success: false,
+          content: '',
+          latencyMs: 1_234,
+          executionTimeMs: 1_234,
+          error: { code: 'AGENT_ERROR', message: 'the writer crashed' },
+          errorMessage: 'the writer crashed',
+        },
         { agentId: 'critic', success: true, content: 'Looks fine.', latencyMs: 1_234, executionTimeMs: 1_234 },
       ],
       latencyMs: { researcher: 1_234, writer: 1_234, critic: 1_234 },
@@ -398,7 +427,15 @@ describe('orchestration machine: behaviour', () => {
       },
       fast: async () => {
         await sleep(AGENT_WORK_MS.fast);
-        return { kind: 'message', role: 'agent', messageId: 'fast-1', parts: [{ kind: 'text', text: 'fast answer' }, { kind: 'data', data: { n: 1 } }] };
+        return {
+          kind: 'message',
+          role: 'agent',
+          messageId: 'fast-1',
+          parts: [
+            { kind: 'text', text: 'fast answer' },
+            { kind: 'data', data: { n: 1 } },
+          ],
+        };
       },
       slow: (_input, signal) =>
         new Promise<AgentReply>((resolve, reject) => {
@@ -411,7 +448,10 @@ describe('orchestration machine: behaviour', () => {
     });
     const out = await toPromise(run({ decision: decision('slow', 'broken', 'fast'), strategy: 'first_success', retries: 0 }, request));
     // the winner's own content, parts included
-    expect(out.message.parts).toEqual([{ kind: 'text', text: 'fast answer' }, { kind: 'data', data: { n: 1 } }]);
+    expect(out.message.parts).toEqual([
+      { kind: 'text', text: 'fast answer' },
+      { kind: 'data', data: { n: 1 } },
+    ]);
     expect(out.metadata).toMatchObject({
       agentsUsed: ['fast'],
       taskState: 'completed',
@@ -431,7 +471,9 @@ describe('orchestration machine: behaviour', () => {
       refusing: async () => ({ kind: 'error', error: { code: 'INVALID_MESSAGE', message: 'not for me' } }),
       quitter: async () => ({ kind: 'task', id: 't', contextId: 'c', status: { state: 'failed', message: reply('x', 'gave up') } }),
     });
-    const out = await toPromise(run({ decision: decision('a', 'ghost', 'refusing', 'quitter'), strategy: 'parallel', retries: 0, maxParallelAgents: 4 }, request));
+    const out = await toPromise(
+      run({ decision: decision('a', 'ghost', 'refusing', 'quitter'), strategy: 'parallel', retries: 0, maxParallelAgents: 4 }, request),
+    );
     expect(out.metadata).toMatchObject({
       agentsUsed: [],
       taskState: 'failed',
@@ -445,7 +487,7 @@ describe('orchestration machine: behaviour', () => {
     expect(out.message.parts).toEqual([
       {
         kind: 'text',
-        text: "Sorry, I couldn't get an answer from any of the agents: a failed (down); ghost failed (agent \"ghost\" is not on the mesh); refusing failed (not for me); quitter failed (gave up). Please try again in a moment.",
+        text: 'Sorry, I couldn\'t get an answer from any of the agents: a failed (down); ghost failed (agent "ghost" is not on the mesh); refusing failed (not for me); quitter failed (gave up). Please try again in a moment.',
       },
     ]);
 
@@ -469,7 +511,9 @@ describe('orchestration machine: behaviour', () => {
     const snap = actor.getSnapshot();
     expect(snap.status).toBe('done');
     const out = snap.output!;
-    expect(out.metadata.failures).toEqual([{ agentId: 'stuck', code: 'AGENT_TIMEOUT', message: 'agent "stuck" did not answer within 1000 ms (attempt 1 of 1)' }]);
+    expect(out.metadata.failures).toEqual([
+      { agentId: 'stuck', code: 'AGENT_TIMEOUT', message: 'agent "stuck" did not answer within 1000 ms (attempt 1 of 1)' },
+    ]);
     expect(out.message.parts).toEqual([{ kind: 'text', text: 'quick However, stuck did not answer in time.' }]);
     expect(log.find((c) => c.input.agentId === 'stuck')!.signal.aborted).toBe(true);
   });
@@ -537,7 +581,14 @@ describe('orchestration machine: behaviour', () => {
   it('a restored orchestration runs its in-flight calls again and they re-arm their timeouts', async () => {
     vi.useFakeTimers();
     const first = scripted({ a: () => new Promise<AgentReply>(() => {}), b: () => new Promise<AgentReply>(() => {}) });
-    const input: OrchestrationInput = { decision: decision('a', 'b'), message: userMsg('x'), strategy: 'parallel', startedAt: T0, agentTimeoutMs: 1_000, retries: 0 };
+    const input: OrchestrationInput = {
+      decision: decision('a', 'b'),
+      message: userMsg('x'),
+      strategy: 'parallel',
+      startedAt: T0,
+      agentTimeoutMs: 1_000,
+      retries: 0,
+    };
     const actor = createActor(orchestrationMachine.provide({ actors: { agentCall: agentCallWith(first.request) } }), { input });
     actor.start();
     await vi.advanceTimersByTimeAsync(600);
@@ -585,7 +636,11 @@ describe('orchestration machine: behaviour', () => {
 
 describe('aggregate()', () => {
   const okResult = (agentId: string, text: string) => ({ agentId, status: 'succeeded' as const, reply: reply(`${agentId}-r`, text) });
-  const failedResult = (agentId: string, code: 'AGENT_TIMEOUT' | 'AGENT_ERROR', message: string) => ({ agentId, status: 'failed' as const, error: { code, message } });
+  const failedResult = (agentId: string, code: 'AGENT_TIMEOUT' | 'AGENT_ERROR', message: string) => ({
+    agentId,
+    status: 'failed' as const,
+    error: { code, message },
+  });
 
   it('one success: its content', () => {
     const a = aggregate([okResult('a', 'hello')]);
@@ -601,7 +656,9 @@ describe('aggregate()', () => {
     expect(a.text).toBe('Answer. However, b did not answer in time; c failed (disk full).');
     expect(a.taskState).toBe('completed');
     expect(aggregate([okResult('a', 'A')], {}).text).toBe('A');
-    expect(aggregate([okResult('a', 'A'), failedResult('b', 'AGENT_ERROR', 'e')], { partialFailureTemplate: '{successMessage}\n\n_{failureMessage}_' }).text).toBe('A\n\n_b failed (e)._');
+    expect(
+      aggregate([okResult('a', 'A'), failedResult('b', 'AGENT_ERROR', 'e')], { partialFailureTemplate: '{successMessage}\n\n_{failureMessage}_' }).text,
+    ).toBe('A\n\n_b failed (e)._');
   });
 
   it('all failed: the fallback', () => {

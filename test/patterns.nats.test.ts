@@ -413,7 +413,15 @@ describe('first_success orchestration over NATS', () => {
       id: 'fast',
       name: 'Quick translator',
       description: 'Translates words and short phrases between languages',
-      skills: [{ id: 'translate', name: 'Translation', description: 'Translates a word or phrase', tags: ['translate', 'translation', 'language'], examples: ['Translate bonjour into English'] }],
+      skills: [
+        {
+          id: 'translate',
+          name: 'Translation',
+          description: 'Translates a word or phrase',
+          tags: ['translate', 'translation', 'language'],
+          examples: ['Translate bonjour into English'],
+        },
+      ],
     },
     handle: async (_m, ctx) => {
       calls.fast = (calls.fast ?? 0) + 1;
@@ -426,7 +434,15 @@ describe('first_success orchestration over NATS', () => {
       id: 'slow',
       name: 'Dictionary',
       description: 'Looks up the meaning of words in a large dictionary',
-      skills: [{ id: 'define', name: 'Definitions', description: 'Gives the definition and meaning of a word', tags: ['define', 'definition', 'meaning', 'dictionary'], examples: ['Define serendipity'] }],
+      skills: [
+        {
+          id: 'define',
+          name: 'Definitions',
+          description: 'Gives the definition and meaning of a word',
+          tags: ['define', 'definition', 'meaning', 'dictionary'],
+          examples: ['Define serendipity'],
+        },
+      ],
     },
     handle: async (_m, ctx) => {
       calls.slow = (calls.slow ?? 0) + 1;

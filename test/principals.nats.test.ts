@@ -34,9 +34,14 @@ describe("another principal's thread, over NATS", () => {
   beforeAll(async () => {
     nats = await startNatsServer();
     // test/fixtures/durable-team.ts: entry agent slowecho, run here.
-    const echo = defineAgent({ card: { id: 'slowecho', name: 'Echo', description: 'echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const echo = defineAgent({
+      card: { id: 'slowecho', name: 'Echo', description: 'echoes' },
+      handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }),
+    });
     agent = await new AgentHost({ transport: await connect('slowecho', 'principals-echo'), agent: echo, tenant: TENANT }).start();
-    await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--log-level', 'warn'], nats.env, { name: 'node' });
+    await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--log-level', 'warn'], nats.env, {
+      name: 'node',
+    });
     alice = new TroupeClient(await connect('client', 'principals-alice'), { tenant: TENANT, principal: 'client' });
     bobT = await connect('cli', 'principals-bob');
   });

@@ -51,7 +51,9 @@ describe('probes of a node and an agent process', () => {
     ports.node = await freePort();
     ports.agent = await freePort();
     nodeProc = await procs.spawnTroupe(['up', '--nats', nats.url, '--lease-ttl', '1000', '--metrics-port', String(ports.node)], nats.env, { name: 'node' });
-    agentProc = await procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.agent)], nats.env, { name: 'agents' });
+    agentProc = await procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', '--nats', nats.url, '--metrics-port', String(ports.agent)], nats.env, {
+      name: 'agents',
+    });
   });
 
   afterAll(async () => {
@@ -75,39 +77,49 @@ describe('probes of a node and an agent process', () => {
     expect(await other.text()).toMatch(/probes at GET \/healthz and GET \/readyz/);
   });
 
-  it('troupe status, as an operator: every check with what it saw, exit 0; --json for scripts', async () => {
-    const asOperator = { TROUPE_NATS_CREDS: nats.credsFile('operator') };
-    const json = await runTroupe(['status', '--nats', nats.url, '--json'], asOperator);
-    expect(json.code, json.stderr).toBe(0);
-    const report = JSON.parse(json.stdout) as { tenant: string; ready: boolean; checks: Record<string, { ok: boolean; detail: string; seen?: string[]; owned?: number[] }> };
-    expect(report.tenant).toBe('demo');
-    expect(report.ready).toBe(true);
-    expect(report.checks.nats).toMatchObject({ ok: true, detail: `connected to ${nats.url}` });
-    expect(report.checks.partitions?.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
-    expect(report.checks.partitions?.detail).toMatch(/^8 of 8 owned by 1 node: \S+ \(8\)$/);
-    expect(report.checks.store).toMatchObject({ ok: true });
-    expect(report.checks.agents?.seen).toEqual(['back', 'broken', 'front', 'greeter', 'specialist']);
-    const human = await runTroupe(['status', '--nats', nats.url], asOperator);
-    expect(human.code).toBe(0);
-    expect(human.stdout).toContain(`mesh of tenant demo on ${nats.url}: ready`);
-    expect(human.stdout).toMatch(/✓ partitions +8 of 8 owned by 1 node/);
-    expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
-    // --streams asks JetStream, with a node's credentials; an operator's may not.
-    const streams = await runTroupe(['status', '--nats', nats.url, '--streams', '--json'], nats.env);
-    expect(streams.code, streams.stdout).toBe(0);
-    const withStreams = JSON.parse(streams.stdout) as { checks: { streams: { ok: boolean; streams: Array<{ stream: string; ok: boolean; replicas: number }> } } };
-    expect(withStreams.checks.streams.ok).toBe(true);
-    expect(withStreams.checks.streams.streams.map((s) => [s.stream, s.ok, s.replicas])).toEqual([
-      ['TROUPE_IN', true, 1],
-      ['TROUPE_DLQ', true, 1],
-      ['TROUPE_ANSWERED', true, 1],
-      ['KV_troupe_threads', true, 1],
-      ['KV_troupe_leases', true, 1],
-    ]);
-    const refused = await runTroupe(['status', '--nats', nats.url, '--streams'], asOperator);
-    expect(refused.code).toBe(1);
-    expect(refused.stdout).toMatch(/✗ streams +.*needs a node's credentials/);
-  }, cliTestTimeout(4));
+  it(
+    'troupe status, as an operator: every check with what it saw, exit 0; --json for scripts',
+    async () => {
+      const asOperator = { TROUPE_NATS_CREDS: nats.credsFile('operator') };
+      const json = await runTroupe(['status', '--nats', nats.url, '--json'], asOperator);
+      expect(json.code, json.stderr).toBe(0);
+      const report = JSON.parse(json.stdout) as {
+        tenant: string;
+        ready: boolean;
+        checks: Record<string, { ok: boolean; detail: string; seen?: string[]; owned?: number[] }>;
+      };
+      expect(report.tenant).toBe('demo');
+      expect(report.ready).toBe(true);
+      expect(report.checks.nats).toMatchObject({ ok: true, detail: `connected to ${nats.url}` });
+      expect(report.checks.partitions?.owned).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+      expect(report.checks.partitions?.detail).toMatch(/^8 of 8 owned by 1 node: \S+ \(8\)$/);
+      expect(report.checks.store).toMatchObject({ ok: true });
+      expect(report.checks.agents?.seen).toEqual(['back', 'broken', 'front', 'greeter', 'specialist']);
+      const human = await runTroupe(['status', '--nats', nats.url], asOperator);
+      expect(human.code).toBe(0);
+      expect(human.stdout).toContain(`mesh of tenant demo on ${nats.url}: ready`);
+      expect(human.stdout).toMatch(/✓ partitions +8 of 8 owned by 1 node/);
+      expect(human.stdout).toMatch(/✓ agents +back, broken, front, greeter, specialist/);
+      // --streams asks JetStream, with a node's credentials; an operator's may not.
+      const streams = await runTroupe(['status', '--nats', nats.url, '--streams', '--json'], nats.env);
+      expect(streams.code, streams.stdout).toBe(0);
+      const withStreams = JSON.parse(streams.stdout) as {
+        checks: { streams: { ok: boolean; streams: Array<{ stream: string; ok: boolean; replicas: number }> } };
+      };
+      expect(withStreams.checks.streams.ok).toBe(true);
+      expect(withStreams.checks.streams.streams.map((s) => [s.stream, s.ok, s.replicas])).toEqual([
+        ['TROUPE_IN', true, 1],
+        ['TROUPE_DLQ', true, 1],
+        ['TROUPE_ANSWERED', true, 1],
+        ['KV_troupe_threads', true, 1],
+        ['KV_troupe_leases', true, 1],
+      ]);
+      const refused = await runTroupe(['status', '--nats', nats.url, '--streams'], asOperator);
+      expect(refused.code).toBe(1);
+      expect(refused.stdout).toMatch(/✗ streams +.*needs a node's credentials/);
+    },
+    cliTestTimeout(4),
+  );
 
   it('troupe status and ps take only agent actors from an agent: one posing as a node (with 10^9 partitions) or listing a thread is not believed', async () => {
     const forger = await NatsTransport.connect({ ...nats.as('echo'), name: 'forger' });
@@ -147,7 +159,9 @@ describe('probes of a node and an agent process', () => {
       const frozen = await probeUntil(ports.node, '/readyz', (p) => p.status === 503, 'the node not ready on a frozen server');
       expect(frozen.body.ready).toBe(false);
       expect(frozen.body.checks?.partitions?.ok).toBe(false);
-      expect(frozen.body.checks?.partitions?.detail).toMatch(/^the leases bucket has not answered for \d+ s: this node can neither take nor keep partitions \(owns \d+ of 8 partitions\)$/);
+      expect(frozen.body.checks?.partitions?.detail).toMatch(
+        /^the leases bucket has not answered for \d+ s: this node can neither take nor keep partitions \(owns \d+ of 8 partitions\)$/,
+      );
       expect(frozen.body.checks?.started).toEqual({ ok: true });
       expect(await probe(ports.node, '/healthz')).toEqual({ status: 200, body: { status: 'ok' } });
       // Its drain cannot finish while the server is frozen: it says it is stopping meanwhile.
@@ -188,12 +202,27 @@ describe('Readiness', () => {
   it('is not ready while starting or stopping, nor while a check fails or throws; names each', () => {
     const readiness = new Readiness();
     let up = true;
-    readiness.add('nats', natsCheck({ name: 'nats://x', closed: false, get connected() { return up; } }));
-    expect(readiness.report()).toEqual({ ready: false, checks: { started: { ok: false, detail: 'starting: setting up' }, nats: { ok: true, detail: 'nats://x' } } });
+    readiness.add(
+      'nats',
+      natsCheck({
+        name: 'nats://x',
+        closed: false,
+        get connected() {
+          return up;
+        },
+      }),
+    );
+    expect(readiness.report()).toEqual({
+      ready: false,
+      checks: { started: { ok: false, detail: 'starting: setting up' }, nats: { ok: true, detail: 'nats://x' } },
+    });
     readiness.started();
     expect(readiness.report().ready).toBe(true);
     up = false;
-    expect(readiness.report()).toEqual({ ready: false, checks: { started: { ok: true }, nats: { ok: false, detail: 'lost the connection to nats://x; reconnecting' } } });
+    expect(readiness.report()).toEqual({
+      ready: false,
+      checks: { started: { ok: true }, nats: { ok: false, detail: 'lost the connection to nats://x; reconnecting' } },
+    });
     up = true;
     readiness.add('broken', () => {
       throw new Error('no answer');

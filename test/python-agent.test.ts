@@ -109,7 +109,13 @@ describe('python agent (examples/python-agent)', () => {
     expect(announce.card.capabilities.extensions?.map((e) => e.uri)).toContain(CLIENT_ROUTING_URI);
     expect(announce.card.skills[0]?.id).toBe('echo');
     // The structured "joined" line follows the announce.
-    const joined = await waitFor(() => agentLog().split('\n').find((l) => l.includes('"msg": "joined"')), 'the joined log line');
+    const joined = await waitFor(
+      () =>
+        agentLog()
+          .split('\n')
+          .find((l) => l.includes('"msg": "joined"')),
+      'the joined log line',
+    );
     expect(JSON.parse(joined)).toMatchObject({ agentId: 'pyecho', tenant: 'demo', instanceId: announce.instanceId });
   });
 
@@ -125,7 +131,9 @@ describe('python agent (examples/python-agent)', () => {
     expect(reply.metadata?.[CLIENT_ROUTING_URI]).toMatchObject({ recipient: 'sender' });
     // One structured log line per handled message, with thread, agent and tenant.
     await waitFor(() => (agentLog().includes('"thread": "th-echo"') ? true : undefined), 'the handled log line');
-    const line = agentLog().split('\n').find((l) => l.includes('"thread": "th-echo"'));
+    const line = agentLog()
+      .split('\n')
+      .find((l) => l.includes('"thread": "th-echo"'));
     expect(JSON.parse(line ?? '{}')).toMatchObject({ msg: 'handled', thread: 'th-echo', agentId: 'pyecho', tenant: 'demo' });
   });
 
@@ -147,7 +155,11 @@ describe('python agent (examples/python-agent)', () => {
   };
 
   it('streams artifact-update chunks to the subject named in Troupe-Chunks, before its one reply', async () => {
-    const { reply, events } = await askStreaming(userMessage('stream these words please'), 'th-stream', subjects.agentChunks(TENANT, 'pyecho', 'test-caller', 'c1'));
+    const { reply, events } = await askStreaming(
+      userMessage('stream these words please'),
+      'th-stream',
+      subjects.agentChunks(TENANT, 'pyecho', 'test-caller', 'c1'),
+    );
     expect(events.length).toBeGreaterThanOrEqual(2);
     const chunks = events.map((e) => TaskArtifactUpdateEventSchema.parse(e));
     for (const c of chunks) expect(c).toMatchObject({ taskId: 'task-s', contextId: 'ctx-s', append: true, lastChunk: false });
@@ -210,7 +222,7 @@ describe('python agent (examples/python-agent)', () => {
     expect(back.metadata?.[CLIENT_ROUTING_URI]).toMatchObject({ recipient: 'sender' });
   });
 
-  it('answers a retried call (same Troupe-Call-Id) with the same answer, and another thread\'s reuse of the messageId afresh', async () => {
+  it("answers a retried call (same Troupe-Call-Id) with the same answer, and another thread's reuse of the messageId afresh", async () => {
     const message = userMessage('once only');
     const first = await ask(enc.encode(JSON.stringify(message)), requestHeaders(message, 'th-retry'));
     const again = await ask(enc.encode(JSON.stringify(message)), requestHeaders(message, 'th-retry'));

@@ -107,11 +107,16 @@ describe('nkeys.py with creds from `troupe creds`', () => {
   });
 
   it('a stdlib Python client connects with its creds, serves its inbox, and is held to the agent role', async () => {
-    const client = await procs.spawn(PYTHON, [CLIENT, nats.url, nats.creds('demo', 'pyecho'), 'troupe.demo.agent.pyecho'], {}, {
-      name: 'python creds client',
-      ready: /"ready": true/,
-      readyOn: 'stdout',
-    });
+    const client = await procs.spawn(
+      PYTHON,
+      [CLIENT, nats.url, nats.creds('demo', 'pyecho'), 'troupe.demo.agent.pyecho'],
+      {},
+      {
+        name: 'python creds client',
+        ready: /"ready": true/,
+        readyOn: 'stdout',
+      },
+    );
     const reply = await node.request('troupe.demo.agent.pyecho', 'hello', { timeout: 5_000 });
     expect(new TextDecoder().decode(reply.data)).toBe('python got: hello');
 

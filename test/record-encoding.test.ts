@@ -16,7 +16,15 @@ import { pick as pickOf, rng } from './helpers/fuzz.js';
 let n = 0;
 function message(text: string): Message {
   n++;
-  return { kind: 'message', role: n % 2 ? 'user' : 'agent', parts: [{ kind: 'text', text }], messageId: `m-${n}`, contextId: 'c', taskId: 't', metadata: { 'troupe/agent': 'echo', n } };
+  return {
+    kind: 'message',
+    role: n % 2 ? 'user' : 'agent',
+    parts: [{ kind: 'text', text }],
+    messageId: `m-${n}`,
+    contextId: 'c',
+    taskId: 't',
+    metadata: { 'troupe/agent': 'echo', n },
+  };
 }
 
 function recordWith(history: Message[], routes: unknown[]): ThreadRecord {
@@ -24,7 +32,15 @@ function recordWith(history: Message[], routes: unknown[]): ThreadRecord {
     version: 1,
     tenant: 'demo',
     threadId: 't',
-    task: { kind: 'task', id: 't', contextId: 'c', status: { state: 'input-required', timestamp: '2026-11-27T10:00:00.000Z' }, history, artifacts: [], metadata: { 'troupe/owner': 'local', 'troupe/routes': routes, 'troupe/turns': history.length } },
+    task: {
+      kind: 'task',
+      id: 't',
+      contextId: 'c',
+      status: { state: 'input-required', timestamp: '2026-11-27T10:00:00.000Z' },
+      history,
+      artifacts: [],
+      metadata: { 'troupe/owner': 'local', 'troupe/routes': routes, 'troupe/turns': history.length },
+    },
     snapshot: { status: 'active', value: 'input-required', context: { threadId: 't', pending: [], 'troupe/slim': true }, children: {} },
     updatedAt: '2026-11-27T10:00:00.000Z',
     node: 'n1',
@@ -36,7 +52,7 @@ describe('the record encoded with its arrays kept from the last write', () => {
     const texts = ['hello', 'a "quoted" word', 'ünïcödé ✓', 'sea otters 🦦 \ud83e', 'line\nbreak', '', '\u0000 and \u2028', '{"not":"json"}]', ','];
     for (let seed = 1; seed <= 20; seed++) {
       const rnd = rng(seed);
-      const pick = <T,>(xs: readonly T[]): T => pickOf(rnd, xs);
+      const pick = <T>(xs: readonly T[]): T => pickOf(rnd, xs);
       let history: Message[] = [];
       let routes: Array<{ from: string; to: string; hop: number; at: number }> = [];
       let encoders = { history: new ArrayJson(), routes: new ArrayJson() };

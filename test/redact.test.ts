@@ -33,7 +33,9 @@ describe('redact on the sanitiser (diagnostics policy)', () => {
       '-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----',
     ].join('\n');
     expect(redact({ note })).toEqual({
-      note: ['iban [redacted]', 'call [redacted]', 'jwt [redacted]', 'Authorization: [redacted]', 'aws [redacted]', 'password: [redacted]', '[redacted]'].join('\n'),
+      note: ['iban [redacted]', 'call [redacted]', 'jwt [redacted]', 'Authorization: [redacted]', 'aws [redacted]', 'password: [redacted]', '[redacted]'].join(
+        '\n',
+      ),
     });
   });
 

@@ -57,22 +57,62 @@ async function startWeather(opts: { slow?: boolean } = {}): Promise<string> {
     supportedInterfaces: [{ url: `${base}/`, protocolBinding: 'JSONRPC', tenant: '', protocolVersion: '1.0' }],
     provider: undefined,
     version: '2.1.0',
-    capabilities: { streaming: true, pushNotifications: false, extensions: [{ uri: CLIENT_ROUTING_URI, description: 'routes its answers', required: false, params: undefined }] },
+    capabilities: {
+      streaming: true,
+      pushNotifications: false,
+      extensions: [{ uri: CLIENT_ROUTING_URI, description: 'routes its answers', required: false, params: undefined }],
+    },
     securitySchemes: {},
     securityRequirements: [],
     defaultInputModes: ['text/plain'],
     defaultOutputModes: ['text/plain'],
-    skills: [{ id: 'forecast', name: 'Forecast', description: 'Weather forecasts', tags: ['weather'], examples: ['Weather in Oslo?'], inputModes: [], outputModes: [], securityRequirements: [] }],
+    skills: [
+      {
+        id: 'forecast',
+        name: 'Forecast',
+        description: 'Weather forecasts',
+        tags: ['weather'],
+        examples: ['Weather in Oslo?'],
+        inputModes: [],
+        outputModes: [],
+        securityRequirements: [],
+      },
+    ],
     signatures: [],
   });
   const executor: AgentExecutor = {
     execute: async (rc, bus) => {
       const text = rc.userMessage.parts.map((p) => (p.content?.$case === 'text' ? p.content.value : '')).join('');
       weatherAsked.push({ text, routing: rc.userMessage.metadata?.[CLIENT_ROUTING_URI] });
-      bus.publish(AgentEvent.task({ id: rc.taskId, contextId: rc.contextId, status: { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: undefined }, history: [rc.userMessage], artifacts: [], metadata: {} }));
+      bus.publish(
+        AgentEvent.task({
+          id: rc.taskId,
+          contextId: rc.contextId,
+          status: { state: TaskState.TASK_STATE_WORKING, message: undefined, timestamp: undefined },
+          history: [rc.userMessage],
+          artifacts: [],
+          metadata: {},
+        }),
+      );
       if (opts.slow) await hang;
       for (const chunk of ['Sunny ', 'tomorrow']) {
-        bus.publish(AgentEvent.artifactUpdate({ taskId: rc.taskId, contextId: rc.contextId, artifact: { artifactId: 'forecast', name: '', description: '', parts: [{ content: { $case: 'text', value: chunk }, metadata: undefined, filename: '', mediaType: 'text/plain' }], metadata: undefined, extensions: [] }, append: true, lastChunk: false, metadata: undefined }));
+        bus.publish(
+          AgentEvent.artifactUpdate({
+            taskId: rc.taskId,
+            contextId: rc.contextId,
+            artifact: {
+              artifactId: 'forecast',
+              name: '',
+              description: '',
+              parts: [{ content: { $case: 'text', value: chunk }, metadata: undefined, filename: '', mediaType: 'text/plain' }],
+              metadata: undefined,
+              extensions: [],
+            },
+            append: true,
+            lastChunk: false,
+            metadata: undefined,
+          }),
+        );
       }
       const answer = {
         messageId: randomUUID(),
@@ -84,7 +124,14 @@ async function startWeather(opts: { slow?: boolean } = {}): Promise<string> {
         extensions: [],
         referenceTaskIds: [],
       };
-      bus.publish(AgentEvent.statusUpdate({ taskId: rc.taskId, contextId: rc.contextId, status: { state: TaskState.TASK_STATE_COMPLETED, message: answer, timestamp: new Date().toISOString() }, metadata: undefined }));
+      bus.publish(
+        AgentEvent.statusUpdate({
+          taskId: rc.taskId,
+          contextId: rc.contextId,
+          status: { state: TaskState.TASK_STATE_COMPLETED, message: answer, timestamp: new Date().toISOString() },
+          metadata: undefined,
+        }),
+      );
     },
     cancelTask: async () => undefined,
   };
@@ -150,7 +197,15 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await Promise.all(servers.map((s) => new Promise<void>((resolve) => { s.closeAllConnections(); s.close(() => resolve()); })));
+  await Promise.all(
+    servers.map(
+      (s) =>
+        new Promise<void>((resolve) => {
+          s.closeAllConnections();
+          s.close(() => resolve());
+        }),
+    ),
+  );
 });
 
 describe('remote A2A agents in a team', () => {
@@ -192,7 +247,7 @@ describe('remote A2A agents in a team', () => {
   });
 });
 
-describe('remote agent failures are typed like a local agent\'s', () => {
+describe("remote agent failures are typed like a local agent's", () => {
   it('a remote that does not answer in time is AGENT_TIMEOUT; a wrong token or a bad card URL is a typed error', async () => {
     const slowCard = await startWeather({ slow: true });
     const slow = await remoteAgent({ card: slowCard, token: WEATHER_TOKEN, id: 'weather', timeoutMs: 200 });
@@ -227,7 +282,12 @@ describe('`troupe agent --a2a` on a NATS mesh', () => {
     const nodeT = await NatsTransport.connect({ ...nats.as('node'), name: 'remote-test-node' });
     transports.push(nodeT);
     store = await KvThreadStore.open(nodeT.connection);
-    node = await new TroupeNode({ transport: nodeT, store, durable: { nc: nodeT.connection, partitions: 8 }, config: { entryAgent: 'weather', retries: 0 } }).start();
+    node = await new TroupeNode({
+      transport: nodeT,
+      store,
+      durable: { nc: nodeT.connection, partitions: 8 },
+      config: { entryAgent: 'weather', retries: 0 },
+    }).start();
   });
   afterAll(async () => {
     await group.stopAll();
@@ -237,20 +297,31 @@ describe('`troupe agent --a2a` on a NATS mesh', () => {
     await nats?.stop();
   });
 
-  it('joins a remote A2A agent from its own process; the token is in no log line and no record', async () => {
-    const proc = await group.spawnTroupe(['agent', '--a2a', weatherCard, '--id', 'weather', '--nats', nats.url, '--log-level', 'trace'], {
-      TROUPE_NATS_CREDS: nats.credsFile('weather'),
-      TROUPE_A2A_TOKEN: WEATHER_TOKEN,
-    }, { ready: /agent instance\(s\) joined .*weather \(remote A2A agent\)/ });
-    await node.registry.waitFor(['weather']);
-    const client = new TroupeClient(await NatsTransport.connect({ ...nats.as('client'), name: 'remote-test-client' }).then((t) => (transports.push(t), t)), { tenant: 'demo', principal: 'client' });
-    const result = await client.send('Weather in Bergen?', { timeoutMs: 15_000 });
-    expect(result.text).toBe('Sunny tomorrow (Weather in Bergen?)');
-    expect(result.final.status.message?.metadata?.['troupe/agent']).toBe('weather');
-    const record = await waitUntil(() => store.get('demo', result.threadId), 'the thread record');
-    expect(JSON.stringify(record)).not.toContain(WEATHER_TOKEN);
-    expect(proc.stdout + proc.stderr).not.toContain(WEATHER_TOKEN);
-    expect(proc.stdout + proc.stderr).toContain('weather');
-    expect(seenAuth.at(-1)).toBe(`Bearer ${WEATHER_TOKEN}`);
-  }, cliTestTimeout(2));
+  it(
+    'joins a remote A2A agent from its own process; the token is in no log line and no record',
+    async () => {
+      const proc = await group.spawnTroupe(
+        ['agent', '--a2a', weatherCard, '--id', 'weather', '--nats', nats.url, '--log-level', 'trace'],
+        {
+          TROUPE_NATS_CREDS: nats.credsFile('weather'),
+          TROUPE_A2A_TOKEN: WEATHER_TOKEN,
+        },
+        { ready: /agent instance\(s\) joined .*weather \(remote A2A agent\)/ },
+      );
+      await node.registry.waitFor(['weather']);
+      const client = new TroupeClient(await NatsTransport.connect({ ...nats.as('client'), name: 'remote-test-client' }).then((t) => (transports.push(t), t)), {
+        tenant: 'demo',
+        principal: 'client',
+      });
+      const result = await client.send('Weather in Bergen?', { timeoutMs: 15_000 });
+      expect(result.text).toBe('Sunny tomorrow (Weather in Bergen?)');
+      expect(result.final.status.message?.metadata?.['troupe/agent']).toBe('weather');
+      const record = await waitUntil(() => store.get('demo', result.threadId), 'the thread record');
+      expect(JSON.stringify(record)).not.toContain(WEATHER_TOKEN);
+      expect(proc.stdout + proc.stderr).not.toContain(WEATHER_TOKEN);
+      expect(proc.stdout + proc.stderr).toContain('weather');
+      expect(seenAuth.at(-1)).toBe(`Bearer ${WEATHER_TOKEN}`);
+    },
+    cliTestTimeout(2),
+  );
 });

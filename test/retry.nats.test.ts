@@ -33,7 +33,7 @@ describe('retry rules on a real server', () => {
     expect(isTransientJetStreamError(missing)).toBe(false);
     expect(isCreateOrBindTransient(missing)).toBe(true);
     // What a single server refuses (three replicas) it refuses again on the next attempt.
-    const refused = await jsm.streams.add({ name: 'TROUPE_IN', subjects: ["troupe.demo.in.nope"], num_replicas: 3 }).then(
+    const refused = await jsm.streams.add({ name: 'TROUPE_IN', subjects: ['troupe.demo.in.nope'], num_replicas: 3 }).then(
       () => undefined,
       (err: unknown) => err,
     );

@@ -1,22 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIDENCE_THRESHOLD } from '../src/routing/policy.js';
-import {
-  ScoringPolicy,
-  evidenceStrength,
-  dominance,
-  splitClauses,
-  stem,
-  tokenize,
-} from '../src/routing/scoring.js';
+import { ScoringPolicy, evidenceStrength, dominance, splitClauses, stem, tokenize } from '../src/routing/scoring.js';
 import { AgentCardSchema, RouterDecisionSchema, TroupeError, type Message, type RouterDecision } from '../src/protocol/index.js';
-import {
-  HOLDOUT_MESSAGES,
-  ROUTING_MESSAGES,
-  ROUTING_TEAM,
-  isClear,
-  isReject,
-  type LabelledMessage,
-} from './fixtures/routing-team.js';
+import { HOLDOUT_MESSAGES, ROUTING_MESSAGES, ROUTING_TEAM, isClear, isReject, type LabelledMessage } from './fixtures/routing-team.js';
 
 let seq = 0;
 const userMessage = (text: string): Message => ({
@@ -221,7 +207,12 @@ describe('ScoringPolicy decisions', () => {
   it('ranks every agent for clarification prompts', () => {
     const ranked = policy.rank({ message: userMessage('I need to cancel'), agents: ROUTING_TEAM });
     expect(ranked).toHaveLength(ROUTING_TEAM.length);
-    expect(ranked.slice(0, 2).map((r) => r.agentId).sort()).toEqual(['billing', 'travel-booking']);
+    expect(
+      ranked
+        .slice(0, 2)
+        .map((r) => r.agentId)
+        .sort(),
+    ).toEqual(['billing', 'travel-booking']);
     expect(ranked[0]!.score).toBeGreaterThanOrEqual(ranked[1]!.score);
   });
 

@@ -113,11 +113,13 @@ describe('an LLM router configured in team.yaml', () => {
   });
 
   it('routes a confident decision; the model gets the configured prompt, temperature 0.3, 500 tokens and the thread so far', async () => {
-    openai.reset().scriptFor(
-      'prompted-model',
-      decision({ agentId: 'billing', confidence: 0.9, reasoning: 'an invoice question' }),
-      decision({ agentId: 'weather', confidence: 0.95, reasoning: 'a forecast' }),
-    );
+    openai
+      .reset()
+      .scriptFor(
+        'prompted-model',
+        decision({ agentId: 'billing', confidence: 0.9, reasoning: 'an invoice question' }),
+        decision({ agentId: 'weather', confidence: 0.95, reasoning: 'a forecast' }),
+      );
     const first = await send('Where is my invoice?');
     expect(first.error).toBeUndefined();
     expect(first.text).toBe('billing: Where is my invoice?');
@@ -186,7 +188,14 @@ describe('an LLM router with a fallback agent', () => {
   beforeAll(async () => {
     mesh = await startMesh(
       'fallback',
-      ['  prompts:', '    fallback_reason_template: "{{agent}} answers: the router failed {{attempts}} times"', 'routing:', '  router_max_attempts: 2', '  fallback_agent: helpdesk', '  retries: 0'].join('\n'),
+      [
+        '  prompts:',
+        '    fallback_reason_template: "{{agent}} answers: the router failed {{attempts}} times"',
+        'routing:',
+        '  router_max_attempts: 2',
+        '  fallback_agent: helpdesk',
+        '  retries: 0',
+      ].join('\n'),
     );
   });
 
@@ -224,7 +233,12 @@ describe('natural-language joining (aggregation: synthesis)', () => {
     const res = await mesh.client.send('Invoice and weather?', {
       timeoutMs: 10_000,
       onEvent: (e) => {
-        if (e.kind === 'artifact-update') events.push({ kind: 'chunk', text: e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''), agent: e.artifact.metadata?.['troupe/agent'] });
+        if (e.kind === 'artifact-update')
+          events.push({
+            kind: 'chunk',
+            text: e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''),
+            agent: e.artifact.metadata?.['troupe/agent'],
+          });
         else if (e.kind === 'status-update' && e.final) events.push({ kind: 'final', text: '' });
       },
     });
@@ -266,7 +280,16 @@ describe('troupe up --team team.yaml', () => {
     const file = join(tmp, 'cli.yaml');
     writeFileSync(
       file,
-      ['id: cli', 'name: cli', 'agents:', `  - module: ${AGENTS}`, 'router:', `  model: {provider: openai, name: ${model}, base_url: "${openai.baseURL}"}`, 'routing:', '  retries: 0'].join('\n'),
+      [
+        'id: cli',
+        'name: cli',
+        'agents:',
+        `  - module: ${AGENTS}`,
+        'router:',
+        `  model: {provider: openai, name: ${model}, base_url: "${openai.baseURL}"}`,
+        'routing:',
+        '  retries: 0',
+      ].join('\n'),
     );
     await procs.spawnTroupe(['up', '--nats', nats.url, '--team', file], nats.env, { name: 'node' });
     transport = await NatsTransport.connect({ ...nats.asNode, name: 'cli-client' });

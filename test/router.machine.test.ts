@@ -14,7 +14,13 @@ import { definedStates, definedTransitions, missing, replayPaths } from './helpe
 /** The policy is the router's I/O: the model's events stand for its answers. */
 const never = fromPromise<never, unknown>(() => new Promise<never>(() => {}));
 
-const userMsg = (text: string, metadata?: Record<string, unknown>): Message => ({ kind: 'message', role: 'user', messageId: `u-${text}`, parts: [{ kind: 'text', text }], ...(metadata ? { metadata } : {}) });
+const userMsg = (text: string, metadata?: Record<string, unknown>): Message => ({
+  kind: 'message',
+  role: 'user',
+  messageId: `u-${text}`,
+  parts: [{ kind: 'text', text }],
+  ...(metadata ? { metadata } : {}),
+});
 const agentMsg = (text: string, slot?: unknown): Message => ({
   kind: 'message',
   role: 'agent',
@@ -47,7 +53,11 @@ describe('router machine: model-based', () => {
     const states = new Set<string>();
     const transitions = new Set<string>();
     for (const input of inputs) {
-      const opts = { events, input, serializeState: (s: { value: unknown; context: unknown }) => JSON.stringify([s.value, (s.context as { attempts: number }).attempts]) };
+      const opts = {
+        events,
+        input,
+        serializeState: (s: { value: unknown; context: unknown }) => JSON.stringify([s.value, (s.context as { attempts: number }).attempts]),
+      };
       const cov = replayPaths(stubbed, getSimplePaths(stubbed, opts), input);
       cov.states.forEach((s) => states.add(s));
       cov.transitions.forEach((t) => transitions.add(t));
@@ -58,8 +68,15 @@ describe('router machine: model-based', () => {
 
   it("sends the user's message to an agent waiting for approval, unless the user addresses another or it is gone", () => {
     const waiting = { kind: 'user' as const, ...user, usePolicy: true, approvalAgent: 'writer' };
-    expect(decideWithoutPolicy({ ...waiting, message: userMsg('approve') })).toMatchObject({ to: 'agent', agentId: 'writer', reason: "writer waits for the user's approval" });
-    expect(decideWithoutPolicy({ ...waiting, message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'triage' } }) })).toMatchObject({ to: 'agent', agentId: 'triage' });
+    expect(decideWithoutPolicy({ ...waiting, message: userMsg('approve') })).toMatchObject({
+      to: 'agent',
+      agentId: 'writer',
+      reason: "writer waits for the user's approval",
+    });
+    expect(decideWithoutPolicy({ ...waiting, message: userMsg('x', { [CLIENT_ROUTING_URI]: { recipient: 'triage' } }) })).toMatchObject({
+      to: 'agent',
+      agentId: 'triage',
+    });
     // An agent no longer on the mesh: routed as any message (here, by the policy).
     expect(decideWithoutPolicy({ ...waiting, approvalAgent: 'ghost', message: userMsg('approve') })).toBeUndefined();
   });
@@ -73,7 +90,12 @@ describe('router machine: model-based', () => {
     const actor = createActor(routerMachine.provide({ actors: { policy } }), {
       input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3, fallbackAgent: 'writer' },
     }).start();
-    expect(await toPromise(actor)).toEqual({ to: 'agent', agentId: 'writer', mode: 'initial', reason: 'router failed after 3 attempts (down 3); fallback agent writer' });
+    expect(await toPromise(actor)).toEqual({
+      to: 'agent',
+      agentId: 'writer',
+      mode: 'initial',
+      reason: 'router failed after 3 attempts (down 3); fallback agent writer',
+    });
     expect(calls).toBe(3);
   });
 
@@ -103,13 +125,23 @@ describe('router machine: model-based', () => {
       { agentId: 'writer', confidence: 0.9, reasoning: 'r', additionalAgents: ['nobody'] },
     ];
     const policy = fromPromise<RouterDecision, PolicyInput>(async () => answers.shift()!);
-    const failed = await toPromise(createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3 } }).start());
+    const failed = await toPromise(
+      createActor(routerMachine.provide({ actors: { policy } }), {
+        input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 3 },
+      }).start(),
+    );
     expect(failed).toMatchObject({ to: 'user', error: { code: 'ROUTER_FAILURE' } });
     expect(failed.to === 'user' && failed.error?.message).toContain('the policy added an agent twice');
     const fallback = await toPromise(
-      createActor(routerMachine.provide({ actors: { policy } }), { input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'triage' } }).start(),
+      createActor(routerMachine.provide({ actors: { policy } }), {
+        input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'triage' },
+      }).start(),
     );
-    expect(fallback).toMatchObject({ to: 'agent', agentId: 'triage', reason: 'router failed after 1 attempts (the policy added "nobody", not live agents); fallback agent triage' });
+    expect(fallback).toMatchObject({
+      to: 'agent',
+      agentId: 'triage',
+      reason: 'router failed after 1 attempts (the policy added "nobody", not live agents); fallback agent triage',
+    });
   });
 
   it('hands the policy the history it was given, and fills the fallback reason template', async () => {
@@ -120,7 +152,16 @@ describe('router machine: model-based', () => {
     });
     const history = [userMsg('earlier'), agentMsg('reply')];
     const actor = createActor(routerMachine.provide({ actors: { policy } }), {
-      input: { kind: 'user', message: userMsg('x'), ...user, usePolicy: true, maxAttempts: 1, fallbackAgent: 'writer', fallbackReasonTemplate: '{{agent}} took over after {{attempts}}: {{error}}', history },
+      input: {
+        kind: 'user',
+        message: userMsg('x'),
+        ...user,
+        usePolicy: true,
+        maxAttempts: 1,
+        fallbackAgent: 'writer',
+        fallbackReasonTemplate: '{{agent}} took over after {{attempts}}: {{error}}',
+        history,
+      },
     }).start();
     expect(await toPromise(actor)).toEqual({ to: 'agent', agentId: 'writer', mode: 'initial', reason: 'writer took over after 1: bad answer' });
     expect(seen[0]!.history).toEqual(history);

@@ -56,7 +56,10 @@ function evaluate(entries: CorpusEntry[]) {
       t.gold++;
       // Found: masked under its own label, all of it. Masked: hidden by any detector.
       if (spans.some((s) => s.detector === gold.label && covers(s, gold))) t.found++;
-      else misses.push(`${entry.id} ${gold.label}: ${JSON.stringify(gold.value)} -> ${JSON.stringify(sanitise(entry.text, { policy: DEFAULT_SANITISER_POLICY }).value)}`);
+      else
+        misses.push(
+          `${entry.id} ${gold.label}: ${JSON.stringify(gold.value)} -> ${JSON.stringify(sanitise(entry.text, { policy: DEFAULT_SANITISER_POLICY }).value)}`,
+        );
       if (spans.some((s) => covers(s, gold))) t.masked++;
     }
     for (const s of spans) {
@@ -84,7 +87,16 @@ function report(title: string, entries: CorpusEntry[], result: ReturnType<typeof
       const t = tally.get(d)!;
       return `  ${d.padEnd(12)} gold ${String(t.gold).padStart(3)}  recall ${pct(t.found, t.gold).padStart(6)}  masked ${pct(t.masked, t.gold).padStart(6)}  precision ${pct(t.correct, t.predicted).padStart(6)} (${t.correct}/${t.predicted})`;
     }),
-    `  overall recall ${pct(total((t) => t.found), total((t) => t.gold))}, masked by any detector ${pct(total((t) => t.masked), total((t) => t.gold))}, precision ${pct(total((t) => t.correct), total((t) => t.predicted))}`,
+    `  overall recall ${pct(
+      total((t) => t.found),
+      total((t) => t.gold),
+    )}, masked by any detector ${pct(
+      total((t) => t.masked),
+      total((t) => t.gold),
+    )}, precision ${pct(
+      total((t) => t.correct),
+      total((t) => t.predicted),
+    )}`,
     `  look-alikes masked: ${result.negativesHit}/${result.negatives}`,
     `  misses:`,
     ...result.misses.map((m) => `    ${m}`),

@@ -27,7 +27,10 @@ function team(sanitiser?: TeamDefinition['sanitiser'], policy?: RouterPolicy) {
     card: { id: 'front', name: 'Front', description: 'Takes requests' },
     handle: (message, ctx) => {
       keep('front', message);
-      if (ctx.text.startsWith('handoff')) return reply('Passing you to billing', { handoff: { targetAgentId: 'billing', contextSummary: `User said: ${SECRET_TEXT}`, handoffReason: 'billing question' } });
+      if (ctx.text.startsWith('handoff'))
+        return reply('Passing you to billing', {
+          handoff: { targetAgentId: 'billing', contextSummary: `User said: ${SECRET_TEXT}`, handoffReason: 'billing question' },
+        });
       return reply(ctx.text, { to: ctx.text.startsWith('billing') ? 'billing' : 'notes' });
     },
   });
@@ -46,7 +49,13 @@ function team(sanitiser?: TeamDefinition['sanitiser'], policy?: RouterPolicy) {
       return reply(`billing saw: ${ctx.text}`, { to: 'user' });
     },
   });
-  const def: TeamDefinition = { name: 'sanitise', agents: [front, notes, billing], config: { entryAgent: 'front' }, ...(sanitiser !== undefined ? { sanitiser } : {}), ...(policy ? { policy } : {}) };
+  const def: TeamDefinition = {
+    name: 'sanitise',
+    agents: [front, notes, billing],
+    config: { entryAgent: 'front' },
+    ...(sanitiser !== undefined ? { sanitiser } : {}),
+    ...(policy ? { policy } : {}),
+  };
   return { def, seen };
 }
 
@@ -77,7 +86,7 @@ describe('context sanitiser between agents', () => {
     expect(textOf(task.history?.find((m) => m.role === 'user'))).toContain('ada@example.com');
   });
 
-  it('masks a handoff target\'s context summary and recent messages', async () => {
+  it("masks a handoff target's context summary and recent messages", async () => {
     const { def, seen } = team();
     const mesh = await startEmbedded(def, silentLogger());
     stop = mesh.stop;

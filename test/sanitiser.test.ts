@@ -36,7 +36,11 @@ describe('detectors (default labels)', () => {
     ['OpenAI key', 'key sk-proj-Ab12Cd34Ef56Gh78Ij90Kl12Mn34', 'key [api-key]'],
     ['Anthropic key', 'sk-ant-api03-Xy12Zz34Ab56Cd78Ef90Gh12Ij34Kl56Mn78Op90Qr12St34Uv56', '[api-key]'],
     ['AWS access key', 'AKIAIOSFODNN7EXAMPLE', '[api-key]'],
-    ['GitHub token', 'ghp_16C7e42F292c6912E7710c838347Ae178B4a and github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456', '[api-key] and [api-key]'],
+    [
+      'GitHub token',
+      'ghp_16C7e42F292c6912E7710c838347Ae178B4a and github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456',
+      '[api-key] and [api-key]',
+    ],
     ['Slack token', 'xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx', '[api-key]'],
     ['JWT', 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U', '[jwt]'],
     ['bearer token', 'Authorization: Bearer abcDEF123456ghiJKL789', 'Authorization: [token]'],
@@ -171,13 +175,46 @@ describe('policy', () => {
 });
 
 describe('secret names', () => {
-  it.each(['password', 'PASSWORD', 'db_password', 'apiKey', 'API_KEY', 'x-api-key', 'APIKey', 'accessToken', 'refresh_token', 'client_secret',
-    'Authorization', 'proxy-authorization', 'AWS_SECRET_ACCESS_KEY', 'private_key', 'SECRET_KEY_BASE', 'credentials', 'passphrase', 'auth', 'cookie', 'password_hash'])(
-    '%s is secret',
-    (name) => expect(isSecretName(name)).toBe(true),
-  );
-  it.each(['tokens', 'max_tokens', 'input_tokens', 'tokenCount', 'tokenizer', 'secretName', 'passwordPolicy', 'passengers', 'bypass', 'key', 'monkey',
-    'secretary', 'passwordless', 'author', 'authored_by', 'tokenType'])('%s is not', (name) => expect(isSecretName(name)).toBe(false));
+  it.each([
+    'password',
+    'PASSWORD',
+    'db_password',
+    'apiKey',
+    'API_KEY',
+    'x-api-key',
+    'APIKey',
+    'accessToken',
+    'refresh_token',
+    'client_secret',
+    'Authorization',
+    'proxy-authorization',
+    'AWS_SECRET_ACCESS_KEY',
+    'private_key',
+    'SECRET_KEY_BASE',
+    'credentials',
+    'passphrase',
+    'auth',
+    'cookie',
+    'password_hash',
+  ])('%s is secret', (name) => expect(isSecretName(name)).toBe(true));
+  it.each([
+    'tokens',
+    'max_tokens',
+    'input_tokens',
+    'tokenCount',
+    'tokenizer',
+    'secretName',
+    'passwordPolicy',
+    'passengers',
+    'bypass',
+    'key',
+    'monkey',
+    'secretary',
+    'passwordless',
+    'author',
+    'authored_by',
+    'tokenType',
+  ])('%s is not', (name) => expect(isSecretName(name)).toBe(false));
 });
 
 describe('JSON values', () => {
@@ -232,7 +269,10 @@ describe('JSON values', () => {
 
   it('caps nodes and characters, or throws PAYLOAD_TOO_LARGE when asked to', () => {
     const p = withPolicy({ limits: { maxNodes: 10, maxChars: 20 } });
-    const many = sanitise(Array.from({ length: 20 }, (_, i) => i), { policy: p });
+    const many = sanitise(
+      Array.from({ length: 20 }, (_, i) => i),
+      { policy: p },
+    );
     expect((many.value as unknown[]).filter((v) => v === OMITTED)).toHaveLength(11);
     const long = sanitise(['short', 'x'.repeat(30)], { policy: p });
     expect(long.value).toEqual(['short', OMITTED]);
@@ -296,7 +336,9 @@ describe('messages', () => {
   it("sanitises the conversation's troupe/history as messages: text masked, ids and shape kept", () => {
     const withHistory: Message = {
       ...message,
-      metadata: { 'troupe/history': [{ kind: 'message', role: 'user', messageId: 'h-ada@example.com', parts: [{ kind: 'text', text: 'mail me at ada@example.com' }] }] },
+      metadata: {
+        'troupe/history': [{ kind: 'message', role: 'user', messageId: 'h-ada@example.com', parts: [{ kind: 'text', text: 'mail me at ada@example.com' }] }],
+      },
     };
     const history = sanitiseMessage(withHistory, { policy, recipientAgentId: 'support' }).value.metadata?.['troupe/history'] as Message[];
     expect(history).toEqual([{ kind: 'message', role: 'user', messageId: 'h-ada@example.com', parts: [{ kind: 'text', text: 'mail me at [email]' }] }]);

@@ -79,117 +79,141 @@ describe('troupe creds: add and revoke without touching the server', () => {
     expect(conf).toMatch(/^operator: /m);
     expect(conf).toMatch(/resolver: \{\n {2}type: full/);
     expect(conf).not.toMatch(/no_auth_user|password|authorization/);
-    for (const file of ['creds/operator.json', 'creds/system/account.json', 'creds/system/sys.creds', 'creds/tenants/demo/account.json', 'creds/tenants/demo/users/echo.creds']) {
+    for (const file of [
+      'creds/operator.json',
+      'creds/system/account.json',
+      'creds/system/sys.creds',
+      'creds/tenants/demo/account.json',
+      'creds/tenants/demo/users/echo.creds',
+    ]) {
       expect((statSync(join(dir, file)).mode & 0o777).toString(8), file).toBe('600');
     }
     expect((statSync(join(dir, 'creds/tenants/demo/users')).mode & 0o777).toString(8)).toBe('700');
   });
 
-  it('`creds init --tls` writes a CA, a server certificate for the given hosts and a tls block', async () => {
-    const tlsDir = join(dir, 'with-tls');
-    const res = await runTroupeJson<{ url: string; caFile: string; serverConfig: string }>(
-      ['creds', 'init', '--dir', tlsDir, '--tls', '--tls-hosts', 'nats.internal,10.0.0.7', '--agents', '', '--json'],
-      {},
-    );
-    expect(res.url).toBe('tls://127.0.0.1:4222');
-    expect(res.caFile).toBe(join(tlsDir, 'tls', 'ca.pem'));
-    const conf = readFileSync(res.serverConfig, 'utf8');
-    expect(conf).toContain(`cert_file: "${join(tlsDir, 'tls', 'server.pem')}"`);
-    const { X509Certificate } = await import('node:crypto');
-    const cert = new X509Certificate(readFileSync(join(tlsDir, 'tls', 'server.pem')));
-    expect(cert.subjectAltName).toBe('DNS:nats.internal, IP Address:10.0.0.7');
-    expect(cert.verify(new X509Certificate(readFileSync(res.caFile)).publicKey)).toBe(true);
-    expect((statSync(join(tlsDir, 'tls', 'server-key.pem')).mode & 0o777).toString(8)).toBe('600');
-    // --agents '' makes no agents.
-    const users = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', tlsDir, '--json'], {});
-    expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'client']);
-  }, cliTestTimeout(2));
+  it(
+    '`creds init --tls` writes a CA, a server certificate for the given hosts and a tls block',
+    async () => {
+      const tlsDir = join(dir, 'with-tls');
+      const res = await runTroupeJson<{ url: string; caFile: string; serverConfig: string }>(
+        ['creds', 'init', '--dir', tlsDir, '--tls', '--tls-hosts', 'nats.internal,10.0.0.7', '--agents', '', '--json'],
+        {},
+      );
+      expect(res.url).toBe('tls://127.0.0.1:4222');
+      expect(res.caFile).toBe(join(tlsDir, 'tls', 'ca.pem'));
+      const conf = readFileSync(res.serverConfig, 'utf8');
+      expect(conf).toContain(`cert_file: "${join(tlsDir, 'tls', 'server.pem')}"`);
+      const { X509Certificate } = await import('node:crypto');
+      const cert = new X509Certificate(readFileSync(join(tlsDir, 'tls', 'server.pem')));
+      expect(cert.subjectAltName).toBe('DNS:nats.internal, IP Address:10.0.0.7');
+      expect(cert.verify(new X509Certificate(readFileSync(res.caFile)).publicKey)).toBe(true);
+      expect((statSync(join(tlsDir, 'tls', 'server-key.pem')).mode & 0o777).toString(8)).toBe('600');
+      // --agents '' makes no agents.
+      const users = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', tlsDir, '--json'], {});
+      expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'client']);
+    },
+    cliTestTimeout(2),
+  );
 
   it('refuses a connection without credentials or with a password', async () => {
     await expect(connect({ servers: url, reconnect: false })).rejects.toThrow(errors.AuthorizationError);
     await expect(connect({ servers: url, user: 'node', pass: 'node', reconnect: false })).rejects.toThrow(errors.AuthorizationError);
   });
 
-  it('an agent added with `creds add-agent` serves requests at once; `creds revoke` disconnects it and it cannot come back', async () => {
-    const added = await runTroupeJson<UserInfo>(['creds', 'add-agent', 'summariser', '--dir', dir, '--tenant', 'demo', '--json'], {});
-    expect(added).toMatchObject({ name: 'summariser', role: 'agent', tenant: 'demo', revoked: false });
+  it(
+    'an agent added with `creds add-agent` serves requests at once; `creds revoke` disconnects it and it cannot come back',
+    async () => {
+      const added = await runTroupeJson<UserInfo>(['creds', 'add-agent', 'summariser', '--dir', dir, '--tenant', 'demo', '--json'], {});
+      expect(added).toMatchObject({ name: 'summariser', role: 'agent', tenant: 'demo', revoked: false });
 
-    // The running server accepts it: it never heard of this user, only of the account's signing key.
-    const agent = await connectWith(added.credsFile, { maxReconnectAttempts: -1, reconnectTimeWait: 100 });
-    const agentStatus = statuses(agent);
-    agent.subscribe('troupe.demo.agent.summariser', {
-      callback: (_e, m) => {
-        m.respond(`summary of ${dec.decode(m.data)}`);
-      },
-    });
-    await agent.flush();
-    const node = await connectWith(join(dir, 'creds/tenants/demo/users/node.creds'));
-    const reply = await node.request('troupe.demo.agent.summariser', 'the text', { timeout: 5_000 });
-    expect(dec.decode(reply.data)).toBe('summary of the text');
+      // The running server accepts it: it never heard of this user, only of the account's signing key.
+      const agent = await connectWith(added.credsFile, { maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+      const agentStatus = statuses(agent);
+      agent.subscribe('troupe.demo.agent.summariser', {
+        callback: (_e, m) => {
+          m.respond(`summary of ${dec.decode(m.data)}`);
+        },
+      });
+      await agent.flush();
+      const node = await connectWith(join(dir, 'creds/tenants/demo/users/node.creds'));
+      const reply = await node.request('troupe.demo.agent.summariser', 'the text', { timeout: 5_000 });
+      expect(dec.decode(reply.data)).toBe('summary of the text');
 
-    const revoked = await runTroupeJson<UserInfo & { pushedTo: string[] }>(['creds', 'revoke', 'summariser', '--dir', dir, '--tenant', 'demo', '--json'], {});
-    expect(revoked).toMatchObject({ name: 'summariser', revoked: true, pushedTo: [url] });
+      const revoked = await runTroupeJson<UserInfo & { pushedTo: string[] }>(['creds', 'revoke', 'summariser', '--dir', dir, '--tenant', 'demo', '--json'], {});
+      expect(revoked).toMatchObject({ name: 'summariser', revoked: true, pushedTo: [url] });
 
-    await waitUntil(() => agentStatus.some((s) => s.type === 'disconnect'), 'the revoked agent to be disconnected');
-    expect(agentStatus.some((s) => s.type === 'error' && /revoked/i.test(s.error.message))).toBe(true);
-    // Its creds no longer work, and its reconnect attempts never get it back in.
-    await expect(connect({ servers: url, authenticator: credsAuthenticator(readFileSync(added.credsFile)), reconnect: false })).rejects.toThrow(/authorization|revoked/i);
-    await expect(node.request('troupe.demo.agent.summariser', 'again', { timeout: 2_000 })).rejects.toThrow(errors.RequestError);
-    expect(agentStatus.some((s) => s.type === 'reconnect')).toBe(false);
+      await waitUntil(() => agentStatus.some((s) => s.type === 'disconnect'), 'the revoked agent to be disconnected');
+      expect(agentStatus.some((s) => s.type === 'error' && /revoked/i.test(s.error.message))).toBe(true);
+      // Its creds no longer work, and its reconnect attempts never get it back in.
+      await expect(connect({ servers: url, authenticator: credsAuthenticator(readFileSync(added.credsFile)), reconnect: false })).rejects.toThrow(
+        /authorization|revoked/i,
+      );
+      await expect(node.request('troupe.demo.agent.summariser', 'again', { timeout: 2_000 })).rejects.toThrow(errors.RequestError);
+      expect(agentStatus.some((s) => s.type === 'reconnect')).toBe(false);
 
-    const listed = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', dir, '--json'], {});
-    expect(listed.find((u) => u.tenant === 'demo' && u.name === 'summariser')?.revoked).toBe(true);
-    expect(listed.find((u) => u.tenant === 'demo' && u.name === 'echo')?.revoked).toBe(false);
-    // Everyone else is untouched.
-    expect((await node.request('$JS.API.INFO', '', { timeout: 5_000 })).data.length).toBeGreaterThan(0);
-  }, cliTestTimeout(3));
+      const listed = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', dir, '--json'], {});
+      expect(listed.find((u) => u.tenant === 'demo' && u.name === 'summariser')?.revoked).toBe(true);
+      expect(listed.find((u) => u.tenant === 'demo' && u.name === 'echo')?.revoked).toBe(false);
+      // Everyone else is untouched.
+      expect((await node.request('$JS.API.INFO', '', { timeout: 5_000 })).data.length).toBeGreaterThan(0);
+    },
+    cliTestTimeout(3),
+  );
 
-  it('add-client, add-node and add-operator make users of those roles; a revoked name can be issued again with new keys', async () => {
-    const client = await runTroupeJson<UserInfo>(['creds', 'add-client', 'gateway', '--dir', dir, '--json'], {});
-    expect(client).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo' });
-    expect(await readCredsIdentity(client.credsFile)).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo', inboxPrefix: '_INBOX_gateway' });
-    const node = await runTroupeJson<UserInfo>(['creds', 'add-node', '--dir', dir, '--tenant', 'acme', '--json'], {});
-    expect(node).toMatchObject({ name: 'node-2', role: 'node', tenant: 'acme' });
-    const operator = await runTroupeJson<UserInfo>(['creds', 'add-operator', 'oncall', '--dir', dir, '--json'], {});
-    expect(operator).toMatchObject({ name: 'oncall', role: 'operator' });
+  it(
+    'add-client, add-node and add-operator make users of those roles; a revoked name can be issued again with new keys',
+    async () => {
+      const client = await runTroupeJson<UserInfo>(['creds', 'add-client', 'gateway', '--dir', dir, '--json'], {});
+      expect(client).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo' });
+      expect(await readCredsIdentity(client.credsFile)).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo', inboxPrefix: '_INBOX_gateway' });
+      const node = await runTroupeJson<UserInfo>(['creds', 'add-node', '--dir', dir, '--tenant', 'acme', '--json'], {});
+      expect(node).toMatchObject({ name: 'node-2', role: 'node', tenant: 'acme' });
+      const operator = await runTroupeJson<UserInfo>(['creds', 'add-operator', 'oncall', '--dir', dir, '--json'], {});
+      expect(operator).toMatchObject({ name: 'oncall', role: 'operator' });
 
-    const again = await runTroupeJson<UserInfo>(['creds', 'add-agent', 'summariser', '--dir', dir, '--json'], {});
-    expect(again.revoked).toBe(false);
-    const nc = await connectWith(again.credsFile);
-    expect(nc.info?.server_id).toBeDefined();
-  }, cliTestTimeout(4));
+      const again = await runTroupeJson<UserInfo>(['creds', 'add-agent', 'summariser', '--dir', dir, '--json'], {});
+      expect(again.revoked).toBe(false);
+      const nc = await connectWith(again.credsFile);
+      expect(nc.info?.server_id).toBeDefined();
+    },
+    cliTestTimeout(4),
+  );
 
   // Nine CLI runs, each a fresh process (about 1.4 s each in CI beside the other suites).
-  it('says what to do next when something is wrong (exit 1), and exits 2 on bad usage', async () => {
-    const missing = await runTroupe(['creds', 'revoke', 'nobody', '--dir', dir], {});
-    expect(missing.code).toBe(1);
-    expect(missing.stderr).toContain('CREDENTIALS_NOT_FOUND');
-    expect(missing.stderr).toContain('troupe creds list');
+  it(
+    'says what to do next when something is wrong (exit 1), and exits 2 on bad usage',
+    async () => {
+      const missing = await runTroupe(['creds', 'revoke', 'nobody', '--dir', dir], {});
+      expect(missing.code).toBe(1);
+      expect(missing.stderr).toContain('CREDENTIALS_NOT_FOUND');
+      expect(missing.stderr).toContain('troupe creds list');
 
-    const taken = await runTroupe(['creds', 'add-agent', 'echo', '--dir', dir], {});
-    expect(taken.code).toBe(1);
-    expect(taken.stderr).toContain('CREDENTIALS_CONFLICT');
+      const taken = await runTroupe(['creds', 'add-agent', 'echo', '--dir', dir], {});
+      expect(taken.code).toBe(1);
+      expect(taken.stderr).toContain('CREDENTIALS_CONFLICT');
 
-    const invalid = await runTroupe(['creds', 'add-agent', 'no.dots', '--dir', dir], {});
-    expect(invalid.code).toBe(1);
-    expect(invalid.stderr).toContain('invalid agent name');
+      const invalid = await runTroupe(['creds', 'add-agent', 'no.dots', '--dir', dir], {});
+      expect(invalid.code).toBe(1);
+      expect(invalid.stderr).toContain('invalid agent name');
 
-    const again = await runTroupe(['creds', 'init', '--dir', dir], {});
-    expect(again.code).toBe(1);
-    expect(again.stderr).toContain('already exists');
+      const again = await runTroupe(['creds', 'init', '--dir', dir], {});
+      expect(again.code).toBe(1);
+      expect(again.stderr).toContain('already exists');
 
-    const noStore = await runTroupe(['creds', 'list', '--dir', join(dir, 'nothing-here')], {});
-    expect(noStore.code).toBe(1);
-    expect(noStore.stderr).toContain('troupe creds init');
+      const noStore = await runTroupe(['creds', 'list', '--dir', join(dir, 'nothing-here')], {});
+      expect(noStore.code).toBe(1);
+      expect(noStore.stderr).toContain('troupe creds init');
 
-    const unknownTenant = await runTroupe(['creds', 'add-agent', 'x', '--dir', dir, '--tenant', 'globex'], {});
-    expect(unknownTenant.code).toBe(1);
-    expect(unknownTenant.stderr).toContain('tenants: demo, acme');
+      const unknownTenant = await runTroupe(['creds', 'add-agent', 'x', '--dir', dir, '--tenant', 'globex'], {});
+      expect(unknownTenant.code).toBe(1);
+      expect(unknownTenant.stderr).toContain('tenants: demo, acme');
 
-    expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'y'), '--tls-hosts', 'example.org'], {})).code).toBe(2);
-    expect((await runTroupe(['creds', 'add-agent', '--dir', dir], {})).code).toBe(2);
-    expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'x'), '--partitions', '0'], {})).code).toBe(2);
-  }, cliTestTimeout(9));
+      expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'y'), '--tls-hosts', 'example.org'], {})).code).toBe(2);
+      expect((await runTroupe(['creds', 'add-agent', '--dir', dir], {})).code).toBe(2);
+      expect((await runTroupe(['creds', 'init', '--dir', join(dir, 'x'), '--partitions', '0'], {})).code).toBe(2);
+    },
+    cliTestTimeout(9),
+  );
 });
 
 describe('operator mode: revocation while the server is down, partitions, JetStream, tenants', () => {
@@ -210,21 +234,25 @@ describe('operator mode: revocation while the server is down, partitions, JetStr
     await nats?.stop();
   });
 
-  it('a revocation made while the server is down applies when it starts (server.conf preloads the new account JWT)', async () => {
-    await nats.addUser({ tenant: 'demo', role: 'agent', name: 'offline' });
-    await (await connectAs('demo', 'offline')).close();
-    await nats.shutdown();
-    const res = await runTroupe(['creds', 'revoke', 'offline', '--dir', nats.dir], {});
-    expect(res.code).toBe(1);
-    expect(res.stderr).toContain('CLAIMS_UPDATE_FAILED');
-    expect(res.stderr).toContain('revoked in the store and server.conf');
-    await nats.restart();
-    await expect(connectAs('demo', 'offline', { reconnect: false })).rejects.toThrow(/authorization|revoked/i);
-    await expect(connectAs('demo', 'echo')).resolves.toBeDefined();
-    // `creds push` re-sends every account JWT; the server takes them (they are not older than its own).
-    const pushed = await runTroupeJson<{ pushed: number }>(['creds', 'push', '--dir', nats.dir, '--json'], {});
-    expect(pushed.pushed).toBe(3);
-  }, cliTestTimeout(2));
+  it(
+    'a revocation made while the server is down applies when it starts (server.conf preloads the new account JWT)',
+    async () => {
+      await nats.addUser({ tenant: 'demo', role: 'agent', name: 'offline' });
+      await (await connectAs('demo', 'offline')).close();
+      await nats.shutdown();
+      const res = await runTroupe(['creds', 'revoke', 'offline', '--dir', nats.dir], {});
+      expect(res.code).toBe(1);
+      expect(res.stderr).toContain('CLAIMS_UPDATE_FAILED');
+      expect(res.stderr).toContain('revoked in the store and server.conf');
+      await nats.restart();
+      await expect(connectAs('demo', 'offline', { reconnect: false })).rejects.toThrow(/authorization|revoked/i);
+      await expect(connectAs('demo', 'echo')).resolves.toBeDefined();
+      // `creds push` re-sends every account JWT; the server takes them (they are not older than its own).
+      const pushed = await runTroupeJson<{ pushed: number }>(['creds', 'push', '--dir', nats.dir, '--json'], {});
+      expect(pushed.pushed).toBe(3);
+    },
+    cliTestTimeout(2),
+  );
 
   it('maps troupe.<t>.in.<P>.<T> to the partition partitionOf(T) gives, whoever P is, and remaps a publish straight to a partition', async () => {
     const node = await connectAs('demo', 'node');
@@ -264,8 +292,14 @@ describe('operator mode: revocation while the server is down, partitions, JetStr
     unmappedOnly.pub.allow = ['troupe.demo.in.cli.*'];
     const mappedOnly = rolePermissions('client', 'demo', 'cli');
     mappedOnly.pub.allow = ['troupe.demo.in.cli.*.*'];
-    const a = await connect({ servers: nats.url, authenticator: credsAuthenticator(readFileSync(await mintCreds(nats.dir, 'demo', 'cli', unmappedOnly, join(nats.dir, 'u1.creds')))) });
-    const b = await connect({ servers: nats.url, authenticator: credsAuthenticator(readFileSync(await mintCreds(nats.dir, 'demo', 'cli', mappedOnly, join(nats.dir, 'u2.creds')))) });
+    const a = await connect({
+      servers: nats.url,
+      authenticator: credsAuthenticator(readFileSync(await mintCreds(nats.dir, 'demo', 'cli', unmappedOnly, join(nats.dir, 'u1.creds')))),
+    });
+    const b = await connect({
+      servers: nats.url,
+      authenticator: credsAuthenticator(readFileSync(await mintCreds(nats.dir, 'demo', 'cli', mappedOnly, join(nats.dir, 'u2.creds')))),
+    });
     open.push(a, b);
     const unmapped = new Prober(a, observer);
     expect(await unmapped.publish('troupe.demo.in.cli.T1')).toBe('denied');
@@ -398,11 +432,15 @@ describe('TLS', () => {
     expect(plain.rest).not.toContain('PONG');
   });
 
-  it('`troupe creds revoke` reaches a TLS server with the store\'s CA (or --tls-ca)', async () => {
-    await nats.addUser({ tenant: 'demo', role: 'agent', name: 'tls-agent' });
-    const res = await runTroupe(['creds', 'revoke', 'tls-agent', '--dir', nats.dir, '--nats', nats.url, '--tls-ca', nats.caFile!], {});
-    expect(res.stderr).toBe('');
-    expect(res.code).toBe(0);
-    await expect(nats.connect('demo', 'tls-agent', { reconnect: false })).rejects.toThrow(/authorization|revoked/i);
-  }, cliTestTimeout(1));
+  it(
+    "`troupe creds revoke` reaches a TLS server with the store's CA (or --tls-ca)",
+    async () => {
+      await nats.addUser({ tenant: 'demo', role: 'agent', name: 'tls-agent' });
+      const res = await runTroupe(['creds', 'revoke', 'tls-agent', '--dir', nats.dir, '--nats', nats.url, '--tls-ca', nats.caFile!], {});
+      expect(res.stderr).toBe('');
+      expect(res.code).toBe(0);
+      await expect(nats.connect('demo', 'tls-agent', { reconnect: false })).rejects.toThrow(/authorization|revoked/i);
+    },
+    cliTestTimeout(1),
+  );
 });

@@ -91,7 +91,12 @@ describe('taskEnd: answer (seed 000)', () => {
   it('goes submitted → working → completed for an answer', async () => {
     const client = await v1Client(gateway.url);
     const events = await collect(client.sendMessageStream(send(userText('Play jazz in the kitchen'))));
-    expect(statesOf(events)).toEqual([TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_WORKING, TaskState.TASK_STATE_COMPLETED]);
+    expect(statesOf(events)).toEqual([
+      TaskState.TASK_STATE_SUBMITTED,
+      TaskState.TASK_STATE_WORKING,
+      TaskState.TASK_STATE_WORKING,
+      TaskState.TASK_STATE_COMPLETED,
+    ]);
   });
 
   it('keeps a question input-required, completes with the reply, and starts the next message as a new task of the context', async () => {
@@ -112,7 +117,12 @@ describe('taskEnd: answer (seed 000)', () => {
     const sent = next.history.find((m) => m.role === 1 && textOf(m.parts) === 'And the hall');
     expect(sent?.referenceTaskIds).toContain(asked.id);
     // Its history starts with the earlier task's conversation, those messages still naming their task.
-    expect(next.history.filter((m) => m.taskId === asked.id).map((m) => textOf(m.parts))).toEqual(['Turn on the lights', 'Which room?', 'The kitchen', 'Done: The kitchen']);
+    expect(next.history.filter((m) => m.taskId === asked.id).map((m) => textOf(m.parts))).toEqual([
+      'Turn on the lights',
+      'Which room?',
+      'The kitchen',
+      'Done: The kitchen',
+    ]);
   });
 
   it("does not continue another user's task, whatever a message references", async () => {

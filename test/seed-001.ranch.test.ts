@@ -52,7 +52,13 @@ const SEED_RESPONSE = {
 /** The same, as serde writes `reason: None`. */
 const SEED_RESPONSE_NO_REASON = { 'https://ranch.woi.dev/extensions/client-routing/v1': { recipient: 'researcher', reason: null } };
 
-const agentMessage = (metadata: Record<string, unknown>): Message => ({ kind: 'message', role: 'agent', messageId: 'r-1', parts: [{ kind: 'text', text: 'routing' }], metadata });
+const agentMessage = (metadata: Record<string, unknown>): Message => ({
+  kind: 'message',
+  role: 'agent',
+  messageId: 'r-1',
+  parts: [{ kind: 'text', text: 'routing' }],
+  metadata,
+});
 
 describe('seed 001 payloads, parsed', () => {
   it('reads the request with ranch capability lists, and the response with a reason or with reason null', () => {
@@ -66,7 +72,12 @@ describe('seed 001 payloads, parsed', () => {
   });
 
   it('reads a ranch-shaped agent card: the names kept, the extension URI among them an extension', () => {
-    const card = AgentCardSchema.parse({ id: 'researcher', name: 'Research Agent', description: 'Searches the web and summarizes findings', capabilities: ['search', 'summarize', CLIENT_ROUTING_URI] });
+    const card = AgentCardSchema.parse({
+      id: 'researcher',
+      name: 'Research Agent',
+      description: 'Searches the web and summarizes findings',
+      capabilities: ['search', 'summarize', CLIENT_ROUTING_URI],
+    });
     expect(card.capabilities).toEqual({ names: ['search', 'summarize'], extensions: [{ uri: CLIENT_ROUTING_URI, required: false }] });
   });
 });
@@ -105,7 +116,12 @@ describe('a ranch agent on the mesh', () => {
       };
       msg.respond(encodeJson(answer));
     });
-    const card = { id: 'researcher', name: 'Research Agent', description: 'Searches the web and summarizes findings', capabilities: ['search', 'summarize', 'citations', CLIENT_ROUTING_URI] };
+    const card = {
+      id: 'researcher',
+      name: 'Research Agent',
+      description: 'Searches the web and summarizes findings',
+      capabilities: ['search', 'summarize', 'citations', CLIENT_ROUTING_URI],
+    };
     ranch.publish(subjects.registry('demo', 'researcher'), encodeJson({ kind: 'announce', card, instanceId: 'ranch-1', ttlMs: 60_000 }));
     await mesh.node.registry.waitFor(['researcher']);
     gateway = await startGateway({ clients: { demo: mesh.client } });
@@ -129,21 +145,41 @@ describe('a ranch agent on the mesh', () => {
     // What the ranch agent was sent: the extension declared, agentCards in ranch's shape.
     const request = seenByRanch.at(-1)!;
     expect(request.extensions).toContain(CLIENT_ROUTING_URI);
-    const cards = (request.metadata?.[CLIENT_ROUTING_URI] as { agentCards: Array<{ id: string; capabilities: unknown; supportsClientRouting: boolean }> }).agentCards;
-    expect(cards).toContainEqual({ id: 'lead', name: 'Lead', description: 'Hands research to the researcher', capabilities: ['plan', CLIENT_ROUTING_URI], supportsClientRouting: true });
+    const cards = (request.metadata?.[CLIENT_ROUTING_URI] as { agentCards: Array<{ id: string; capabilities: unknown; supportsClientRouting: boolean }> })
+      .agentCards;
+    expect(cards).toContainEqual({
+      id: 'lead',
+      name: 'Lead',
+      description: 'Hands research to the researcher',
+      capabilities: ['plan', CLIENT_ROUTING_URI],
+      supportsClientRouting: true,
+    });
     // Troupe's own agent sees the ranch agent as ranch declared it.
     const peer = seenByLead.flat().find((p) => p.id === 'researcher');
-    expect(peer).toEqual({ id: 'researcher', name: 'Research Agent', description: 'Searches the web and summarizes findings', capabilities: ['search', 'summarize', 'citations', CLIENT_ROUTING_URI], supportsClientRouting: true });
+    expect(peer).toEqual({
+      id: 'researcher',
+      name: 'Research Agent',
+      description: 'Searches the web and summarizes findings',
+      capabilities: ['search', 'summarize', 'citations', CLIENT_ROUTING_URI],
+      supportsClientRouting: true,
+    });
   });
 
   it("declares the extension on the Troupe agent's replies that use it, and on the gateway's card", async () => {
     const res = await mesh.client.send('Find recent papers on otters', { timeoutMs: 10_000 });
     const task = await mesh.client.task(res.final.taskId);
-    const leadsRouting = await waitUntil(() => task.history?.find((m) => m.role === 'agent' && m.metadata?.['troupe/agent'] === 'lead' && m.metadata?.[CLIENT_ROUTING_URI] !== undefined), "lead's routing reply");
+    const leadsRouting = await waitUntil(
+      () => task.history?.find((m) => m.role === 'agent' && m.metadata?.['troupe/agent'] === 'lead' && m.metadata?.[CLIENT_ROUTING_URI] !== undefined),
+      "lead's routing reply",
+    );
     expect(leadsRouting.extensions).toEqual([CLIENT_ROUTING_URI]);
-    const card = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`)).json()) as { capabilities: { extensions: Array<{ uri: string; required: boolean }> } };
+    const card = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`)).json()) as {
+      capabilities: { extensions: Array<{ uri: string; required: boolean }> };
+    };
     expect(card.capabilities.extensions).toContainEqual(expect.objectContaining({ uri: CLIENT_ROUTING_URI, required: false }));
-    const v1 = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`, { headers: { 'a2a-version': '1.0' } })).json()) as { capabilities: { extensions: Array<{ uri: string }> } };
+    const v1 = (await (await fetch(`${gateway.url}/.well-known/agent-card.json`, { headers: { 'a2a-version': '1.0' } })).json()) as {
+      capabilities: { extensions: Array<{ uri: string }> };
+    };
     expect(v1.capabilities.extensions.map((e) => e.uri)).toContain(CLIENT_ROUTING_URI);
   });
 });

@@ -54,7 +54,12 @@ let taskId = '';
 
 beforeAll(async () => {
   mesh = await startEmbedded(defineTeam({ name: 'home', agents: [lights, music], policy, config: { entryAgent: 'light-agent', retries: 0 } }), node.log);
-  gateway = await startGateway({ clients: { demo: mesh.client }, logger: edge.log, rateLimit: { perSecond: 0.001, burst: 2 }, diagnostics: { token: OPERATOR, client: mesh.client } });
+  gateway = await startGateway({
+    clients: { demo: mesh.client },
+    logger: edge.log,
+    rateLimit: { perSecond: 0.001, burst: 2 },
+    diagnostics: { token: OPERATOR, client: mesh.client },
+  });
   const res = await fetch(`${gateway.url}/`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(SEED_REQUEST) });
   const body = (await res.json()) as { result: { id: string } };
   taskId = body.result.id;

@@ -121,7 +121,13 @@ describe('seed 003: POST /a2a/<orchestrator-id>', () => {
     expect(['fresh', 'resumed', 'completed']).toContain(result.metadata.task_state);
     // Each fan-out agent's AgentResponse (seed 003: agentId, content, success, executionTimeMs).
     expect(result.metadata.results).toEqual([
-      { agentId: 'light-agent', success: true, content: "I've turned on the kitchen lights.", latencyMs: expect.any(Number), executionTimeMs: expect.any(Number) },
+      {
+        agentId: 'light-agent',
+        success: true,
+        content: "I've turned on the kitchen lights.",
+        latencyMs: expect.any(Number),
+        executionTimeMs: expect.any(Number),
+      },
       { agentId: 'music-agent', success: true, content: 'Started playing jazz music.', latencyMs: expect.any(Number), executionTimeMs: expect.any(Number) },
     ]);
     // The camelCase keys stay next to them.
@@ -151,7 +157,10 @@ describe('seed 003: POST /a2a/<orchestrator-id>', () => {
 
   it('refuses a message whose kind is not "message" with -32602, on both paths', async () => {
     for (const path of ['/a2a/lucia-orchestrator', '/']) {
-      const { status, body } = await post(path, seedRequest((m) => (m.kind = 'task')));
+      const { status, body } = await post(
+        path,
+        seedRequest((m) => (m.kind = 'task')),
+      );
       expect(status).toBe(200);
       expect(body.error.code).toBe(-32602);
       expect(body.error.message).toContain('message.kind must be "message"');
@@ -202,8 +211,12 @@ describe('seed 003: EnableMultiAgentCoordination (orchestration.multiAgent)', ()
     await single?.stop();
   });
 
-  it('switched off, the router\'s additional agents are not called: only the primary answers the seed request', async () => {
-    const res = await fetch(singleGateway.orchestratorUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(SEED_REQUEST) });
+  it("switched off, the router's additional agents are not called: only the primary answers the seed request", async () => {
+    const res = await fetch(singleGateway.orchestratorUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(SEED_REQUEST),
+    });
     const body = (await res.json()) as RpcBody;
     expect(body.result.metadata.agents_used).toEqual(['light-agent']);
     expect(body.result.parts[0]!.text).toBe("I've turned on the kitchen lights.");

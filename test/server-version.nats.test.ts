@@ -78,10 +78,22 @@ describe("on this machine's nats-server", () => {
   it('the thread store and the leases with 3 replicas: refused before anything is created on an old server; 1 replica works', async () => {
     const jsm = await jetstreamManager(t.connection);
     const store = KvThreadStore.open(t.connection, { bucket: 'v_threads', replicas: 3, setupDeadlineMs: 2_000 });
-    const leases = new PartitionLeases({ nc: t.connection, tenant: 'demo', nodeId: 'v1', bucket: 'v_leases', replicas: 3, leaseTtlMs: 1_000, setupDeadlineMs: 2_000 }).start();
+    const leases = new PartitionLeases({
+      nc: t.connection,
+      tenant: 'demo',
+      nodeId: 'v1',
+      bucket: 'v_leases',
+      replicas: 3,
+      leaseTtlMs: 1_000,
+      setupDeadlineMs: 2_000,
+    }).start();
     if (old) {
-      await expect(store).rejects.toSatisfy((e: unknown) => e instanceof TroupeError && e.code === 'NATS_SERVER_UNSUPPORTED' && e.message.includes(`nats-server ${version}`));
-      await expect(leases).rejects.toSatisfy((e: unknown) => e instanceof TroupeError && e.code === 'NATS_SERVER_UNSUPPORTED' && e.message.includes('the lease bucket "v_leases"'));
+      await expect(store).rejects.toSatisfy(
+        (e: unknown) => e instanceof TroupeError && e.code === 'NATS_SERVER_UNSUPPORTED' && e.message.includes(`nats-server ${version}`),
+      );
+      await expect(leases).rejects.toSatisfy(
+        (e: unknown) => e instanceof TroupeError && e.code === 'NATS_SERVER_UNSUPPORTED' && e.message.includes('the lease bucket "v_leases"'),
+      );
       // Refused before the buckets were made.
       const names: string[] = [];
       for await (const name of jsm.streams.names()) names.push(name);

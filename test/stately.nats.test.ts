@@ -50,7 +50,12 @@ type Snap = Extract<StatelyInspectionEvent, { type: '@xstate.snapshot' }>;
 type ActorEv = Extract<StatelyInspectionEvent, { type: '@xstate.actor' }>;
 /** The state value in a Stately snapshot (its type says Snapshot<unknown>; a machine snapshot has a value). */
 const valueOf = (e: Snap): unknown => (e.snapshot as { value?: unknown }).value;
-const label = (v: unknown): string => (typeof v === 'string' ? v : Object.entries(v as object).map(([k, i]) => `${k}.${label(i)}`).join(','));
+const label = (v: unknown): string =>
+  typeof v === 'string'
+    ? v
+    : Object.entries(v as object)
+        .map(([k, i]) => `${k}.${label(i)}`)
+        .join(',');
 
 /** Every actor's definition arrives before its first snapshot; returns the actors in registration order. */
 function checkDefinitionsFirst(events: StatelyInspectionEvent[]): ActorEv[] {
@@ -69,10 +74,20 @@ beforeAll(async () => {
   nats = await startNatsServer();
   const nodeT = await connectAs('node');
   store = await KvThreadStore.open(nodeT.connection);
-  node = await new TroupeNode({ transport: nodeT, tenant: 'demo', store, durable: { nc: nodeT.connection }, ...(demoTeam.config ? { config: demoTeam.config } : {}) }).start();
+  node = await new TroupeNode({
+    transport: nodeT,
+    tenant: 'demo',
+    store,
+    durable: { nc: nodeT.connection },
+    ...(demoTeam.config ? { config: demoTeam.config } : {}),
+  }).start();
   for (const agent of demoTeam.agents) hosts.push(await new AgentHost({ transport: await connectAs(agent.card.id), agent, tenant: 'demo' }).start());
   await node.registry.waitFor(demoTeam.agents.map((a) => a.card.id));
-  await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === 8, 'the node to own every partition', ARRIVAL_MS);
+  await waitUntil(
+    () => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === 8,
+    'the node to own every partition',
+    ARRIVAL_MS,
+  );
   client = new TroupeClient(await connectAs('client'), { tenant: 'demo', principal: 'client' });
   operatorEnv = { TROUPE_NATS_URL: nats.url, TROUPE_NATS_CREDS: nats.credsFile('operator') };
 });
@@ -98,7 +113,10 @@ describe('following the mesh', { timeout: 180_000 }, () => {
   const recording = () => join(dir, 'thread.jsonl');
 
   it('troupe watch says that nothing is publishing, and how to turn inspection on', async () => {
-    const idle = await procs.spawnTroupe(['watch', '*'], operatorEnv, { ready: /nothing is publishing: inspection is off on 1 node\(s\)/, readyTimeoutMs: STARTUP_MS });
+    const idle = await procs.spawnTroupe(['watch', '*'], operatorEnv, {
+      ready: /nothing is publishing: inspection is off on 1 node\(s\)/,
+      readyTimeoutMs: STARTUP_MS,
+    });
     expect(idle.stderr).toContain('troupe inspect --on');
     expect(idle.stdout).toBe('');
     await idle.kill();
@@ -112,7 +130,10 @@ describe('following the mesh', { timeout: 180_000 }, () => {
       procs.spawnTroupe(['inspect', '--stately', '--port', String(port)], operatorEnv, { ready: /inspection on at 1 node\(s\)/, readyTimeoutMs: STARTUP_MS }),
       procs.spawnTroupe(['watch', threadId, '--on'], operatorEnv, { ready: /inspection is on at/, readyTimeoutMs: STARTUP_MS }),
       procs.spawnTroupe(['watch', threadId, '--json', '--on'], operatorEnv, { ready: /inspection is on at/, readyTimeoutMs: STARTUP_MS }),
-      procs.spawnTroupe(['inspect', '--record', recording(), '--thread', threadId], operatorEnv, { ready: /inspection on at 1 node/, readyTimeoutMs: STARTUP_MS }),
+      procs.spawnTroupe(['inspect', '--record', recording(), '--thread', threadId], operatorEnv, {
+        ready: /inspection on at 1 node/,
+        readyTimeoutMs: STARTUP_MS,
+      }),
     ]);
     relayUrl = `http://localhost:${port}`;
     expect(relay.stderr).toContain(relayUrl);
@@ -121,7 +142,11 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     expect(page).toContain('@statelyai.connected');
     live = receive(relayUrl);
     // The agents were switched on through hello: each announced its own actor to the relay.
-    await waitUntil(() => live.filter((e) => e.type === '@xstate.actor' && (e as ActorEv).sessionId.startsWith('agent:')).length === 3, 'the three agents to be announced', ARRIVAL_MS);
+    await waitUntil(
+      () => live.filter((e) => e.type === '@xstate.actor' && (e as ActorEv).sessionId.startsWith('agent:')).length === 3,
+      'the three agents to be announced',
+      ARRIVAL_MS,
+    );
 
     const turn = await client.send('Write about otters', { threadId });
     expect(turn.final.status.state).toBe('input-required');
@@ -130,7 +155,10 @@ describe('following the mesh', { timeout: 180_000 }, () => {
 
     const actors = checkDefinitionsFirst(live);
     const thread = actors.find((a) => a.sessionId === threadId)!;
-    expect(JSON.parse(thread.definition!)).toMatchObject({ id: 'thread', states: expect.objectContaining({ working: expect.anything(), 'input-required': expect.anything() }) });
+    expect(JSON.parse(thread.definition!)).toMatchObject({
+      id: 'thread',
+      states: expect.objectContaining({ working: expect.anything(), 'input-required': expect.anything() }),
+    });
     expect(actors.find((a) => a.sessionId === `${threadId}/agentCall`)).toMatchObject({ parentId: threadId, rootId: threadId });
     // The demo team routes without a policy: each decision is a step of the thread, not a router actor.
     expect(actors.some((a) => a.sessionId === `${threadId}/router`)).toBe(false);
@@ -146,9 +174,15 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     // XState reports a child's final snapshot after its parent has taken the child's done event (and the
     // thread may reach input-required in that same step), and the writer goes idle after it has replied:
     // those records may still be on their way when the thread's last one has arrived.
-    const ends = (sessionId: string) => live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === sessionId && e.snapshot.status === 'done').map((e) => label(valueOf(e)));
-    const agentStates = () => live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId.startsWith('agent:writer:')).map((e) => label(valueOf(e)));
-    await waitUntil(() => ends(`${threadId}/agentCall`).length >= 3 && agentStates().includes('ready.idle'), 'the last agent call to end and the writer to go idle', ARRIVAL_MS);
+    const ends = (sessionId: string) =>
+      live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === sessionId && e.snapshot.status === 'done').map((e) => label(valueOf(e)));
+    const agentStates = () =>
+      live.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId.startsWith('agent:writer:')).map((e) => label(valueOf(e)));
+    await waitUntil(
+      () => ends(`${threadId}/agentCall`).length >= 3 && agentStates().includes('ready.idle'),
+      'the last agent call to end and the writer to go idle',
+      ARRIVAL_MS,
+    );
     expect(ends(`${threadId}/agentCall`)).toEqual(['succeeded', 'succeeded', 'succeeded']);
     // And the agents it called went busy and idle again.
     expect(agentStates()).toEqual(expect.arrayContaining(['ready.busy', 'ready.idle']));
@@ -160,7 +194,7 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     const actors = checkDefinitionsFirst(late);
     expect(actors.map((a) => a.sessionId)).toEqual(expect.arrayContaining([threadId, `${threadId}/agentCall`]));
     const last = late.filter((e): e is Snap => e.type === '@xstate.snapshot' && e.sessionId === threadId).at(-1);
-    expect((last ? valueOf(last) : undefined)).toBe('input-required');
+    expect(last ? valueOf(last) : undefined).toBe('input-required');
   });
 
   it('troupe watch prints each transition as from → to (event); --json prints only JSON lines', async () => {
@@ -169,27 +203,41 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     expect(lines.some((l) => l.includes(`${threadId}  submitted → working.calling (troupe.user.message)`))).toBe(true);
     expect(lines.some((l) => l.includes(`${threadId}/agentCall  calling → succeeded (xstate.done.actor.request)`))).toBe(true);
     await waitUntil(() => jsonWatcher.stdout.includes('"input-required"'), 'the JSON watcher to see input-required', ARRIVAL_MS);
-    const records = jsonWatcher.stdout.trim().split('\n').map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
+    const records = jsonWatcher.stdout
+      .trim()
+      .split('\n')
+      .map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
     expect(records.every((r) => r.threadId === threadId)).toBe(true);
     expect(records.some((r) => r.kind === 'actor' && r.actorId === `${threadId}/agentCall`)).toBe(true);
   });
 
   it('troupe inspect --record writes the thread as JSON lines, and troupe replay sends it to a relay', async () => {
-    await waitUntil(() => {
-      try {
-        return readFileSync(recording(), 'utf8').includes('"input-required"');
-      } catch {
-        return false;
-      }
-    }, 'the recording to hold the answer', ARRIVAL_MS);
+    await waitUntil(
+      () => {
+        try {
+          return readFileSync(recording(), 'utf8').includes('"input-required"');
+        } catch {
+          return false;
+        }
+      },
+      'the recording to hold the answer',
+      ARRIVAL_MS,
+    );
     await recorder.kill();
     expect(recorder.stderr).toMatch(/\d+ records written/);
-    const recorded = readFileSync(recording(), 'utf8').trim().split('\n').map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
+    const recorded = readFileSync(recording(), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => InspectionRecordSchema.parse(JSON.parse(l)));
     expect(recorded.every((r) => r.threadId === threadId)).toBe(true);
     const port = await freePort();
     await procs.spawnTroupe(['replay', recording(), '--port', String(port)], {}, { ready: /records replayed/, readyTimeoutMs: STARTUP_MS });
     const replayed = receive(`http://localhost:${port}`);
-    await waitUntil(() => replayed.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId && valueOf(e) === 'input-required'), 'the replayed thread', ARRIVAL_MS);
+    await waitUntil(
+      () => replayed.some((e) => e.type === '@xstate.snapshot' && e.sessionId === threadId && valueOf(e) === 'input-required'),
+      'the replayed thread',
+      ARRIVAL_MS,
+    );
     checkDefinitionsFirst(replayed);
   });
 

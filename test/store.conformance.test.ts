@@ -23,7 +23,6 @@ let nats: NatsServerHandle;
 let nc: NatsConnection;
 let bucketSeq = 0;
 
-
 beforeAll(async () => {
   nats = await startNatsServer();
   nc = await connect({ ...nats.asNode });
@@ -240,10 +239,16 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
     };
     let calls = 0;
     const err = await expectError(
-      mutate(meddling, 'demo', 'busy', (current) => {
-        calls++;
-        return { ...current!, node: 'loser' };
-      }, { maxAttempts: 3 }),
+      mutate(
+        meddling,
+        'demo',
+        'busy',
+        (current) => {
+          calls++;
+          return { ...current!, node: 'loser' };
+        },
+        { maxAttempts: 3 },
+      ),
       'STORE_CONFLICT',
     );
     expect(err.message).toContain('3 attempts');
@@ -256,7 +261,10 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
   it('lists by tenant and by state, never another tenant', async () => {
     await store.create(record('a', 't1', 'working'));
     await store.create(record('a', 't2', 'completed'));
-    const r3 = await store.create({ ...record('a', 't3', 'working'), task: { ...record('a', 't3', 'working').task, metadata: { 'troupe/owner': 'client/alice' } } });
+    const r3 = await store.create({
+      ...record('a', 't3', 'working'),
+      task: { ...record('a', 't3', 'working').task, metadata: { 'troupe/owner': 'client/alice' } },
+    });
     await store.create(record('b', 't1', 'working'));
     await store.create(record('b', 'only-b', 'working'));
     // A tenant whose name extends another's must not leak into it.
@@ -325,7 +333,10 @@ describe.each(backends)('ThreadStore conformance: $name', ({ open }) => {
     expect((await collect(store, 'demo', { state: 'unknown' })).map((e) => e.threadId)).toEqual(['badjson', 'badschema', 'misfiled']);
 
     // mutate must not paper over a corrupt record.
-    await expectError(mutate(store, 'demo', 'badjson', () => record('demo', 'badjson')), 'STORE_CORRUPT');
+    await expectError(
+      mutate(store, 'demo', 'badjson', () => record('demo', 'badjson')),
+      'STORE_CORRUPT',
+    );
 
     // An operator can repair it with the revision the error carries.
     const revision = json.details?.revision;
@@ -439,6 +450,15 @@ describe('KvThreadStore on nats-server', () => {
     } finally {
       await after.close();
     }
-    await expect.poll(() => nc.flush().then(() => true, () => false), { timeout: 10_000 }).toBe(true);
+    await expect
+      .poll(
+        () =>
+          nc.flush().then(
+            () => true,
+            () => false,
+          ),
+        { timeout: 10_000 },
+      )
+      .toBe(true);
   });
 });

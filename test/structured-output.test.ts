@@ -28,7 +28,12 @@ describe('structured answers', () => {
   const meshes: Array<Awaited<ReturnType<typeof startEmbedded>>> = [];
 
   async function agentMesh(name: string, yaml: Record<string, unknown>, opts: LlmAgentOptions = {}) {
-    const config = AgentConfigSchema.parse({ name, model: { provider: 'openai', name, base_url: model.baseURL }, instructions: { inline: 'Report the weather.' }, ...yaml });
+    const config = AgentConfigSchema.parse({
+      name,
+      model: { provider: 'openai', name, base_url: model.baseURL },
+      instructions: { inline: 'Report the weather.' },
+      ...yaml,
+    });
     const agent = await createLlmAgent({ config, file: 'inline', dir: process.cwd() }, { env: {}, maxRetries: 0, ...opts });
     const mesh = await startEmbedded({ name, agents: [agent], config: { entryAgent: name, retries: 0 } }, silentLogger());
     meshes.push(mesh);
@@ -61,7 +66,12 @@ describe('structured answers', () => {
     // The second try sees its first answer and what was wrong with it.
     expect(messagesOf(second!).slice(-2)).toEqual([
       { role: 'assistant', content: '{"city": "Oslo"}' },
-      { role: 'user', content: expect.stringMatching(/^That answer does not match the required JSON Schema: .*temperature_c.*Answer again with only the corrected JSON object\.$/) },
+      {
+        role: 'user',
+        content: expect.stringMatching(
+          /^That answer does not match the required JSON Schema: .*temperature_c.*Answer again with only the corrected JSON object\.$/,
+        ),
+      },
     ]);
     const usage = message.metadata?.[META.usage] as TurnUsage;
     expect(usage.calls.map((c) => c.purpose)).toEqual(['answer', 'repair']);

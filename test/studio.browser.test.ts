@@ -54,15 +54,29 @@ async function send(text: string, to = ''): Promise<void> {
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) {
-    throw new Error(`Chromium not found at ${CHROMIUM}: install it with \`apt-get install -y chromium\` (Debian), or set TROUPE_CHROMIUM to a Chromium binary. This suite never skips.`);
+    throw new Error(
+      `Chromium not found at ${CHROMIUM}: install it with \`apt-get install -y chromium\` (Debian), or set TROUPE_CHROMIUM to a Chromium binary. This suite never skips.`,
+    );
   }
   mkdirSync(SHOTS, { recursive: true });
-  embedded = await startEmbeddedStudio({ team: defineTeam({ name: 'studio-test', agents: [...studioTeam.agents, gate], ...(studioTeam.config ? { config: studioTeam.config } : {}) }), port: 0 });
+  embedded = await startEmbeddedStudio({
+    team: defineTeam({ name: 'studio-test', agents: [...studioTeam.agents, gate], ...(studioTeam.config ? { config: studioTeam.config } : {}) }),
+    port: 0,
+  });
   profile = mkdtempSync(join(tmpdir(), 'troupe-chromium-'));
   context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
     viewport: { width: 1500, height: 1000 },
   });
   page = context.pages()[0] ?? (await context.newPage());

@@ -16,20 +16,40 @@ import { waitUntil } from './helpers/wait.js';
 let studio: Studio;
 
 const base = { v: 1 as const, process: 'node-1', rootId: 't-1', threadId: 't-1', at: new Date(0).toISOString(), status: 'active' as const };
-const actor: InspectionRecord = { ...base, kind: 'actor', seq: 1, actorId: 't-1', machineId: 'thread', value: 'submitted', definition: { id: 'thread', initial: 'submitted', states: { submitted: {}, working: {} } } };
-const step: InspectionRecord = { ...base, kind: 'snapshot', seq: 2, actorId: 't-1', machineId: 'thread', value: 'working', from: 'submitted', event: { type: 'troupe.user.message' } };
+const actor: InspectionRecord = {
+  ...base,
+  kind: 'actor',
+  seq: 1,
+  actorId: 't-1',
+  machineId: 'thread',
+  value: 'submitted',
+  definition: { id: 'thread', initial: 'submitted', states: { submitted: {}, working: {} } },
+};
+const step: InspectionRecord = {
+  ...base,
+  kind: 'snapshot',
+  seq: 2,
+  actorId: 't-1',
+  machineId: 'thread',
+  value: 'working',
+  from: 'submitted',
+  event: { type: 'troupe.user.message' },
+};
 const orphan: InspectionRecord = { ...base, kind: 'snapshot', seq: 3, actorId: 't-1/router', machineId: 'router', value: 'decided', event: { type: 'x' } };
 
 /** A raw request, so the Host and Origin headers are ours to set. */
 function call(path: string, opts: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; body: string }> {
   const url = new URL(path, studio.url);
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port: url.port, path: url.pathname, method: opts.method ?? 'GET', headers: { host: url.host, ...opts.headers } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
+    const req = request(
+      { host: '127.0.0.1', port: url.port, path: url.pathname, method: opts.method ?? 'GET', headers: { host: url.host, ...opts.headers } },
+      (res) => {
+        let body = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      },
+    );
     req.on('error', reject);
     req.end(opts.body);
   });
@@ -73,7 +93,11 @@ describe('studio server', () => {
   it('refuses requests another web page could make through a browser', async () => {
     expect((await call('/', { headers: { host: 'evil.example:80' } })).status).toBe(403);
     expect((await call('/api/info', { headers: { origin: 'http://evil.example' } })).status).toBe(403);
-    const form = await call('/a2a', { method: 'POST', headers: { 'content-type': 'text/plain' }, body: '{"jsonrpc":"2.0","id":1,"method":"message/send","params":{}}' });
+    const form = await call('/a2a', {
+      method: 'POST',
+      headers: { 'content-type': 'text/plain' },
+      body: '{"jsonrpc":"2.0","id":1,"method":"message/send","params":{}}',
+    });
     expect(form.status).toBe(403);
     // Same origin and JSON: it gets as far as saying there is no gateway to talk to.
     const json = await call('/a2a', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' });
@@ -82,13 +106,18 @@ describe('studio server', () => {
     expect((await call('/api/inspection', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"on":true}' })).status).toBe(409);
   });
 
-  it('chats through a gateway that asks for a token with the one it was given (--gateway-token); without it the gateway\'s 401 comes back', async () => {
+  it("chats through a gateway that asks for a token with the one it was given (--gateway-token); without it the gateway's 401 comes back", async () => {
     const mesh = await startEmbedded(demoTeam, silentLogger());
     const gateway = await startGateway({ clients: { demo: mesh.client }, tokens: { 'studio-user-token-0123': { tenant: 'demo', user: 'ada' } } });
     const withToken = await startStudio({ mode: 'replay', tenant: 'demo', port: 0, gatewayUrl: gateway.url, gatewayToken: 'studio-user-token-0123' });
     const without = await startStudio({ mode: 'replay', tenant: 'demo', port: 0, gatewayUrl: gateway.url });
     try {
-      const send = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: { kind: 'message', role: 'user', messageId: 'm-studio-1', parts: [{ kind: 'text', text: 'Will it be sunny in Rome?' }] } } });
+      const send = JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'message/send',
+        params: { message: { kind: 'message', role: 'user', messageId: 'm-studio-1', parts: [{ kind: 'text', text: 'Will it be sunny in Rome?' }] } },
+      });
       const post = (to: Studio) => {
         const url = new URL('/a2a', to.url);
         return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', origin: url.origin }, body: send });

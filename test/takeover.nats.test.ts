@@ -27,7 +27,18 @@ const suite = natsSuite();
 
 function startNode(name: string): Promise<ManagedProcess> {
   return spawnTroupe(
-    ['up', '--nats', suite.nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--lease-ttl', String(LEASE_TTL_MS), '--partitions', String(PARTITIONS)],
+    [
+      'up',
+      '--nats',
+      suite.nats.url,
+      '--team',
+      'test/fixtures/durable-team.ts',
+      '--no-agents',
+      '--lease-ttl',
+      String(LEASE_TTL_MS),
+      '--partitions',
+      String(PARTITIONS),
+    ],
     { ...suite.nats.env, TROUPE_LOG_LEVEL: 'info' },
     { name },
     suite.group,
@@ -53,7 +64,10 @@ function passes(node: ManagedProcess): ResumePass[] {
 describe('a takeover does not wait for the threads to resume', () => {
   it(`the next owner consumes a taken partition before its pass over ${STORED.toLocaleString('en')} stored threads ends, answers the message waiting there, and the pass still ends`, async () => {
     const agentT = await suite.connect('agent');
-    const echo = defineAgent({ card: { id: 'slowecho', name: 'Echo', description: 'Echoes' }, handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }) });
+    const echo = defineAgent({
+      card: { id: 'slowecho', name: 'Echo', description: 'Echoes' },
+      handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }),
+    });
     const host = await new AgentHost({ transport: agentT, agent: echo, heartbeatMs: 500 }).start();
     const clientT = await suite.connect('client');
     const client = new TroupeClient(clientT);
@@ -70,7 +84,14 @@ describe('a takeover does not wait for the threads to resume', () => {
       await Promise.all(
         Array.from({ length: Math.min(500, STORED - i) }, (_, k) => {
           const id = `stored-${i + k}`;
-          const record = { version: 1, tenant: 'demo', threadId: id, task: { kind: 'task', id, contextId: id, status: { state: 'completed', timestamp: at }, history: [] }, snapshot: {}, updatedAt: at };
+          const record = {
+            version: 1,
+            tenant: 'demo',
+            threadId: id,
+            task: { kind: 'task', id, contextId: id, status: { state: 'completed', timestamp: at }, history: [] },
+            snapshot: {},
+            updatedAt: at,
+          };
           return kv.put(`demo.${id}`, JSON.stringify(record));
         }),
       );
@@ -85,7 +106,8 @@ describe('a takeover does not wait for the threads to resume', () => {
     // The pass goes on beside the consumption and ends, having looked at every stored thread of its
     // partitions. (On a starved machine node B may lose its 1.5 s leases for a moment: a pass cut short by
     // that lists nothing and the next one, after the leases are back, does the work.)
-    const inTaken = (partitions: number[]) => Array.from({ length: STORED }, (_, i) => `stored-${i}`).filter((id) => partitions.includes(partitionOf(id, PARTITIONS))).length;
+    const inTaken = (partitions: number[]) =>
+      Array.from({ length: STORED }, (_, i) => `stored-${i}`).filter((id) => partitions.includes(partitionOf(id, PARTITIONS))).length;
     const pass = await waitUntil(
       () => passes(nodeB).find((x) => x.partitions.includes(p) && x.listed >= inTaken(x.partitions)),
       'a resume pass of the taken partitions that lists every stored thread of them',
@@ -96,13 +118,21 @@ describe('a takeover does not wait for the threads to resume', () => {
     // threads ended (a node that listed first logs the pass first). The order of one process's lines, not
     // how fast anything ran: the answer itself may come after the pass on a busy machine.
     const lines = nodeB.stderr.split('\n');
-    const passAt = lines.findIndex((l) => l.includes('"resume pass done"') && (JSON.parse(l) as ResumePass).time === pass.time && (JSON.parse(l) as ResumePass).partitions.includes(p));
-    const consumedAt = lines.findLastIndex((l, i) => i < passAt && l.includes('"consuming partition"') && (JSON.parse(l) as { partition?: number }).partition === p);
+    const passAt = lines.findIndex(
+      (l) => l.includes('"resume pass done"') && (JSON.parse(l) as ResumePass).time === pass.time && (JSON.parse(l) as ResumePass).partitions.includes(p),
+    );
+    const consumedAt = lines.findLastIndex(
+      (l, i) => i < passAt && l.includes('"consuming partition"') && (JSON.parse(l) as { partition?: number }).partition === p,
+    );
     // Since node B last held the partition: a pass cut short stopped its consumption, and the next began again.
-    const stoppedAt = lines.findLastIndex((l, i) => i < passAt && l.includes('"stopped consuming partition"') && (JSON.parse(l) as { partition?: number }).partition === p);
-    expect(passAt, 'the pass is in node B\'s log').toBeGreaterThanOrEqual(0);
+    const stoppedAt = lines.findLastIndex(
+      (l, i) => i < passAt && l.includes('"stopped consuming partition"') && (JSON.parse(l) as { partition?: number }).partition === p,
+    );
+    expect(passAt, "the pass is in node B's log").toBeGreaterThanOrEqual(0);
     expect(consumedAt, 'node B consumed the taken partition before that pass ended').toBeGreaterThan(stoppedAt);
-    console.log(`[takeover] partition ${p} consumed before the resume pass of partitions ${pass.partitions.join(',')} ended (${pass.listed} threads listed in ${pass.ms} ms)`);
+    console.log(
+      `[takeover] partition ${p} consumed before the resume pass of partitions ${pass.partitions.join(',')} ended (${pass.listed} threads listed in ${pass.ms} ms)`,
+    );
     await nodeB.kill('SIGTERM');
     await host.stop();
   }, 120_000);

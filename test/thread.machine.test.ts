@@ -56,9 +56,16 @@ interface Step {
 const isLive = (rig: ThreadRig) => rig.snapshot.status === 'active';
 const hasRequest = (rig: ThreadRig) => rig.openRequests().length > 0;
 const hasPolicyCall = (rig: ThreadRig) => rig.openPolicyCalls().length > 0;
-const handoffTo = (targetAgentId: string, extra: Record<string, unknown> = {}) => ({ handoff: { targetAgentId, contextSummary: 'the story so far', handoffReason: 'a specialist', ...extra } });
+const handoffTo = (targetAgentId: string, extra: Record<string, unknown> = {}) => ({
+  handoff: { targetAgentId, contextSummary: 'the story so far', handoffReason: 'a specialist', ...extra },
+});
 const reply = (name: string, make: (r: OpenRequest) => AgentReply): Step => ({ name: `reply: ${name}`, applies: hasRequest, run: (rig) => rig.answer(make) });
-const task = (state: 'completed' | 'failed'): AgentReply => ({ kind: 'task', id: 'x', contextId: 'x', status: { state, message: agentReply(`task ${state}`) } });
+const task = (state: 'completed' | 'failed'): AgentReply => ({
+  kind: 'task',
+  id: 'x',
+  contextId: 'x',
+  status: { state, message: agentReply(`task ${state}`) },
+});
 
 /** An agent's reply that asks the thread to delegate. */
 const delegating = (text: string, agents: string[]): Message => ({ ...agentReply(text), metadata: { [META.delegate]: { agents } } });
@@ -79,15 +86,25 @@ const STEPS: Step[] = [
   reply('hand off to writer', () => agentReply('passing you to writer', handoffTo('writer'))),
   reply('hand off to writer for good', () => agentReply('writer takes it from here', handoffTo('writer', { returnExpected: false }))),
   reply('hand off to a ghost', () => agentReply('passing you on', handoffTo('ghost'))),
-  reply('return: completed', () => agentReply('all done', { handoffReturn: { completionStatus: 'completed', resultSummary: 'made it', artifactsCreated: ['f1'] } })),
+  reply('return: completed', () =>
+    agentReply('all done', { handoffReturn: { completionStatus: 'completed', resultSummary: 'made it', artifactsCreated: ['f1'] } }),
+  ),
   reply('return: error', () => agentReply('could not', { handoffReturn: { completionStatus: 'error', resultSummary: 'it broke' } })),
   reply('return: cancelled', () => agentReply('stopping', { handoffReturn: { completionStatus: 'cancelled' } })),
   reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
   reply('delegate to researcher and writer', (r) => delegating(`${r.input.agentId} asks the team`, ['researcher', 'writer'])),
   reply('delegate to a ghost', (r) => delegating(`${r.input.agentId} asks a ghost`, ['ghost'])),
-  { name: 'request fails', applies: hasRequest, run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TRANSPORT_ERROR', reason: 'TIMEOUT' })) },
+  {
+    name: 'request fails',
+    applies: hasRequest,
+    run: (rig) => void rig.fail(Object.assign(new Error('timeout'), { code: 'TRANSPORT_ERROR', reason: 'TIMEOUT' })),
+  },
   { name: 'policy: writer', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.9, reasoning: 'writes' }) },
-  { name: 'policy: fan-out', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }) },
+  {
+    name: 'policy: fan-out',
+    applies: hasPolicyCall,
+    run: (rig) => rig.decide({ agentId: 'triage', confidence: 0.9, reasoning: 'both', additionalAgents: ['researcher'] }),
+  },
   { name: 'policy: unsure', applies: hasPolicyCall, run: (rig) => rig.decide({ agentId: 'writer', confidence: 0.2, reasoning: 'vague' }) },
   { name: 'policy: down', applies: hasPolicyCall, run: (rig) => rig.decide(new Error('policy down')) },
   { name: 'synthesis: written', applies: (rig) => rig.openSyntheses().length > 0, run: (rig) => rig.synthesise('one answer from both') },
@@ -104,7 +121,11 @@ function stateKey(rig: ThreadRig): string {
       return `${id}:${JSON.stringify(s?.value ?? s?.status)}`;
     })
     .sort();
-  const io = [...rig.openRequests().map((r) => `request:${r.input.agentId}`), ...rig.openPolicyCalls().map(() => 'policy'), ...rig.openSyntheses().map(() => 'synthesis')].sort();
+  const io = [
+    ...rig.openRequests().map((r) => `request:${r.input.agentId}`),
+    ...rig.openPolicyCalls().map(() => 'policy'),
+    ...rig.openSyntheses().map(() => 'synthesis'),
+  ].sort();
   // How many calls of a fan-out have answered: one answer or several decide whether a synthesis runs.
   const fanOut = snap.children.orchestration?.getSnapshot() as { context?: { calls?: Array<{ status: string }> } } | undefined;
   const answered = fanOut?.context?.calls?.filter((c) => c.status === 'succeeded').length ?? 0;
@@ -128,9 +149,16 @@ function checkInvariants(rig: ThreadRig, path: string[]): void {
   const ctx = snap.context;
   const working = snap.status === 'active' && typeof snap.value === 'object' && 'working' in snap.value;
   // Never stuck: a turn in progress always waits for something that will come (an answer or a timer).
-  if (working) expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.openSyntheses().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(0);
+  if (working)
+    expect(rig.openRequests().length + rig.openPolicyCalls().length + rig.openSyntheses().length + rig.clock.pending, `stuck after ${where}`).toBeGreaterThan(
+      0,
+    );
   // Nothing leaks: a thread between turns (or ended) has no request in flight.
-  else expect(rig.openRequests().map((r) => r.input.agentId), `a request left in flight after ${where}`).toEqual([]);
+  else
+    expect(
+      rig.openRequests().map((r) => r.input.agentId),
+      `a request left in flight after ${where}`,
+    ).toEqual([]);
   // The thread's view of its handoff and the handoff actor agree.
   const handoffChild = snap.children.handoff?.getSnapshot() as { value?: unknown } | undefined;
   if (snap.status === 'active') {
@@ -176,7 +204,7 @@ describe('thread machine with its real children: the reachable graph', () => {
     rig.stop();
   });
 
-  it('with taskEnd: answer, an agent\'s question keeps the task input-required and its answer completes it', async () => {
+  it("with taskEnd: answer, an agent's question keeps the task input-required and its answer completes it", async () => {
     const rig = new ThreadRig({ config: { taskEnd: 'answer' }, recorder: threadCoverage });
     await rig.settle();
     rig.say('turn on the lights');
@@ -193,7 +221,7 @@ describe('thread machine with its real children: the reachable graph', () => {
     rig.stop();
   });
 
-  it('explores every state the thread and its children reach from the host events, the agents\' answers and the timers', { timeout: 300_000 }, async () => {
+  it("explores every state the thread and its children reach from the host events, the agents' answers and the timers", { timeout: 300_000 }, async () => {
     const MAX_DEPTH = 9;
     let explored = 0;
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
@@ -223,7 +251,10 @@ describe('thread machine with its real children: the reachable graph', () => {
             step.run(rig);
             await rig.settle();
             explored += 1;
-            checkInvariants(rig, [...path, step].map((s) => s.name));
+            checkInvariants(
+              rig,
+              [...path, step].map((s) => s.name),
+            );
             const key = stateKey(rig);
             if (!seen.has(key)) {
               seen.add(key);
@@ -294,7 +325,10 @@ describe('thread machine with its real children: the reachable graph', () => {
       await rig.settle();
       expect(rig.snapshot.value, what).toBe('input-required');
       expect(rig.finalTexts(), what).toEqual([answer]);
-      expect(rig.finals().map((s) => s.message?.metadata?.[META.inReplyTo]), what).toEqual(['u1']);
+      expect(
+        rig.finals().map((s) => s.message?.metadata?.[META.inReplyTo]),
+        what,
+      ).toEqual(['u1']);
       rig.stop();
     }
     expect(threadCoverage.missingOf(threadMachine as AnyStateMachine)).toEqual({ states: [], transitions: [] });
@@ -460,7 +494,14 @@ describe('thread machine: routing behaviour', () => {
     const machine = threadMachine.provide({
       actors: {
         router: routerMachine.provide({
-          actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'researcher', confidence: 0.9, reasoning: 'both', additionalAgents: ['writer'] })) },
+          actors: {
+            policy: fromPromise<RouterDecision, PolicyInput>(async () => ({
+              agentId: 'researcher',
+              confidence: 0.9,
+              reasoning: 'both',
+              additionalAgents: ['writer'],
+            })),
+          },
         }),
         orchestration: orchestrationMachine.provide({
           actors: {
@@ -491,7 +532,11 @@ describe('thread machine: routing behaviour', () => {
 
   it('low router confidence asks the user to clarify', async () => {
     const machine = threadMachine.provide({
-      actors: { router: routerMachine.provide({ actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) } }) },
+      actors: {
+        router: routerMachine.provide({
+          actors: { policy: fromPromise<RouterDecision, PolicyInput>(async () => ({ agentId: 'writer', confidence: 0.3, reasoning: 'vague' })) },
+        }),
+      },
     });
     const statuses: ThreadStatusEmitted[] = [];
     const actor = createActor(machine, { input: { threadId: 't', tenant: 'demo', owner: 'local', now: 0, agents, config: { usePolicy: true } } });
@@ -516,14 +561,24 @@ describe('thread machine: routing behaviour', () => {
 /* ---------------------------------------------------------------------------------------------- */
 
 const slotOf = (m: Message | undefined) => m?.metadata?.[CLIENT_ROUTING_URI] as Record<string, unknown> | undefined;
-const stepsOf = (s: ThreadStatusEmitted | undefined) => ((s?.message?.metadata?.[META.route] ?? []) as Array<{ from: string; to: string; reason: string }>).map((r) => `${r.from}>${r.to}`);
+const stepsOf = (s: ThreadStatusEmitted | undefined) =>
+  ((s?.message?.metadata?.[META.route] ?? []) as Array<{ from: string; to: string; reason: string }>).map((r) => `${r.from}>${r.to}`);
 
 /** A thread where triage handed off to writer, which accepted: the user now talks to writer. */
 async function inHandoff(opts: { returnExpected?: boolean; owner?: string; config?: Partial<ThreadConfig> } = {}) {
   const rig = new ThreadRig({ ...(opts.owner ? { owner: opts.owner } : {}), ...(opts.config ? { config: opts.config } : {}) });
   rig.say('I need writing help');
   await rig.settle();
-  rig.answer(agentReply('passing you to writer', { handoff: { targetAgentId: 'writer', contextSummary: 'wants a poem', handoffReason: 'writing', ...(opts.returnExpected === false ? { returnExpected: false } : {}) } }));
+  rig.answer(
+    agentReply('passing you to writer', {
+      handoff: {
+        targetAgentId: 'writer',
+        contextSummary: 'wants a poem',
+        handoffReason: 'writing',
+        ...(opts.returnExpected === false ? { returnExpected: false } : {}),
+      },
+    }),
+  );
   await rig.settle();
   const toWriter = rig.openRequests()[0]!;
   rig.answer(agentReply('writer here, what poem?'));
@@ -539,7 +594,9 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     await rig.settle();
     expect(rig.openRequests().map((r) => r.input.agentId)).toEqual(['writer']);
     const before = rig.statuses.length;
-    rig.answer(agentReply('here is your poem', { handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] } }));
+    rig.answer(
+      agentReply('here is your poem', { handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] } }),
+    );
     await rig.settle();
     // The user hears the target first, then sees control go back; the source gets the result.
     const seen = rig.statuses.slice(before);
@@ -549,7 +606,9 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     ]);
     const toSource = rig.openRequests()[0]!;
     expect(toSource.input).toMatchObject({ agentId: 'triage', sender: 'writer', hop: 1 });
-    expect(slotOf(toSource.input.message)).toEqual({ handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] } });
+    expect(slotOf(toSource.input.message)).toEqual({
+      handoffReturn: { completionStatus: 'completed', resultSummary: 'wrote a poem', artifactsCreated: ['poem.md'] },
+    });
     expect(toSource.input.message.metadata?.[META.handoffResume]).toEqual({ sourceAgentId: 'triage', targetAgentId: 'writer', status: 'completed' });
     rig.answer(agentReply('glad writer could help'));
     await rig.settle();
@@ -562,7 +621,7 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     expect(rig.snapshot.children.handoff).toBeUndefined();
   });
 
-  it('returnExpected: false — the target\'s return ends the turn; the source is not called and the next message is routed as usual', async () => {
+  it("returnExpected: false — the target's return ends the turn; the source is not called and the next message is routed as usual", async () => {
     const { rig } = await inHandoff({ returnExpected: false });
     rig.say('done');
     await rig.settle();
@@ -594,7 +653,13 @@ describe('thread machine: handoffs, fan-out and restore', () => {
 
   it('the handoff request names the real user of the thread', async () => {
     const { toWriter } = await inHandoff({ owner: 'gateway/ada' });
-    expect(readHandoffRequest(toWriter.input.message)).toMatchObject({ userId: 'ada', threadId: 't1', tenantId: 'demo', sourceAgentId: 'triage', targetAgentId: 'writer' });
+    expect(readHandoffRequest(toWriter.input.message)).toMatchObject({
+      userId: 'ada',
+      threadId: 't1',
+      tenantId: 'demo',
+      sourceAgentId: 'triage',
+      targetAgentId: 'writer',
+    });
   });
 
   it('a cancel between turns tells the user and starts a turn that goes straight to the source', async () => {
@@ -608,7 +673,9 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     expect(seen.find((s) => s.route)?.route).toMatchObject({ from: 'writer', to: 'triage', reason: 'handoff cancelled: changed my mind' });
     const toSource = rig.openRequests()[0]!;
     expect(toSource.input.agentId).toBe('triage');
-    expect(slotOf(toSource.input.message)).toEqual({ handoffReturn: { completionStatus: 'cancelled', resultSummary: 'changed my mind', artifactsCreated: [] } });
+    expect(slotOf(toSource.input.message)).toEqual({
+      handoffReturn: { completionStatus: 'cancelled', resultSummary: 'changed my mind', artifactsCreated: [] },
+    });
   });
 
   it('a deadline with returnExpected: false tells the user and leaves the source alone', async () => {
@@ -622,7 +689,7 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     expect(rig.snapshot.context.handoff).toBeUndefined();
   });
 
-  it('a fan-out keeps the thread\'s time: ticks reach the orchestration and make executionTimeMs', async () => {
+  it("a fan-out keeps the thread's time: ticks reach the orchestration and make executionTimeMs", async () => {
     const rig = new ThreadRig({ config: { usePolicy: true } });
     rig.say('weather and flights');
     await rig.settle();

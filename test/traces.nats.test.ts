@@ -110,21 +110,33 @@ describe('traces of a conversation across the client, a node and an agent proces
     await openai.start();
     const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url };
     const natsArgs = ['--nats', nats.url];
-    node = await procs.spawnTroupe(['up', ...natsArgs, '--team', 'test/fixtures/observed-router-team.ts', '--no-agents'], { ...nats.env, ...otel }, { name: 'node' });
+    node = await procs.spawnTroupe(
+      ['up', ...natsArgs, '--team', 'test/fixtures/observed-router-team.ts', '--no-agents'],
+      { ...nats.env, ...otel },
+      { name: 'node' },
+    );
     [agents] = await Promise.all([
       procs.spawnTroupe(['agent', 'test/fixtures/observed-team.ts', ...natsArgs], { ...nats.env, ...otel, TROUPE_LOG_LEVEL: 'debug' }, { name: 'agents' }),
-      procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs], {
-        ...nats.env,
-        ...otel,
-        ANTHROPIC_BASE_URL: anthropic.baseURL,
-        ANTHROPIC_API_KEY: 'sk-test-traces',
-      }, { name: 'returner' }),
-      procs.spawnTroupe(['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs], {
-        ...nats.env,
-        ...otel,
-        OPENAI_BASE_URL: openai.baseURL,
-        OPENAI_API_KEY: 'sk-test-traces',
-      }, { name: 'concierge' }),
+      procs.spawnTroupe(
+        ['agent', 'test/fixtures/yaml-agents/returner/agent.yaml', ...natsArgs],
+        {
+          ...nats.env,
+          ...otel,
+          ANTHROPIC_BASE_URL: anthropic.baseURL,
+          ANTHROPIC_API_KEY: 'sk-test-traces',
+        },
+        { name: 'returner' },
+      ),
+      procs.spawnTroupe(
+        ['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs],
+        {
+          ...nats.env,
+          ...otel,
+          OPENAI_BASE_URL: openai.baseURL,
+          OPENAI_API_KEY: 'sk-test-traces',
+        },
+        { name: 'concierge' },
+      ),
     ]);
     tracing = await startTracing({ serviceName: 'test-client', env: { ...otel } });
     transport = await NatsTransport.connect({ ...nats.asNode, name: 'traces-test' });
@@ -301,56 +313,72 @@ describe('traces of a conversation across the client, a node and an agent proces
     expect(send.attrs['troupe.error.code']).toBe('AGENT_ERROR');
   });
 
-  it('starts the trace at the gateway for an A2A request', async () => {
-    const gateway = await procs.spawnTroupe(
-      ['gateway', '--nats', nats.url, '--port', '0', '--log-level', 'warn'],
-      { TROUPE_NATS_CREDS: nats.credsFile('client'), OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url },
-      { name: 'gateway', ready: /gateway listening on / },
-    );
-    const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
-    const a2a = await v1Client(url);
-    const result = await a2a.sendMessage(a2aSend(userText('hello from A2A', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
-    if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
-    expect(textOf(result.status?.message?.parts)).toContain('back: answered');
-    const root = await waitUntil(() => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.attrs['troupe.thread'] === result.id), 'the gateway span', 15_000);
-    const spans = await waitUntil(
-      () => {
-        const inTrace = receiver.inTrace(root.traceId);
-        return ['troupe.send', 'troupe.turn', 'troupe.agent.handle'].every((n) => inTrace.some((s) => s.name === n)) ? inTrace : undefined;
-      },
-      'the spans of the gateway turn',
-      15_000,
-    );
-    expect(root.service).toBe('troupe-gateway');
-    expect(root.parentSpanId ?? '').toBe('');
-    const sendSpan = spans.find((s) => s.name === 'troupe.send')!;
-    expect(sendSpan.service).toBe('troupe-gateway');
-    expect(sendSpan.parentSpanId).toBe(root.spanId);
-    expect(spans.find((s) => s.name === 'troupe.turn')!.parentSpanId).toBe(sendSpan.spanId);
-    expect(spans.find((s) => s.name === 'troupe.agent.handle')!.attrs['troupe.agent']).toBe('back');
+  it(
+    'starts the trace at the gateway for an A2A request',
+    async () => {
+      const gateway = await procs.spawnTroupe(
+        ['gateway', '--nats', nats.url, '--port', '0', '--log-level', 'warn'],
+        { TROUPE_NATS_CREDS: nats.credsFile('client'), OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url },
+        { name: 'gateway', ready: /gateway listening on / },
+      );
+      const url = /gateway listening on (http:\/\/\S+)/.exec(gateway.stderr)![1]!;
+      const a2a = await v1Client(url);
+      const result = await a2a.sendMessage(a2aSend(userText('hello from A2A', { metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } })));
+      if (!('status' in result)) throw new Error(`expected a Task, got ${JSON.stringify(result)}`);
+      expect(textOf(result.status?.message?.parts)).toContain('back: answered');
+      const root = await waitUntil(
+        () => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.attrs['troupe.thread'] === result.id),
+        'the gateway span',
+        15_000,
+      );
+      const spans = await waitUntil(
+        () => {
+          const inTrace = receiver.inTrace(root.traceId);
+          return ['troupe.send', 'troupe.turn', 'troupe.agent.handle'].every((n) => inTrace.some((s) => s.name === n)) ? inTrace : undefined;
+        },
+        'the spans of the gateway turn',
+        15_000,
+      );
+      expect(root.service).toBe('troupe-gateway');
+      expect(root.parentSpanId ?? '').toBe('');
+      const sendSpan = spans.find((s) => s.name === 'troupe.send')!;
+      expect(sendSpan.service).toBe('troupe-gateway');
+      expect(sendSpan.parentSpanId).toBe(root.spanId);
+      expect(spans.find((s) => s.name === 'troupe.turn')!.parentSpanId).toBe(sendSpan.spanId);
+      expect(spans.find((s) => s.name === 'troupe.agent.handle')!.attrs['troupe.agent']).toBe('back');
 
-    // An A2A client that traces: its `traceparent` header makes the gateway's turn part of its trace.
-    const callerTrace = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
-    const callerSpan = '1122334455667788';
-    const res = await fetch(`${url}/`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', traceparent: `00-${callerTrace}-${callerSpan}-01` },
-      body: JSON.stringify({
-        jsonrpc: '2.0',
-        id: 1,
-        method: 'message/send',
-        params: { message: { kind: 'message', role: 'user', messageId: `m-${Date.now()}`, parts: [{ kind: 'text', text: 'traced caller' }], metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } } } },
-      }),
-    });
-    expect(res.status).toBe(200);
-    const continued = await waitUntil(
-      () => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.traceId === callerTrace),
-      "the gateway span in the caller's trace",
-      15_000,
-    );
-    expect(continued.parentSpanId).toBe(callerSpan);
-    await waitUntil(() => receiver.inTrace(callerTrace).find((s) => s.name === 'troupe.agent.handle'), "the agent's span in the caller's trace", 15_000);
-  }, cliTestTimeout(2));
+      // An A2A client that traces: its `traceparent` header makes the gateway's turn part of its trace.
+      const callerTrace = 'a1b2c3d4e5f60718293a4b5c6d7e8f90';
+      const callerSpan = '1122334455667788';
+      const res = await fetch(`${url}/`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', traceparent: `00-${callerTrace}-${callerSpan}-01` },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'message/send',
+          params: {
+            message: {
+              kind: 'message',
+              role: 'user',
+              messageId: `m-${Date.now()}`,
+              parts: [{ kind: 'text', text: 'traced caller' }],
+              metadata: { [CLIENT_ROUTING_URI]: { recipient: 'back' } },
+            },
+          },
+        }),
+      });
+      expect(res.status).toBe(200);
+      const continued = await waitUntil(
+        () => receiver.spans.find((s) => s.name === 'troupe.gateway.turn' && s.traceId === callerTrace),
+        "the gateway span in the caller's trace",
+        15_000,
+      );
+      expect(continued.parentSpanId).toBe(callerSpan);
+      await waitUntil(() => receiver.inTrace(callerTrace).find((s) => s.name === 'troupe.agent.handle'), "the agent's span in the caller's trace", 15_000);
+    },
+    cliTestTimeout(2),
+  );
 
   it('follows a handoff: the handoff request, and the next message going straight to the target, each in its turn', async () => {
     const first = await client.send('my parcel is lost', { to: 'greeter', timeoutMs: 15_000 });
@@ -376,7 +404,10 @@ describe('traces of a conversation across the client, a node and an agent proces
     };
     const handoff = await traceOf(first.threadId, 0, ['greeter', 'specialist']);
     const direct = await traceOf(first.threadId, 1, ['specialist']);
-    console.log('handoff trace', handoff.map((s) => `${s.name}${s.attrs['troupe.agent'] ? `(${String(s.attrs['troupe.agent'])})` : ''}`));
+    console.log(
+      'handoff trace',
+      handoff.map((s) => `${s.name}${s.attrs['troupe.agent'] ? `(${String(s.attrs['troupe.agent'])})` : ''}`),
+    );
     for (const spans of [handoff, direct]) {
       const turn = spans.find((s) => s.name === 'troupe.turn')!;
       const byId = new Map(spans.map((s) => [s.spanId, s]));
@@ -416,7 +447,11 @@ describe('traces of a conversation across the client, a node and an agent proces
   });
 
   it("traces a YAML agent's tool calls next to its model calls, a failing tool with its error", async () => {
-    openai.script({ toolCalls: [{ name: 'check_stock', arguments: { item: 'apples' } }] }, { toolCalls: [{ name: 'check_stock', arguments: { item: 'broken' } }] }, { text: 'concierge: checked' });
+    openai.script(
+      { toolCalls: [{ name: 'check_stock', arguments: { item: 'apples' } }] },
+      { toolCalls: [{ name: 'check_stock', arguments: { item: 'broken' } }] },
+      { text: 'concierge: checked' },
+    );
     const result = await client.send('are apples in stock?', { to: 'concierge', timeoutMs: 15_000 });
     expect(result.text).toContain('concierge: checked');
     await tracing!.flush();
@@ -424,7 +459,9 @@ describe('traces of a conversation across the client, a node and an agent proces
     const spans = await waitUntil(
       () => {
         const inTrace = receiver.inTrace(root.traceId);
-        return inTrace.filter((s) => s.name === 'troupe.model.call').length >= 3 && inTrace.filter((s) => s.name === 'troupe.tool.call').length >= 2 ? inTrace : undefined;
+        return inTrace.filter((s) => s.name === 'troupe.model.call').length >= 3 && inTrace.filter((s) => s.name === 'troupe.tool.call').length >= 2
+          ? inTrace
+          : undefined;
       },
       'the model and tool spans',
       15_000,
@@ -437,10 +474,10 @@ describe('traces of a conversation across the client, a node and an agent proces
   });
 
   it('starts the trace in `troupe send` and exports it before the command exits', async () => {
-    const out = await runTroupeJson<{ threadId: string; text: string }>(
-      ['send', 'hello from the CLI', '--to', 'back', '--nats', nats.url, '--json'],
-      { TROUPE_NATS_CREDS: nats.credsFile('client'), OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url },
-    );
+    const out = await runTroupeJson<{ threadId: string; text: string }>(['send', 'hello from the CLI', '--to', 'back', '--nats', nats.url, '--json'], {
+      TROUPE_NATS_CREDS: nats.credsFile('client'),
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+    });
     expect(out.text).toContain('back: answered');
     // The command has exited: its span was flushed on the way out.
     const root = receiver.spans.find((s) => s.name === 'troupe.send' && s.attrs['troupe.thread'] === out.threadId);

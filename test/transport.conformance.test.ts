@@ -55,7 +55,6 @@ function natsBackend(): Backend {
   };
 }
 
-
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   try {
     await p;
@@ -433,17 +432,24 @@ describe('requests on NATS', () => {
     }
   });
 
-  it("troupe up with acme's credentials and no --tenant runs as tenant acme (the tenant the credentials name)", async () => {
-    const node = await procs.spawnTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--no-agents', '--log-level', 'warn'], {}, { name: 'acme node' });
-    expect(node.stderr).toMatch(/up on .*\(tenant acme, 8 partitions\)/);
-  }, cliTestTimeout(2));
+  it(
+    "troupe up with acme's credentials and no --tenant runs as tenant acme (the tenant the credentials name)",
+    async () => {
+      const node = await procs.spawnTroupe(
+        ['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--no-agents', '--log-level', 'warn'],
+        {},
+        { name: 'acme node' },
+      );
+      expect(node.stderr).toMatch(/up on .*\(tenant acme, 8 partitions\)/);
+    },
+    cliTestTimeout(2),
+  );
 
   it("troupe up with acme's credentials and --tenant demo refuses at once: the tenants disagree (exit 2)", async () => {
     const res = await runTroupe(['up', '--nats', server.url, '--creds', server.credsFile('node', 'acme'), '--tenant', 'demo'], {}, { timeoutMs: 30_000 });
     expect(res.code).toBe(2);
     expect(res.stderr).toMatch(/--tenant \(or TROUPE_TENANT\) is "demo" but the credentials .* are for tenant "acme": leave out --tenant/);
   });
-
 
   it('a user that may not receive on the default inbox gets its replies below its own prefix', async () => {
     const node = await NatsTransport.connect({ ...server.asNode, name: 'ctl' });

@@ -19,7 +19,8 @@ import { capturingLogger } from './helpers/log-lines.js';
 import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 import { waitUntil } from './helpers/wait.js';
 
-const chunksOf = (events: ThreadEvent[]) => events.flatMap((e) => (e.kind === 'artifact-update' ? e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')) : []));
+const chunksOf = (events: ThreadEvent[]) =>
+  events.flatMap((e) => (e.kind === 'artifact-update' ? e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')) : []));
 const lastUser = (req: SeenRequest) => (req.body.messages as Array<{ role: string; content: string }>).filter((m) => m.role === 'user').at(-1)?.content;
 
 describe('a YAML agent with concurrent turns', () => {
@@ -38,7 +39,11 @@ describe('a YAML agent with concurrent turns', () => {
     });
     agent = await createLlmAgent(
       {
-        config: AgentConfigSchema.parse({ name: 'solo', model: { provider: 'openai', name: 'm', base_url: model.baseURL }, instructions: { inline: 'Answer.' } }),
+        config: AgentConfigSchema.parse({
+          name: 'solo',
+          model: { provider: 'openai', name: 'm', base_url: model.baseURL },
+          instructions: { inline: 'Answer.' },
+        }),
         file: 'inline',
         dir: process.cwd(),
       },
@@ -57,7 +62,9 @@ describe('a YAML agent with concurrent turns', () => {
     const fastEvents: ThreadEvent[] = [];
     const slow = mesh.client.send('slow', { threadId: 'slow-thread', onEvent: (e) => slowEvents.push(e) });
     await waitUntil(() => model.requests.some((r) => lastUser(r) === 'slow'), 'the slow turn to reach the model');
-    expect(agent.status?.().actors).toEqual([expect.objectContaining({ kind: 'llm-agent', id: 'solo/slow-thread', state: 'thinking', threadId: 'slow-thread' })]);
+    expect(agent.status?.().actors).toEqual([
+      expect.objectContaining({ kind: 'llm-agent', id: 'solo/slow-thread', state: 'thinking', threadId: 'slow-thread' }),
+    ]);
 
     const fast = await mesh.client.send('fast', { threadId: 'fast-thread', onEvent: (e) => fastEvents.push(e) });
     expect(fast.text).toBe('fast answer');
@@ -102,7 +109,9 @@ describe("a prompt tool in seed 002's {param} form", () => {
     );
     const { lines, log } = capturingLogger();
     const agent = await loadYamlAgent(file, { env: { OPENAI_BASE_URL: model.baseURL }, logger: log });
-    expect(lines.filter((l) => l.level === 40).map((l) => l.msg)).toEqual([`${file}:12:7 tools[0].parameters.tone: the template never uses {tone}: the model is asked for it and it goes nowhere`]);
+    expect(lines.filter((l) => l.level === 40).map((l) => l.msg)).toEqual([
+      `${file}:12:7 tools[0].parameters.tone: the template never uses {tone}: the model is asked for it and it goes nowhere`,
+    ]);
     const mesh = await startEmbedded({ name: 'geo', agents: [agent], config: { entryAgent: 'geo' } }, silentLogger());
     try {
       model.scriptFor('agent', { toolCalls: [{ name: 'capital', arguments: { country: 'Peru', tone: 'dry' } }] }, { text: 'Lima.' });

@@ -58,7 +58,9 @@ describe('agents from agent.yaml over NATS', () => {
     return events;
   };
   const finals = (events: ThreadEvent[]) =>
-    events.flatMap((e) => (e.kind === 'status-update' && e.final ? [(e.status.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('')] : []));
+    events.flatMap((e) =>
+      e.kind === 'status-update' && e.final ? [(e.status.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('')] : [],
+    );
 
   const agentActor = async (id: string): Promise<ActorInfo | undefined> =>
     (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'agent' && a.id === id);
@@ -124,7 +126,10 @@ describe('agents from agent.yaml over NATS', () => {
   });
 
   it('routes to a TS agent with the route tool; the peers are in the prompt and the tool', async () => {
-    openai.scriptFor(CONCIERGE, { text: 'Book 3 apples for the user.', toolCalls: [{ name: 'route', arguments: { recipient: 'ledger', reason: 'the ledger books orders' } }] });
+    openai.scriptFor(CONCIERGE, {
+      text: 'Book 3 apples for the user.',
+      toolCalls: [{ name: 'route', arguments: { recipient: 'ledger', reason: 'the ledger books orders' } }],
+    });
     const res = await send('I want 3 apples');
     expect(res.error).toBeUndefined();
     expect(res.text).toBe('ledger: booked "Book 3 apples for the user." (from concierge)');
@@ -154,7 +159,14 @@ describe('agents from agent.yaml over NATS', () => {
     const res = await send('Are apples in stock?', { onEvent: (e) => events.push(e) });
     expect(res.text).toBe('The apples are in stock.');
     const chunks = events.flatMap((e, i) => (e.kind === 'artifact-update' ? [{ i, e }] : []));
-    expect(chunks.map(({ e }) => e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''))).toEqual(['The ', 'apples ', 'are ', 'in ', 'stock', '.']);
+    expect(chunks.map(({ e }) => e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')).join(''))).toEqual([
+      'The ',
+      'apples ',
+      'are ',
+      'in ',
+      'stock',
+      '.',
+    ]);
     expect(chunks.every(({ e }) => e.artifact.metadata?.['troupe/agent'] === 'concierge')).toBe(true);
     const finalAt = events.findIndex((e) => e.kind === 'status-update' && e.final);
     expect(Math.max(...chunks.map((c) => c.i))).toBeLessThan(finalAt);
@@ -232,7 +244,9 @@ describe('agents from agent.yaml over NATS', () => {
     // The specialist's last answer, then the concierge's, in the same turn.
     const done = await send('done, thanks', { threadId });
     const specialistAnswer = done.events.find((e) => e.kind === 'status-update' && !e.final && e.status.message?.metadata?.['troupe/agent'] === 'specialist');
-    expect(specialistAnswer?.kind === 'status-update' ? specialistAnswer.status.message?.parts : undefined).toEqual([{ kind: 'text', text: 'specialist: refund issued' }]);
+    expect(specialistAnswer?.kind === 'status-update' ? specialistAnswer.status.message?.parts : undefined).toEqual([
+      { kind: 'text', text: 'specialist: refund issued' },
+    ]);
     expect(done.text).toBe('Welcome back: your refund for order 42 is issued.');
     expect(done.route.map((s) => s.to)).toEqual(['specialist', 'concierge']);
     expect(finals(events)).toContain('Welcome back: your refund for order 42 is issued.');
@@ -262,7 +276,10 @@ describe('agents from agent.yaml over NATS', () => {
     const streamed: ThreadEvent[] = [];
     const first = await send('I need the returner', { threadId, metadata: addressedTo('desk'), onEvent: (e) => streamed.push(e) });
     expect(first.text).toBe('Returner here: what do you need?');
-    expect(streamed.flatMap((e) => (e.kind === 'artifact-update' ? e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')) : []))).toEqual(['Returner here: ', 'what do you need?']);
+    expect(streamed.flatMap((e) => (e.kind === 'artifact-update' ? e.artifact.parts.map((p) => (p.kind === 'text' ? p.text : '')) : []))).toEqual([
+      'Returner here: ',
+      'what do you need?',
+    ]);
     const [req] = anthropic.requestsFor(RETURNER);
     const system = req!.body.system as string;
     expect(system).toContain('Agent "desk" handed this conversation to you (needs the returner).');
@@ -279,7 +296,9 @@ describe('agents from agent.yaml over NATS', () => {
     // The returner's last answer, then the desk's, in the same turn.
     const back = await send('that is all', { threadId });
     const returnerAnswer = back.events.find((e) => e.kind === 'status-update' && !e.final && e.status.message?.metadata?.['troupe/agent'] === 'returner');
-    expect(returnerAnswer?.kind === 'status-update' ? returnerAnswer.status.message?.parts : undefined).toEqual([{ kind: 'text', text: 'All sorted; handing you back.' }]);
+    expect(returnerAnswer?.kind === 'status-update' ? returnerAnswer.status.message?.parts : undefined).toEqual([
+      { kind: 'text', text: 'All sorted; handing you back.' },
+    ]);
     expect(back.text).toBe('desk: welcome back (completed) — Handoff to returner completed: sorted the visitor out');
     expect(finals(events).at(-1)).toBe('desk: welcome back (completed) — Handoff to returner completed: sorted the visitor out');
     anthropic.reset();
@@ -293,11 +312,21 @@ describe('agents from agent.yaml over NATS', () => {
     const pending = send('take your time', { threadId });
     // `ps` lists the model loop as an actor under the agent, with its thread.
     const loop = await waitUntil(async () => (await client.ps(300)).flatMap((r) => r.actors).find((a) => a.kind === 'llm-agent'), 'the loop in ps');
-    expect(loop).toMatchObject({ kind: 'llm-agent', id: `concierge/${threadId}`, state: 'thinking', threadId, parent: 'concierge', detail: { round: 0, attempt: 0, tools: [] } });
+    expect(loop).toMatchObject({
+      kind: 'llm-agent',
+      id: `concierge/${threadId}`,
+      state: 'thinking',
+      threadId,
+      parent: 'concierge',
+      detail: { round: 0, attempt: 0, tools: [] },
+    });
     expect((await agentActor('concierge'))?.state).toBe('ready.busy');
 
     // `inspect` shows what the agent last announced (a `ps` makes it announce): its loops and its model.
-    type Inspected = { found: boolean; context: { instances: Array<{ status?: { state: string; detail?: { model: unknown; loops: Array<Record<string, unknown>> } } }> } };
+    type Inspected = {
+      found: boolean;
+      context: { instances: Array<{ status?: { state: string; detail?: { model: unknown; loops: Array<Record<string, unknown>> } } }> };
+    };
     const inspected = await waitUntil(async () => {
       const res = await runTroupeJson<Inspected>(['inspect', 'concierge', ...natsArgs, '--json'], nats.env);
       return res.context.instances[0]?.status?.detail?.loops.length === 1 ? res : undefined;
@@ -351,20 +380,32 @@ describe('agents from agent.yaml over NATS', () => {
     for (const p of procs.all) expect(p.stdout + p.stderr, p.name).not.toContain(SECRET);
   });
 
-  it('refuses to start an agent whose MCP server cannot start, an invalid agent.yaml, or no model key', async () => {
-    const mcp = await runTroupe(['agent', 'test/fixtures/yaml-agents/with-mcp/agent.yaml', ...natsArgs], modelEnv);
-    expect(mcp.code).toBe(1);
-    expect(mcp.stderr).toContain('error TOOL_START_FAILED');
-    expect(mcp.stderr).toContain('tools[0] "files": MCP server "node -e \\"process.stderr.write(\'the docs folder is gone\'); process.exit(2)\\"" did not start');
-    expect(mcp.stderr).toContain('it wrote: the docs folder is gone');
+  it(
+    'refuses to start an agent whose MCP server cannot start, an invalid agent.yaml, or no model key',
+    async () => {
+      const mcp = await runTroupe(['agent', 'test/fixtures/yaml-agents/with-mcp/agent.yaml', ...natsArgs], modelEnv);
+      expect(mcp.code).toBe(1);
+      expect(mcp.stderr).toContain('error TOOL_START_FAILED');
+      expect(mcp.stderr).toContain(
+        'tools[0] "files": MCP server "node -e \\"process.stderr.write(\'the docs folder is gone\'); process.exit(2)\\"" did not start',
+      );
+      expect(mcp.stderr).toContain('it wrote: the docs folder is gone');
 
-    const invalid = await runTroupe(['agent', 'test/fixtures/agent-yaml/invalid/tool-name-with-space.yaml', ...natsArgs], modelEnv);
-    expect(invalid.code).toBe(2);
-    expect(invalid.stderr).toContain('error CONFIG_INVALID');
-    expect(invalid.stderr).toContain('test/fixtures/agent-yaml/invalid/tool-name-with-space.yaml:8:11 tools[0].name: "web search" may only contain letters, digits and _');
+      const invalid = await runTroupe(['agent', 'test/fixtures/agent-yaml/invalid/tool-name-with-space.yaml', ...natsArgs], modelEnv);
+      expect(invalid.code).toBe(2);
+      expect(invalid.stderr).toContain('error CONFIG_INVALID');
+      expect(invalid.stderr).toContain(
+        'test/fixtures/agent-yaml/invalid/tool-name-with-space.yaml:8:11 tools[0].name: "web search" may only contain letters, digits and _',
+      );
 
-    const keyless = await runTroupe(['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs], { ...nats.env, OPENAI_API_KEY: undefined, OPENAI_BASE_URL: undefined });
-    expect(keyless.code).toBe(2);
-    expect(keyless.stderr).toContain('model: provider openai needs OPENAI_API_KEY in the environment');
-  }, cliTestTimeout(3));
+      const keyless = await runTroupe(['agent', 'test/fixtures/yaml-agents/concierge/agent.yaml', ...natsArgs], {
+        ...nats.env,
+        OPENAI_API_KEY: undefined,
+        OPENAI_BASE_URL: undefined,
+      });
+      expect(keyless.code).toBe(2);
+      expect(keyless.stderr).toContain('model: provider openai needs OPENAI_API_KEY in the environment');
+    },
+    cliTestTimeout(3),
+  );
 });

@@ -22,7 +22,13 @@ function agentMessage(ctx: AgentContext, text: string): Message {
 /** The task in `state`, with an answer and artifacts of one part each. */
 function task(ctx: AgentContext, state: TaskState, text: string, parts: Part[] = []): Task {
   const artifacts: NonNullable<Task['artifacts']> = parts.map((part) => ({ artifactId: randomUUID(), parts: [part] }));
-  return { kind: 'task', id: ctx.taskId, contextId: ctx.contextId, status: { state, message: agentMessage(ctx, text) }, ...(artifacts.length ? { artifacts } : {}) };
+  return {
+    kind: 'task',
+    id: ctx.taskId,
+    contextId: ctx.contextId,
+    status: { state, message: agentMessage(ctx, text) },
+    ...(artifacts.length ? { artifacts } : {}),
+  };
 }
 
 const FILE: Part = { kind: 'file', file: { bytes: Buffer.from('tck').toString('base64'), name: 'output.txt', mimeType: 'text/plain' } };

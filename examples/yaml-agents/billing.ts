@@ -15,7 +15,9 @@ export default defineAgent({
     id: 'billing',
     name: 'Billing',
     description: 'Refunds and invoices: takes the conversation over to settle money matters, then hands it back',
-    skills: [{ id: 'refunds', name: 'Refunds', description: 'Issues refunds for orders', tags: ['refund', 'money', 'invoice'], examples: ['I want my money back'] }],
+    skills: [
+      { id: 'refunds', name: 'Refunds', description: 'Issues refunds for orders', tags: ['refund', 'money', 'invoice'], examples: ['I want my money back'] },
+    ],
   },
   handle: (_message, ctx) => {
     if (!ctx.handoff) return reply(`Billing only works on a handed-over conversation; ask support. (${ctx.text})`, { to: 'sender' });

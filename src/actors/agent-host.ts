@@ -85,7 +85,12 @@ function handoffContext(message: Message): { handoff?: HandoffRequest; recentMes
     handoff = undefined;
   }
   const recent = message.metadata?.[META.recentMessages];
-  const parsed = Array.isArray(recent) ? recent.flatMap((m) => { const r = MessageSchema.safeParse(m); return r.success ? [r.data] : []; }) : undefined;
+  const parsed = Array.isArray(recent)
+    ? recent.flatMap((m) => {
+        const r = MessageSchema.safeParse(m);
+        return r.success ? [r.data] : [];
+      })
+    : undefined;
   return { ...(handoff ? { handoff } : {}), ...(parsed ? { recentMessages: parsed } : {}) };
 }
 
@@ -141,7 +146,11 @@ export class AgentHost {
     this.ttlMs = opts.ttlMs ?? Math.max(15_000, this.heartbeatMs * 3);
     this.maxPayload = opts.maxPayload ?? DEFAULT_MAX_PAYLOAD;
     this.cacheSize = opts.idempotencyCacheSize ?? 1_000;
-    this.inspection = new InspectionPublisher({ transport: this.transport, process: `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`, switch: new InspectionSwitch(opts.inspect ?? false) });
+    this.inspection = new InspectionPublisher({
+      transport: this.transport,
+      process: `agent-${this.agentId}-${this.instanceId.slice(0, 8)}`,
+      switch: new InspectionSwitch(opts.inspect ?? false),
+    });
     this.actor = createActor(agentMachine, { input: { agentId: this.agentId }, id: `agent:${this.agentId}` });
     // Attached only while this agent or a call's thread is inspected.
     this.inspector = this.inspection.attach(this.actor, {
@@ -348,7 +357,12 @@ export class AgentHost {
     const span = startSpan('troupe.agent.handle', {
       parent: contextFromHeaders(msg.headers),
       kind: SpanKind.SERVER,
-      attributes: { 'troupe.agent': this.agentId, 'troupe.instance': this.instanceId, 'troupe.thread': msg.headers[HEADERS.threadId] ?? '', 'troupe.hop': Number(msg.headers[HEADERS.hop] ?? 0) },
+      attributes: {
+        'troupe.agent': this.agentId,
+        'troupe.instance': this.instanceId,
+        'troupe.thread': msg.headers[HEADERS.threadId] ?? '',
+        'troupe.hop': Number(msg.headers[HEADERS.hop] ?? 0),
+      },
     });
     const data = await withSpan(span, () => this.handle(msg, outcome));
     endSpan(span, outcome.error);
@@ -361,7 +375,10 @@ export class AgentHost {
     if (header === undefined) return undefined;
     const at = parseAgentChunks(header);
     if (at && at.tenant === this.tenant && at.agentId === this.agentId) return header;
-    this.log.warn({ subject: header.slice(0, 200) }, `ignored a ${HEADERS.chunks} header that is not one of this agent's chunk subjects: this call streams no chunks`);
+    this.log.warn(
+      { subject: header.slice(0, 200) },
+      `ignored a ${HEADERS.chunks} header that is not one of this agent's chunk subjects: this call streams no chunks`,
+    );
     return undefined;
   }
 
@@ -449,7 +466,8 @@ export class AgentHost {
       return encodeJson(replyMessage);
     } catch (err) {
       outcome.ended = { messageId: message.messageId, how: 'failed', inspected };
-      const error = err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
+      const error =
+        err instanceof TroupeError ? err : new TroupeError('AGENT_ERROR', `agent "${this.agentId}" failed: ${(err as Error)?.message ?? String(err)}`);
       ctx.log.error({ err, code: error.code }, 'handler failed');
       outcome.error = error;
       return encodeJson(error.toReply());

@@ -130,7 +130,14 @@ export class ControlHandlers {
       const { actorId } = decode(InspectRequestSchema, msg.data, 'inspect request', 4096);
       if (actorId === this.opts.nodeId || actorId === `${this.opts.nodeId}/registry`) {
         const actor = this.opts.ps().actors.find((a) => a.id === actorId);
-        const reply: InspectReply = { found: true, node: this.opts.nodeId, ...(actor ? { actor } : {}), value: actor?.state, context: actor?.detail, events: [] };
+        const reply: InspectReply = {
+          found: true,
+          node: this.opts.nodeId,
+          ...(actor ? { actor } : {}),
+          value: actor?.state,
+          context: actor?.detail,
+          events: [],
+        };
         msg.respond(encodeJson(reply));
         return;
       }
@@ -151,7 +158,14 @@ export class ControlHandlers {
       const found = this.opts.threads.inspect(actorId);
       // Only the node holding the actor answers; the CLI gathers answers from every node.
       if (found) {
-        const reply: InspectReply = { found: true, node: this.opts.nodeId, actor: found.actor, value: found.value, context: found.context, events: found.events };
+        const reply: InspectReply = {
+          found: true,
+          node: this.opts.nodeId,
+          actor: found.actor,
+          value: found.value,
+          context: found.context,
+          events: found.events,
+        };
         msg.respond(encodeJson(reply));
       }
     } catch (err) {
@@ -208,7 +222,13 @@ export class ControlHandlers {
       const stored = await this.opts.threads.store.get(this.opts.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.opts.tenant}`);
       const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'] } satisfies CtlReply<'thread'>));
+      msg.respond(
+        encodeJson({
+          kind: 'thread',
+          revision: stored.revision,
+          record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'],
+        } satisfies CtlReply<'thread'>),
+      );
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
@@ -225,7 +245,19 @@ export class ControlHandlers {
       const collected = req.gc === true && typeof gc === 'function';
       if (collected) gc();
       const m = process.memoryUsage();
-      msg.respond(encodeJson({ kind: 'memory', node: this.opts.nodeId, collected, rssBytes: m.rss, heapUsedBytes: m.heapUsed, heapTotalBytes: m.heapTotal, externalBytes: m.external, liveThreads: this.opts.threads.liveCount(), dormantThreads: this.opts.threads.dormantCount() } satisfies CtlReply<'memory'>));
+      msg.respond(
+        encodeJson({
+          kind: 'memory',
+          node: this.opts.nodeId,
+          collected,
+          rssBytes: m.rss,
+          heapUsedBytes: m.heapUsed,
+          heapTotalBytes: m.heapTotal,
+          externalBytes: m.external,
+          liveThreads: this.opts.threads.liveCount(),
+          dormantThreads: this.opts.threads.dormantCount(),
+        } satisfies CtlReply<'memory'>),
+      );
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'INVALID_MESSAGE').toReply()));
     }
@@ -239,7 +271,8 @@ export class ControlHandlers {
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
-  }}
+  }
+}
 
 /** Stored records a `list` request reads at most (a tenant with more lists the first this many). */
 const LIST_SCAN_CAP = 10_000;
@@ -259,4 +292,3 @@ function parseListToken(token: string): { updatedAt: string; threadId: string } 
   }
   return { updatedAt, threadId };
 }
-

@@ -5,7 +5,6 @@ import { DEAD_LETTER_HEADERS, DEAD_LETTER_STREAM } from '../transport/jetstream/
 import { subjects } from '../transport/subjects.js';
 import type { DeadLetterEntry } from '../protocol/ctl.js';
 
-
 /** The newest `limit` entries, newest first. One ordered consumer from `last - limit + 1`, not a request per entry. */
 export async function listDeadLetters(nc: NatsConnection, limit: number): Promise<DeadLetterEntry[]> {
   const jsm = await jetstreamManager(nc);

@@ -185,7 +185,11 @@ export class TroupeNode {
             m.principal,
             m.threadId,
             bareMessageId(m.threadId, m.messageId),
-            new TroupeError('WORKFLOW_ERROR', `your message could not be handled after ${m.deliveryCount} attempts and was set aside (${error.code}: ${error.message})`, { deadLettered: true }),
+            new TroupeError(
+              'WORKFLOW_ERROR',
+              `your message could not be handled after ${m.deliveryCount} attempts and was set aside (${error.code}: ${error.message})`,
+              { deadLettered: true },
+            ),
           ),
         ...(this.opts.logger ? { logger: this.opts.logger } : {}),
       });
@@ -197,18 +201,26 @@ export class TroupeNode {
     // Reads come from the store: any node may answer. Changes go to the node that owns the thread.
     this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'task'), (m) => this.control.onClientRequest(m, 'task'), { queue: 'troupe-req' }));
     this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'list'), (m) => void this.control.onClientList(m), { queue: 'troupe-req' }));
-    this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.control.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }));
+    this.subs.push(
+      t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.control.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }),
+    );
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.control.onPs(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.control.onInspect(m)));
     // Only the owner of a thread acts on it, so these reach every node and the owner answers.
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'cancel'), (m) => this.control.onThreadCtl(m, 'cancel'), durable ? {} : { queue: 'troupe-ctl' }));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.control.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }));
+    this.subs.push(
+      t.subscribe(subjects.ctl(this.tenant, 'rehydrate'), (m) => this.control.onThreadCtl(m, 'rehydrate'), durable ? {} : { queue: 'troupe-ctl' }),
+    );
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'delete'), (m) => void this.control.onDelete(m, durable?.nc), durable ? {} : { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'threads'), (m) => this.control.onThreads(m), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'thread'), (m) => this.control.onThread(m), { queue: 'troupe-ctl' }));
     if (durable) this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'dlq'), (m) => this.control.onDeadLetters(m, durable.nc), { queue: 'troupe-ctl' }));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'memory'), (m) => this.control.onMemory(m)));
-    this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspection'), (m) => answerInspectionControl(m, { publisher: this.inspection, transport: t, tenant: this.tenant, node: this.nodeId })));
+    this.subs.push(
+      t.subscribe(subjects.ctl(this.tenant, 'inspection'), (m) =>
+        answerInspectionControl(m, { publisher: this.inspection, transport: t, tenant: this.tenant, node: this.nodeId }),
+      ),
+    );
     if (this.inspection.switch.all) helloInspection(t, this.tenant, true);
     await t.flush();
     this.unregisterGauges = registerNodeGauges({
@@ -244,7 +256,10 @@ export class TroupeNode {
     const owns = `owns ${leases.owned().length} of ${this.partitions} partitions`;
     const since = Date.now() - leases.surveyedAt;
     if (leases.surveyedAt > 0 && since <= 3 * leases.ttlMs) return { ok: true, detail: owns };
-    return { ok: false, detail: `${leases.surveyedAt > 0 ? `the leases bucket has not answered for ${Math.round(since / 1000)} s` : 'the leases bucket has not answered yet'}: this node can neither take nor keep partitions (${owns})` };
+    return {
+      ok: false,
+      detail: `${leases.surveyedAt > 0 ? `the leases bucket has not answered for ${Math.round(since / 1000)} s` : 'the leases bucket has not answered yet'}: this node can neither take nor keep partitions (${owns})`,
+    };
   }
 
   /** Every actor this node holds, and the agents its registry sees (for `troupe ps`). */
@@ -325,7 +340,11 @@ export class TroupeNode {
         this.log.info({ partitions: [...partitions].sort((a, b) => a - b), listed, resumed: resumed.length, ms: Date.now() - started }, 'resume pass done');
       })
       .catch((err: unknown) => {
-        if (!this.stopping) this.log.warn({ err: (err as Error).message, partitions: [...partitions] }, 'could not resume the threads of taken partitions; each resumes with its next message');
+        if (!this.stopping)
+          this.log.warn(
+            { err: (err as Error).message, partitions: [...partitions] },
+            'could not resume the threads of taken partitions; each resumes with its next message',
+          );
       })
       .finally(() => this.resuming.delete(pass));
     this.resuming.add(pass);

@@ -130,7 +130,10 @@ export class Registry {
 
   /** Last reported status of each live instance of an agent. */
   statuses(agentId: string): Array<{ instanceId: string; status?: AgentStatus }> {
-    return [...(this.instances.get(agentId) ?? new Map<string, Instance>())].map(([instanceId, i]) => ({ instanceId, ...(i.status ? { status: i.status } : {}) }));
+    return [...(this.instances.get(agentId) ?? new Map<string, Instance>())].map(([instanceId, i]) => ({
+      instanceId,
+      ...(i.status ? { status: i.status } : {}),
+    }));
   }
 
   /** What the router knows of each live agent (a null-prototype object: ids are external strings). */
@@ -154,11 +157,17 @@ export class Registry {
       const directory: AgentDirectory = Object.create(null) as AgentDirectory;
       for (const card of agents) {
         const { handoff, orchestration } = card.capabilities;
-        directory[card.id] = { supportsClientRouting: supportsClientRouting(card), ...(handoff ? { handoff } : {}), ...(orchestration ? { orchestration } : {}) };
+        directory[card.id] = {
+          supportsClientRouting: supportsClientRouting(card),
+          ...(handoff ? { handoff } : {}),
+          ...(orchestration ? { orchestration } : {}),
+        };
       }
       const peers = agents.map((card) => {
         const simple = simplifyCard(card);
-        return simple.description.length > PEER_DESCRIPTION_CHARS ? { ...simple, description: `${simple.description.slice(0, PEER_DESCRIPTION_CHARS)}…` } : simple;
+        return simple.description.length > PEER_DESCRIPTION_CHARS
+          ? { ...simple, description: `${simple.description.slice(0, PEER_DESCRIPTION_CHARS)}…` }
+          : simple;
       });
       this.cache = { agents, directory, peers };
     }
@@ -197,7 +206,11 @@ export class Registry {
       if (isNew) {
         this.log.info({ agent: agentId }, 'agent joined');
         this.changed();
-      } else if (previous && byInstance.values().next().value === byInstance.get(event.instanceId) && JSON.stringify(previous.card) !== JSON.stringify(event.card)) {
+      } else if (
+        previous &&
+        byInstance.values().next().value === byInstance.get(event.instanceId) &&
+        JSON.stringify(previous.card) !== JSON.stringify(event.card)
+      ) {
         // The card the catalog shows changed (a redeploy with new skills).
         this.changed();
       }

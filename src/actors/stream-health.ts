@@ -53,10 +53,26 @@ async function health(jsm: JetStreamManager, stream: string): Promise<StreamHeal
   const messages = info.state.messages;
   const cluster = info.cluster;
   // One server, no cluster: the server is the stream.
-  if (!cluster || replicas === 1) return { stream, ok: true, replicas, messages, ...(cluster?.leader ? { leader: cluster.leader } : {}), detail: `${replicas} replica${cluster?.leader ? `, on ${cluster.leader}` : ''}` };
+  if (!cluster || replicas === 1)
+    return {
+      stream,
+      ok: true,
+      replicas,
+      messages,
+      ...(cluster?.leader ? { leader: cluster.leader } : {}),
+      detail: `${replicas} replica${cluster?.leader ? `, on ${cluster.leader}` : ''}`,
+    };
   const behind = (cluster.replicas ?? []).filter((r) => !r.current || r.offline).map((r) => ({ name: r.name, offline: r.offline === true, lag: r.lag ?? 0 }));
   if (!cluster.leader) return { stream, ok: false, replicas, messages, behind, detail: `no leader: it takes no writes until its replicas elect one` };
   const ok = behind.length === 0;
   const lagging = behind.map((r) => (r.offline ? `${r.name} offline` : `${r.name} ${r.lag} behind`)).join(', ');
-  return { stream, ok, replicas, leader: cluster.leader, messages, ...(ok ? {} : { behind }), detail: `${replicas} replicas, leader ${cluster.leader}${ok ? ', every replica current' : `; ${lagging}`}` };
+  return {
+    stream,
+    ok,
+    replicas,
+    leader: cluster.leader,
+    messages,
+    ...(ok ? {} : { behind }),
+    detail: `${replicas} replicas, leader ${cluster.leader}${ok ? ', every replica current' : `; ${lagging}`}`,
+  };
 }

@@ -70,7 +70,10 @@ export async function connect(g: GlobalOpts, name: string, longLived = false, lo
   if (!g.nats) throw new UsageError('this command needs a NATS server: pass --nats nats://127.0.0.1:4222 or set TROUPE_NATS_URL');
   const { NatsTransport } = await import('../transport/nats.js');
   return NatsTransport.connect({
-    servers: g.nats.split(',').map((s) => s.trim()).filter(Boolean),
+    servers: g.nats
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     name,
     inboxPrefix: inboxPrefixOf(await principalOf(g)),
     // A node or an agent rides out a NATS restart; a one-shot command fails fast.
@@ -147,14 +150,17 @@ export async function startObservability(
   const readiness = new Readiness();
   const { startTracing } = await import('../observability/tracing.js');
   const tracing = await startTracing({ serviceName });
-  if (tracing) logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, 'exporting traces over OTLP/HTTP');
+  if (tracing)
+    logger.info({ endpoint: process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT }, 'exporting traces over OTLP/HTTP');
   let metrics: { url: string; close(): Promise<void> } | undefined;
   if (opts.metricsPort !== undefined) {
     const { serveMetrics } = await import('../observability/metrics.js');
     try {
       metrics = await serveMetrics(opts.metricsPort, opts.metricsHost ?? '127.0.0.1', readiness);
     } catch (err) {
-      throw new UsageError(`cannot serve metrics on ${opts.metricsHost ?? '127.0.0.1'}:${opts.metricsPort} (${(err as Error).message}): pick another --metrics-port`);
+      throw new UsageError(
+        `cannot serve metrics on ${opts.metricsHost ?? '127.0.0.1'}:${opts.metricsPort} (${(err as Error).message}): pick another --metrics-port`,
+      );
     }
     process.stderr.write(`${color.dim(`metrics: ${metrics.url} (probes: /healthz, /readyz)`)}\n`);
   }

@@ -14,7 +14,23 @@ export function table(head: string[], rows: Array<Array<string | number | undefi
   const t = new Table({
     head: head.map((h) => color.bold(h)),
     style: { head: [], border: [], compact: true },
-    chars: { top: '', 'top-mid': '', 'top-left': '', 'top-right': '', bottom: '', 'bottom-mid': '', 'bottom-left': '', 'bottom-right': '', left: '', 'left-mid': '', mid: '', 'mid-mid': '', right: '', 'right-mid': '', middle: '  ' },
+    chars: {
+      top: '',
+      'top-mid': '',
+      'top-left': '',
+      'top-right': '',
+      bottom: '',
+      'bottom-mid': '',
+      'bottom-left': '',
+      'bottom-right': '',
+      left: '',
+      'left-mid': '',
+      mid: '',
+      'mid-mid': '',
+      right: '',
+      'right-mid': '',
+      middle: '  ',
+    },
   });
   for (const row of rows) t.push(row.map((c) => (c === undefined ? '' : String(c))));
   return t.toString();
@@ -44,7 +60,8 @@ export function reportError(err: unknown, json: boolean): number {
   let exit = 1;
   if (err instanceof TransportError) {
     code = `TRANSPORT_${err.reason}`;
-    if (err.reason === 'CONNECT') hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';
+    if (err.reason === 'CONNECT')
+      hint = 'check --nats / TROUPE_NATS_URL, the credentials (--creds, --user, TROUPE_NATS_PASSWORD) and for tls:// the CA (--tls-ca)';
   } else if (err instanceof TroupeError) {
     code = err.code;
     hint = ERROR_CODES[err.code].hint;

@@ -255,7 +255,11 @@ export const AgentConfigSchema = z.strictObject({
   /** A structured answer checked against a JSON Schema (conversation.ts). */
   output: OutputConfigSchema.optional(),
   /** How long a call waits for a person's approval (default 10 minutes); a later decision refuses it. */
-  approval_timeout_ms: z.int().positive().max(7 * 24 * 3_600_000).optional(),
+  approval_timeout_ms: z
+    .int()
+    .positive()
+    .max(7 * 24 * 3_600_000)
+    .optional(),
 });
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 
@@ -357,10 +361,16 @@ function checkTemplate(ctx: CheckContext, template: string, params: string[], to
     if (params.includes(p.name) || seen.has(p.raw)) continue;
     seen.set(p.raw, p.offset);
     const at = file === undefined ? { text: p.raw, occurrence } : { file, ...lineColumn(template, p.offset) };
-    ctx.report(where, 'references', `the template uses ${p.raw}, which is not one of its parameters (${params.join(', ') || 'none'}); write \\{ for a literal brace`, at);
+    ctx.report(
+      where,
+      'references',
+      `the template uses ${p.raw}, which is not one of its parameters (${params.join(', ') || 'none'}); write \\{ for a literal brace`,
+      at,
+    );
   }
   for (const name of params) {
-    if (!used.has(name)) ctx.warn([...toolPath, 'parameters', name], 'references', `the template never uses {${name}}: the model is asked for it and it goes nowhere`, 'key');
+    if (!used.has(name))
+      ctx.warn([...toolPath, 'parameters', name], 'references', `the template never uses {${name}}: the model is asked for it and it goes nowhere`, 'key');
   }
 }
 
@@ -371,7 +381,12 @@ function checkParameters(ctx: CheckContext, params: unknown, path: PathSegment[]
   if (names.length > MAX_PARAMETERS) ctx.report(path, 'constraints', `must have at most ${MAX_PARAMETERS} parameters (it has ${names.length})`);
   for (const name of names) {
     if (name.length > 64 || !PARAMETER_NAME.test(name)) {
-      ctx.report([...path, name], 'constraints', `parameter name ${quote(name)} must start with a letter and contain only letters, digits and _ (at most 64)`, 'key');
+      ctx.report(
+        [...path, name],
+        'constraints',
+        `parameter name ${quote(name)} must start with a letter and contain only letters, digits and _ (at most 64)`,
+        'key',
+      );
     }
   }
   return names;
@@ -530,7 +545,11 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
     items(tc.expected_tools).forEach((tool, j) => {
       if (typeof tool === 'string' && tool && !toolNames.has(tool)) {
         const known = [...toolNames.keys()];
-        ctx.report([...path, 'expected_tools', j], 'references', `${quote(tool)} is not a tool of this agent (${known.length ? `tools: ${known.join(', ')}` : 'it has no tools'})`);
+        ctx.report(
+          [...path, 'expected_tools', j],
+          'references',
+          `${quote(tool)} is not a tool of this agent (${known.length ? `tools: ${known.join(', ')}` : 'it has no tools'})`,
+        );
       }
     });
     items(tc.evaluations).forEach((metric, j) => {
@@ -543,7 +562,8 @@ export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
       }
     });
     const files = items(tc.files);
-    if (files.length > MAX_FILES_PER_CASE) ctx.report([...path, 'files'], 'constraints', `must have at most ${MAX_FILES_PER_CASE} items (it has ${files.length})`);
+    if (files.length > MAX_FILES_PER_CASE)
+      ctx.report([...path, 'files'], 'constraints', `must have at most ${MAX_FILES_PER_CASE} items (it has ${files.length})`);
     files.forEach((file, j) => checkFileInput(ctx, file, [...path, 'files', j]));
     const own = str(tc.name);
     if (own || !has(tc, 'name')) {
@@ -571,7 +591,10 @@ export function appliedDefaults(config: AgentConfig): AppliedDefault[] {
   const out: AppliedDefault[] = [];
   if (!config.memory) {
     const { max_messages, max_tokens } = DEFAULT_MEMORY;
-    out.push({ path: 'memory', message: `the model gets the thread's newest ${max_messages} earlier messages, at most ${max_tokens} tokens of them; older turns are summarised by the agent's model` });
+    out.push({
+      path: 'memory',
+      message: `the model gets the thread's newest ${max_messages} earlier messages, at most ${max_tokens} tokens of them; older turns are summarised by the agent's model`,
+    });
   }
   (config.evaluations?.metrics ?? []).forEach((m, i) => {
     if (m.threshold !== undefined) return;
@@ -580,7 +603,8 @@ export function appliedDefaults(config: AgentConfig): AppliedDefault[] {
     out.push({ path: `evaluations.metrics[${i}].threshold`, message: `${m.metric} passes at ${defaultThreshold(m)} (no threshold: ${scale})` });
   });
   (config.test_cases ?? []).forEach((tc, i) => {
-    if (tc.name === undefined) out.push({ path: `test_cases[${i}].name`, message: `the case is called ${JSON.stringify(testCaseName(tc, i))} (no name: its place in the list)` });
+    if (tc.name === undefined)
+      out.push({ path: `test_cases[${i}].name`, message: `the case is called ${JSON.stringify(testCaseName(tc, i))} (no name: its place in the list)` });
   });
   return out;
 }
@@ -599,7 +623,10 @@ export interface LoadedAgentConfig {
 }
 
 /** Every problem of an agent.yaml (empty when it is valid), its warnings, and the config when it is valid. */
-export function validateAgentFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedAgentConfig } {
+export function validateAgentFile(
+  file: string,
+  env: NodeJS.ProcessEnv = process.env,
+): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedAgentConfig } {
   const res = loadYamlConfig({ file, schema: AgentConfigSchema, check: checkAgentDocument, env });
   const { warnings } = res;
   return res.ok ? { problems: [], warnings, loaded: { config: res.value, file: res.file, dir: res.dir, warnings } } : { problems: res.problems, warnings };

@@ -269,13 +269,18 @@ function messageOf(issue: z.core.$ZodIssue, value: unknown, original: string | u
       if (issue.origin === 'string') return min <= 1 ? 'must not be empty' : `must be at least ${plural(min, 'character')}`;
       if (issue.origin === 'array' || issue.origin === 'set') return `must have at least ${plural(min, 'item')}`;
       if (issue.origin === 'record' || issue.origin === 'object') return `must have at least ${plural(min, 'entry')}`;
-      return issue.inclusive ? `must be at least ${min}, not ${describeValue(value, original)}` : `must be greater than ${min}, not ${describeValue(value, original)}`;
+      return issue.inclusive
+        ? `must be at least ${min}, not ${describeValue(value, original)}`
+        : `must be greater than ${min}, not ${describeValue(value, original)}`;
     }
     case 'too_big': {
       const max = Number(issue.maximum);
       if (issue.origin === 'string') return `must be at most ${plural(max, 'character')} (it has ${typeof value === 'string' ? value.length : '?'})`;
-      if (issue.origin === 'array' || issue.origin === 'set') return `must have at most ${plural(max, 'item')} (it has ${Array.isArray(value) ? value.length : '?'})`;
-      return issue.inclusive ? `must be at most ${max}, not ${describeValue(value, original)}` : `must be less than ${max}, not ${describeValue(value, original)}`;
+      if (issue.origin === 'array' || issue.origin === 'set')
+        return `must have at most ${plural(max, 'item')} (it has ${Array.isArray(value) ? value.length : '?'})`;
+      return issue.inclusive
+        ? `must be at most ${max}, not ${describeValue(value, original)}`
+        : `must be less than ${max}, not ${describeValue(value, original)}`;
     }
     case 'not_multiple_of':
       return `must be a multiple of ${String(issue.divisor)}`;
@@ -302,7 +307,9 @@ function readConfigText(path: string, maxBytes: number): { text: string } | { er
     return { text: readFileSync(path, 'utf8') };
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    return { error: code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'is a directory, not a file' : `cannot be read (${code ?? (err as Error).message})` };
+    return {
+      error: code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'is a directory, not a file' : `cannot be read (${code ?? (err as Error).message})`,
+    };
   }
 }
 
@@ -332,7 +339,8 @@ export function loadYamlConfig<S extends z.ZodType>(opts: LoadOptions<S>): LoadR
   const warnings: ConfigProblem[] = [];
   const locate = (path: readonly PathSegment[], phase: Phase, message: string, at: ProblemAt = 'value'): ConfigProblem => {
     // Another file is named as the configuration was: `agents/support.yaml` + `prompts/x.txt` → `agents/prompts/x.txt`.
-    if (typeof at === 'object' && 'file' in at) return { file: normalize(join(dirname(file), at.file)), line: at.line, column: at.column, path: formatPath(path), message, phase };
+    if (typeof at === 'object' && 'file' in at)
+      return { file: normalize(join(dirname(file), at.file)), line: at.line, column: at.column, path: formatPath(path), message, phase };
     const pos = positions.at(path, at);
     return { file, line: pos.line, column: pos.column, path: formatPath(path), message, phase };
   };

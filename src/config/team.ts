@@ -36,7 +36,10 @@ const AgentId = z
   .regex(/^[A-Za-z][A-Za-z0-9-]*$/, '{value} must start with a letter and contain only letters, digits and -')
   .refine((v) => v !== 'user' && v !== 'sender' && v !== 'troupe', { message: '{value} is reserved' });
 
-const DurationMs = z.int().positive().max(24 * 3600_000);
+const DurationMs = z
+  .int()
+  .positive()
+  .max(24 * 3600_000);
 const Text = z.string().min(1).max(5000);
 
 /**
@@ -122,7 +125,9 @@ export const OrchestrationSchema = z.strictObject({
 
 /** What the team lets its agents do (lists of agent ids; absent: every agent), on top of their cards. */
 export const PermissionsSchema = z.strictObject({
-  handoff: z.strictObject({ initiate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(), accept: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional() }).optional(),
+  handoff: z
+    .strictObject({ initiate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(), accept: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional() })
+    .optional(),
   delegate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(),
 });
 
@@ -195,12 +200,17 @@ export function checkTeamDocument(
     const path: PathSegment[] = ['agents', i];
     const kind = MEMBER_KINDS.find((k) => member[k.key] !== undefined);
     if (!kind) {
-      ctx.report(path, 'exclusivity', 'names no member: give file (an agent.yaml), module (a TS module), id and a2a (a remote agent) or id (an agent that joins on its own)');
+      ctx.report(
+        path,
+        'exclusivity',
+        'names no member: give file (an agent.yaml), module (a TS module), id and a2a (a remote agent) or id (an agent that joins on its own)',
+      );
       return;
     }
     for (const key of Object.keys(member)) {
       const known = MEMBER_KINDS.some((k) => k.fields.includes(key));
-      if (known && !kind.fields.includes(key)) ctx.report([...path, key], 'exclusivity', `does not go with ${kind.key} (${kind.what} has ${kind.fields.join(', ')})`, 'key');
+      if (known && !kind.fields.includes(key))
+        ctx.report([...path, key], 'exclusivity', `does not go with ${kind.key} (${kind.what} has ${kind.fields.join(', ')})`, 'key');
     }
     const file = kind.key === 'file' ? str(member.file) : undefined;
     const mod = kind.key === 'module' ? str(member.module) : undefined;
@@ -215,7 +225,11 @@ export function checkTeamDocument(
         const { problems, warnings } = validateAgentFile(isAbsolute(file) ? file : join(dirname(teamFile), file), env);
         nestedWarnings.push(...warnings);
         if (problems.length) {
-          ctx.report([...path, 'file'], 'references', `${quote(file)} is not a valid agent.yaml (${problems.length} problem${problems.length === 1 ? '' : 's'}, listed with its file)`);
+          ctx.report(
+            [...path, 'file'],
+            'references',
+            `${quote(file)} is not a valid agent.yaml (${problems.length} problem${problems.length === 1 ? '' : 's'}, listed with its file)`,
+          );
           nested.push(...problems);
         }
         if (name) declare(name, [...path, 'file'], `agents[${i}], ${file}`);
@@ -262,19 +276,29 @@ export function checkTeamDocument(
   }
   const prompts = isRecord(raw.router) && isRecord(raw.router.prompts) ? raw.router.prompts : undefined;
   if (prompts && prompts.clarification_template !== undefined && isRecord(raw.routing) && raw.routing.clarification_text !== undefined) {
-    ctx.report(['router', 'prompts', 'clarification_template'], 'constraints', 'give routing.clarification_text or router.prompts.clarification_template, not both');
+    ctx.report(
+      ['router', 'prompts', 'clarification_template'],
+      'constraints',
+      'give routing.clarification_text or router.prompts.clarification_template, not both',
+    );
   }
   if (prompts && typeof prompts.user_template === 'string' && !prompts.user_template.includes('{{message}}')) {
     ctx.report(['router', 'prompts', 'user_template'], 'constraints', 'must contain {{message}} (where the new message goes)');
   }
   if (isRecord(raw.orchestration) && raw.orchestration.aggregation === 'synthesis') {
     const own = isRecord(raw.orchestration.synthesis) && raw.orchestration.synthesis.model !== undefined;
-    if (!own && !isRecord(raw.router)) ctx.report(['orchestration', 'aggregation'], 'references', 'synthesis needs a model: give orchestration.synthesis.model, or a router (its model is used)');
+    if (!own && !isRecord(raw.router))
+      ctx.report(
+        ['orchestration', 'aggregation'],
+        'references',
+        'synthesis needs a model: give orchestration.synthesis.model, or a router (its model is used)',
+      );
   } else if (isRecord(raw.orchestration) && raw.orchestration.synthesis !== undefined) {
     ctx.report(['orchestration', 'synthesis'], 'constraints', 'applies with aggregation: synthesis only');
   }
   if (isRecord(raw.router)) checkModel(ctx, raw.router.model, ['router', 'model']);
-  if (isRecord(raw.orchestration) && isRecord(raw.orchestration.synthesis)) checkModel(ctx, raw.orchestration.synthesis.model, ['orchestration', 'synthesis', 'model']);
+  if (isRecord(raw.orchestration) && isRecord(raw.orchestration.synthesis))
+    checkModel(ctx, raw.orchestration.synthesis.model, ['orchestration', 'synthesis', 'model']);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -289,7 +313,10 @@ export interface LoadedTeamConfig {
 }
 
 /** Every problem of a team.yaml and of its agent.yaml members (empty when valid), their warnings, and the config when it is valid. */
-export function validateTeamFile(file: string, env: NodeJS.ProcessEnv = process.env): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedTeamConfig } {
+export function validateTeamFile(
+  file: string,
+  env: NodeJS.ProcessEnv = process.env,
+): { problems: ConfigProblem[]; warnings: ConfigProblem[]; loaded?: LoadedTeamConfig } {
   const nested: ConfigProblem[] = [];
   const nestedWarnings: ConfigProblem[] = [];
   const res = loadYamlConfig({ file, schema: TeamConfigSchema, check: (raw, ctx) => checkTeamDocument(raw, ctx, nested, env, file, nestedWarnings), env });

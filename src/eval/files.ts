@@ -67,7 +67,8 @@ async function readInput(file: FileInput, dir: string): Promise<{ bytes: Buffer;
 /** The text of a PDF's pages (all, or the 1-based `pages`), a page per paragraph. */
 export async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<string> {
   const pdfjs = await importOptional<typeof import('pdfjs-dist/legacy/build/pdf.mjs')>('pdfjs-dist/legacy/build/pdf.mjs', 'reading pdf files');
-  const doc = await pdfjs.getDocument({ data: new Uint8Array(bytes), isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 }).promise;
+  const doc = await pdfjs.getDocument({ data: new Uint8Array(bytes), isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 })
+    .promise;
   try {
     const wanted = pages?.length ? pages : Array.from({ length: doc.numPages }, (_, i) => i + 1);
     const out: string[] = [];
@@ -89,7 +90,8 @@ export async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<stri
 
 /** The text (and tables) of an office file; throws an Error saying what is wrong with it. */
 export function officeText(file: Pick<FileInput, 'type' | 'pages' | 'sheet' | 'range'>, bytes: Uint8Array): Promise<ExtractedDocument> {
-  if (file.type === 'excel') return excelText(bytes, { ...(file.sheet !== undefined ? { sheet: file.sheet } : {}), ...(file.range !== undefined ? { range: file.range } : {}) });
+  if (file.type === 'excel')
+    return excelText(bytes, { ...(file.sheet !== undefined ? { sheet: file.sheet } : {}), ...(file.range !== undefined ? { range: file.range } : {}) });
   if (file.type === 'word') return wordText(bytes, file.pages ? { pages: file.pages } : {});
   return powerpointText(bytes, file.pages ? { pages: file.pages } : {});
 }
@@ -124,7 +126,14 @@ export async function attachFiles(caseName: string, files: FileInput[], dir: str
         ...(file.range ? [`range ${file.range}`] : []),
         ...(file.pages?.length ? [`${file.type === 'powerpoint' ? 'slides' : 'pages'} ${file.pages.join(', ')}`] : []),
       ];
-      const meta = { name: read.name, type: file.type, tables: doc.tables.length, ...(file.pages ? { pages: file.pages } : {}), ...(file.sheet ? { sheet: file.sheet } : {}), ...(file.range ? { range: file.range } : {}) };
+      const meta = {
+        name: read.name,
+        type: file.type,
+        tables: doc.tables.length,
+        ...(file.pages ? { pages: file.pages } : {}),
+        ...(file.sheet ? { sheet: file.sheet } : {}),
+        ...(file.range ? { range: file.range } : {}),
+      };
       parts.push({ kind: 'text', text: `[file ${read.name} (${[file.type, ...picked].join(', ')})]\n${doc.text}`, metadata: { [META.file]: meta } });
       context.push(`${read.name}:\n${doc.text}`);
     } else if (file.type === 'image') {
@@ -139,7 +148,11 @@ export async function attachFiles(caseName: string, files: FileInput[], dir: str
         throw new CaseInputError(`${where}: the PDF's text cannot be extracted: ${(err as Error).message}`);
       }
       const pages = file.pages?.length ? `, pages ${file.pages.join(', ')}` : '';
-      parts.push({ kind: 'text', text: `[file ${read.name} (pdf${pages})]\n${text}`, metadata: { [META.file]: { name: read.name, type: 'pdf', ...(file.pages ? { pages: file.pages } : {}) } } });
+      parts.push({
+        kind: 'text',
+        text: `[file ${read.name} (pdf${pages})]\n${text}`,
+        metadata: { [META.file]: { name: read.name, type: 'pdf', ...(file.pages ? { pages: file.pages } : {}) } },
+      });
       context.push(`${read.name}:\n${text}`);
     }
   }

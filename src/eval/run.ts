@@ -91,7 +91,16 @@ export interface EvalReport {
   file: string;
   mesh: 'embedded' | 'nats';
   /** `defaultThreshold`: the file gives no threshold, so the metric's default applies. */
-  metrics: Array<{ metric: string; kind: 'lexical' | 'judged'; threshold: number; defaultThreshold: boolean; max: number; enabled: boolean; fail_on_error: boolean; model?: string }>;
+  metrics: Array<{
+    metric: string;
+    kind: 'lexical' | 'judged';
+    threshold: number;
+    defaultThreshold: boolean;
+    max: number;
+    enabled: boolean;
+    fail_on_error: boolean;
+    model?: string;
+  }>;
   cases: CaseResult[];
   summary: { cases: number; passed: number; failed: number; softFailures: number; ok: boolean };
 }
@@ -119,7 +128,12 @@ interface Observed {
 /** The mesh a run uses: send one message to the agent, stop. */
 interface EvalMesh {
   /** `onThread` learns of each thread the message goes out on (a retry takes a new one). */
-  send(message: Message, threadId: string, timeoutMs: number, onThread: (threadId: string) => void): Promise<{ text: string; error?: { code: string; message: string } }>;
+  send(
+    message: Message,
+    threadId: string,
+    timeoutMs: number,
+    onThread: (threadId: string) => void,
+  ): Promise<{ text: string; error?: { code: string; message: string } }>;
   stop(): Promise<void>;
 }
 
@@ -162,7 +176,8 @@ function judgeModel(config: AgentConfig, metric: MetricConfig): ModelConfig {
 /** The metrics a case is scored on: the ones it names, else every enabled one. */
 function metricsFor(config: AgentConfig, tc: TestCase): Array<{ metric: MetricConfig; named: boolean }> {
   const all = config.evaluations?.metrics ?? [];
-  if (tc.evaluations?.length) return tc.evaluations.flatMap((name) => all.filter((m) => m.metric === name && m.enabled).map((metric) => ({ metric, named: true })));
+  if (tc.evaluations?.length)
+    return tc.evaluations.flatMap((name) => all.filter((m) => m.metric === name && m.enabled).map((metric) => ({ metric, named: true })));
   return all.filter((m) => m.enabled).map((metric) => ({ metric, named: false }));
 }
 
@@ -211,7 +226,10 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
   const cases = named.filter((c) => opts.caseName === undefined || c.name === opts.caseName);
   if (opts.caseName !== undefined && cases.length === 0) {
     const names = named.map((c) => c.name);
-    throw new TroupeError('CONFIG_INVALID', `${loaded.file} has no test case "${opts.caseName}"${names.length ? ` (cases: ${names.join(', ')})` : ' (it has no test_cases)'}`);
+    throw new TroupeError(
+      'CONFIG_INVALID',
+      `${loaded.file} has no test case "${opts.caseName}"${names.length ? ` (cases: ${names.join(', ')})` : ' (it has no test_cases)'}`,
+    );
   }
   const report: EvalReport = {
     agent: config.name,
@@ -236,7 +254,11 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
   const judges = new Map<MetricConfig, ModelProvider>();
   for (const m of config.evaluations?.metrics ?? []) {
     if (m.enabled && isJudged(m.metric)) {
-      const where = m.model ? `evaluations.metrics[${config.evaluations!.metrics.indexOf(m)}].model` : config.evaluations?.model ? 'evaluations.model' : 'model';
+      const where = m.model
+        ? `evaluations.metrics[${config.evaluations!.metrics.indexOf(m)}].model`
+        : config.evaluations?.model
+          ? 'evaluations.model'
+          : 'model';
       judges.set(m, createProvider(judgeModel(config, m), { env, where, maxRetries: 0, ...(m.timeout_ms ? { timeoutMs: m.timeout_ms } : {}) }));
     }
   }
@@ -281,7 +303,10 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
         const parts: Part[] = [{ kind: 'text', text: tc.input }, ...files.parts];
         const message: Message = { kind: 'message', role: 'user', messageId: randomUUID(), parts };
         const size = Buffer.byteLength(JSON.stringify(message));
-        if (size > LIMITS.userMessageBytes) throw new CaseInputError(`test case "${name}": its input and files make a ${size}-byte message; a user message may be at most ${LIMITS.userMessageBytes} bytes`);
+        if (size > LIMITS.userMessageBytes)
+          throw new CaseInputError(
+            `test case "${name}": its input and files make a ${size}-byte message; a user message may be at most ${LIMITS.userMessageBytes} bytes`,
+          );
         const threads: string[] = [];
         const res = await mesh.send(message, threadId, opts.caseTimeoutMs ?? DEFAULT_CASE_TIMEOUT_MS, (t) => {
           threads.push(t);
@@ -289,7 +314,8 @@ export async function runEvaluation(loaded: LoadedAgentConfig, opts: EvalOptions
         });
         for (const t of threads) observed.delete(t);
         if (res.error) throw new Error(`the agent's turn failed: ${res.error.code}: ${res.error.message}`);
-        if (!watch.handled) throw new Error(`the answer came from another instance of ${config.name} on the mesh; stop it while evaluating, so every case runs here`);
+        if (!watch.handled)
+          throw new Error(`the answer came from another instance of ${config.name} on the mesh; stop it while evaluating, so every case runs here`);
         result.answer = res.text;
         result.usage = watch.usage;
         result.calledTools = [...new Set(watch.calls.map((c) => c.tool))];

@@ -16,7 +16,7 @@ import { CLIENT_ROUTING_URI, type AgentCardInput, type AgentExtension, type Agen
  */
 const CLIENT_ROUTING_EXTENSION: AgentExtension = {
   uri: CLIENT_ROUTING_URI,
-  description: 'Client agent routing (ranch): address an agent with message.metadata[uri].recipient; answers carry the agent\'s routing decision',
+  description: "Client agent routing (ranch): address an agent with message.metadata[uri].recipient; answers carry the agent's routing decision",
   required: false,
 };
 
@@ -65,10 +65,19 @@ export function gatewayCard(listenUrl: string, opts: GatewayCardOptions, auth: C
       streaming: true,
       pushNotifications: true,
       extendedAgentCard: false,
-      extensions: [CLIENT_ROUTING_EXTENSION, ...(opts.extensions ?? []).filter((e) => e.uri !== CLIENT_ROUTING_URI)].map((e) => ({ uri: e.uri, description: e.description ?? '', required: e.required ?? false, params: e.params })),
+      extensions: [CLIENT_ROUTING_EXTENSION, ...(opts.extensions ?? []).filter((e) => e.uri !== CLIENT_ROUTING_URI)].map((e) => ({
+        uri: e.uri,
+        description: e.description ?? '',
+        required: e.required ?? false,
+        params: e.params,
+      })),
     },
     securitySchemes: auth
-      ? { bearer: { scheme: { $case: 'httpAuthSecurityScheme', value: { description: auth.description, scheme: 'bearer', bearerFormat: auth.jwt ? 'JWT' : '' } } } }
+      ? {
+          bearer: {
+            scheme: { $case: 'httpAuthSecurityScheme', value: { description: auth.description, scheme: 'bearer', bearerFormat: auth.jwt ? 'JWT' : '' } },
+          },
+        }
       : {},
     securityRequirements: auth ? [{ schemes: { bearer: { list: [] } } }] : [],
     defaultInputModes: opts.defaultInputModes ?? ['text/plain'],
@@ -93,5 +102,7 @@ function toSdkSkill(skill: AgentSkill): SdkSkill {
 
 /** The skills of a team's agents, ids prefixed with the agent id so two agents' skills cannot collide. */
 export function skillsOfAgents(cards: AgentCardInput[]): AgentSkill[] {
-  return cards.flatMap((card) => (card.skills ?? []).map((skill) => ({ ...skill, id: `${card.id}/${skill.id}`, tags: [...new Set([...skill.tags, card.id])] })));
+  return cards.flatMap((card) =>
+    (card.skills ?? []).map((skill) => ({ ...skill, id: `${card.id}/${skill.id}`, tags: [...new Set([...skill.tags, card.id])] })),
+  );
 }

@@ -53,12 +53,18 @@ export function diagnosticsRouter(opts: DiagnosticsOptions, limiter?: TokenBucke
     const token = bearerToken(req.headers.authorization);
     const wait = limiter?.take(`diagnostics:${token ? tokenDigest(token) : `ip:${req.socket.remoteAddress ?? ''}`}`) ?? 0;
     if (wait > 0) {
-      res.status(429).set('retry-after', String(wait)).json({ error: `too many requests for this token: retry in ${wait} s` });
+      res
+        .status(429)
+        .set('retry-after', String(wait))
+        .json({ error: `too many requests for this token: retry in ${wait} s` });
       return;
     }
     const given = token ? Buffer.from(tokenDigest(token), 'hex') : undefined;
     if (!given || !timingSafeEqual(given, expected)) {
-      res.status(401).set('www-authenticate', 'Bearer realm="troupe-diagnostics"').json({ error: 'diagnostics need the operator token: Authorization: Bearer <operator token>' });
+      res
+        .status(401)
+        .set('www-authenticate', 'Bearer realm="troupe-diagnostics"')
+        .json({ error: 'diagnostics need the operator token: Authorization: Bearer <operator token>' });
       return;
     }
     next();
@@ -100,7 +106,9 @@ export function diagnosticsRouter(opts: DiagnosticsOptions, limiter?: TokenBucke
     const limit = intParam(req.query.limit, 20, 1, 100);
     const after = cursorParam(req.query.cursor);
     const listed = await client.ctl('threads', { limit: MAX_SCAN });
-    const ordered = listed.threads.sort((a, b) => (a.updatedAt === b.updatedAt ? a.threadId.localeCompare(b.threadId) : b.updatedAt.localeCompare(a.updatedAt)));
+    const ordered = listed.threads.sort((a, b) =>
+      a.updatedAt === b.updatedAt ? a.threadId.localeCompare(b.threadId) : b.updatedAt.localeCompare(a.updatedAt),
+    );
     const start = after ? ordered.findIndex((t) => t.updatedAt < after.u || (t.updatedAt === after.u && t.threadId > after.t)) : 0;
     const page = start < 0 ? [] : ordered.slice(start, start + limit);
     const threads = await Promise.all(

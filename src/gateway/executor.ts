@@ -8,7 +8,17 @@
 import { AgentEvent, type AgentExecutor, type ExecutionEventBus, type RequestContext } from '@a2a-js/sdk/server';
 import { TaskState as SdkTaskState, type Task as SdkTask, type TaskStatus as SdkTaskStatus } from '@a2a-js/sdk';
 import type { Logger } from '../observability/logger.js';
-import { META, RESULT_META, TERMINAL_TASK_STATES, isRefusal, TroupeError, type Message, type RouteStep, type TaskStatusUpdateEvent, type ThreadEvent } from '../protocol/index.js';
+import {
+  META,
+  RESULT_META,
+  TERMINAL_TASK_STATES,
+  isRefusal,
+  TroupeError,
+  type Message,
+  type RouteStep,
+  type TaskStatusUpdateEvent,
+  type ThreadEvent,
+} from '../protocol/index.js';
 import { STATE, callerOf, type GatewayCaller } from './caller.js';
 import { fromSdkMessage, toSdkArtifact, toSdkMessage, toSdkStatus } from '../sdk/a2a-model.js';
 import type { MeshTaskStore } from './task-store.js';
@@ -17,7 +27,6 @@ import { SpanKind, endSpan, startSpan, tracing, withSpan, type Span } from '../o
 
 /** Turns that ended with the agent's answer to the user (done, or the conversation waits for the next message). */
 const ANSWERED = new Set<SdkTaskState | undefined>([SdkTaskState.TASK_STATE_COMPLETED, SdkTaskState.TASK_STATE_INPUT_REQUIRED]);
-
 
 export interface MeshExecutorOptions {
   store: MeshTaskStore;
@@ -58,7 +67,10 @@ export class MeshExecutor implements AgentExecutor {
     };
     // The gateway request starts the trace: the client's send and everything on the mesh are its children.
     const span: Span | undefined = tracing.on
-      ? startSpan('troupe.gateway.turn', { kind: SpanKind.SERVER, attributes: { 'troupe.tenant': caller.tenant, 'troupe.thread': taskId, 'troupe.message': userMessage.messageId } })
+      ? startSpan('troupe.gateway.turn', {
+          kind: SpanKind.SERVER,
+          attributes: { 'troupe.tenant': caller.tenant, 'troupe.thread': taskId, 'troupe.message': userMessage.messageId },
+        })
       : undefined;
     let outcome = 'error';
     let failure: TroupeError | undefined;

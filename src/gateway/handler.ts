@@ -111,7 +111,6 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     return this.sdk.listTasks(params, context);
   }
 
-
   /** Cancels on the node, as the caller: another user's task is "not found", an ended one "not cancelable". */
   async cancelTask(params: CancelTaskRequest, context: ServerCallContext): Promise<SdkTask> {
     const taskId = checkTaskId(params.id);
@@ -157,7 +156,10 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     }
   }
 
-  listTaskPushNotificationConfigs(params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext): Promise<ListTaskPushNotificationConfigsResponse> {
+  listTaskPushNotificationConfigs(
+    params: ListTaskPushNotificationConfigsRequest,
+    context: ServerCallContext,
+  ): Promise<ListTaskPushNotificationConfigsResponse> {
     checkTaskId(params.taskId);
     return this.sdk.listTaskPushNotificationConfigs(params, context);
   }
@@ -194,7 +196,14 @@ export class TroupeRequestHandler implements A2ARequestHandler {
           yield {
             payload: {
               $case: 'artifactUpdate',
-              value: { taskId, contextId: task.contextId, artifact: toSdkArtifact(event.artifact), append: event.append ?? true, lastChunk: event.lastChunk ?? false, metadata: event.metadata },
+              value: {
+                taskId,
+                contextId: task.contextId,
+                artifact: toSdkArtifact(event.artifact),
+                append: event.append ?? true,
+                lastChunk: event.lastChunk ?? false,
+                metadata: event.metadata,
+              },
             },
           };
           continue;
@@ -219,7 +228,8 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     const message = params.message;
     if (!message) throw invalidParams('message is required');
     checkMessage(message);
-    if (params.configuration?.historyLength !== undefined && params.configuration.historyLength < 0) throw invalidParams('configuration.historyLength must be 0 or more');
+    if (params.configuration?.historyLength !== undefined && params.configuration.historyLength < 0)
+      throw invalidParams('configuration.historyLength must be 0 or more');
     const push = params.configuration?.taskPushNotificationConfig;
     if (push) checkPushUrl(push.url);
     if (message.taskId) {
@@ -244,7 +254,9 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     }
     // A new task of a context whose last task ended names that task, as A2A's references do: it continues it.
     const referenceTaskIds =
-      previous && !message.referenceTaskIds.includes(previous) && message.referenceTaskIds.length < MAX_REFERENCE_TASKS ? [...message.referenceTaskIds, previous] : message.referenceTaskIds;
+      previous && !message.referenceTaskIds.includes(previous) && message.referenceTaskIds.length < MAX_REFERENCE_TASKS
+        ? [...message.referenceTaskIds, previous]
+        : message.referenceTaskIds;
     return { ...params, message: { ...message, taskId, contextId, referenceTaskIds } };
   }
 
@@ -330,7 +342,7 @@ function checkMessage(message: SdkMessage): void {
   for (const ref of message.referenceTaskIds) checkTaskId(ref);
   try {
     checkDepth(message.metadata, 'message.metadata');
-    for (const part of message.parts) checkDepth(part.metadata, 'a part\'s metadata');
+    for (const part of message.parts) checkDepth(part.metadata, "a part's metadata");
     checkSize(JSON.stringify(message.metadata ?? {}).length, LIMITS.metadataBytes, 'message.metadata');
   } catch (err) {
     throw toA2AError(err);

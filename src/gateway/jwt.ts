@@ -78,7 +78,8 @@ export class JwtAuth {
   /** Checks the options and finds the JWKS (discovery, when no `jwksUrl`); throws saying what is wrong. */
   static async create(opts: JwtAuthOptions): Promise<JwtAuth> {
     const issuer = parseUrl(opts.issuer, 'the JWT issuer');
-    if ((Array.isArray(opts.audience) ? opts.audience : [opts.audience]).every((a) => !a)) throw new TroupeError('CONFIG_INVALID', 'gateway: a JWT issuer needs an audience (--jwt-audience): tokens for other services would be let in');
+    if ((Array.isArray(opts.audience) ? opts.audience : [opts.audience]).every((a) => !a))
+      throw new TroupeError('CONFIG_INVALID', 'gateway: a JWT issuer needs an audience (--jwt-audience): tokens for other services would be let in');
     if (opts.jwksUrl) return new JwtAuth(opts, parseUrl(opts.jwksUrl, 'the JWKS URL'));
     const discovery = new URL(`${issuer.href.replace(/\/+$/, '')}/.well-known/openid-configuration`);
     let doc: unknown;
@@ -91,8 +92,13 @@ export class JwtAuth {
     }
     const { issuer: named, jwks_uri: jwksUri } = (doc ?? {}) as { issuer?: unknown; jwks_uri?: unknown };
     // OpenID Connect Discovery §4.3: the document's issuer is the one asked for, or its keys are not its keys.
-    if (named !== opts.issuer) throw new TroupeError('CONFIG_INVALID', `gateway: the OpenID configuration at ${discovery.href} is for issuer ${JSON.stringify(named)}, not ${opts.issuer}: give --jwt-issuer exactly as the issuer names itself (its tokens' iss)`);
-    if (typeof jwksUri !== 'string') throw new TroupeError('CONFIG_INVALID', `gateway: the OpenID configuration at ${discovery.href} names no jwks_uri: give the keys with --jwks-url`);
+    if (named !== opts.issuer)
+      throw new TroupeError(
+        'CONFIG_INVALID',
+        `gateway: the OpenID configuration at ${discovery.href} is for issuer ${JSON.stringify(named)}, not ${opts.issuer}: give --jwt-issuer exactly as the issuer names itself (its tokens' iss)`,
+      );
+    if (typeof jwksUri !== 'string')
+      throw new TroupeError('CONFIG_INVALID', `gateway: the OpenID configuration at ${discovery.href} names no jwks_uri: give the keys with --jwks-url`);
     return new JwtAuth(opts, parseUrl(jwksUri, `jwks_uri of ${discovery.href}`));
   }
 
@@ -113,7 +119,12 @@ export class JwtAuth {
       }));
     } catch (err) {
       return keysUnavailable(err)
-        ? { ok: false, status: 503, code: 'keys_unavailable', reason: `cannot fetch the issuer's keys to check the token (${(err as Error).message}); retry shortly` }
+        ? {
+            ok: false,
+            status: 503,
+            code: 'keys_unavailable',
+            reason: `cannot fetch the issuer's keys to check the token (${(err as Error).message}); retry shortly`,
+          }
         : { ok: false, status: 401, ...whyRefused(err) };
     }
     const userClaim = this.#opts.userClaim ?? 'sub';
@@ -124,7 +135,8 @@ export class JwtAuth {
     if (this.#opts.tenantClaim) {
       const claimed = claims[this.#opts.tenantClaim];
       const tenantProblem = idProblem('tenant', claimed);
-      if (tenantProblem) return { ok: false, status: 401, code: 'tenant', reason: `the token's "${this.#opts.tenantClaim}" claim cannot name a tenant: ${tenantProblem}` };
+      if (tenantProblem)
+        return { ok: false, status: 401, code: 'tenant', reason: `the token's "${this.#opts.tenantClaim}" claim cannot name a tenant: ${tenantProblem}` };
       tenant = claimed as string;
     }
     if (!serves(tenant)) return { ok: false, status: 403, code: 'tenant', reason: `this gateway does not serve tenant "${tenant}"` };
@@ -139,7 +151,8 @@ function parseUrl(value: string, what: string): URL {
   } catch {
     throw new TroupeError('CONFIG_INVALID', `gateway: ${what} "${value}" is not a URL`);
   }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new TroupeError('CONFIG_INVALID', `gateway: ${what} must be an http(s) URL, not ${url.protocol}`);
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    throw new TroupeError('CONFIG_INVALID', `gateway: ${what} must be an http(s) URL, not ${url.protocol}`);
   return url;
 }
 
@@ -156,7 +169,8 @@ function whyRefused(err: unknown): { code: RefusalCode; reason: string } {
   if (err instanceof errors.JWTExpired) return { code: 'expired', reason: 'the token has expired' };
   if (err instanceof errors.JWTClaimValidationFailed) return { code: 'claim', reason: `the token's "${err.claim}" claim is not accepted (${err.reason})` };
   if (err instanceof errors.JOSEAlgNotAllowed) return { code: 'algorithm', reason: 'the token is signed with an algorithm this gateway does not accept' };
-  if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWSSignatureVerificationFailed) return { code: 'signature', reason: "the token's signature is not from the issuer's keys" };
+  if (err instanceof errors.JWKSNoMatchingKey || err instanceof errors.JWSSignatureVerificationFailed)
+    return { code: 'signature', reason: "the token's signature is not from the issuer's keys" };
   if (err instanceof errors.JWTInvalid || err instanceof errors.JWSInvalid) return { code: 'malformed', reason: 'the token is not a valid JWT' };
   return { code: 'malformed', reason: `the token was refused (${err instanceof errors.JOSEError ? err.code : 'unreadable'})` };
 }

@@ -27,9 +27,12 @@ const SEND_METHODS = new Set(['message/send', 'message/stream', 'SendMessage', '
 /** Checks an orchestrator path (`/a2a/lucia-orchestrator`): one to eight segments of letters, digits, `.`, `_`, `-`. */
 export function checkOrchestratorPath(path: string): string {
   if (!/^(?:\/[A-Za-z0-9][A-Za-z0-9._-]{0,99}){1,8}$/.test(path)) {
-    throw new Error(`gateway: orchestrator path "${path.slice(0, 100)}" is not a path like /a2a/lucia-orchestrator (segments of letters, digits, ".", "_", "-")`);
+    throw new Error(
+      `gateway: orchestrator path "${path.slice(0, 100)}" is not a path like /a2a/lucia-orchestrator (segments of letters, digits, ".", "_", "-")`,
+    );
   }
-  if (RESERVED.some((r) => path === r || path.startsWith(`${r}/`))) throw new Error(`gateway: orchestrator path "${path}" is under ${RESERVED.join(', ')}, which the gateway serves itself`);
+  if (RESERVED.some((r) => path === r || path.startsWith(`${r}/`)))
+    throw new Error(`gateway: orchestrator path "${path}" is under ${RESERVED.join(', ')}, which the gateway serves itself`);
   return path;
 }
 

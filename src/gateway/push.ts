@@ -67,7 +67,8 @@ export class RetryingPushSender implements PushNotificationSender {
 
   private async deliver(config: TaskPushNotificationConfig, body: string, contentType: string, taskId: string): Promise<void> {
     const headers: Record<string, string> = { 'content-type': contentType };
-    if (config.authentication?.scheme && config.authentication.credentials) headers.authorization = `${config.authentication.scheme} ${config.authentication.credentials}`;
+    if (config.authentication?.scheme && config.authentication.credentials)
+      headers.authorization = `${config.authentication.scheme} ${config.authentication.credentials}`;
     else if (config.token) headers[TOKEN_HEADER] = config.token;
     let delay = this.retryDelayMs;
     for (let attempt = 1; attempt <= this.attempts; attempt++) {

@@ -145,7 +145,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     if (cardMadeAt) res.set('last-modified', cardMadeAt);
     next();
   };
-  app.use(AGENT_CARD_PATHS as string[], lastModified, v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'), agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }));
+  app.use(
+    AGENT_CARD_PATHS as string[],
+    lastModified,
+    v1Card(cardOf, opts.cardVersionWithoutHeader === '1.0'),
+    agentCardHandler({ agentCardProvider: cardOf, legacyCompat: { enabled: true }, cache: { maxAge: 60 } }),
+  );
   const serves = (tenant: string) => Object.hasOwn(opts.clients, tenant);
   const open = (req: Request) => ({ caller: { tenant: defaultTenant }, digest: `ip:${req.socket.remoteAddress ?? ''}` });
   /** Who a request is for: anyone on an open gateway, a token of the file, a JWT of the issuer; or why nobody. */
@@ -164,13 +169,24 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     if (who && 'status' in who) {
       metrics.gatewayAuthRefused.inc({ reason: who.code });
       const headers: Record<string, string> =
-        who.status === 401 ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${who.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` } : who.status === 503 ? { 'retry-after': '5' } : {};
+        who.status === 401
+          ? { 'www-authenticate': `Bearer error="invalid_token", error_description="${who.reason.replace(/["\\]/g, "'").replace(/[^\x20-\x7e]/g, '?')}"` }
+          : who.status === 503
+            ? { 'retry-after': '5' }
+            : {};
       problem(req, res, who.status, -32600, who.reason, headers);
       return;
     }
     if (!who) {
       metrics.gatewayAuthRefused.inc({ reason: 'unknown_token' });
-      problem(req, res, 401, -32600, `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with ${jwt ? `${jwt.description}${tokens ? ' or ' : ''}` : ''}${tokens ? 'a token the gateway was given' : ''}`, { 'www-authenticate': 'Bearer' });
+      problem(
+        req,
+        res,
+        401,
+        -32600,
+        `missing or unknown bearer token: send \`Authorization: Bearer <token>\` with ${jwt ? `${jwt.description}${tokens ? ' or ' : ''}` : ''}${tokens ? 'a token the gateway was given' : ''}`,
+        { 'www-authenticate': 'Bearer' },
+      );
       return;
     }
     const wait = limiter?.take(who.digest) ?? 0;
@@ -200,16 +216,24 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const rpcHandler = jsonRpcHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } });
   app.post('/', seedInput, rpcHandler);
-  app.post(orchestratorPath, seedInput, (_req: Request, res: Response, next: NextFunction) => {
-    (res.locals.caller as GatewayCaller).answersWithMessage = true;
-    next();
-  }, seedOutput, (req: Request, res: Response, next: NextFunction) => {
-    // The SDK's JSON-RPC router answers at its own root.
-    req.url = '/';
-    rpcHandler(req, res, next);
-  });
+  app.post(
+    orchestratorPath,
+    seedInput,
+    (_req: Request, res: Response, next: NextFunction) => {
+      (res.locals.caller as GatewayCaller).answersWithMessage = true;
+      next();
+    },
+    seedOutput,
+    (req: Request, res: Response, next: NextFunction) => {
+      // The SDK's JSON-RPC router answers at its own root.
+      req.url = '/';
+      rpcHandler(req, res, next);
+    },
+  );
   app.use((req: Request, res: Response) => {
-    res.status(404).json({ error: `nothing at ${req.path.slice(0, 200)}: POST JSON-RPC to / (or ${orchestratorPath}), REST under ${REST_PATH}, the agent card at ${AGENT_CARD_PATHS[0]}` });
+    res.status(404).json({
+      error: `nothing at ${req.path.slice(0, 200)}: POST JSON-RPC to / (or ${orchestratorPath}), REST under ${REST_PATH}, the agent card at ${AGENT_CARD_PATHS[0]}`,
+    });
   });
   app.use((err: unknown, req: Request, res: Response, _next: NextFunction) => {
     log.error({ err, path: req.path.slice(0, 200) }, 'request failed');
@@ -227,7 +251,16 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const { port } = server.address() as AddressInfo;
   const url = urlOf(opts.tls ? 'https' : 'http', opts.host ?? '127.0.0.1', port);
-  card = gatewayCard(url, opts.card ?? {}, authenticated ? { jwt: Boolean(jwt), description: [jwt?.description, tokens ? 'a token the gateway maps to a tenant and a user' : undefined].filter(Boolean).join(', or ') } : undefined);
+  card = gatewayCard(
+    url,
+    opts.card ?? {},
+    authenticated
+      ? {
+          jwt: Boolean(jwt),
+          description: [jwt?.description, tokens ? 'a token the gateway maps to a tenant and a user' : undefined].filter(Boolean).join(', or '),
+        }
+      : undefined,
+  );
   cardMadeAt = new Date().toUTCString();
   const sdkHandler = new DefaultRequestHandler(
     card,
@@ -296,15 +329,22 @@ function urlOf(scheme: string, host: string, port: number): string {
 /** Refuses a configuration that would fail on the first request. */
 function checkConfiguration(opts: GatewayOptions, tokens: BearerTokens | undefined, defaultTenant: string): void {
   for (const [tenant, client] of Object.entries(opts.clients)) {
-    if (client.tenant !== tenant) throw new TroupeError('CONFIG_INVALID', `gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
+    if (client.tenant !== tenant)
+      throw new TroupeError('CONFIG_INVALID', `gateway: clients["${tenant}"] talks to tenant "${client.tenant}": key each client by its own tenant`);
   }
-  if ((!tokens || (opts.jwt && !opts.jwt.tenantClaim)) && !opts.clients[defaultTenant]) throw new TroupeError('CONFIG_INVALID', `gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
+  if ((!tokens || (opts.jwt && !opts.jwt.tenantClaim)) && !opts.clients[defaultTenant])
+    throw new TroupeError('CONFIG_INVALID', `gateway: no client for the default tenant "${defaultTenant}": pass clients.${defaultTenant} or set defaultTenant`);
   for (const tenant of tokens?.tenants() ?? []) {
-    if (!opts.clients[tenant]) throw new TroupeError('CONFIG_INVALID', `gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`);
+    if (!opts.clients[tenant])
+      throw new TroupeError(
+        'CONFIG_INVALID',
+        `gateway: a token maps to tenant "${tenant}" but there is no client for it: add clients.${tenant} or fix the token file`,
+      );
   }
   if (opts.diagnostics) {
     if (opts.diagnostics.token.length < 16) throw new TroupeError('CONFIG_INVALID', 'gateway: the operator token must be at least 16 characters long');
-    if (tokens?.has(opts.diagnostics.token)) throw new TroupeError('CONFIG_INVALID', 'gateway: the operator token is also a user token: give operators a token of their own');
+    if (tokens?.has(opts.diagnostics.token))
+      throw new TroupeError('CONFIG_INVALID', 'gateway: the operator token is also a user token: give operators a token of their own');
   }
 }
 
@@ -483,7 +523,15 @@ function isRest(req: Request): boolean {
 
 function tooLarge(req: Request, res: Response, limit: number): void {
   const message = `the request body is over ${limit} bytes: send a smaller message (large files by URI, not inline bytes)`;
-  problem(req, res, 413, ERROR_CODES.PAYLOAD_TOO_LARGE.jsonRpc, message, { connection: 'close' }, { code: 'PAYLOAD_TOO_LARGE', hint: ERROR_CODES.PAYLOAD_TOO_LARGE.hint, limit });
+  problem(
+    req,
+    res,
+    413,
+    ERROR_CODES.PAYLOAD_TOO_LARGE.jsonRpc,
+    message,
+    { connection: 'close' },
+    { code: 'PAYLOAD_TOO_LARGE', hint: ERROR_CODES.PAYLOAD_TOO_LARGE.hint, limit },
+  );
 }
 
 /**
@@ -491,7 +539,15 @@ function tooLarge(req: Request, res: Response, limit: number): void {
  * JSON-RPC endpoint (HTTP 200 for a parse error, as JSON-RPC over HTTP does, else the status), a REST
  * error body elsewhere.
  */
-function problem(req: Request, res: Response, status: number, rpcCode: number, message: string, headers: Record<string, string> = {}, data?: Record<string, unknown>): void {
+function problem(
+  req: Request,
+  res: Response,
+  status: number,
+  rpcCode: number,
+  message: string,
+  headers: Record<string, string> = {},
+  data?: Record<string, unknown>,
+): void {
   if (res.headersSent) return void res.end();
   res.set(headers);
   if (isRest(req)) {
@@ -502,4 +558,3 @@ function problem(req: Request, res: Response, status: number, rpcCode: number, m
   const httpStatus = rpcCode === -32700 ? 200 : status;
   res.status(httpStatus).json({ jsonrpc: '2.0', id: null, error: { code: rpcCode, message, ...(data ? { data } : {}) } });
 }
-

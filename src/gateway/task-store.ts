@@ -107,7 +107,6 @@ export class MeshTaskStore implements TaskStore {
     }
   }
 
-
   /** A turn starts on this gateway: until `endTurn`, the overlay (starting as `task`) is the task. */
   beginTurn(context: ServerCallContext, task: SdkTask): void {
     const key = callerOf(context).scope(task.id);
@@ -187,5 +186,10 @@ function withOverlay(stored: SdkTask, overlay: SdkTask): SdkTask {
   const artifacts = stored.artifacts.length > 0 ? stored.artifacts : structuredClone(overlay.artifacts);
   const metadata = { ...structuredClone(overlay.metadata ?? {}), ...stored.metadata };
   // The node's state wins over one the gateway recorded (e.g. a turn the gateway stopped waiting for).
-  return { ...stored, artifacts, metadata, status: stored.status ?? overlay.status ?? { state: SdkTaskState.TASK_STATE_UNSPECIFIED, message: undefined, timestamp: undefined } };
+  return {
+    ...stored,
+    artifacts,
+    metadata,
+    status: stored.status ?? overlay.status ?? { state: SdkTaskState.TASK_STATE_UNSPECIFIED, message: undefined, timestamp: undefined },
+  };
 }

@@ -30,10 +30,20 @@ export function loadTokens(path: string): Record<string, Caller> {
   try {
     json = JSON.parse(readFileSync(path, 'utf8'));
   } catch (err) {
-    throw new TroupeError('CONFIG_INVALID', `cannot read the token file ${path} (${(err as Error).message}): it must be JSON like {"<token>": {"tenant": "demo", "user": "alice"}}`, { file: path }, { cause: err });
+    throw new TroupeError(
+      'CONFIG_INVALID',
+      `cannot read the token file ${path} (${(err as Error).message}): it must be JSON like {"<token>": {"tenant": "demo", "user": "alice"}}`,
+      { file: path },
+      { cause: err },
+    );
   }
   const parsed = TokenFileSchema.safeParse(json);
-  if (!parsed.success) throw new TroupeError('CONFIG_INVALID', `the token file ${path} is invalid: ${describeZodError(parsed.error)}; expected {"<token>": {"tenant": "<tenant>", "user": "<user>"}}`, { file: path });
+  if (!parsed.success)
+    throw new TroupeError(
+      'CONFIG_INVALID',
+      `the token file ${path} is invalid: ${describeZodError(parsed.error)}; expected {"<token>": {"tenant": "<tenant>", "user": "<user>"}}`,
+      { file: path },
+    );
   const entries = Object.entries(parsed.data);
   if (entries.length === 0) throw new TroupeError('CONFIG_INVALID', `the token file ${path} has no tokens: nobody could call the gateway`, { file: path });
   return Object.fromEntries(entries.map(([token, value]) => [token, typeof value === 'string' ? { tenant: value } : value]));

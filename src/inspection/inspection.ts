@@ -119,7 +119,8 @@ export function inspectable(value: unknown, bounds: Bounds = CONTEXT_BOUNDS): un
 
 function bounded(value: unknown, bounds: Bounds, depth: number): unknown {
   if (typeof value === 'string') return value.length > bounds.chars ? `${value.slice(0, bounds.chars)}… (${value.length} chars)` : value;
-  if (value === null || typeof value !== 'object') return typeof value === 'function' || typeof value === 'symbol' || typeof value === 'bigint' ? undefined : value;
+  if (value === null || typeof value !== 'object')
+    return typeof value === 'function' || typeof value === 'symbol' || typeof value === 'bigint' ? undefined : value;
   if (depth >= bounds.depth) return '…';
   if (Array.isArray(value)) {
     const kept = value.length > bounds.items ? value.slice(-bounds.items) : value;

@@ -24,7 +24,14 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createActor, toPromise } from 'xstate';
 import type { ZodType } from 'zod';
-import { DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_TOOL_TIMEOUT_MS, loadAgentConfig, type AgentConfig, type LoadedAgentConfig, type ModelConfig } from '../config/agent.js';
+import {
+  DEFAULT_MAX_TOOL_ROUNDS,
+  DEFAULT_TOOL_TIMEOUT_MS,
+  loadAgentConfig,
+  type AgentConfig,
+  type LoadedAgentConfig,
+  type ModelConfig,
+} from '../config/agent.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';
@@ -117,7 +124,12 @@ function clip(text: string, max: number): string {
 }
 
 /** The system prompt: instructions, then what the mesh tells this agent about the turn. */
-export function systemPrompt(instructions: string, agentId: string, message: Message, ctx: Pick<AgentContext, 'sender' | 'peers' | 'handoff' | 'recentMessages' | 'history'>): string {
+export function systemPrompt(
+  instructions: string,
+  agentId: string,
+  message: Message,
+  ctx: Pick<AgentContext, 'sender' | 'peers' | 'handoff' | 'recentMessages' | 'history'>,
+): string {
   const lines = [instructions.trim(), '', `You are agent "${agentId}" in a team of agents.`];
   const peers = ctx.peers.filter((p) => p.id !== agentId);
   if (peers.length) {
@@ -142,7 +154,10 @@ export function systemPrompt(instructions: string, agentId: string, message: Mes
   }
   const resume = message.metadata?.['troupe/handoffResume'] as { targetAgentId?: string; status?: string } | undefined;
   if (resume) {
-    lines.push('', `You handed the conversation to agent "${resume.targetAgentId}"; it has given control back (${resume.status}). Its summary follows. Answer the user.`);
+    lines.push(
+      '',
+      `You handed the conversation to agent "${resume.targetAgentId}"; it has given control back (${resume.status}). Its summary follows. Answer the user.`,
+    );
   }
   return lines.join('\n');
 }
@@ -160,7 +175,8 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   const provider: ModelProvider = createProvider(config.model, providerOptions('model', 0));
   // Prompt tools call their model inside a tool run: the SDK retries those itself.
   const logger = opts.logger ?? createLogger({ name: `troupe-agent-${config.name}` });
-  for (const w of loaded.warnings ?? []) logger.warn({ file: w.file, line: w.line, column: w.column, path: w.path }, `${w.file}:${w.line}:${w.column} ${w.path}: ${w.message}`);
+  for (const w of loaded.warnings ?? [])
+    logger.warn({ file: w.file, line: w.line, column: w.column, path: w.path }, `${w.file}:${w.line}:${w.column} ${w.path}: ${w.message}`);
   const toolSet = await buildTools(loaded, {
     providerFor: (model: ModelConfig, where) => createProvider(model, providerOptions(where, 2)),
     embedderFor: (model, where) => createEmbeddingProvider(config.model, model ?? DEFAULT_EMBEDDING_MODEL, providerOptions(where, 2)),
@@ -180,7 +196,11 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     .map((t) => t.definition.name);
   const approvalTimeoutMs = config.approval_timeout_ms ?? DEFAULT_APPROVAL_TIMEOUT_MS;
   const output = opts.output
-    ? outputSpec({ zod: opts.output.schema, ...(opts.output.name ? { name: opts.output.name } : {}), ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}) })
+    ? outputSpec({
+        zod: opts.output.schema,
+        ...(opts.output.name ? { name: opts.output.name } : {}),
+        ...(opts.output.retries !== undefined ? { retries: opts.output.retries } : {}),
+      })
     : config.output
       ? outputSpec(config.output)
       : undefined;
@@ -312,7 +332,9 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         ),
       runTool: async ({ call }, signal) => {
         if (routing.names.includes(call.name)) return routing.run(call.name, call.arguments);
-        const span = turn.traceParent ? startSpan('troupe.tool.call', { parent: turn.traceParent, attributes: { 'troupe.tool': call.name, 'troupe.agent': config.name } }) : undefined;
+        const span = turn.traceParent
+          ? startSpan('troupe.tool.call', { parent: turn.traceParent, attributes: { 'troupe.tool': call.name, 'troupe.agent': config.name } })
+          : undefined;
         try {
           const result = await runTool(call, signal);
           if (span) endSpan(span);
@@ -326,7 +348,16 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     const runTool = (call: ToolRunInput['call'], signal: AbortSignal) => runToolFor(message, ctx, call, signal, routing.names);
     const stats = (ok: boolean, rounds: number, toolCalls: number): TurnStats => {
       const sums = turnUsage(turn.calls);
-      return { threadId: ctx.threadId, ok, modelMs: turn.modelMs, modelCalls: turn.modelCalls, rounds, toolCalls, inputTokens: sums.inputTokens, outputTokens: sums.outputTokens };
+      return {
+        threadId: ctx.threadId,
+        ok,
+        modelMs: turn.modelMs,
+        modelCalls: turn.modelCalls,
+        rounds,
+        toolCalls,
+        inputTokens: sums.inputTokens,
+        outputTokens: sums.outputTokens,
+      };
     };
     const loop: RunningLoop = { threadId: ctx.threadId, messageId: message.messageId, actor: undefined };
     loops.add(loop);
@@ -361,7 +392,12 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
           return reply(approvalText(request), {
             to: 'user',
             data: approvalData(request),
-            metadata: { [META.usage]: turnUsage(turn.calls), ...(newSummary ? { [META.memory]: newSummary } : {}), [META.approval]: request, [META.inputRequired]: true },
+            metadata: {
+              [META.usage]: turnUsage(turn.calls),
+              ...(newSummary ? { [META.memory]: newSummary } : {}),
+              [META.approval]: request,
+              [META.inputRequired]: true,
+            },
           });
         }
         if (!output) {
@@ -375,10 +411,14 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         }
         if (attempt >= output.retries) {
           opts.onTurn?.(stats(false, rounds, toolCalls));
-          throw new TroupeError('OUTPUT_INVALID', `agent "${config.name}": the answer did not match the output schema after ${attempt + 1} tr${attempt === 0 ? 'y' : 'ies'}: ${checked.error}`, {
-            attempts: attempt + 1,
-            error: checked.error,
-          });
+          throw new TroupeError(
+            'OUTPUT_INVALID',
+            `agent "${config.name}": the answer did not match the output schema after ${attempt + 1} tr${attempt === 0 ? 'y' : 'ies'}: ${checked.error}`,
+            {
+              attempts: attempt + 1,
+              error: checked.error,
+            },
+          );
         }
         ctx.log.info({ attempt: attempt + 1, error: checked.error }, 'the answer did not match the output schema; asking again');
         messages = [...sent, ...repairMessages(out.text, checked.error)];
@@ -404,7 +444,13 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   }
 
   /** Runs one of the agent's own tools for a call of the model (the routing tools are not among them). */
-  async function runToolFor(message: Message, ctx: AgentContext, call: ToolRunInput['call'], signal: AbortSignal, routingNames: readonly string[] = []): Promise<string> {
+  async function runToolFor(
+    message: Message,
+    ctx: AgentContext,
+    call: ToolRunInput['call'],
+    signal: AbortSignal,
+    routingNames: readonly string[] = [],
+  ): Promise<string> {
     const tool = byName.get(call.name);
     if (!tool) throw new Error(`there is no tool "${call.name}"; the tools are ${[...byName.keys(), ...routingNames].join(', ') || '(none)'}`);
     const record = { threadId: ctx.threadId, messageId: message.messageId, name: call.name, tool: tool.source ?? call.name, arguments: call.arguments };
@@ -440,7 +486,10 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
         results.push({ role: 'tool', toolCallId: d.call.id, name: d.call.name, content: JSON.stringify({ error: (err as Error).message }), isError: true });
       }
     }
-    ctx.log.info({ decision: decision?.decision ?? 'none', calls: decided.map((d) => `${d.call.name}:${d.run ? 'ran' : 'refused'}`) }, 'resuming a turn after an approval');
+    ctx.log.info(
+      { decision: decision?.decision ?? 'none', calls: decided.map((d) => `${d.call.name}:${d.run ? 'ran' : 'refused'}`) },
+      'resuming a turn after an approval',
+    );
     return [
       ...turnMessages(request),
       { role: 'assistant', content: request.text, toolCalls: decided.map((d) => d.call) },
@@ -450,7 +499,13 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
   }
 
   /** Runs the model loop once over `messages`; its output, and the messages of its last model call. */
-  async function runLoop(loop: RunningLoop, turnId: string, messages: ChatMessage[], ctx: AgentContext, routing: RoutingTools): Promise<{ output: LlmAgentOutput | undefined; messages: ChatMessage[] }> {
+  async function runLoop(
+    loop: RunningLoop,
+    turnId: string,
+    messages: ChatMessage[],
+    ctx: AgentContext,
+    routing: RoutingTools,
+  ): Promise<{ output: LlmAgentOutput | undefined; messages: ChatMessage[] }> {
     const actor = createActor(logic, {
       // On the mesh's inspection stream (under the thread) while the thread or this agent is inspected.
       ...(ctx.inspect ? { inspect: ctx.inspect } : {}),
@@ -499,9 +554,11 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
     ...definition,
     status: () => {
       // At most a few loops: this goes into the announced status, which must stay small.
-      const running = [...loops]
-        .slice(0, MAX_REPORTED_LOOPS)
-        .map((l) => ({ threadId: l.threadId, messageId: l.messageId, ...(l.actor ? describeLoop(l.actor.getSnapshot()) : { state: 'summarising', round: 0, attempt: 0, tools: [] }) }));
+      const running = [...loops].slice(0, MAX_REPORTED_LOOPS).map((l) => ({
+        threadId: l.threadId,
+        messageId: l.messageId,
+        ...(l.actor ? describeLoop(l.actor.getSnapshot()) : { state: 'summarising', round: 0, attempt: 0, tools: [] }),
+      }));
       return {
         detail: { model, loops: running, ...toolSet.status() },
         actors: running.map((l) => ({

@@ -24,7 +24,9 @@ const ChatMessageSchema: z.ZodType<ChatMessage> = z.union([
     role: z.literal('user'),
     content: z.union([
       z.string(),
-      z.array(z.union([z.object({ type: z.literal('text'), text: z.string() }), z.object({ type: z.literal('image'), mimeType: z.string(), data: z.string() })])),
+      z.array(
+        z.union([z.object({ type: z.literal('text'), text: z.string() }), z.object({ type: z.literal('image'), mimeType: z.string(), data: z.string() })]),
+      ),
     ]),
   }),
   z.object({ role: z.literal('assistant'), content: z.string(), toolCalls: z.array(ToolCallSchema).optional() }),
@@ -93,7 +95,8 @@ export function decideCalls(request: ApprovalRequest, decision: ApprovalDecision
     if (!decision) return { run: false, call, why: `the user did not approve "${c.tool}" and wrote instead: ${wrote.slice(0, 500)}; it did not run` };
     const mine = decision.callId === undefined || decision.callId === c.callId;
     if (!mine) return { run: false, call, why: `the user did not approve "${c.tool}"; it did not run` };
-    if (decision.decision === 'deny') return { run: false, call, why: `the user refused "${c.tool}"${decision.reason ? `: ${decision.reason}` : ''}; it did not run` };
+    if (decision.decision === 'deny')
+      return { run: false, call, why: `the user refused "${c.tool}"${decision.reason ? `: ${decision.reason}` : ''}; it did not run` };
     return { run: true, call: decision.arguments ? { ...call, arguments: JSON.stringify(decision.arguments) } : call };
   });
 }

@@ -20,7 +20,12 @@ export async function importOptional<T>(specifier: string, feature: string): Pro
     const pkg = packageOf(specifier);
     // Only the package itself missing: a package that is there but fails to load is its own error.
     if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String((err as Error).message).includes(`'${pkg}`)) {
-      throw new TroupeError('DEPENDENCY_MISSING', `${feature} needs the optional package ${pkg}, which is not installed: run npm i ${pkg}`, { package: pkg }, { cause: err });
+      throw new TroupeError(
+        'DEPENDENCY_MISSING',
+        `${feature} needs the optional package ${pkg}, which is not installed: run npm i ${pkg}`,
+        { package: pkg },
+        { cause: err },
+      );
     }
     throw err;
   }

@@ -129,7 +129,7 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
       name: RETURN_HANDOFF_TOOL,
       description:
         `Agent ${situation.handoff!.sourceAgentId} handed this conversation to you. When the user's need is met ` +
-        "(or cannot be), give control back with a summary, then write your last message to the user.",
+        '(or cannot be), give control back with a summary, then write your last message to the user.',
       parameters: {
         type: 'object',
         properties: {
@@ -151,9 +151,19 @@ export function routingTools(situation: RoutingSituation): RoutingTools {
       parameters: {
         type: 'object',
         properties: {
-          agents: { type: 'array', items: { type: 'string', enum: peerIds }, minItems: 1, maxItems: LIMITS.delegateAgents, description: 'the agents to ask, each once' },
+          agents: {
+            type: 'array',
+            items: { type: 'string', enum: peerIds },
+            minItems: 1,
+            maxItems: LIMITS.delegateAgents,
+            description: 'the agents to ask, each once',
+          },
           input: { type: 'string', description: 'what you ask them' },
-          strategy: { type: 'string', enum: [...DELEGATION_STRATEGIES], description: 'parallel (default): all at once; sequential: one after another; first_success: the first answer wins' },
+          strategy: {
+            type: 'string',
+            enum: [...DELEGATION_STRATEGIES],
+            description: 'parallel (default): all at once; sequential: one after another; first_success: the first answer wins',
+          },
         },
         required: ['agents', 'input'],
         additionalProperties: false,

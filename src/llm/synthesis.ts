@@ -10,14 +10,16 @@ import type { ModelProvider } from '../model/types.js';
 export type Synthesizer = (input: SynthesisInput, onDelta: (text: string) => void, signal: AbortSignal) => Promise<string>;
 
 export const DEFAULT_SYNTHESIS_PROMPT =
-  'Several specialist agents answered the user\'s message. Write one answer to the user that combines what they said: ' +
+  "Several specialist agents answered the user's message. Write one answer to the user that combines what they said: " +
   'keep every fact, resolve overlaps, do not invent anything, and do not mention the agents unless it helps the user.';
 
 const MAX_ANSWER_CHARS = 8000;
 
 export function modelSynthesizer(provider: ModelProvider, prompt: string = DEFAULT_SYNTHESIS_PROMPT): Synthesizer {
   return async (input, onDelta, signal) => {
-    const answers = input.answers.map((a) => `### ${a.agentId}\n${a.text.length > MAX_ANSWER_CHARS ? `${a.text.slice(0, MAX_ANSWER_CHARS)}…` : a.text}`).join('\n\n');
+    const answers = input.answers
+      .map((a) => `### ${a.agentId}\n${a.text.length > MAX_ANSWER_CHARS ? `${a.text.slice(0, MAX_ANSWER_CHARS)}…` : a.text}`)
+      .join('\n\n');
     const completion = await provider.complete({
       messages: [
         { role: 'system', content: prompt },

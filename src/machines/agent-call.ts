@@ -50,8 +50,7 @@ export interface TimedReply {
 }
 
 export type AgentCallOutput =
-  | { ok: true; agentId: string; reply: AgentReply; attempts: number; at?: number }
-  | { ok: false; agentId: string; error: ErrorBody; attempts: number };
+  { ok: true; agentId: string; reply: AgentReply; attempts: number; at?: number } | { ok: false; agentId: string; error: ErrorBody; attempts: number };
 
 export interface AgentCallContext extends AgentCallInput {
   attempt: number;
@@ -160,7 +159,13 @@ export const agentCallMachine = agentCallSetup.createMachine({
   },
   output: ({ context }): AgentCallOutput =>
     context.reply
-      ? { ok: true, agentId: context.agentId, reply: context.reply, attempts: context.attempt + 1, ...(context.repliedAt !== undefined ? { at: context.repliedAt } : {}) }
+      ? {
+          ok: true,
+          agentId: context.agentId,
+          reply: context.reply,
+          attempts: context.attempt + 1,
+          ...(context.repliedAt !== undefined ? { at: context.repliedAt } : {}),
+        }
       : {
           ok: false,
           agentId: context.agentId,

@@ -23,12 +23,7 @@
 import { assign, setup, type SnapshotFrom } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
 import { ErrorCodeSchema, TroupeError, type ErrorBody, type ErrorCode } from '../protocol/errors.js';
-import {
-  readHandoffAccept,
-  readHandoffReturn,
-  type HandoffRequest,
-  type HandoffReturn,
-} from '../protocol/handoff.js';
+import { readHandoffAccept, readHandoffReturn, type HandoffRequest, type HandoffReturn } from '../protocol/handoff.js';
 
 export interface HandoffInput {
   /** A parsed request (`HandoffRequestSchema.parse(...)` or `handoffRequestFromDirective(...)`). */
@@ -97,7 +92,12 @@ function nowOf(context: HandoffContext, event: { now?: number }): number {
 }
 
 /** Ends that can come from the thread's events (the rest end the handoff by themselves). */
-const ENDING_EVENTS: ReadonlySet<HandoffEvent['type']> = new Set(['troupe.handoff.rejected', 'troupe.handoff.returned', 'troupe.handoff.cancel', 'troupe.handoff.failed']);
+const ENDING_EVENTS: ReadonlySet<HandoffEvent['type']> = new Set([
+  'troupe.handoff.rejected',
+  'troupe.handoff.returned',
+  'troupe.handoff.cancel',
+  'troupe.handoff.failed',
+]);
 
 /** Whether an event ends the handoff (the thread then waits for the handoff's output). */
 export function endsHandoff(event: HandoffEvent): boolean {
@@ -108,7 +108,8 @@ export function endsHandoff(event: HandoffEvent): boolean {
 function handoffReturnOf(context: HandoffContext): HandoffReturn | undefined {
   if (context.status === 'rejected') return undefined;
   if (context.result) return context.result;
-  if (context.status === 'cancelled') return { completionStatus: 'cancelled', resultSummary: context.cancelReason ?? 'cancelled by the user', artifactsCreated: [] };
+  if (context.status === 'cancelled')
+    return { completionStatus: 'cancelled', resultSummary: context.cancelReason ?? 'cancelled by the user', artifactsCreated: [] };
   const error = context.error ?? { code: 'AGENT_ERROR', message: 'the handoff failed' };
   return { completionStatus: 'error', resultSummary: `${error.code}: ${error.message}`, artifactsCreated: [] };
 }
@@ -139,8 +140,7 @@ export const handoffSetup = setup({
   },
   guards: {
     /** Redelivered messages (same messageId as the last one) are not forwarded twice. */
-    isNewUserMessage: ({ context, event }) =>
-      event.type === 'troupe.handoff.userMessage' && event.message.messageId !== context.lastMessageId,
+    isNewUserMessage: ({ context, event }) => event.type === 'troupe.handoff.userMessage' && event.message.messageId !== context.lastMessageId,
     returnedCompleted: ({ context }) => context.result?.completionStatus === 'completed',
     returnedCancelled: ({ context }) => context.result?.completionStatus === 'cancelled',
   },
@@ -232,7 +232,7 @@ export const handoffMachine = handoffSetup.createMachine({
       },
     },
     returning: {
-      description: "The target returned control; its completionStatus says how the handoff ended.",
+      description: 'The target returned control; its completionStatus says how the handoff ended.',
       always: [
         { guard: 'returnedCompleted', target: 'completed', actions: 'markCompleted' },
         { guard: 'returnedCancelled', target: 'cancelled', actions: 'markCancelled' },

@@ -113,8 +113,7 @@ export interface LlmAgentContext {
 }
 
 export type LlmAgentOutput =
-  | { ok: true; text: string; rounds: number; toolCalls: number; approval?: ToolCall[] }
-  | { ok: false; error: ErrorBody; rounds: number; toolCalls: number };
+  { ok: true; text: string; rounds: number; toolCalls: number; approval?: ToolCall[] } | { ok: false; error: ErrorBody; rounds: number; toolCalls: number };
 
 // ---------------------------------------------------------------------------------------------------
 // One tool call: running -> succeeded | failed | timedOut, always with a result for the model.
@@ -228,8 +227,7 @@ export const llmAgentSetup = setup({
     allToolsDone: ({ context }) => context.pending.every((c) => context.results[c.id] !== undefined),
     /** Only routing tools, all accepted, and the answer already written: nothing more to ask. */
     answeredWithRouting: ({ context }) =>
-      context.roundText.trim() !== '' &&
-      context.pending.every((c) => context.controlTools.includes(c.name) && context.results[c.id]?.isError === false),
+      context.roundText.trim() !== '' && context.pending.every((c) => context.controlTools.includes(c.name) && context.results[c.id]?.isError === false),
   },
   actions: {
     startRound: assign(({ context }, completion: Completion) => {

@@ -156,8 +156,7 @@ export type OrchestrationEvent =
   | { type: 'troupe.orchestration.restored'; now: number };
 
 export const DEFAULT_PARTIAL_FAILURE_TEMPLATE = '{successMessage} However, {failureMessage}';
-export const DEFAULT_FALLBACK_MESSAGE =
-  "Sorry, I couldn't get an answer from any of the agents: {failureMessage} Please try again in a moment.";
+export const DEFAULT_FALLBACK_MESSAGE = "Sorry, I couldn't get an answer from any of the agents: {failureMessage} Please try again in a moment.";
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Aggregation (pure)                                                                               */
@@ -193,9 +192,7 @@ function fill(template: string, values: Record<string, string>): string {
 
 /** One sentence naming the failed agents and why, e.g. `writer did not answer in time; coder failed (boom).` */
 export function describeFailures(failures: readonly AgentFailure[]): string {
-  const reasons = failures.map((f) =>
-    f.code === 'AGENT_TIMEOUT' ? `${f.agentId} did not answer in time` : `${f.agentId} failed (${f.message})`,
-  );
+  const reasons = failures.map((f) => (f.code === 'AGENT_TIMEOUT' ? `${f.agentId} did not answer in time` : `${f.agentId} failed (${f.message})`));
   return reasons.length ? `${reasons.join('; ')}.` : '';
 }
 
@@ -222,12 +219,8 @@ export function aggregate(results: readonly AgentResult[], opts: AggregateOption
   }
 
   const successMessage =
-    successes.length === 1
-      ? messageText(successes[0]!.reply)
-      : successes.map((r) => `**${r.agentId}**: ${messageText(r.reply)}`).join('\n\n');
-  const text = failures.length
-    ? fill(opts.partialFailureTemplate ?? DEFAULT_PARTIAL_FAILURE_TEMPLATE, { successMessage, failureMessage })
-    : successMessage;
+    successes.length === 1 ? messageText(successes[0]!.reply) : successes.map((r) => `**${r.agentId}**: ${messageText(r.reply)}`).join('\n\n');
+  const text = failures.length ? fill(opts.partialFailureTemplate ?? DEFAULT_PARTIAL_FAILURE_TEMPLATE, { successMessage, failureMessage }) : successMessage;
   const parts: Part[] =
     successes.length === 1 && failures.length === 0
       ? successes[0]!.reply.parts
@@ -493,11 +486,7 @@ export const orchestrationMachine = orchestrationSetup.createMachine({
       },
       states: {
         dispatching: {
-          always: [
-            { guard: 'isSequential', target: 'sequential' },
-            { guard: 'isFirstSuccess', target: 'firstSuccess' },
-            { target: 'parallel' },
-          ],
+          always: [{ guard: 'isSequential', target: 'sequential' }, { guard: 'isFirstSuccess', target: 'firstSuccess' }, { target: 'parallel' }],
         },
         parallel: {
           description: 'Every agent at once; collect all answers.',

@@ -122,8 +122,10 @@ const CONVENTIONAL_ENTRY = 'triage';
  */
 export function defaultEntry(agents: AgentDirectory): RouteDecision {
   const live = Object.keys(agents).sort();
-  if (live.length === 1) return { to: 'agent', agentId: live[0]!, mode: 'initial', reason: `${live[0]!} is the only agent on the mesh (no team names an entry agent)` };
-  if (liveAgent(agents, CONVENTIONAL_ENTRY)) return { to: 'agent', agentId: CONVENTIONAL_ENTRY, mode: 'initial', reason: `entry agent ${CONVENTIONAL_ENTRY} (no team names one)` };
+  if (live.length === 1)
+    return { to: 'agent', agentId: live[0]!, mode: 'initial', reason: `${live[0]!} is the only agent on the mesh (no team names an entry agent)` };
+  if (liveAgent(agents, CONVENTIONAL_ENTRY))
+    return { to: 'agent', agentId: CONVENTIONAL_ENTRY, mode: 'initial', reason: `entry agent ${CONVENTIONAL_ENTRY} (no team names one)` };
   const shown = live.length > 8 ? `${live.slice(0, 8).join(', ')}, …` : live.join(', ');
   const message =
     live.length === 0
@@ -217,7 +219,10 @@ export const routerMachine = routerSetup.createMachine({
   initial: 'start',
   states: {
     start: {
-      always: [{ guard: 'needsPolicy', target: 'scoring' }, { target: 'decided', actions: 'decideWithoutPolicy' }],
+      always: [
+        { guard: 'needsPolicy', target: 'scoring' },
+        { target: 'decided', actions: 'decideWithoutPolicy' },
+      ],
     },
     scoring: {
       entry: 'countAttempt',
@@ -266,22 +271,17 @@ export const routerMachine = routerSetup.createMachine({
           {
             guard: 'hasFallbackAgent',
             target: 'decided',
-            actions: [
-              { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
-              'routeToFallback',
-            ],
+            actions: [{ type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error }, 'routeToFallback'],
           },
           {
             target: 'decided',
-            actions: [
-              { type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error },
-              'failRouting',
-            ],
+            actions: [{ type: 'recordPolicyError', params: ({ event }: { event: ErrorActorEvent }) => event.error }, 'failRouting'],
           },
         ],
       },
     },
     decided: { type: 'final' },
   },
-  output: ({ context }) => context.decision ?? { to: 'user', reason: 'router reached no decision', error: { code: 'ROUTER_FAILURE', message: 'router reached no decision' } },
+  output: ({ context }) =>
+    context.decision ?? { to: 'user', reason: 'router reached no decision', error: { code: 'ROUTER_FAILURE', message: 'router reached no decision' } },
 });

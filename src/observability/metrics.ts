@@ -236,7 +236,9 @@ export async function serveMetrics(port: number, host = '0.0.0.0', readiness?: R
       return;
     }
     if (req.method !== 'GET' || (path !== '/metrics' && path !== '/')) {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end(`not found: metrics are at GET /metrics${readiness ? ', probes at GET /healthz and GET /readyz' : ''}\n`);
+      res
+        .writeHead(404, { 'content-type': 'text/plain' })
+        .end(`not found: metrics are at GET /metrics${readiness ? ', probes at GET /healthz and GET /readyz' : ''}\n`);
       return;
     }
     registry.metrics().then(

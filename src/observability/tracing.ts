@@ -41,14 +41,19 @@ export async function startTracing(opts: { serviceName: string; env?: NodeJS.Pro
   if (tracing.on) throw new Error('tracing is already started in this process');
   const url = tracesEndpoint ?? `${base!.replace(/\/+$/, '')}/v1/traces`;
   // Loaded only when tracing is on: a process without an endpoint never pays for the SDK.
-  const [{ TracerProvider, BatchSpanProcessor }, { OTLPTraceExporter }, { resourceFromAttributes }, { AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }] =
-    await Promise.all([
-      import('@opentelemetry/sdk-trace'),
-      import('@opentelemetry/exporter-trace-otlp-http'),
-      import('@opentelemetry/resources'),
-      import('@opentelemetry/context-async-hooks'),
-      import('@opentelemetry/core'),
-    ]);
+  const [
+    { TracerProvider, BatchSpanProcessor },
+    { OTLPTraceExporter },
+    { resourceFromAttributes },
+    { AsyncLocalStorageContextManager },
+    { W3CTraceContextPropagator },
+  ] = await Promise.all([
+    import('@opentelemetry/sdk-trace'),
+    import('@opentelemetry/exporter-trace-otlp-http'),
+    import('@opentelemetry/resources'),
+    import('@opentelemetry/context-async-hooks'),
+    import('@opentelemetry/core'),
+  ]);
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ 'service.name': env.OTEL_SERVICE_NAME ?? opts.serviceName }),
     spanProcessors: [new BatchSpanProcessor({ exporter: new OTLPTraceExporter({ url }), scheduledDelayMillis: 500 })],
@@ -93,7 +98,9 @@ export function injectTraceparent(headers: Record<string, string>, parent: Span 
 /** Starts a span under `parent` (a span, a context, or the active context). Only when on. */
 export function startSpan(name: string, opts: { parent?: Span | Context; kind?: SpanKind; attributes?: Attributes } = {}): Span {
   const parentCtx = opts.parent === undefined ? context.active() : isSpan(opts.parent) ? trace.setSpan(context.active(), opts.parent) : opts.parent;
-  return trace.getTracer(TRACER).startSpan(name, { ...(opts.kind !== undefined ? { kind: opts.kind } : {}), ...(opts.attributes ? { attributes: opts.attributes } : {}) }, parentCtx);
+  return trace
+    .getTracer(TRACER)
+    .startSpan(name, { ...(opts.kind !== undefined ? { kind: opts.kind } : {}), ...(opts.attributes ? { attributes: opts.attributes } : {}) }, parentCtx);
 }
 
 /** The context in which `span` is the active span (for `context.with` and children). */

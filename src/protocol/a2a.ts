@@ -6,17 +6,7 @@ import { z } from 'zod';
 import { ID_LIMITS, idSchema } from './ids.js';
 import { LIMITS } from './limits.js';
 
-export const TASK_STATES = [
-  'submitted',
-  'working',
-  'input-required',
-  'completed',
-  'canceled',
-  'failed',
-  'rejected',
-  'auth-required',
-  'unknown',
-] as const;
+export const TASK_STATES = ['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected', 'auth-required', 'unknown'] as const;
 export const TaskStateSchema = z.enum(TASK_STATES);
 export type TaskState = z.infer<typeof TaskStateSchema>;
 
@@ -128,10 +118,7 @@ export const TaskArtifactUpdateEventSchema = z.object({
 export type TaskArtifactUpdateEvent = z.infer<typeof TaskArtifactUpdateEventSchema>;
 
 /** What a thread publishes on its `.out` subject. */
-export const ThreadEventSchema = z.discriminatedUnion('kind', [
-  TaskStatusUpdateEventSchema,
-  TaskArtifactUpdateEventSchema,
-]);
+export const ThreadEventSchema = z.discriminatedUnion('kind', [TaskStatusUpdateEventSchema, TaskArtifactUpdateEventSchema]);
 export type ThreadEvent = z.infer<typeof ThreadEventSchema>;
 
 export const AgentExtensionSchema = z.object({

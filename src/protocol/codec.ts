@@ -21,12 +21,7 @@ export function decodeText(data: Uint8Array): string {
  * Parses JSON and validates it against a schema. Malformed JSON and schema violations become
  * INVALID_MESSAGE, oversized payloads PAYLOAD_TOO_LARGE; nothing is thrown untyped.
  */
-export function decode<S extends z.ZodType>(
-  schema: S,
-  data: Uint8Array,
-  what: string,
-  maxBytes = DEFAULT_MAX_PAYLOAD,
-): z.infer<S> {
+export function decode<S extends z.ZodType>(schema: S, data: Uint8Array, what: string, maxBytes = DEFAULT_MAX_PAYLOAD): z.infer<S> {
   if (data.byteLength > maxBytes) {
     throw new TroupeError('PAYLOAD_TOO_LARGE', `${what} is ${data.byteLength} bytes; the limit is ${maxBytes}`, {
       size: data.byteLength,

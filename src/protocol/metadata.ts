@@ -144,7 +144,13 @@ export function answerIn<M extends { role: string; messageId: string; metadata?:
  * the event's and the message's metadata, `inReplyTo` naming the message when there is one), so a client
  * waiting for that message's answer gets this instead.
  */
-export function rejectionEvent(opts: { taskId: string; contextId: string; messageId?: string | undefined; error: TroupeError; timestamp?: string }): TaskStatusUpdateEvent {
+export function rejectionEvent(opts: {
+  taskId: string;
+  contextId: string;
+  messageId?: string | undefined;
+  error: TroupeError;
+  timestamp?: string;
+}): TaskStatusUpdateEvent {
   const { taskId, contextId, messageId, error } = opts;
   return {
     kind: 'status-update',

@@ -21,7 +21,10 @@ export const SimplifiedAgentCardSchema = z.object({
   id: z.string(),
   name: z.string(),
   description: z.string(),
-  capabilities: z.preprocess((value) => (Array.isArray(value) ? value : capabilityNames(AgentCapabilitiesSchema.safeParse(value ?? {}).data ?? {})), z.array(z.string())),
+  capabilities: z.preprocess(
+    (value) => (Array.isArray(value) ? value : capabilityNames(AgentCapabilitiesSchema.safeParse(value ?? {}).data ?? {})),
+    z.array(z.string()),
+  ),
   supportsClientRouting: z.boolean(),
 });
 export type SimplifiedAgentCard = z.infer<typeof SimplifiedAgentCardSchema>;
@@ -81,10 +84,7 @@ export function readRoutingResponse(reply: Message): RoutingResponse | undefined
   if (raw === undefined) return undefined;
   const parsed = RoutingResponseSchema.safeParse(raw);
   if (!parsed.success) {
-    throw new TroupeError(
-      'EXTENSION_PARSE_ERROR',
-      `reply ${reply.messageId} carries invalid client-routing metadata: ${describeZodError(parsed.error)}`,
-    );
+    throw new TroupeError('EXTENSION_PARSE_ERROR', `reply ${reply.messageId} carries invalid client-routing metadata: ${describeZodError(parsed.error)}`);
   }
   return parsed.data;
 }

@@ -168,7 +168,13 @@ export class LlmRouterPolicy implements RouterPolicy {
   }
 
   /** One completion through a model provider; its errors become attempt errors (retryable as it says). */
-  private async viaProvider(provider: ModelProvider, messages: ChatMessage[], signal: AbortSignal, timeout: AbortSignal, input: RouterPolicyInput): Promise<string> {
+  private async viaProvider(
+    provider: ModelProvider,
+    messages: ChatMessage[],
+    signal: AbortSignal,
+    timeout: AbortSignal,
+    input: RouterPolicyInput,
+  ): Promise<string> {
     try {
       const completion = await provider.complete({ messages, signal });
       if (completion.text.trim() === '') throw new AttemptError('the model answered with no text', true);
@@ -184,9 +190,16 @@ export class LlmRouterPolicy implements RouterPolicy {
 }
 
 /** The system and user messages for a routing request. */
-export function buildPrompt(input: RouterPolicyInput, historyMessages = DEFAULT_LLM_ROUTER_HISTORY, prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS): ChatMessage[] {
+export function buildPrompt(
+  input: RouterPolicyInput,
+  historyMessages = DEFAULT_LLM_ROUTER_HISTORY,
+  prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS,
+): ChatMessage[] {
   // In id order: the same team gives the same prompt whichever agent announced itself first.
-  const team = [...input.agents].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)).map((card) => describeAgent(card, prompts)).join('\n\n');
+  const team = [...input.agents]
+    .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+    .map((card) => describeAgent(card, prompts))
+    .join('\n\n');
   const catalog = prompts.catalogHeader ? `${prompts.catalogHeader}\n${team}` : team;
   const system = prompts.system.includes('{{catalog}}') ? fill(prompts.system, { catalog }) : `${prompts.system}\n\n${catalog}`;
   const history = (input.history ?? [])
@@ -252,7 +265,8 @@ export function parseDecision(content: string, agents: readonly AgentCard[]): Ro
   }
   const additional = decision.additionalAgents ?? [];
   const unknown = additional.filter((id) => !ids.has(id));
-  if (unknown.length) throw new AttemptError(`additionalAgents ${unknown.map((id) => `"${id}"`).join(', ')} are not among ${[...ids].join(', ')}`, true, content);
+  if (unknown.length)
+    throw new AttemptError(`additionalAgents ${unknown.map((id) => `"${id}"`).join(', ')} are not among ${[...ids].join(', ')}`, true, content);
   if (additional.includes(decision.agentId)) throw new AttemptError(`additionalAgents repeats the primary agent "${decision.agentId}"`, true, content);
   if (new Set(additional).size !== additional.length) throw new AttemptError('additionalAgents names an agent twice', true, content);
   const result: RouterDecision = { agentId: decision.agentId, confidence: decision.confidence, reasoning: decision.reasoning };

@@ -168,7 +168,14 @@ function buildProfile(fields: readonly Field[], examples: readonly string[], one
     terms.set(term, saturate(raw) * damp);
   }
   const bigrams = new Map([...rawBigrams].map(([k, v]) => [k, saturate(v)] as const));
-  const exampleSets = examples.map((ex) => new Set(words(tokenize(ex, { entities: true })).filter((t) => !t.entity).map((t) => t.stem)));
+  const exampleSets = examples.map(
+    (ex) =>
+      new Set(
+        words(tokenize(ex, { entities: true }))
+          .filter((t) => !t.entity)
+          .map((t) => t.stem),
+      ),
+  );
   return { terms, bigrams, examples: exampleSets };
 }
 
@@ -492,9 +499,7 @@ export class ScoringPolicy implements RouterPolicy {
   }
 
   private explainMulti(multi: MultiIntent): string {
-    const parts = multi.agents.map(
-      (a) => `"${a.clause}" -> ${a.agentId} (${termList(a.top.matched)}; confidence ${a.confidence.toFixed(2)})`,
-    );
+    const parts = multi.agents.map((a) => `"${a.clause}" -> ${a.agentId} (${termList(a.top.matched)}; confidence ${a.confidence.toFixed(2)})`);
     return `The message asks ${multi.agents.length} things: ${parts.join('; ')}. Confidence ${multi.confidence.toFixed(2)} is the lowest of the parts.`;
   }
 }

@@ -21,15 +21,34 @@ export const isHex = (c: number) => isDigit(c) || (c >= 65 && c <= 70) || (c >= 
 export const isHorizontalSpace = (c: number) => c === 32 || c === 9;
 export function isSpace(c: number): boolean {
   return (
-    c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
-    c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff
+    c === 32 ||
+    (c >= 9 && c <= 13) ||
+    c === 0xa0 ||
+    c === 0x1680 ||
+    (c >= 0x2000 && c <= 0x200a) ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x202f ||
+    c === 0x205f ||
+    c === 0x3000 ||
+    c === 0xfeff
   );
 }
 
 /** Spaces that copy-paste from web forms puts between digit groups: no-break, figure, thin, narrow no-break. */
 export const isGroupSpace = (c: number) => c === 32 || c === 0xa0 || c === 0x2007 || c === 0x2009 || c === 0x202f;
-export const PLUS = 43, MINUS = 45, DOT = 46, SLASH = 47, COLON = 58, EQUALS = 61, AT = 64, SPACE = 32;
-export const OPEN_PAREN = 40, CLOSE_PAREN = 41, COMMA = 44, GREATER = 62;
+export const PLUS = 43,
+  MINUS = 45,
+  DOT = 46,
+  SLASH = 47,
+  COLON = 58,
+  EQUALS = 61,
+  AT = 64,
+  SPACE = 32;
+export const OPEN_PAREN = 40,
+  CLOSE_PAREN = 41,
+  COMMA = 44,
+  GREATER = 62;
 
 /**
  * Visits each maximal run of `inClass` characters. `visit` may return an index past the run's end to

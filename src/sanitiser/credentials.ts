@@ -3,7 +3,29 @@
  * credentials, PEM private keys, and secrets named as such (`password: …`, JSON keys, URL passwords).
  */
 import { mergeSorted, type Detector, type Span, type Work } from './detector-types.js';
-import { AT, CLOSE_PAREN, COLON, COMMA, DOT, EQUALS, GREATER, OPEN_PAREN, SLASH, SPACE, forEachRun, isAlnum, isAlpha, isBearerChar, isDigit, isHorizontalSpace, isLower, isSpace, isTokenChar, isUpper, startsWithAt } from './chars.js';
+import {
+  AT,
+  CLOSE_PAREN,
+  COLON,
+  COMMA,
+  DOT,
+  EQUALS,
+  GREATER,
+  OPEN_PAREN,
+  SLASH,
+  SPACE,
+  forEachRun,
+  isAlnum,
+  isAlpha,
+  isBearerChar,
+  isDigit,
+  isHorizontalSpace,
+  isLower,
+  isSpace,
+  isTokenChar,
+  isUpper,
+  startsWithAt,
+} from './chars.js';
 
 // ---- API keys with a known prefix ----
 
@@ -162,7 +184,10 @@ export const detectBearerTokens: Detector = (text, work) => {
     while (i < end + 3 && isHorizontalSpace(text.charCodeAt(i))) i++;
     if (i === end) return;
     const tokenStart = i;
-    let digit = false, upper = false, lower = false, punctuation = false;
+    let digit = false,
+      upper = false,
+      lower = false,
+      punctuation = false;
     while (i < text.length && isBearerChar(text.charCodeAt(i))) {
       const c = text.charCodeAt(i);
       digit ||= isDigit(c);
@@ -224,20 +249,96 @@ export const detectPrivateKeys: Detector = (text, work) => {
 
 /** Last words that name a secret: `password`, `accessToken`, `client_secret`, `Authorization`, … */
 const SECRET_LAST_WORDS = new Set([
-  'password', 'passwd', 'pwd', 'pass', 'passphrase', 'secret', 'secrets', 'token', 'credential', 'credentials',
-  'authorization', 'cookie', 'apikey', 'privatekey', 'accesstoken', 'refreshtoken', 'authtoken', 'secretkey',
+  'password',
+  'passwd',
+  'pwd',
+  'pass',
+  'passphrase',
+  'secret',
+  'secrets',
+  'token',
+  'credential',
+  'credentials',
+  'authorization',
+  'cookie',
+  'apikey',
+  'privatekey',
+  'accesstoken',
+  'refreshtoken',
+  'authtoken',
+  'secretkey',
   // Some other languages' words for password (ASCII spellings).
-  'passwort', 'kennwort', 'wachtwoord', 'passord', 'senha', 'salasana', 'jelszo', 'heslo', 'sifre', 'parola', 'contrasena',
+  'passwort',
+  'kennwort',
+  'wachtwoord',
+  'passord',
+  'senha',
+  'salasana',
+  'jelszo',
+  'heslo',
+  'sifre',
+  'parola',
+  'contrasena',
 ]);
 /** Two last words that name a secret: `api key`, `private_key`, `AWS_SECRET_ACCESS_KEY`, … */
-const SECRET_LAST_PAIRS = new Set(['api key', 'private key', 'access key', 'secret key', 'signing key', 'encryption key', 'master key', 'session key', 'client secret']);
+const SECRET_LAST_PAIRS = new Set([
+  'api key',
+  'private key',
+  'access key',
+  'secret key',
+  'signing key',
+  'encryption key',
+  'master key',
+  'session key',
+  'client secret',
+]);
 /** Words that make a name secret wherever they stand (`SECRET_KEY_BASE`, `password_hash`)… */
 const SECRET_ANYWHERE = new Set(['password', 'passwd', 'passphrase', 'secret', 'credential', 'credentials']);
 /** …unless the name then describes the secret rather than holding it (`secretName`, `passwordPolicy`). */
 const DESCRIPTIVE_LAST_WORDS = new Set([
-  'name', 'names', 'id', 'ids', 'type', 'types', 'count', 'length', 'len', 'policy', 'hint', 'label', 'field', 'fields', 'url', 'uri',
-  'path', 'file', 'ref', 'version', 'expiry', 'expires', 'expiration', 'at', 'created', 'updated', 'rotation', 'manager', 'store',
-  'provider', 'arn', 'required', 'min', 'max', 'strength', 'reset', 'changed', 'set', 'enabled', 'ttl', 'age', 'prompt', 'rules',
+  'name',
+  'names',
+  'id',
+  'ids',
+  'type',
+  'types',
+  'count',
+  'length',
+  'len',
+  'policy',
+  'hint',
+  'label',
+  'field',
+  'fields',
+  'url',
+  'uri',
+  'path',
+  'file',
+  'ref',
+  'version',
+  'expiry',
+  'expires',
+  'expiration',
+  'at',
+  'created',
+  'updated',
+  'rotation',
+  'manager',
+  'store',
+  'provider',
+  'arn',
+  'required',
+  'min',
+  'max',
+  'strength',
+  'reset',
+  'changed',
+  'set',
+  'enabled',
+  'ttl',
+  'age',
+  'prompt',
+  'rules',
 ]);
 const MAX_NAME_LENGTH = 64;
 
@@ -258,7 +359,7 @@ function nameWords(name: string): string[] {
     const prev = name.charCodeAt(i - 1);
     const next = name.charCodeAt(i + 1);
     // A capital starts a word after a lower-case letter or digit (apiKey), or before one when it ends an acronym (APIKey).
-    if (isUpper(c) && current && ((isLower(prev) || isDigit(prev)) || (isUpper(prev) && isLower(next)))) {
+    if (isUpper(c) && current && (isLower(prev) || isDigit(prev) || (isUpper(prev) && isLower(next)))) {
       words.push(current);
       current = '';
     }
@@ -288,9 +389,58 @@ const NOT_SECRET_VALUES = new Set(['null', 'none', 'nil', 'undefined', 'true', '
  * (`Password: must be at least 12 characters`, `Token: a unit of text`), not a secret.
  */
 const PROSE_WORDS = new Set([
-  'a', 'an', 'the', 'must', 'should', 'will', 'can', 'is', 'are', 'be', 'at', 'not', 'no', 'only', 'any', 'see', 'use', 'enter',
-  'your', 'my', 'our', 'their', 'this', 'that', 'it', 'has', 'have', 'was', 'were', 'of', 'in', 'on', 'for', 'to', 'and', 'or', 'if',
-  'what', 'which', 'how', 'when', 'where', 'please', 'minimum', 'maximum', 'min', 'max', 'same', 'too', 'very', 'never', 'always',
+  'a',
+  'an',
+  'the',
+  'must',
+  'should',
+  'will',
+  'can',
+  'is',
+  'are',
+  'be',
+  'at',
+  'not',
+  'no',
+  'only',
+  'any',
+  'see',
+  'use',
+  'enter',
+  'your',
+  'my',
+  'our',
+  'their',
+  'this',
+  'that',
+  'it',
+  'has',
+  'have',
+  'was',
+  'were',
+  'of',
+  'in',
+  'on',
+  'for',
+  'to',
+  'and',
+  'or',
+  'if',
+  'what',
+  'which',
+  'how',
+  'when',
+  'where',
+  'please',
+  'minimum',
+  'maximum',
+  'min',
+  'max',
+  'same',
+  'too',
+  'very',
+  'never',
+  'always',
 ]);
 /** Words that may stand between a secret's name and its colon: `password is now: …`, `password was: …`. */
 const FILLER_WORDS = new Set(['is', 'was', 'now', 'are', 'here', 'below', 'again', 'then', 'still', 'will', 'be', 'new']);
@@ -394,7 +544,8 @@ function separatorAfter(text: string, end: number, work: Work): { at: number; so
 /** 6+ characters with a digit, a symbol, or both cases: what a password looks like and an adjective does not. */
 function looksLikePassword(text: string, start: number, end: number): boolean {
   if (end - start < 6) return false;
-  let upper = false, lower = false;
+  let upper = false,
+    lower = false;
   for (let i = start; i < end; i++) {
     const c = text.charCodeAt(i);
     if (isDigit(c) || !isAlnum(c)) return true;
@@ -418,7 +569,8 @@ function secretValueAt(text: string, i: number, authorization: boolean, work: Wo
     while (j < text.length && j - i <= 1024) {
       const c = text.charCodeAt(j);
       work.steps++;
-      if (c === 92) j += 2; // backslash escape
+      if (c === 92)
+        j += 2; // backslash escape
       else if (c === quote || c === 10 || c === 13) break;
       else j++;
     }
@@ -472,4 +624,3 @@ function detectUrlPasswords(text: string, work: Work): Span[] {
   }
   return spans;
 }
-

@@ -27,7 +27,8 @@ export function mergeSorted(a: Span[], b: Span[]): Span[] {
   if (a.length === 0) return b;
   if (b.length === 0) return a;
   const out: Span[] = [];
-  let i = 0, j = 0;
+  let i = 0,
+    j = 0;
   while (i < a.length || j < b.length) {
     if (j >= b.length || (i < a.length && a[i]!.start <= b[j]!.start)) out.push(a[i++]!);
     else out.push(b[j++]!);

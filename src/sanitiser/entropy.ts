@@ -23,7 +23,10 @@ export const detectHighEntropy: Detector = (text, work) => {
     if (length < 32 || length > 512) return;
     // Publishable keys are public by design (Stripe's pk_…).
     if (text.startsWith('pk_live_', s) || text.startsWith('pk_test_', s)) return;
-    let upper = false, lower = false, digit = false, allHex = true;
+    let upper = false,
+      lower = false,
+      digit = false,
+      allHex = true;
     const touched: number[] = [];
     for (let i = s; i < e; i++) {
       work.steps++;
@@ -46,4 +49,3 @@ export const detectHighEntropy: Detector = (text, work) => {
   });
   return spans;
 };
-

@@ -2,7 +2,26 @@
  * Personal-data detectors: payment card numbers (Luhn), IBANs (mod 97), e-mail addresses and phone numbers.
  */
 import type { Detector, Span, Work } from './detector-types.js';
-import { AT, CLOSE_PAREN, COLON, COMMA, DOT, MINUS, OPEN_PAREN, PLUS, SLASH, SPACE, forEachRun, isAlnum, isAlpha, isDigit, isGroupSpace, isSpace, isUpper, isWord } from './chars.js';
+import {
+  AT,
+  CLOSE_PAREN,
+  COLON,
+  COMMA,
+  DOT,
+  MINUS,
+  OPEN_PAREN,
+  PLUS,
+  SLASH,
+  SPACE,
+  forEachRun,
+  isAlnum,
+  isAlpha,
+  isDigit,
+  isGroupSpace,
+  isSpace,
+  isUpper,
+  isWord,
+} from './chars.js';
 
 // ---- payment card numbers ----
 
@@ -224,12 +243,94 @@ function standardCardLayout(groups: DigitGroups, k: number, j: number): boolean 
 /** IBAN length per country (SWIFT IBAN registry). */
 const IBAN_LENGTHS = new Map<string, number>(
   Object.entries({
-    AD: 24, AE: 23, AL: 28, AT: 20, AZ: 28, BA: 20, BE: 16, BG: 22, BH: 22, BI: 27, BR: 29, BY: 28, CH: 21, CR: 22, CY: 28,
-    CZ: 24, DE: 22, DJ: 27, DK: 18, DO: 28, EE: 20, EG: 29, ES: 24, FI: 18, FK: 18, FO: 18, FR: 27, GB: 22, GE: 22, GI: 23,
-    GL: 18, GR: 27, GT: 28, HR: 21, HU: 28, IE: 22, IL: 23, IQ: 23, IS: 26, IT: 27, JO: 30, KW: 30, KZ: 20, LB: 28, LC: 32,
-    LI: 21, LT: 20, LU: 20, LV: 21, LY: 25, MC: 27, MD: 24, ME: 22, MK: 19, MN: 20, MR: 27, MT: 31, MU: 30, NI: 28, NL: 18,
-    NO: 15, OM: 23, PK: 24, PL: 28, PS: 29, PT: 25, QA: 29, RO: 24, RS: 22, RU: 33, SA: 24, SC: 31, SD: 18, SE: 24, SI: 19,
-    SK: 24, SM: 27, SO: 23, ST: 25, SV: 28, TL: 23, TN: 24, TR: 26, UA: 29, VA: 22, VG: 24, XK: 20, YE: 30,
+    AD: 24,
+    AE: 23,
+    AL: 28,
+    AT: 20,
+    AZ: 28,
+    BA: 20,
+    BE: 16,
+    BG: 22,
+    BH: 22,
+    BI: 27,
+    BR: 29,
+    BY: 28,
+    CH: 21,
+    CR: 22,
+    CY: 28,
+    CZ: 24,
+    DE: 22,
+    DJ: 27,
+    DK: 18,
+    DO: 28,
+    EE: 20,
+    EG: 29,
+    ES: 24,
+    FI: 18,
+    FK: 18,
+    FO: 18,
+    FR: 27,
+    GB: 22,
+    GE: 22,
+    GI: 23,
+    GL: 18,
+    GR: 27,
+    GT: 28,
+    HR: 21,
+    HU: 28,
+    IE: 22,
+    IL: 23,
+    IQ: 23,
+    IS: 26,
+    IT: 27,
+    JO: 30,
+    KW: 30,
+    KZ: 20,
+    LB: 28,
+    LC: 32,
+    LI: 21,
+    LT: 20,
+    LU: 20,
+    LV: 21,
+    LY: 25,
+    MC: 27,
+    MD: 24,
+    ME: 22,
+    MK: 19,
+    MN: 20,
+    MR: 27,
+    MT: 31,
+    MU: 30,
+    NI: 28,
+    NL: 18,
+    NO: 15,
+    OM: 23,
+    PK: 24,
+    PL: 28,
+    PS: 29,
+    PT: 25,
+    QA: 29,
+    RO: 24,
+    RS: 22,
+    RU: 33,
+    SA: 24,
+    SC: 31,
+    SD: 18,
+    SE: 24,
+    SI: 19,
+    SK: 24,
+    SM: 27,
+    SO: 23,
+    ST: 25,
+    SV: 28,
+    TL: 23,
+    TN: 24,
+    TR: 26,
+    UA: 29,
+    VA: 22,
+    VG: 24,
+    XK: 20,
+    YE: 30,
   }),
 );
 
@@ -337,8 +438,37 @@ export const detectEmails: Detector = (text, work) => {
 
 /** File extensions that follow an `@` in names like `icon@2x.png` and are no top-level domains. */
 const FILE_EXTENSIONS = new Set([
-  'png', 'jpg', 'jpeg', 'gif', 'svg', 'webp', 'ico', 'bmp', 'pdf', 'doc', 'docx', 'xls', 'xlsx', 'csv', 'json', 'yaml', 'yml', 'css',
-  'scss', 'js', 'mjs', 'cjs', 'ts', 'tsx', 'jsx', 'txt', 'log', 'lock', 'html', 'xml', 'tgz',
+  'png',
+  'jpg',
+  'jpeg',
+  'gif',
+  'svg',
+  'webp',
+  'ico',
+  'bmp',
+  'pdf',
+  'doc',
+  'docx',
+  'xls',
+  'xlsx',
+  'csv',
+  'json',
+  'yaml',
+  'yml',
+  'css',
+  'scss',
+  'js',
+  'mjs',
+  'cjs',
+  'ts',
+  'tsx',
+  'jsx',
+  'txt',
+  'log',
+  'lock',
+  'html',
+  'xml',
+  'tgz',
 ]);
 
 /** `https://user:password@host`: the local part follows `:` inside an authority that starts with `//` (within 256 characters). */
@@ -470,15 +600,7 @@ export const detectPhones: Detector = (text, work) => {
 };
 
 /** The last group of the longest phone window starting at group k, or undefined. Windows end at a space or the end. */
-function bestPhoneWindow(
-  text: string,
-  groups: DigitGroups,
-  k: number,
-  plus: boolean,
-  lastGlued: boolean,
-  keyword: boolean,
-  work: Work,
-): number | undefined {
+function bestPhoneWindow(text: string, groups: DigitGroups, k: number, plus: boolean, lastGlued: boolean, keyword: boolean, work: Work): number | undefined {
   let digits = 0;
   let best: number | undefined;
   // Past four groups only an international number, a whole national one or one after a keyword fits.
@@ -580,4 +702,3 @@ class PhoneKeywords {
     return ends;
   }
 }
-

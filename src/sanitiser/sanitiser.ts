@@ -52,7 +52,12 @@ export const SanitiserLimitsSchema = z
     /** Values (strings, numbers, containers) visited at most. */
     maxNodes: z.number().int().min(1).max(10_000_000).default(200_000),
     /** Characters of string content scanned at most, over the whole value. */
-    maxChars: z.number().int().min(1).max(256 * 1024 * 1024).default(16 * 1024 * 1024),
+    maxChars: z
+      .number()
+      .int()
+      .min(1)
+      .max(256 * 1024 * 1024)
+      .default(16 * 1024 * 1024),
   })
   .strict();
 

@@ -8,14 +8,7 @@
  */
 import type { Logger } from 'pino';
 import type { InspectionEvent } from 'xstate';
-import {
-  AgentCardSchema,
-  CLIENT_ROUTING_URI,
-  type AgentCard,
-  type AgentCardInput,
-  type Message,
-  type Task,
-} from '../protocol/index.js';
+import { AgentCardSchema, CLIENT_ROUTING_URI, type AgentCard, type AgentCardInput, type Message, type Task } from '../protocol/index.js';
 import type { ActorInfo } from '../protocol/ctl.js';
 import type { RoutingRequest, SimplifiedAgentCard } from '../protocol/routing.js';
 import type { HandoffAccept, HandoffDirective, HandoffRequest, HandoffReturnInput } from '../protocol/handoff.js';
@@ -94,10 +87,7 @@ export type AgentResult = string | ReplySpec | Message | Task;
  * A handler returns a result, or yields text chunks (streamed to the user as they come) and may
  * return a final result; when it returns nothing, the chunks joined are the reply.
  */
-export type AgentHandler = (
-  message: Message,
-  ctx: AgentContext,
-) => AgentResult | Promise<AgentResult> | AsyncGenerator<string, AgentResult | void, void>;
+export type AgentHandler = (message: Message, ctx: AgentContext) => AgentResult | Promise<AgentResult> | AsyncGenerator<string, AgentResult | void, void>;
 
 /** An agent's own account of its work, for diagnostics. Small, and never with secrets. */
 export interface AgentWorkStatus {
@@ -120,7 +110,10 @@ export interface AgentDefinition {
  * `history`: whether the agent gets the thread's earlier messages as `ctx.history` (default true: the newest
  * DEFAULT_HISTORY_MESSAGES), or how many at most (`{ maxMessages }`); the card says so to the thread.
  */
-export function defineAgent(def: { card: AgentCardInput & { routing?: boolean; history?: boolean | { maxMessages: number } }; handle: AgentHandler }): AgentDefinition {
+export function defineAgent(def: {
+  card: AgentCardInput & { routing?: boolean; history?: boolean | { maxMessages: number } };
+  handle: AgentHandler;
+}): AgentDefinition {
   const { routing = true, history = true, ...cardInput } = def.card;
   const card = AgentCardSchema.parse(cardInput);
   if (routing && !(card.capabilities.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI)) {
@@ -151,11 +144,5 @@ export function reply(text: string, opts: ReplyOptions = {}): ReplySpec {
 }
 
 export function isAgentDefinition(value: unknown): value is AgentDefinition {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    'card' in value &&
-    'handle' in value &&
-    typeof (value as { handle: unknown }).handle === 'function'
-  );
+  return typeof value === 'object' && value !== null && 'card' in value && 'handle' in value && typeof (value as { handle: unknown }).handle === 'function';
 }

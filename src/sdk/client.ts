@@ -260,7 +260,16 @@ export class TroupeClient {
             return step && typeof step === 'object' && !Array.isArray(step) ? [step as RouteStep] : [];
           });
       const error = (final.metadata?.[META.error] ?? final.status.message?.metadata?.[META.error]) as ErrorBody | undefined;
-      return { threadId, final, events, route, text: textOfMessage(final.status.message), ...(error ? { error } : {}), ...(duplicate ? { duplicate } : {}), ...(resent ? { resent } : {}) };
+      return {
+        threadId,
+        final,
+        events,
+        route,
+        text: textOfMessage(final.status.message),
+        ...(error ? { error } : {}),
+        ...(duplicate ? { duplicate } : {}),
+        ...(resent ? { resent } : {}),
+      };
     } finally {
       over = true;
       clearTimeout(resendTimer);
@@ -432,13 +441,17 @@ export class TroupeClient {
     return reply;
   }
 
-
   /**
    * The first publish of a message: no responders (a stream without a leader for a moment) is tried again
    * for `unavailableRetryMs`, an unanswered publish until `timeoutMs`; both are safe to repeat because
    * the message carries its de-duplication id. Then the error says what to do.
    */
-  private async publishUntilTaken(subject: string, body: Uint8Array, headers: Record<string, string>, opts: { timeoutMs: number; unavailableRetryMs: number }): Promise<Uint8Array> {
+  private async publishUntilTaken(
+    subject: string,
+    body: Uint8Array,
+    headers: Record<string, string>,
+    opts: { timeoutMs: number; unavailableRetryMs: number },
+  ): Promise<Uint8Array> {
     const started = Date.now();
     let pause = 100;
     for (;;) {
@@ -447,7 +460,8 @@ export class TroupeClient {
         return (await this.transport.request(subject, body, { timeoutMs: Math.max(1, Math.min(left, 10_000)), headers })).data;
       } catch (err) {
         const elapsed = Date.now() - started;
-        const unavailable = err instanceof TransportError && err.reason === 'NO_RESPONDERS' && elapsed + pause <= Math.min(opts.unavailableRetryMs, opts.timeoutMs);
+        const unavailable =
+          err instanceof TransportError && err.reason === 'NO_RESPONDERS' && elapsed + pause <= Math.min(opts.unavailableRetryMs, opts.timeoutMs);
         const unanswered = err instanceof TransportError && err.reason === 'TIMEOUT' && elapsed < opts.timeoutMs && !this.transport.closed;
         if (!unavailable && !unanswered) return this.explain(err, subject, opts.timeoutMs);
         if (unavailable) {
@@ -460,7 +474,12 @@ export class TroupeClient {
 
   private explain(err: unknown, subject: string, timeoutMs: number): never {
     if (err instanceof TransportError && err.reason === 'NO_RESPONDERS') {
-      throw new TroupeError('TRANSPORT_ERROR', `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\` (on a cluster, the inbound stream may have no leader: check that most servers are up)`, undefined, { cause: err });
+      throw new TroupeError(
+        'TRANSPORT_ERROR',
+        `no Troupe node is listening on ${this.transport.name}: start one with \`troupe up --nats <url>\` (on a cluster, the inbound stream may have no leader: check that most servers are up)`,
+        undefined,
+        { cause: err },
+      );
     }
     if (err instanceof TransportError && err.reason === 'TIMEOUT') {
       throw new TroupeError('AGENT_TIMEOUT', `no answer on ${subject} within ${timeoutMs} ms: is a node running? (\`troupe ps\`)`, undefined, { cause: err });

@@ -13,7 +13,13 @@
  *
  *   const weather = await remoteAgent({ card: 'https://weather.example/.well-known/agent-card.json', token });
  */
-import { TaskState as SdkTaskState, type AgentCard as SdkAgentCard, type Message as SdkMessage, type SendMessageRequest, type Task as SdkTask } from '@a2a-js/sdk';
+import {
+  TaskState as SdkTaskState,
+  type AgentCard as SdkAgentCard,
+  type Message as SdkMessage,
+  type SendMessageRequest,
+  type Task as SdkTask,
+} from '@a2a-js/sdk';
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory, RestTransportFactory, type Client } from '@a2a-js/sdk/client';
 import { CLIENT_ROUTING_URI, ID_LIMITS, META, TroupeError, checkId, type AgentSkill, type Message } from '../protocol/index.js';
 import { defineAgent, type AgentContext, type AgentDefinition } from './agent.js';
@@ -78,14 +84,23 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
           else if (payload.$case === 'artifactUpdate') {
             for (const part of payload.value.artifact?.parts ?? []) if (part.content?.$case === 'text') ctx.stream(part.content.value);
           } else if (task) task = { ...task, status: payload.value.status };
-          else task = { id: payload.value.taskId, contextId: payload.value.contextId, status: payload.value.status, history: [], artifacts: [], metadata: undefined };
+          else
+            task = {
+              id: payload.value.taskId,
+              contextId: payload.value.contextId,
+              status: payload.value.status,
+              history: [],
+              artifacts: [],
+              metadata: undefined,
+            };
         }
         result ??= task;
       } else {
         result = await client.sendMessage(request, { signal });
       }
     } catch (err) {
-      if (signal.aborted && !ctx.signal.aborted) throw new TroupeError('AGENT_TIMEOUT', `remote agent "${id}" did not answer within ${timeoutMs} ms`, { agent: id });
+      if (signal.aborted && !ctx.signal.aborted)
+        throw new TroupeError('AGENT_TIMEOUT', `remote agent "${id}" did not answer within ${timeoutMs} ms`, { agent: id });
       throw new TroupeError('AGENT_ERROR', `remote agent "${id}" failed: ${describe(err)}`, { agent: id }, { cause: err });
     }
     if (!result) throw new TroupeError('AGENT_ERROR', `remote agent "${id}" answered with nothing`, { agent: id });
@@ -100,13 +115,21 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
       version: card.version || '0.0.0',
       capabilities: {
         streaming,
-        extensions: (card.capabilities?.extensions ?? []).map((e) => ({ uri: e.uri, ...(e.description ? { description: e.description } : {}), required: e.required })),
+        extensions: (card.capabilities?.extensions ?? []).map((e) => ({
+          uri: e.uri,
+          ...(e.description ? { description: e.description } : {}),
+          required: e.required,
+        })),
       },
       defaultInputModes: card.defaultInputModes.length ? card.defaultInputModes : ['text/plain'],
       defaultOutputModes: card.defaultOutputModes.length ? card.defaultOutputModes : ['text/plain'],
-      skills: card.skills.map(
-        (s): AgentSkill => ({ id: s.id, name: s.name, description: s.description, tags: s.tags, ...(s.examples.length ? { examples: s.examples } : {}) }),
-      ),
+      skills: card.skills.map((s): AgentSkill => ({
+        id: s.id,
+        name: s.name,
+        description: s.description,
+        tags: s.tags,
+        ...(s.examples.length ? { examples: s.examples } : {}),
+      })),
       routing,
       // The thread's history only for a remote agent whose own card asks for it (its extension is copied above).
       history: false,
@@ -123,7 +146,13 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
 export async function resolveRemoteAgents(refs: readonly RemoteAgentRef[], fetchImpl?: typeof fetch): Promise<AgentDefinition[]> {
   return Promise.all(
     refs.map((ref) =>
-      remoteAgent({ card: ref.a2a, id: ref.id, ...(ref.token ? { token: ref.token } : {}), ...(ref.timeoutMs ? { timeoutMs: ref.timeoutMs } : {}), ...(fetchImpl ? { fetchImpl } : {}) }),
+      remoteAgent({
+        card: ref.a2a,
+        id: ref.id,
+        ...(ref.token ? { token: ref.token } : {}),
+        ...(ref.timeoutMs ? { timeoutMs: ref.timeoutMs } : {}),
+        ...(fetchImpl ? { fetchImpl } : {}),
+      }),
     ),
   );
 }
@@ -154,7 +183,13 @@ function outgoingMetadata(metadata: Record<string, unknown> | undefined, routing
 }
 
 /** The remote result as this agent's reply: the message it wrote, or its task's answer. */
-function replyOf(result: SdkMessage | SdkTask, id: string, routing: boolean, threadId: string, openTasks: Map<string, { taskId: string; contextId: string }>): Message {
+function replyOf(
+  result: SdkMessage | SdkTask,
+  id: string,
+  routing: boolean,
+  threadId: string,
+  openTasks: Map<string, { taskId: string; contextId: string }>,
+): Message {
   let answer: SdkMessage | undefined;
   if ('messageId' in result) {
     answer = result;
@@ -162,7 +197,11 @@ function replyOf(result: SdkMessage | SdkTask, id: string, routing: boolean, thr
     const state = result.status?.state;
     if (state === SdkTaskState.TASK_STATE_FAILED || state === SdkTaskState.TASK_STATE_REJECTED) {
       const said = result.status?.message ? textOf(result.status.message) : '';
-      throw new TroupeError('AGENT_ERROR', `remote agent "${id}" ${state === SdkTaskState.TASK_STATE_FAILED ? 'failed' : 'rejected'} the task${said ? `: ${said}` : ''}`, { agent: id });
+      throw new TroupeError(
+        'AGENT_ERROR',
+        `remote agent "${id}" ${state === SdkTaskState.TASK_STATE_FAILED ? 'failed' : 'rejected'} the task${said ? `: ${said}` : ''}`,
+        { agent: id },
+      );
     }
     if (isTerminalSdkState(state)) openTasks.delete(threadId);
     else {
@@ -197,7 +236,11 @@ function withBearer(fetchImpl: typeof fetch, token: string | undefined): typeof 
 
 /** An id from a card name: lower case, runs of other characters as `-`, at most as long as an agent id may be. */
 function idOf(name: string): string {
-  const id = name.toLowerCase().replace(/[^a-z0-9_-]+/g, '-').replace(/^-+|-+$/g, '').slice(0, ID_LIMITS.agent);
+  const id = name
+    .toLowerCase()
+    .replace(/[^a-z0-9_-]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, ID_LIMITS.agent);
   return id || 'remote';
 }
 

@@ -43,14 +43,33 @@ export interface MeshStatusOptions {
 
 export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions = {}): Promise<MeshStatus> {
   const transport = client.transport;
-  const natsError = transport.closed ? 'the connection is closed' : await transport.flush().then(() => undefined, (err: unknown) => (err as Error).message);
+  const natsError = transport.closed
+    ? 'the connection is closed'
+    : await transport.flush().then(
+        () => undefined,
+        (err: unknown) => (err as Error).message,
+      );
   const nats: MeshCheck = natsError
-    ? { ok: false, transport: transport.name, error: natsError, detail: `no connection to ${transport.name}: ${natsError}`, hint: 'check that the NATS server runs and these credentials may connect' }
+    ? {
+        ok: false,
+        transport: transport.name,
+        error: natsError,
+        detail: `no connection to ${transport.name}: ${natsError}`,
+        hint: 'check that the NATS server runs and these credentials may connect',
+      }
     : { ok: true, transport: transport.name, detail: `connected to ${transport.name}` };
 
-  const storeError = await client.ctl('threads', { limit: 1 }).then(() => undefined, (err: unknown) => (err as Error).message);
+  const storeError = await client.ctl('threads', { limit: 1 }).then(
+    () => undefined,
+    (err: unknown) => (err as Error).message,
+  );
   const store: MeshCheck = storeError
-    ? { ok: false, error: storeError, detail: `no node read the thread store: ${storeError}`, hint: 'start a node (troupe up), or look at its log for the store' }
+    ? {
+        ok: false,
+        error: storeError,
+        detail: `no node read the thread store: ${storeError}`,
+        hint: 'start a node (troupe up), or look at its log for the store',
+      }
     : { ok: true, detail: 'a node read the thread store' };
 
   const replies = await client.ps(opts.windowMs ?? 500).catch(() => []);
@@ -62,7 +81,9 @@ export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions =
   const lists = nodeActors.map((n) => partitionsOf(n.detail));
   const owned = new Set(lists.flatMap((l) => l ?? []));
   const durable = lists.some((l) => l !== undefined);
-  const counts = nodeActors.map((n) => n.detail?.['partitionCount']).filter((c): c is number => Number.isSafeInteger(c) && (c as number) >= 1 && (c as number) <= MAX_PARTITIONS);
+  const counts = nodeActors
+    .map((n) => n.detail?.['partitionCount'])
+    .filter((c): c is number => Number.isSafeInteger(c) && (c as number) >= 1 && (c as number) <= MAX_PARTITIONS);
   const reported = Math.max(0, ...counts);
   const expected = opts.partitions ?? (reported || (durable ? Math.max(0, ...owned) + 1 : 0));
   const missing = Array.from({ length: expected }, (_, p) => p).filter((p) => !owned.has(p));
@@ -78,9 +99,13 @@ export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions =
         : `${durable ? `${expected - missing.length} of ${expected} owned` : 'no durable ingress'} by ${nodeActors.length} node${nodeActors.length === 1 ? '' : 's'}: ${shares}${missing.length ? `; not owned: ${missing.join(', ')}` : ''}`,
   };
   if (nodeActors.length === 0) partitions.hint = 'start a node: troupe up --nats <url>';
-  else if (missing.length) partitions.hint = 'a partition is unowned while nodes take over (a lease ttl) or when the nodes cannot reach the leases bucket; look at the nodes\' logs and GET /readyz';
+  else if (missing.length)
+    partitions.hint =
+      "a partition is unowned while nodes take over (a lease ttl) or when the nodes cannot reach the leases bucket; look at the nodes' logs and GET /readyz";
 
-  const registryAgents = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'registry').flatMap((a) => (Array.isArray(a.detail?.['agents']) ? (a.detail['agents'] as string[]) : [])));
+  const registryAgents = replies.flatMap((r) =>
+    r.actors.filter((a) => a.kind === 'registry').flatMap((a) => (Array.isArray(a.detail?.['agents']) ? (a.detail['agents'] as string[]) : [])),
+  );
   const agentInstances = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'agent').map((a) => a.id));
   const seen = [...new Set([...registryAgents.map((a) => a.split('×')[0] ?? a), ...agentInstances])].sort();
   const agents: MeshCheck = { ok: seen.length > 0, seen, detail: seen.length ? seen.join(', ') : 'no agent registered' };

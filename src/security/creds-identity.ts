@@ -25,7 +25,10 @@ export async function readCredsIdentity(file: string): Promise<CredsIdentity> {
     parsed = await parseCreds(await readFile(file));
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    const e = new TroupeError(code === 'ENOENT' ? 'CREDENTIALS_NOT_FOUND' : 'CREDENTIALS_INVALID', `cannot use the credentials in ${file}: ${(err as Error).message}`);
+    const e = new TroupeError(
+      code === 'ENOENT' ? 'CREDENTIALS_NOT_FOUND' : 'CREDENTIALS_INVALID',
+      `cannot use the credentials in ${file}: ${(err as Error).message}`,
+    );
     e.cause = err;
     throw e;
   }

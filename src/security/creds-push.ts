@@ -57,7 +57,10 @@ export async function pushAccountJwts(jwts: Iterable<string>, opts: PushOptions)
       try {
         body = ClaimsUpdateReplySchema.parse(JSON.parse(new TextDecoder().decode(reply.data)));
       } catch (err) {
-        const e = new TroupeError('CLAIMS_UPDATE_FAILED', 'the server answered the account update with something unexpected; is it running in operator mode with a full resolver?');
+        const e = new TroupeError(
+          'CLAIMS_UPDATE_FAILED',
+          'the server answered the account update with something unexpected; is it running in operator mode with a full resolver?',
+        );
         e.cause = err;
         throw e;
       }

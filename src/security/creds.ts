@@ -41,7 +41,18 @@ import { idKindOf, rolePermissions, ROLES, type ResponseRules, type Role } from 
 import { renderIncludeConfig, renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
 import { ClusterLayoutSchema, connectHost, type ClusterLayout, type ClusterServerFiles } from './cluster-layout.js';
-import { DEFAULT_JETSTREAM_LIMITS, ROLE_TAG, TENANT_TAG, UNLIMITED_CORE, keyPair, nowSeconds, seedOf, tenantAccountClaims, toJwtPermissions, type JetStreamAccountLimits } from './jwt-claims.js';
+import {
+  DEFAULT_JETSTREAM_LIMITS,
+  ROLE_TAG,
+  TENANT_TAG,
+  UNLIMITED_CORE,
+  keyPair,
+  nowSeconds,
+  seedOf,
+  tenantAccountClaims,
+  toJwtPermissions,
+  type JetStreamAccountLimits,
+} from './jwt-claims.js';
 import {
   AccountSchema,
   MAX_PARTITIONS,
@@ -152,7 +163,10 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
     jetstream: { ...DEFAULT_JETSTREAM_LIMITS, ...opts.jetstream },
   };
   if (opts.tls) {
-    const hosts = typeof opts.tls === 'object' && opts.tls.hosts?.length ? opts.tls.hosts : [...new Set(['localhost', '127.0.0.1', settings.host])].filter((h) => h !== '0.0.0.0');
+    const hosts =
+      typeof opts.tls === 'object' && opts.tls.hosts?.length
+        ? opts.tls.hosts
+        : [...new Set(['localhost', '127.0.0.1', settings.host])].filter((h) => h !== '0.0.0.0');
     settings.tls = await createCertificates({ dir: join(dir, 'tls'), hosts });
   }
   SettingsSchema.parse(settings);
@@ -164,10 +178,18 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
   await writeJson(paths.operator, { name: operatorName, publicKey: operatorKp.getPublicKey(), seed: seedOf(operatorKp), jwt: operatorJwt }, true);
   await writeFileAtomic(paths.operatorJwt, `${operatorJwt}\n`, 0o644);
 
-  const systemJwt = await encodeAccount(SYSTEM_ACCOUNT, systemKp.getPublicKey(), { description: 'NATS system account', limits: { ...UNLIMITED_CORE } }, { signer: operatorKp });
+  const systemJwt = await encodeAccount(
+    SYSTEM_ACCOUNT,
+    systemKp.getPublicKey(),
+    { description: 'NATS system account', limits: { ...UNLIMITED_CORE } },
+    { signer: operatorKp },
+  );
   await writeJson(paths.systemAccount, { publicKey: systemKp.getPublicKey(), seed: seedOf(systemKp), jwt: systemJwt }, true);
   const sysUserKp = createUser();
-  const sysUserJwt = await encodeUser(SYSTEM_USER, sysUserKp, systemKp, { ...toJwtPermissions(rolePermissions('system', 'system', SYSTEM_USER)), tags: [`${ROLE_TAG}system`] });
+  const sysUserJwt = await encodeUser(SYSTEM_USER, sysUserKp, systemKp, {
+    ...toJwtPermissions(rolePermissions('system', 'system', SYSTEM_USER)),
+    tags: [`${ROLE_TAG}system`],
+  });
   await writeFileAtomic(paths.systemCreds, fmtCreds(sysUserJwt, sysUserKp), 0o600);
 
   for (const tenant of tenants) {
@@ -197,7 +219,6 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
   }
   return store;
 }
-
 
 export class CredentialStore {
   private readonly paths: ReturnType<typeof storePaths>;
@@ -337,7 +358,8 @@ export class CredentialStore {
   async addUser(opts: AddUserOptions): Promise<UserInfo> {
     const { tenant, role } = opts;
     const account = await this.account(tenant);
-    if (!(ROLES as readonly string[]).includes(role)) throw new TroupeError('CREDENTIALS_INVALID', `unknown role "${String(role)}": use one of ${ROLES.join(', ')}`);
+    if (!(ROLES as readonly string[]).includes(role))
+      throw new TroupeError('CREDENTIALS_INVALID', `unknown role "${String(role)}": use one of ${ROLES.join(', ')}`);
     const existing = await this.users(tenant);
     let name = opts.name;
     if (name === undefined) {
@@ -352,7 +374,10 @@ export class CredentialStore {
     if (problem) throw new TroupeError('CREDENTIALS_INVALID', `invalid ${role} name: ${problem}`);
     const clash = existing.find((u) => u.name.toLowerCase() === name.toLowerCase());
     if (clash && !clash.revoked) {
-      throw new TroupeError('CREDENTIALS_CONFLICT', `tenant "${tenant}" already has ${clash.role} "${clash.name}" (${clash.credsFile})`, { name: clash.name, role: clash.role });
+      throw new TroupeError('CREDENTIALS_CONFLICT', `tenant "${tenant}" already has ${clash.role} "${clash.name}" (${clash.credsFile})`, {
+        name: clash.name,
+        role: clash.role,
+      });
     }
     if (clash && clash.name !== name) {
       await rm(join(this.paths.users(tenant), `${clash.name}.json`), { force: true });

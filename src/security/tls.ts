@@ -105,9 +105,24 @@ export async function createCertificates(opts: CertificateOptions): Promise<Cert
     const csr = join(work, 'server.csr');
     await openssl(['req', '-new', '-config', serverConfig, ...ec, '-keyout', files.keyFile, '-out', csr]);
     await openssl([
-      'x509', '-req', '-in', csr, '-CA', files.caFile, '-CAkey', files.caKeyFile,
-      '-set_serial', `0x${randomBytes(16).toString('hex')}`, '-days', '825',
-      '-extfile', config, '-extensions', 'server_ext', '-out', files.certFile,
+      'x509',
+      '-req',
+      '-in',
+      csr,
+      '-CA',
+      files.caFile,
+      '-CAkey',
+      files.caKeyFile,
+      '-set_serial',
+      `0x${randomBytes(16).toString('hex')}`,
+      '-days',
+      '825',
+      '-extfile',
+      config,
+      '-extensions',
+      'server_ext',
+      '-out',
+      files.certFile,
     ]);
     await Promise.all([chmod(files.caKeyFile, 0o600), chmod(files.keyFile, 0o600)]);
     return files;

@@ -314,7 +314,12 @@ const ListEnvelopeSchema = z.object({
   version: ThreadRecordSchema.shape.version,
   tenant: z.string(),
   threadId: z.string(),
-  task: z.object({ id: z.string(), contextId: z.string(), status: z.object({ state: TaskStateSchema }), metadata: z.looseObject({ [META.owner]: z.string().optional() }).optional() }),
+  task: z.object({
+    id: z.string(),
+    contextId: z.string(),
+    status: z.object({ state: TaskStateSchema }),
+    metadata: z.looseObject({ [META.owner]: z.string().optional() }).optional(),
+  }),
   updatedAt: z.string(),
 });
 
@@ -322,13 +327,7 @@ const ListEnvelopeSchema = z.object({
  * One `list` entry. A corrupt record is reported, not skipped and not thrown: skipping would hide it from
  * the operator, throwing would let one bad key stop a listing of thousands.
  */
-export function listEntry(
-  data: Uint8Array,
-  tenant: string,
-  threadId: string,
-  revision: number,
-  writtenAt: Date,
-): ThreadListEntry {
+export function listEntry(data: Uint8Array, tenant: string, threadId: string, revision: number, writtenAt: Date): ThreadListEntry {
   const key = `${tenant}.${threadId}`;
   const corrupt = (problem: string): ThreadListEntry => ({
     threadId,
@@ -348,7 +347,14 @@ export function listEntry(
   if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) return corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
   const { task } = parsed.data;
   const owner = task.metadata?.[META.owner];
-  return { threadId, state: task.status.state, updatedAt: parsed.data.updatedAt, revision, contextId: task.contextId, ...(owner !== undefined ? { owner } : {}) };
+  return {
+    threadId,
+    state: task.status.state,
+    updatedAt: parsed.data.updatedAt,
+    revision,
+    contextId: task.contextId,
+    ...(owner !== undefined ? { owner } : {}),
+  };
 }
 
 export function matchesFilter(entry: ThreadListEntry, filter: ThreadListFilter | undefined): boolean {

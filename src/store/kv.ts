@@ -108,16 +108,17 @@ export class KvThreadStore implements ThreadStore {
     this.#checkOpen();
     const { key, data } = encodeRecord(record, this.#maxValueBytes);
     // kv.create also succeeds over a DEL/PURGE marker, itself with a CAS on the marker's revision.
-    return this.#call(`create ${key}`, () => this.#kv.create(key, data), () =>
-      new TroupeError('STORE_CONFLICT', `thread record "${key}" already exists`, { key }),
+    return this.#call(
+      `create ${key}`,
+      () => this.#kv.create(key, data),
+      () => new TroupeError('STORE_CONFLICT', `thread record "${key}" already exists`, { key }),
     );
   }
 
   async update(record: ThreadRecord, expectedRevision: number): Promise<number> {
     this.#checkOpen();
     const { key, data } = encodeRecord(record, this.#maxValueBytes);
-    const conflict = () =>
-      new TroupeError('STORE_CONFLICT', `thread record "${key}" is no longer at revision ${expectedRevision}`, { key, expectedRevision });
+    const conflict = () => new TroupeError('STORE_CONFLICT', `thread record "${key}" is no longer at revision ${expectedRevision}`, { key, expectedRevision });
     // kv.update throws synchronously on revision <= 0; no record is ever at such a revision.
     if (!Number.isSafeInteger(expectedRevision) || expectedRevision <= 0) throw conflict();
     return this.#call(`update ${key}`, () => this.#kv.update(key, data, expectedRevision), conflict);

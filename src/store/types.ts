@@ -24,7 +24,14 @@ export const ThreadRecordSchema = z.object({
    * missed it) from a client sending the message again (see ThreadHost.deliver).
    */
   taken: z
-    .array(z.object({ messageId: z.string().min(1).max(256), seq: z.number().int().nonnegative(), at: z.number().int().nonnegative(), id: z.string().min(1).max(512) }))
+    .array(
+      z.object({
+        messageId: z.string().min(1).max(256),
+        seq: z.number().int().nonnegative(),
+        at: z.number().int().nonnegative(),
+        id: z.string().min(1).max(512),
+      }),
+    )
     .max(64)
     .optional(),
   /** The node that wrote this revision (diagnostics; the thread's owner — who may use it — is in the Task metadata). */

@@ -49,7 +49,9 @@ export async function bundleStudio(opts: { minify?: boolean } = {}): Promise<Stu
   try {
     esbuild = await import('esbuild');
   } catch {
-    throw new Error('the studio app is not built and esbuild is not installed: run `npm run build` in the checkout (or install troupe from the registry, which ships it built)');
+    throw new Error(
+      'the studio app is not built and esbuild is not installed: run `npm run build` in the checkout (or install troupe from the registry, which ships it built)',
+    );
   }
   const result = await esbuild.build({
     entryPoints: [entry],

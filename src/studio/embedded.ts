@@ -16,7 +16,13 @@ export interface EmbeddedStudio {
   stop(): Promise<void>;
 }
 
-export async function startEmbeddedStudio(opts: { team: TeamDefinition; tenant?: string; port?: number; host?: string; logger?: Logger }): Promise<EmbeddedStudio> {
+export async function startEmbeddedStudio(opts: {
+  team: TeamDefinition;
+  tenant?: string;
+  port?: number;
+  host?: string;
+  logger?: Logger;
+}): Promise<EmbeddedStudio> {
   const tenant = opts.tenant ?? 'demo';
   const logger = opts.logger ?? silentLogger();
   const mesh = await startEmbedded(opts.team, logger, tenant, { inspect: true });

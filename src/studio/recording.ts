@@ -37,7 +37,8 @@ export async function* readRecording(file: string): AsyncGenerator<InspectionRec
   for await (const line of lines) {
     n++;
     if (!line.trim()) continue;
-    if (line.length > MAX_LINE_CHARS) throw new TroupeError('INVALID_MESSAGE', `${file}:${n}: line of ${line.length} characters; the limit is ${MAX_LINE_CHARS}`);
+    if (line.length > MAX_LINE_CHARS)
+      throw new TroupeError('INVALID_MESSAGE', `${file}:${n}: line of ${line.length} characters; the limit is ${MAX_LINE_CHARS}`);
     let json: unknown;
     try {
       json = JSON.parse(line);
@@ -54,7 +55,11 @@ export async function* readRecording(file: string): AsyncGenerator<InspectionRec
  * Feeds a recording to `sink`. `speed` 0 sends everything at once; otherwise the gaps between records'
  * times are kept, divided by `speed` and capped at `maxGapMs`.
  */
-export async function replayRecording(file: string, sink: (record: InspectionRecord) => void, opts: { speed?: number; maxGapMs?: number } = {}): Promise<number> {
+export async function replayRecording(
+  file: string,
+  sink: (record: InspectionRecord) => void,
+  opts: { speed?: number; maxGapMs?: number } = {},
+): Promise<number> {
   const speed = opts.speed ?? 0;
   const maxGap = opts.maxGapMs ?? 2_000;
   let previous: number | undefined;

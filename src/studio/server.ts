@@ -144,7 +144,11 @@ export async function startStudio(opts: StudioOptions): Promise<Studio> {
     try {
       upstream = await fetch(new URL('/', opts.gatewayUrl), {
         method: 'POST',
-        headers: { 'content-type': 'application/json', accept: req.headers.accept ?? 'application/json', ...(opts.gatewayToken ? { authorization: `Bearer ${opts.gatewayToken}` } : {}) },
+        headers: {
+          'content-type': 'application/json',
+          accept: req.headers.accept ?? 'application/json',
+          ...(opts.gatewayToken ? { authorization: `Bearer ${opts.gatewayToken}` } : {}),
+        },
         body,
         signal: abort.signal,
       });

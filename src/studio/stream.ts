@@ -35,7 +35,12 @@ export function parseTarget(arg: string | undefined): InspectionTarget[] {
   if (!isValidId('thread', head)) throw new RangeError(`"${arg}" is not a thread, actor (<thread>/<child>) or agent id`);
   if (slash >= 0) return [{ kind: 'thread', threadId: head, actorId: arg }];
   // One id may name a thread or an agent: follow both, which costs nothing when one of them is silent.
-  return isValidId('agent', head) ? [{ kind: 'thread', threadId: head }, { kind: 'agent', agentId: head }] : [{ kind: 'thread', threadId: head }];
+  return isValidId('agent', head)
+    ? [
+        { kind: 'thread', threadId: head },
+        { kind: 'agent', agentId: head },
+      ]
+    : [{ kind: 'thread', threadId: head }];
 }
 
 function matches(target: InspectionTarget, r: InspectionRecord): boolean {

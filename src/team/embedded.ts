@@ -11,7 +11,11 @@ export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant
   const bus = new MemoryBus();
   const nodeTransport = new MemoryTransport({ bus });
   const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...nodeOptionsOf(team), ...(opts.inspect ? { inspect: true } : {}) }).start();
-  const hosts = await Promise.all(team.agents.map((agent) => new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start()));
+  const hosts = await Promise.all(
+    team.agents.map((agent) =>
+      new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start(),
+    ),
+  );
   await node.registry.waitFor(team.agents.map((a) => a.card.id));
   const client = new TroupeClient(new MemoryTransport({ bus }), tenant);
   return {
@@ -25,4 +29,3 @@ export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant
     },
   };
 }
-

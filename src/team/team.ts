@@ -50,7 +50,8 @@ export function defineTeam(input: TeamInput | TeamDefinition): TeamDefinition {
   const remote = [...((input as TeamDefinition).remote ?? []), ...members.filter((m): m is RemoteAgentRef => isRemoteAgentRef(m))];
   const team: TeamDefinition = { ...input, agents: members.filter((m): m is AgentDefinition => !isRemoteAgentRef(m)), ...(remote.length ? { remote } : {}) };
   if (team.agents.length === 0 && remote.length === 0 && !team.members?.length) {
-    if (!team.config?.entryAgent && !team.policy) throw new TroupeError('CONFIG_INVALID', `team "${team.name}" has no agents: name config.entryAgent or give it a policy`);
+    if (!team.config?.entryAgent && !team.policy)
+      throw new TroupeError('CONFIG_INVALID', `team "${team.name}" has no agents: name config.entryAgent or give it a policy`);
     return team;
   }
   const ids = new Set<string>();
@@ -74,7 +75,12 @@ export async function withRemoteAgents(team: TeamDefinition): Promise<TeamDefini
 }
 
 /** What a node takes from a team: thread settings, the router policy and the sanitiser policy (validated). */
-export function nodeOptionsOf(team: TeamDefinition | undefined): { config?: Partial<ThreadConfig>; policy?: RouterPolicy; sanitiser?: SanitiserPolicy | false; synthesizer?: Synthesizer } {
+export function nodeOptionsOf(team: TeamDefinition | undefined): {
+  config?: Partial<ThreadConfig>;
+  policy?: RouterPolicy;
+  sanitiser?: SanitiserPolicy | false;
+  synthesizer?: Synthesizer;
+} {
   if (!team) return {};
   return {
     ...(team.config ? { config: team.config } : {}),
@@ -143,11 +149,19 @@ export async function loadTeamYaml(file: string, opts: LlmAgentOptions & { env?:
       const got = loaded.agents.map((a) => a.card.id);
       const missing = (member.ids ?? []).filter((id) => !got.includes(id));
       if (missing.length) {
-        throw new TroupeError('CONFIG_INVALID', `${file}: module ${member.module} provides ${got.join(', ') || 'no agents'}, not ${missing.join(', ')} (declared in its ids)`);
+        throw new TroupeError(
+          'CONFIG_INVALID',
+          `${file}: module ${member.module} provides ${got.join(', ') || 'no agents'}, not ${missing.join(', ')} (declared in its ids)`,
+        );
       }
       agents.push(...loaded.agents);
     } else if (member.a2a !== undefined && member.id !== undefined) {
-      remote.push({ id: member.id, a2a: member.a2a, ...(member.token ? { token: member.token } : {}), ...(member.timeout_ms ? { timeoutMs: member.timeout_ms } : {}) });
+      remote.push({
+        id: member.id,
+        a2a: member.a2a,
+        ...(member.token ? { token: member.token } : {}),
+        ...(member.timeout_ms ? { timeoutMs: member.timeout_ms } : {}),
+      });
     } else if (member.id !== undefined) {
       members.push(member.id);
     }
@@ -158,16 +172,27 @@ export async function loadTeamYaml(file: string, opts: LlmAgentOptions & { env?:
     ['entry', config.entry],
     ['routing.fallback_agent', config.routing.fallback_agent],
   ] as const) {
-    if (id !== undefined && !ids.includes(id)) throw new TroupeError('CONFIG_INVALID', `${file}: ${what} "${id}" is not a member of the team (members: ${ids.join(', ')})`);
+    if (id !== undefined && !ids.includes(id))
+      throw new TroupeError('CONFIG_INVALID', `${file}: ${what} "${id}" is not a member of the team (members: ${ids.join(', ')})`);
   }
   let policy: RouterPolicy | undefined;
   if (config.router) {
     const { createProvider } = await import('../llm/providers/index.js');
     const { LlmRouterPolicy } = await import('../routing/llm-policy.js');
-    const model = { ...config.router.model, temperature: config.router.model.temperature ?? DEFAULT_ROUTER_TEMPERATURE, max_tokens: config.router.model.max_tokens ?? DEFAULT_ROUTER_MAX_TOKENS };
+    const model = {
+      ...config.router.model,
+      temperature: config.router.model.temperature ?? DEFAULT_ROUTER_TEMPERATURE,
+      max_tokens: config.router.model.max_tokens ?? DEFAULT_ROUTER_MAX_TOKENS,
+    };
     const provider = createProvider(model, { env, timeoutMs: config.router.timeout_ms, where: `${file}: router.model` });
     // One model call per attempt: the thread's router retries up to routing.router_max_attempts.
-    policy = new LlmRouterPolicy({ provider, prompts: routerPromptsOf(config.router), historyMessages: config.router.history_messages, maxAttempts: 1, timeoutMs: config.router.timeout_ms });
+    policy = new LlmRouterPolicy({
+      provider,
+      prompts: routerPromptsOf(config.router),
+      historyMessages: config.router.history_messages,
+      maxAttempts: 1,
+      timeoutMs: config.router.timeout_ms,
+    });
   }
   let synthesizer: Synthesizer | undefined;
   const synthesisModel = config.orchestration.synthesis?.model ?? config.router?.model;

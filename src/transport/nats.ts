@@ -291,10 +291,20 @@ export class NatsTransport implements Transport {
       const tlsFailure = /certificate|\bTLS\b|\bSSL\b/i.test(cause) || (opts.tls !== undefined && /doesn't exist/.test(cause));
       const e =
         err instanceof errors.AuthorizationError
-          ? new TransportError('CONNECT', `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`, { cause: err })
+          ? new TransportError(
+              'CONNECT',
+              `NATS at ${url} refused ${opts.creds ? `the credentials in ${opts.creds}` : `user "${opts.user ?? '(none)'}"`}: ${cause}`,
+              { cause: err },
+            )
           : tlsFailure
-            ? new TransportError('CONNECT', `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`, { cause: err })
-            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\` (${cause})`, { cause: err });
+            ? new TransportError(
+                'CONNECT',
+                `TLS with NATS at ${url} failed (${cause}): trust the server's CA with --tls-ca <file> (\`troupe creds init --tls\` writes <dir>/tls/ca.pem)`,
+                { cause: err },
+              )
+            : new TransportError('CONNECT', `no NATS at ${url}: start one with \`troupe creds init && nats-server -c .troupe/server.conf\` (${cause})`, {
+                cause: err,
+              });
       throw e;
     }
     // Lines name the connection as the server's monitoring does (its client name).

@@ -90,7 +90,8 @@ export class RequestMux {
         this.waiting.delete(token);
         clearTimeout(w.timer);
         // Status 503 with no data: nobody was subscribed to the request's subject.
-        if (msg.data.length === 0 && statusOf(msg) === 503) w.reject(new errors.RequestError('no responders', { cause: new errors.NoRespondersError(w.subject) }));
+        if (msg.data.length === 0 && statusOf(msg) === 503)
+          w.reject(new errors.RequestError('no responders', { cause: new errors.NoRespondersError(w.subject) }));
         else w.resolve(msg);
       },
     });

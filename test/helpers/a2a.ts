@@ -34,7 +34,12 @@ export async function v1Client(url: string, opts: { token?: string; rest?: boole
 
 /** A v0.3 client: the 0.3 release of the SDK, JSON-RPC (or REST), as an existing A2A app has it. */
 export async function v03Client(url: string, opts: { token?: string; rest?: boolean } = {}): Promise<V03Client> {
-  const { ClientFactoryOptions: V03Options, JsonRpcTransportFactory: V03JsonRpc, RestTransportFactory: V03Rest, DefaultAgentCardResolver: V03Resolver } = await import('a2a-sdk-v03/client');
+  const {
+    ClientFactoryOptions: V03Options,
+    JsonRpcTransportFactory: V03JsonRpc,
+    RestTransportFactory: V03Rest,
+    DefaultAgentCardResolver: V03Resolver,
+  } = await import('a2a-sdk-v03/client');
   const fetchImpl = opts.token ? bearerFetch(opts.token) : fetch;
   const factory = new V03ClientFactory(
     V03Options.createFrom(V03Options.default, {
@@ -80,7 +85,12 @@ export const send = (message: SdkMessage, configuration?: { historyLength?: numb
   tenant: '',
   message,
   configuration: configuration
-    ? { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately: configuration.returnImmediately ?? false, ...(configuration.historyLength !== undefined ? { historyLength: configuration.historyLength } : {}) }
+    ? {
+        acceptedOutputModes: [],
+        taskPushNotificationConfig: undefined,
+        returnImmediately: configuration.returnImmediately ?? false,
+        ...(configuration.historyLength !== undefined ? { historyLength: configuration.historyLength } : {}),
+      }
     : undefined,
   metadata: undefined,
 });

@@ -83,7 +83,8 @@ export function userMessageBody(r: Rng): string {
 
 /** What a hostile agent answers: garbage, huge or deep replies, bad routing and handoff metadata. */
 export function agentReplyBody(r: Rng): string {
-  const reply = (extra: Record<string, unknown>) => JSON.stringify({ kind: 'message', role: 'agent', messageId: `r-${int(r, 1e12)}`, parts: [{ kind: 'text', text: 'reply' }], ...extra });
+  const reply = (extra: Record<string, unknown>) =>
+    JSON.stringify({ kind: 'message', role: 'agent', messageId: `r-${int(r, 1e12)}`, parts: [{ kind: 'text', text: 'reply' }], ...extra });
   const routing = (slot: unknown) => reply({ metadata: { 'https://ranch.woi.dev/extensions/client-routing/v1': slot } });
   return pick(r, [
     () => junkString(r, 100),
@@ -110,8 +111,21 @@ export function agentReplyBody(r: Rng): string {
 export function chunkBody(r: Rng): string {
   return pick(r, [
     () => junkString(r, 50),
-    () => JSON.stringify({ kind: 'artifact-update', taskId: 'someone-else', contextId: 'x', artifact: { artifactId: 'a', parts: [{ kind: 'text', text: 'chunk' }] }, append: true }),
-    () => JSON.stringify({ kind: 'artifact-update', taskId: 't', contextId: 'x', artifact: { artifactId: 'a', parts: [{ kind: 'text', text: 'c'.repeat(100_000) }] } }),
+    () =>
+      JSON.stringify({
+        kind: 'artifact-update',
+        taskId: 'someone-else',
+        contextId: 'x',
+        artifact: { artifactId: 'a', parts: [{ kind: 'text', text: 'chunk' }] },
+        append: true,
+      }),
+    () =>
+      JSON.stringify({
+        kind: 'artifact-update',
+        taskId: 't',
+        contextId: 'x',
+        artifact: { artifactId: 'a', parts: [{ kind: 'text', text: 'c'.repeat(100_000) }] },
+      }),
     () => JSON.stringify({ kind: 'status-update', taskId: 't', contextId: 'x', status: { state: 'completed' }, final: true }),
   ])();
 }

@@ -210,7 +210,10 @@ async function install(): Promise<InstalledTroupe> {
     // Polls the other suite's marker file; there is no event to wait on across processes.
     await new Promise((r) => setTimeout(r, 500));
   }
-  const tarball = join(dir, readdirSync(dir).find((f) => f.endsWith('.tgz'))!);
+  const tarball = join(
+    dir,
+    readdirSync(dir).find((f) => f.endsWith('.tgz'))!,
+  );
   const app = join(dir, 'app');
   return {
     tarball,

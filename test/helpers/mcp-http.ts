@@ -61,10 +61,15 @@ export class McpHttpServer {
     let transport = typeof sessionId === 'string' ? this.sessions.get(sessionId) : undefined;
     if (!transport) {
       if (typeof sessionId === 'string') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }));
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32001, message: 'Session not found' }, id: null }));
         return;
       }
-      const created = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (id) => void this.sessions.set(id, created) });
+      const created = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => void this.sessions.set(id, created),
+      });
       await this.make().connect(created);
       transport = created;
     }

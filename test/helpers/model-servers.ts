@@ -29,7 +29,9 @@ const STOPWORDS = new Set(
 
 /** The words of a text as the scripted embeddings see them: lower case, no stopwords, a plural `s` dropped. */
 export function embeddingWords(text: string): string[] {
-  return (text.toLowerCase().match(/[a-z0-9]+/g) ?? []).filter((w) => !STOPWORDS.has(w)).map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
+  return (text.toLowerCase().match(/[a-z0-9]+/g) ?? [])
+    .filter((w) => !STOPWORDS.has(w))
+    .map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
 }
 
 /** A deterministic embedding: each word hashed (FNV-1a) into one of `dims` buckets, L2-normalised. */
@@ -162,7 +164,11 @@ abstract class ScriptedServer {
   }
 
   protected abstract route(path: string): { model?: string } | undefined;
-  protected abstract answer(req: SeenRequest, step: Exclude<ScriptStep, { status: number } | { gate: Promise<unknown> } | { hang: true }>, res: ServerResponse): void;
+  protected abstract answer(
+    req: SeenRequest,
+    step: Exclude<ScriptStep, { status: number } | { gate: Promise<unknown> } | { hang: true }>,
+    res: ServerResponse,
+  ): void;
   protected abstract errorBody(status: number, message: string): unknown;
 
   private fail(res: ServerResponse, err: unknown): void {
@@ -189,12 +195,21 @@ abstract class ScriptedServer {
       res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify(this.errorBody(404, `no route ${req.method} ${path}`)));
       return;
     }
-    const seen: SeenRequest = { method: req.method!, path, headers: req.headers, body, model: match.model ?? String(body.model ?? ''), at: this.requests.length };
+    const seen: SeenRequest = {
+      method: req.method!,
+      path,
+      headers: req.headers,
+      body,
+      model: match.model ?? String(body.model ?? ''),
+      at: this.requests.length,
+    };
     this.requests.push(seen);
     let step = await this.nextStep(seen);
     if (!step) {
       this.unexpected.push(seen);
-      res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify(this.errorBody(500, `scripted server: no step left for request ${seen.at}`)));
+      res
+        .writeHead(500, { 'content-type': 'application/json' })
+        .end(JSON.stringify(this.errorBody(500, `scripted server: no step left for request ${seen.at}`)));
       return;
     }
     while ('gate' in step) {
@@ -203,7 +218,9 @@ abstract class ScriptedServer {
     }
     if ('hang' in step) return;
     if ('status' in step) {
-      res.writeHead(step.status, { 'content-type': 'application/json', ...step.headers }).end(JSON.stringify(this.errorBody(step.status, step.message ?? `scripted ${step.status}`)));
+      res
+        .writeHead(step.status, { 'content-type': 'application/json', ...step.headers })
+        .end(JSON.stringify(this.errorBody(step.status, step.message ?? `scripted ${step.status}`)));
       return;
     }
     this.answer(seen, step, res);
@@ -256,7 +273,9 @@ export class OpenAIScriptedServer extends ScriptedServer {
       const vector = this.mangleEmbedding ? this.mangleEmbedding(clean, text, index) : clean;
       return { object: 'embedding', index, embedding: encoding === 'base64' ? base64Floats(vector) : vector };
     });
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data, model, usage: { prompt_tokens: input.length, total_tokens: input.length } }));
+    res
+      .writeHead(200, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ object: 'list', data, model, usage: { prompt_tokens: input.length, total_tokens: input.length } }));
     return true;
   }
 
@@ -293,14 +312,20 @@ export class OpenAIScriptedServer extends ScriptedServer {
               finish_reason: finish,
             },
           ],
-          usage: { prompt_tokens: step.usage?.input ?? 10, completion_tokens: step.usage?.output ?? 5, total_tokens: (step.usage?.input ?? 10) + (step.usage?.output ?? 5) },
+          usage: {
+            prompt_tokens: step.usage?.input ?? 10,
+            completion_tokens: step.usage?.output ?? 5,
+            total_tokens: (step.usage?.input ?? 10) + (step.usage?.output ?? 5),
+          },
         }),
       );
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     const send = (delta: unknown, finishReason: string | null = null) =>
-      res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: req.model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`);
+      res.write(
+        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: req.model, choices: [{ index: 0, delta, finish_reason: finishReason }] })}\n\n`,
+      );
     send({ role: 'assistant', content: '' });
     for (const chunk of step.chunks ?? wordChunks(step.text ?? '')) send({ content: chunk });
     if (step.dropConnection) {
@@ -315,7 +340,9 @@ export class OpenAIScriptedServer extends ScriptedServer {
     send({}, finish);
     if ((req.body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true) {
       const [input, output] = [step.usage?.input ?? 10, step.usage?.output ?? 5];
-      res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: req.model, choices: [], usage: { prompt_tokens: input, completion_tokens: output, total_tokens: input + output } })}\n\n`);
+      res.write(
+        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: req.model, choices: [], usage: { prompt_tokens: input, completion_tokens: output, total_tokens: input + output } })}\n\n`,
+      );
     }
     res.end('data: [DONE]\n\n');
   }
@@ -347,15 +374,24 @@ export class AnthropicScriptedServer extends ScriptedServer {
         ...(step.text ? [{ type: 'text', text: step.text }] : []),
         ...calls.map((c) => ({ type: 'tool_use', id: c.id, name: c.name, input: JSON.parse(c.arguments) as unknown })),
       ];
-      res.writeHead(200, { 'content-type': 'application/json' }).end(
-        JSON.stringify({ id, type: 'message', role: 'assistant', model: req.model, content, stop_reason: stop, stop_sequence: null, usage }),
-      );
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ id, type: 'message', role: 'assistant', model: req.model, content, stop_reason: stop, stop_sequence: null, usage }));
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     const send = (event: string, data: Record<string, unknown>) => res.write(`event: ${event}\ndata: ${JSON.stringify({ type: event, ...data })}\n\n`);
     send('message_start', {
-      message: { id, type: 'message', role: 'assistant', content: [], model: req.model, stop_reason: null, stop_sequence: null, usage: { input_tokens: usage.input_tokens, output_tokens: 1 } },
+      message: {
+        id,
+        type: 'message',
+        role: 'assistant',
+        content: [],
+        model: req.model,
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { input_tokens: usage.input_tokens, output_tokens: 1 },
+      },
     });
     send('ping', {});
     let index = 0;

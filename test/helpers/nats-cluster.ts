@@ -184,7 +184,10 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
         const replies = await t.requestMany('$SYS.REQ.SERVER.PING.JSZ', new TextEncoder().encode('{}'), { timeoutMs: 1_000, maxReplies: size });
         const seen: string[] = [];
         for (const r of replies) {
-          const body = JSON.parse(new TextDecoder().decode(r.data)) as { server?: { name?: string }; data?: { meta_cluster?: { leader?: string; cluster_size?: number } } };
+          const body = JSON.parse(new TextDecoder().decode(r.data)) as {
+            server?: { name?: string };
+            data?: { meta_cluster?: { leader?: string; cluster_size?: number } };
+          };
           const leader = body.data?.meta_cluster?.leader;
           if (leader) return leader;
           seen.push(`${body.server?.name ?? '?'}: meta group of ${body.data?.meta_cluster?.cluster_size ?? '?'}`);
@@ -254,10 +257,12 @@ export async function startNatsCluster(size = 3, opts: NatsClusterOptions = {}):
     },
     placeable: (timeoutMs = 90_000) => placeable(handle, as('node'), system, size, timeoutMs),
     stop: async () => {
-      await Promise.all(procs.map(async ({ proc }) => {
-        proc.signal('SIGCONT').catch(() => undefined);
-        await proc.shutdown();
-      }));
+      await Promise.all(
+        procs.map(async ({ proc }) => {
+          proc.signal('SIGCONT').catch(() => undefined);
+          await proc.shutdown();
+        }),
+      );
       rmSync(dir, { recursive: true, force: true });
     },
   };

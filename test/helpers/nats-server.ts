@@ -11,13 +11,7 @@ import { createServer, connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { connect as natsConnect, credsAuthenticator, type Authenticator, type NatsConnection, type NodeConnectionOptions } from '@nats-io/transport-node';
-import {
-  CredentialStore,
-  initCredentialStore,
-  pushAccountJwts,
-  type AddUserOptions,
-  type UserInfo,
-} from '../../src/security/creds.js';
+import { CredentialStore, initCredentialStore, pushAccountJwts, type AddUserOptions, type UserInfo } from '../../src/security/creds.js';
 import { inboxPrefix } from '../../src/security/roles.js';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
@@ -159,14 +153,34 @@ export function natsProcess(args: string[], port: number, env: Record<string, st
 }
 
 /** The agent users of the demo tenant (the demo team, the examples, the Python agent, the tests' own). */
-export const TEST_AGENTS = ['triage', 'researcher', 'writer', 'echo', 'pyecho', 'slowecho', 'main', 'skills', 'crashy', 'picky', 'sloth', 'weather', 'travel', 'billing'];
+export const TEST_AGENTS = [
+  'triage',
+  'researcher',
+  'writer',
+  'echo',
+  'pyecho',
+  'slowecho',
+  'main',
+  'skills',
+  'crashy',
+  'picky',
+  'sloth',
+  'weather',
+  'travel',
+  'billing',
+];
 
 /**
  * A nats-server exactly as shipped: operator mode from `troupe creds init` (tenants demo and acme, the
  * roles of src/security/roles.ts), on a free port with its own store dir.
  */
 export async function startNatsServer(opts: { partitions?: number } = {}): Promise<NatsServerHandle> {
-  const secure = await startSecureNatsServer({ tenants: ['demo', 'acme'], agents: TEST_AGENTS, clients: ['client', 'cli'], ...(opts.partitions ? { partitions: opts.partitions } : {}) });
+  const secure = await startSecureNatsServer({
+    tenants: ['demo', 'acme'],
+    agents: TEST_AGENTS,
+    clients: ['client', 'cli'],
+    ...(opts.partitions ? { partitions: opts.partitions } : {}),
+  });
   const roles = new Map((await secure.store.users()).map((u) => [`${u.tenant}/${u.name}`, u.role]));
   const as = (name: string, tenant = 'demo'): UserConnectOptions => {
     const role = roles.get(`${tenant}/${name}`);

@@ -104,7 +104,12 @@ export class Prober {
     await this.nc.flush();
     publisher.publish(literal, mark);
     await publisher.flush();
-    const outcome = await waitUntil<Outcome>(() => (received ? 'allowed' : refused ? 'denied' : undefined), `the outcome of subscribing to ${subject}`, 5_000, 2);
+    const outcome = await waitUntil<Outcome>(
+      () => (received ? 'allowed' : refused ? 'denied' : undefined),
+      `the outcome of subscribing to ${subject}`,
+      5_000,
+      2,
+    );
     if (!sub.isClosed()) sub.unsubscribe();
     return outcome;
   }

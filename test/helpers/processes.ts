@@ -75,7 +75,16 @@ export interface RunResult {
 function childEnv(env: Env): NodeJS.ProcessEnv {
   const out: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1' };
   // A URL or credentials from the outer shell must not leak into a test's child.
-  for (const key of ['TROUPE_NATS_URL', 'TROUPE_NATS_USER', 'TROUPE_NATS_PASSWORD', 'TROUPE_NATS_CREDS', 'TROUPE_NATS_TLS_CA', 'TROUPE_CREDS_DIR', 'TROUPE_TENANT']) delete out[key];
+  for (const key of [
+    'TROUPE_NATS_URL',
+    'TROUPE_NATS_USER',
+    'TROUPE_NATS_PASSWORD',
+    'TROUPE_NATS_CREDS',
+    'TROUPE_NATS_TLS_CA',
+    'TROUPE_CREDS_DIR',
+    'TROUPE_TENANT',
+  ])
+    delete out[key];
   for (const [k, v] of Object.entries(env)) {
     if (v === undefined) delete out[k];
     else out[k] = v;

@@ -131,7 +131,14 @@ export class ThreadRig {
       },
     });
     this.actor = createActor(machine, {
-      input: { threadId: 't1', tenant: 'demo', owner: opts.owner ?? 'local', now: T0, agents: opts.agents ?? TEAM, config: { retries: 0, agentTimeoutMs: 1_000, ...opts.config } },
+      input: {
+        threadId: 't1',
+        tenant: 'demo',
+        owner: opts.owner ?? 'local',
+        now: T0,
+        agents: opts.agents ?? TEAM,
+        config: { retries: 0, agentTimeoutMs: 1_000, ...opts.config },
+      },
       clock: this.clock,
       ...(opts.snapshot ? { snapshot: opts.snapshot as never } : {}),
       ...(opts.recorder ? { inspect: opts.recorder.inspect } : {}),
@@ -154,7 +161,13 @@ export class ThreadRig {
   }
 
   say(text: string, metadata?: Record<string, unknown>): Message {
-    const message: Message = { kind: 'message', role: 'user', messageId: `u${this.sent.length + 1}`, parts: [{ kind: 'text', text }], ...(metadata ? { metadata } : {}) };
+    const message: Message = {
+      kind: 'message',
+      role: 'user',
+      messageId: `u${this.sent.length + 1}`,
+      parts: [{ kind: 'text', text }],
+      ...(metadata ? { metadata } : {}),
+    };
     this.sent.push(message);
     this.actor.send({ type: 'troupe.user.message', message, now: this.now() });
     return message;
@@ -214,7 +227,9 @@ export class ThreadRig {
 
   /** The final answers' texts, with who wrote them. */
   finalTexts(): string[] {
-    return this.finals().map((s) => `${String(s.message?.metadata?.[META.agent])}: ${(s.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('')}`);
+    return this.finals().map(
+      (s) => `${String(s.message?.metadata?.[META.agent])}: ${(s.message?.parts ?? []).map((p) => (p.kind === 'text' ? p.text : '')).join('')}`,
+    );
   }
 
   stop(): void {

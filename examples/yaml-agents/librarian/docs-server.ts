@@ -36,15 +36,19 @@ const server = new McpServer({ name: 'docs', version: '1.0.0' });
 
 server.registerTool('list_files', { description: 'Lists the files of the folder' }, () => text(files().join('\n')));
 
-server.registerTool('read_file', { description: 'Reads one file of the folder', inputSchema: { path: z.string().describe('e.g. policies/returns.md') } }, ({ path }) => {
-  try {
-    const file = inside(path);
-    if (statSync(file).size > MAX_BYTES) return failure(`${path} is larger than ${MAX_BYTES} bytes`);
-    return text(readFileSync(file, 'utf8'));
-  } catch (err) {
-    return failure(`cannot read ${path}: ${(err as Error).message}`);
-  }
-});
+server.registerTool(
+  'read_file',
+  { description: 'Reads one file of the folder', inputSchema: { path: z.string().describe('e.g. policies/returns.md') } },
+  ({ path }) => {
+    try {
+      const file = inside(path);
+      if (statSync(file).size > MAX_BYTES) return failure(`${path} is larger than ${MAX_BYTES} bytes`);
+      return text(readFileSync(file, 'utf8'));
+    } catch (err) {
+      return failure(`cannot read ${path}: ${(err as Error).message}`);
+    }
+  },
+);
 
 server.registerTool(
   'search_files',

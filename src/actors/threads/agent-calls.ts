@@ -120,7 +120,13 @@ export class AgentCaller {
       span = startSpan('troupe.agent.call', {
         parent: this.opts.hopSpan?.(threadId, input.hop, input.agentId),
         kind: SpanKind.CLIENT,
-        attributes: { 'troupe.agent': input.agentId, 'troupe.attempt': input.attempt, 'troupe.hop': input.hop, 'troupe.thread': threadId, 'troupe.fan_out': opts.fanOut === true },
+        attributes: {
+          'troupe.agent': input.agentId,
+          'troupe.attempt': input.attempt,
+          'troupe.hop': input.hop,
+          'troupe.thread': threadId,
+          'troupe.fan_out': opts.fanOut === true,
+        },
       });
       injectTraceparent(headers, span);
     }
@@ -163,7 +169,8 @@ export class AgentCaller {
    * answer itself, so a streaming client sees them before the final status and the turn's write keeps them.
    */
   private relayArtifacts(threadId: string, agentId: string, contextId: string, task: Task): void {
-    for (const artifact of task.artifacts ?? []) this.forward(threadId, agentId, contextId, { kind: 'artifact-update', taskId: threadId, contextId, artifact, append: false, lastChunk: true });
+    for (const artifact of task.artifacts ?? [])
+      this.forward(threadId, agentId, contextId, { kind: 'artifact-update', taskId: threadId, contextId, artifact, append: false, lastChunk: true });
   }
 
   /** Metrics and span of one finished call (attempt). */
@@ -196,7 +203,8 @@ export class AgentCaller {
     if (!appliesTo(policy, flow)) return input.message;
     const result = sanitiseMessage(input.message, { policy, recipientAgentId: input.agentId });
     const masked = Object.entries(result.counts).filter(([, n]) => n > 0);
-    if (masked.length) this.opts.log.info({ thread: threadId, agent: input.agentId, flow, masked: Object.fromEntries(masked) }, 'sanitised context passed to an agent');
+    if (masked.length)
+      this.opts.log.info({ thread: threadId, agent: input.agentId, flow, masked: Object.fromEntries(masked) }, 'sanitised context passed to an agent');
     return result.value;
   }
 
@@ -229,10 +237,17 @@ export class AgentCaller {
     const request = { message: input.message, agents, ...(input.history ? { history: input.history } : {}) };
     if (!tracing.on) return this.opts.policy.decide(request);
     const threadId = input.message.taskId ?? '';
-    const span = startSpan('troupe.route', { parent: this.opts.turnSpan?.(threadId), attributes: { 'troupe.thread': threadId, 'troupe.candidates': agents.length } });
+    const span = startSpan('troupe.route', {
+      parent: this.opts.turnSpan?.(threadId),
+      attributes: { 'troupe.thread': threadId, 'troupe.candidates': agents.length },
+    });
     try {
       const decision = await this.opts.policy.decide(request);
-      span.setAttributes({ 'troupe.route.agent': decision.agentId, 'troupe.route.confidence': decision.confidence, 'troupe.route.additional': decision.additionalAgents?.length ?? 0 });
+      span.setAttributes({
+        'troupe.route.agent': decision.agentId,
+        'troupe.route.confidence': decision.confidence,
+        'troupe.route.additional': decision.additionalAgents?.length ?? 0,
+      });
       endSpan(span);
       return decision;
     } catch (err) {

@@ -131,7 +131,10 @@ export class Answers {
     const first = live.taken?.find((t) => t.messageId === messageId);
     // The same stream message given again (seq) is a redelivery, settled below.
     if (!first || first.seq === seq || first.id !== stored.id || Math.abs(stored.at - first.at) >= window) return false;
-    this.opts.log.info({ thread: live.threadId, message: messageId, apartMs: stored.at - first.at }, 'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again');
+    this.opts.log.info(
+      { thread: live.threadId, message: messageId, apartMs: stored.at - first.at },
+      'a second stored copy of a message (the stream did not detect the duplicate): acknowledged, not answered again',
+    );
     metrics.inboundDuplicates.inc();
     return true;
   }
@@ -154,7 +157,10 @@ export class Answers {
       // Likewise once this process told the next owner it had not published it: that one did.
       if (!acked || this.disclaimedAnswers.has(key)) return;
       // The same final events are not published twice (another message reusing the messageId has answers of its own).
-      this.publishAnswered(live, events.filter((e) => !this.publishedEvents.has(e)));
+      this.publishAnswered(
+        live,
+        events.filter((e) => !this.publishedEvents.has(e)),
+      );
       this.rememberPublished(key);
     };
   }
@@ -182,7 +188,10 @@ export class Answers {
     for (let round = 1; ; round++) {
       const marked = this.opts.answered ? await this.opts.answered.published(live.threadId, messageId) : false;
       if (marked) {
-        this.opts.log.info({ thread: live.threadId, message: messageId, round }, 'a redelivered message was answered already (its published-answer marker): not published again');
+        this.opts.log.info(
+          { thread: live.threadId, message: messageId, round },
+          'a redelivered message was answered already (its published-answer marker): not published again',
+        );
         metrics.redeliveredAnswers.inc({ decision: 'marker' });
         return true;
       }
@@ -196,8 +205,16 @@ export class Answers {
         const published = said === true;
         metrics.redeliveredAnswers.inc({ decision: published ? 'node' : 'published' });
         this.opts.log.info(
-          { thread: live.threadId, message: messageId, committedBy: by, round, ...(said === undefined && marked === undefined ? { waitedMs: ANSWER_UNKNOWN_WAIT_MS } : {}) },
-          published ? 'a redelivered message was answered already (the node that answered said so): not published again' : 'a redelivered message nobody says was answered: publishing its stored answer',
+          {
+            thread: live.threadId,
+            message: messageId,
+            committedBy: by,
+            round,
+            ...(said === undefined && marked === undefined ? { waitedMs: ANSWER_UNKNOWN_WAIT_MS } : {}),
+          },
+          published
+            ? 'a redelivered message was answered already (the node that answered said so): not published again'
+            : 'a redelivered message nobody says was answered: publishing its stored answer',
         );
         return published;
       }
@@ -219,7 +236,9 @@ export class Answers {
   private async publishedElsewhere(nodeId: string, threadId: string, messageId: string): Promise<boolean | undefined> {
     for (let attempt = 1; attempt <= ANSWERED_ASK_ATTEMPTS; attempt++) {
       try {
-        const reply = await this.opts.transport.request(subjects.answeredBy(this.opts.tenant, nodeId), encodeJson({ threadId, messageId }), { timeoutMs: ANSWERED_ASK_MS });
+        const reply = await this.opts.transport.request(subjects.answeredBy(this.opts.tenant, nodeId), encodeJson({ threadId, messageId }), {
+          timeoutMs: ANSWERED_ASK_MS,
+        });
         return decode(AnsweredReplySchema, reply.data, 'answer of another node', 2_048).published;
       } catch {
         if (attempt < ANSWERED_ASK_ATTEMPTS) await new Promise((r) => setTimeout(r, 500));
@@ -262,7 +281,11 @@ export class Answers {
   /** Publishes a final answer and remembers that this process did (a redelivery then needs nothing). */
   publishFinal(live: LiveThread, event: TaskStatusUpdateEvent, opts: { remember?: boolean } = {}): void {
     const span = tracing.on ? this.answerSpans.get(event) : undefined;
-    if (this.opts.log.isLevelEnabled('debug')) this.opts.log.debug({ thread: live.threadId, message: event.status.message?.metadata?.[META.inReplyTo], remember: opts.remember !== false }, 'publishing a final answer');
+    if (this.opts.log.isLevelEnabled('debug'))
+      this.opts.log.debug(
+        { thread: live.threadId, message: event.status.message?.metadata?.[META.inReplyTo], remember: opts.remember !== false },
+        'publishing a final answer',
+      );
     this.opts.publishToOwner(live, event, span);
     // A copy for a client that sent the messageId again does not count as the message's own answer.
     if (opts.remember !== false) this.publishedEvents.add(event);
@@ -319,17 +342,28 @@ export class Answers {
       // Still being answered (its turn runs, it is queued, or its answer waits for its commit): the answer will come.
       if (inTurnOf(ctx, messageId) || this.answerComing(live, messageId)) return;
       // Its answer is no longer kept (the history keeps the latest messages): a typed error, not silence.
-      const error = new TroupeError('INVALID_MESSAGE', `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`);
-      this.publishFinal(live, rejectionEvent({ taskId: live.threadId, contextId: ctx.contextId, messageId, error, timestamp: new Date(this.opts.now()).toISOString() }), opts);
+      const error = new TroupeError(
+        'INVALID_MESSAGE',
+        `message ${messageId} was already sent into thread ${live.threadId} and its answer is no longer kept; send it with a new messageId`,
+      );
+      this.publishFinal(
+        live,
+        rejectionEvent({ taskId: live.threadId, contextId: ctx.contextId, messageId, error, timestamp: new Date(this.opts.now()).toISOString() }),
+        opts,
+      );
       return;
     }
-    this.publishFinal(live, {
-      kind: 'status-update',
-      taskId: live.threadId,
-      contextId: ctx.contextId,
-      status: { state: taskStateOf(live.actor.getSnapshot().value), message: answer, timestamp: new Date(this.opts.now()).toISOString() },
-      final: true,
-      ...(answer.metadata?.[META.error] ? { metadata: { [META.error]: answer.metadata[META.error] } } : {}),
-    }, opts);
+    this.publishFinal(
+      live,
+      {
+        kind: 'status-update',
+        taskId: live.threadId,
+        contextId: ctx.contextId,
+        status: { state: taskStateOf(live.actor.getSnapshot().value), message: answer, timestamp: new Date(this.opts.now()).toISOString() },
+        final: true,
+        ...(answer.metadata?.[META.error] ? { metadata: { [META.error]: answer.metadata[META.error] } } : {}),
+      },
+      opts,
+    );
   }
 }

@@ -141,7 +141,10 @@ export class Committer {
           trims++;
           const history = live.actor.getSnapshot().context.history.length;
           live.historyTrimmed = Math.min(Math.max(1, history - 1), live.historyTrimmed + Math.max(1, Math.ceil((history - live.historyTrimmed) / 2)));
-          this.opts.log.warn({ thread: live.threadId, left: history - live.historyTrimmed }, 'thread record too large for the store; leaving older history out of it');
+          this.opts.log.warn(
+            { thread: live.threadId, left: history - live.historyTrimmed },
+            'thread record too large for the store; leaving older history out of it',
+          );
           continue;
         }
         const transient = error.code === 'TRANSPORT_ERROR' && !this.stopping && this.opts.now() - started < this.retryForMs && !live.stopped;

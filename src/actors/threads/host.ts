@@ -125,7 +125,8 @@ export class ThreadHost {
     this.log = (opts.logger ?? silentLogger()).child({ tenant: this.tenant, node: opts.nodeId });
     this.config = { ...DEFAULT_THREAD_CONFIG, ...opts.config, ...(opts.policy && opts.config?.usePolicy === undefined ? { usePolicy: true } : {}) };
     this.now = opts.now ?? Date.now;
-    this.inspection = opts.inspection ?? new InspectionPublisher({ transport: opts.transport, process: opts.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
+    this.inspection =
+      opts.inspection ?? new InspectionPublisher({ transport: opts.transport, process: opts.nodeId, switch: new InspectionSwitch(opts.inspect ?? false) });
     this.status = new StatusPublisher({
       tenant: this.tenant,
       transport: this.transport,
@@ -291,7 +292,6 @@ export class ThreadHost {
     this.caller.stop();
   }
 
-
   /**
    * Hands a user message to its thread (created or rehydrated). With `until: 'answered'` (durable
    * ingress; `seq` is its inbound stream sequence) it resolves once the message's turn is answered and
@@ -329,7 +329,8 @@ export class ThreadHost {
     const inTurn = inTurnOf(ctx, message.messageId);
     const inHistory = historyHas(live, ctx.history, message.messageId);
     // Whether the thread has taken this message: in its turn, queue or history, or answered by this process.
-    const has = inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.answers.isPublished(key) || this.answers.isPending(key);
+    const has =
+      inTurn || inHistory || live.waiters.some((w) => w.messageId === message.messageId) || this.answers.isPublished(key) || this.answers.isPending(key);
     // A client's second copy of a message it got no answer for (HEADERS.resend), or a second stored copy
     // the stream's duplicate detection missed (`secondCopy`): the thread has the first one (its answer is
     // on its way or stored, where the client looks), so the copy is only acknowledged. A thread that never
@@ -351,9 +352,13 @@ export class ThreadHost {
     // it never took (it was sent back to the stream and came back behind newer ones): taken now, late
     // rather than never — nothing a thread accepted ends without its final event.
     const redelivery = behind && has;
-    if (behind && !redelivery) this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
+    if (behind && !redelivery)
+      this.log.warn({ thread: threadId, seq: opts.seq, last: live.inboundSeq }, 'a message behind the last one the thread took, never taken: taking it now');
     if (redelivery || inTurn || inHistory) {
-      if (opts.until === 'answered' && (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answers.answerComing(live, message.messageId))) {
+      if (
+        opts.until === 'answered' &&
+        (inTurn || live.waiters.some((w) => w.messageId === message.messageId) || this.answers.answerComing(live, message.messageId))
+      ) {
         // Its turn is still running here (the first delivery lost its consumer, or this node resumed the
         // thread after a takeover), or its answer waits for its commit: wait for the same answer and
         // publish it after this ack.
@@ -362,7 +367,9 @@ export class ThreadHost {
         // message again is owed an answer of its own.
         return {
           duplicate: true,
-          publish: redelivery ? this.answers.publishOnce(live, message.messageId, events) : ({ acked }) => (acked ? this.answers.publishAnswered(live, events, { remember: false }) : undefined),
+          publish: redelivery
+            ? this.answers.publishOnce(live, message.messageId, events)
+            : ({ acked }) => (acked ? this.answers.publishAnswered(live, events, { remember: false }) : undefined),
         };
       }
       // A redelivery needs nothing when its answer was given: by this process (published, or waiting for

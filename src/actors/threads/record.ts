@@ -45,7 +45,9 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
       [META.owner]: ctx.owner,
       [META.routes]: encoded ? encoded.routes.encode(ctx.routeLog) : ctx.routeLog,
       ...(ctx.lastError ? { [META.error]: ctx.lastError } : {}),
-      ...(ctx.handoff ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } } : {}),
+      ...(ctx.handoff
+        ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } }
+        : {}),
       [META.turns]: ctx.turns,
     },
   };
@@ -144,7 +146,8 @@ export function fullSnapshot(record: ThreadRecord): unknown {
  * undefined when no handoff is open (Infinity for an open one whose child says none: never woken for it).
  */
 export function handoffDeadlineOf(record: ThreadRecord): number | undefined {
-  const snapshot = record.snapshot as { context?: { handoff?: unknown }; children?: { handoff?: { snapshot?: { context?: { deadline?: unknown } } } } } | undefined;
+  const snapshot = record.snapshot as
+    { context?: { handoff?: unknown }; children?: { handoff?: { snapshot?: { context?: { deadline?: unknown } } } } } | undefined;
   if (!snapshot?.context?.handoff) return undefined;
   const deadline = snapshot.children?.handoff?.snapshot?.context?.deadline;
   return typeof deadline === 'number' ? deadline : Number.POSITIVE_INFINITY;
@@ -205,7 +208,10 @@ export function fromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: 
  * A dormant thread's record to wake it from (`fromDormant`), with its history counted as checked for the
  * thread's next write, and the encodings of its history and route log when the copy kept them.
  */
-export function wakeFromDormant(kept: Pick<DormantThread, 'json' | 'arrays'>, node: Pick<NodeGivens, 'config' | 'agents'>): { record: ThreadRecord; encoded?: LiveThread['encoded'] } {
+export function wakeFromDormant(
+  kept: Pick<DormantThread, 'json' | 'arrays'>,
+  node: Pick<NodeGivens, 'config' | 'agents'>,
+): { record: ThreadRecord; encoded?: LiveThread['encoded'] } {
   const record = fromDormant(kept, node);
   historyChecked(record);
   if (!kept.arrays) return { record };

@@ -203,7 +203,10 @@ export class Residency {
       await this.loading.get(threadId)?.catch(() => undefined);
       const live = this.threads.get(threadId);
       if (live && !live.stopped && !resting(live)) {
-        throw new TroupeError('THREAD_BUSY', `thread ${threadId} is in the middle of a turn: cancel it (troupe send --cancel --thread ${threadId}) or delete it once it is answered`);
+        throw new TroupeError(
+          'THREAD_BUSY',
+          `thread ${threadId} is in the middle of a turn: cancel it (troupe send --cancel --thread ${threadId}) or delete it once it is answered`,
+        );
       }
       if (!live && !this.dormant.has(threadId) && !(await this.store.get(this.tenant, threadId))) throw this.notFound(threadId);
       await this.passivateThread(threadId);
@@ -412,7 +415,8 @@ export class Residency {
       live.historyIds = undefined;
     }
     // Not a thread in a handoff: it waits here for its deadline.
-    if (this.idleMs > 0) for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs && !this.wakes.has(threadId)) this.dormant.delete(threadId);
+    if (this.idleMs > 0)
+      for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs && !this.wakes.has(threadId)) this.dormant.delete(threadId);
     if (this.idleMs > 0 || this.dormantMs > 0) await this.passivateIdle(now);
   }
 
@@ -481,11 +485,16 @@ export class Residency {
    * fired: the load re-arms the deadline, which has passed, so the handoff ends and control goes back.
    */
   private armWake(threadId: string, at: number): void {
-    const timer = setTimeout(() => {
-      this.wakes.delete(threadId);
-      if (!this.dormant.has(threadId)) return;
-      this.obtain(threadId).catch((err: unknown) => this.log.error({ err: (err as Error).message, thread: threadId }, 'could not wake a dormant thread at its handoff deadline'));
-    }, Math.min(Math.max(0, at - this.now()), MAX_TIMER_MS));
+    const timer = setTimeout(
+      () => {
+        this.wakes.delete(threadId);
+        if (!this.dormant.has(threadId)) return;
+        this.obtain(threadId).catch((err: unknown) =>
+          this.log.error({ err: (err as Error).message, thread: threadId }, 'could not wake a dormant thread at its handoff deadline'),
+        );
+      },
+      Math.min(Math.max(0, at - this.now()), MAX_TIMER_MS),
+    );
     timer.unref();
     this.wakes.set(threadId, timer);
   }
@@ -503,5 +512,4 @@ export class Residency {
     const events = packEvents(live.events);
     return { copy: { ...dormantJson(record, this.opts.givens), revision: live.revision, lastActive: live.lastActive, ...(events ? { events } : {}) }, wakeAt };
   }
-
 }

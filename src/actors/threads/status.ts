@@ -60,28 +60,52 @@ export class StatusPublisher {
       contextId: ctx.contextId,
       status: { state: event.state, ...(event.message ? { message: event.message } : {}), timestamp: live.statusAt.at },
       final: event.final,
-      ...(event.route || event.error ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } } : {}),
+      ...(event.route || event.error
+        ? { metadata: { ...(event.route ? { [META.route]: event.route } : {}), ...(event.error ? { [META.error]: event.error } : {}) } }
+        : {}),
     };
     const watch = firstTurn(live);
     const traceId = traceIdOf(watch?.span);
     if (event.route) {
       // Seed 003's structured routing log: the decision's confidence, the agents the turn has reached, its time so far.
       const agents = [...new Set([...(ctx.turn?.route ?? []).map((s) => s.to), event.route.to].filter((to) => to !== 'user'))];
-      const step = { from: event.route.from, to: event.route.to, hop: event.route.hop, reason: event.route.reason, ...(event.route.confidence !== undefined ? { confidence: event.route.confidence } : {}) };
-      this.opts.log.info({ thread: live.threadId, ...step, agentsUsed: agents, ...(watch ? { durationMs: Math.max(0, this.opts.now() - watch.startedAt) } : {}), ...(traceId ? { traceId } : {}) }, 'routed');
+      const step = {
+        from: event.route.from,
+        to: event.route.to,
+        hop: event.route.hop,
+        reason: event.route.reason,
+        ...(event.route.confidence !== undefined ? { confidence: event.route.confidence } : {}),
+      };
+      this.opts.log.info(
+        {
+          thread: live.threadId,
+          ...step,
+          agentsUsed: agents,
+          ...(watch ? { durationMs: Math.max(0, this.opts.now() - watch.startedAt) } : {}),
+          ...(traceId ? { traceId } : {}),
+        },
+        'routed',
+      );
       metrics.hops.inc();
       if (watch) {
         const now = this.opts.now();
         metrics.hopSeconds.observe((now - watch.stepAt) / 1000);
         watch.stepAt = now;
-        watch.span?.addEvent('troupe.routed', { 'troupe.from': event.route.from, 'troupe.to': event.route.to, 'troupe.hop': event.route.hop, ...(event.route.reason ? { 'troupe.reason': event.route.reason } : {}) });
+        watch.span?.addEvent('troupe.routed', {
+          'troupe.from': event.route.from,
+          'troupe.to': event.route.to,
+          'troupe.hop': event.route.hop,
+          ...(event.route.reason ? { 'troupe.reason': event.route.reason } : {}),
+        });
       }
     }
     if (event.error) this.opts.log.warn({ thread: live.threadId, code: event.error.code, ...(traceId ? { traceId } : {}) }, event.error.message);
     if (event.final) {
       const inReplyTo = event.message?.metadata?.[META.inReplyTo];
       // The turn's span stays open until its answer goes out (after the commit that includes it).
-      const span = endTurn(live, this.opts.now, typeof inReplyTo === 'string' ? inReplyTo : undefined, event.error ? 'error' : event.state, event.error, { keepSpan: true });
+      const span = endTurn(live, this.opts.now, typeof inReplyTo === 'string' ? inReplyTo : undefined, event.error ? 'error' : event.state, event.error, {
+        keepSpan: true,
+      });
       if (span) this.opts.holdAnswerSpan(update, span);
     }
     if (!event.final) {

@@ -62,7 +62,12 @@ export function inspectThread(
       ? (snap.children[childId as keyof typeof snap.children] as { getSnapshot(): { value?: unknown; context?: unknown } } | undefined)
       : undefined;
     const childSnap = child?.getSnapshot();
-    return { actor: info, value: childSnap?.value, context: redact(childSnap?.context), events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live.threadId, e)) };
+    return {
+      actor: info,
+      value: childSnap?.value,
+      context: redact(childSnap?.context),
+      events: live.events.filter((e) => e.child === childId).map((e) => recentEvent(live.threadId, e)),
+    };
   }
   return { actor: info, value: snap.value, context: redact(snap.context), events: live.events.map((e) => recentEvent(live.threadId, e)) };
 }
@@ -88,7 +93,12 @@ export function inspectDormant(
     threadId,
     hops: snap.context?.routeLog?.at(-1)?.hop ?? 0,
     status: 'passivated',
-    detail: { dormant: true, turns: snap.context?.turns, history: snap.context?.history?.length ?? 0, ...(deadline !== undefined && Number.isFinite(deadline) ? { wakesAt: new Date(deadline).toISOString() } : {}) },
+    detail: {
+      dormant: true,
+      turns: snap.context?.turns,
+      history: snap.context?.history?.length ?? 0,
+      ...(deadline !== undefined && Number.isFinite(deadline) ? { wakesAt: new Date(deadline).toISOString() } : {}),
+    },
   };
   return { actor, value: snap.value, context: redact(snap.context), events: events.map((e) => recentEvent(threadId, e)) };
 }

@@ -30,11 +30,19 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   const logger = createLogger({ name: 'troupe-agent', ...(g.logLevel ? { level: g.logLevel } : {}) });
   installProcessGuards(logger);
   const observability = await startObservability(opts, 'troupe-agent', logger);
-  if (Boolean(modulePath) === Boolean(opts.a2a)) throw new UsageError('name an agent module or agent.yaml, or a remote A2A agent with --a2a <card-url> (one of the two)');
+  if (Boolean(modulePath) === Boolean(opts.a2a))
+    throw new UsageError('name an agent module or agent.yaml, or a remote A2A agent with --a2a <card-url> (one of the two)');
   if (!opts.a2a && (opts.token || opts.id || opts.timeout)) throw new UsageError('--token, --id and --timeout go with --a2a');
   // Loaded (an agent.yaml validated with its tools and model keys, a remote card fetched) before connecting.
   const agents: AgentDefinition[] = opts.a2a
-    ? [await remoteAgent({ card: opts.a2a, ...(opts.token ? { token: opts.token } : {}), ...(opts.id ? { id: opts.id } : {}), ...(opts.timeout ? { timeoutMs: opts.timeout } : {}) })]
+    ? [
+        await remoteAgent({
+          card: opts.a2a,
+          ...(opts.token ? { token: opts.token } : {}),
+          ...(opts.id ? { id: opts.id } : {}),
+          ...(opts.timeout ? { timeoutMs: opts.timeout } : {}),
+        }),
+      ]
     : (await loadModule(modulePath!)).agents;
   // A YAML agent tracks its running model loops for `ps`: each replica gets its own instance.
   const perReplica = modulePath !== undefined && /\.ya?ml$/i.test(modulePath);
@@ -44,12 +52,24 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
   for (const def of agents) {
     for (let i = 0; i < opts.replicas; i++) {
       const agent = perReplica && i > 0 ? (await loadModule(modulePath)).agents[0]! : def;
-      hosts.push(await new AgentHost({ transport, agent, tenant: g.tenant, logger, heartbeatMs: opts.heartbeat, ttlMs: opts.heartbeat * 3, ...(opts.inspect ? { inspect: true } : {}) }).start());
+      hosts.push(
+        await new AgentHost({
+          transport,
+          agent,
+          tenant: g.tenant,
+          logger,
+          heartbeatMs: opts.heartbeat,
+          ttlMs: opts.heartbeat * 3,
+          ...(opts.inspect ? { inspect: true } : {}),
+        }).start(),
+      );
     }
   }
   observability.readiness.started();
   const what = opts.a2a ? ' (remote A2A agent)' : '';
-  process.stderr.write(`${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}${what}\n`);
+  process.stderr.write(
+    `${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}${what}\n`,
+  );
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await transport.drain();

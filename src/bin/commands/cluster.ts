@@ -74,7 +74,11 @@ function launch(file: ClusterServerFiles): Promise<ChildProcess> {
     };
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.once('error', (err) => fail(`could not start (${err.message}); install nats-server (https://docs.nats.io/running-a-nats-service/introduction/installation) or set NATS_SERVER_BIN`));
+    child.once('error', (err) =>
+      fail(
+        `could not start (${err.message}); install nats-server (https://docs.nats.io/running-a-nats-service/introduction/installation) or set NATS_SERVER_BIN`,
+      ),
+    );
     child.once('exit', (code) => fail(`exited with ${code}`));
   });
 }
@@ -109,12 +113,7 @@ async function checkServerVersion(servers: number): Promise<void> {
  * meta leader for `LEADERLESS_RESTART_MS` (20 s) gets one server restarted at a time, in turn. Says what
  * it sees and does on stderr; never throws.
  */
-async function settleMetaGroup(
-  files: ClusterServerFiles[],
-  systemCreds: string,
-  restart: (i: number) => Promise<void>,
-  stopped: () => boolean,
-): Promise<void> {
+async function settleMetaGroup(files: ClusterServerFiles[], systemCreds: string, restart: (i: number) => Promise<void>, stopped: () => boolean): Promise<void> {
   const urls = files.map((f) => f.url);
   const started = Date.now();
   let lastRestart = 0;
@@ -141,13 +140,18 @@ async function settleMetaGroup(
       for (const { i } of left) await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
     } else if (!meta && waited > LEADERLESS_RESTART_MS && Date.now() - lastRestart > 15_000) {
       const i = nextInTurn++ % files.length;
-      process.stderr.write(`${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`);
+      process.stderr.write(
+        `${color.yellow('!')} no server answers as the JetStream meta leader after ${Math.round(waited / 1000)} s${why ? ` (${why})` : ''}; restarting nats-server ${files[i]!.name}\n`,
+      );
       lastRestart = Date.now();
       await restart(i).catch((err: unknown) => process.stderr.write(`${color.red('✗')} ${(err as Error).message}\n`));
     }
     await new Promise((r) => setTimeout(r, 1_000));
   }
-  if (!stopped()) process.stderr.write(`${color.yellow('!')} JetStream has not formed a meta group of all ${files.length} servers after ${META_GROUP_WAIT_MS / 1000} s; streams of ${files.length} replicas will wait\n`);
+  if (!stopped())
+    process.stderr.write(
+      `${color.yellow('!')} JetStream has not formed a meta group of all ${files.length} servers after ${META_GROUP_WAIT_MS / 1000} s; streams of ${files.length} replicas will wait\n`,
+    );
 }
 
 export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
@@ -162,7 +166,10 @@ export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
     store = await CredentialStore.open(opts.dir);
   } catch (err) {
     if (!(err instanceof TroupeError && err.code === 'CREDENTIALS_NOT_FOUND')) throw err;
-    const tenants = opts.tenants.split(',').map((t) => t.trim()).filter(Boolean);
+    const tenants = opts.tenants
+      .split(',')
+      .map((t) => t.trim())
+      .filter(Boolean);
     store = await initCredentialStore({ dir: opts.dir, tenants, partitions: opts.partitions, host: opts.host, port: clientPorts[0]! });
     created = true;
   }
@@ -187,7 +194,10 @@ export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
       [
         `${color.green('✓')} NATS cluster "${opts.name}" up: ${files.length} servers, JetStream on each (store ${store.dir}${created ? ', created' : ''})`,
         '',
-        table(['server', 'url', 'routes', 'pid', 'config'], files.map((f, i) => [f.name, f.url, `${opts.host}:${f.clusterPort}`, children[i]!.pid, f.configFile])),
+        table(
+          ['server', 'url', 'routes', 'pid', 'config'],
+          files.map((f, i) => [f.name, f.url, `${opts.host}:${f.clusterPort}`, children[i]!.pid, f.configFile]),
+        ),
         '',
         'Start nodes (each reconnects across the servers), with 3 replicas of every stream and bucket:',
         `  troupe up --nats ${url} --creds ${node} --replicas ${Math.min(3, files.length)}`,
@@ -202,7 +212,8 @@ export async function up(opts: ClusterUpOptions, cmd: Command): Promise<void> {
   const watchExit = (i: number) => {
     const child = children[i]!;
     child.once('exit', (code, signal) => {
-      if (!stopping && !restarting.has(i) && children[i] === child) process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
+      if (!stopping && !restarting.has(i) && children[i] === child)
+        process.stderr.write(`${color.red('✗')} nats-server ${files[i]!.name} exited (${signal ?? code}); the others keep running\n`);
     });
   };
   for (const i of children.keys()) watchExit(i);

@@ -7,12 +7,7 @@
 import { isAbsolute, relative } from 'node:path';
 import type { Command } from 'commander';
 import { TroupeError } from '../../protocol/errors.js';
-import {
-  CredentialStore,
-  initCredentialStore,
-  pushAccountJwts,
-  type UserInfo,
-} from '../../security/creds.js';
+import { CredentialStore, initCredentialStore, pushAccountJwts, type UserInfo } from '../../security/creds.js';
 import type { Role } from '../../security/roles.js';
 import { UsageError, globals } from '../cli.js';
 import { color, printJson, table } from '../output.js';
@@ -143,7 +138,11 @@ export async function revoke(name: string, opts: StoreOptions, cmd: Command): Pr
     await pushAccountJwts([accountJwt], { ...target, systemCreds: store.systemCredsFile });
   } catch (err) {
     if (err instanceof TroupeError) {
-      throw new TroupeError(err.code, `${user.role} "${user.name}" is revoked in the store and server.conf, but not yet on the server: ${err.message}`, err.details);
+      throw new TroupeError(
+        err.code,
+        `${user.role} "${user.name}" is revoked in the store and server.conf, but not yet on the server: ${err.message}`,
+        err.details,
+      );
     }
     throw err;
   }
@@ -151,7 +150,9 @@ export async function revoke(name: string, opts: StoreOptions, cmd: Command): Pr
     printJson({ ...user, pushedTo: target.servers });
     return;
   }
-  process.stdout.write(`${color.green('✓')} revoked ${user.role} ${color.bold(user.name)} in tenant ${user.tenant}; ${target.servers.join(',')} disconnected it\n`);
+  process.stdout.write(
+    `${color.green('✓')} revoked ${user.role} ${color.bold(user.name)} in tenant ${user.tenant}; ${target.servers.join(',')} disconnected it\n`,
+  );
 }
 
 export async function push(opts: StoreOptions, cmd: Command): Promise<void> {
@@ -166,4 +167,3 @@ export async function push(opts: StoreOptions, cmd: Command): Promise<void> {
   }
   process.stdout.write(`${color.green('✓')} pushed ${pushed} account JWTs to ${target.servers.join(',')}\n`);
 }
-

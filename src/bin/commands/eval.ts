@@ -59,7 +59,11 @@ export function formatReport(report: EvalReport): string {
   const defaulted = report.metrics.filter((m) => m.enabled && m.defaultThreshold);
   if (defaulted.length) {
     const scale = (m: EvalReport['metrics'][number]) => (m.max === 1 ? '0–1' : `1–${m.max}`);
-    lines.splice(1, 0, color.dim(`default thresholds (none in the file): ${defaulted.map((m) => `${m.metric} ${number(m.threshold, m.max)} on ${scale(m)}`).join(', ')}`));
+    lines.splice(
+      1,
+      0,
+      color.dim(`default thresholds (none in the file): ${defaulted.map((m) => `${m.metric} ${number(m.threshold, m.max)} on ${scale(m)}`).join(', ')}`),
+    );
   }
   for (const c of report.cases) {
     const tokens = c.usage ? `, tokens ${c.usage.inputTokens} in, ${c.usage.outputTokens} out` : '';
@@ -68,7 +72,8 @@ export function formatReport(report: EvalReport): string {
     if (c.answer !== undefined) lines.push(`  answer: ${clip(c.answer).replace(/\n/g, '\n          ')}`);
     if (c.error) lines.push(color.red(`  error:  ${c.error}`));
     for (const m of c.metrics) {
-      if (m.status === 'error') lines.push((m.hard ? color.red : color.yellow)(`  ${m.metric}: ${m.note}${m.hard ? '' : ' (soft failure: fail_on_error is false)'}`));
+      if (m.status === 'error')
+        lines.push((m.hard ? color.red : color.yellow)(`  ${m.metric}: ${m.note}${m.hard ? '' : ' (soft failure: fail_on_error is false)'}`));
       else if (m.note && m.status !== 'skipped') lines.push(color.dim(`  ${m.metric}: ${m.note}`));
     }
     lines.push('');

@@ -49,15 +49,21 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
   if (Boolean(opts.tlsCert) !== Boolean(opts.tlsKey)) throw new UsageError('HTTPS needs both --tls-cert and --tls-key');
   const tls = opts.tlsCert && opts.tlsKey ? readOrUsage(() => ({ cert: readFileSync(opts.tlsCert!), key: readFileSync(opts.tlsKey!) })) : undefined;
   const operatorToken = opts.operatorTokenFile ? readOrUsage(() => readFileSync(opts.operatorTokenFile!, 'utf8').trim()) : opts.operatorToken;
-  if (opts.diagnosticsPort !== undefined && !operatorToken) throw new UsageError('--diagnostics-port needs an operator token: --operator-token-file <file> or TROUPE_OPERATOR_TOKEN');
+  if (opts.diagnosticsPort !== undefined && !operatorToken)
+    throw new UsageError('--diagnostics-port needs an operator token: --operator-token-file <file> or TROUPE_OPERATOR_TOKEN');
   if (opts.rateBurst !== undefined && opts.rateLimit === undefined) throw new UsageError('--rate-burst needs --rate-limit');
-  if (!opts.jwtIssuer && (opts.jwtAudience || opts.jwksUrl || opts.jwtTenantClaim)) throw new UsageError('--jwt-audience, --jwks-url and --jwt-tenant-claim go with --jwt-issuer');
-  if (opts.jwtIssuer && !opts.jwtAudience) throw new UsageError('--jwt-issuer needs --jwt-audience: without it a token the issuer made for another service would be let in');
+  if (!opts.jwtIssuer && (opts.jwtAudience || opts.jwksUrl || opts.jwtTenantClaim))
+    throw new UsageError('--jwt-audience, --jwks-url and --jwt-tenant-claim go with --jwt-issuer');
+  if (opts.jwtIssuer && !opts.jwtAudience)
+    throw new UsageError('--jwt-issuer needs --jwt-audience: without it a token the issuer made for another service would be let in');
   const jwt = opts.jwtIssuer
     ? {
         issuer: opts.jwtIssuer,
         // Comma-separated: a token carrying any one of them passes.
-        audience: opts.jwtAudience!.split(',').map((a) => a.trim()).filter(Boolean),
+        audience: opts
+          .jwtAudience!.split(',')
+          .map((a) => a.trim())
+          .filter(Boolean),
         ...(opts.jwksUrl ? { jwksUrl: opts.jwksUrl } : {}),
         ...(opts.jwtTenantClaim ? { tenantClaim: opts.jwtTenantClaim } : {}),
         ...(opts.jwtUserClaim ? { userClaim: opts.jwtUserClaim } : {}),
@@ -81,7 +87,8 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
       clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
       stops.push(() => transport.drain());
       if (operatorToken) {
-        if (!opts.operatorCreds) throw new UsageError('diagnostics on a NATS mesh need operator credentials: --operator-creds <file> (troupe creds add-operator)');
+        if (!opts.operatorCreds)
+          throw new UsageError('diagnostics on a NATS mesh need operator credentials: --operator-creds <file> (troupe creds add-operator)');
         const operatorGlobals = { ...g, creds: opts.operatorCreds, user: undefined, password: undefined };
         const operatorTransport = await connect(operatorGlobals, 'troupe-gateway-diagnostics', true);
         observability.readiness.add('nats-diagnostics', natsCheck(operatorTransport));
@@ -127,7 +134,8 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     });
     stops.unshift(() => server.close());
     observability.readiness.started();
-    if (g.json) printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients), diagnostics: server.diagnosticsUrl });
+    if (g.json)
+      printJson({ url: server.url, card: `${server.url}/.well-known/agent-card.json`, tenants: Object.keys(clients), diagnostics: server.diagnosticsUrl });
     process.stderr.write(
       `${color.green('troupe')} gateway listening on ${server.url} (${g.nats ?? 'embedded demo mesh'}; ${[tokens ? 'bearer tokens' : '', jwt ? `JWTs from ${jwt.issuer}` : ''].filter(Boolean).join(' and ') || `no auth, tenant ${g.tenant}`})\n` +
         `${color.dim(`agent card: ${server.url}/.well-known/agent-card.json`)}\n` +

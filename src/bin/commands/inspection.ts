@@ -33,7 +33,12 @@ export async function status(opts: { window: number; partitions?: number; stream
     }
     const streams = report.checks.streams?.['streams'] as StreamHealth[] | undefined;
     if (streams?.length) {
-      process.stdout.write(`${table(['STREAM', 'REPLICAS', 'LEADER', 'MESSAGES', ''], streams.map((s) => [s.stream, s.replicas, s.leader, s.messages, s.ok ? color.green(s.detail) : color.red(s.detail)]))}\n`);
+      process.stdout.write(
+        `${table(
+          ['STREAM', 'REPLICAS', 'LEADER', 'MESSAGES', ''],
+          streams.map((s) => [s.stream, s.replicas, s.leader, s.messages, s.ok ? color.green(s.detail) : color.red(s.detail)]),
+        )}\n`,
+      );
     }
   });
 }
@@ -44,14 +49,19 @@ async function streamsCheck(nc: NatsConnection): Promise<MeshCheck> {
   try {
     streams = await streamsHealth(nc);
   } catch (err) {
-    return { ok: false, detail: (err as Error).message, hint: 'run it with a node\'s credentials (--creds …/node.creds)' };
+    return { ok: false, detail: (err as Error).message, hint: "run it with a node's credentials (--creds …/node.creds)" };
   }
   const bad = streams.filter((s) => !s.ok);
   return {
     ok: bad.length === 0,
     streams,
-    detail: bad.length === 0 ? `${streams.length} streams and buckets, each with a leader and its replicas current` : bad.map((s) => `${s.stream}: ${s.detail}`).join('; '),
-    ...(bad.length ? { hint: 'a stream without a leader takes no writes; a lagging or offline replica is one failure from that: look at the servers (docs/cluster.md)' } : {}),
+    detail:
+      bad.length === 0
+        ? `${streams.length} streams and buckets, each with a leader and its replicas current`
+        : bad.map((s) => `${s.stream}: ${s.detail}`).join('; '),
+    ...(bad.length
+      ? { hint: 'a stream without a leader takes no writes; a lagging or offline replica is one failure from that: look at the servers (docs/cluster.md)' }
+      : {}),
   };
 }
 
@@ -85,7 +95,11 @@ export async function ps(opts: { window: number }, cmd: Command): Promise<void> 
       )}\n`,
     );
     const nodes = replies.filter((r) => r.actors.some((a) => a.kind === 'node')).length;
-    process.stdout.write(color.dim(`${live} live threads, ${passivated} passivated (${dormant} of them dormant: kept in memory) · ${nodes} node processes, ${replies.length - nodes} agent processes\n`));
+    process.stdout.write(
+      color.dim(
+        `${live} live threads, ${passivated} passivated (${dormant} of them dormant: kept in memory) · ${nodes} node processes, ${replies.length - nodes} agent processes\n`,
+      ),
+    );
   });
 }
 
@@ -106,11 +120,18 @@ export async function inspect(actorId: string, _opts: unknown, cmd: Command): Pr
     const dormant = found.actor?.detail?.['dormant'] === true;
     const wakesAt = found.actor?.detail?.['wakesAt'];
     const wakes = typeof wakesAt === 'string' ? `its next message wakes it, or its handoff's deadline at ${wakesAt}` : 'its next message wakes it';
-    process.stdout.write(`${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}${dormant ? color.dim(` (dormant: at rest, its actor stopped and its record kept; ${wakes})`) : ''}\n`);
+    process.stdout.write(
+      `${color.bold(found.actor?.kind ?? 'actor')} ${actorId} on ${found.node}${dormant ? color.dim(` (dormant: at rest, its actor stopped and its record kept; ${wakes})`) : ''}\n`,
+    );
     process.stdout.write(`state: ${colorState(JSON.stringify(found.value))}\n`);
     process.stdout.write(`context:\n${JSON.stringify(found.context, null, 2)}\n`);
     if (found.events.length) {
-      process.stdout.write(`recent events:\n${table(['AT', 'EVENT', 'ACTOR'], found.events.map((e) => [e.at, e.type, e.summary]))}\n`);
+      process.stdout.write(
+        `recent events:\n${table(
+          ['AT', 'EVENT', 'ACTOR'],
+          found.events.map((e) => [e.at, e.type, e.summary]),
+        )}\n`,
+      );
     }
   });
 }
@@ -123,7 +144,12 @@ export async function threads(opts: { state?: string; owner?: string; limit: num
       client.ctl('threads', { ...(opts.state ? { state: opts.state } : {}), ...(opts.owner ? { owner: opts.owner } : {}), limit: opts.limit }),
       client.ps(500),
     ]);
-    const live = new Map(replies.flatMap((r) => r.actors).filter((a) => a.kind === 'thread').map((a) => [a.id, a.node]));
+    const live = new Map(
+      replies
+        .flatMap((r) => r.actors)
+        .filter((a) => a.kind === 'thread')
+        .map((a) => [a.id, a.node]),
+    );
     const rows = res.threads.map((t) => ({ ...t, live: live.has(t.threadId), ...(live.has(t.threadId) ? { node: live.get(t.threadId) } : {}) }));
     if (g.json) {
       printJson(rows);
@@ -132,7 +158,13 @@ export async function threads(opts: { state?: string; owner?: string; limit: num
     process.stdout.write(
       `${table(
         ['THREAD', 'STATE', 'UPDATED', 'REV', 'LIVE'],
-        rows.map((t) => [t.threadId, t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state), t.updatedAt, t.revision, t.live ? `live on ${t.node}` : 'passivated']),
+        rows.map((t) => [
+          t.threadId,
+          t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state),
+          t.updatedAt,
+          t.revision,
+          t.live ? `live on ${t.node}` : 'passivated',
+        ]),
       )}\n${color.dim(`${rows.length} threads${res.truncated ? ` (the first ${opts.limit}: --limit for more)` : ''}`)}\n`,
     );
   });
@@ -154,7 +186,9 @@ export async function thread(id: string, _opts: unknown, cmd: Command): Promise<
       return;
     }
     const { task } = res.record;
-    process.stdout.write(`thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  owner ${res.record.owner ?? '-'}\n`);
+    process.stdout.write(
+      `thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  owner ${res.record.owner ?? '-'}\n`,
+    );
     for (const m of task.history ?? []) {
       const who = m.role === 'user' ? 'user' : String(m.metadata?.[META.agent] ?? 'agent');
       process.stdout.write(`  ${color.bold(who.padEnd(12))} ${m.parts.map((p) => p.text ?? `[${p.kind}]`).join(' ')}\n`);
@@ -176,13 +210,17 @@ const MAX_OWNER_THREADS = 10_000;
 
 export async function deleteThread(id: string | undefined, opts: { owner?: string }, cmd: Command): Promise<void> {
   const g = globals(cmd);
-  if (Boolean(id) === Boolean(opts.owner)) throw new UsageError('name a thread, or every thread of an owner with --owner <principal>[/<user>] (one of the two)');
+  if (Boolean(id) === Boolean(opts.owner))
+    throw new UsageError('name a thread, or every thread of an owner with --owner <principal>[/<user>] (one of the two)');
   if (opts.owner) return deleteOwnerThreads(opts.owner, cmd);
   await withClient(g, async (client) => {
     id = id!;
     const { node, deadLetters } = await client.deleteThread(id);
     if (g.json) printJson({ threadId: id, deleted: true, node, deadLetters });
-    else process.stdout.write(`thread ${id} deleted on ${node}: its record${deadLetters ? ` and ${deadLetters} dead letter${deadLetters === 1 ? '' : 's'}` : ''}; a new message with this id starts a new thread\n`);
+    else
+      process.stdout.write(
+        `thread ${id} deleted on ${node}: its record${deadLetters ? ` and ${deadLetters} dead letter${deadLetters === 1 ? '' : 's'}` : ''}; a new message with this id starts a new thread\n`,
+      );
   });
 }
 
@@ -210,7 +248,13 @@ async function deleteOwnerThreads(owner: string, cmd: Command): Promise<void> {
       printJson({ owner, deleted: results.length - kept.length, kept: kept.length, more: listed.truncated === true, threads: results });
       return;
     }
-    if (kept.length) process.stdout.write(`${table(['THREAD', 'KEPT BECAUSE'], kept.map((r) => [r.threadId, color.red(`${r.code ?? 'ERROR'}: ${r.error ?? ''}`.slice(0, 90))]))}\n`);
+    if (kept.length)
+      process.stdout.write(
+        `${table(
+          ['THREAD', 'KEPT BECAUSE'],
+          kept.map((r) => [r.threadId, color.red(`${r.code ?? 'ERROR'}: ${r.error ?? ''}`.slice(0, 90))]),
+        )}\n`,
+      );
     process.stdout.write(
       `${results.length - kept.length} thread${results.length - kept.length === 1 ? '' : 's'} of ${owner} deleted${kept.length ? `, ${kept.length} kept (run it again)` : ''}${listed.truncated ? `; more than ${MAX_OWNER_THREADS}: run it again for the rest` : ''}\n`,
     );
@@ -232,7 +276,14 @@ export async function dlq(opts: { limit: number }, cmd: Command): Promise<void> 
     process.stdout.write(
       `${table(
         ['SEQ', 'AT', 'CODE', 'TRIES', 'SUBJECT', 'ERROR'],
-        res.entries.map((e) => [e.seq, e.at, color.red(e.code), e.attempts, e.subject.length > 60 ? `${e.subject.slice(0, 60)}…` : e.subject, e.error.slice(0, 80)]),
+        res.entries.map((e) => [
+          e.seq,
+          e.at,
+          color.red(e.code),
+          e.attempts,
+          e.subject.length > 60 ? `${e.subject.slice(0, 60)}…` : e.subject,
+          e.error.slice(0, 80),
+        ]),
       )}\n${color.dim(`${res.entries.length} dead-lettered messages (newest first)`)}\n`,
     );
   });

@@ -75,7 +75,8 @@ export async function watch(target: string, opts: { on?: boolean; all?: boolean 
   const note = (text: string) => process.stderr.write(color.dim(`${text}\n`));
   note(`watching ${target} on ${transport.name} (tenant ${g.tenant})`);
   const state = await askState(transport, g, opts.on ? { on: true, ...(threadId ? { threadId } : {}) } : {});
-  if (state instanceof Error) note(`could not ask the nodes whether inspection is on (${state.message.split('\n')[0]}); these credentials may not send ctl. Waiting anyway.`);
+  if (state instanceof Error)
+    note(`could not ask the nodes whether inspection is on (${state.message.split('\n')[0]}); these credentials may not send ctl. Waiting anyway.`);
   else note(explainState(state, threadId));
   onShutdown(() => transport.drain());
 }
@@ -113,7 +114,9 @@ export async function inspectStream(actorId: string | undefined, opts: InspectSt
         process.exitCode = 1;
       } else {
         const what = threadId ? `thread ${threadId}` : 'the whole mesh (nodes now, agents through hello)';
-        process.stdout.write(`inspection ${opts.on ? color.green('on') : 'off'} for ${what} on ${states.length} node(s): ${states.map((s) => s.node).join(', ')}\n`);
+        process.stdout.write(
+          `inspection ${opts.on ? color.green('on') : 'off'} for ${what} on ${states.length} node(s): ${states.map((s) => s.node).join(', ')}\n`,
+        );
       }
     } finally {
       await transport.drain().catch(() => undefined);
@@ -141,13 +144,16 @@ export async function inspectStream(actorId: string | undefined, opts: InspectSt
       await recorder.close();
       process.stderr.write(color.dim(`${recorder.written} records written to ${opts.record}\n`));
     });
-    process.stderr.write(`${color.green('troupe')} recording ${threadId ? `thread ${threadId}` : 'the mesh'} to ${opts.record} (JSON lines). Ctrl-C to stop.\n`);
+    process.stderr.write(
+      `${color.green('troupe')} recording ${threadId ? `thread ${threadId}` : 'the mesh'} to ${opts.record} (JSON lines). Ctrl-C to stop.\n`,
+    );
   }
   subscribeInspection(transport, g.tenant, threadId ? [{ kind: 'thread', threadId }] : [{ kind: 'all' }], (r) => sinks.forEach((s) => s(r)));
   await transport.flush();
   // Switching on (again) makes every node announce its live actors: the relay learns their definitions now.
   const state = await askState(transport, g, { on: true, ...(threadId ? { threadId } : {}) });
-  if (state instanceof Error) process.stderr.write(color.yellow(`could not switch inspection on (${state.message.split('\n')[0]}); relaying what is published\n`));
+  if (state instanceof Error)
+    process.stderr.write(color.yellow(`could not switch inspection on (${state.message.split('\n')[0]}); relaying what is published\n`));
   else process.stderr.write(color.dim(`inspection on at ${state.length} node(s); it stays on after this exits (\`troupe inspect --off\` stops it)\n`));
   onShutdown(async () => {
     for (const close of closers) await close().catch(() => undefined);

@@ -86,7 +86,14 @@ export async function send(text: string | undefined, opts: SendOptions, cmd: Com
     // A turn that ended with an error is a failure for scripts too.
     if (result.error) process.exitCode = 1;
     if (g.json) {
-      printJson({ threadId: result.threadId, state: result.final.status.state, text: result.text, route: result.route, error: result.error, message: result.final.status.message });
+      printJson({
+        threadId: result.threadId,
+        state: result.final.status.state,
+        text: result.text,
+        route: result.route,
+        error: result.error,
+        message: result.final.status.message,
+      });
       return;
     }
     const from = (result.final.status.message?.metadata?.[META.agent] as string | undefined) ?? 'agent';
@@ -94,7 +101,9 @@ export async function send(text: string | undefined, opts: SendOptions, cmd: Com
     if (result.error) process.stdout.write(`${color.red(`${result.error.code}: ${result.error.message}`)}\n`);
     const hops = result.final.status.message?.metadata?.[META.hops];
     process.stdout.write(
-      color.dim(`route: ${describeRoute(result.route)}  ·  hops: ${typeof hops === 'number' ? hops : (result.route.at(-1)?.hop ?? 0)}  ·  state: ${result.final.status.state}  ·  thread: ${result.threadId}\n`),
+      color.dim(
+        `route: ${describeRoute(result.route)}  ·  hops: ${typeof hops === 'number' ? hops : (result.route.at(-1)?.hop ?? 0)}  ·  state: ${result.final.status.state}  ·  thread: ${result.threadId}\n`,
+      ),
     );
   } finally {
     await embedded?.stop();

@@ -38,7 +38,8 @@ export async function studio(opts: { port: number; host: string; gateway?: strin
       await server.close();
       await transport.drain();
     };
-    if (server.problem) process.stderr.write(color.yellow(`could not switch inspection on (${server.problem}): the studio needs operator credentials (--creds)\n`));
+    if (server.problem)
+      process.stderr.write(color.yellow(`could not switch inspection on (${server.problem}): the studio needs operator credentials (--creds)\n`));
     else process.stderr.write(color.dim(`inspection on at ${server.nodes.length} node(s); it stays on after the studio exits (\`troupe inspect --off\`)\n`));
   } else {
     const embedded = await startEmbeddedStudio({ team: studioTeam, tenant: g.tenant, port: opts.port, host: opts.host, logger });

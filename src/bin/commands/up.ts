@@ -68,7 +68,17 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
       dormantMs: opts.dormant,
-      ...(opts.durable ? { durable: { nc: transport.jetstreamConnection, partitions: opts.partitions, leaseTtlMs: opts.leaseTtl, setupDeadlineMs: opts.setupTimeout, ...replicas } } : {}),
+      ...(opts.durable
+        ? {
+            durable: {
+              nc: transport.jetstreamConnection,
+              partitions: opts.partitions,
+              leaseTtlMs: opts.leaseTtl,
+              setupDeadlineMs: opts.setupTimeout,
+              ...replicas,
+            },
+          }
+        : {}),
     }).start();
   } catch (err) {
     // Nothing started: let go of the connection so the process exits with the error (code 1).
@@ -77,9 +87,16 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
     throw err;
   }
   const threadStore = store;
-  const hosts = opts.agents && team ? await Promise.all(team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start())) : [];
+  const hosts =
+    opts.agents && team
+      ? await Promise.all(
+          team.agents.map((agent) => new AgentHost({ transport, agent, tenant: g.tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start()),
+        )
+      : [];
   readiness.add('partitions', () => node.partitionsCheck()).started();
-  process.stderr.write(`${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant}${opts.durable ? `, ${opts.partitions} partitions` : ''}${opts.replicas ? `, ${opts.replicas} replicas` : ''})\n`);
+  process.stderr.write(
+    `${color.green('troupe')} node ${node.nodeId} up on ${transport.name} (tenant ${g.tenant}${opts.durable ? `, ${opts.partitions} partitions` : ''}${opts.replicas ? `, ${opts.replicas} replicas` : ''})\n`,
+  );
   onShutdown(async () => {
     await Promise.all(hosts.map((h) => h.stop()));
     await node.stop();

@@ -39,12 +39,21 @@ export async function validate(file: string, _opts: unknown, cmd: Command): Prom
     if (res.loaded) {
       const { config } = res.loaded;
       const members = config.agents.map((m) => m.file ?? m.module ?? (m.a2a !== undefined ? `${m.id} (A2A)` : `${m.id} (joins)`));
-      const router = config.router ? `LLM router ${config.router.model.provider} ${config.router.model.name}` : `entry agent ${config.entry ?? 'the first member'}`;
+      const router = config.router
+        ? `LLM router ${config.router.model.provider} ${config.router.model.name}`
+        : `entry agent ${config.entry ?? 'the first member'}`;
       // How its tasks end and who asks when the router is unsure (seed 000): what a user would otherwise learn by surprise.
       const ends = config.routing.task_end === 'answer' ? ', an answer completes its task' : '';
       const asks = config.routing.clarification_agent ? `, ${config.routing.clarification_agent} asks when the router is unsure` : '';
       summary = `team ${config.id}, ${members.length} member${members.length === 1 ? '' : 's'} (${members.join(', ')}), ${router}${ends}${asks}`;
-      json = { team: { id: config.id, name: config.name, members, router: config.router ? { provider: config.router.model.provider, model: config.router.model.name } : null } };
+      json = {
+        team: {
+          id: config.id,
+          name: config.name,
+          members,
+          router: config.router ? { provider: config.router.model.provider, model: config.router.model.name } : null,
+        },
+      };
     }
   } else {
     const res = validateAgentFile(file);

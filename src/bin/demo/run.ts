@@ -36,7 +36,10 @@ const SCENES: Scene[] = [
     team: qaTeam,
     intro: 'Team "qa" (weather, travel, billing): no entry agent, the scoring router picks with a confidence',
     steps: [
-      { title: 'Orchestrated: two questions fan out in parallel and the answers are aggregated', text: "What's the weather in Paris and can you book me a flight there?" },
+      {
+        title: 'Orchestrated: two questions fan out in parallel and the answers are aggregated',
+        text: "What's the weather in Paris and can you book me a flight there?",
+      },
       { title: 'Partial failure: billing is down, the answer says so', text: 'Why was I charged twice, and will it be sunny in Rome?' },
       { title: 'Low confidence: the router asks instead of guessing', text: 'hmm, not sure' },
     ],
@@ -71,12 +74,17 @@ async function llmScenes(): Promise<Scene[]> {
   const { loadYamlAgent } = await import('../../team/team.js');
   const { fileURLToPath } = await import('node:url');
   const model = process.env.TROUPE_DEMO_MODEL?.trim() || 'gpt-4o-mini';
-  const provider = createProvider({ provider: 'openai', name: model, temperature: 0.3, max_tokens: 500 }, { where: 'the demo router (--llm)', timeoutMs: 30_000 });
+  const provider = createProvider(
+    { provider: 'openai', name: model, temperature: 0.3, max_tokens: 500 },
+    { where: 'the demo router (--llm)', timeoutMs: 30_000 },
+  );
   // One model call per attempt: the thread retries up to its max attempts.
   const policy = new LlmRouterPolicy({ provider, maxAttempts: 1 });
   const support = await loadYamlAgent(fileURLToPath(new URL('../../../examples/yaml-agents/support/agent.yaml', import.meta.url)));
   return SCENES.map((scene) =>
-    scene.team === qaTeam ? { ...scene, team: { ...qaTeam, policy }, intro: `Team "qa" (weather, travel, billing): the LLM router (${model}) picks with a confidence` } : scene,
+    scene.team === qaTeam
+      ? { ...scene, team: { ...qaTeam, policy }, intro: `Team "qa" (weather, travel, billing): the LLM router (${model}) picks with a confidence` }
+      : scene,
   ).concat({
     team: { name: 'yaml', agents: [support], config: { entryAgent: 'support', retries: 0, agentTimeoutMs: 60_000 } },
     intro: 'Team "yaml": the support agent of examples/yaml-agents/support (agent.yaml: instructions, TS, Python and prompt tools)',
@@ -137,7 +145,8 @@ export async function runDemo(json: boolean, opts: { llm?: boolean } = {}): Prom
         process.stdout.write(`${color.bold(from)}: ${result.text.replace(/\n+/g, '\n    ')}\n`);
         if (result.error) process.stdout.write(`${color.red(`${result.error.code}`)}: ${result.error.message}\n`);
         const facts = [`route: ${result.route.map((s) => `${s.to}${s.confidence !== undefined ? ` (${s.confidence.toFixed(2)})` : ''}`).join(' → ') || '—'}`];
-        if (meta.agentsUsed) facts.push(`agentsUsed ${JSON.stringify(meta.agentsUsed)}`, `${String(meta.executionTimeMs)} ms`, `taskState ${String(meta.taskState)}`);
+        if (meta.agentsUsed)
+          facts.push(`agentsUsed ${JSON.stringify(meta.agentsUsed)}`, `${String(meta.executionTimeMs)} ms`, `taskState ${String(meta.taskState)}`);
         facts.push(`state ${result.final.status.state}`);
         process.stdout.write(color.dim(`  ${facts.join('  ·  ')}\n`));
       }
@@ -146,5 +155,8 @@ export async function runDemo(json: boolean, opts: { llm?: boolean } = {}): Prom
     }
   }
   if (json) printJson(out);
-  else process.stdout.write(`\n${color.dim('Next: a mesh across processes on NATS — see README "Running on NATS". `troupe graph thread --format mermaid` draws the machines.')}\n`);
+  else
+    process.stdout.write(
+      `\n${color.dim('Next: a mesh across processes on NATS — see README "Running on NATS". `troupe graph thread --format mermaid` draws the machines.')}\n`,
+    );
 }

@@ -21,7 +21,8 @@ export const triage = defineAgent({
     if (ctx.sender === 'researcher') return reply(`Checked with researcher: ${ctx.text}`, { to: 'user', reason: 'quick check answered' });
     if (ctx.sender === 'writer') return reply(`triage: writer, once more please (${ctx.hop})`, { to: 'writer', reason: 'loop demo' });
     const text = ctx.text.toLowerCase();
-    if (text.includes('loop')) return reply(`triage: writer, please polish "${ctx.text}"`, { to: 'writer', reason: 'loop demo', metadata: { [INTENT]: 'loop' } });
+    if (text.includes('loop'))
+      return reply(`triage: writer, please polish "${ctx.text}"`, { to: 'writer', reason: 'loop demo', metadata: { [INTENT]: 'loop' } });
     if (text.trim().endsWith('?')) return reply(ctx.text, { to: 'researcher', reason: 'a quick question for research', metadata: { [INTENT]: 'check' } });
     void message;
     return reply(ctx.text, { to: 'researcher', reason: 'needs research before writing', metadata: { [INTENT]: 'write' } });

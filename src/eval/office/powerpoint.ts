@@ -24,7 +24,9 @@ const NS = {
 const NOT_NOTES = new Set(['sldImg', 'sldNum', 'hdr', 'ftr', 'dt']);
 
 function children(el: XmlElement, ns: string, name: string): XmlElement[] {
-  return Array.from(el.childNodes).filter((c): c is XmlElement => c.nodeType === 1 && (c as XmlElement).localName === name && (c as XmlElement).namespaceURI === ns);
+  return Array.from(el.childNodes).filter(
+    (c): c is XmlElement => c.nodeType === 1 && (c as XmlElement).localName === name && (c as XmlElement).namespaceURI === ns,
+  );
 }
 
 function descendants(el: XmlElement, ns: string, name: string): XmlElement[] {
@@ -77,11 +79,7 @@ function walkShapes(tree: XmlElement, out: SlideContent, budget: { cells: number
             // A cell a merge covers is empty: its text is in the merge's first cell.
             tc.getAttribute('hMerge') === '1' || tc.getAttribute('vMerge') === '1'
               ? ''
-              : children(tc, NS.a, 'txBody')
-                  .map(bodyText)
-                  .join(' ')
-                  .replace(/\s+/g, ' ')
-                  .trim(),
+              : children(tc, NS.a, 'txBody').map(bodyText).join(' ').replace(/\s+/g, ' ').trim(),
           ),
         );
         budget.cells += rows.reduce((n, r) => n + r.length, 0);
@@ -120,7 +118,11 @@ export async function powerpointText(bytes: Uint8Array, opts: { pages?: number[]
   const parse = (name: string): XmlElement | undefined => {
     const data = files[name];
     if (!data) return undefined;
-    const doc = new xmldom.DOMParser({ onError: (level, msg) => { if (level !== 'warning') throw new Error(`${name}: ${msg}`); } }).parseFromString(decoder.decode(data), 'text/xml');
+    const doc = new xmldom.DOMParser({
+      onError: (level, msg) => {
+        if (level !== 'warning') throw new Error(`${name}: ${msg}`);
+      },
+    }).parseFromString(decoder.decode(data), 'text/xml');
     return doc.documentElement ?? undefined;
   };
   const presentation = parse('ppt/presentation.xml');
@@ -128,7 +130,8 @@ export async function powerpointText(bytes: Uint8Array, opts: { pages?: number[]
   const rels = relationships(parse, 'ppt/presentation.xml');
   const slideIds = descendants(presentation, NS.p, 'sldId');
   const slides = slideIds.map((s) => rels.get(s.getAttributeNS(NS.r, 'id') ?? '')?.target).filter((t): t is string => t !== undefined);
-  for (const n of opts.pages ?? []) if (n > slides.length) throw new Error(`the presentation has ${slides.length} slide${slides.length === 1 ? '' : 's'}, not ${n}`);
+  for (const n of opts.pages ?? [])
+    if (n > slides.length) throw new Error(`the presentation has ${slides.length} slide${slides.length === 1 ? '' : 's'}, not ${n}`);
   const wanted = opts.pages?.length ? opts.pages : slides.map((_, i) => i + 1);
   const tables: ExtractedTable[] = [];
   const parts: string[] = [];
@@ -150,7 +153,9 @@ export async function powerpointText(bytes: Uint8Array, opts: { pages?: number[]
           .join('\n')
           .trim()
       : '';
-    parts.push([`## Slide ${n}`, ...content.lines.map((l) => (l.startsWith('| ') ? l : tidy(l))), ...(noteText ? [`Notes: ${tidy(noteText)}`] : [])].join('\n'));
+    parts.push(
+      [`## Slide ${n}`, ...content.lines.map((l) => (l.startsWith('| ') ? l : tidy(l))), ...(noteText ? [`Notes: ${tidy(noteText)}`] : [])].join('\n'),
+    );
   }
   return { text: parts.join('\n\n'), tables };
 }

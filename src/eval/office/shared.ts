@@ -80,11 +80,17 @@ export function unzipSome(fflate: Fflate, bytes: Uint8Array, want: (name: string
  */
 export async function loadPackages<T extends unknown[]>(specifiers: { [K in keyof T]: string }, feature: string): Promise<T> {
   const results = await Promise.allSettled(specifiers.map((s) => importOptional<unknown>(s, feature)));
-  const missing = results.flatMap((r) => (r.status === 'rejected' && r.reason instanceof TroupeError && r.reason.code === 'DEPENDENCY_MISSING' ? [String(r.reason.details?.package)] : []));
+  const missing = results.flatMap((r) =>
+    r.status === 'rejected' && r.reason instanceof TroupeError && r.reason.code === 'DEPENDENCY_MISSING' ? [String(r.reason.details?.package)] : [],
+  );
   if (missing.length > 1) {
-    throw new TroupeError('DEPENDENCY_MISSING', `${feature} needs the optional packages ${missing.join(', ')}, which are not installed: run npm i ${missing.join(' ')}`, {
-      packages: missing,
-    });
+    throw new TroupeError(
+      'DEPENDENCY_MISSING',
+      `${feature} needs the optional packages ${missing.join(', ')}, which are not installed: run npm i ${missing.join(' ')}`,
+      {
+        packages: missing,
+      },
+    );
   }
   const failed = results.find((r) => r.status === 'rejected');
   if (failed) throw (failed as PromiseRejectedResult).reason;

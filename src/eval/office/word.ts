@@ -52,7 +52,9 @@ function blocksOf(root: XmlNode): { blocks: Block[]; pages: number } {
         for (const tr of Array.from((c as XmlElement).getElementsByTagName('tr'))) {
           // Only this table's rows: a nested table's rows are text inside its cell.
           if (tr.parentNode !== c && tr.parentNode?.parentNode !== c) continue;
-          const row = Array.from(tr.childNodes).flatMap((td) => (['td', 'th'].includes((td as XmlElement).nodeName) ? [textOf(td).replace(/\s+/g, ' ').trim()] : []));
+          const row = Array.from(tr.childNodes).flatMap((td) =>
+            ['td', 'th'].includes((td as XmlElement).nodeName) ? [textOf(td).replace(/\s+/g, ' ').trim()] : [],
+          );
           cells += row.length;
           if (cells > MAX_CELLS) throw new Error(`the document has more than ${MAX_CELLS} table cells`);
           rows.push(row);
@@ -79,7 +81,10 @@ function blocksOf(root: XmlNode): { blocks: Block[]; pages: number } {
 }
 
 export async function wordText(bytes: Uint8Array, opts: { pages?: number[] } = {}): Promise<ExtractedDocument> {
-  const [mammoth, fflate, xmldom] = await loadPackages<[Mammoth & { default?: Mammoth }, Fflate, XmlDom]>(['mammoth', 'fflate', '@xmldom/xmldom'], 'reading word files');
+  const [mammoth, fflate, xmldom] = await loadPackages<[Mammoth & { default?: Mammoth }, Fflate, XmlDom]>(
+    ['mammoth', 'fflate', '@xmldom/xmldom'],
+    'reading word files',
+  );
   checkZip(fflate, bytes, 'the document');
   const m = mammoth.default ?? mammoth;
   let html: string;
@@ -93,10 +98,15 @@ export async function wordText(bytes: Uint8Array, opts: { pages?: number[] } = {
   } catch (err) {
     throw new Error(`the document cannot be read: ${(err as Error).message}`);
   }
-  const doc = new xmldom.DOMParser({ onError: (level, msg) => { if (level !== 'warning') throw new Error(msg); } }).parseFromString(`<body>${html}</body>`, 'text/xml');
+  const doc = new xmldom.DOMParser({
+    onError: (level, msg) => {
+      if (level !== 'warning') throw new Error(msg);
+    },
+  }).parseFromString(`<body>${html}</body>`, 'text/xml');
   const { blocks, pages } = blocksOf(doc.documentElement!);
   const wanted = opts.pages?.length ? opts.pages : undefined;
-  for (const p of wanted ?? []) if (p > pages) throw new Error(`the document has ${pages} page${pages === 1 ? '' : 's'} (counted at its page breaks), not ${p}`);
+  for (const p of wanted ?? [])
+    if (p > pages) throw new Error(`the document has ${pages} page${pages === 1 ? '' : 's'} (counted at its page breaks), not ${p}`);
   const tables: ExtractedTable[] = [];
   const parts: string[] = [];
   let current = 0;

@@ -5,7 +5,13 @@
  * the model loop retries with backoff.
  */
 import Anthropic from '@anthropic-ai/sdk';
-import type { ContentBlockParam, MessageCreateParamsStreaming, MessageParam, RawMessageStreamEvent, ToolResultBlockParam } from '@anthropic-ai/sdk/resources/messages';
+import type {
+  ContentBlockParam,
+  MessageCreateParamsStreaming,
+  MessageParam,
+  RawMessageStreamEvent,
+  ToolResultBlockParam,
+} from '@anthropic-ai/sdk/resources/messages';
 import type { ModelConfig } from '../../config/agent.js';
 import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason } from '../../model/types.js';
 import { toModelCallError } from './errors.js';
@@ -44,11 +50,13 @@ function toAnthropic(messages: ChatMessage[]): { system: string; messages: Messa
             : m.content.map((p): ContentBlockParam =>
                 p.type === 'text'
                   ? { type: 'text', text: p.text }
-                  : { type: 'image', source: { type: 'base64', media_type: p.mimeType as 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp', data: p.data } },
+                  : {
+                      type: 'image',
+                      source: { type: 'base64', media_type: p.mimeType as 'image/png' | 'image/jpeg' | 'image/gif' | 'image/webp', data: p.data },
+                    },
               ),
       });
-    }
-    else if (m.role === 'assistant') {
+    } else if (m.role === 'assistant') {
       const blocks: ContentBlockParam[] = [];
       if (m.content) blocks.push({ type: 'text', text: m.content });
       for (const c of m.toolCalls ?? []) blocks.push({ type: 'tool_use', id: c.id, name: c.name, input: parseInput(c.arguments) });
@@ -88,7 +96,12 @@ export class AnthropicProvider implements ModelProvider {
 
   constructor(private readonly opts: AnthropicProviderOptions) {
     this.model = opts.config.name;
-    this.client = new Anthropic({ apiKey: opts.apiKey, ...(opts.baseURL ? { baseURL: opts.baseURL } : {}), timeout: opts.timeoutMs, maxRetries: opts.maxRetries });
+    this.client = new Anthropic({
+      apiKey: opts.apiKey,
+      ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
+      timeout: opts.timeoutMs,
+      maxRetries: opts.maxRetries,
+    });
     this.endpoint = this.client.baseURL;
   }
 

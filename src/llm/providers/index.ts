@@ -58,7 +58,10 @@ export function createProvider(config: ModelConfig, opts: ProviderOptions = {}):
       const baseURL = config.base_url ?? nonEmpty(env.ANTHROPIC_BASE_URL);
       const apiKey = nonEmpty(env.ANTHROPIC_API_KEY) ?? (baseURL ? NO_KEY : undefined);
       if (!apiKey) {
-        throw new TroupeError('CONFIG_INVALID', `${where}: provider anthropic needs ANTHROPIC_API_KEY in the environment (or ${where}.base_url / ANTHROPIC_BASE_URL)`);
+        throw new TroupeError(
+          'CONFIG_INVALID',
+          `${where}: provider anthropic needs ANTHROPIC_API_KEY in the environment (or ${where}.base_url / ANTHROPIC_BASE_URL)`,
+        );
       }
       return new AnthropicProvider({ ...common, apiKey, ...(baseURL ? { baseURL } : {}) });
     }
@@ -85,7 +88,10 @@ export function createEmbeddingProvider(config: ModelConfig, model: string, opts
     }
     return createProvider({ provider: 'openai', name: model }, { ...opts, maxRetries: opts.maxRetries ?? 2 }) as OpenAIProvider;
   }
-  return createProvider({ provider: config.provider, name: model, ...(config.base_url ? { base_url: config.base_url } : {}) }, { ...opts, maxRetries: opts.maxRetries ?? 2 }) as OpenAIProvider;
+  return createProvider(
+    { provider: config.provider, name: model, ...(config.base_url ? { base_url: config.base_url } : {}) },
+    { ...opts, maxRetries: opts.maxRetries ?? 2 },
+  ) as OpenAIProvider;
 }
 
 export { AnthropicProvider, OpenAIProvider };

@@ -7,7 +7,16 @@
 import OpenAI, { AzureOpenAI } from 'openai';
 import type { ChatCompletionChunk, ChatCompletionCreateParamsStreaming, ChatCompletionMessageParam } from 'openai/resources/chat/completions';
 import type { ModelConfig } from '../../config/agent.js';
-import { ModelCallError, type ChatMessage, type Completion, type CompletionRequest, type EmbeddingProvider, type ModelProvider, type StopReason, type ToolCall } from '../../model/types.js';
+import {
+  ModelCallError,
+  type ChatMessage,
+  type Completion,
+  type CompletionRequest,
+  type EmbeddingProvider,
+  type ModelProvider,
+  type StopReason,
+  type ToolCall,
+} from '../../model/types.js';
 import { toModelCallError } from './errors.js';
 
 export interface OpenAIProviderOptions {
@@ -41,7 +50,9 @@ function toOpenAIMessages(messages: ChatMessage[]): ChatCompletionMessageParam[]
           : {
               role: 'user',
               content: m.content.map((p) =>
-                p.type === 'text' ? { type: 'text' as const, text: p.text } : { type: 'image_url' as const, image_url: { url: `data:${p.mimeType};base64,${p.data}` } },
+                p.type === 'text'
+                  ? { type: 'text' as const, text: p.text }
+                  : { type: 'image_url' as const, image_url: { url: `data:${p.mimeType};base64,${p.data}` } },
               ),
             };
       default:
@@ -78,7 +89,8 @@ export function decodeEmbedding(embedding: unknown, where: string, index: number
       return out;
     }
   }
-  const kind = typeof embedding === 'string' ? `a string that is not base64 float32s (${embedding.length} characters)` : embedding === null ? 'null' : typeof embedding;
+  const kind =
+    typeof embedding === 'string' ? `a string that is not base64 float32s (${embedding.length} characters)` : embedding === null ? 'null' : typeof embedding;
   throw new ModelCallError(`${where}: embedding ${index} is ${kind}, not a list of numbers`, false);
 }
 
@@ -103,7 +115,12 @@ export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
         maxRetries: opts.maxRetries,
       });
     } else {
-      this.client = new OpenAI({ apiKey: opts.apiKey, ...(opts.baseURL ? { baseURL: opts.baseURL } : {}), timeout: opts.timeoutMs, maxRetries: opts.maxRetries });
+      this.client = new OpenAI({
+        apiKey: opts.apiKey,
+        ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
+        timeout: opts.timeoutMs,
+        maxRetries: opts.maxRetries,
+      });
     }
     this.endpoint = this.client.baseURL;
   }
@@ -130,7 +147,11 @@ export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
     }
     const missing = texts.findIndex((_, i) => vectors[i] === undefined);
     // A wrong answer is not retried: the server would give it again.
-    if (missing !== -1) throw new ModelCallError(`${where}: the server returned ${Array.isArray(data) ? data.length : 0} embeddings for ${texts.length} texts (none for text ${missing})`, false);
+    if (missing !== -1)
+      throw new ModelCallError(
+        `${where}: the server returned ${Array.isArray(data) ? data.length : 0} embeddings for ${texts.length} texts (none for text ${missing})`,
+        false,
+      );
     return vectors;
   }
 
@@ -142,9 +163,18 @@ export class OpenAIProvider implements ModelProvider, EmbeddingProvider {
       stream: true,
       // The usage comes in a last chunk of its own (OpenAI and most compatible servers).
       stream_options: { include_usage: true },
-      ...(req.responseFormat ? { response_format: { type: 'json_schema' as const, json_schema: { name: req.responseFormat.name, schema: req.responseFormat.schema, strict: false } } } : {}),
+      ...(req.responseFormat
+        ? {
+            response_format: { type: 'json_schema' as const, json_schema: { name: req.responseFormat.name, schema: req.responseFormat.schema, strict: false } },
+          }
+        : {}),
       ...(req.tools?.length
-        ? { tools: req.tools.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: { ...t.parameters } } })) }
+        ? {
+            tools: req.tools.map((t) => ({
+              type: 'function' as const,
+              function: { name: t.name, description: t.description, parameters: { ...t.parameters } },
+            })),
+          }
         : {}),
       ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
       ...(config.top_p !== undefined ? { top_p: config.top_p } : {}),

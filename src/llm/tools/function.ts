@@ -53,7 +53,13 @@ export function pythonExecutable(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 /** Runs `name` from the Python file with `args`; resolves with its result, rejects with its error. */
-export function runPythonFunction(file: string, name: string, args: Record<string, unknown>, signal: AbortSignal, python = pythonExecutable()): Promise<unknown> {
+export function runPythonFunction(
+  file: string,
+  name: string,
+  args: Record<string, unknown>,
+  signal: AbortSignal,
+  python = pythonExecutable(),
+): Promise<unknown> {
   return new Promise((resolvePromise, reject) => {
     if (signal.aborted) {
       reject(new Error('cancelled'));

@@ -53,7 +53,13 @@ export async function buildTools(loaded: LoadedAgentConfig, factories: ToolFacto
         servers.set(tool.name, set.connection);
         tools.push(...set.tools);
       } else {
-        const set = await vectorstoreTool(tool, { name: loaded.config.name, dir: loaded.dir }, embedderFor(tool.embedding_model, `${where}.embedding_model`), where, factories.log);
+        const set = await vectorstoreTool(
+          tool,
+          { name: loaded.config.name, dir: loaded.dir },
+          embedderFor(tool.embedding_model, `${where}.embedding_model`),
+          where,
+          factories.log,
+        );
         closers.push(set.close);
         indexes.set(tool.name, { table: set.index.table, rows: set.index.rows, built: set.index.built });
         tools.push(set.tool);
@@ -68,7 +74,10 @@ export async function buildTools(loaded: LoadedAgentConfig, factories: ToolFacto
     const other = offered.get(t.definition.name);
     if (other) {
       await close();
-      throw new TroupeError('CONFIG_INVALID', `${loaded.file}: two tools are offered to the model as "${t.definition.name}" (from ${other.source ?? other.definition.name} and ${t.source ?? t.definition.name})`);
+      throw new TroupeError(
+        'CONFIG_INVALID',
+        `${loaded.file}: two tools are offered to the model as "${t.definition.name}" (from ${other.source ?? other.definition.name} and ${t.source ?? t.definition.name})`,
+      );
     }
     offered.set(t.definition.name, t);
   }

@@ -269,7 +269,11 @@ export class McpConnection {
           tools.push({
             name: t.name,
             ...(t.description ? { description: t.description } : {}),
-            inputSchema: { ...(t.inputSchema as Record<string, unknown>), type: 'object', properties: (t.inputSchema.properties as Record<string, unknown> | undefined) ?? {} },
+            inputSchema: {
+              ...(t.inputSchema as Record<string, unknown>),
+              type: 'object',
+              properties: (t.inputSchema.properties as Record<string, unknown> | undefined) ?? {},
+            },
           });
         }
         if (tools.length > MAX_MCP_TOOLS) throw new Error(`the server offers more than ${MAX_MCP_TOOLS} tools`);
@@ -282,7 +286,10 @@ export class McpConnection {
       if (pid) livePids.delete(pid);
       const why = deadline.aborted ? `no MCP handshake within ${this.startupTimeoutMs} ms` : (err as Error).message;
       const said = this.stderr.trim();
-      throw new Error(`${why}${exited && !deadline.aborted ? ' (the server exited)' : ''}${said ? `; it wrote: ${said.split('\n').slice(-5).join(' | ')}` : ''}`, { cause: err });
+      throw new Error(
+        `${why}${exited && !deadline.aborted ? ' (the server exited)' : ''}${said ? `; it wrote: ${said.split('\n').slice(-5).join(' | ')}` : ''}`,
+        { cause: err },
+      );
     }
     this.client = client;
     this.connectedAt = Date.now();
@@ -355,7 +362,8 @@ export class McpConnection {
       const lost = !(err instanceof McpError) || err.code === -32000;
       // Over HTTP nothing tells us the server went away except a failed request: reconnect.
       if (lost && this.spec.kind === 'http' && !signal.aborted && this.client === client) this.onLost((err as Error).message);
-      if (lost && this.state === 'restarting') throw new Error(`the MCP server stopped during the call and is restarting: ${(err as Error).message}`, { cause: err });
+      if (lost && this.state === 'restarting')
+        throw new Error(`the MCP server stopped during the call and is restarting: ${(err as Error).message}`, { cause: err });
       throw err;
     }
     const text = resultText(result);
@@ -364,7 +372,13 @@ export class McpConnection {
   }
 
   status(): McpServerStatus {
-    return { server: this.spec.display, state: this.state, restarts: this.restarts, tools: this.tools.length, ...(this.lastError ? { lastError: this.lastError } : {}) };
+    return {
+      server: this.spec.display,
+      state: this.state,
+      restarts: this.restarts,
+      tools: this.tools.length,
+      ...(this.lastError ? { lastError: this.lastError } : {}),
+    };
   }
 
   async close(): Promise<void> {
@@ -446,10 +460,15 @@ export async function mcpTools(tool: McpToolConfig, dir: string, where: string):
   try {
     connection = await mcpServers.acquire(spec, startupTimeoutMs);
   } catch (err) {
-    throw new TroupeError('TOOL_START_FAILED', `${where}: MCP server ${JSON.stringify(tool.server)} did not start: ${(err as Error).message}`, {
-      tool: tool.name,
-      server: spec.display,
-    }, { cause: err });
+    throw new TroupeError(
+      'TOOL_START_FAILED',
+      `${where}: MCP server ${JSON.stringify(tool.server)} did not start: ${(err as Error).message}`,
+      {
+        tool: tool.name,
+        server: spec.display,
+      },
+      { cause: err },
+    );
   }
   const seen = new Set<string>();
   const tools = connection.tools.map((remote): RunnableTool => {

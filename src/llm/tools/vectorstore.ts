@@ -60,7 +60,12 @@ export async function vectorstoreTool(
       ...(log ? { log } : {}),
     });
   } catch (err) {
-    throw new TroupeError('TOOL_START_FAILED', `${where}: could not index ${JSON.stringify(tool.source)}: ${(err as Error).message}`, { tool: tool.name }, { cause: err });
+    throw new TroupeError(
+      'TOOL_START_FAILED',
+      `${where}: could not index ${JSON.stringify(tool.source)}: ${(err as Error).message}`,
+      { tool: tool.name },
+      { cause: err },
+    );
   }
   const { index, release } = held;
   return {

@@ -80,7 +80,9 @@ async function loadLanceDb(): Promise<typeof import('@lancedb/lancedb')> {
 }
 
 function tableName(name: string, key: IndexKey): string {
-  const hash = createHash('sha256').update(JSON.stringify({ v: KEY_VERSION, ...key })).digest('hex');
+  const hash = createHash('sha256')
+    .update(JSON.stringify({ v: KEY_VERSION, ...key }))
+    .digest('hex');
   return `${name}-${hash.slice(0, 16)}`;
 }
 
@@ -88,7 +90,13 @@ function tableName(name: string, key: IndexKey): string {
  * Throws MODEL_ERROR unless `vectors` holds `count` vectors, each of `dims` finite numbers (or, without
  * `dims`, of the first one's length), not all zero. `offset` numbers the vectors in messages.
  */
-export function checkVectors(vectors: unknown, count: number, dims: number | undefined, embedder: Pick<EmbeddingProvider, 'model' | 'endpoint'>, offset = 0): number[][] {
+export function checkVectors(
+  vectors: unknown,
+  count: number,
+  dims: number | undefined,
+  embedder: Pick<EmbeddingProvider, 'model' | 'endpoint'>,
+  offset = 0,
+): number[][] {
   const fail = (what: string) => {
     throw new TroupeError('MODEL_ERROR', `the embeddings of ${embedder.model} at ${embedder.endpoint} are unusable: ${what}`, { model: embedder.model });
   };
@@ -98,11 +106,13 @@ export function checkVectors(vectors: unknown, count: number, dims: number | und
   list.forEach((v, i) => {
     const n = offset + i;
     if (!Array.isArray(v) || v.length === 0) return fail(`vector ${n} is empty or not a list`);
-    if (v.length !== want) fail(`vector ${n} has ${v.length} dimensions, not ${want}${dims === undefined ? '' : ' (the dimension the model answered in at start)'}`);
+    if (v.length !== want)
+      fail(`vector ${n} has ${v.length} dimensions, not ${want}${dims === undefined ? '' : ' (the dimension the model answered in at start)'}`);
     let zero = true;
     for (let j = 0; j < v.length; j++) {
       const x: unknown = v[j];
-      if (typeof x !== 'number' || !Number.isFinite(x)) fail(`vector ${n} holds ${x === null ? 'null' : typeof x === 'number' ? String(x) : typeof x} at [${j}]`);
+      if (typeof x !== 'number' || !Number.isFinite(x))
+        fail(`vector ${n} holds ${x === null ? 'null' : typeof x === 'number' ? String(x) : typeof x} at [${j}]`);
       if (x !== 0) zero = false;
     }
     if (zero) fail(`vector ${n} is all zeros (it has no direction to compare)`);
@@ -183,7 +193,10 @@ async function openIndex(opts: VectorIndexOptions): Promise<VectorIndex> {
     if (built) {
       const previous = older.length ? await keyOf(db, older[0]!) : undefined;
       const reasons = older.length ? changes(previous, key) : ['there was none'];
-      opts.log?.info({ index: opts.name, table: name, previous: older[0], model: key.model, dimensions: key.dimensions, reasons }, `building vector index ${name}: ${reasons.join('; ')}`);
+      opts.log?.info(
+        { index: opts.name, table: name, previous: older[0], model: key.model, dimensions: key.dimensions, reasons },
+        `building vector index ${name}: ${reasons.join('; ')}`,
+      );
       table = await buildTable(db, lancedb, name, key, opts);
     } else table = await db.openTable(name);
     for (const old of older) await db.dropTable(old);

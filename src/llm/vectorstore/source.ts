@@ -101,7 +101,8 @@ export function sourceHash(files: SourceFile[], settings: SourceSettings, extra:
   for (const file of files) {
     const bytes = readFileSync(file.path);
     total += bytes.length;
-    if (bytes.length > SOURCE_LIMITS.fileBytes) throw new Error(`${file.name} is ${bytes.length} bytes; a source file may be at most ${SOURCE_LIMITS.fileBytes}`);
+    if (bytes.length > SOURCE_LIMITS.fileBytes)
+      throw new Error(`${file.name} is ${bytes.length} bytes; a source file may be at most ${SOURCE_LIMITS.fileBytes}`);
     if (total > SOURCE_LIMITS.totalBytes) throw new Error(`the source is over ${SOURCE_LIMITS.totalBytes} bytes`);
     hash.update(`\0${file.name}\0${bytes.length}\0`);
     hash.update(bytes);
@@ -300,7 +301,12 @@ function recordChunks(file: SourceFile, records: RecordWithContext[], settings: 
   // In a directory of different files, a file that has none of the vector fields gets its own.
   const present = explicit?.filter((f) => records.some((r) => f in r.row));
   for (const f of present ?? []) found.vector.add(f);
-  const vectorFields = present?.length ? present : detectVectorFields(records.map((r) => r.row), new Set(metaFields ?? []));
+  const vectorFields = present?.length
+    ? present
+    : detectVectorFields(
+        records.map((r) => r.row),
+        new Set(metaFields ?? []),
+      );
   if (vectorFields.length === 0 && records.length) throw new Error(`${file.name}: found no text fields to embed; name them with vector_field`);
   const metaPrefix = settings.meta_prefix ?? '';
   const chunks: SourceChunk[] = [];

@@ -37,10 +37,22 @@ export function planDelegation(context: ThreadContext): { delegation: TurnDelega
   const card = liveAgent(context.agents, delegator);
   const allowed = context.config.permissions?.delegate;
   if (allowed && !allowed.includes(delegator)) {
-    return { error: { code: 'DELEGATION_NOT_ALLOWED', message: `${delegator} asked to delegate, but the team does not let it (permissions.delegate)`, details: { delegator } } };
+    return {
+      error: {
+        code: 'DELEGATION_NOT_ALLOWED',
+        message: `${delegator} asked to delegate, but the team does not let it (permissions.delegate)`,
+        details: { delegator },
+      },
+    };
   }
   if (card?.orchestration?.canDelegate === false) {
-    return { error: { code: 'DELEGATION_NOT_ALLOWED', message: `${delegator} asked to delegate, but its card does not allow it (capabilities.orchestration.canDelegate is false)`, details: { delegator } } };
+    return {
+      error: {
+        code: 'DELEGATION_NOT_ALLOWED',
+        message: `${delegator} asked to delegate, but its card does not allow it (capabilities.orchestration.canDelegate is false)`,
+        details: { delegator },
+      },
+    };
   }
   const strategy = directive.strategy ?? context.config.orchestration.strategy;
   const limit = Math.min(card?.orchestration?.maxParallel ?? Number.POSITIVE_INFINITY, context.config.orchestration.maxParallelAgents);
@@ -58,7 +70,13 @@ export function planDelegation(context: ThreadContext): { delegation: TurnDelega
   }
   const missing = directive.agents.filter((id) => !liveAgent(context.agents, id));
   if (missing.length) {
-    return { error: { code: 'AGENT_NOT_FOUND', message: `${delegator} asked to delegate to ${missing.map((id) => `"${id}"`).join(', ')}, not live agents`, details: { missing } } };
+    return {
+      error: {
+        code: 'AGENT_NOT_FOUND',
+        message: `${delegator} asked to delegate to ${missing.map((id) => `"${id}"`).join(', ')}, not live agents`,
+        details: { missing },
+      },
+    };
   }
   if (turn.hops + DELEGATION_HOPS > context.config.maxHops) {
     return {
@@ -139,7 +157,8 @@ export const threadWithDelegation = threadWithTurns.extend({
         turn: { ...turn, delegation, hops: delegation.hop, route: [...turn.route, ...steps] },
         routeLog: prune([...context.routeLog, ...steps], ROUTE_LOG_LIMIT),
       });
-      if (turn.lastAnswer && messageText(turn.lastAnswer)) enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: turn.lastAnswer });
+      if (turn.lastAnswer && messageText(turn.lastAnswer))
+        enqueue.emit({ type: 'troupe.thread.status', state: 'working', final: false, message: turn.lastAnswer });
     }),
     /** The delegates answered (or failed): the delegator is called again with their results, one hop later. */
     returnDelegationResults: enqueueActions(({ context, enqueue }, output: OrchestrationOutput) => {

@@ -56,19 +56,50 @@ function readPlan(context: ThreadContext): HandoffPlan {
   }
   const allowed = context.config.permissions;
   if (allowed?.handoffInitiate && !allowed.handoffInitiate.includes(source)) {
-    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, but the team does not let it start handoffs (permissions.handoff.initiate)`, details: { source, target: directive.targetAgentId } } };
+    return {
+      error: {
+        code: 'HANDOFF_NOT_ALLOWED',
+        message: `${source} asked to hand off to ${directive.targetAgentId}, but the team does not let it start handoffs (permissions.handoff.initiate)`,
+        details: { source, target: directive.targetAgentId },
+      },
+    };
   }
   if (allowed?.handoffAccept && !allowed.handoffAccept.includes(directive.targetAgentId)) {
-    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, which the team does not let take handoffs (permissions.handoff.accept)`, details: { source, target: directive.targetAgentId } } };
+    return {
+      error: {
+        code: 'HANDOFF_NOT_ALLOWED',
+        message: `${source} asked to hand off to ${directive.targetAgentId}, which the team does not let take handoffs (permissions.handoff.accept)`,
+        details: { source, target: directive.targetAgentId },
+      },
+    };
   }
   if (liveAgent(context.agents, source)?.handoff?.canInitiate === false) {
-    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, but its card does not allow it to start handoffs`, details: { source, target: directive.targetAgentId } } };
+    return {
+      error: {
+        code: 'HANDOFF_NOT_ALLOWED',
+        message: `${source} asked to hand off to ${directive.targetAgentId}, but its card does not allow it to start handoffs`,
+        details: { source, target: directive.targetAgentId },
+      },
+    };
   }
   if (target.handoff?.canAccept === false) {
-    return { error: { code: 'HANDOFF_NOT_ALLOWED', message: `${source} asked to hand off to ${directive.targetAgentId}, whose card does not accept handoffs`, details: { source, target: directive.targetAgentId } } };
+    return {
+      error: {
+        code: 'HANDOFF_NOT_ALLOWED',
+        message: `${source} asked to hand off to ${directive.targetAgentId}, whose card does not accept handoffs`,
+        details: { source, target: directive.targetAgentId },
+      },
+    };
   }
   try {
-    return { request: handoffRequestFromDirective(directive, { threadId: context.threadId, tenantId: context.tenant, userId: userOf(context.owner), sourceAgentId: source }) };
+    return {
+      request: handoffRequestFromDirective(directive, {
+        threadId: context.threadId,
+        tenantId: context.tenant,
+        userId: userOf(context.owner),
+        sourceAgentId: source,
+      }),
+    };
   } catch (err) {
     return { error: { code: 'INVALID_MESSAGE', message: err instanceof Error ? err.message : String(err) } };
   }
@@ -308,7 +339,10 @@ export const threadWithHandoff = threadBase.extend({
         const text = `${handoff.request.targetAgentId} did not take over (${why}); ${handoff.request.sourceAgentId} keeps the conversation.`;
         enqueue.assign({
           handoff: undefined,
-          turn: { ...turn, lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { [META.handoff]: { status: 'rejected', reason: why } }) },
+          turn: {
+            ...turn,
+            lastAnswer: systemMessage(context, `${turn.userMessageId}:handoff-declined`, text, { [META.handoff]: { status: 'rejected', reason: why } }),
+          },
         });
         return;
       }
@@ -328,7 +362,9 @@ export const threadWithHandoff = threadBase.extend({
       } else {
         enqueue.assign({ handoff: undefined });
       }
-      const text = output.returnsToSource ? `Handoff to ${targetAgentId} ${outcome}; back to ${sourceAgentId}.` : `Handoff to ${targetAgentId} ${outcome}: ${summaryOf(output)}`;
+      const text = output.returnsToSource
+        ? `Handoff to ${targetAgentId} ${outcome}; back to ${sourceAgentId}.`
+        : `Handoff to ${targetAgentId} ${outcome}: ${summaryOf(output)}`;
       enqueue.emit({
         type: 'troupe.thread.status',
         state: output.returnsToSource || context.turn ? 'working' : 'input-required',

@@ -105,16 +105,16 @@ export const threadMachine = threadSetup.createMachine({
               {
                 guard: { type: 'routesToAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
                 target: 'calling',
-                actions: [
-                  { type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
-                  'announceRoute',
-                ],
+                actions: [{ type: 'applyAgentRoute', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output }, 'announceRoute'],
               },
               {
                 guard: { type: 'routesToClarificationAgent', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
                 target: 'calling',
                 actions: [
-                  { type: 'applyAgentRoute', params: ({ context, event }: { context: ThreadContext; event: DoneActorEvent<RouteDecision> }) => clarificationRoute(context, event.output) },
+                  {
+                    type: 'applyAgentRoute',
+                    params: ({ context, event }: { context: ThreadContext; event: DoneActorEvent<RouteDecision> }) => clarificationRoute(context, event.output),
+                  },
                   { type: 'markClarifying', params: ({ event }: { event: DoneActorEvent<RouteDecision> }) => event.output },
                   'announceRoute',
                 ],
@@ -211,7 +211,10 @@ export const threadMachine = threadSetup.createMachine({
         },
         /** The handoff actor was told how its target answered (or failed); one that ends is waited for. */
         updatingHandoff: {
-          always: [{ guard: 'handoffEnding', target: 'awaitingHandoffEnd' }, { target: ANSWERED, actions: ANSWER }],
+          always: [
+            { guard: 'handoffEnding', target: 'awaitingHandoffEnd' },
+            { target: ANSWERED, actions: ANSWER },
+          ],
         },
         /** The handoff's output says where control goes: back to the source within this turn, or not. */
         awaitingHandoffEnd: {
@@ -278,8 +281,7 @@ export const threadMachine = threadSetup.createMachine({
           invoke: {
             id: 'synthesize',
             src: 'synthesize',
-            input: ({ context }): SynthesisInput =>
-              context.turn?.synthesis ?? { threadId: context.threadId, messageId: 'none', question: '', answers: [] },
+            input: ({ context }): SynthesisInput => context.turn?.synthesis ?? { threadId: context.threadId, messageId: 'none', question: '', answers: [] },
             onDone: {
               target: ANSWERED,
               actions: [{ type: 'recordSynthesis', params: ({ event }: { event: DoneActorEvent<SynthesisOutput> }) => event.output }, ANSWER],
@@ -299,7 +301,10 @@ export const threadMachine = threadSetup.createMachine({
             input: ({ context }) => delegationOrchestrationInput(context),
             onDone: {
               target: 'calling',
-              actions: [{ type: 'returnDelegationResults', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output }, 'announceRoute'],
+              actions: [
+                { type: 'returnDelegationResults', params: ({ event }: { event: DoneActorEvent<OrchestrationOutput> }) => event.output },
+                'announceRoute',
+              ],
             },
             onError: { target: ANSWERED, actions: ANSWER },
           },
@@ -332,4 +337,3 @@ export function taskStateOf(value: unknown): TaskState {
   if (value && typeof value === 'object' && 'working' in value) return 'working';
   return 'unknown';
 }
-

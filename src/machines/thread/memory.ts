@@ -32,7 +32,12 @@ function isCurrent(m: Message, outgoingId: string, agentId: string): boolean {
  * left out. A handoff's target is sent the user's message again: what came after it (the source's
  * answer) stays in the history, before the message it answers.
  */
-export function conversationFor(context: Pick<ThreadContext, 'history' | 'memory'>, agentId: string, outgoing: Message, maxMessages: number): AgentConversation {
+export function conversationFor(
+  context: Pick<ThreadContext, 'history' | 'memory'>,
+  agentId: string,
+  outgoing: Message,
+  maxMessages: number,
+): AgentConversation {
   const memory = context.memory?.[agentId];
   const history = context.history;
   let start = 0;

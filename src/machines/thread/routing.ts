@@ -65,7 +65,13 @@ export function userRouterInput(context: ThreadContext): RouterInput {
 
 /** Where the user's message goes when no policy decides (see `routerPolicyDecides`). */
 export function userDecisionWithoutPolicy(context: ThreadContext): RouteDecision {
-  return decideWithoutPolicy(userRouterInput(context)) ?? { to: 'user', reason: 'the router policy decides', error: { code: 'ROUTER_FAILURE', message: 'the router policy decides' } };
+  return (
+    decideWithoutPolicy(userRouterInput(context)) ?? {
+      to: 'user',
+      reason: 'the router policy decides',
+      error: { code: 'ROUTER_FAILURE', message: 'the router policy decides' },
+    }
+  );
 }
 
 /** Where the agent's reply goes: the client-routing rules (a pure function of the turn). */
@@ -87,11 +93,14 @@ export const threadSetup = threadWithDelegation.extend({
     routerPolicyDecides: ({ context }) => decideWithoutPolicy(userRouterInput(context)) === undefined,
     routesToAgent: (_, decision: RouteDecision) => decision.to === 'agent',
     /** Several agents, for a team that lets them work together (`orchestration.multiAgent`, seed 003's EnableMultiAgentCoordination). */
-    routesToFanOut: ({ context }, decision: RouteDecision) => decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0 && context.config.orchestration.multiAgent !== false,
+    routesToFanOut: ({ context }, decision: RouteDecision) =>
+      decision.to === 'agent' && (decision.additionalAgents?.length ?? 0) > 0 && context.config.orchestration.multiAgent !== false,
     routesToClarify: (_, decision: RouteDecision) => decision.to === 'clarify',
     /** Unsure, and the team names a live clarification agent to ask the user. */
     routesToClarificationAgent: ({ context }, decision: RouteDecision) =>
-      decision.to === 'clarify' && context.config.clarificationAgent !== undefined && liveAgent(context.agents, context.config.clarificationAgent) !== undefined,
+      decision.to === 'clarify' &&
+      context.config.clarificationAgent !== undefined &&
+      liveAgent(context.agents, context.config.clarificationAgent) !== undefined,
   },
   actions: {
     applyAgentRoute: assign(({ context }, decision: RouteDecision) => {
@@ -108,8 +117,7 @@ export const threadSetup = threadWithDelegation.extend({
         ...(decision.confidence !== undefined ? { confidence: decision.confidence } : {}),
       };
       const source = decision.mode === 'initial' ? turn.outgoing : (turn.lastAnswer ?? turn.outgoing);
-      const senderStack =
-        decision.mode === 'initial' ? [USER] : decision.mode === 'forward' ? [...turn.senderStack, from] : turn.senderStack.slice(0, -1);
+      const senderStack = decision.mode === 'initial' ? [USER] : decision.mode === 'forward' ? [...turn.senderStack, from] : turn.senderStack.slice(0, -1);
       const outgoingId = decision.mode === 'initial' ? source.messageId : `${source.messageId}>${decision.agentId}`;
       return {
         turn: {
@@ -193,5 +201,11 @@ export const threadSetup = threadWithDelegation.extend({
 export function clarificationRoute(context: ThreadContext, decision: RouteDecision): RouteDecision {
   const agentId = context.config.clarificationAgent ?? '';
   const why = decision.to === 'clarify' ? decision.reason : '';
-  return { to: 'agent', agentId, mode: 'initial', reason: `clarification by ${agentId}: ${why}`, ...(decision.to === 'clarify' ? { confidence: decision.confidence } : {}) };
+  return {
+    to: 'agent',
+    agentId,
+    mode: 'initial',
+    reason: `clarification by ${agentId}: ${why}`,
+    ...(decision.to === 'clarify' ? { confidence: decision.confidence } : {}),
+  };
 }

@@ -22,8 +22,7 @@ export const threadWithTurns = threadWithHandoff.extend({
     synthesises: ({ context }, output: OrchestrationOutput) => context.config.orchestration.aggregation === 'synthesis' && output.answers.length >= 2,
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
     agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
-    agentFailedTask: (_, output: AgentCallOutput) =>
-      output.ok && output.reply.kind === 'task' && ['failed', 'rejected'].includes(output.reply.status.state),
+    agentFailedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && ['failed', 'rejected'].includes(output.reply.status.state),
   },
   actions: {
     setNow: assign({

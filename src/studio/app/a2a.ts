@@ -17,7 +17,11 @@ export class A2AError extends Error {
 }
 
 async function rpc<T>(method: string, params: unknown): Promise<T> {
-  const res = await fetch('/a2a', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }) });
+  const res = await fetch('/a2a', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: nextId++, method, params }),
+  });
   const body = (await res.json()) as { result?: T; error?: { code: number; message: string; data?: unknown } };
   if (body.error) throw new A2AError(body.error.message, body.error.code, body.error.data);
   if (!res.ok) throw new A2AError(`HTTP ${res.status}`);

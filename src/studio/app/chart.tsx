@@ -62,7 +62,12 @@ function targetsOf(spec: unknown): Array<{ target: string; guard?: string }> {
   if (Array.isArray(spec)) return spec.flatMap(targetsOf);
   if (typeof spec === 'object') {
     const o = spec as { target?: unknown; guard?: unknown };
-    const guard = typeof o.guard === 'string' ? o.guard : typeof (o.guard as { type?: unknown } | undefined)?.type === 'string' ? String((o.guard as { type: string }).type) : undefined;
+    const guard =
+      typeof o.guard === 'string'
+        ? o.guard
+        : typeof (o.guard as { type?: unknown } | undefined)?.type === 'string'
+          ? String((o.guard as { type: string }).type)
+          : undefined;
     const targets = Array.isArray(o.target) ? o.target : o.target === undefined ? [] : [o.target];
     return targets.filter((t): t is string => typeof t === 'string').map((target) => ({ target, ...(guard ? { guard } : {}) }));
   }
@@ -123,9 +128,7 @@ function toElk(machineId: string, def: StateDef): ElkNode {
     return {
       id: `s:${path}`,
       labels: [{ text: key }],
-      ...(kids.length
-        ? { children: kids, layoutOptions: { 'elk.padding': '[top=28,left=12,bottom=12,right=12]' } }
-        : { width: textWidth(key), height: 32 }),
+      ...(kids.length ? { children: kids, layoutOptions: { 'elk.padding': '[top=28,left=12,bottom=12,right=12]' } } : { width: textWidth(key), height: 32 }),
     };
   };
   const children = Object.entries(def.states ?? {}).map(([k, c]) => node(c, k, k));
@@ -168,7 +171,17 @@ function flatten(graph: ElkNode, def: StateDef): Layout {
       const y = oy + (c.y ?? 0);
       abs.set(c.id, { x, y });
       const path = c.id.slice(2);
-      boxes.push({ id: c.id, path, label: c.labels?.[0]?.text ?? path, x, y, width: c.width ?? 0, height: c.height ?? 0, compound: Boolean(c.children?.length), final: finals.has(path) });
+      boxes.push({
+        id: c.id,
+        path,
+        label: c.labels?.[0]?.text ?? path,
+        x,
+        y,
+        width: c.width ?? 0,
+        height: c.height ?? 0,
+        compound: Boolean(c.children?.length),
+        final: finals.has(path),
+      });
       walk(c.children, x, y);
     }
   };
@@ -238,43 +251,64 @@ export function Statechart(props: { actorId: string; machineId: string; definiti
     const target = layout?.boxes.find((b) => b.path === focus);
     const el = box.current;
     if (!target || !el) return;
-    el.scrollTo({ left: Math.max(0, target.x + target.width / 2 - el.clientWidth / 2), top: Math.max(0, target.y + target.height / 2 - el.clientHeight / 2), behavior: 'smooth' });
+    el.scrollTo({
+      left: Math.max(0, target.x + target.width / 2 - el.clientWidth / 2),
+      top: Math.max(0, target.y + target.height / 2 - el.clientHeight / 2),
+      behavior: 'smooth',
+    });
   }, [layout, focus]);
-  if (error) return <div class="chart-error">cannot draw {props.machineId}: {error}</div>;
+  if (error)
+    return (
+      <div class="chart-error">
+        cannot draw {props.machineId}: {error}
+      </div>
+    );
   if (!layout) return <div class="chart-loading">laying out {props.machineId}…</div>;
   return (
     <div class="chart-box" ref={box}>
-    <svg class="chart" width={Math.ceil(layout.width)} height={Math.ceil(layout.height)} viewBox={`0 0 ${Math.max(1, layout.width)} ${Math.max(1, layout.height)}`} data-actor={props.actorId} role="img" aria-label={`${props.machineId} statechart`}>
-      <defs>
-        <marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
-          <path d="M 0 0 L 10 5 L 0 10 z" class="arrowhead" />
-        </marker>
-      </defs>
-      {layout.boxes.map((b) => (
-        <g
-          key={b.id}
-          class={`state${b.compound ? ' compound' : ''}${active.has(b.path) ? ' active' : ''}${leaf.has(b.path) ? ' leaf' : ''}${b.final ? ' final' : ''}`}
-          data-state={b.path}
-          data-active={active.has(b.path) ? 'true' : 'false'}
-        >
-          <rect x={b.x} y={b.y} width={b.width} height={b.height} rx={b.compound ? 10 : 8} />
-          {b.final && !b.compound ? <rect class="final-inner" x={b.x + 3} y={b.y + 3} width={b.width - 6} height={b.height - 6} rx={6} /> : null}
-          <text x={b.compound ? b.x + 10 : b.x + b.width / 2} y={b.compound ? b.y + 18 : b.y + b.height / 2 + 4} text-anchor={b.compound ? 'start' : 'middle'}>
-            {b.label}
-          </text>
-        </g>
-      ))}
-      {layout.lines.map((l) => (
-        <g key={l.id} class="transition">
-          <polyline points={l.points.map((p) => `${p.x},${p.y}`).join(' ')} marker-end="url(#arrow)" />
-          {l.label ? (
-            <text x={l.label.x} y={l.label.y} class="transition-label">
-              {l.label.text}
+      <svg
+        class="chart"
+        width={Math.ceil(layout.width)}
+        height={Math.ceil(layout.height)}
+        viewBox={`0 0 ${Math.max(1, layout.width)} ${Math.max(1, layout.height)}`}
+        data-actor={props.actorId}
+        role="img"
+        aria-label={`${props.machineId} statechart`}
+      >
+        <defs>
+          <marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+            <path d="M 0 0 L 10 5 L 0 10 z" class="arrowhead" />
+          </marker>
+        </defs>
+        {layout.boxes.map((b) => (
+          <g
+            key={b.id}
+            class={`state${b.compound ? ' compound' : ''}${active.has(b.path) ? ' active' : ''}${leaf.has(b.path) ? ' leaf' : ''}${b.final ? ' final' : ''}`}
+            data-state={b.path}
+            data-active={active.has(b.path) ? 'true' : 'false'}
+          >
+            <rect x={b.x} y={b.y} width={b.width} height={b.height} rx={b.compound ? 10 : 8} />
+            {b.final && !b.compound ? <rect class="final-inner" x={b.x + 3} y={b.y + 3} width={b.width - 6} height={b.height - 6} rx={6} /> : null}
+            <text
+              x={b.compound ? b.x + 10 : b.x + b.width / 2}
+              y={b.compound ? b.y + 18 : b.y + b.height / 2 + 4}
+              text-anchor={b.compound ? 'start' : 'middle'}
+            >
+              {b.label}
             </text>
-          ) : null}
-        </g>
-      ))}
-    </svg>
+          </g>
+        ))}
+        {layout.lines.map((l) => (
+          <g key={l.id} class="transition">
+            <polyline points={l.points.map((p) => `${p.x},${p.y}`).join(' ')} marker-end="url(#arrow)" />
+            {l.label ? (
+              <text x={l.label.x} y={l.label.y} class="transition-label">
+                {l.label.text}
+              </text>
+            ) : null}
+          </g>
+        ))}
+      </svg>
     </div>
   );
 }

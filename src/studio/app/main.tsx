@@ -65,8 +65,14 @@ function Agents(props: { now: number }) {
   const agents = s.agents();
   return (
     <section class="panel agents" aria-label="agents">
-      <h2>Agents <span class="count">{agents.length}</span></h2>
-      {agents.length === 0 ? <p class="empty">No agent has published yet. Inspection must be on: <code>troupe inspect --on</code>.</p> : null}
+      <h2>
+        Agents <span class="count">{agents.length}</span>
+      </h2>
+      {agents.length === 0 ? (
+        <p class="empty">
+          No agent has published yet. Inspection must be on: <code>troupe inspect --on</code>.
+        </p>
+      ) : null}
       {agents.map((a) => {
         const busy = a.instances.filter((i) => i.state.includes('busy')).length;
         const seen = Math.max(...a.instances.map((i) => i.seenAt));
@@ -79,14 +85,22 @@ function Agents(props: { now: number }) {
             <div class="agent-id">{a.agentId}</div>
             {a.card?.description ? <p class="desc">{a.card.description}</p> : null}
             <div class="meta">
-              <span title="instances sharing the inbox queue group">{a.instances.length} replica{a.instances.length === 1 ? '' : 's'}</span>
+              <span title="instances sharing the inbox queue group">
+                {a.instances.length} replica{a.instances.length === 1 ? '' : 's'}
+              </span>
               <span>last seen {ago(seen, props.now)}</span>
             </div>
             {a.card?.skills?.length ? (
               <div class="tags">
-                {a.card.skills.flatMap((sk) => sk.tags ?? [sk.name ?? '']).filter(Boolean).slice(0, 6).map((t) => (
-                  <span class="tag" key={t}>{t}</span>
-                ))}
+                {a.card.skills
+                  .flatMap((sk) => sk.tags ?? [sk.name ?? ''])
+                  .filter(Boolean)
+                  .slice(0, 6)
+                  .map((t) => (
+                    <span class="tag" key={t}>
+                      {t}
+                    </span>
+                  ))}
               </div>
             ) : null}
           </article>
@@ -103,7 +117,9 @@ function Threads(props: { selected: string; onOpen: (id: string) => void; now: n
     <section class="panel threads" aria-label="threads">
       <h2>
         Threads <span class="count">{threads.length}</span>
-        <button class="link" onClick={() => props.onOpen('')}>+ new</button>
+        <button class="link" onClick={() => props.onOpen('')}>
+          + new
+        </button>
       </h2>
       {threads.length === 0 ? <p class="empty">No threads yet: start one.</p> : null}
       <ul>
@@ -112,7 +128,9 @@ function Threads(props: { selected: string; onOpen: (id: string) => void; now: n
             <button onClick={() => props.onOpen(t.threadId)}>
               <span class="thread-id">{t.threadId.length > 18 ? `…${t.threadId.slice(-12)}` : t.threadId}</span>
               <span class={`badge ${stateClass(t.state)}`}>{t.state}</span>
-              <span class="meta">{t.live ? 'live' : 'passivated'} · {ago(t.at, props.now)}</span>
+              <span class="meta">
+                {t.live ? 'live' : 'passivated'} · {ago(t.at, props.now)}
+              </span>
             </button>
           </li>
         ))}
@@ -134,7 +152,11 @@ function Route(props: { route: RouteStep[] }) {
               {step.from} → <strong>{step.to}</strong>
             </span>
             {kind !== 'hop' ? <span class={`badge ${kind}`}>{kind}</span> : null}
-            {step.confidence !== undefined ? <span class="confidence" title="router confidence">{Math.round(step.confidence * 100)}%</span> : null}
+            {step.confidence !== undefined ? (
+              <span class="confidence" title="router confidence">
+                {Math.round(step.confidence * 100)}%
+              </span>
+            ) : null}
             <span class="reason">{step.reason}</span>
           </li>
         );
@@ -205,8 +227,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
       if (ev.kind === 'artifact-update') {
         turn.streamed += ev.artifact.parts.map((p) => p.text ?? '').join('');
         turn.chunks++;
-      }
-      else if (ev.kind === 'status-update') {
+      } else if (ev.kind === 'status-update') {
         turn.state = ev.status.state;
         const step = ev.metadata?.[META.route];
         if (step && !Array.isArray(step)) turn.route = [...turn.route, step as RouteStep];
@@ -250,10 +271,24 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
   return (
     <section class="panel chat" aria-label="chat">
       <h2>
-        {key ? <>Thread <code>{key}</code></> : 'New conversation'}
-        {key ? <button class="danger" onClick={cancel} title="tasks/cancel">cancel</button> : null}
+        {key ? (
+          <>
+            Thread <code>{key}</code>
+          </>
+        ) : (
+          'New conversation'
+        )}
+        {key ? (
+          <button class="danger" onClick={cancel} title="tasks/cancel">
+            cancel
+          </button>
+        ) : null}
       </h2>
-      {!props.chat ? <p class="empty">Chat needs an A2A gateway: start the studio with <code>--gateway &lt;url&gt;</code>.</p> : null}
+      {!props.chat ? (
+        <p class="empty">
+          Chat needs an A2A gateway: start the studio with <code>--gateway &lt;url&gt;</code>.
+        </p>
+      ) : null}
       <div class="messages">
         {turns.map((t) => (
           <div class="turn" key={t.id}>
@@ -263,34 +298,58 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
             </div>
             <Route route={t.route} />
             {t.answer === undefined && t.streamed ? (
-              <div class="msg agent streaming" data-testid="streaming">{t.streamed}</div>
+              <div class="msg agent streaming" data-testid="streaming">
+                {t.streamed}
+              </div>
             ) : null}
             {t.answer !== undefined ? (
               <div class="msg agent" data-testid="answer" data-chunks={t.chunks}>
                 <span class="who">
                   {t.answeredBy}
-                  {t.chunks ? <span class="streamed"> · streamed in {t.chunks} chunk{t.chunks === 1 ? '' : 's'}</span> : null}
+                  {t.chunks ? (
+                    <span class="streamed">
+                      {' '}
+                      · streamed in {t.chunks} chunk{t.chunks === 1 ? '' : 's'}
+                    </span>
+                  ) : null}
                 </span>
                 {t.answer}
               </div>
             ) : null}
             {t.error ? <div class="msg error">{t.error}</div> : null}
             <div class="turn-state">
-              <span class={`badge ${stateClass(t.state)}`} data-testid="turn-state">{t.state}</span>
+              <span class={`badge ${stateClass(t.state)}`} data-testid="turn-state">
+                {t.state}
+              </span>
             </div>
           </div>
         ))}
         <div ref={end} />
       </div>
       <form class="composer" onSubmit={send}>
-        <select value={to} onChange={(e) => setTo((e.target as HTMLSelectElement).value)} aria-label="recipient" title="address an agent directly (client routing), or let the router pick">
+        <select
+          value={to}
+          onChange={(e) => setTo((e.target as HTMLSelectElement).value)}
+          aria-label="recipient"
+          title="address an agent directly (client routing), or let the router pick"
+        >
           <option value="">router</option>
           {props.agents.map((a) => (
-            <option key={a} value={a}>{a}</option>
+            <option key={a} value={a}>
+              {a}
+            </option>
           ))}
         </select>
-        <input value={text} onInput={(e) => setText((e.target as HTMLInputElement).value)} placeholder="Message the mesh…" aria-label="message" disabled={!props.chat} />
-        <button type="submit" disabled={busy || !props.chat}>{busy ? '…' : 'Send'}</button>
+        <input
+          value={text}
+          onInput={(e) => setText((e.target as HTMLInputElement).value)}
+          placeholder="Message the mesh…"
+          aria-label="message"
+          disabled={!props.chat}
+        />
+        <button type="submit" disabled={busy || !props.chat}>
+          {busy ? '…' : 'Send'}
+        </button>
       </form>
     </section>
   );
@@ -299,19 +358,39 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
 function Charts(props: { threadId: string; selected: string; onSelect: (id: string) => void }) {
   const s = useStore();
   const actors = props.threadId ? s.actorsOf(props.threadId) : [];
-  if (!props.threadId) return <section class="panel charts"><h2>Statecharts</h2><p class="empty">Open or start a thread to see its actors.</p></section>;
+  if (!props.threadId)
+    return (
+      <section class="panel charts">
+        <h2>Statecharts</h2>
+        <p class="empty">Open or start a thread to see its actors.</p>
+      </section>
+    );
   return (
     <section class="panel charts" aria-label="statecharts">
-      <h2>Statecharts <span class="count">{actors.length}</span></h2>
+      <h2>
+        Statecharts <span class="count">{actors.length}</span>
+      </h2>
       {actors.length === 0 ? <p class="empty">Nothing published for this thread yet (is inspection on?).</p> : null}
       {actors.map((v) => (
-        <figure key={v.actor.actorId} class={`actor${props.selected === v.actor.actorId ? ' selected' : ''}${(v.last?.status ?? v.actor.status) !== 'active' ? ' ended' : ''}`} data-actor-id={v.actor.actorId}>
+        <figure
+          key={v.actor.actorId}
+          class={`actor${props.selected === v.actor.actorId ? ' selected' : ''}${(v.last?.status ?? v.actor.status) !== 'active' ? ' ended' : ''}`}
+          data-actor-id={v.actor.actorId}
+        >
           <figcaption onClick={() => props.onSelect(v.actor.actorId)}>
             <strong>{v.actor.actorId}</strong> <span class="machine">{v.actor.machineId}</span>
-            <span class={`badge ${stateClass(stateOf(v))}`} data-testid="actor-state">{stateOf(v)}</span>
+            <span class={`badge ${stateClass(stateOf(v))}`} data-testid="actor-state">
+              {stateOf(v)}
+            </span>
             <span class="process">{v.actor.process}</span>
           </figcaption>
-          <Statechart actorId={v.actor.actorId} machineId={v.actor.machineId} definition={v.actor.definition} value={v.last ? v.last.value : v.actor.value} status={v.last?.status ?? v.actor.status} />
+          <Statechart
+            actorId={v.actor.actorId}
+            machineId={v.actor.machineId}
+            definition={v.actor.definition}
+            value={v.last ? v.last.value : v.actor.value}
+            status={v.last?.status ?? v.actor.status}
+          />
         </figure>
       ))}
     </section>
@@ -327,13 +406,19 @@ function Inspect(props: { actorId: string; onClose: () => void }) {
     <aside class="panel inspect" aria-label="inspect">
       <h2>
         Inspect <code>{props.actorId}</code>
-        <button class="link" onClick={props.onClose}>close</button>
+        <button class="link" onClick={props.onClose}>
+          close
+        </button>
       </h2>
       <dl>
-        <dt>state</dt><dd>{stateOf(v)}</dd>
-        <dt>machine</dt><dd>{v.actor.machineId}</dd>
-        <dt>parent</dt><dd>{v.actor.parentId ?? '—'}</dd>
-        <dt>process</dt><dd>{v.actor.process}</dd>
+        <dt>state</dt>
+        <dd>{stateOf(v)}</dd>
+        <dt>machine</dt>
+        <dd>{v.actor.machineId}</dd>
+        <dt>parent</dt>
+        <dd>{v.actor.parentId ?? '—'}</dd>
+        <dt>process</dt>
+        <dd>{v.actor.process}</dd>
       </dl>
       <h3>Recent events</h3>
       <table class="events">
@@ -342,12 +427,16 @@ function Inspect(props: { actorId: string; onClose: () => void }) {
             <tr key={`${r.process}:${r.seq}`}>
               <td class="at">{r.at.slice(11, 23)}</td>
               <td>{r.event.type}</td>
-              <td>{stateLabel(r.from)} → {stateLabel(r.value)}</td>
+              <td>
+                {stateLabel(r.from)} → {stateLabel(r.value)}
+              </td>
             </tr>
           ))}
         </tbody>
       </table>
-      <h3>Context <span class="hint">(redacted)</span></h3>
+      <h3>
+        Context <span class="hint">(redacted)</span>
+      </h3>
       <pre class="context">{JSON.stringify(context, null, 2)}</pre>
     </aside>
   );
@@ -370,7 +459,9 @@ function App() {
   useEffect(() => {
     connectStream();
     void refreshThreads();
-    void fetch('/api/info').then((r) => r.json()).then(setInfo);
+    void fetch('/api/info')
+      .then((r) => r.json())
+      .then(setInfo);
     const t = setInterval(() => void refreshThreads(), 5_000);
     return () => clearInterval(t);
   }, []);
@@ -387,7 +478,9 @@ function App() {
   return (
     <div class="studio">
       <header class="top">
-        <h1>Troupe <span>Studio</span></h1>
+        <h1>
+          Troupe <span>Studio</span>
+        </h1>
         <span class="pill">{info?.mode ?? '…'}</span>
         <span class="pill">tenant {info?.tenant ?? '…'}</span>
         <span class={`pill ${s.connected ? 'ok' : 'off'}`}>{s.connected ? 'stream connected' : 'stream offline'}</span>

@@ -40,7 +40,13 @@ export interface Task {
 
 export type StreamEvent =
   | { kind: 'status-update'; taskId: string; contextId: string; status: TaskStatus; final: boolean; metadata?: Record<string, unknown> }
-  | { kind: 'artifact-update'; taskId: string; contextId: string; artifact: { artifactId: string; parts: Part[]; metadata?: Record<string, unknown> }; append?: boolean }
+  | {
+      kind: 'artifact-update';
+      taskId: string;
+      contextId: string;
+      artifact: { artifactId: string; parts: Part[]; metadata?: Record<string, unknown> };
+      append?: boolean;
+    }
   | Task;
 
 /** protocol/routing.ts has it too; that module brings zod, which the browser does not need. */

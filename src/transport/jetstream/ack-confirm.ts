@@ -65,10 +65,16 @@ export async function settleAck(run: PartitionRun, m: JsMsg, ctx: AckContext): P
   try {
     const stored = await ctx.jsm.streams.getMessage(INGRESS_STREAM, { seq });
     const gone = stored === null;
-    ctx.log.info({ partition: run.partition, seq, err: errText(lastErr), acked: gone }, gone ? 'ack not confirmed, but the stream no longer holds the message' : 'ack not confirmed and the stream still holds the message: it may come again');
+    ctx.log.info(
+      { partition: run.partition, seq, err: errText(lastErr), acked: gone },
+      gone ? 'ack not confirmed, but the stream no longer holds the message' : 'ack not confirmed and the stream still holds the message: it may come again',
+    );
     return gone;
   } catch (err) {
-    ctx.log.info({ partition: run.partition, seq, err: errText(lastErr), check: errText(err) }, 'ack not confirmed and the stream could not be asked: the message may come again');
+    ctx.log.info(
+      { partition: run.partition, seq, err: errText(lastErr), check: errText(err) },
+      'ack not confirmed and the stream could not be asked: the message may come again',
+    );
     return false;
   }
 }

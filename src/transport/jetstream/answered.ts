@@ -175,7 +175,7 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     await jsm.streams.delete(ANSWERED_STREAM).catch((err: unknown) => {
       if (!isStreamNotFound(err)) throw err;
     });
-    this.#log.info({ stream: ANSWERED_STREAM }, 'replaced the memory stream of published answers (an earlier version\'s) with one on disk');
+    this.#log.info({ stream: ANSWERED_STREAM }, "replaced the memory stream of published answers (an earlier version's) with one on disk");
   }
 
   mark(threadId: string, messageId: string): void {
@@ -183,7 +183,10 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     const fresh = !this.#pending.has(threadId);
     if (fresh && this.#pending.size >= MAX_PENDING_MARKS) {
       // The stream has taken none of the last 10,000: publish once, as before the acknowledgements.
-      this.#log.warn({ thread: threadId, pending: this.#pending.size }, 'the stream of published answers takes no markers: this one is published once, unchecked');
+      this.#log.warn(
+        { thread: threadId, pending: this.#pending.size },
+        'the stream of published answers takes no markers: this one is published once, unchecked',
+      );
       this.#publishOnce(threadId, messageId);
       return;
     }
@@ -225,7 +228,10 @@ export class JetStreamAnsweredLog implements AnsweredLog {
           deadlineMs: ANSWER_MARK_DEADLINE_MS,
           keepTrying: current,
           onRetry: (attempt, err) => {
-            this.#log.debug({ thread: threadId, message: messageId, attempt, err: (err as Error).message }, 'the stream did not take a published-answer marker; publishing it again');
+            this.#log.debug(
+              { thread: threadId, message: messageId, attempt, err: (err as Error).message },
+              'the stream did not take a published-answer marker; publishing it again',
+            );
             // Nothing takes the subject: the stream may be gone (a single server's restart), so it is made again.
             if (isNoResponders(err)) void this.#remake();
           },
@@ -233,7 +239,11 @@ export class JetStreamAnsweredLog implements AnsweredLog {
       );
       if (attempts > 1) this.#log.info({ thread: threadId, message: messageId, attempts }, 'the stream took a published-answer marker on a later attempt');
     } catch (err) {
-      if (current()) this.#log.warn({ thread: threadId, message: messageId, err: (err as Error).message }, 'gave up publishing a published-answer marker: if this thread changes hands, its node will be asked instead');
+      if (current())
+        this.#log.warn(
+          { thread: threadId, message: messageId, err: (err as Error).message },
+          'gave up publishing a published-answer marker: if this thread changes hands, its node will be asked instead',
+        );
     } finally {
       if (this.#pending.get(threadId) === messageId) this.#pending.delete(threadId);
     }
@@ -243,7 +253,10 @@ export class JetStreamAnsweredLog implements AnsweredLog {
     const jsm = this.#jsm;
     if (!jsm) return false;
     // A stream electing its leader (the failovers that bring messages back) answers within seconds.
-    const read = () => retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), { deadlineMs: LOOKUP_DEADLINE_MS });
+    const read = () =>
+      retryTransient(() => jsm.streams.getMessage(ANSWERED_STREAM, { last_by_subj: subjects.answerPublished(this.#opts.tenant, threadId) }), {
+        deadlineMs: LOOKUP_DEADLINE_MS,
+      });
     try {
       let stored;
       try {

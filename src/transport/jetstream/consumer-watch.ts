@@ -58,7 +58,10 @@ export async function watchConsumer(run: PartitionRun, messages: ConsumerMessage
         // A pull the server refused (409, other than for a deleted consumer): the client waits for missed
         // heartbeats before it pulls again.
         run.refusedPulls++;
-        ctx.log.warn({ partition: run.partition, event: s.type, code: s.code, description: s.description, refused: run.refusedPulls }, 'partition consumer: the server refused a pull');
+        ctx.log.warn(
+          { partition: run.partition, event: s.type, code: s.code, description: s.description, refused: run.refusedPulls },
+          'partition consumer: the server refused a pull',
+        );
         if (run.refusedPulls >= REFUSED_PULLS) {
           ctx.log.warn({ partition: run.partition, refused: run.refusedPulls }, 'partition consumer refuses every pull: making it again');
           void ctx.restart(run.partition, 'pulls refused');

@@ -162,7 +162,13 @@ export async function withTimeout(p: Promise<unknown>, ms: number): Promise<bool
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<false>((res) => (timer = setTimeout(() => res(false), ms)));
   try {
-    return await Promise.race([p.then(() => true as const, () => true as const), timeout]);
+    return await Promise.race([
+      p.then(
+        () => true as const,
+        () => true as const,
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }

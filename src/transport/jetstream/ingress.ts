@@ -53,7 +53,16 @@ import { settleAck } from './ack-confirm.js';
 import { HEARTBEAT_MS, watchConsumer, watchLeaders } from './consumer-watch.js';
 import { deadLetter, type DeadLetterContext } from './dead-lettering.js';
 import { ensureDeadLetterStream, ensureIngressStream, type IngressStreamOptions } from './ingress-streams.js';
-import { DEAD_LETTER_STREAM, INGRESS_STREAM, errText, withTimeout, type AfterAck, type IngressMessage, type JetStreamIngressOptions, type PartitionRun } from './ingress-types.js';
+import {
+  DEAD_LETTER_STREAM,
+  INGRESS_STREAM,
+  errText,
+  withTimeout,
+  type AfterAck,
+  type IngressMessage,
+  type JetStreamIngressOptions,
+  type PartitionRun,
+} from './ingress-types.js';
 import { FRESH_CONSUMER_ATTEMPTS, OWN_INFO_TIMEOUT_MS, PartitionConsumers } from './partition-consumers.js';
 import { consumerName, partitionOf } from './partition-map.js';
 
@@ -75,7 +84,6 @@ export { partitionOf } from './partition-map.js';
 const ATTEMPTS_TRACKED = 10_000;
 /** How long one pull request lasts. */
 const PULL_EXPIRES_MS = 5_000;
-
 
 export class JetStreamIngress {
   readonly tenant: string;
@@ -149,7 +157,10 @@ export class JetStreamIngress {
 
   /** Partitions this node is consuming right now, ascending. */
   owned(): number[] {
-    return [...this.#runs.values()].filter((r) => r.active && r.messages).map((r) => r.partition).sort((a, b) => a - b);
+    return [...this.#runs.values()]
+      .filter((r) => r.active && r.messages)
+      .map((r) => r.partition)
+      .sort((a, b) => a - b);
   }
 
   /**
@@ -228,7 +239,6 @@ export class JetStreamIngress {
     return { js: this.#js!, tenant: this.tenant, log: this.#log, retryMax: this.#retryMax };
   }
 
-
   // ---- partition lifecycle ------------------------------------------------------------------------
 
   /** Runs `fn` after every earlier start/stop of partition p. */
@@ -301,7 +311,11 @@ export class JetStreamIngress {
         callback: (m) => this.#onMessage(run, m),
       });
       run.messages = messages;
-      void watchConsumer(run, messages, { log: this.#log, restart: (p, why) => this.#restart(p, why), refreshLeases: async () => void (await this.#leases?.refresh()) });
+      void watchConsumer(run, messages, {
+        log: this.#log,
+        restart: (p, why) => this.#restart(p, why),
+        refreshLeases: async () => void (await this.#leases?.refresh()),
+      });
     } catch (err) {
       run.active = false;
       if (this.#runs.get(p) === run) this.#runs.delete(p);
@@ -426,7 +440,10 @@ export class JetStreamIngress {
         principal,
         threadId,
         ...(messageId ? { messageId } : {}),
-        error: new TroupeError('INVALID_MESSAGE', `message for thread ${threadId} arrived in partition ${run.partition}, not ${expected}; publish to the thread's subject, not a partition`),
+        error: new TroupeError(
+          'INVALID_MESSAGE',
+          `message for thread ${threadId} arrived in partition ${run.partition}, not ${expected}; publish to the thread's subject, not a partition`,
+        ),
       });
       return;
     }
@@ -487,14 +504,20 @@ export class JetStreamIngress {
       subject: m.subject,
     };
     if (msg.redelivered || msg.ackedBefore) {
-      this.#log.info({ partition: run.partition, seq, thread: threadId, message: msg.messageId, deliveryCount, ackedBefore: msg.ackedBefore }, 'a message delivered again');
+      this.#log.info(
+        { partition: run.partition, seq, thread: threadId, message: msg.messageId, deliveryCount, ackedBefore: msg.ackedBefore },
+        'a message delivered again',
+      );
     } else if (this.#log.isLevelEnabled('debug')) {
       this.#log.debug({ partition: run.partition, seq, thread: threadId, message: msg.messageId, storedAt: msg.storedAt }, 'a message delivered');
     }
     // A turn can outlast ack_wait (a slow model, a long tool): tell the server it is still in progress.
-    const working = setInterval(() => {
-      if (run.active) m.working();
-    }, Math.max(1_000, Math.floor(this.#ackWaitMs / 3)));
+    const working = setInterval(
+      () => {
+        if (run.active) m.working();
+      },
+      Math.max(1_000, Math.floor(this.#ackWaitMs / 3)),
+    );
     let afterAck: void | AfterAck | undefined;
     try {
       afterAck = await this.#opts.handler(msg, { signal: run.abort.signal });
@@ -615,4 +638,3 @@ export class JetStreamIngress {
     run.held.set(msg.threadId, hold);
   }
 }
-

@@ -446,7 +446,10 @@ export class PartitionLeases {
     const target = stuck ? Math.ceil(this.partitions / this.#liveNodes) : shareOf(this.nodeId, nodes, this.partitions);
 
     // Give back what is above the target, highest partitions first.
-    const keeping = [...this.#held.entries()].filter(([, l]) => !l.releasing).map(([p]) => p).sort((a, b) => b - a);
+    const keeping = [...this.#held.entries()]
+      .filter(([, l]) => !l.releasing)
+      .map(([p]) => p)
+      .sort((a, b) => b - a);
     for (let surplus = keeping.length - target, i = 0; surplus > 0; surplus--, i++) this.#release(keeping[i]!);
     let want = target - Math.min(keeping.length, target);
     if (want <= 0) return;
@@ -650,10 +653,13 @@ export class PartitionLeases {
     clearTimeout(this.#fenceTimer);
     if (this.#held.size === 0) return;
     const next = Math.min(...[...this.#held.values()].map((l) => l.validUntil));
-    this.#fenceTimer = setTimeout(() => {
-      this.#fenceExpired();
-      this.#armFenceTimer();
-    }, Math.max(0, next - Date.now()) + 1);
+    this.#fenceTimer = setTimeout(
+      () => {
+        this.#fenceExpired();
+        this.#armFenceTimer();
+      },
+      Math.max(0, next - Date.now()) + 1,
+    );
   }
 
   /** Runs `fn` after every earlier callback of partition `p`; never rejects. */

@@ -115,7 +115,8 @@ export class PartitionConsumers {
         // no cluster info, where its leader's answer names the leader), and it would answer no pull; so it
         // is asked again, not made again, which would start that over.
         if (old !== undefined && asked !== undefined && old.config.description === asked && untouched(old)) {
-          if (this.#opts.nc.info?.cluster !== undefined && !old.cluster?.leader) throw new ConsumerNotStarted(`the partition consumer p${p} this node made is stored but not started yet (no leader)`);
+          if (this.#opts.nc.info?.cluster !== undefined && !old.cluster?.leader)
+            throw new ConsumerNotStarted(`the partition consumer p${p} this node made is stored but not started yet (no leader)`);
           this.#made.set(p, madeMark(old));
           this.#opts.log.info({ partition: p }, 'a make of the partition consumer that timed out had been stored; taking it');
           return { ackedThrough, how: { consumer: 'made', ...(madeBecause ? { madeBecause } : {}) } };

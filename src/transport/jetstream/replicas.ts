@@ -25,7 +25,10 @@ export async function ensureReplicas(jsm: JetStreamManager, stream: string, repl
   try {
     await jsm.streams.update(stream, { ...info.config, num_replicas: replicas });
   } catch (err) {
-    const e = new TroupeError('TRANSPORT_ERROR', `could not scale stream ${stream} from ${has} to ${replicas} replicas: ${(err as Error).message} (a stream needs as many JetStream servers as replicas)`);
+    const e = new TroupeError(
+      'TRANSPORT_ERROR',
+      `could not scale stream ${stream} from ${has} to ${replicas} replicas: ${(err as Error).message} (a stream needs as many JetStream servers as replicas)`,
+    );
     e.cause = err;
     throw e;
   }
@@ -41,7 +44,12 @@ export function isApiError(err: unknown, code: number): boolean {
  * it to `replicas` when they are given. True when this call created it. Errors other than "not found"
  * (JetStream not answering) are thrown for the caller's setup retry.
  */
-export async function ensureStream(jsm: JetStreamManager, want: Partial<StreamConfig> & { name: string }, replicas: number | undefined, log: Logger): Promise<boolean> {
+export async function ensureStream(
+  jsm: JetStreamManager,
+  want: Partial<StreamConfig> & { name: string },
+  replicas: number | undefined,
+  log: Logger,
+): Promise<boolean> {
   try {
     await jsm.streams.info(want.name);
   } catch (err) {

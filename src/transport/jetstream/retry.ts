@@ -104,7 +104,10 @@ export async function retrySetup<T>(
       transient,
       onRetry: (attempt, err, waitedMs) => {
         attempts = attempt + 1;
-        opts.log?.warn({ attempt, waitedMs, err: (err as Error).message }, `JetStream did not answer while ${what}; asking again (a cluster electing a leader takes a few seconds)`);
+        opts.log?.warn(
+          { attempt, waitedMs, err: (err as Error).message },
+          `JetStream did not answer while ${what}; asking again (a cluster electing a leader takes a few seconds)`,
+        );
       },
     });
   } catch (err) {
