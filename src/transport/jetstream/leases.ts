@@ -48,6 +48,7 @@ import { requireSerializableCas } from './server-version.js';
 import { fnv1a32 } from './fnv.js';
 import { encode, isLeaseOf, isOwnWrite, isWrongLastSequence } from './lease-entries.js';
 import { freeForLong, shareOf } from './lease-share.js';
+import { errText } from './ingress-types.js';
 
 export { fnv1a32 } from './fnv.js';
 export { freeForLong, shareOf } from './lease-share.js';
@@ -776,8 +777,4 @@ export class PartitionLeases {
     const n = Number(key.slice(prefix.length));
     return Number.isSafeInteger(n) && n >= 0 && n < this.partitions ? n : undefined;
   }
-}
-
-function errText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
