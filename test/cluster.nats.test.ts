@@ -823,6 +823,14 @@ describe('a redelivered latest message while the marker stream cannot be read', 
       // The marker stream cannot be read; the stream gives m1 again to node a (its own redelivery: it
       // committed, so it asks nobody and waits for the stream) and to node b, the partition's next owner.
       await Promise.all([down1!.kill(), down2!.kill()]);
+      // The premise: the marker stream cannot be read now. The server left may still answer a read for a
+      // moment after losing its peers (it answers "no marker", and node a would rightly publish); wait until
+      // a read says nothing.
+      await waitUntil(
+        async () => ((await a.answered.published(threadId, 'm1')) === undefined ? true : undefined),
+        'the marker stream, unreadable with two servers of three down',
+        60_000,
+      );
       const own = a.threads.deliver(threadId, userMessage('hello', { messageId: 'm1' }), 'local', { seq: 1, until: 'answered' });
       // Node a waits for the stream (a round of it ended undecided) before node b asks it.
       await undecidedRound(a, "node a's own redelivery waiting for the stream");
