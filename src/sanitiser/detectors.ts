@@ -11,18 +11,20 @@
  * number of passes is fixed. Every pass counts the characters it examines in `work.steps`, which is how
  * the tests prove linearity on adversarial 1 MB inputs without looking at a clock.
  *
- * The detectors live by kind: `credentials.ts`, `personal-data.ts`, `entropy.ts`, on the character classes
+ * The detectors live by kind: `credentials.ts`, `personal-data.ts`, `emails.ts`, `entropy.ts`, on the character classes
  * of `chars.ts`. Each detector returns its spans sorted by start; `sanitiser.ts` merges the lists of all detectors and
  * resolves overlaps by the priority order of DETECTORS.
  */
 import type { Detector, DetectorId } from './detector-types.js';
 import { detectApiKeys, detectBearerTokens, detectJwts, detectPrivateKeys, detectSecretValues } from './credentials.js';
-import { detectCards, detectEmails, detectIbans, detectPhones } from './personal-data.js';
+import { detectCards, detectIbans, detectPhones } from './personal-data.js';
+import { detectEmails } from './emails.js';
 import { detectHighEntropy } from './entropy.js';
 
 export { DETECTORS, mergeSorted, type Detector, type DetectorId, type DetectorOptions, type Span, type Work } from './detector-types.js';
 export { detectApiKeys, detectBearerTokens, detectJwts, detectPrivateKeys, detectSecretValues, isSecretName } from './credentials.js';
-export { detectCards, detectEmails, detectIbans, detectPhones, ibanChecksumValid, luhn } from './personal-data.js';
+export { detectCards, detectIbans, detectPhones, ibanChecksumValid, luhn } from './personal-data.js';
+export { detectEmails } from './emails.js';
 export { detectHighEntropy } from './entropy.js';
 
 // ---- all detectors ----
