@@ -13,6 +13,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { ProcessGroup } from './helpers/processes.js';
+import { waitUntil } from './helpers/wait.js';
 
 const TENANT = 'demo';
 const dec = new TextDecoder();
@@ -24,6 +25,8 @@ describe("another principal's thread, over NATS", () => {
   let agent: AgentHost;
   let alice: TroupeClient;
   let bobT: NatsTransport;
+  /** Every text the agent was called with. */
+  const agentSaw: string[] = [];
 
   const connect = async (user: string, name: string) => {
     const t = await NatsTransport.connect({ ...nats.as(user), name });
@@ -36,7 +39,10 @@ describe("another principal's thread, over NATS", () => {
     // test/fixtures/durable-team.ts: entry agent slowecho, run here.
     const echo = defineAgent({
       card: { id: 'slowecho', name: 'Echo', description: 'echoes' },
-      handle: (_m, ctx) => reply(`echo: ${ctx.text}`, { to: 'user' }),
+      handle: (_m, ctx) => {
+        agentSaw.push(ctx.text);
+        return reply(`echo: ${ctx.text}`, { to: 'user' });
+      },
     });
     agent = await new AgentHost({ transport: await connect('slowecho', 'principals-echo'), agent: echo, tenant: TENANT }).start();
     await procs.spawnTroupe(['up', '--nats', nats.url, '--team', 'test/fixtures/durable-team.ts', '--no-agents', '--log-level', 'warn'], nats.env, {
@@ -88,5 +94,26 @@ describe("another principal's thread, over NATS", () => {
     // publisher, one subscriber: in order): nothing of alice's two turns was.
     await bobAsks('task', missing);
     expect(bobSees).toEqual([]);
+  });
+
+  it("a Nats-Msg-Id over its cap is refused before any work: a typed rejection on the sender's out, the agent never called", async () => {
+    const threadId = 'long-msg-id-1';
+    const aliceT = await connect('client', 'principals-long-id');
+    const events: string[] = [];
+    aliceT.subscribe(subjects.threadOut(TENANT, 'client', threadId), (m) => void events.push(dec.decode(m.data)));
+    await aliceT.flush();
+    const message = { kind: 'message', role: 'user', messageId: 'long-1', parts: [{ kind: 'text', text: 'with a long id' }] };
+    // As a client publishes into the stream: a core request answered by JetStream's PubAck.
+    await aliceT.request(subjects.threadIn(TENANT, 'client', threadId), encodeJson(message), {
+      timeoutMs: 10_000,
+      headers: { 'Nats-Msg-Id': `${threadId}/${'x'.repeat(2_000)}` },
+    });
+    await waitUntil(() => events.find((e) => e.includes('"rejected"')), "the rejection on alice's out", 30_000);
+    const rejection = JSON.parse(events.find((e) => e.includes('"rejected"'))!) as { metadata: { 'troupe/error': { code: string; message: string } } };
+    expect(rejection.metadata['troupe/error'].code).toBe('INVALID_MESSAGE');
+    expect(rejection.metadata['troupe/error'].message).toContain('Nats-Msg-Id is 2014 characters; the limit is 512');
+    // A later message of alice's is answered: had the first reached the agent, it would have come before.
+    expect((await alice.send('after the long id', { threadId: 'long-msg-id-2', timeoutMs: 15_000 })).text).toBe('echo: after the long id');
+    expect(agentSaw).not.toContain('with a long id');
   });
 });

@@ -376,6 +376,11 @@ export class TroupeNode {
     try {
       const owner = this.ownerOf(principal, msg.headers);
       if (owner instanceof TroupeError) throw owner;
+      // Headers against their caps before any work: the record keeps the Nats-Msg-Id, and one over its cap
+      // would be refused only at the commit, after the agent ran.
+      if (msg.messageId !== undefined && msg.messageId.length > LIMITS.msgIdChars) {
+        throw new TroupeError('INVALID_MESSAGE', `header Nats-Msg-Id is ${msg.messageId.length} characters; the limit is ${LIMITS.msgIdChars}`);
+      }
       const message = decode(MessageSchema, msg.data, `message into thread ${threadId}`, this.maxMessageBytes);
       messageId = message.messageId;
       // Acked once the turn is answered and committed (a crash mid-turn replays the message elsewhere);

@@ -16,6 +16,8 @@ export const LIMITS = {
   chunkBytes: 64 * 1024,
   /** Parts in one message. */
   parts: 64,
+  /** A stream copy's Nats-Msg-Id (`<threadId>/<messageId>`), as the thread record keeps it. */
+  msgIdChars: 512,
   /** Nesting of any JSON value (metadata, data parts). */
   depth: 32,
   /** Serialized `metadata` of one message. */

@@ -3,7 +3,7 @@
  * snapshot of the thread actor; every change is a compare-and-set on the store's revision.
  */
 import { z } from 'zod';
-import { TaskSchema, type TaskState } from '../protocol/index.js';
+import { LIMITS, TaskSchema, type TaskState } from '../protocol/index.js';
 
 export const THREAD_RECORD_VERSION = 1;
 
@@ -29,7 +29,7 @@ export const ThreadRecordSchema = z.object({
         messageId: z.string().min(1).max(256),
         seq: z.number().int().nonnegative(),
         at: z.number().int().nonnegative(),
-        id: z.string().min(1).max(512),
+        id: z.string().min(1).max(LIMITS.msgIdChars),
       }),
     )
     .max(64)
