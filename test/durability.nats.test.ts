@@ -17,7 +17,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { HEADERS } from '../src/protocol/headers.js';
 import { natsSuite } from './helpers/nats-suite.js';
-import { runTroupe, runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
+import { runTroupeJson, spawnTroupe, type ManagedProcess } from './helpers/processes.js';
 import { sleep, waitUntil } from './helpers/wait.js';
 
 const LEASE_TTL_MS = 1_500;
@@ -357,11 +357,14 @@ describe('an active handoff survives a node crash', () => {
       'a thread at rest since later dropped after --idle',
       20_000,
     );
-    if (Date.now() < deadline - 300) expect(await dormantNow()).toBe(true);
-    const shown = await runTroupe(['inspect', threadId, '--nats', suite.nats.url], suite.nats.env);
-    expect(shown.stdout).toContain(
-      `(dormant: at rest, its actor stopped and its record kept; its next message wakes it, or its handoff's deadline at ${new Date(deadline).toISOString()})`,
-    );
+    // Still dormant, as ps and inspect say, unless the machine was so slow that the deadline (8 s) came first:
+    // then the thread has rightly woken, and the resume below is what is left to check.
+    if (Date.now() < deadline - 300) {
+      expect(await dormantNow()).toBe(true);
+      // One request from here (a CLI process can take seconds to start on a busy machine, past the deadline).
+      const found = await client.inspect(threadId);
+      if (Date.now() < deadline) expect(found?.actor?.detail).toMatchObject({ dormant: true, wakesAt: new Date(deadline).toISOString() });
+    }
 
     await expectOneResume(client, events, threadId, deadline, 20_000);
     await node.kill('SIGTERM');
