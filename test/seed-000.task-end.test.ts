@@ -18,30 +18,9 @@ import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { META } from '../src/protocol/index.js';
 import { loadTeamConfig, threadConfigOf, validateTeamFile } from '../src/config/team.js';
 import { collect, send, textOf, userText, v1Client } from './helpers/a2a.js';
+import { SEED_003_REQUEST as SEED_REQUEST } from './fixtures/seed-003.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
-
-/** Seed 003's JSON-RPC request (Input), verbatim. */
-const SEED_REQUEST = {
-  jsonrpc: '2.0',
-  method: 'message/send',
-  params: {
-    message: {
-      kind: 'message',
-      role: 'user',
-      parts: [
-        {
-          kind: 'text',
-          text: 'Turn on the kitchen lights and play jazz music',
-        },
-      ],
-      messageId: '550e8400-e29b-41d4-a716-446655440000',
-      contextId: '550e8400-e29b-41d4-a716-446655440001',
-      taskId: null,
-    },
-  },
-  id: 1,
-};
 
 /** Answers, except that "lights" without a room gets a question back (marked as one). */
 const home = defineAgent({

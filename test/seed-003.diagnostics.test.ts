@@ -13,30 +13,9 @@ import type { RouterDecision } from '../src/protocol/index.js';
 import type { RouterPolicy } from '../src/routing/policy.js';
 import { capturingLogger, type LogLine } from './helpers/log-lines.js';
 import { waitUntil } from './helpers/wait.js';
+import { SEED_003_REQUEST as SEED_REQUEST } from './fixtures/seed-003.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
-
-/** Seed 003's JSON-RPC request (Input), verbatim. */
-const SEED_REQUEST = {
-  jsonrpc: '2.0',
-  method: 'message/send',
-  params: {
-    message: {
-      kind: 'message',
-      role: 'user',
-      parts: [
-        {
-          kind: 'text',
-          text: 'Turn on the kitchen lights and play jazz music',
-        },
-      ],
-      messageId: '550e8400-e29b-41d4-a716-446655440000',
-      contextId: '550e8400-e29b-41d4-a716-446655440001',
-      taskId: null,
-    },
-  },
-  id: 1,
-};
 
 const OPERATOR = 'operator-token-0123456789';
 const lights = defineAgent({ card: { id: 'light-agent', name: 'Lights', description: 'Lights' }, handle: () => reply('Lights on.', { to: 'user' }) });

@@ -16,30 +16,9 @@ import { silentLogger } from '../src/observability/logger.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import type { RouterDecision } from '../src/protocol/index.js';
 import type { RouterPolicy } from '../src/routing/policy.js';
+import { SEED_003_REQUEST as SEED_REQUEST } from './fixtures/seed-003.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
-
-/** The seed's JSON-RPC request (Input), verbatim. */
-const SEED_REQUEST = {
-  jsonrpc: '2.0',
-  method: 'message/send',
-  params: {
-    message: {
-      kind: 'message',
-      role: 'user',
-      parts: [
-        {
-          kind: 'text',
-          text: 'Turn on the kitchen lights and play jazz music',
-        },
-      ],
-      messageId: '550e8400-e29b-41d4-a716-446655440000',
-      contextId: '550e8400-e29b-41d4-a716-446655440001',
-      taskId: null,
-    },
-  },
-  id: 1,
-};
 
 /** The seed's light and music agents; every message fans out to both (the seed's `agents_used`). */
 const lights = defineAgent({
