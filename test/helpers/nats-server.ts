@@ -256,12 +256,25 @@ export interface SecureNatsServerHandle {
 
 /** A nats-server in operator mode, configured by `creds init`'s library functions in a temp dir. */
 export async function startSecureNatsServer(opts: SecureNatsServerOptions = {}): Promise<SecureNatsServerHandle> {
-  const port = await freePort();
-  const { store, dir } = await startSecureNatsServerStore({ ...opts, port });
-  const proc = natsProcess(['-c', store.serverConfigFile], port);
-  await proc.launch();
-  return secureHandle(store, dir, port, proc);
+  // freePort's port is free when it answers, not necessarily when the server binds it: another process (a
+  // suite running beside this one) may take it in between. Then the server says so and exits, and this
+  // starts again on another port; any other failure is thrown.
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const { store, dir } = await startSecureNatsServerStore({ ...opts, port });
+    const proc = natsProcess(['-c', store.serverConfigFile], port);
+    try {
+      await proc.launch();
+      return secureHandle(store, dir, port, proc);
+    } catch (err) {
+      rmSync(dir, { recursive: true, force: true });
+      if (attempt >= PORT_TAKEN_ATTEMPTS || !/address already in use/.test((err as Error).message)) throw err;
+    }
+  }
 }
+
+/** Starts on a port another process took meanwhile, tried again on a new port up to this many times in all. */
+const PORT_TAKEN_ATTEMPTS = 5;
 
 /** `creds init` in a temp dir as the test servers use it (small JetStream reservations); starts nothing. */
 export async function startSecureNatsServerStore(opts: SecureNatsServerOptions & { port: number }): Promise<{ store: CredentialStore; dir: string }> {
