@@ -22,6 +22,7 @@ import {
   isValidId,
   type InspectReply,
   type PsReply,
+  type Task,
   type TaskListReply,
 } from '../protocol/index.js';
 import { principalOfRequest } from '../transport/subjects.js';
@@ -30,6 +31,7 @@ import { redact, redactKeeping } from '../observability/redact.js';
 import type { Registry } from './registry.js';
 import type { ThreadHost } from './threads/host.js';
 import { listDeadLetters, purgeDeadLetters } from './dead-letters.js';
+import { byteLength, fitPage, fitTask, replyBudget } from './reply-fit.js';
 
 export interface ControlOptions {
   tenant: string;
@@ -43,6 +45,8 @@ export interface ControlOptions {
   ownsThread: (threadId: string) => boolean;
   /** The owner a request of `principal` speaks for (`P` or `P/<user>`), or why it may not. */
   ownerOf: (principal: string, headers: Record<string, string>) => string | TroupeError;
+  /** The server's max_payload: no answer may be larger (reply-fit.ts). */
+  maxPayload: () => number;
 }
 
 export class ControlHandlers {
@@ -61,7 +65,7 @@ export class ControlHandlers {
         const { task, revision } = await this.opts.threads.task(req.threadId, owner);
         const n = req.historyLength;
         const trimmed = n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) };
-        msg.respond(encodeJson({ kind: 'task', task: trimmed, revision }));
+        msg.respond(encodeJson({ kind: 'task', task: fitTask(trimmed, replyBudget(this.opts.maxPayload())), revision }));
         return;
       }
       if (!this.opts.ownsThread(req.threadId)) return; // the owning node answers
@@ -100,18 +104,24 @@ export class ControlHandlers {
       mine.sort((a, b) => (a.updatedAt === b.updatedAt ? (a.threadId < b.threadId ? -1 : 1) : a.updatedAt < b.updatedAt ? 1 : -1));
       const start = after ? mine.findIndex((e) => e.updatedAt < after.updatedAt || (e.updatedAt === after.updatedAt && e.threadId > after.threadId)) : 0;
       const page = start < 0 ? [] : mine.slice(start, start + req.pageSize);
-      const tasks = [];
+      const read: Array<{ entry: (typeof page)[number]; task: Task }> = [];
       for (const e of page) {
         try {
           const { task } = await this.opts.threads.task(e.threadId, owner);
           const n = req.historyLength;
-          tasks.push(n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) });
+          read.push({ entry: e, task: n === undefined ? task : { ...task, history: n === 0 ? [] : (task.history ?? []).slice(-n) } });
         } catch (err) {
           if (!(err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND')) throw err; // expired since the listing
         }
       }
-      const last = page.at(-1);
-      const more = start >= 0 && start + req.pageSize < mine.length;
+      // A page holds as many tasks as fit in one answer; the next page starts after the last one that did.
+      const { tasks, fitted } = fitPage(
+        read.map((r) => r.task),
+        replyBudget(this.opts.maxPayload()),
+      );
+      const cutShort = fitted < read.length;
+      const last = cutShort ? read[fitted - 1]!.entry : page.at(-1);
+      const more = cutShort || (start >= 0 && start + req.pageSize < mine.length);
       const reply: TaskListReply = { kind: 'tasks', tasks, nextPageToken: more && last ? listToken(last) : '', totalSize: mine.length, pageSize: req.pageSize };
       msg.respond(encodeJson(reply));
     } catch (err) {
@@ -202,15 +212,24 @@ export class ControlHandlers {
     try {
       const filter = msg.data.length ? decode(ThreadsRequestSchema, msg.data, 'threads request', 4096) : {};
       const limit = filter.limit ?? 1_000;
+      const budget = replyBudget(this.opts.maxPayload());
       const rows = [];
+      let bytes = 0;
+      let full = false;
       for await (const entry of this.opts.threads.store.list(this.opts.tenant)) {
         if (filter.state && entry.state !== filter.state) continue;
         if (filter.owner !== undefined && entry.owner !== filter.owner) continue;
+        // As many rows as the limit asks for and one answer holds.
+        bytes += byteLength(entry) + 1;
+        if (bytes > budget) {
+          full = true;
+          break;
+        }
         // Which are live is for the nodes holding them to say (`troupe threads` asks every node with ps).
         rows.push(entry);
         if (rows.length >= limit) break;
       }
-      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: rows.length >= limit } satisfies CtlReply<'threads'>));
+      msg.respond(encodeJson({ kind: 'threads', threads: rows, truncated: full || rows.length >= limit } satisfies CtlReply<'threads'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }
@@ -221,14 +240,11 @@ export class ControlHandlers {
       const { threadId } = decode(ThreadCtlSchema, msg.data, 'thread request', 4096);
       const stored = await this.opts.threads.store.get(this.opts.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.opts.tenant}`);
-      const record = { ...stored.record, snapshot: undefined, outbox: undefined };
-      msg.respond(
-        encodeJson({
-          kind: 'thread',
-          revision: stored.revision,
-          record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'],
-        } satisfies CtlReply<'thread'>),
-      );
+      const record = redactKeeping({ ...stored.record, snapshot: undefined, outbox: undefined }, threadId) as CtlReply<'thread'>['record'];
+      // Redaction can make a record longer than it was stored (a marker for each short value it masks).
+      const budget = replyBudget(this.opts.maxPayload()) - (byteLength(record) - byteLength(record.task));
+      const view = { ...record, task: fitTask(record.task, budget) };
+      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: view } satisfies CtlReply<'thread'>));
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

@@ -154,6 +154,7 @@ export class TroupeNode {
       ps: () => this.ps(),
       ownsThread: (threadId) => this.ownsThread(threadId),
       ownerOf: (principal, headers) => this.ownerOf(principal, headers),
+      maxPayload: () => opts.maxPayload ?? this.transport.maxPayload ?? LIMITS.payloadBytes,
     });
   }
 

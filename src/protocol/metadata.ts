@@ -22,6 +22,12 @@ export const META = {
   turns: 'troupe/turns',
   /** Stored Task: older history was cut to keep the record within its size limit. */
   truncated: 'troupe/truncated',
+  /**
+   * Task or thread view in an answer: what was left out to keep the answer within the bus's max_payload
+   * ({ messages?, artifacts?, cutParts?, reason: 'max_payload', budgetBytes }); ask for less (a smaller page,
+   * a `historyLength`) to get the rest.
+   */
+  omitted: 'troupe/omitted',
   /** Task as the gateway serves it: older artifacts were left out to keep the answer within its size limit. */
   artifactsTruncated: 'troupe/artifactsTruncated',
   /** Text part: the file it was read from ({ name, type, pages?, sheets?... }), in eval test cases. */

@@ -433,9 +433,10 @@ export class TroupeClient {
   /**
    * An operator request one node answers (`CTL`: threads, thread, cancel, rehydrate, delete, dlq, memory):
    * the body as the verb takes it, the reply validated and typed; an error reply is thrown as a TroupeError.
+   * `timeoutMs` (default 10 s): how long to wait for the answer.
    */
-  async ctl<V extends CtlVerb>(verb: V, body: CtlRequest<V>): Promise<CtlReply<V>> {
-    const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson(body), 10_000);
+  async ctl<V extends CtlVerb>(verb: V, body: CtlRequest<V>, opts: { timeoutMs?: number } = {}): Promise<CtlReply<V>> {
+    const data = await this.requestOrExplain(subjects.ctl(this.tenant, verb), encodeJson(body), opts.timeoutMs ?? 10_000);
     const reply = decode(z.union([CTL[verb].reply as unknown as z.ZodType<CtlReply<V>>, ErrorReplySchema]), data, `${verb} reply`, MAX_CTL_REPLY_BYTES);
     if (isErrorReply(reply)) throw TroupeError.fromBody(reply.error);
     return reply;

@@ -233,6 +233,10 @@ export class NatsTransport implements Transport {
    * whose `request` — a KV write's compare-and-set, a stream publish, a JetStream API call — goes through this
    * transport's reply multiplexer, with the client's error types, instead of making an Error per answer.
    */
+  get maxPayload(): number | undefined {
+    return this.connection.info?.max_payload;
+  }
+
   get jetstreamConnection(): NatsConnection {
     if (this.#jetstreamConnection) return this.#jetstreamConnection;
     const nc = this.connection;

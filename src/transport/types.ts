@@ -57,6 +57,8 @@ export interface Transport {
   drain(): Promise<void>;
   close(): Promise<void>;
   readonly closed: boolean;
+  /** The largest message the bus takes (NATS: the server's max_payload); unset: LIMITS.payloadBytes. */
+  readonly maxPayload?: number;
 }
 
 export const TRANSPORT_ERROR_CODES = ['TIMEOUT', 'NO_RESPONDERS', 'CLOSED', 'CONNECT'] as const;
