@@ -122,6 +122,22 @@ describe('following the mesh', { timeout: 180_000 }, () => {
     await idle.kill();
   });
 
+  it('troupe watch --count stops after that many records (exit 0); --for with --count exits 1 when fewer came', async () => {
+    const bounded = `t-bounded-${Date.now()}`;
+    const [counted, short] = await Promise.all([
+      procs.spawnTroupe(['watch', bounded, '--on', '--count', '2'], operatorEnv, { ready: /inspection is on at/, readyTimeoutMs: STARTUP_MS }),
+      procs.spawnTroupe(['watch', `${bounded}-silent`, '--count', '1', '--for', '2000'], operatorEnv, { ready: /watching/, readyTimeoutMs: STARTUP_MS }),
+    ]);
+    await client.send('Write about otters', { threadId: bounded });
+    expect((await counted.exited).code).toBe(0);
+    expect((await short.exited).code).toBe(1);
+    // A child's last output may be read after its exit event.
+    await waitUntil(() => counted.stdout.trim().split('\n').length >= 2, 'the two records watch showed', ARRIVAL_MS);
+    expect(counted.stdout.trim().split('\n')).toHaveLength(2);
+    await waitUntil(() => short.stderr.includes('0 of 1 records came in 2000 ms'), 'watch --for to say what came', ARRIVAL_MS);
+    expect(short.stdout).toBe('');
+  });
+
   it('a conversation reaches the Stately relay: definitions first, then the thread and its children in order', async () => {
     threadId = `t-stately-${Date.now()}`;
     const port = await freePort();

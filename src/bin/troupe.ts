@@ -222,10 +222,19 @@ program
 
 program
   .command('watch <target>')
-  .description('follow a thread, an actor (<thread>/<child>) or an agent: each transition as `from → to (event)`; Ctrl-C to stop')
+  .description('follow a thread, an actor (<thread>/<child>) or an agent: each transition as `from → to (event)`; Ctrl-C to stop, or --count / --for')
   .option('--on', 'switch inspection on for it first (else says so when nothing publishes)')
   .option('--all', 'also show bookkeeping self-transitions (clock ticks, catalog updates)')
-  .addHelpText('after', examples('troupe watch 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --on', 'troupe watch triage --all'))
+  .option('--count <n>', 'stop after showing this many records (exit 0)', int(1))
+  .option('--for <ms>', 'stop after this long (exit 0; with --count, exit 1 if fewer records came)', int(1))
+  .addHelpText(
+    'after',
+    examples(
+      'troupe watch 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --on',
+      'troupe watch triage --all',
+      'troupe watch 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10 --count 3 --for 30000',
+    ),
+  )
   .action(async (...args: unknown[]) => (await import('./commands/observe.js')).watch(...(args as Parameters<typeof import('./commands/observe.js').watch>)));
 
 program

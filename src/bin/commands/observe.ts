@@ -55,25 +55,53 @@ async function askState(transport: Transport, g: GlobalOpts, control: { on?: boo
   }
 }
 
-export async function watch(target: string, opts: { on?: boolean; all?: boolean }, cmd: Command): Promise<void> {
+export interface WatchOptions {
+  on?: boolean;
+  all?: boolean;
+  /** Stop after showing this many records. */
+  count?: number;
+  /** Stop after this many ms; with `count`, coming short of it is a failure (exit 1). */
+  for?: number;
+}
+
+export async function watch(target: string, opts: WatchOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const targets = targetsOf(target);
   const threadTarget = targets.find((t): t is Extract<InspectionTarget, { kind: 'thread' }> => t.kind === 'thread');
   const threadId = threadTarget?.threadId;
   const transport = await connect(g, 'troupe-watch');
+  // A bounded watch (a script's, a test's) ends on its own: after `count` records shown, or after `for` ms.
+  let shown = 0;
+  let finished = false;
+  const finish = (code: number, why?: string) => {
+    if (finished) return;
+    finished = true;
+    if (why) process.stderr.write(color.yellow(`${why}\n`));
+    void transport
+      .drain()
+      .catch(() => undefined)
+      .then(() => process.exit(code));
+  };
   subscribeInspection(
     transport,
     g.tenant,
     targets,
     (r) => {
-      if (g.json) process.stdout.write(`${JSON.stringify(r)}\n`);
-      else if (opts.all || !isQuiet(r)) process.stdout.write(`${formatRecord(r)}\n`);
+      if (finished) return;
+      const show = g.json || opts.all || !isQuiet(r);
+      if (!show) return;
+      process.stdout.write(`${g.json ? JSON.stringify(r) : formatRecord(r)}\n`);
+      if (opts.count !== undefined && ++shown >= opts.count) finish(0);
     },
     (problem) => process.stderr.write(color.yellow(`skipped a record: ${problem}\n`)),
   );
   await transport.flush();
   const note = (text: string) => process.stderr.write(color.dim(`${text}\n`));
   note(`watching ${target} on ${transport.name} (tenant ${g.tenant})`);
+  if (opts.for !== undefined) {
+    const ms = opts.for;
+    setTimeout(() => (opts.count === undefined ? finish(0) : finish(1, `${shown} of ${opts.count} records came in ${ms} ms`)), ms);
+  }
   const state = await askState(transport, g, opts.on ? { on: true, ...(threadId ? { threadId } : {}) } : {});
   if (state instanceof Error)
     note(`could not ask the nodes whether inspection is on (${state.message.split('\n')[0]}); these credentials may not send ctl. Waiting anyway.`);
