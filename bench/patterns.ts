@@ -43,6 +43,7 @@ import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import type { UserConnectOptions } from '../test/helpers/nats-server.js';
 import { connectHandoffFloor } from './handoff-floor.js';
+import { startOpenAIAgentsHandoff } from './peers.js';
 import { elapsedUs, sequential, summarize, type LatencyStats } from './measure.js';
 import { formatRatio, formatUs, renderTable } from './table.js';
 import { z } from 'zod';
@@ -91,6 +92,8 @@ export interface PatternResults {
     direct: PatternRow;
     /** The same legs as a handoff with the guarantees at their edges alone (bench/handoff-floor.ts). */
     floor: PatternRow;
+    /** The OpenAI Agents SDK's handoff in process, `run` to the specialist's first text delta (bench/peers.ts). */
+    peer: PatternRow;
     /** transition / direct. */
     vsDirect: { p50: number; p99: number };
     /** The warm-up's runs of each row (`first`: what the bench measured up to session 24). */
@@ -335,6 +338,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
   let transition: PatternRow;
   let direct: PatternRow;
   let floor: PatternRow;
+  let peerRow: PatternRow;
   let warmUp: PatternResults['handoff']['warmUp'];
   const directMesh = await startMesh(opts, 'handoff-direct', [desk, specialist], { entryAgent: SOURCE, agentTimeoutMs: timeoutMs, retries: 0 });
   try {
@@ -343,6 +347,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
       const floorRig = await connectHandoffFloor(opts.asNode, 'bench-handoff-floor', timeoutMs);
       try {
         log(`warm-up ×${handoffWarmupRuns}, then ×${handoffRuns} each of the handoff, the target addressed directly and the floor, in turn…`);
+        const peer = startOpenAIAgentsHandoff(CHUNK);
         const rows = await sampledInTurn(
           [
             () => timeToFirstChunk(handoffMesh, opts.tenant, userMessage('I need the specialist'), TARGET, `user>${SOURCE},${SOURCE}>${TARGET}`, timeoutMs),
@@ -356,11 +361,12 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
                 timeoutMs,
               ),
             floorRig.sample,
+            peer.firstChunkUs,
           ],
           handoffRuns,
           handoffWarmupRuns,
         );
-        [transition, direct, floor] = [rows[0]!.row, rows[1]!.row, rows[2]!.row];
+        [transition, direct, floor, peerRow] = [rows[0]!.row, rows[1]!.row, rows[2]!.row, rows[3]!.row];
         warmUp = { transition: rows[0]!.warmUp, direct: rows[1]!.warmUp, floor: rows[2]!.warmUp };
       } finally {
         await floorRig.stop();
@@ -409,7 +415,7 @@ export async function runPatternBench(options: PatternBenchOptions): Promise<Pat
 
   return {
     config: { tenant: opts.tenant, handoffRuns, handoffWarmupRuns, orchestrationRuns, warmupRuns, agentDelaysMs: { ...DELAYS_MS } },
-    handoff: { transition, direct, floor, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us }, warmUp },
+    handoff: { transition, direct, floor, peer: peerRow, vsDirect: { p50: transition.p50Us / direct.p50Us, p99: transition.p99Us / direct.p99Us }, warmUp },
     orchestration: { fanOut, slowestAlone, overhead: { p50: fanOut.p50Us / slowestAlone.p50Us, p99: fanOut.p99Us / slowestAlone.p99Us } },
   };
 }
@@ -438,6 +444,7 @@ export function renderPatternReport(r: PatternResults): string {
       line('handoff: message -> first chunk from target', h.transition, 'direct', h.vsDirect.p50, h.vsDirect.p99),
       line('direct: message -> first chunk (addressed)', h.direct, 'direct', 1, 1),
       line("floor: the handoff's legs and guarantees alone", h.floor, 'direct', h.floor.p50Us / h.direct.p50Us, h.floor.p99Us / h.direct.p99Us),
+      line('peer: OpenAI Agents SDK handoff, in process', h.peer, 'direct', h.peer.p50Us / h.direct.p50Us, h.peer.p99Us / h.direct.p99Us),
       line(`fan-out to 3 agents (${Object.values(r.config.agentDelaysMs).join('/')} ms), parallel`, o.fanOut, 'slowest', o.overhead.p50, o.overhead.p99),
       line(`slowest agent alone (${r.config.agentDelaysMs[SLOWEST]} ms)`, o.slowestAlone, 'slowest', 1, 1),
     ],
@@ -447,6 +454,7 @@ export function renderPatternReport(r: PatternResults): string {
     ['handoff', h.transition],
     ['direct', h.direct],
     ['handoff floor', h.floor],
+    ['OpenAI Agents handoff', h.peer],
     ['fan-out', o.fanOut],
     ['slowest alone', o.slowestAlone],
   ].flatMap(([name, s]) => ((s as PatternRow).firstError ? [`  ${name as string}: ${(s as PatternRow).firstError}`] : []));

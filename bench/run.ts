@@ -22,6 +22,10 @@
  *      primitives on the same cluster, in the same run (`summary.clusterDurableTurnVsRaw`: p50 over p50), and a
  *      turn after its partition consumer changed leader (`summary.clusterTurnAfterLeaderChangeP50Us`).
  *  10. takeover (bench/takeover.ts): a series of crashes, min/median/max of the time to take the partitions over.
+ *  11. peers (bench/peers.ts), in the same groups as the rows they stand beside: LangGraph.js with MemorySaver
+ *      beside the embedded turn, with PostgresSaver on the machine's PostgreSQL beside the durable turn, and the
+ *      OpenAI Agents SDK's handoff beside the handoff row (`summary.embeddedTurnVsLangGraph`,
+ *      `durableTurnVsLangGraphPostgres`, `handoffVsOpenAIAgents`: Troupe's throughput ÷ the peer's).
  *
  * Each scenario of 1 and 3 is measured sequentially (latency p50/p99) and with BENCH_CONCURRENCY operations
  * in flight (throughput), after a warm-up; a target's row, its floor and its raw baseline in turn, in
@@ -52,6 +56,7 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { TroupeClient, textOfMessage, userMessage } from '../src/sdk/client.js';
 import { startEmbedded } from '../src/team/embedded.js';
+import { startLangGraphMemory, startLangGraphPostgres, type PeerRig } from './peers.js';
 import { startThreadMachineRig, startXstateTurnFloor, type MachineRig } from './machine-floor.js';
 import { durableTurnFloor, startEmbeddedTurnFloor, type DurableTurnFloor } from './turn-floor.js';
 import { silentLogger } from '../src/observability/logger.js';
@@ -171,7 +176,9 @@ interface Scenario {
     | 'threadMachine'
     | 'xstateTurnFloor'
     | 'embeddedTurnFloor'
-    | 'fullTurnMultiProcess';
+    | 'fullTurnMultiProcess'
+    | 'langGraphMemory'
+    | 'langGraphPostgres';
   name: string;
   description: string;
   op: Op;
@@ -426,6 +433,12 @@ export interface RunSummary {
   inspectionOnTurnThroughputVsOff: number | null;
   takeoverMedianMs: number | null;
   takeoverMaxVsTtl: number | null;
+  /** The embedded turn's throughput ÷ LangGraph.js with MemorySaver's, same shape, same run (bench/peers.ts). */
+  embeddedTurnVsLangGraph: number | null;
+  /** The durable turn's throughput ÷ LangGraph.js with PostgresSaver (durability "sync") on the machine's PostgreSQL. */
+  durableTurnVsLangGraphPostgres: number | null;
+  /** Handoffs one at a time: Troupe's runs per second ÷ the OpenAI Agents SDK's (mean time to the specialist's first chunk). */
+  handoffVsOpenAIAgents: number | null;
 }
 
 function summarizeRun(r: {
@@ -488,6 +501,9 @@ function summarizeRun(r: {
     yamlAgentTurnVsHandwritten: fin(r.yamlAgent.ratio.excludingModelP50),
     inspectionOnHopThroughputVsOff: fin(onVsOff[0]),
     inspectionOnTurnThroughputVsOff: fin(onVsOff[1]),
+    embeddedTurnVsLangGraph: fin((perSecond('fullTurnEmbedded') ?? Number.NaN) / (perSecond('langGraphMemory') ?? Number.NaN)),
+    durableTurnVsLangGraphPostgres: fin((perSecond('fullTurn') ?? Number.NaN) / (perSecond('langGraphPostgres') ?? Number.NaN)),
+    handoffVsOpenAIAgents: fin(r.patterns.handoff.peer.meanUs / r.patterns.handoff.transition.meanUs),
     takeoverMedianMs: 'failed' in r.takeover ? null : r.takeover.medianMs,
     takeoverMaxVsTtl: 'failed' in r.takeover ? null : r.takeover.maxVsTtl,
   };
@@ -523,6 +539,8 @@ async function main(): Promise<void> {
   let threadMachineRig: MachineRig | undefined;
   let xstateFloorRig: MachineRig | undefined;
   let embeddedFloorRig: MachineRig | undefined;
+  let langGraphMemory: PeerRig | undefined;
+  let langGraphPostgres: PeerRig | undefined;
   let rawTurn: RawTurn | undefined;
   let floorTurn: RawTurn | undefined;
   let floorTurnGuarantees: DurableTurnFloor | undefined;
@@ -614,6 +632,8 @@ async function main(): Promise<void> {
     });
     floorTurn = await startRawTurn(rawRequester.jetstreamConnection, { ...rawTurnOptions, name: 'floor', guarantees: floorTurnGuarantees });
     embeddedFloorRig = await startEmbeddedTurnFloor({ text: TEXT, record: sized.record, timeoutMs: TIMEOUT_MS });
+    langGraphMemory = startLangGraphMemory(TEXT);
+    langGraphPostgres = await startLangGraphPostgres(TEXT);
 
     // The multi-process row, as deployed: the node (`troupe up`) and the agent (`troupe agent`) are processes
     // of their own and this process is the load generator, in tenant acme so nothing else runs there.
@@ -752,6 +772,24 @@ async function main(): Promise<void> {
         n: TURN_N,
         warmupN: TURN_WARMUP_N,
       },
+      {
+        key: 'langGraphMemory',
+        name: 'LangGraph.js turn, MemorySaver (peer of the embedded turn)',
+        description:
+          'a one-node echo graph, a thread_id per worker, its messages kept to 50, checkpointed in memory (bench/peers.ts): in process, nothing durable, like the embedded turn',
+        op: langGraphMemory.op,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
+      {
+        key: 'langGraphPostgres',
+        name: 'LangGraph.js turn, PostgresSaver (peer of the durable turn)',
+        description:
+          'the same graph checkpointed in the machine\'s PostgreSQL with durability "sync" (the checkpoint written before invoke returns; bench/peers.ts), against the durable turn committed to JetStream KV before the ack',
+        op: langGraphPostgres.op,
+        n: TURN_N,
+        warmupN: TURN_WARMUP_N,
+      },
     ];
 
     const footprints: Partial<Record<Scenario['key'], { messages: number; kvWrites: number }>> = {};
@@ -769,10 +807,10 @@ async function main(): Promise<void> {
     // Each target's row is measured in turn with its baseline and its floor (runScenarios); the other rows alone.
     const groups: Scenario['key'][][] = [
       ['raw', 'hopFloor', 'agentHop'],
-      ['rawTurn', 'durableTurnFloor', 'fullTurn'],
+      ['rawTurn', 'durableTurnFloor', 'fullTurn', 'langGraphPostgres'],
       ['fullTurnNewThread'],
       ['fullTurnPlain'],
-      ['fullTurnEmbedded', 'threadMachine', 'xstateTurnFloor', 'embeddedTurnFloor'],
+      ['fullTurnEmbedded', 'threadMachine', 'xstateTurnFloor', 'embeddedTurnFloor', 'langGraphMemory'],
       ['fullTurnMultiProcess'],
     ];
     const grouped = new Set(groups.flat());
@@ -788,6 +826,9 @@ async function main(): Promise<void> {
     threadMachineRig.stop();
     xstateFloorRig.stop();
     embeddedFloorRig.stop();
+    await langGraphMemory.stop();
+    await langGraphPostgres.stop();
+    langGraphPostgres = undefined;
     await plainHost.stop();
     plainHost = undefined;
     await plainNode.stop();
@@ -978,6 +1019,7 @@ async function main(): Promise<void> {
     threadMachineRig?.stop();
     xstateFloorRig?.stop();
     embeddedFloorRig?.stop();
+    await langGraphPostgres?.stop().catch(() => undefined);
     await plainHost?.stop().catch(() => undefined);
     await plainNode?.stop().catch(() => undefined);
     await host?.stop().catch((err: unknown) => console.error('agent host stop failed:', err));

@@ -11,8 +11,10 @@
  * from that file (bench/readme.ts; `--no-readme` leaves it alone). Every BENCH_* setting of
  * bench/run.ts applies to each run.
  *
- *   npm run bench                      # 3 runs, defaults (about 6 min on 2 cores)
+ *   npm run bench                      # 3 runs, defaults
  *   BENCH_RUNS=5 npm run bench
+ *   BENCH_QUICK=1 npm run bench        # one run, short windows (QUICK below): the same summary keys, a quick
+ *                                      # check, written to .tmp/bench-quick.json only (no dated results, no docs)
  *   npm run bench:once                 # one run of bench/run.ts, its tables and bench/results.json
  */
 import { spawn } from 'node:child_process';
@@ -22,7 +24,27 @@ import { BENCHMARK_DOC, writeReadmeTable } from './readme.js';
 
 const BENCH_DIR = import.meta.dirname;
 const REPO_ROOT = join(BENCH_DIR, '..');
-const runs = Number(process.env.BENCH_RUNS ?? 3);
+/** BENCH_QUICK=1: what each setting is when not set, for one short run (the figures are noisier, the keys the same). */
+const QUICK: Record<string, string> = {
+  BENCH_N: '400',
+  BENCH_TURN_N: '200',
+  BENCH_SECONDS: '1',
+  BENCH_ROUNDS: '2',
+  BENCH_MEM_THREADS: '300',
+  BENCH_MEM_LIMIT_THREADS: '100',
+  BENCH_REHYDRATE_N: '100',
+  BENCH_PATTERN_HANDOFF_N: '100',
+  BENCH_PATTERN_HANDOFF_WARMUP_N: '200',
+  BENCH_PATTERN_ORCH_N: '20',
+  BENCH_YAML_N: '100',
+  BENCH_YAML_WARMUP_N: '50',
+  BENCH_CLUSTER_N: '100',
+  BENCH_CLUSTER_STEPDOWNS: '1',
+  BENCH_TAKEOVER_KILLS: '3',
+};
+const quick = process.env.BENCH_QUICK === '1';
+if (quick) for (const [k, v] of Object.entries(QUICK)) process.env[k] ??= v;
+const runs = quick ? 1 : Number(process.env.BENCH_RUNS ?? 3);
 if (!Number.isInteger(runs) || runs < 1 || runs > 20) {
   console.error(`BENCH_RUNS must be a whole number from 1 to 20, not "${process.env.BENCH_RUNS}"`);
   process.exit(2);
@@ -76,6 +98,13 @@ async function main(): Promise<void> {
   const date = new Date().toISOString().slice(0, 10);
   const out = { meta: { ...all[0]!.meta, runs, dates: all.map((r) => r.meta['date']) }, summary, spread, runs: all };
   const json = `${JSON.stringify(out, null, 2)}\n`;
+  if (quick) {
+    writeFileSync(join(REPO_ROOT, '.tmp', 'bench-quick.json'), json);
+    process.stdout.write('\nquick run (BENCH_QUICK=1):\n');
+    for (const k of keys) process.stdout.write(`  ${k}: ${summary[k] === null ? 'not measured' : fmt(summary[k]!)}\n`);
+    process.stdout.write('\nresults: .tmp/bench-quick.json\n');
+    return;
+  }
   writeFileSync(join(BENCH_DIR, 'results.json'), json);
   mkdirSync(join(BENCH_DIR, 'results'), { recursive: true });
   // A second series on one day gets its own file: the docs cite the earlier one by name.
