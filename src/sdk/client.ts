@@ -32,7 +32,7 @@ import {
   decode,
   encodeJson,
   messageText,
-  scopedMessageKey,
+  inboundDedupId,
   type ActorInfo,
   type CtlReply,
   type CtlRequest,
@@ -203,8 +203,9 @@ export class TroupeClient {
     const subject = subjects.threadIn(this.tenant, this.principal, threadId);
     const body = encodeJson(message);
     const headers = {
-      // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
-      [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
+      // JetStream de-duplicates on this header, scoped to the owner and the thread: a re-sent message is
+      // stored once, another owner's message under the same messageId is another message.
+      [HEADERS.msgId]: inboundDedupId({ principal: this.principal, user }, threadId, message.messageId),
       ...(user ? { [HEADERS.user]: user } : {}),
       ...(span ? injectTraceparent({}, span) : {}),
     };
