@@ -288,7 +288,11 @@ export class TroupeNode {
       state: `${this.registry.agents().length} agents`,
       node: this.nodeId,
       status: 'live',
-      detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`), refused: this.registry.refusedCount },
+      detail: {
+        agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`),
+        instances: this.registry.agents().flatMap((a) => this.registry.statuses(a.id).map((i) => [a.id, i.instanceId])),
+        refused: this.registry.refusedCount,
+      },
     };
     return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
   }
