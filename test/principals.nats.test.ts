@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { TroupeClient } from '../src/sdk/client.js';
-import { encodeJson } from '../src/protocol/index.js';
+import { LIMITS, encodeJson } from '../src/protocol/index.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { subjects } from '../src/transport/subjects.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
@@ -96,6 +96,62 @@ describe("another principal's thread, over NATS", () => {
     expect(bobSees).toEqual([]);
   });
 
+  it("a message on a thread id that breaks the id rule gets a typed rejection on the subject mirroring it under the sender's out", async () => {
+    // Ids the broker takes as one subject token but the id rule refuses: the node cannot build a thread
+    // from them, and still answers the sender where it listens for that thread.
+    const badIds = ['a=b', 'a/b', 'ü', 'x'.repeat(129), 'z'.repeat(4_000)];
+    for (const bad of badIds) {
+      const t = await connect('cli', 'principals-bad-id');
+      const seen: string[] = [];
+      t.subscribe(`troupe.${TENANT}.out.cli.${bad}`, (m) => void seen.push(dec.decode(m.data)));
+      await t.flush();
+      const message = { kind: 'message', role: 'user', messageId: 'bad-id-1', parts: [{ kind: 'text', text: `to ${bad.slice(0, 20)}` }] };
+      await t.request(`troupe.${TENANT}.in.cli.${bad}`, encodeJson(message), {
+        timeoutMs: 10_000,
+        headers: { 'Nats-Msg-Id': `cli/${bad.slice(0, 100)}/bad-id-1` },
+      });
+      const rejection = await waitUntil(() => seen.find((e) => e.includes('"rejected"')), `the rejection for thread id ${bad.slice(0, 20)}`, 15_000);
+      const event = JSON.parse(rejection) as {
+        final: boolean;
+        metadata?: unknown;
+        status: { message: { metadata: { 'troupe/error': { code: string; message: string } } } };
+      };
+      expect(event.final).toBe(true);
+      expect(event.status.message.metadata['troupe/error'].code).toBe('INVALID_MESSAGE');
+      expect(event.status.message.metadata['troupe/error'].message).toMatch(/thread id/);
+      await t.close();
+    }
+    expect(agentSaw.filter((s) => s.startsWith('to '))).toEqual([]);
+  }, 120_000);
+
+  it("bob sending into alice's thread is told THREAD_NOT_FOUND alike with a messageId alice used and with a new one", async () => {
+    const threadId = 'alice-thread-reuse';
+    const used = 'alice-msg-reused';
+    expect((await alice.send('mine', { threadId, messageId: used, timeoutMs: 15_000 })).text).toBe('echo: mine');
+    // Bob as any client of the SDK would (the de-duplication id is the SDK's), waiting for the node's word
+    // alone: no copy sent again, no look at the store.
+    const bob = new TroupeClient(bobT, { tenant: TENANT, principal: 'cli' });
+    const bobSees: string[] = [];
+    bobT.subscribe(subjects.threadOut(TENANT, 'cli', threadId), (m) => void bobSees.push(dec.decode(m.data)));
+    await bobT.flush();
+    const refusal = async (messageId: string) => {
+      const err = (await bob.send('yours?', { threadId, messageId, timeoutMs: 15_000, resendAfterMs: 0, recheckMs: 0 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      )) as { code?: string; message?: string } | undefined;
+      return { code: err?.code, message: err?.message?.replaceAll(messageId, '<id>') };
+    };
+    const reused = await refusal(used);
+    const fresh = await refusal('bob-msg-new');
+    expect(reused).toEqual({ code: 'THREAD_NOT_FOUND', message: expect.any(String) as string });
+    expect(reused).toEqual(fresh);
+    // On bob's out, the two refusals are one and the same but for the message ids.
+    await waitUntil(() => bobSees.length >= 2 || undefined, "both refusals on bob's out", 15_000);
+    expect(bobSees[0]!.replaceAll(used, '<id>')).toBe(bobSees[1]!.replaceAll('bob-msg-new', '<id>'));
+    // Alice's thread took nothing of bob's.
+    expect(agentSaw).not.toContain('yours?');
+  }, 60_000);
+
   it("a Nats-Msg-Id over its cap is refused before any work: a typed rejection on the sender's out, the agent never called", async () => {
     const threadId = 'long-msg-id-1';
     const aliceT = await connect('client', 'principals-long-id');
@@ -111,7 +167,7 @@ describe("another principal's thread, over NATS", () => {
     await waitUntil(() => events.find((e) => e.includes('"rejected"')), "the rejection on alice's out", 30_000);
     const rejection = JSON.parse(events.find((e) => e.includes('"rejected"'))!) as { metadata: { 'troupe/error': { code: string; message: string } } };
     expect(rejection.metadata['troupe/error'].code).toBe('INVALID_MESSAGE');
-    expect(rejection.metadata['troupe/error'].message).toContain('Nats-Msg-Id is 2014 characters; the limit is 512');
+    expect(rejection.metadata['troupe/error'].message).toContain(`Nats-Msg-Id is 2014 characters; the limit is ${LIMITS.msgIdChars}`);
     // A later message of alice's is answered: had the first reached the agent, it would have come before.
     expect((await alice.send('after the long id', { threadId: 'long-msg-id-2', timeoutMs: 15_000 })).text).toBe('echo: after the long id');
     expect(agentSaw).not.toContain('with a long id');

@@ -317,7 +317,9 @@ class EchoAgent:
         self.announce()
         if msg.reply:
             state = "busy" if self.inflight else "idle"
-            actor = {"kind": "agent", "id": self.agent_id, "state": state, "node": self.node, "status": "live"}
+            # detail.instance: the instanceId this process announces, which is what makes the reply count.
+            actor = {"kind": "agent", "id": self.agent_id, "state": state, "node": self.node, "status": "live",
+                     "detail": {"instance": self.instance_id}}
             self.nc.publish(msg.reply, to_json({"node": self.node, "actors": [actor], "passivated": 0}))
 
     def on_request(self, msg):

@@ -34,7 +34,7 @@ import {
 import type { ThreadStore } from '../store/types.js';
 import type { SanitiserPolicy } from '../sanitiser/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
-import { parseThreadIn, subjects } from '../transport/subjects.js';
+import { parseThreadIn, rejectionOutOf, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
 import { JetStreamAnsweredLog } from '../transport/jetstream/answered.js';
 import { INGRESS_DUPLICATE_WINDOW_MS, JetStreamIngress, partitionOf, type AfterAck, type IngressMessage } from '../transport/jetstream/ingress.js';
@@ -180,6 +180,7 @@ export class TroupeNode {
         onPartitionReleased: (p) => this.threads.releaseThreads((id) => partitionOf(id, this.partitions) === p),
         onRefused: (m) => {
           if (m.principal && m.threadId) this.publishRejection(m.principal, m.threadId, bareMessageId(m.threadId, m.messageId), m.error);
+          else this.publishMalformedRejection(m.subject, m.error);
         },
         onDeadLetter: (m, error) =>
           this.publishRejection(
@@ -288,7 +289,11 @@ export class TroupeNode {
       state: `${this.registry.agents().length} agents`,
       node: this.nodeId,
       status: 'live',
-      detail: { agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`), refused: this.registry.refusedCount },
+      detail: {
+        agents: this.registry.agents().map((a) => `${a.id}×${this.registry.instanceCount(a.id)}`),
+        instances: this.registry.agents().flatMap((a) => this.registry.statuses(a.id).map((i) => [a.id, i.instanceId])),
+        refused: this.registry.refusedCount,
+      },
     };
     return { node: this.nodeId, actors: [node, registry, ...actors], passivated };
   }
@@ -420,11 +425,30 @@ export class TroupeNode {
     }
   }
 
+  /**
+   * A message whose subject tokens break the id rule (`in.<P>.a=b`) has no thread to answer on: the refusal
+   * goes to `out.<P>.<token>` as the subject spells it, where a sender of that thread listens.
+   */
+  private publishMalformedRejection(inbound: string, error: TroupeError): void {
+    const out = rejectionOutOf(this.tenant, inbound);
+    if (!out) {
+      this.log.warn({ subject: inbound.slice(0, 200) }, 'refused a message whose sender cannot be answered (its subject has no literal thread token)');
+      return;
+    }
+    const event = rejectionEvent({ taskId: out.threadToken, contextId: out.threadToken, error });
+    try {
+      this.transport.publish(out.subject, encodeJson(event));
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'could not publish a rejection');
+    }
+  }
+
   /** Without durable ingress: a request on `in.<P>.<T>`, answered with an ack or a typed error. */
   private async onThreadIn(msg: InboundMessage): Promise<void> {
     const parsed = parseThreadIn(msg.subject);
     if ('problem' in parsed) {
-      msg.respond(encodeJson(new TroupeError('INVALID_MESSAGE', `refused a message on a malformed subject: ${parsed.problem}`).toReply()));
+      const error = new TroupeError('INVALID_MESSAGE', `refused a message on a malformed subject: ${parsed.problem}`);
+      if (!msg.respond(encodeJson(error.toReply()))) this.publishMalformedRejection(msg.subject, error);
       return;
     }
     const { threadId, principal } = parsed;
@@ -447,8 +471,13 @@ export class TroupeNode {
   }
 }
 
-/** The client's messageId out of a de-duplication id `<threadId>/<messageId>`. */
+/**
+ * The client's messageId out of a de-duplication id `<owner>/<threadId>/<messageId>` (or a bare
+ * `<threadId>/<messageId>`), for a refusal sent before the body is read.
+ */
 function bareMessageId(threadId: string, scoped: string | undefined): string | undefined {
   if (!scoped) return undefined;
-  return scoped.startsWith(`${threadId}/`) ? scoped.slice(threadId.length + 1) : scoped;
+  if (scoped.startsWith(`${threadId}/`)) return scoped.slice(threadId.length + 1);
+  const at = scoped.indexOf(`/${threadId}/`);
+  return at >= 0 ? scoped.slice(at + threadId.length + 2) : scoped;
 }

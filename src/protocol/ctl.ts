@@ -28,6 +28,14 @@ export type ActorInfo = z.infer<typeof ActorInfoSchema>;
 export const PsReplySchema = z.object({ node: z.string(), actors: z.array(ActorInfoSchema), passivated: z.number().default(0) });
 export type PsReply = z.infer<typeof PsReplySchema>;
 
+/**
+ * A node's registry actor lists, in `detail.instances`, every live agent instance as `[agentId,
+ * instanceId]`: what the agents announced on their own `registry.<A>` subjects, which the broker lets only
+ * A publish. An agent actor from a `hello` reply (which anyone subscribed to `hello` can send) counts only
+ * when its id and `detail.instance` are there.
+ */
+export const RegistryInstancesSchema = z.array(z.tuple([z.string(), z.string()])).max(100_000);
+
 export const InspectRequestSchema = z.object({ actorId: z.string().min(1).max(300) });
 export const InspectReplySchema = z.object({
   found: z.boolean(),

@@ -21,11 +21,16 @@ export const HEADERS = {
   chunks: 'Troupe-Chunks',
   /** The end user a principal acts for (the gateway serves many); owner = `<principal>/<user>`. */
   user: 'Troupe-User',
-  /** JetStream de-duplication id of an inbound message: `<threadId>/<messageId>`, never the bare messageId. */
+  /**
+   * JetStream de-duplication id of an inbound message: `<owner>/<threadId>/<messageId>` (`inboundDedupId`),
+   * never the bare messageId. The stream de-duplicates across every sender: scoped to the owner, another
+   * principal's message into the same thread under the same messageId is stored (and refused as any
+   * message into a thread that is not its sender's), not dropped as a duplicate.
+   */
   msgId: 'Nats-Msg-Id',
   /**
    * On a user message a client sends again because no answer came (`1`, `2`, … with `Nats-Msg-Id`
-   * `<threadId>/<messageId>#<n>`, so JetStream stores the copy): taken only if the thread never had the
+   * `<owner>/<threadId>/<messageId>#<n>`, so JetStream stores the copy): taken only if the thread never had the
    * message (the stream lost the first copy), acknowledged without an answer if it has it.
    */
   resend: 'Troupe-Resend',
@@ -39,4 +44,13 @@ export type HeaderMap = Record<string, string>;
 /** The de-duplication / idempotency key of a message within a thread. */
 export function scopedMessageKey(threadId: string, messageId: string): string {
   return `${threadId}/${messageId}`;
+}
+
+/**
+ * The de-duplication id (Nats-Msg-Id) of a user message into a thread: scoped to its owner (`<principal>`,
+ * or `<principal>/<user>` for a principal acting for users) and its thread.
+ */
+export function inboundDedupId(owner: { principal: string; user?: string | undefined }, threadId: string, messageId: string): string {
+  const scope = owner.user !== undefined ? `${owner.principal}/${owner.user}` : owner.principal;
+  return `${scope}/${threadId}/${messageId}`;
 }

@@ -16,8 +16,11 @@ export const LIMITS = {
   chunkBytes: 64 * 1024,
   /** Parts in one message. */
   parts: 64,
-  /** A stream copy's Nats-Msg-Id (`<threadId>/<messageId>`), as the thread record keeps it. */
-  msgIdChars: 512,
+  /**
+   * A stream copy's Nats-Msg-Id (`<principal>[/<user>]/<threadId>/<messageId>[#<n>]`, at most 64 + 128 +
+   * 128 + 256 characters and separators), as the thread record keeps it.
+   */
+  msgIdChars: 640,
   /** Nesting of any JSON value (metadata, data parts). */
   depth: 32,
   /** Serialized `metadata` of one message. */

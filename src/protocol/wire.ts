@@ -4,8 +4,20 @@ import { AgentCardSchema, MessageSchema, TaskSchema } from './a2a.js';
 import { ErrorReplySchema } from './errors.js';
 import { idSchema } from './ids.js';
 
-/** What an agent answers on its inbox: an A2A message, a task (to end it), or a typed error. */
-export const AgentReplySchema = z.discriminatedUnion('kind', [MessageSchema, TaskSchema, ErrorReplySchema]);
+/**
+ * What an agent answers on its inbox: an A2A message, a task (to end it), or a typed error. Whatever an
+ * agent says has role `agent`: a message with role `user` would speak for the user, and is refused.
+ */
+export const AgentReplySchema = z.discriminatedUnion('kind', [MessageSchema, TaskSchema, ErrorReplySchema]).superRefine((reply, ctx) => {
+  const message = reply.kind === 'message' ? reply : reply.kind === 'task' ? reply.status.message : undefined;
+  if (message && message.role !== 'agent') {
+    ctx.addIssue({
+      code: 'custom',
+      path: reply.kind === 'task' ? ['status', 'message', 'role'] : ['role'],
+      message: `an agent answers with role "agent", not "${message.role}"`,
+    });
+  }
+});
 export type AgentReply = z.infer<typeof AgentReplySchema>;
 
 /** What an agent instance reports about itself with each announce (shown by `troupe ps`). */

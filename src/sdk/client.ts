@@ -21,6 +21,7 @@ import {
   OkReplySchema,
   answerIn,
   PsReplySchema,
+  RegistryInstancesSchema,
   TaskReplySchema,
   TaskListReplySchema,
   type ClientListRequest,
@@ -32,7 +33,7 @@ import {
   decode,
   encodeJson,
   messageText,
-  scopedMessageKey,
+  inboundDedupId,
   type ActorInfo,
   type CtlReply,
   type CtlRequest,
@@ -119,6 +120,7 @@ const TaskOrError = z.union([TaskReplySchema, ErrorReplySchema]);
 const TaskListOrError = z.union([TaskListReplySchema, ErrorReplySchema]);
 /** What an agent process lists when it answers a hello: its instance, and the model loops it runs. */
 const AGENT_ACTOR_KINDS: ReadonlySet<ActorInfo['kind']> = new Set(['agent', 'llm-agent']);
+const instanceKey = (agentId: string, instanceId: string) => `${agentId}\n${instanceId}`;
 
 /** The text of a message (its text parts, one per line): `messageText` of the protocol, under the SDK's name. */
 export const textOfMessage = messageText;
@@ -203,8 +205,9 @@ export class TroupeClient {
     const subject = subjects.threadIn(this.tenant, this.principal, threadId);
     const body = encodeJson(message);
     const headers = {
-      // JetStream de-duplicates on this header, scoped to the thread: a re-sent message is stored once.
-      [HEADERS.msgId]: scopedMessageKey(threadId, message.messageId),
+      // JetStream de-duplicates on this header, scoped to the owner and the thread: a re-sent message is
+      // stored once, another owner's message under the same messageId is another message.
+      [HEADERS.msgId]: inboundDedupId({ principal: this.principal, user }, threadId, message.messageId),
       ...(user ? { [HEADERS.user]: user } : {}),
       ...(span ? injectTraceparent({}, span) : {}),
     };
@@ -370,8 +373,10 @@ export class TroupeClient {
 
   /**
    * Every live actor on every node, and every agent instance, that answers within the window. Only nodes
-   * can answer on ctl (the broker's rule); any agent can answer a hello, so from those answers only agent
-   * actors are taken: an agent cannot make a node, a thread or another node's registry appear.
+   * can answer on ctl (the broker's rule). Any agent can answer a hello, so an agent's reply counts only
+   * for an instance some node's registry has from the agent's own announces (`registry.<A>`, which only A
+   * may publish): its agent actor, and the actors it runs under it. A third party answering hello in
+   * another agent's name adds nothing.
    */
   async ps(windowMs = 500): Promise<PsReply[]> {
     const [nodes, agents] = await Promise.all([
@@ -385,8 +390,25 @@ export class TroupeClient {
         return [];
       }
     };
-    const agentReplies = agents.flatMap(parse).map((reply) => ({ ...reply, actors: reply.actors.filter((a) => AGENT_ACTOR_KINDS.has(a.kind)) }));
-    return [...nodes.flatMap(parse), ...agentReplies];
+    const nodeReplies = nodes.flatMap(parse);
+    const announced = new Set<string>();
+    for (const reply of nodeReplies) {
+      for (const registry of reply.actors.filter((a) => a.kind === 'registry')) {
+        const listed = RegistryInstancesSchema.safeParse(registry.detail?.['instances']);
+        if (listed.success) for (const [agentId, instanceId] of listed.data) announced.add(instanceKey(agentId, instanceId));
+      }
+    }
+    const counted = new Set<string>();
+    const agentReplies = agents.flatMap(parse).flatMap((reply) => {
+      const self = reply.actors.find((a) => a.kind === 'agent');
+      const key = self && instanceKey(self.id, String(self.detail?.['instance']));
+      // One reply per announced instance: a copy of a live instance's answer counts once.
+      if (!self || !key || !announced.has(key) || counted.has(key)) return [];
+      counted.add(key);
+      const actors = reply.actors.filter((a) => a === self || (AGENT_ACTOR_KINDS.has(a.kind) && a.kind !== 'agent' && a.parent === self.id));
+      return [{ ...reply, actors }];
+    });
+    return [...nodeReplies, ...agentReplies];
   }
 
   async inspect(actorId: string, windowMs = 500): Promise<InspectReply | undefined> {

@@ -6,7 +6,7 @@
  *   nats        the client's connection is up
  *   partitions  nodes answered, and between them they own every inbound partition (durable ingress)
  *   store       a node answered a read of the thread store
- *   agents      some agent is registered
+ *   agents      some agent is registered (in a node's registry: announced on its own registry.<A>)
  *
  * Each check says what it saw (`detail`) and, when it fails, what to do (`hint`).
  */
@@ -106,8 +106,8 @@ export async function meshStatus(client: TroupeClient, opts: MeshStatusOptions =
   const registryAgents = replies.flatMap((r) =>
     r.actors.filter((a) => a.kind === 'registry').flatMap((a) => (Array.isArray(a.detail?.['agents']) ? (a.detail['agents'] as string[]) : [])),
   );
-  const agentInstances = replies.flatMap((r) => r.actors.filter((a) => a.kind === 'agent').map((a) => a.id));
-  const seen = [...new Set([...registryAgents.map((a) => a.split('×')[0] ?? a), ...agentInstances])].sort();
+  // From the nodes' registries alone: what the agents announced on their own registry subjects.
+  const seen = [...new Set(registryAgents.map((a) => a.split('×')[0] ?? a))].sort();
   const agents: MeshCheck = { ok: seen.length > 0, seen, detail: seen.length ? seen.join(', ') : 'no agent registered' };
   if (!agents.ok) agents.hint = 'start an agent: troupe agent <module or agent.yaml> --nats <url>';
 

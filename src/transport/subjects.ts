@@ -104,6 +104,31 @@ export function parseThreadIn(subject: string): ParsedThreadIn | { problem: stri
   return { principal, threadId, partition: Number(partition) };
 }
 
+/** A NATS literal subject token: not empty, no wildcard, no dot, no whitespace or control character. */
+function isLiteralToken(token: string): boolean {
+  if (token.length === 0 || token === '*' || token === '>') return false;
+  for (let i = 0; i < token.length; i++) {
+    const c = token.charCodeAt(i);
+    if (c <= 0x20 || c === 0x7f || c === 0x2e) return false;
+  }
+  return !/\s/u.test(token);
+}
+
+/**
+ * Where to tell the sender of an inbound message that it was refused when its tokens break the id rule
+ * (`in.<P>.a=b`, a 4,000-character thread id): `troupe.<tenant>.out.<P>.<T>` built from the subject's
+ * own tokens, the subject a sender of thread T listens on, and one the broker lets P read (`out.P.>`).
+ * Undefined when the subject has another shape or another tenant, or a token is not a literal one.
+ */
+export function rejectionOutOf(tenant: string, inbound: string): { subject: string; threadToken: string } | undefined {
+  const parts = inbound.split('.');
+  if (parts.length !== 5 && parts.length !== 6) return undefined;
+  const [prefix, ten, kind, principal, threadId] = parts as [string, string, string, string, string];
+  if (prefix !== SUBJECT_PREFIX || ten !== tenant || kind !== 'in') return undefined;
+  if (!isLiteralToken(principal) || !isLiteralToken(threadId)) return undefined;
+  return { subject: `${t(tenant)}.out.${principal}.${threadId}`, threadToken: threadId };
+}
+
 /** The principal of an `…req.<P>.<verb>` subject, or undefined. */
 export function principalOfRequest(subject: string): string | undefined {
   const parts = subject.split('.');

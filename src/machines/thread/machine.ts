@@ -161,11 +161,21 @@ export const threadMachine = threadSetup.createMachine({
                 ],
               },
               {
-                guard: { type: 'agentFailedTask', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                guard: { type: 'agentEndsTaskFailed', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
                 target: '#thread.failed',
                 actions: [
                   { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
                   { type: 'answerUser', params: { state: 'failed' } },
+                ],
+              },
+              {
+                // Not the agent's to end: its words answer the turn, with AGENT_ERROR, and the thread goes on.
+                guard: { type: 'agentFailedTurn', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                target: ANSWERED,
+                actions: [
+                  { type: 'recordAgentAnswer', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  { type: 'recordAgentGaveUp', params: ({ event }: { event: DoneActorEvent<AgentCallOutput> }) => event.output },
+                  ANSWER,
                 ],
               },
               {

@@ -22,7 +22,10 @@ export const threadWithTurns = threadWithHandoff.extend({
     synthesises: ({ context }, output: OrchestrationOutput) => context.config.orchestration.aggregation === 'synthesis' && output.answers.length >= 2,
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
     agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
-    agentFailedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && ['failed', 'rejected'].includes(output.reply.status.state),
+    /** An agent's Task that gives up (failed, rejected, canceled), in a team whose agents may end a task so (`taskEnd: answer`). */
+    agentEndsTaskFailed: ({ context }, output: AgentCallOutput) => context.config.taskEnd === 'answer' && givesUp(output),
+    /** An agent's Task that gives up, in a team whose agents may not end a task so: the turn's error. */
+    agentFailedTurn: (_, output: AgentCallOutput) => givesUp(output),
   },
   actions: {
     setNow: assign({
@@ -153,6 +156,16 @@ export const threadWithTurns = threadWithHandoff.extend({
       // An agent that answered with an error answered: the clock moves with it as with any answer.
       now: ({ context }, output: AgentCallOutput) => (output.ok ? (output.at ?? context.now) : context.now),
     }),
+    /** An agent's Task that gave up without the right to end the task: its words are the answer, this the turn's error. */
+    recordAgentGaveUp: assign({
+      lastError: (_, output: AgentCallOutput) => {
+        const state = output.ok && output.reply.kind === 'task' ? output.reply.status.state : 'failed';
+        return {
+          code: 'AGENT_ERROR' as const,
+          message: `agent "${output.agentId}" answered with a task in state "${state}"; an agent ends a task only as "completed" (or, in a team with task_end: answer, as failed), so the thread stays open`,
+        };
+      },
+    }),
     answerUser: enqueueActions(({ context, enqueue }, params: { state: TaskState; reason?: string }) => {
       const turn = context.turn;
       const error = context.lastError;
@@ -196,6 +209,12 @@ export const threadWithTurns = threadWithHandoff.extend({
     clearTurn: assign({ turn: undefined }),
   },
 });
+
+/** An agent's answer is a Task that gives up: `failed`, `rejected` or `canceled`. */
+function givesUp(output: AgentCallOutput): boolean {
+  return output.ok && output.reply.kind === 'task' && AGENT_GIVE_UP_STATES.includes(output.reply.status.state);
+}
+const AGENT_GIVE_UP_STATES: readonly TaskState[] = ['failed', 'rejected', 'canceled'];
 
 /**
  * `taskEnd: answer`: whether the turn ending now completes the task. Only an agent's answer does; a
