@@ -222,10 +222,13 @@ export class ControlHandlers {
       const stored = await this.opts.threads.store.get(this.opts.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.opts.tenant}`);
       const record = { ...stored.record, snapshot: undefined, outbox: undefined };
+      const ttlMs = this.opts.threads.store.ttlMs ?? 0;
+      const expiresAt = ttlMs > 0 ? Date.parse(stored.record.updatedAt) + ttlMs : NaN;
       msg.respond(
         encodeJson({
           kind: 'thread',
           revision: stored.revision,
+          ...(Number.isFinite(expiresAt) ? { expiresAtUtc: new Date(expiresAt).toISOString() } : {}),
           record: redactKeeping(record, threadId) as CtlReply<'thread'>['record'],
         } satisfies CtlReply<'thread'>),
       );
