@@ -2,7 +2,7 @@
  * A2A details of the gateway found from outside (issue 45): a mesh card without skills still says
  * `skills: []` in its v1.0 JSON (A2A 1.0 requires the field; the TCK's CARD-STRUCT-001 reads it), with
  * `--card-version 1.0` and with the header; ListTasks refuses `historyLength: -1` as GetTask does, over
- * JSON-RPC and REST.
+ * JSON-RPC and REST; a partial ListTasks (fields given empty) is answered the same over both.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbedded } from '../src/team/embedded.js';
@@ -57,5 +57,29 @@ describe('historyLength: -1', () => {
     expect(res.status).toBe(400);
     const ok = await fetch(`${gateway.url}/rest/tasks?historyLength=1`, { headers: { 'a2a-version': '1.0' } });
     expect(ok.status).toBe(200);
+  });
+});
+
+describe('a partial ListTasks request', () => {
+  it('is answered over JSON-RPC as over REST (empty fields are absent); an unknown status is refused by both the same way', async () => {
+    await mesh.client.send('hello there');
+    const partial = await rpc(gateway.url, 'ListTasks', { contextId: '', status: '', pageSize: '', pageToken: '', historyLength: '' }, { version: '1.0' });
+    expect(partial.body.error).toBeUndefined();
+    const rest = await fetch(`${gateway.url}/rest/tasks?contextId=&status=&pageSize=&pageToken=&historyLength=`, { headers: { 'a2a-version': '1.0' } });
+    expect(rest.status).toBe(200);
+    const restBody = (await rest.json()) as { tasks: Array<{ id: string }>; pageSize: number; totalSize: number };
+    const rpcBody = partial.body.result as { tasks: Array<{ id: string }>; pageSize: number; totalSize: number };
+    expect(rpcBody.totalSize).toBeGreaterThanOrEqual(1);
+    expect({ ids: rpcBody.tasks.map((t) => t.id), pageSize: rpcBody.pageSize, totalSize: rpcBody.totalSize }).toEqual({
+      ids: restBody.tasks.map((t) => t.id),
+      pageSize: restBody.pageSize,
+      totalSize: restBody.totalSize,
+    });
+
+    const badRpc = await rpc(gateway.url, 'ListTasks', { status: 'sleeping' }, { version: '1.0' });
+    const badRest = await fetch(`${gateway.url}/rest/tasks?status=sleeping`, { headers: { 'a2a-version': '1.0' } });
+    expect(badRpc.body.error?.code).toBe(-32602);
+    expect(badRest.status).toBe(400);
+    expect(((await badRest.json()) as { error: { message: string } }).error.message).toBe(badRpc.body.error?.message);
   });
 });

@@ -25,10 +25,10 @@ import { remoteAgent } from '../src/sdk/remote-agent.js';
 import { TroupeClient } from '../src/sdk/client.js';
 import { silentLogger } from '../src/observability/logger.js';
 import { CLIENT_ROUTING_URI } from '../src/protocol/routing.js';
-import type { ThreadEvent } from '../src/protocol/index.js';
+import type { ThreadEvent, TroupeError } from '../src/protocol/index.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
-import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
+import { freePort, startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { cliTestTimeout, ProcessGroup } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
@@ -40,15 +40,15 @@ const weatherAsked: Array<{ text: string; routing: unknown }> = [];
 /** The slow server's executor waits on this and never gets it: its caller must time out. */
 const hang: Promise<void> = new Promise(() => undefined);
 
-async function listen(app: express.Express): Promise<string> {
+async function listen(app: express.Express, port = 0): Promise<string> {
   const server = createServer(app);
   servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 /** A2A 1.0 server (SDK 1.x): streams two chunks, then completes, routing its answer back to `sender`. */
-async function startWeather(opts: { slow?: boolean } = {}): Promise<string> {
+async function startWeather(opts: { slow?: boolean; port?: number } = {}): Promise<string> {
   const app = express();
   let base = '';
   const card = (): AgentCard => ({
@@ -141,7 +141,7 @@ async function startWeather(opts: { slow?: boolean } = {}): Promise<string> {
     if (req.headers.authorization !== `Bearer ${WEATHER_TOKEN}`) return void res.status(401).json({ error: 'unauthorized' });
     next();
   });
-  base = await listen(app);
+  base = await listen(app, opts.port);
   const handler = new DefaultRequestHandler(card(), new InMemoryTaskStore(), executor);
   app.use('/.well-known/agent-card.json', agentCardHandler({ agentCardProvider: async () => card() }));
   app.use(jsonRpcHandler({ requestHandler: handler, userBuilder: UserBuilder.noAuthentication }));
@@ -266,7 +266,46 @@ describe("remote agent failures are typed like a local agent's", () => {
     } finally {
       await mesh2.stop();
     }
-    await expect(remoteAgent({ card: 'http://127.0.0.1:9/.well-known/agent-card.json' })).rejects.toMatchObject({ code: 'AGENT_NOT_FOUND' });
+    // Without an id the agent has no name until its card is read: a clear error, not "no agent with that id".
+    const refused = await remoteAgent({ card: 'http://127.0.0.1:9/.well-known/agent-card.json' }).catch((err: unknown) => err as TroupeError);
+    expect(refused).toMatchObject({ code: 'AGENT_UNREACHABLE', message: expect.stringContaining('cannot read the remote agent card at http://127.0.0.1:9/') });
+    expect((refused as TroupeError).hint).not.toContain('no agent with that id');
+  });
+});
+
+describe('a remote agent whose endpoint is down when it starts', () => {
+  it('joins under its id, unavailable in ps with its source and endpoint; its calls are AGENT_UNREACHABLE; once the endpoint is up, a card read makes it ready', async () => {
+    const port = await freePort();
+    const cardUrl = `http://127.0.0.1:${port}/.well-known/agent-card.json`;
+    const late = await remoteAgent({ card: cardUrl, token: WEATHER_TOKEN, id: 'weather', refreshMs: 100 });
+    const mesh = await startEmbedded(defineTeam({ name: 'late', agents: [main, late], config: { entryAgent: 'main', retries: 0 } }), silentLogger());
+    try {
+      const weatherRow = async () => (await mesh.client.ps(200)).flatMap((r) => r.actors).find((a) => a.kind === 'agent' && a.id === 'weather');
+      const down = await weatherRow();
+      expect(down?.state).toBe('unavailable');
+      expect(down?.detail).toMatchObject({
+        source: 'a2a',
+        endpoint: cardUrl,
+        reason: expect.stringContaining(`the remote card at ${cardUrl} could not be read`),
+      });
+      expect(mesh.node.registry.card('weather')).toMatchObject({ id: 'weather', name: 'weather' });
+      const refused = await mesh.client.send('Weather in Oslo?');
+      expect(refused.error?.code).toBe('AGENT_UNREACHABLE');
+
+      await startWeather({ port });
+      // A ps makes every agent announce: the registry gets the card the last read found.
+      const up = await waitUntil(async () => {
+        const row = await weatherRow();
+        return row?.state.startsWith('ready') && mesh.node.registry.card('weather')?.name === 'Weather Service' && row;
+      }, 'the remote card read again');
+      expect(up.detail).toMatchObject({ source: 'a2a', endpoint: `http://127.0.0.1:${port}/` });
+      expect(up.detail?.['reason']).toBeUndefined();
+      expect(mesh.node.registry.card('weather')?.skills.map((s) => s.id)).toEqual(['forecast']);
+      const answered = await mesh.client.send('Weather in Oslo?');
+      expect(answered.text).toBe('main relays: Sunny tomorrow (Weather in Oslo?)');
+    } finally {
+      await mesh.stop();
+    }
   });
 });
 

@@ -182,4 +182,43 @@ describe('a ranch agent on the mesh', () => {
     };
     expect(v1.capabilities.extensions.map((e) => e.uri)).toContain(CLIENT_ROUTING_URI);
   });
+
+  it('answers a send that uses the extension with the A2A-Extensions header, over A2A 1.0 and 0.3; a send that does not, without it', async () => {
+    const post = (body: unknown, headers: Record<string, string>) =>
+      fetch(`${gateway.url}/`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    // The seed's message, addressed to the ranch researcher with the seed's routing decision.
+    const routed = (messageId: string) => ({
+      kind: 'message',
+      role: 'user',
+      messageId,
+      parts: [{ kind: 'text', text: 'Find recent papers on quantum computing' }],
+      extensions: [CLIENT_ROUTING_URI],
+      metadata: { [CLIENT_ROUTING_URI]: { recipient: 'researcher', reason: 'Query requires search capability' } },
+    });
+    const v03 = await post({ jsonrpc: '2.0', id: 1, method: 'message/send', params: { message: routed('ext-03') } }, {});
+    expect(v03.headers.get('x-a2a-extensions')).toBe(CLIENT_ROUTING_URI);
+    const v03Body = (await v03.json()) as { result: { history: Array<{ metadata?: Record<string, unknown> }> } };
+    expect(v03Body.result.history.some((m) => m.metadata?.['troupe/agent'] === 'researcher')).toBe(true);
+
+    const v1 = await post(
+      {
+        jsonrpc: '2.0',
+        id: 2,
+        method: 'SendMessage',
+        params: { message: { role: 'ROLE_USER', messageId: 'ext-10', parts: [{ text: 'Find recent papers on quantum computing' }] } },
+      },
+      { 'a2a-version': '1.0', 'a2a-extensions': CLIENT_ROUTING_URI },
+    );
+    expect(v1.status).toBe(200);
+    expect(v1.headers.get('a2a-extensions')).toBe(CLIENT_ROUTING_URI);
+    await v1.body?.cancel();
+
+    const plain = await post(
+      { jsonrpc: '2.0', id: 3, method: 'message/send', params: { message: { ...routed('ext-plain'), extensions: [], metadata: {} } } },
+      {},
+    );
+    expect(plain.headers.get('x-a2a-extensions')).toBeNull();
+    expect(plain.headers.get('a2a-extensions')).toBeNull();
+    await plain.body?.cancel();
+  });
 });

@@ -35,7 +35,7 @@ import { readDelegationResults, type DelegationResults } from '../protocol/deleg
 import { MAX_HISTORY_MESSAGES, readMemorySummary, type MemorySummary } from '../protocol/conversation.js';
 import { parseAgentChunks, subjects } from '../transport/subjects.js';
 import type { InboundMessage, Subscription, Transport } from '../transport/types.js';
-import type { AgentContext, AgentDefinition, AgentResult } from '../sdk/agent.js';
+import type { AgentContext, AgentDefinition, AgentResult, AgentSource, AgentWorkStatus } from '../sdk/agent.js';
 import { silentLogger } from '../observability/logger.js';
 import { redact } from '../observability/redact.js';
 import { META } from '../protocol/metadata.js';
@@ -245,21 +245,25 @@ export class AgentHost {
   info(node: string): ActorInfo {
     this.syncActor();
     const snap = this.actor.getSnapshot();
+    const work = this.agent.status?.();
+    const state = typeof snap.value === 'string' ? snap.value : `ready.${String((snap.value as { ready: string }).ready)}`;
     return {
       kind: 'agent',
       id: this.agentId,
-      state: typeof snap.value === 'string' ? snap.value : `ready.${String((snap.value as { ready: string }).ready)}`,
+      // An agent that says it cannot serve (a remote whose endpoint is down) is not shown ready.
+      state: work?.ready === false && state.startsWith('ready') ? 'unavailable' : state,
       node,
       status: 'live',
-      detail: { instance: this.instanceId, ...this.counters },
+      detail: { instance: this.instanceId, ...sourceOf(work), ...(work?.ready === false && work.reason ? { reason: work.reason } : {}), ...this.counters },
     };
   }
 
   private status(): AgentStatus {
     const info = this.info('');
     // What the agent reports about its own work (e.g. where its model loops are), redacted like every diagnostic.
-    const detail = this.agent.status?.().detail;
-    return { state: info.state, ...this.counters, ...(detail ? { detail: redact(detail) as Record<string, unknown> } : {}) };
+    const work = this.agent.status?.();
+    const detail = { ...sourceOf(work), ...(work?.ready === false && work.reason ? { reason: work.reason } : {}), ...work?.detail };
+    return { state: info.state, ...this.counters, detail: redact(detail) as Record<string, unknown> };
   }
 
   private announce(): void {
@@ -558,4 +562,9 @@ export class AgentHost {
     if (result.kind === 'message') return declaringRouting({ ...base, ...result, role: 'agent' });
     return result;
   }
+}
+
+/** `source` and, for a remote agent, `endpoint` (seed 003's AgentResolutionResult). */
+function sourceOf(work: AgentWorkStatus | undefined): AgentSource {
+  return work?.source ?? { source: 'local' };
 }

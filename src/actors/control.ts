@@ -241,10 +241,19 @@ export class ControlHandlers {
       const stored = await this.opts.threads.store.get(this.opts.tenant, threadId);
       if (!stored) throw new TroupeError('THREAD_NOT_FOUND', `no thread ${threadId} in tenant ${this.opts.tenant}`);
       const record = redactKeeping({ ...stored.record, snapshot: undefined, outbox: undefined }, threadId) as CtlReply<'thread'>['record'];
+      const ttlMs = this.opts.threads.store.ttlMs ?? 0;
+      const expiresAt = ttlMs > 0 ? Date.parse(stored.record.updatedAt) + ttlMs : NaN;
       // Redaction can make a record longer than it was stored (a marker for each short value it masks).
       const budget = replyBudget(this.opts.maxPayload()) - (byteLength(record) - byteLength(record.task));
       const view = { ...record, task: fitTask(record.task, budget) };
-      msg.respond(encodeJson({ kind: 'thread', revision: stored.revision, record: view } satisfies CtlReply<'thread'>));
+      msg.respond(
+        encodeJson({
+          kind: 'thread',
+          revision: stored.revision,
+          ...(Number.isFinite(expiresAt) ? { expiresAtUtc: new Date(expiresAt).toISOString() } : {}),
+          record: view,
+        } satisfies CtlReply<'thread'>),
+      );
     } catch (err) {
       msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
     }

@@ -103,6 +103,7 @@ program
   .addOption(new Option('--token <token>', 'with --a2a: bearer token for the remote agent (never logged)').env('TROUPE_A2A_TOKEN'))
   .option('--id <id>', "with --a2a: the agent's id on the mesh (default: from the card's name)")
   .option('--timeout <ms>', 'with --a2a: longest one call to the remote agent may take', int(1))
+  .option('--refresh <ms>', 'with --a2a: read the remote card again this often (an endpoint down at start is retried so); 0: never', int(0), 60_000)
   .option('--replicas <n>', 'instances in this process (they share the inbox queue group)', int(1, 64), 1)
   .option('--heartbeat <ms>', 'how often the card is announced; the registry drops the agent after 3 missed beats', int(100), 5_000)
   .option('--inspect', 'publish inspection records from the start (else a node or `troupe inspect --on` switches it)')

@@ -89,7 +89,12 @@ export function diagnosticsRouter(opts: DiagnosticsOptions, limiter?: TokenBucke
   router.get('/threads/:id', async (req, res) => {
     const threadId = threadParam(req.params.id);
     const reply = await client.ctl('thread', { threadId });
-    res.json({ threadId, revision: reply.revision, record: redactKeeping(reply.record, threadId) });
+    res.json({
+      threadId,
+      revision: reply.revision,
+      ...(reply.expiresAtUtc ? { expiresAtUtc: reply.expiresAtUtc } : {}),
+      record: redactKeeping(reply.record, threadId),
+    });
   });
 
   router.delete('/threads/:id', async (req, res) => {

@@ -34,6 +34,7 @@ import {
 import { TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError } from '@a2a-js/sdk/errors';
 import type { A2ARequestHandler, DefaultRequestHandler, ServerCallContext } from '@a2a-js/sdk/server';
 import {
+  CLIENT_ROUTING_URI,
   LIMITS,
   MessageSchema,
   TERMINAL_TASK_STATES,
@@ -81,6 +82,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
   async sendMessage(params: SendMessageRequest, context: ServerCallContext): Promise<SdkMessage | SdkTask> {
     try {
       const prepared = await this.prepare(params, context);
+      activateExtensions(prepared, context);
       // Only a blocking send waits for the answer, so only its answer may be a Message (META.response).
       if (prepared.configuration?.returnImmediately !== true) context.state.set(STATE.messageAnswer, callerOf(context).answersWithMessage ? 'always' : true);
       return await this.sdk.sendMessage(prepared, context);
@@ -96,6 +98,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
     } catch (err) {
       throw toA2AError(err, { taskId: params.message?.taskId });
     }
+    activateExtensions(prepared, context);
     yield* this.sdk.sendMessageStream(prepared, context);
   }
 
@@ -389,4 +392,16 @@ class EventQueue<T> implements AsyncIterable<T> {
       this.wake = undefined;
     }
   }
+}
+
+/**
+ * The client-routing extension is active on a send that asks for it (the `A2A-Extensions` request header)
+ * or uses it (the message declares it, or carries its metadata slot: `{ recipient }` addresses an agent):
+ * the gateway honours it, and its reply says so in the `A2A-Extensions` response header, which the SDK
+ * writes from the context's activated extensions (A2A: extensions are activated per request).
+ */
+function activateExtensions(params: SendMessageRequest, context: ServerCallContext): void {
+  const message = params.message;
+  const used = message !== undefined && (message.extensions.includes(CLIENT_ROUTING_URI) || message.metadata?.[CLIENT_ROUTING_URI] !== undefined);
+  if (used || context.requestedExtensions?.includes(CLIENT_ROUTING_URI)) context.addActivatedExtension(CLIENT_ROUTING_URI);
 }

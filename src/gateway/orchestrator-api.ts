@@ -7,7 +7,8 @@
  *   - `message.role: "assistant"` (the seed's follow-up role, A2A's `agent`) is taken as the caller's
  *     message, noted in `metadata["troupe/callerRole"]`: a client's message is always the user side of
  *     the thread, so the role it used is kept, not acted on;
- *   - `taskId: null` / `contextId: null` (what the seed's clients write for "none") are absent.
+ *   - `taskId: null` / `contextId: null` (what the seed's clients write for "none") are absent;
+ *   - a ListTasks field given as `""` is absent, as an empty query value is over REST.
  *
  * On the orchestrator path only (output): a blocking `message/send` is answered with the agent's Message
  * (the seed's `result.kind = "message"`), `role: "assistant"`, and the result metadata carries the seed's
@@ -38,6 +39,12 @@ export function checkOrchestratorPath(path: string): string {
 
 /** What the input rules found wrong with a request, as a JSON-RPC -32602 message; undefined when none. */
 export function normaliseSeedInput(body: unknown): string | undefined {
+  if (isObject(body) && body.method === 'ListTasks' && isObject(body.params)) {
+    // A field given empty is absent, as REST reads `?status=&pageSize=` (the SDK's JSON-RPC side reads "" as
+    // state -1 and page size 0 and refuses them): a partial request is answered the same on both bindings.
+    for (const [key, value] of Object.entries(body.params)) if (value === '') delete body.params[key];
+    return undefined;
+  }
   if (!isObject(body) || typeof body.method !== 'string' || !SEND_METHODS.has(body.method)) return undefined;
   const params = body.params;
   if (!isObject(params) || !isObject(params.message)) return undefined;

@@ -118,6 +118,12 @@ export const ThreadRowSchema = z.object({
   corrupt: z.string().optional(),
   owner: z.string().optional(),
   contextId: z.string().optional(),
+  /** Seed 004's ThreadContext: when the thread began, who holds it, its open handoff, its messages. */
+  createdAt: z.string().optional(),
+  currentActiveAgent: z.string().optional(),
+  isHandoffActive: z.boolean().optional(),
+  handoffTargetAgent: z.string().optional(),
+  totalMessages: z.number().int().optional(),
 });
 export type ThreadRow = z.infer<typeof ThreadRowSchema>;
 /** `truncated`: the node stopped at the request's limit; there may be more. */
@@ -134,6 +140,11 @@ const RecordMessageViewSchema = z.looseObject({
 export const ThreadReplySchema = z.object({
   kind: z.literal('thread'),
   revision: z.number().int(),
+  /**
+   * When the record expires unless written again (seed 003's TaskPersistenceRecord `expiresAtUtc`): its last
+   * write plus the store's max age. Absent when records do not expire.
+   */
+  expiresAtUtc: z.string().optional(),
   record: z.looseObject({
     task: z.looseObject({
       status: z.looseObject({ state: z.string() }),

@@ -17,6 +17,10 @@ export const ERROR_CODES = {
   AGENT_ERROR: { jsonRpc: -32603, hint: 'the agent failed while handling the message; see its logs' },
   WORKFLOW_ERROR: { jsonRpc: -32603, hint: 'a workflow step failed' },
   AGENT_NOT_FOUND: { jsonRpc: -32001, hint: 'no agent with that id is on the mesh; list them with `troupe ps`' },
+  AGENT_UNREACHABLE: {
+    jsonRpc: -32603,
+    hint: "the remote A2A agent's endpoint does not answer: check its URL and that it is up; given an id (--id), the agent joins and is shown unavailable in `troupe ps` until its card can be read",
+  },
   NO_ENTRY_AGENT: {
     jsonRpc: -32001,
     hint: 'no team names the agent a message goes to and the mesh has several (or none): start the node with --team <file>, or address an agent with `troupe send --to <agent>`',

@@ -20,6 +20,12 @@ export const META = {
   routes: 'troupe/routes',
   /** Stored Task: turns so far. */
   turns: 'troupe/turns',
+  /**
+   * Stored Task: what a listing shows of the thread (seed 004's ThreadContext): `createdAt` (ISO), the agent
+   * holding the conversation (`activeAgent`: a handoff's target, else the agent that answered last, else the
+   * entry agent) and the messages the record holds (`totalMessages`). ThreadSummaryMeta.
+   */
+  thread: 'troupe/thread',
   /** Stored Task: older history was cut to keep the record within its size limit. */
   truncated: 'troupe/truncated',
   /**
@@ -111,6 +117,13 @@ export const SEED_RESULT_META = {
   executionTimeMs: 'execution_time_ms',
   taskState: 'task_state',
 } as const satisfies Partial<Record<keyof typeof RESULT_META, string>>;
+/** `troupe/thread` in a stored Task. */
+export interface ThreadSummaryMeta {
+  createdAt?: string;
+  activeAgent?: string;
+  totalMessages: number;
+}
+
 export type MetaKey = (typeof META)[keyof typeof META];
 
 /** One step of a turn's route, kept in the task metadata and shown by `troupe send`. */

@@ -89,8 +89,19 @@ export type AgentResult = string | ReplySpec | Message | Task;
  */
 export type AgentHandler = (message: Message, ctx: AgentContext) => AgentResult | Promise<AgentResult> | AsyncGenerator<string, AgentResult | void, void>;
 
+/** Where an agent runs (seed 003's AgentResolutionResult `source` / `endpoint`): in its host's process, or behind an A2A endpoint. */
+export type AgentSource = { source: 'local' } | { source: 'a2a'; endpoint: string };
+
 /** An agent's own account of its work, for diagnostics. Small, and never with secrets. */
 export interface AgentWorkStatus {
+  /** Default `{ source: 'local' }`. */
+  source?: AgentSource;
+  /**
+   * False while the agent cannot serve (a remote agent whose endpoint does not answer): `troupe ps` shows
+   * it `unavailable` with `reason`, and its calls fail with a typed error.
+   */
+  ready?: boolean;
+  reason?: string;
   /** Goes into the status the agent announces (`troupe inspect <agentId>` shows it). */
   detail?: Record<string, unknown>;
   /** Actors running inside the agent (e.g. a model loop per message in flight), listed by `troupe ps` under it. */

@@ -21,7 +21,7 @@ import {
   type Task as SdkTask,
 } from '@a2a-js/sdk';
 import { ClientFactory, ClientFactoryOptions, DefaultAgentCardResolver, JsonRpcTransportFactory, RestTransportFactory, type Client } from '@a2a-js/sdk/client';
-import { CLIENT_ROUTING_URI, ID_LIMITS, META, TroupeError, checkId, type AgentSkill, type Message } from '../protocol/index.js';
+import { CLIENT_ROUTING_URI, ID_LIMITS, META, TroupeError, checkId, type AgentCard, type AgentSkill, type Message } from '../protocol/index.js';
 import { defineAgent, type AgentContext, type AgentDefinition } from './agent.js';
 import { fromSdkPart, isTerminalSdkState, toSdkMessage } from './a2a-model.js';
 
@@ -34,6 +34,8 @@ export interface RemoteAgentOptions {
   id?: string;
   /** Longest one call may take. Default 30 s (the node's own agent timeout still applies). */
   timeoutMs?: number;
+  /** How often the remote card is read again, in ms (0: never). Default 60 s. */
+  refreshMs?: number;
   /** For tests and proxies. */
   fetchImpl?: typeof fetch;
 }
@@ -53,16 +55,67 @@ export function isRemoteAgentRef(value: unknown): value is RemoteAgentRef {
 /** Remote tasks waiting for input, per thread (bounded: the oldest are forgotten first). */
 const MAX_OPEN_REMOTE_TASKS = 10_000;
 
+/** The remote agent as last read: its A2A client, its card and what the mesh card says of it. */
+interface Remote {
+  client: Client;
+  card: SdkAgentCard;
+  routing: boolean;
+  streaming: boolean;
+  /** Where its calls go (the card's first interface), without credentials or query. */
+  endpoint: string;
+}
+
+/** How often a remote card is read again by default. */
+export const DEFAULT_REMOTE_REFRESH_MS = 60_000;
+
+/**
+ * A remote A2A agent as a mesh member. Its card is read at once; given an `id`, an agent whose endpoint does
+ * not answer yet joins all the same, `unavailable` in `troupe ps` (its calls fail with AGENT_UNREACHABLE)
+ * until a later read succeeds. The card is read again every `refreshMs`, so a remote that changes its
+ * skills, streaming or extensions is announced so at the next heartbeat, and one that goes down is shown
+ * unavailable. Without an `id` the agent needs its card for a name: a card that cannot be read is
+ * AGENT_UNREACHABLE.
+ */
 export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefinition> {
   const fetchImpl = withBearer(opts.fetchImpl ?? fetch, opts.token);
-  const { client, card } = await connect(opts.card, fetchImpl);
-  const id = checkId('agent', opts.id ?? idOf(card.name));
-  const routing = (card.capabilities?.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI);
-  const streaming = card.capabilities?.streaming === true;
   const timeoutMs = opts.timeoutMs ?? 30_000;
+  const refreshMs = opts.refreshMs ?? DEFAULT_REMOTE_REFRESH_MS;
+  let remote: Remote | undefined;
+  /** Why the last read of the card failed; undefined once one succeeds. */
+  let down: string | undefined;
+  try {
+    remote = await resolve(opts.card, fetchImpl);
+  } catch (err) {
+    if (!opts.id) throw err;
+    down = (err as Error).message;
+  }
+  const id = checkId('agent', opts.id ?? idOf(remote!.card.name));
+  let card = remote ? meshCard(id, remote) : placeholderCard(id, opts.card);
   const openTasks = new Map<string, { taskId: string; contextId: string }>();
 
+  let reading: Promise<void> | undefined;
+  const refresh = (): Promise<void> =>
+    (reading ??= resolve(opts.card, fetchImpl)
+      .then(
+        (next) => {
+          remote = next;
+          card = meshCard(id, next);
+          down = undefined;
+        },
+        (err: unknown) => {
+          down = (err as Error).message;
+        },
+      )
+      .finally(() => {
+        reading = undefined;
+      }));
+  const timer = refreshMs > 0 ? setInterval(() => void refresh(), refreshMs) : undefined;
+  timer?.unref();
+
   const call = async (message: Message, ctx: AgentContext): Promise<Message> => {
+    const at = remote;
+    if (!at) throw new TroupeError('AGENT_UNREACHABLE', `remote agent "${id}" is unavailable: ${down ?? 'its card was not read yet'}`, { agent: id });
+    const { client, routing, streaming } = at;
     const open = openTasks.get(ctx.threadId);
     const outgoing: SdkMessage = {
       ...toSdkMessage({ ...message, metadata: outgoingMetadata(message.metadata, routing) }),
@@ -107,6 +160,43 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
     return replyOf(result, id, routing, ctx.threadId, openTasks);
   };
 
+  return {
+    get card() {
+      return card;
+    },
+    handle: async (message, ctx) => {
+      const answer = await call(message, ctx);
+      if (openTasks.size > MAX_OPEN_REMOTE_TASKS) openTasks.delete(openTasks.keys().next().value as string);
+      return answer;
+    },
+    status: () => ({
+      source: { source: 'a2a', endpoint: remote?.endpoint ?? safeUrl(opts.card) },
+      ready: remote !== undefined && down === undefined,
+      ...(down !== undefined ? { reason: `the remote card at ${safeUrl(opts.card)} could not be read: ${down}` } : {}),
+    }),
+    close: async () => {
+      if (timer) clearInterval(timer);
+      await reading;
+    },
+  };
+}
+
+/** Reads the remote card and makes a client for it. AGENT_UNREACHABLE when the card cannot be read. */
+async function resolve(cardUrl: string, fetchImpl: typeof fetch): Promise<Remote> {
+  const { client, card } = await connect(cardUrl, fetchImpl);
+  const url = card.supportedInterfaces[0]?.url;
+  return {
+    client,
+    card,
+    routing: (card.capabilities?.extensions ?? []).some((e) => e.uri === CLIENT_ROUTING_URI),
+    streaming: card.capabilities?.streaming === true,
+    endpoint: url ? safeUrl(url) : safeUrl(cardUrl),
+  };
+}
+
+/** The remote card under its mesh id. */
+function meshCard(id: string, remote: Remote): AgentCard {
+  const { card } = remote;
   return defineAgent({
     card: {
       id,
@@ -114,7 +204,7 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
       description: card.description || `remote A2A agent ${id}`,
       version: card.version || '0.0.0',
       capabilities: {
-        streaming,
+        streaming: remote.streaming,
         extensions: (card.capabilities?.extensions ?? []).map((e) => ({
           uri: e.uri,
           ...(e.description ? { description: e.description } : {}),
@@ -130,16 +220,20 @@ export async function remoteAgent(opts: RemoteAgentOptions): Promise<AgentDefini
         tags: s.tags,
         ...(s.examples.length ? { examples: s.examples } : {}),
       })),
-      routing,
+      routing: remote.routing,
       // The thread's history only for a remote agent whose own card asks for it (its extension is copied above).
       history: false,
     },
-    handle: async (message, ctx) => {
-      const answer = await call(message, ctx);
-      if (openTasks.size > MAX_OPEN_REMOTE_TASKS) openTasks.delete(openTasks.keys().next().value as string);
-      return answer;
-    },
-  });
+    handle: () => '',
+  }).card;
+}
+
+/** The card of a remote agent whose own card was not read yet: its id, and where it will be read from. */
+function placeholderCard(id: string, cardUrl: string): AgentCard {
+  return defineAgent({
+    card: { id, name: id, description: `remote A2A agent ${id} (card at ${safeUrl(cardUrl)} not read yet)`, routing: false, history: false },
+    handle: () => '',
+  }).card;
 }
 
 /** Turns the team's `{ id, a2a, token? }` members into agents (resolving each remote card once). */
@@ -170,7 +264,7 @@ async function connect(cardUrl: string, fetchImpl: typeof fetch): Promise<{ clie
     // A card URL is used as it is; a base URL gets the well-known path.
     client = /\.json(\?.*)?$/.test(new URL(cardUrl).pathname) ? await factory.createFromUrl(cardUrl, '') : await factory.createFromUrl(cardUrl);
   } catch (err) {
-    throw new TroupeError('AGENT_NOT_FOUND', `cannot use the remote agent card at ${safeUrl(cardUrl)}: ${describe(err)}`, undefined, { cause: err });
+    throw new TroupeError('AGENT_UNREACHABLE', `cannot read the remote agent card at ${safeUrl(cardUrl)}: ${describe(err)}`, undefined, { cause: err });
   }
   return { client, card: await client.getAgentCard() };
 }

@@ -318,7 +318,20 @@ const ListEnvelopeSchema = z.object({
     id: z.string(),
     contextId: z.string(),
     status: z.object({ state: TaskStateSchema }),
-    metadata: z.looseObject({ [META.owner]: z.string().optional() }).optional(),
+    metadata: z
+      .looseObject({
+        [META.owner]: z.string().optional(),
+        // What a listing shows of the thread; a record whose summary does not parse is listed without it.
+        [META.thread]: z
+          .object({ createdAt: z.string().max(40).optional(), activeAgent: z.string().max(256).optional(), totalMessages: z.number().int().nonnegative() })
+          .optional()
+          .catch(undefined),
+        [META.handoff]: z
+          .object({ targetAgentId: z.string().max(256) })
+          .optional()
+          .catch(undefined),
+      })
+      .optional(),
   }),
   updatedAt: z.string(),
 });
@@ -347,6 +360,8 @@ export function listEntry(data: Uint8Array, tenant: string, threadId: string, re
   if (parsed.data.tenant !== tenant || parsed.data.threadId !== threadId) return corrupt(`holds the record of "${parsed.data.tenant}.${parsed.data.threadId}"`);
   const { task } = parsed.data;
   const owner = task.metadata?.[META.owner];
+  const summary = task.metadata?.[META.thread];
+  const handoff = task.metadata?.[META.handoff];
   return {
     threadId,
     state: task.status.state,
@@ -354,6 +369,11 @@ export function listEntry(data: Uint8Array, tenant: string, threadId: string, re
     revision,
     contextId: task.contextId,
     ...(owner !== undefined ? { owner } : {}),
+    ...(summary?.createdAt !== undefined ? { createdAt: summary.createdAt } : {}),
+    ...(summary?.activeAgent !== undefined ? { currentActiveAgent: summary.activeAgent } : {}),
+    ...(summary ? { totalMessages: summary.totalMessages } : {}),
+    ...(summary || handoff ? { isHandoffActive: handoff !== undefined } : {}),
+    ...(handoff ? { handoffTargetAgent: handoff.targetAgentId } : {}),
   };
 }
 

@@ -67,6 +67,15 @@ export interface ThreadListEntry {
   owner?: string;
   /** The Task's contextId. */
   contextId?: string;
+  /** When the thread began (ISO); absent on records written before it was kept. */
+  createdAt?: string;
+  /** The agent holding the conversation: an open handoff's target, else the agent that answered last, else the entry agent. */
+  currentActiveAgent?: string;
+  /** A handoff is open on the thread (pending or active); its target is `handoffTargetAgent`. */
+  isHandoffActive?: boolean;
+  handoffTargetAgent?: string;
+  /** Messages the record holds (its history, bounded by the thread's history limit). */
+  totalMessages?: number;
 }
 
 export interface ThreadListFilter {
@@ -99,6 +108,8 @@ export interface ThreadStore {
   delete(tenant: string, threadId: string): Promise<void>;
   /** The tenant's threads, in no particular order. Never yields another tenant's threads. */
   list(tenant: string, filter?: ThreadListFilter): AsyncIterable<ThreadListEntry>;
+  /** How long a record lives after its last write, in ms (a KV bucket's max age); 0 or absent: it does not expire. */
+  readonly ttlMs?: number;
   /** Stops using the backend; later calls fail with TRANSPORT_ERROR. Does not close a NATS connection it was given. */
   close(): Promise<void>;
 }

@@ -5,11 +5,11 @@
  * record (`dormantJson`) leaves out, besides, what its node gives back when it wakes it (`fromDormant`).
  */
 import { taskStateOf } from '../../machines/thread.js';
-import { META } from '../../protocol/metadata.js';
+import { META, type ThreadSummaryMeta } from '../../protocol/metadata.js';
 import type { Artifact, Task, TaskArtifactUpdateEvent, TaskState } from '../../protocol/a2a.js';
 import { ArrayJson, arrayJsonText, historyChecked } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
-import type { ThreadConfig } from '../../machines/thread.js';
+import type { ThreadConfig, ThreadContext } from '../../machines/thread.js';
 import type { AgentDirectory } from '../../routing/route.js';
 import type { DormantThread, LiveThread } from './live.js';
 
@@ -49,6 +49,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
         ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } }
         : {}),
       [META.turns]: ctx.turns,
+      [META.thread]: threadSummary(ctx, kept.length),
     },
   };
   return {
@@ -61,6 +62,18 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
     ...(live.taken?.length ? { taken: live.taken } : {}),
+  };
+}
+
+/** What a listing shows of the thread (`troupe/thread`). */
+function threadSummary(ctx: ThreadContext, totalMessages: number): ThreadSummaryMeta {
+  const answeredLast = ctx.history.findLast((m) => m.role === 'agent' && typeof m.metadata?.[META.agent] === 'string' && m.metadata[META.agent] !== 'troupe');
+  const activeAgent =
+    ctx.handoff?.request.targetAgentId ?? ctx.turn?.current ?? (answeredLast?.metadata?.[META.agent] as string | undefined) ?? ctx.config.entryAgent;
+  return {
+    ...(ctx.createdAt !== undefined ? { createdAt: new Date(ctx.createdAt).toISOString() } : {}),
+    ...(activeAgent ? { activeAgent } : {}),
+    totalMessages,
   };
 }
 

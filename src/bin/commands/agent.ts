@@ -22,6 +22,7 @@ export interface AgentCommandOptions {
   token?: string;
   id?: string;
   timeout?: number;
+  refresh?: number;
   inspect?: boolean;
 }
 
@@ -41,6 +42,7 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
           ...(opts.token ? { token: opts.token } : {}),
           ...(opts.id ? { id: opts.id } : {}),
           ...(opts.timeout ? { timeoutMs: opts.timeout } : {}),
+          ...(opts.refresh !== undefined ? { refreshMs: opts.refresh } : {}),
         }),
       ]
     : (await loadModule(modulePath!)).agents;
@@ -66,7 +68,9 @@ export async function agent(modulePath: string | undefined, opts: AgentCommandOp
     }
   }
   observability.readiness.started();
-  const what = opts.a2a ? ' (remote A2A agent)' : '';
+  const work = opts.a2a ? agents[0]!.status?.() : undefined;
+  // A remote agent whose endpoint is down joins all the same and says why it is not ready yet.
+  const what = opts.a2a ? ` (remote A2A agent${work?.ready === false ? `, unavailable until its card can be read: ${work.reason ?? ''}` : ''})` : '';
   process.stderr.write(
     `${color.green('troupe')} ${hosts.length} agent instance(s) joined ${transport.name}: ${agents.map((a) => a.card.id).join(', ')}${what}\n`,
   );

@@ -157,12 +157,14 @@ export async function threads(opts: { state?: string; owner?: string; limit: num
     }
     process.stdout.write(
       `${table(
-        ['THREAD', 'STATE', 'UPDATED', 'REV', 'LIVE'],
+        ['THREAD', 'STATE', 'UPDATED', 'REV', 'AGENT', 'MSGS', 'LIVE'],
         rows.map((t) => [
           t.threadId,
           t.corrupt ? color.red(`corrupt: ${t.corrupt.slice(0, 60)}`) : colorState(t.state),
           t.updatedAt,
           t.revision,
+          t.isHandoffActive ? `${t.currentActiveAgent ?? '-'} (handoff)` : (t.currentActiveAgent ?? '-'),
+          t.totalMessages ?? '-',
           t.live ? `live on ${t.node}` : 'passivated',
         ]),
       )}\n${color.dim(`${rows.length} threads${res.truncated ? ` (the first ${opts.limit}: --limit for more)` : ''}`)}\n`,
@@ -187,7 +189,7 @@ export async function thread(id: string, _opts: unknown, cmd: Command): Promise<
     }
     const { task } = res.record;
     process.stdout.write(
-      `thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  owner ${res.record.owner ?? '-'}\n`,
+      `thread ${id}  state ${colorState(task.status.state)}  revision ${res.revision}  updated ${res.record.updatedAt}  expires ${res.expiresAtUtc ?? 'never'}  owner ${res.record.owner ?? '-'}\n`,
     );
     for (const m of task.history ?? []) {
       const who = m.role === 'user' ? 'user' : String(m.metadata?.[META.agent] ?? 'agent');

@@ -39,6 +39,7 @@ export const threadMachine = threadSetup.createMachine({
     pending: [],
     routeLog: [],
     now: input.now,
+    createdAt: input.now,
     turns: 0,
   }),
   initial: 'submitted',

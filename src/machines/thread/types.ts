@@ -98,6 +98,8 @@ export interface ThreadContext {
   routeLog: RouteStep[];
   lastError?: ErrorBody;
   now: number;
+  /** When the thread began (epoch ms, from its input); absent in snapshots of threads that began without it. */
+  createdAt?: number;
   turns: number;
   handoff?: ThreadHandoff;
   /** The last turn's answer completed the task (`taskEnd: answer`): `input-required` passes on to `completed`. */
