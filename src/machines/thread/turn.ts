@@ -9,11 +9,12 @@ import { USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import { agentReplyMessage, prune, systemMessage } from './messages.js';
-import { isResume, threadWithHandoff } from './handoff.js';
+import { isResume } from './handoff.js';
+import { approvalWaitAfter, threadWithApproval } from './approval.js';
 import { keepSummary, withoutSummary } from './memory.js';
 import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted } from './types.js';
 
-export const threadWithTurns = threadWithHandoff.extend({
+export const threadWithTurns = threadWithApproval.extend({
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
     /** The turn's answer completed the task (`taskEnd: answer`). */
@@ -175,7 +176,8 @@ export const threadWithTurns = threadWithHandoff.extend({
         enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit) });
       }
       enqueue.emit({ type: 'troupe.thread.status', state, final: true, message, ...(error ? { error } : {}) });
-      enqueue.assign({ turn: undefined, ...(completes ? { answered: true } : {}) });
+      const approval = approvalWaitAfter(context.approval, turn?.lastAnswer, context.now);
+      enqueue.assign({ turn: undefined, approval, ...(completes ? { answered: true } : {}) });
     }),
     announceWorking: emit({ type: 'troupe.thread.status', state: 'working', final: false }),
     /**

@@ -7,6 +7,7 @@ import type { ErrorBody } from '../../protocol/errors.js';
 import type { HandoffRequest } from '../../protocol/handoff.js';
 import type { RouteStep } from '../../protocol/metadata.js';
 import type { MemorySummary } from '../../protocol/conversation.js';
+import type { ApprovalWait } from '../../protocol/approval.js';
 import type { AgentDirectory } from '../../routing/route.js';
 import type { HandoffOutput } from '../handoff.js';
 import type { OrchestrationStrategy } from '../orchestration.js';
@@ -104,6 +105,8 @@ export interface ThreadContext {
   answered?: boolean;
   /** The summary each agent wrote of the older turns it was given (memory.ts), by agent id. */
   memory?: Record<string, MemorySummary>;
+  /** The tool approval an agent waits on, and its deadline (approval.ts). */
+  approval?: ApprovalWait;
 }
 
 export type ThreadEvent =
@@ -114,7 +117,9 @@ export type ThreadEvent =
   /** Sent by the host right after restoring a snapshot: timers were not persisted, re-arm them. */
   | { type: 'troupe.restored'; now: number }
   /** The handoff child ended on its own (deadline) or after the thread ended it. */
-  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput };
+  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput }
+  /** The deadline of the approval asked in message `messageId` passed (a delayed event the thread raises, approval.ts). */
+  | { type: 'troupe.approval.timeout'; messageId: string };
 
 export interface ThreadStatusEmitted {
   type: 'troupe.thread.status';
