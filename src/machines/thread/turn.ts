@@ -12,7 +12,8 @@ import { agentReplyMessage, prune, systemMessage } from './messages.js';
 import { isResume } from './handoff.js';
 import { approvalWaitAfter, threadWithApproval } from './approval.js';
 import { keepSummary, withoutSummary } from './memory.js';
-import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted } from './types.js';
+import { readTurnUsage, threadUsage, type TurnUsage } from '../../protocol/conversation.js';
+import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted, Turn } from './types.js';
 
 export const threadWithTurns = threadWithApproval.extend({
   guards: {
@@ -83,7 +84,7 @@ export const threadWithTurns = threadWithApproval.extend({
       return {
         now,
         ...(memory !== context.memory ? { memory } : {}),
-        turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
+        turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId, ...withUsage(turn, [{ agent: output.agentId, usage: readTurnUsage(reply) }]) },
         history: prune([...context.history, answer], context.config.historyLimit),
       };
     }),
@@ -99,7 +100,15 @@ export const threadWithTurns = threadWithApproval.extend({
       };
       const failures = output.metadata.failures;
       return {
-        turn: { ...turn, lastAnswer: answer, lastFrom: turn.current },
+        turn: {
+          ...turn,
+          lastAnswer: answer,
+          lastFrom: turn.current,
+          ...withUsage(
+            turn,
+            output.answers.map((a) => ({ agent: a.agentId, usage: a.usage })),
+          ),
+        },
         history: prune([...context.history, answer], context.config.historyLimit),
         lastError:
           output.metadata.taskState === 'failed'
@@ -167,7 +176,9 @@ export const threadWithTurns = threadWithApproval.extend({
       };
       let message: Message;
       if (turn?.lastAnswer) {
-        message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta } };
+        // The turn's tokens: every answer's in it, not only the last one's.
+        const usage = turn.usage?.length ? { [META.usage]: threadUsage(turn.usage) } : {};
+        message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta, ...usage } };
       } else {
         const text = error ? `${error.code}: ${error.message}` : (params.reason ?? 'No agent answered.');
         message = systemMessage(context, `${turn?.userMessageId ?? 'thread'}:error`, text, routeMeta);
@@ -198,6 +209,12 @@ export const threadWithTurns = threadWithApproval.extend({
     clearTurn: assign({ turn: undefined }),
   },
 });
+
+/** The turn's usage list with the answers' that say what they cost. */
+function withUsage(turn: Turn, answers: Array<{ agent: string; usage: TurnUsage | undefined }>): Pick<Turn, 'usage'> {
+  const said = answers.flatMap((a) => (a.usage ? [{ agent: a.agent, usage: a.usage }] : []));
+  return said.length ? { usage: [...(turn.usage ?? []), ...said] } : {};
+}
 
 /**
  * `taskEnd: answer`: whether the turn ending now completes the task. Only an agent's answer does; a

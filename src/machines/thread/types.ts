@@ -6,7 +6,7 @@ import type { Message, TaskState } from '../../protocol/a2a.js';
 import type { ErrorBody } from '../../protocol/errors.js';
 import type { HandoffRequest } from '../../protocol/handoff.js';
 import type { RouteStep } from '../../protocol/metadata.js';
-import type { MemorySummary } from '../../protocol/conversation.js';
+import type { MemorySummary, TurnUsage } from '../../protocol/conversation.js';
 import type { ApprovalWait } from '../../protocol/approval.js';
 import type { AgentDirectory } from '../../routing/route.js';
 import type { HandoffOutput } from '../handoff.js';
@@ -52,6 +52,8 @@ export interface Turn {
   clarifying?: boolean;
   /** A fan-out's answers being synthesised into one (the child `synthesize`). */
   synthesis?: SynthesisInput;
+  /** The tokens each answer of the turn says it cost, in order (its final message carries their sum). */
+  usage?: Array<{ agent: string; usage: TurnUsage }>;
 }
 
 /** What the synthesis of several answers reads: the user's question and each agent's answer. */
