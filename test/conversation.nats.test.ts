@@ -19,7 +19,7 @@ import { TroupeNode } from '../src/actors/node.js';
 import { loadYamlAgent } from '../src/llm/agent.js';
 import { metrics } from '../src/observability/metrics.js';
 import { useGlobalTracing } from '../src/observability/tracing.js';
-import { META, type MemorySummary, type TurnUsage } from '../src/protocol/index.js';
+import { CLIENT_ROUTING_URI, META, type MemorySummary, type TurnUsage } from '../src/protocol/index.js';
 import { TroupeClient, type SendResult } from '../src/sdk/client.js';
 import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
@@ -27,6 +27,7 @@ import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 
 const AGENT = 'keeper';
+const CONCIERGE = 'concierge';
 const MODEL = 'memory-model';
 const PARTITIONS = 4;
 
@@ -65,6 +66,7 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
   let node: TroupeNode | undefined;
   let store: KvThreadStore | undefined;
   let host: AgentHost | undefined;
+  let concierge: AgentHost | undefined;
   let client: TroupeClient;
 
   const connect = async (name: string, user: string) => {
@@ -84,10 +86,13 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
     }).start();
     const agent = await loadYamlAgent(join(dir, 'agent.yaml'), { env: { OPENAI_API_KEY: 'sk-test', OPENAI_BASE_URL: openai.baseURL }, maxRetries: 0 });
     host = await new AgentHost({ transport: await connect('conversation-agent', AGENT), agent }).start();
-    await node.registry.waitFor([AGENT]);
+    const second = await loadYamlAgent(join(dir, 'concierge.yaml'), { env: { OPENAI_API_KEY: 'sk-test', OPENAI_BASE_URL: openai.baseURL }, maxRetries: 0 });
+    concierge = await new AgentHost({ transport: await connect('conversation-concierge', CONCIERGE), agent: second }).start();
+    await node.registry.waitFor([AGENT, CONCIERGE]);
   }
 
   async function restart(): Promise<void> {
+    await concierge?.stop();
     await host?.stop();
     await node?.stop();
     await start();
@@ -103,6 +108,7 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
     useGlobalTracing(true);
     nats = await startNatsServer({ partitions: PARTITIONS });
     await nats.addUser({ tenant: 'demo', role: 'agent', name: AGENT });
+    await nats.addUser({ tenant: 'demo', role: 'agent', name: CONCIERGE });
     await openai.start();
     openai.respondWith(answer);
     dir = mkdtempSync(join(tmpdir(), 'troupe-conversation-'));
@@ -117,11 +123,22 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
         '',
       ].join('\n'),
     );
+    writeFileSync(
+      join(dir, 'concierge.yaml'),
+      [
+        `name: ${CONCIERGE}`,
+        'description: Greets the user and passes questions on',
+        'model: { provider: openai, name: concierge-model }',
+        'instructions: { inline: You pass questions about orders to the keeper. }',
+        '',
+      ].join('\n'),
+    );
     await start();
     client = new TroupeClient(await connect('conversation-client', 'client'), { tenant: 'demo', principal: 'client' });
   });
 
   afterAll(async () => {
+    await concierge?.stop();
     await host?.stop();
     await node?.stop();
     await Promise.all(transports.map((t) => t.close().catch(() => undefined)));
@@ -162,7 +179,12 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
       { role: 'assistant', content: 'Noted: Is it sunny today?' },
       { role: 'user', content: 'What was my order number?' },
     ]);
-    expect(usageOf(third)).toEqual({ inputTokens: 100, outputTokens: 10, calls: [{ model: MODEL, purpose: 'answer', inputTokens: 100, outputTokens: 10 }] });
+    expect(usageOf(third)).toEqual({
+      inputTokens: 100,
+      outputTokens: 10,
+      calls: [{ model: MODEL, purpose: 'answer', inputTokens: 100, outputTokens: 10, agent: AGENT }],
+      agents: [{ agent: AGENT, inputTokens: 100, outputTokens: 10 }],
+    });
   });
 
   it('folds turns beyond the budget into a summary by the model, kept in the thread record and reused after a restart', async () => {
@@ -189,9 +211,10 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
       inputTokens: 140,
       outputTokens: 18,
       calls: [
-        { model: MODEL, purpose: 'summary', inputTokens: 40, outputTokens: 8 },
-        { model: MODEL, purpose: 'answer', inputTokens: 100, outputTokens: 10 },
+        { model: MODEL, purpose: 'summary', inputTokens: 40, outputTokens: 8, agent: AGENT },
+        { model: MODEL, purpose: 'answer', inputTokens: 100, outputTokens: 10, agent: AGENT },
       ],
+      agents: [{ agent: AGENT, inputTokens: 140, outputTokens: 18 }],
     });
     expect(fourth.final.status.message?.metadata?.[META.memory]).toBeUndefined();
     const record = await store!.get('demo', 'conversation-1');
@@ -238,5 +261,55 @@ describe('conversation memory of an agent.yaml agent over NATS', () => {
       ['answer', 100, 10],
       ['answer', 100, 10],
     ]);
+  });
+
+  it("a turn through two LLM agents reports the whole turn's tokens, each agent's share, in the reply, the metrics and the turn's span", async () => {
+    // The counter's values copied now (prom-client hands out its live objects).
+    const before = async () => {
+      const values = (await metrics.turnTokens.get()).values.map((v) => ({ agent: v.labels.agent, kind: v.labels.kind, value: v.value }));
+      return (agent: string, kind: string) => values.find((v) => v.agent === agent && v.kind === kind)?.value ?? 0;
+    };
+    const was = await before();
+    // The concierge's model passes the question on (the route tool) with its own words; the keeper answers.
+    openai.scriptFor('concierge-model', {
+      text: 'Passing you to the keeper: what is my order number?',
+      toolCalls: [{ id: 'call_route', name: 'route', arguments: { recipient: AGENT, reason: 'the keeper knows orders' } }],
+      usage: { input: 30, output: 3 },
+    });
+    const res = await client.send(
+      {
+        kind: 'message',
+        role: 'user',
+        messageId: 'two-agents-1',
+        parts: [{ kind: 'text', text: 'Hello, what is my order number?' }],
+        metadata: { [CLIENT_ROUTING_URI]: { recipient: CONCIERGE } },
+      },
+      { threadId: 'two-agents', timeoutMs: 20_000 },
+    );
+    expect(res.error).toBeUndefined();
+    expect(res.route.map((r) => r.to)).toEqual([CONCIERGE, AGENT]);
+    expect(res.final.status.message?.metadata?.[META.agent]).toBe(AGENT);
+    expect(usageOf(res)).toEqual({
+      inputTokens: 130,
+      outputTokens: 13,
+      calls: [
+        { model: 'concierge-model', purpose: 'answer', inputTokens: 30, outputTokens: 3, agent: CONCIERGE },
+        { model: MODEL, purpose: 'answer', inputTokens: 100, outputTokens: 10, agent: AGENT },
+      ],
+      agents: [
+        { agent: CONCIERGE, inputTokens: 30, outputTokens: 3 },
+        { agent: AGENT, inputTokens: 100, outputTokens: 10 },
+      ],
+    });
+    const now = await before();
+    expect([now(CONCIERGE, 'input') - was(CONCIERGE, 'input'), now(CONCIERGE, 'output') - was(CONCIERGE, 'output')]).toEqual([30, 3]);
+    expect([now(AGENT, 'input') - was(AGENT, 'input'), now(AGENT, 'output') - was(AGENT, 'output')]).toEqual([100, 10]);
+    await tracer.forceFlush();
+    const turn = exporter.getFinishedSpans().find((s) => s.name === 'troupe.turn' && s.attributes['troupe.thread'] === 'two-agents');
+    expect(turn?.attributes).toMatchObject({
+      'gen_ai.usage.input_tokens': 130,
+      'gen_ai.usage.output_tokens': 13,
+      'troupe.usage.agents': [`${CONCIERGE}:30/3`, `${AGENT}:100/10`],
+    });
   });
 });

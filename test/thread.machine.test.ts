@@ -67,6 +67,22 @@ const task = (state: 'completed' | 'failed'): AgentReply => ({
   status: { state, message: agentReply(`task ${state}`) },
 });
 
+/** An agent's reply that asks a person to approve a tool call, by `T0 + 500`. */
+const asksApproval = (agentId: string, id = `r-${agentId}-asks`): Message => ({
+  ...agentReply(`${agentId} waits for approval`, undefined, id),
+  metadata: {
+    [META.inputRequired]: true,
+    [META.approval]: {
+      agent: agentId,
+      answering: 'u1',
+      expiresAt: T0 + 500,
+      text: '',
+      calls: [{ callId: 'c1', tool: 'refund', arguments: '{}', needsApproval: true }],
+      turn: [],
+    },
+  },
+});
+
 /** An agent's reply that asks the thread to delegate. */
 const delegating = (text: string, agents: string[]): Message => ({ ...agentReply(text), metadata: { [META.delegate]: { agents } } });
 
@@ -92,6 +108,12 @@ const STEPS: Step[] = [
   reply('return: error', () => agentReply('could not', { handoffReturn: { completionStatus: 'error', resultSummary: 'it broke' } })),
   reply('return: cancelled', () => agentReply('stopping', { handoffReturn: { completionStatus: 'cancelled' } })),
   reply('decline', () => agentReply('not me', { handoffAccept: { accepted: false, rejectionReason: 'busy' } })),
+  // Explored in the small team only (`taskEnd: answer`): everywhere it would double the states of the others.
+  {
+    name: 'reply: asks for approval',
+    applies: (rig) => hasRequest(rig) && rig.snapshot.context.config.taskEnd === 'answer',
+    run: (rig) => void rig.answer((r) => asksApproval(r.input.agentId)),
+  },
   reply('delegate to researcher and writer', (r) => delegating(`${r.input.agentId} asks the team`, ['researcher', 'writer'])),
   reply('delegate to a ghost', (r) => delegating(`${r.input.agentId} asks a ghost`, ['ghost'])),
   {
@@ -136,6 +158,7 @@ function stateKey(rig: ThreadRig): string {
     ctx.turn?.mode ?? null,
     ctx.handoff ? [ctx.handoff.phase, ctx.handoff.request.returnExpected] : null,
     ctx.pending.length > 0,
+    ctx.approval !== undefined,
     children,
     io,
     rig.clock.pending > 0,
@@ -227,12 +250,12 @@ describe('thread machine with its real children: the reachable graph', () => {
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
     // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
     // The second also synthesises a fan-out's answers with its model. A third ends the task on an agent's
-    // answer (`taskEnd: answer`); a few steps reach what it adds.
+    // answer (`taskEnd: answer`); a few steps reach what it adds, and a tool approval's deadline.
     const synthesis = { strategy: 'parallel', maxParallelAgents: 3, aggregation: 'synthesis' } as const;
     const teams: Array<[Partial<ThreadConfig>, number]> = [
       [{}, MAX_DEPTH],
       [{ usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }, MAX_DEPTH],
-      [{ taskEnd: 'answer' }, 3],
+      [{ taskEnd: 'answer' }, 4],
     ];
     for (const [config, maxDepth] of teams) {
       const start = await replay(config, [], threadCoverage);
@@ -749,5 +772,70 @@ describe('thread machine: handoffs, fan-out and restore', () => {
     await rig.settle();
     expect(rig.finals().at(-1)?.message?.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher'], executionTimeMs: 400 });
     expect(rig.snapshot.value).toBe('input-required');
+  });
+
+  it('an approval nobody decides on is refused at its deadline: the thread sends the waiting agent its own timeout decision, also after a restore', async () => {
+    const first = new ThreadRig();
+    first.say('refund it', { [CLIENT_ROUTING_URI]: { recipient: 'writer' } });
+    await first.settle();
+    first.answer(asksApproval('writer', 'ask-1'));
+    await first.settle();
+    expect(first.snapshot.value).toBe('input-required');
+    expect(first.snapshot.context.approval).toEqual({ agent: 'writer', messageId: 'ask-1', expiresAt: T0 + 500 });
+    expect(first.clock.pending).toBe(1); // the deadline
+    const persisted = JSON.parse(JSON.stringify(first.actor.getPersistedSnapshot()));
+    first.stop(); // the node dies with its timers
+
+    // The next owner loads the record 400 ms on: the deadline is re-armed for what is left of it.
+    const rig = new ThreadRig({ snapshot: persisted });
+    rig.actor.send({ type: 'troupe.restored', now: T0 + 400 });
+    await rig.settle();
+    expect(rig.openRequests()).toEqual([]);
+    expect(rig.clock.fireNext()).toBe(true);
+    expect(rig.clock.now).toBe(100);
+    await rig.settle();
+    const [request] = rig.openRequests();
+    expect(request?.input.agentId).toBe('writer');
+    expect(request?.input.message.messageId).toBe('ask-1:timeout');
+    expect(request?.input.message.parts.find((p) => p.kind === 'data')).toEqual({ kind: 'data', data: { [META.approval]: { decision: 'timeout' } } });
+    expect(rig.snapshot.context.approval).toBeUndefined();
+    rig.answer(agentReply('Nobody approved it; I did not refund.'));
+    await rig.settle();
+    expect(rig.finals().map((f) => [f.message?.metadata?.[META.inReplyTo], f.message && messageText(f.message)])).toEqual([
+      ['ask-1:timeout', 'Nobody approved it; I did not refund.'],
+    ]);
+    expect(rig.snapshot.value).toBe('input-required');
+    expect(rig.clock.pending).toBe(0);
+  });
+
+  it('a decision before the deadline disarms it; a deadline already past when the thread is restored fires at once', async () => {
+    const rig = new ThreadRig();
+    rig.say('refund it');
+    await rig.settle();
+    rig.answer(asksApproval('triage', 'ask-2'));
+    await rig.settle();
+    expect(rig.snapshot.context.approval?.messageId).toBe('ask-2');
+    rig.say('yes', { [META.approval]: { decision: 'approve' } });
+    await rig.settle();
+    // The agent that waited answers otherwise: nothing waits, no deadline is armed.
+    rig.answer(agentReply('Refunded.'));
+    await rig.settle();
+    expect(rig.snapshot.context.approval).toBeUndefined();
+    expect(rig.clock.pending).toBe(0);
+
+    rig.say('and the other one');
+    await rig.settle();
+    rig.answer(asksApproval('triage', 'ask-3'));
+    await rig.settle();
+    const persisted = JSON.parse(JSON.stringify(rig.actor.getPersistedSnapshot()));
+    rig.stop();
+    const late = new ThreadRig({ snapshot: persisted });
+    late.actor.send({ type: 'troupe.restored', now: T0 + 10_000 });
+    await late.settle();
+    expect(late.clock.fireNext()).toBe(true);
+    expect(late.clock.now).toBe(0);
+    await late.settle();
+    expect(late.openRequests().map((r) => [r.input.agentId, r.input.message.messageId])).toEqual([['triage', 'ask-3:timeout']]);
+    late.stop();
   });
 });

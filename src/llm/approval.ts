@@ -5,8 +5,9 @@
  * The request holds the turn's model messages so far and the round's calls, so the agent needs no
  * memory of its own: any instance, after any restart, resumes from the thread's history. On resume the
  * approved calls run (with the person's arguments when they edited them) together with the round's calls
- * that needed no approval; a refused call, one decided after the timeout, and every waiting call when the
- * person wrote something else instead, reach the model as a tool error saying so.
+ * that needed no approval; a refused call, one timed out (the thread's `timeout` decision at the deadline,
+ * or a person's decision after it), and every waiting call when the person wrote something else instead,
+ * reach the model as a tool error saying so.
  */
 import { z } from 'zod';
 import type { Message } from '../protocol/a2a.js';
@@ -91,7 +92,9 @@ export function decideCalls(request: ApprovalRequest, decision: ApprovalDecision
   return request.calls.map((c: PendingCall): CallDecision => {
     const call: ToolCall = { id: c.callId, name: c.tool, arguments: c.arguments };
     if (!c.needsApproval) return { run: true, call };
-    if (now > request.expiresAt) return { run: false, call, why: `the approval of "${c.tool}" timed out: nobody approved it in time; it did not run` };
+    // The thread's own decision at the deadline, or a person's that came after it.
+    if (decision?.decision === 'timeout' || now > request.expiresAt)
+      return { run: false, call, why: `the approval of "${c.tool}" timed out: nobody approved it in time; it did not run` };
     if (!decision) return { run: false, call, why: `the user did not approve "${c.tool}" and wrote instead: ${wrote.slice(0, 500)}; it did not run` };
     const mine = decision.callId === undefined || decision.callId === c.callId;
     if (!mine) return { run: false, call, why: `the user did not approve "${c.tool}"; it did not run` };

@@ -27,6 +27,7 @@ import { assign, enqueueActions, setup, type SnapshotFrom } from 'xstate';
 import { messageText, type Message, type Part } from '../protocol/a2a.js';
 import type { ErrorCode } from '../protocol/errors.js';
 import { META } from '../protocol/metadata.js';
+import { readTurnUsage, type TurnUsage } from '../protocol/conversation.js';
 import { USER, type RouterDecision } from '../protocol/routing.js';
 import { agentCallMachine, type AgentCallInput, type AgentCallOutput } from './agent-call.js';
 import type { OrchestrationStrategy } from '../config/thread.js';
@@ -119,7 +120,7 @@ export interface OrchestrationOutput {
   message: Message;
   metadata: OrchestrationMetadata;
   /** The text of each answer that made it into the aggregate, in agent order (what a synthesis reads). */
-  answers: Array<{ agentId: string; text: string }>;
+  answers: Array<{ agentId: string; text: string; usage?: TurnUsage }>;
 }
 
 export interface OrchestrationContext {
@@ -316,7 +317,11 @@ export function orchestrationOutputOf(context: OrchestrationContext): Orchestrat
   });
   const original = context.message;
   const used = winnerOnly ? results.filter((r) => r.status !== 'failed') : results;
-  const answers = used.flatMap((r) => (r.status === 'succeeded' && r.reply ? [{ agentId: r.agentId, text: messageText(r.reply) }] : []));
+  const answers = used.flatMap((r) => {
+    if (r.status !== 'succeeded' || !r.reply) return [];
+    const usage = readTurnUsage(r.reply);
+    return [{ agentId: r.agentId, text: messageText(r.reply), ...(usage ? { usage } : {}) }];
+  });
   const summaries: AgentCallSummary[] = context.calls.map((c) => {
     const latencyMs = c.startedAt !== undefined ? Math.max(0, (c.finishedAt ?? context.now) - c.startedAt) : 0;
     return {

@@ -10,6 +10,7 @@
  */
 import { assign, fromPromise, setup, type DoneActorEvent, type ErrorActorEvent } from 'xstate';
 import type { Message } from '../protocol/a2a.js';
+import { readApprovalDecision } from '../protocol/approval.js';
 import { CLIENT_ROUTING_URI, type RouterDecision } from '../protocol/routing.js';
 import { liveAgent, routeReply, type AgentDirectory, type ReplyRouteInput, type RouteDecision } from '../routing/route.js';
 
@@ -97,7 +98,12 @@ export function decideWithoutPolicy(input: RouterInput): RouteDecision | undefin
   }
   const addressed = addressedAgent(input.message);
   if (addressed !== undefined) {
-    if (liveAgent(input.agents, addressed)) return { to: 'agent', agentId: addressed, mode: 'initial', reason: `the user addressed ${addressed}` };
+    if (liveAgent(input.agents, addressed)) {
+      // The thread's own refusal at an approval's deadline is addressed too, but not by the user.
+      const why =
+        readApprovalDecision(input.message)?.decision === 'timeout' ? `the approval ${addressed} waited for timed out` : `the user addressed ${addressed}`;
+      return { to: 'agent', agentId: addressed, mode: 'initial', reason: why };
+    }
     return {
       to: 'user',
       reason: `the user addressed "${addressed}", which is not a live agent`,

@@ -91,6 +91,12 @@ export const metrics = {
     buckets: LATENCY_BUCKETS,
     registers: [registry],
   }),
+  turnTokens: new Counter({
+    name: 'troupe_turn_tokens_total',
+    help: "Model tokens of the turns a node answered, by the agent that used them and kind (input, output): every agent of a turn, from its replies' troupe/usage",
+    labelNames: ['agent', 'kind'] as const,
+    registers: [registry],
+  }),
   modelTokens: new Counter({
     name: 'troupe_model_tokens_total',
     help: 'Model tokens used by LLM agents, by model and kind (input, output)',

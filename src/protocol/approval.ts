@@ -12,10 +12,15 @@
  * (`troupe approve|deny <thread>` sends one.) Both the request and the decision are messages of the thread,
  * so they are in its record: a node that takes the thread over after a crash sends the decision to the
  * agent with the request in its history, and the agent resumes from them.
+ *
+ * Nobody deciding by `expiresAt` is a refusal too: the thread keeps the deadline in its record and, when it
+ * passes, sends the waiting agent `{ "troupe/approval": { "decision": "timeout" } }` itself
+ * (`approvalTimeoutMessage`); the agent tells its model the calls timed out and answers the user.
  */
 import { z } from 'zod';
 import type { Message } from './a2a.js';
 import { META } from './metadata.js';
+import { CLIENT_ROUTING_URI } from './routing.js';
 
 export const MAX_PENDING_CALLS = 32;
 
@@ -44,9 +49,12 @@ export const ApprovalRequestSchema = z.strictObject({
 });
 export type ApprovalRequest = z.infer<typeof ApprovalRequestSchema>;
 
-/** A person's decision: on every waiting call, or on one (`callId`); `arguments` replaces the model's (an edit). */
+/**
+ * A person's decision: on every waiting call, or on one (`callId`); `arguments` replaces the model's (an
+ * edit). `timeout` is what the thread sends at the deadline: a refusal the model is told timed out.
+ */
 export const ApprovalDecisionSchema = z.strictObject({
-  decision: z.enum(['approve', 'deny']),
+  decision: z.enum(['approve', 'deny', 'timeout']),
   callId: z.string().min(1).max(256).optional(),
   arguments: z.record(z.string(), z.unknown()).optional(),
   reason: z.string().max(1000).optional(),
@@ -84,4 +92,39 @@ export function pendingApproval(history: readonly Message[], agentId: string): {
     return request && request.agent === agentId ? { request, messageId: m.messageId } : undefined;
   }
   return undefined;
+}
+
+/**
+ * Longest a thread waits for a decision, whatever deadline a request names (agent.yaml allows 7 days):
+ * past it the thread refuses as at the deadline.
+ */
+export const MAX_APPROVAL_WAIT_MS = 7 * 24 * 3_600_000;
+
+/** What a thread keeps of the approval it waits on: who asks, in which message, until when. */
+export interface ApprovalWait {
+  agent: string;
+  /** The agent's message that asks. */
+  messageId: string;
+  /** Epoch ms. */
+  expiresAt: number;
+}
+
+/**
+ * The message a thread sends the waiting agent when `wait`'s deadline passes: a `timeout` decision
+ * addressed to that agent (client routing), its id derived from the request's so a replayed deadline is
+ * the same message.
+ */
+export function approvalTimeoutMessage(wait: ApprovalWait, ids: { contextId: string; taskId: string }): Message {
+  return {
+    kind: 'message',
+    role: 'user',
+    messageId: `${wait.messageId}:timeout`,
+    contextId: ids.contextId,
+    taskId: ids.taskId,
+    parts: [
+      { kind: 'text', text: `Nobody approved the waiting tool calls of ${wait.agent} by ${new Date(wait.expiresAt).toISOString()}: they are refused.` },
+      { kind: 'data', data: { [META.approval]: { decision: 'timeout' } satisfies ApprovalDecision } },
+    ],
+    metadata: { [CLIENT_ROUTING_URI]: { recipient: wait.agent } },
+  };
 }

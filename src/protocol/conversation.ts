@@ -8,7 +8,9 @@
  * takeover and passivation. An agent that folds older turns into a summary sends the new one back in its
  * reply's `troupe/memory`; the thread keeps it in its record, per agent, and sends it back next time.
  *
- * The reply's `troupe/usage` says what the model calls of the turn cost in tokens (`TurnUsage`).
+ * The reply's `troupe/usage` says what the model calls of the turn cost in tokens (`TurnUsage`). The final
+ * message of a turn carries the turn's: every agent that answered in it, summed, with each agent's share
+ * (`agents`) and each call naming its agent (`threadUsage`).
  */
 import { z } from 'zod';
 import type { AgentCard, Message } from './a2a.js';
@@ -60,18 +62,66 @@ export const CallUsageSchema = z.strictObject({
   purpose: z.enum(['answer', 'summary', 'repair']),
   inputTokens: z.int().nonnegative().optional(),
   outputTokens: z.int().nonnegative().optional(),
+  /** On a turn's final message: the agent that made the call. */
+  agent: z.string().max(100).optional(),
 });
 export type CallUsage = z.infer<typeof CallUsageSchema>;
 
-/** `troupe/usage` on an agent's reply: every model call of the turn and their sums. */
-export interface TurnUsage {
-  inputTokens: number;
-  outputTokens: number;
-  calls: CallUsage[];
-}
+/** One agent's share of a turn's tokens (all its answers in the turn). */
+export const AgentUsageSchema = z.strictObject({
+  agent: z.string().min(1).max(100),
+  inputTokens: z.int().nonnegative(),
+  outputTokens: z.int().nonnegative(),
+});
+export type AgentUsage = z.infer<typeof AgentUsageSchema>;
 
 /** Model calls listed in one reply's usage (the sums count them all). */
 export const MAX_USAGE_CALLS = 64;
+/** Agents listed in a turn's usage. */
+export const MAX_USAGE_AGENTS = 32;
+
+/**
+ * `troupe/usage` on an agent's reply: every model call of its turn and their sums. On a turn's final
+ * message: the whole turn's, with `agents`, each agent's share in the order they first answered.
+ */
+export const TurnUsageSchema = z.strictObject({
+  inputTokens: z.int().nonnegative(),
+  outputTokens: z.int().nonnegative(),
+  calls: z.array(CallUsageSchema).max(MAX_USAGE_CALLS),
+  agents: z.array(AgentUsageSchema).max(MAX_USAGE_AGENTS).optional(),
+});
+export type TurnUsage = z.infer<typeof TurnUsageSchema>;
+
+/** The usage an agent's reply carries, if a valid one. */
+export function readTurnUsage(message: Pick<Message, 'metadata'> | undefined): TurnUsage | undefined {
+  const raw = message?.metadata?.[META.usage];
+  if (raw === undefined) return undefined;
+  const parsed = TurnUsageSchema.safeParse(raw);
+  return parsed.success ? parsed.data : undefined;
+}
+
+/**
+ * A turn's usage from the usage of each answer in it, in order (an agent may answer more than once):
+ * the sums, each agent's share, and every call (the first MAX_USAGE_CALLS) with its agent.
+ */
+export function threadUsage(answers: ReadonlyArray<{ agent: string; usage: TurnUsage }>): TurnUsage {
+  const agents: AgentUsage[] = [];
+  const calls: CallUsage[] = [];
+  let inputTokens = 0;
+  let outputTokens = 0;
+  for (const { agent, usage } of answers) {
+    inputTokens += usage.inputTokens;
+    outputTokens += usage.outputTokens;
+    let share = agents.find((a) => a.agent === agent);
+    if (!share && agents.length < MAX_USAGE_AGENTS) agents.push((share = { agent, inputTokens: 0, outputTokens: 0 }));
+    if (share) {
+      share.inputTokens += usage.inputTokens;
+      share.outputTokens += usage.outputTokens;
+    }
+    for (const c of usage.calls) if (calls.length < MAX_USAGE_CALLS) calls.push({ ...c, agent });
+  }
+  return { inputTokens, outputTokens, calls, agents };
+}
 
 /** The sums and the (first MAX_USAGE_CALLS) calls of a turn. */
 export function turnUsage(calls: readonly CallUsage[]): TurnUsage {

@@ -60,6 +60,8 @@ export const META = {
    * message (a data part's key, or metadata): the person's decision (ApprovalDecision).
    */
   approval: 'troupe/approval',
+  /** Stored Task: the approval the thread waits on, refused at its deadline ({ agent, messageId, expiresAt }, approval.ts). */
+  awaitingApproval: 'troupe/awaitingApproval',
   /** Message to a handoff's target: the source's summary. */
   contextSummary: 'troupe/contextSummary',
   /**

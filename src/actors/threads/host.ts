@@ -269,14 +269,15 @@ export class ThreadHost {
   start(): this {
     // Other nodes ask here whether this process published an answer (see `deliver`).
     this.answers.start();
-    // Only a turn in progress (or an open handoff, whose deadline can start one) routes with the catalog;
+    // Only a turn in progress (or an open handoff or an approval waited on, whose deadline can start one) routes with the catalog;
     // an idle thread gets it with its next message (deliver), so an agent joining does not rewrite every
     // live thread's record.
     this.unsubscribeRegistry = this.registry.onChange(() => {
       const agents = this.registry.directory();
       for (const t of this.threads.values()) {
         const snap = t.actor.getSnapshot();
-        if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff)) t.actor.send({ type: 'troupe.agents', agents });
+        if (snap.status === 'active' && (taskStateOf(snap.value) === 'working' || snap.context.handoff || snap.context.approval))
+          t.actor.send({ type: 'troupe.agents', agents });
       }
     });
     this.residency.start();

@@ -149,6 +149,15 @@ export function inHandoff(live: LiveThread): boolean {
   return live.actor.getSnapshot().context.handoff !== undefined;
 }
 
+/**
+ * A handoff is open, or an agent waits for a tool approval: the thread acts at a deadline of its own, so
+ * it is never passivated either (`wakeAtOf` its record says when a dormant one is woken).
+ */
+export function hasDeadline(live: LiveThread): boolean {
+  const context = live.actor.getSnapshot().context;
+  return context.handoff !== undefined || context.approval !== undefined;
+}
+
 /** Between turns (waiting for the user) or ended: a state worth a write. Not `submitted`: no turn yet. */
 export function atRest(snapshot: { status: string; value: unknown }): boolean {
   if (snapshot.status !== 'active') return true;

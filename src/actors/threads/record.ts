@@ -48,6 +48,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
       ...(ctx.handoff
         ? { [META.handoff]: { targetAgentId: ctx.handoff.request.targetAgentId, sourceAgentId: ctx.handoff.request.sourceAgentId, phase: ctx.handoff.phase } }
         : {}),
+      ...(ctx.approval ? { [META.awaitingApproval]: ctx.approval } : {}),
       [META.turns]: ctx.turns,
       [META.thread]: threadSummary(ctx, kept.length),
     },
@@ -164,6 +165,21 @@ export function handoffDeadlineOf(record: ThreadRecord): number | undefined {
   if (!snapshot?.context?.handoff) return undefined;
   const deadline = snapshot.children?.handoff?.snapshot?.context?.deadline;
   return typeof deadline === 'number' ? deadline : Number.POSITIVE_INFINITY;
+}
+
+/** The deadline (epoch ms) of the tool approval a record's thread waits on, as its persisted context holds it. */
+export function approvalDeadlineOf(record: ThreadRecord): number | undefined {
+  const expiresAt = (record.snapshot as { context?: { approval?: { expiresAt?: unknown } } } | undefined)?.context?.approval?.expiresAt;
+  return typeof expiresAt === 'number' ? expiresAt : undefined;
+}
+
+/**
+ * When a thread at rest must be woken to act on its own: the earliest of its handoff's deadline and its
+ * approval's; undefined when it waits on neither (Infinity: a handoff with no deadline).
+ */
+export function wakeAtOf(record: ThreadRecord): number | undefined {
+  const times = [handoffDeadlineOf(record), approvalDeadlineOf(record)].filter((t): t is number => t !== undefined);
+  return times.length ? Math.min(...times) : undefined;
 }
 
 /** What a node gives every thread it wakes: its config (as JSON too, to compare) and the agent directory. */

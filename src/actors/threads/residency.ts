@@ -2,13 +2,13 @@
  * Which threads live in this process, and in what form: a live actor (in a Map, not as children of one
  * parent: XState copies the children map on every spawn), a dormant record kept as JSON, or nothing (in
  * the store only). Loads a thread on its first message (created, woken, or rehydrated from the store),
- * drops an actor whose state could not be kept, passivates idle threads, wakes a dormant thread in a
- * handoff at its deadline, and takes threads on and off this node when partitions move. Also what
+ * drops an actor whose state could not be kept, passivates idle threads, wakes a dormant thread at its
+ * deadline (a handoff's, a tool approval's), and takes threads on and off this node when partitions move. Also what
  * `troupe ps` and `troupe inspect` read of them (views.ts makes the views).
  *
  * After `dormantMs` at rest a thread's actor is stopped and its committed record kept in memory as JSON
  * (woken without a store read), after `idleMs` that goes too (rehydrated from the store). A thread in a
- * handoff is never passivated: dormant, it is woken at the handoff's deadline.
+ * handoff, or waiting for a tool approval, is never passivated: dormant, it is woken at the deadline.
  */
 import { createActor, type AnyActorRef, type InspectionEvent } from 'xstate';
 import type { Logger } from 'pino';
@@ -24,8 +24,8 @@ import { subjects } from '../../transport/subjects.js';
 import type { Registry } from '../registry.js';
 import type { Committer } from './committer.js';
 import { packEvents, unpackEvents } from './event-log.js';
-import { TAKEN_KEPT, atRest, inHandoff, resting, type DormantThread, type LiveThread, type RecentEvent, type ThreadActor } from './live.js';
-import { dormantJson, fromDormant, fullSnapshot, handoffDeadlineOf, ownerOfRecord, recordOf, wakeFromDormant, type NodeGivens } from './record.js';
+import { TAKEN_KEPT, atRest, hasDeadline, resting, type DormantThread, type LiveThread, type RecentEvent, type ThreadActor } from './live.js';
+import { dormantJson, fromDormant, fullSnapshot, ownerOfRecord, recordOf, wakeAtOf, wakeFromDormant, type NodeGivens } from './record.js';
 import { endTurn } from './turns.js';
 import { actorsOf, inspectDormant, inspectThread } from './views.js';
 
@@ -76,7 +76,7 @@ export class Residency {
   private readonly threads: Map<string, LiveThread>;
   /** Threads whose actors were stopped at rest, as their committed records (`dormantMs`). */
   private readonly dormant = new Map<string, DormantThread>();
-  /** The timers that wake dormant threads in a handoff at its deadline (see `inHandoff`). */
+  /** The timers that wake dormant threads at a deadline of theirs: a handoff's, an approval's (see `hasDeadline`). */
   private readonly wakes = new Map<string, NodeJS.Timeout>();
   private readonly loading = new Map<string, Promise<LiveThread>>();
   /** Threads being erased (`erase`): a message for one waits until it is gone, then starts a new thread. */
@@ -149,8 +149,8 @@ export class Residency {
 
   /**
    * After taking over threads (a partition of them), loads the ones that need an actor now: a turn in
-   * progress (its agent call re-runs with the same idempotency key and finishes the turn) or an open
-   * handoff (its deadline must keep running). `over()` ends the pass early (the node stops, or no longer
+   * progress (its agent call re-runs with the same idempotency key and finishes the turn), an open
+   * handoff or a tool approval waited on (their deadlines must keep running). `over()` ends the pass early (the node stops, or no longer
    * holds the partitions): the rest of the listing is not read.
    */
   async resumeThreads(belongs: (threadId: string) => boolean, over: () => boolean = () => false): Promise<{ resumed: string[]; listed: number }> {
@@ -163,7 +163,8 @@ export class Residency {
       if (entry.state !== 'working' && entry.state !== 'input-required') continue;
       if (entry.state === 'input-required') {
         const stored = await this.store.get(this.tenant, entry.threadId).catch(() => undefined);
-        if (!stored?.record.task.metadata?.[META.handoff]) continue;
+        const meta = stored?.record.task.metadata;
+        if (!meta?.[META.handoff] && !meta?.[META.awaitingApproval]) continue;
       }
       try {
         await this.obtain(entry.threadId);
@@ -414,7 +415,7 @@ export class Residency {
       live.encoded = undefined;
       live.historyIds = undefined;
     }
-    // Not a thread in a handoff: it waits here for its deadline.
+    // Not a thread with a deadline (a handoff's, an approval's): it waits here for it.
     if (this.idleMs > 0)
       for (const [threadId, kept] of this.dormant) if (kept.lastActive <= now - this.idleMs && !this.wakes.has(threadId)) this.dormant.delete(threadId);
     if (this.idleMs > 0 || this.dormantMs > 0) await this.passivateIdle(now);
@@ -423,7 +424,7 @@ export class Residency {
   private async passivateIdle(now: number): Promise<void> {
     for (const live of [...this.threads.values()]) {
       if (!resting(live)) continue;
-      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs && !inHandoff(live)) await this.passivate(live);
+      if (this.idleMs > 0 && live.lastActive <= now - this.idleMs && !hasDeadline(live)) await this.passivate(live);
       else if (this.dormantMs > 0 && live.lastActive <= now - this.dormantMs && this.maySleep(live)) await this.passivate(live, { dormant: true });
     }
   }
@@ -481,8 +482,9 @@ export class Residency {
   }
 
   /**
-   * Wakes a dormant thread in a handoff at the handoff's deadline, as its live actor's timer would have
-   * fired: the load re-arms the deadline, which has passed, so the handoff ends and control goes back.
+   * Wakes a dormant thread at its deadline, as its live actor's timer would have fired: the load re-arms
+   * the deadline, which has passed, so the handoff ends and control goes back, or the waiting approval is
+   * refused.
    */
   private armWake(threadId: string, at: number): void {
     const timer = setTimeout(
@@ -490,7 +492,7 @@ export class Residency {
         this.wakes.delete(threadId);
         if (!this.dormant.has(threadId)) return;
         this.obtain(threadId).catch((err: unknown) =>
-          this.log.error({ err: (err as Error).message, thread: threadId }, 'could not wake a dormant thread at its handoff deadline'),
+          this.log.error({ err: (err as Error).message, thread: threadId }, 'could not wake a dormant thread at its deadline'),
         );
       },
       Math.min(Math.max(0, at - this.now()), MAX_TIMER_MS),
@@ -508,7 +510,7 @@ export class Residency {
     const still = live.actor.getSnapshot().status === 'active' && resting(live) && live.turns.size === 0 && live.waiters.length === 0;
     if (!still || live.changed || live.failed || live.outbox.length > 0 || live.revision === undefined) return undefined;
     const record = recordOf(live, { tenant: this.tenant, node: live.committedBy ?? this.opts.nodeId, now: this.now() });
-    const wakeAt = handoffDeadlineOf(record);
+    const wakeAt = wakeAtOf(record);
     const events = packEvents(live.events);
     return { copy: { ...dormantJson(record, this.opts.givens), revision: live.revision, lastActive: live.lastActive, ...(events ? { events } : {}) }, wakeAt };
   }

@@ -9,12 +9,13 @@ import type { ThreadStatusEmitted } from '../../machines/thread.js';
 import type { TaskArtifactUpdateEvent, TaskStatusUpdateEvent } from '../../protocol/a2a.js';
 import { encodeJson } from '../../protocol/codec.js';
 import { META } from '../../protocol/metadata.js';
+import { readTurnUsage } from '../../protocol/conversation.js';
 import { metrics } from '../../observability/metrics.js';
 import { injectTraceparent, traceIdOf, tracing, type Span } from '../../observability/tracing.js';
 import { subjects } from '../../transport/subjects.js';
 import type { Transport } from '../../transport/types.js';
 import type { LiveThread } from './live.js';
-import { endTurn, firstTurn } from './turns.js';
+import { endTurn, firstTurn, observeTurnUsage } from './turns.js';
 
 /** The principal of an owner `<principal>[/<user>]`: whose `out` subject the thread's events go to. */
 export function principalOf(owner: string): string {
@@ -106,6 +107,8 @@ export class StatusPublisher {
       const span = endTurn(live, this.opts.now, typeof inReplyTo === 'string' ? inReplyTo : undefined, event.error ? 'error' : event.state, event.error, {
         keepSpan: true,
       });
+      const usage = readTurnUsage(event.message);
+      if (usage) observeTurnUsage(usage, span);
       if (span) this.opts.holdAnswerSpan(update, span);
     }
     if (!event.final) {

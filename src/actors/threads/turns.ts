@@ -3,6 +3,7 @@
  * of each of its hops, and what a turn leaves in metrics and its span when it ends.
  */
 import { metrics, outcomeLabel } from '../../observability/metrics.js';
+import type { TurnUsage } from '../../protocol/conversation.js';
 import { markError, startSpan, type Span } from '../../observability/tracing.js';
 import type { LiveThread, TurnWatch } from './live.js';
 
@@ -56,4 +57,20 @@ export function endTurn(
   if (opts.keepSpan) return watch.span;
   watch.span.end();
   return undefined;
+}
+
+/**
+ * What a turn's model calls cost, from its final message's usage: each agent's tokens in
+ * `troupe_turn_tokens_total`, and on the turn's span the sums (`gen_ai.usage.*`) and each agent's share.
+ */
+export function observeTurnUsage(usage: TurnUsage, span: Span | undefined): void {
+  for (const a of usage.agents ?? []) {
+    if (a.inputTokens) metrics.turnTokens.inc({ agent: a.agent, kind: 'input' }, a.inputTokens);
+    if (a.outputTokens) metrics.turnTokens.inc({ agent: a.agent, kind: 'output' }, a.outputTokens);
+  }
+  span?.setAttributes({
+    'gen_ai.usage.input_tokens': usage.inputTokens,
+    'gen_ai.usage.output_tokens': usage.outputTokens,
+    'troupe.usage.agents': (usage.agents ?? []).map((a) => `${a.agent}:${a.inputTokens}/${a.outputTokens}`),
+  });
 }

@@ -3,7 +3,7 @@ import { redact } from '../../observability/redact.js';
 import type { ActorInfo } from '../../protocol/ctl.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { LiveThread, RecentEvent, RecentEventEntry } from './live.js';
-import { fullSnapshot, handoffDeadlineOf } from './record.js';
+import { fullSnapshot, wakeAtOf } from './record.js';
 
 const CHILD_KINDS: Record<string, ActorInfo['kind']> = { router: 'router', agentCall: 'agent-call', handoff: 'handoff', orchestration: 'orchestration' };
 
@@ -74,8 +74,8 @@ export function inspectThread(
 
 /**
  * A dormant thread as `troupe inspect` shows it: state and context (redacted) from the record it keeps, no
- * children (it is at rest), and the recent events its actor had. A thread in a handoff says when its
- * deadline wakes it (`wakesAt`).
+ * children (it is at rest), and the recent events its actor had. A thread in a handoff, or waiting for a
+ * tool approval, says when its deadline wakes it (`wakesAt`).
  */
 export function inspectDormant(
   threadId: string,
@@ -84,7 +84,7 @@ export function inspectDormant(
   events: readonly RecentEventEntry[],
 ): { actor: ActorInfo; value: unknown; context: unknown; events: RecentEvent[] } {
   const snap = fullSnapshot(record) as { value?: unknown; context?: { turns?: number; history?: unknown[]; routeLog?: Array<{ hop?: number }> } };
-  const deadline = handoffDeadlineOf(record);
+  const deadline = wakeAtOf(record);
   const actor: ActorInfo = {
     kind: 'thread',
     id: threadId,

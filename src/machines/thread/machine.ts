@@ -323,12 +323,17 @@ export const threadMachine = threadSetup.createMachine({
       },
     },
     'input-required': {
+      // An approval the thread waits on is refused at its deadline (approval.ts).
+      entry: 'armApprovalDeadline',
+      exit: 'cancelApprovalDeadline',
       always: [
         { guard: 'answeredTask', target: 'completed' },
         { guard: 'hasPending', target: 'working' },
       ],
       on: {
         'troupe.user.message': { target: 'working', actions: ['setNow', 'queueUserMessage'] },
+        'troupe.restored': { actions: ['setNow', 'tickHandoff', 'armApprovalDeadline'] },
+        'troupe.approval.timeout': { guard: 'approvalDue', target: 'working', actions: 'queueApprovalTimeout' },
         // A first cancel ends the handoff: its output queues the resume, and `always` starts that turn.
         'troupe.cancel': [
           { guard: 'hasHandoff', actions: ['setNow', 'cancelHandoff'] },

@@ -9,11 +9,13 @@ import { USER } from '../../protocol/routing.js';
 import type { AgentCallOutput } from '../agent-call.js';
 import type { OrchestrationOutput } from '../orchestration.js';
 import { agentReplyMessage, prune, systemMessage } from './messages.js';
-import { isResume, threadWithHandoff } from './handoff.js';
+import { isResume } from './handoff.js';
+import { approvalWaitAfter, threadWithApproval } from './approval.js';
 import { keepSummary, withoutSummary } from './memory.js';
-import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted } from './types.js';
+import { readTurnUsage, threadUsage, type TurnUsage } from '../../protocol/conversation.js';
+import type { SynthesisOutput, ThreadContext, ThreadStatusEmitted, Turn } from './types.js';
 
-export const threadWithTurns = threadWithHandoff.extend({
+export const threadWithTurns = threadWithApproval.extend({
   guards: {
     hasPending: ({ context }) => context.pending.length > 0,
     /** The turn's answer completed the task (`taskEnd: answer`). */
@@ -85,7 +87,7 @@ export const threadWithTurns = threadWithHandoff.extend({
       return {
         now,
         ...(memory !== context.memory ? { memory } : {}),
-        turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId },
+        turn: { ...turn, lastAnswer: answer, lastFrom: output.agentId, ...withUsage(turn, [{ agent: output.agentId, usage: readTurnUsage(reply) }]) },
         history: prune([...context.history, answer], context.config.historyLimit),
       };
     }),
@@ -101,7 +103,15 @@ export const threadWithTurns = threadWithHandoff.extend({
       };
       const failures = output.metadata.failures;
       return {
-        turn: { ...turn, lastAnswer: answer, lastFrom: turn.current },
+        turn: {
+          ...turn,
+          lastAnswer: answer,
+          lastFrom: turn.current,
+          ...withUsage(
+            turn,
+            output.answers.map((a) => ({ agent: a.agentId, usage: a.usage })),
+          ),
+        },
         history: prune([...context.history, answer], context.config.historyLimit),
         lastError:
           output.metadata.taskState === 'failed'
@@ -179,7 +189,9 @@ export const threadWithTurns = threadWithHandoff.extend({
       };
       let message: Message;
       if (turn?.lastAnswer) {
-        message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta } };
+        // The turn's tokens: every answer's in it, not only the last one's.
+        const usage = turn.usage?.length ? { [META.usage]: threadUsage(turn.usage) } : {};
+        message = { ...turn.lastAnswer, metadata: { ...turn.lastAnswer.metadata, ...routeMeta, ...usage } };
       } else {
         const text = error ? `${error.code}: ${error.message}` : (params.reason ?? 'No agent answered.');
         message = systemMessage(context, `${turn?.userMessageId ?? 'thread'}:error`, text, routeMeta);
@@ -188,7 +200,8 @@ export const threadWithTurns = threadWithHandoff.extend({
         enqueue.assign({ history: prune([...context.history, message], context.config.historyLimit) });
       }
       enqueue.emit({ type: 'troupe.thread.status', state, final: true, message, ...(error ? { error } : {}) });
-      enqueue.assign({ turn: undefined, ...(completes ? { answered: true } : {}) });
+      const approval = approvalWaitAfter(context.approval, turn?.lastAnswer, context.now);
+      enqueue.assign({ turn: undefined, approval, ...(completes ? { answered: true } : {}) });
     }),
     announceWorking: emit({ type: 'troupe.thread.status', state: 'working', final: false }),
     /**
@@ -215,6 +228,12 @@ function givesUp(output: AgentCallOutput): boolean {
   return output.ok && output.reply.kind === 'task' && AGENT_GIVE_UP_STATES.includes(output.reply.status.state);
 }
 const AGENT_GIVE_UP_STATES: readonly TaskState[] = ['failed', 'rejected', 'canceled'];
+
+/** The turn's usage list with the answers' that say what they cost. */
+function withUsage(turn: Turn, answers: Array<{ agent: string; usage: TurnUsage | undefined }>): Pick<Turn, 'usage'> {
+  const said = answers.flatMap((a) => (a.usage ? [{ agent: a.agent, usage: a.usage }] : []));
+  return said.length ? { usage: [...(turn.usage ?? []), ...said] } : {};
+}
 
 /**
  * `taskEnd: answer`: whether the turn ending now completes the task. Only an agent's answer does; a

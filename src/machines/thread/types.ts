@@ -6,7 +6,8 @@ import type { Message, TaskState } from '../../protocol/a2a.js';
 import type { ErrorBody } from '../../protocol/errors.js';
 import type { HandoffRequest } from '../../protocol/handoff.js';
 import type { RouteStep } from '../../protocol/metadata.js';
-import type { MemorySummary } from '../../protocol/conversation.js';
+import type { MemorySummary, TurnUsage } from '../../protocol/conversation.js';
+import type { ApprovalWait } from '../../protocol/approval.js';
 import type { AgentDirectory } from '../../routing/route.js';
 import type { HandoffOutput } from '../handoff.js';
 import type { OrchestrationStrategy } from '../orchestration.js';
@@ -51,6 +52,8 @@ export interface Turn {
   clarifying?: boolean;
   /** A fan-out's answers being synthesised into one (the child `synthesize`). */
   synthesis?: SynthesisInput;
+  /** The tokens each answer of the turn says it cost, in order (its final message carries their sum). */
+  usage?: Array<{ agent: string; usage: TurnUsage }>;
 }
 
 /** What the synthesis of several answers reads: the user's question and each agent's answer. */
@@ -106,6 +109,8 @@ export interface ThreadContext {
   answered?: boolean;
   /** The summary each agent wrote of the older turns it was given (memory.ts), by agent id. */
   memory?: Record<string, MemorySummary>;
+  /** The tool approval an agent waits on, and its deadline (approval.ts). */
+  approval?: ApprovalWait;
 }
 
 export type ThreadEvent =
@@ -116,7 +121,9 @@ export type ThreadEvent =
   /** Sent by the host right after restoring a snapshot: timers were not persisted, re-arm them. */
   | { type: 'troupe.restored'; now: number }
   /** The handoff child ended on its own (deadline) or after the thread ended it. */
-  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput };
+  | { type: 'xstate.done.actor.handoff'; output: HandoffOutput }
+  /** The deadline of the approval asked in message `messageId` passed (a delayed event the thread raises, approval.ts). */
+  | { type: 'troupe.approval.timeout'; messageId: string };
 
 export interface ThreadStatusEmitted {
   type: 'troupe.thread.status';
