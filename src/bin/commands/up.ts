@@ -8,6 +8,9 @@ import { installProcessGuards } from '../../observability/guard.js';
 import { natsCheck } from '../../observability/probes.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../team/team.js';
 import { KvThreadStore } from '../../store/kv.js';
+import { MemoryCheckpointStore } from '../../store/checkpoints.js';
+import { StreamCheckpointStore } from '../../store/checkpoint-stream.js';
+import { DEFAULT_CHECKPOINTS_KEPT } from '../../protocol/checkpoint.js';
 import { connect, globals, onShutdown, startObservability } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color } from '../output.js';
@@ -59,11 +62,25 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   try {
     store = await KvThreadStore.open(transport.jetstreamConnection, { ttlMs: opts.threadTtl, ...replicas, logger, setupDeadlineMs: opts.setupTimeout });
     if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
+    // Checkpoints live as long as their threads (the bucket's max age), as many per thread as the team says.
+    const keep = nodeOptionsOf(team).config?.checkpoints ?? DEFAULT_CHECKPOINTS_KEPT;
+    const checkpoints =
+      keep > 0
+        ? await StreamCheckpointStore.open(transport.jetstreamConnection, {
+            tenant: g.tenant,
+            keep,
+            ttlMs: store.ttlMs,
+            ...replicas,
+            logger,
+            setupDeadlineMs: opts.setupTimeout,
+          })
+        : new MemoryCheckpointStore({ keep: 0 });
     node = await new TroupeNode({
       transport,
       tenant: g.tenant,
       logger,
       store,
+      checkpoints,
       ...nodeOptionsOf(team),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
