@@ -10,7 +10,16 @@
  * Erasing a thread purges its subject. Only node users publish or read below `nodes`; operators and owners
  * read checkpoints through the node (ctl and req verbs).
  */
-import { DeliverPolicy, DiscardPolicy, RetentionPolicy, StorageType, jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  DiscardPolicy,
+  type MsgRequest,
+  type NextMsgRequest,
+  RetentionPolicy,
+  StorageType,
+  jetstream,
+  jetstreamManager,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { DEFAULT_MAX_PAYLOAD, TroupeError } from '../protocol/index.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
@@ -21,8 +30,11 @@ import { checkKeep, decodeCheckpoint, encodeCheckpoint, type CheckpointStore, ty
 import { DEFAULT_THREAD_TTL_MS } from './kv.js';
 
 export const CHECKPOINT_STREAM = 'TROUPE_CHECKPOINTS';
-/** The stream's cap on disk by default: past it the oldest checkpoints of any thread go first. */
-export const DEFAULT_CHECKPOINT_MAX_BYTES = 512 * 1024 * 1024;
+/**
+ * The stream's cap on disk by default: past it the oldest checkpoints of any thread go first. The stream
+ * reserves it (times its replicas) from the account's JetStream storage (4 GiB for a `troupe creds` tenant).
+ */
+export const DEFAULT_CHECKPOINT_MAX_BYTES = 64 * 1024 * 1024;
 /** How long one read or write waits for the stream. */
 const CALL_TIMEOUT_MS = 5_000;
 
@@ -115,13 +127,15 @@ export class StreamCheckpointStore implements CheckpointStore {
       const info = await this.#jsm.streams.info(CHECKPOINT_STREAM, { subjects_filter: subject });
       const count = info.state.subjects?.[subject] ?? 0;
       if (count === 0) return [];
-      // One ordered consumer over the thread's subject: a request per stream message, not per checkpoint.
-      const consumer = await jetstream(this.#nc).consumers.get(CHECKPOINT_STREAM, { filter_subjects: [subject], deliver_policy: DeliverPolicy.All });
+      // The thread's messages one after another (`next_by_subj`, which servers from 2.9 answer): at most `keep`.
       const out: StoredCheckpoint[] = [];
-      const messages = await consumer.fetch({ max_messages: count, expires: CALL_TIMEOUT_MS });
-      for await (const m of messages) {
+      let seq = 0;
+      while (out.length < count) {
+        // The API takes `next_by_subj` with `seq` (the first message at or after it on the subject); the client's type lists only its direct-get form.
+        const m = await this.#jsm.streams.getMessage(CHECKPOINT_STREAM, { seq: seq + 1, next_by_subj: subject } as NextMsgRequest as unknown as MsgRequest);
+        if (!m) break;
         out.push(decodeCheckpoint(m.data, `checkpoint at ${CHECKPOINT_STREAM} seq ${m.seq}`));
-        if (m.info.pending === 0) break;
+        seq = m.seq;
       }
       return out;
     } catch (err) {

@@ -9,7 +9,8 @@ import { natsCheck } from '../../observability/probes.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../team/team.js';
 import { KvThreadStore } from '../../store/kv.js';
 import { MemoryCheckpointStore } from '../../store/checkpoints.js';
-import { StreamCheckpointStore } from '../../store/checkpoint-stream.js';
+import { CHECKPOINT_STREAM, DEFAULT_CHECKPOINT_MAX_BYTES, StreamCheckpointStore } from '../../store/checkpoint-stream.js';
+import { TroupeError } from '../../protocol/errors.js';
 import { DEFAULT_CHECKPOINTS_KEPT } from '../../protocol/checkpoint.js';
 import { connect, globals, onShutdown, startObservability } from '../cli.js';
 import demoTeam from '../demo/team.js';
@@ -73,6 +74,15 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
             ...replicas,
             logger,
             setupDeadlineMs: opts.setupTimeout,
+          }).catch((err: unknown) => {
+            // JetStream not answering stops the node as for its other streams; a refusal (the account's
+            // storage used up) leaves it running without checkpoints, and says so.
+            if (err instanceof TroupeError && err.code === 'TRANSPORT_ERROR') throw err;
+            logger.warn(
+              { err: (err as Error).message, stream: CHECKPOINT_STREAM, maxBytes: DEFAULT_CHECKPOINT_MAX_BYTES },
+              'could not create the checkpoint stream: running without checkpoints (raise the account JetStream storage, or set checkpoints: 0)',
+            );
+            return new MemoryCheckpointStore({ keep: 0 });
           })
         : new MemoryCheckpointStore({ keep: 0 });
     node = await new TroupeNode({
