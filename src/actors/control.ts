@@ -1,8 +1,9 @@
 /**
  * The node's answers to requests: `req.<P>.<verb>` (a principal's owner-checked requests about its own
- * threads: task, list, cancel) and `ctl.<verb>` (operator requests: ps, inspect, cancel, rehydrate,
- * delete, threads, thread, memory, dlq). Each validates its request, calls into the thread host or the
- * registry, and answers with a reply or a typed error. The node subscribes them (node.ts).
+ * threads: task, list, cancel, history, checkpoint, fork) and `ctl.<verb>` (operator requests: ps, inspect,
+ * cancel, rehydrate, delete, threads, thread, memory, dlq, history, checkpoint, fork). Each validates its
+ * request, calls into the thread host or the registry, and answers with a reply or a typed error. The node
+ * subscribes them (node.ts).
  */
 import type { Logger } from 'pino';
 import type { NatsConnection } from '@nats-io/transport-node';
@@ -24,7 +25,10 @@ import {
   type PsReply,
   type Task,
   type TaskListReply,
+  CTL,
+  type ClientCheckpointVerb,
 } from '../protocol/index.js';
+import { summaryOf, viewOf } from './threads/checkpoints.js';
 import { principalOfRequest } from '../transport/subjects.js';
 import type { InboundMessage } from '../transport/types.js';
 import { redact, redactKeeping } from '../observability/redact.js';
@@ -129,7 +133,48 @@ export class ControlHandlers {
     }
   }
 
+  /**
+   * A thread's checkpoints for its owner (`req.<P>.history|checkpoint|fork`): the same answers as the
+   * operator verbs, unredacted (they are the owner's own messages), and "not yours" is THREAD_NOT_FOUND.
+   */
+  async onClientCheckpoint(msg: InboundMessage, verb: ClientCheckpointVerb): Promise<void> {
+    try {
+      const principal = principalOfRequest(msg.subject);
+      if (!principal) throw new TroupeError('INVALID_MESSAGE', 'request on a malformed subject');
+      const owner = this.opts.ownerOf(principal, msg.headers);
+      if (owner instanceof TroupeError) throw owner;
+      msg.respond(encodeJson(await this.checkpointReply(msg, verb, owner)));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
   // ---- operator control --------------------------------------------------------------------------------
+
+  /** `ctl.history|checkpoint|fork`: any thread of the tenant, its messages redacted as `ctl.thread` shows them. */
+  async onCheckpointCtl(msg: InboundMessage, verb: ClientCheckpointVerb): Promise<void> {
+    try {
+      msg.respond(encodeJson(await this.checkpointReply(msg, verb, undefined)));
+    } catch (err) {
+      msg.respond(encodeJson(TroupeError.from(err, 'WORKFLOW_ERROR').toReply()));
+    }
+  }
+
+  private async checkpointReply(msg: InboundMessage, verb: ClientCheckpointVerb, owner: string | undefined): Promise<CtlReply<ClientCheckpointVerb>> {
+    const operator = owner === undefined;
+    const shown = <T>(value: T, threadId: string): T => (operator ? (redactKeeping(value, threadId) as T) : value);
+    if (verb === 'history') {
+      const { threadId } = decode(CTL.history.request, msg.data, 'history request', 4096);
+      const { keep, checkpoints } = await this.opts.threads.history(threadId, owner);
+      return { kind: 'history', threadId, keep, checkpoints: checkpoints.map((c) => shown(summaryOf(c), threadId)) };
+    }
+    if (verb === 'checkpoint') {
+      const { threadId, n } = decode(CTL.checkpoint.request, msg.data, 'checkpoint request', 4096);
+      return { kind: 'checkpoint', checkpoint: shown(viewOf(await this.opts.threads.checkpoint(threadId, n, owner)), threadId) };
+    }
+    const { threadId, n, newThreadId } = decode(CTL.fork.request, msg.data, 'fork request', 4096);
+    return this.opts.threads.fork(threadId, n, { ...(owner !== undefined ? { owner } : {}), ...(newThreadId ? { newThreadId } : {}) });
+  }
 
   onPs(msg: InboundMessage): void {
     msg.respond(encodeJson(this.opts.ps()));

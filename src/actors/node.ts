@@ -6,8 +6,9 @@
  * - `in.<P>.<T>` (durable: the TROUPE_IN stream; else a queue subscription): a user message of
  *   principal P into thread T. The owner of a thread is P, or `P/<user>` when P names a user in the
  *   `Troupe-User` header (the gateway serves many users on one principal).
- * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, list, cancel).
- * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, delete, memory, dlq).
+ * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, list, cancel, history, checkpoint, fork).
+ * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, delete, memory, dlq,
+ *   history, checkpoint, fork).
  * The handlers of `req` and `ctl` are in control.ts; this file wires them, and takes user messages in.
  * Every bad input gets a typed error on the requester's reply or on its `out` subject; none can end the
  * process.
@@ -32,6 +33,7 @@ import {
   type ThreadAck,
 } from '../protocol/index.js';
 import type { ThreadStore } from '../store/types.js';
+import type { CheckpointStore } from '../store/checkpoints.js';
 import type { SanitiserPolicy } from '../sanitiser/sanitiser.js';
 import type { Synthesizer } from '../llm/synthesis.js';
 import { parseThreadIn, rejectionOutOf, subjects } from '../transport/subjects.js';
@@ -55,6 +57,8 @@ export interface NodeOptions {
   tenant?: string;
   nodeId?: string;
   store?: ThreadStore;
+  /** Where thread checkpoints go (ThreadHostOptions.checkpoints). */
+  checkpoints?: CheckpointStore;
   config?: Partial<ThreadConfig>;
   policy?: RouterPolicy;
   logger?: Logger;
@@ -133,6 +137,7 @@ export class TroupeNode {
       tenant: this.tenant,
       nodeId: this.nodeId,
       ...(opts.store ? { store: opts.store } : {}),
+      ...(opts.checkpoints ? { checkpoints: opts.checkpoints } : {}),
       ...(opts.config ? { config: opts.config } : {}),
       ...(opts.policy ? { policy: opts.policy } : {}),
       ...(opts.idleMs !== undefined ? { idleMs: opts.idleMs } : {}),
@@ -206,6 +211,11 @@ export class TroupeNode {
     this.subs.push(
       t.subscribe(subjects.clientRequestAll(this.tenant, 'cancel'), (m) => this.control.onClientRequest(m, 'cancel'), durable ? {} : { queue: 'troupe-req' }),
     );
+    // Checkpoints are read from their store and a fork is a new record: any node may answer.
+    for (const verb of ['history', 'checkpoint', 'fork'] as const) {
+      this.subs.push(t.subscribe(subjects.clientRequestAll(this.tenant, verb), (m) => void this.control.onClientCheckpoint(m, verb), { queue: 'troupe-req' }));
+      this.subs.push(t.subscribe(subjects.ctl(this.tenant, verb), (m) => void this.control.onCheckpointCtl(m, verb), { queue: 'troupe-ctl' }));
+    }
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'ps'), (m) => this.control.onPs(m)));
     this.subs.push(t.subscribe(subjects.ctl(this.tenant, 'inspect'), (m) => this.control.onInspect(m)));
     // Only the owner of a thread acts on it, so these reach every node and the owner answers.

@@ -319,6 +319,36 @@ program
   );
 
 program
+  .command('history <thread>')
+  .description("a thread's checkpoints, one per committed turn (turn, time, state, route, answer); --diff a..b: what changed between two")
+  .option('--diff <a..b>', 'what changed from checkpoint a to checkpoint b: messages added, state, context fields (--json: as data)')
+  .addHelpText('after', examples('troupe history t-0193d2c1-7c1e-7b7a-9a51-2b7f4e8d9c10', 'troupe history t-0193d2c1-7c1e-7b7a-9a51-2b7f4e8d9c10 --diff 2..3'))
+  .action(async (...args: unknown[]) =>
+    (await import('./commands/history.js')).history(...(args as Parameters<typeof import('./commands/history.js').history>)),
+  );
+
+program
+  .command('fork <thread>')
+  .description(
+    'a new thread (a new context) whose state is a checkpoint of one of your threads; optionally continue it with a message, or replay the message that came next',
+  )
+  .requiredOption('--at <n>', 'the checkpoint to fork from (troupe history lists them)', int(1))
+  .option('--message <text>', 'send this into the new thread and print the answer')
+  .option('--replay', 'send the message that came after the checkpoint to the agents as they are now, and show both answers side by side')
+  .option('--into <id>', 'the new thread id (default: a new one)')
+  .option('--user <user>', "the user the thread belongs to (a gateway user: with the gateway principal's credentials)")
+  .option('--timeout <ms>', 'how long to wait for the answer', int(1), 60_000)
+  .addHelpText(
+    'after',
+    examples(
+      'troupe fork t-0193d2c1-7c1e-7b7a-9a51-2b7f4e8d9c10 --at 2',
+      'troupe fork t-0193d2c1-7c1e-7b7a-9a51-2b7f4e8d9c10 --at 2 --message "and in French?"',
+      'troupe fork t-0193d2c1-7c1e-7b7a-9a51-2b7f4e8d9c10 --at 2 --replay',
+    ),
+  )
+  .action(async (...args: unknown[]) => (await import('./commands/history.js')).fork(...(args as Parameters<typeof import('./commands/history.js').fork>)));
+
+program
   .command('rehydrate <id>')
   .description('drop the live actor of a thread and reload it from the store')
   .addHelpText('after', examples('troupe rehydrate 6f1c2a7e-0d3b-4c55-9a61-2b7f4e8d9c10'))

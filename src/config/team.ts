@@ -15,6 +15,7 @@ import { dirname, extname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_THREAD_CONFIG, type ThreadConfig } from './thread.js';
+import { DEFAULT_CHECKPOINTS_KEPT, MAX_CHECKPOINTS_KEPT } from '../protocol/checkpoint.js';
 import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './router-prompts.js';
 import { USER_MODULE_EXTENSIONS } from './user-module.js';
 import { checkModel, ModelConfigSchema, validateAgentFile } from './agent.js';
@@ -143,6 +144,8 @@ export const TeamConfigSchema = z.strictObject({
   routing: RoutingSchema.prefault({}),
   orchestration: OrchestrationSchema.prefault({}),
   permissions: PermissionsSchema.optional(),
+  /** Checkpoints each thread keeps, one per committed turn (`troupe history`, `troupe fork`); 0 turns them off. */
+  checkpoints: z.int().min(0).max(MAX_CHECKPOINTS_KEPT).default(DEFAULT_CHECKPOINTS_KEPT),
 });
 export type TeamConfig = z.infer<typeof TeamConfigSchema>;
 
@@ -376,6 +379,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
     ...(fallbackReason ? { fallbackReasonTemplate: fallbackReason } : {}),
     ...(config.router ? { routerHistoryMessages: config.router.history_messages } : {}),
     handoffMaxDurationMs: r.handoff_max_duration_ms,
+    ...(config.checkpoints !== DEFAULT_CHECKPOINTS_KEPT ? { checkpoints: config.checkpoints } : {}),
     ...(r.task_end === 'answer' ? { taskEnd: 'answer' as const } : {}),
     ...(config.permissions
       ? {

@@ -40,6 +40,11 @@ export interface ThreadConfig {
    * context then starts a new task of the same context.
    */
   taskEnd?: 'open' | 'answer';
+  /**
+   * Checkpoints each thread keeps (time travel: `troupe history`, `troupe fork`), one per committed turn,
+   * the oldest going first; 0 turns them off. Default 50. Read by the node, not the thread machine.
+   */
+  checkpoints?: number;
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /**

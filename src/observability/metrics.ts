@@ -62,6 +62,12 @@ export const metrics = {
     labelNames: ['result'] as const,
     registers: [registry],
   }),
+  checkpoints: new Counter({
+    name: 'troupe_checkpoints_total',
+    help: 'Thread checkpoints stored after a turn (time travel), by result: ok, error',
+    labelNames: ['result'] as const,
+    registers: [registry],
+  }),
   kvConflicts: new Counter({
     name: 'troupe_kv_conflicts_total',
     help: 'Thread writes that lost a compare-and-set: another node wrote the thread (a takeover)',

@@ -1,7 +1,7 @@
 /**
  * Control requests and replies: operator verbs on `troupe.<t>.ctl.<verb>` (ps, inspect, threads, thread,
- * rehydrate, cancel, dlq) and a client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` (task,
- * cancel, list). The node, the CLI, the client SDK and the gateway all read these schemas.
+ * rehydrate, cancel, dlq, history, checkpoint, fork) and a client's owner-checked requests on
+ * `troupe.<t>.req.<P>.<verb>` (task, cancel, list, history, checkpoint, fork). The node, the CLI, the client SDK and the gateway all read these schemas.
  *
  * `CTL` lists the operator verbs one node answers (request in, reply out) with their schemas: the node
  * decodes requests with them, `TroupeClient.ctl(verb, body)` validates the reply and returns its type.
@@ -10,6 +10,7 @@
 import { z } from 'zod';
 import { TaskSchema, TaskStateSchema } from './a2a.js';
 import { idSchema } from './ids.js';
+import { CheckpointReplySchema, CheckpointRequestSchema, ForkReplySchema, ForkRequestSchema, HistoryReplySchema, HistoryRequestSchema } from './checkpoint.js';
 
 /** One live actor as listed by `troupe ps`. */
 export const ActorInfoSchema = z.object({
@@ -196,7 +197,21 @@ export const CTL = {
   delete: { request: ThreadCtlSchema, reply: DeleteReplySchema },
   dlq: { request: DlqRequestSchema, reply: DlqReplySchema },
   memory: { request: MemoryRequestSchema, reply: MemoryReplySchema },
+  history: { request: HistoryRequestSchema, reply: HistoryReplySchema },
+  checkpoint: { request: CheckpointRequestSchema, reply: CheckpointReplySchema },
+  fork: { request: ForkRequestSchema, reply: ForkReplySchema },
 } as const;
+
+/**
+ * A client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` about one of its threads' checkpoints
+ * (the Troupe-User header names the user): the same bodies as the operator verbs, only for the owner.
+ */
+export const CLIENT_CHECKPOINT_VERBS = {
+  history: CTL.history,
+  checkpoint: CTL.checkpoint,
+  fork: CTL.fork,
+} as const;
+export type ClientCheckpointVerb = keyof typeof CLIENT_CHECKPOINT_VERBS;
 export type CtlVerb = keyof typeof CTL;
 export type CtlRequest<V extends CtlVerb> = z.input<(typeof CTL)[V]['request']>;
 export type CtlReply<V extends CtlVerb> = z.infer<(typeof CTL)[V]['reply']>;

@@ -42,6 +42,7 @@ export const ERROR_CODES = {
   TENANT_FORBIDDEN: { jsonRpc: -32001, refusal: true, hint: 'that thread belongs to another tenant' },
   THREAD_NOT_FOUND: { jsonRpc: -32001, refusal: true, hint: 'no thread with that id; list them with `troupe threads`' },
   THREAD_CLOSED: { jsonRpc: -32002, refusal: true, hint: 'the task has ended; start a new thread' },
+  CHECKPOINT_NOT_FOUND: { jsonRpc: -32001, refusal: true, hint: 'no checkpoint with that number; list them with `troupe history <thread>`' },
   THREAD_BUSY: { jsonRpc: -32603, hint: 'a turn of the thread is in flight; cancel the thread or retry once it is answered' },
   STORE_CONFLICT: { jsonRpc: -32603, hint: 'the thread record changed under us; retry' },
   STORE_CORRUPT: { jsonRpc: -32603, terminal: true, hint: 'the stored thread record is invalid; inspect it with `troupe thread <id>`' },

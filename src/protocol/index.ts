@@ -6,6 +6,7 @@ export * from './codec.js';
 export * from './wire.js';
 export * from './handoff.js';
 export * from './ctl.js';
+export * from './checkpoint.js';
 export * from './ids.js';
 export * from './limits.js';
 export * from './metadata.js';

@@ -38,6 +38,8 @@ export const META = {
   artifactsTruncated: 'troupe/artifactsTruncated',
   /** Text part: the file it was read from ({ name, type, pages?, sheets?... }), in eval test cases. */
   file: 'troupe/file',
+  /** Stored Task: the thread and checkpoint this thread was forked from ({ threadId, checkpoint }, `troupe fork`). */
+  forkedFrom: 'troupe/forkedFrom',
   /** Stored Task: who owns the thread (`<principal>` or `<principal>/<user>`). */
   owner: 'troupe/owner',
   /** Stored Task / message: the open handoff or what became of one ({ targetAgentId, sourceAgentId, phase } / { status, reason }). */

@@ -46,6 +46,7 @@ import {
   type Task,
   type TaskStatusUpdateEvent,
   type ThreadEvent,
+  type ClientCheckpointVerb,
 } from '../protocol/index.js';
 import { CLIENT_ROUTING_URI } from '../protocol/routing.js';
 import { subjects } from '../transport/subjects.js';
@@ -431,6 +432,24 @@ export class TroupeClient {
 
   async rehydrate(threadId: string): Promise<string> {
     return this.threadCtl('rehydrate', threadId);
+  }
+
+  /**
+   * A checkpoint request about one of your threads (with `user`: that user's): `history` lists its
+   * checkpoints, `checkpoint` reads one whole, `fork` makes a new thread (yours) from one. THREAD_NOT_FOUND
+   * when the thread does not exist or is not yours; CHECKPOINT_NOT_FOUND when it does not keep that one.
+   */
+  async checkpoints<V extends ClientCheckpointVerb>(verb: V, body: CtlRequest<V>, opts: { user?: string } = {}): Promise<CtlReply<V>> {
+    checkId('thread', body.threadId);
+    const data = await this.requestOrExplain(
+      subjects.clientRequest(this.tenant, this.principal, verb),
+      encodeJson(body),
+      10_000,
+      opts.user !== undefined ? { [HEADERS.user]: checkId('user', opts.user) } : undefined,
+    );
+    const reply = decode(z.union([CTL[verb].reply as unknown as z.ZodType<CtlReply<V>>, ErrorReplySchema]), data, `${verb} reply`, MAX_CTL_REPLY_BYTES);
+    if (isErrorReply(reply)) throw TroupeError.fromBody(reply.error);
+    return reply;
   }
 
   /**

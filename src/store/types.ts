@@ -34,6 +34,12 @@ export const ThreadRecordSchema = z.object({
     )
     .max(64)
     .optional(),
+  /**
+   * The thread's latest checkpoint (time travel): its number, and what it was taken of (turns and state), so
+   * that whichever node writes the thread next numbers the next one and takes none for a write that
+   * changed nothing a checkpoint shows.
+   */
+  checkpoint: z.object({ n: z.number().int().min(1), key: z.string().max(200) }).optional(),
   /** The node that wrote this revision (diagnostics; the thread's owner — who may use it — is in the Task metadata). */
   node: z.string().optional(),
   /**

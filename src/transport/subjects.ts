@@ -52,6 +52,9 @@ export const subjects = {
   /** After a node published the final answer of thread T: which message it answered (kept by the stream TROUPE_ANSWERED; nodes only). */
   answerPublished: (tenant: string, threadId: string) => `${t(tenant)}.nodes.published.${checkId('thread', threadId)}`,
   answerPublishedAll: (tenant: string) => `${t(tenant)}.nodes.published.*`,
+  /** The checkpoints of thread T (kept by the stream TROUPE_CHECKPOINTS; nodes only: others read them through ctl and req). */
+  checkpoint: (tenant: string, threadId: string) => `${t(tenant)}.nodes.checkpoint.${checkId('thread', threadId)}`,
+  checkpointAll: (tenant: string) => `${t(tenant)}.nodes.checkpoint.*`,
   /** Inspection records of thread T and every actor under it (protocol/inspection.ts). */
   inspectThread: (tenant: string, threadId: string) => `${t(tenant)}.inspect.thread.${checkId('thread', threadId)}`,
   /** Inspection records of one instance of agent A (the broker lets A publish only below `inspect.agent.A`). */

@@ -20,7 +20,7 @@
 import type { Logger } from 'pino';
 import { TroupeError } from '../../protocol/errors.js';
 import type { TaskStatusUpdateEvent } from '../../protocol/a2a.js';
-import type { ThreadStore } from '../../store/types.js';
+import type { ThreadRecord, ThreadStore } from '../../store/types.js';
 import type { LiveThread } from './live.js';
 import { recordOf } from './record.js';
 import { metrics } from '../../observability/metrics.js';
@@ -42,9 +42,12 @@ export interface CommitterOptions {
   shouldWrite: (live: LiveThread) => boolean;
   /**
    * After every successful write, with the final events it included (the host publishes or hands them on);
-   * `wrote` is false when there was nothing new to write (the store still holds another write).
+   * `wrote` is false when there was nothing new to write (the store still holds another write); else
+   * `written` is the record written and its revision.
    */
-  committed: (live: LiveThread, finals: TaskStatusUpdateEvent[], wrote: boolean) => void;
+  committed: (live: LiveThread, finals: TaskStatusUpdateEvent[], wrote: boolean, written?: { record: ThreadRecord; revision: number }) => void;
+  /** Mark the writes that are checkpoints (time travel: `recordOf`). */
+  checkpoints?: boolean;
 }
 
 const MAX_TRIMS = 12;
@@ -120,10 +123,10 @@ export class Committer {
       live.changed = false;
       let record: ReturnType<typeof recordOf> | undefined;
       try {
-        record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now() });
+        record = recordOf(live, { tenant: this.opts.tenant, node: this.opts.nodeId, now: this.opts.now(), checkpoints: this.opts.checkpoints === true });
         live.revision = live.revision === undefined ? await this.opts.store.create(record) : await this.opts.store.update(record, live.revision);
         metrics.kvWrites.inc({ result: 'ok' });
-        this.opts.committed(live, outbox, true);
+        this.opts.committed(live, outbox, true, { record, revision: live.revision });
         return;
       } catch (err) {
         const error = TroupeError.from(err, 'TRANSPORT_ERROR');

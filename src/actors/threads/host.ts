@@ -47,6 +47,10 @@ import { Residency } from './residency.js';
 import { StatusPublisher } from './status.js';
 import { firstTurn, hopSpan } from './turns.js';
 import type { AnsweredLog } from '../../transport/jetstream/answered.js';
+import { v7 as uuidv7 } from 'uuid';
+import { DEFAULT_CHECKPOINTS_KEPT, type ForkReply } from '../../protocol/checkpoint.js';
+import { MemoryCheckpointStore, type CheckpointStore, type StoredCheckpoint } from '../../store/checkpoints.js';
+import { Checkpointer, forkRecord } from './checkpoints.js';
 
 export type { StoredCopy } from './answers.js';
 export { principalOf } from './status.js';
@@ -70,6 +74,11 @@ export interface ThreadHostOptions {
    * live. Default 30 s; 0 keeps actors until `idleMs` (and those in a handoff until their deadline).
    */
   dormantMs?: number;
+  /**
+   * Where checkpoints go (time travel). Default: in memory when the threads are (no `store`), else none. A
+   * store keeping 0 turns them off.
+   */
+  checkpoints?: CheckpointStore;
   /** Publish inspection records from the start (without `inspection`). */
   inspect?: boolean;
   /** Context sanitiser for what agents pass each other (default policy when absent; false: off). */
@@ -114,6 +123,8 @@ export class ThreadHost {
   private readonly answers: Answers;
   private readonly status: StatusPublisher;
   private readonly residency: Residency;
+  /** Checkpoints of threads (time travel); undefined when off. */
+  readonly checkpoints?: Checkpointer;
   readonly inspection: InspectionPublisher;
   private unsubscribeRegistry?: () => void;
 
@@ -146,17 +157,21 @@ export class ThreadHost {
       duplicateWindowMs: opts.duplicateWindowMs,
       publishToOwner: (live, event, span) => this.status.publishToOwner(live, event, span),
     });
+    const checkpoints = opts.checkpoints ?? (opts.store ? undefined : new MemoryCheckpointStore({ keep: this.config.checkpoints ?? DEFAULT_CHECKPOINTS_KEPT }));
+    if (checkpoints && checkpoints.keep > 0) this.checkpoints = new Checkpointer({ tenant: this.tenant, store: checkpoints, log: this.log, now: this.now });
     this.committer = new Committer({
       tenant: this.tenant,
       nodeId: opts.nodeId,
       store: this.store,
       now: this.now,
       log: this.log,
-      committed: (live, finals, wrote) => {
+      checkpoints: this.checkpoints !== undefined,
+      committed: (live, finals, wrote, written) => {
         // The node the stored record names: the one to ask whether the thread's latest answer went out. A
         // commit with nothing new wrote nothing, and the record still names the node that answered.
         if (wrote) live.committedBy = opts.nodeId;
         this.answers.afterCommit(live, finals);
+        if (written) this.checkpoints?.committed(live, written.record, written.revision);
       },
       shouldWrite: (live) => atRest(live.actor.getSnapshot()),
       drop: (live, error) => this.residency.drop(live, error),
@@ -513,8 +528,70 @@ export class ThreadHost {
    * answer); a thread that is nowhere is THREAD_NOT_FOUND. A message arriving meanwhile waits, then starts a
    * new thread of the same id.
    */
-  erase(threadId: string): Promise<void> {
-    return this.residency.erase(threadId);
+  async erase(threadId: string): Promise<void> {
+    try {
+      await this.residency.erase(threadId);
+    } catch (err) {
+      // A thread whose record expired may still have checkpoints: they go too.
+      if (err instanceof TroupeError && err.code === 'THREAD_NOT_FOUND') await this.eraseCheckpoints(threadId);
+      throw err;
+    }
+    await this.eraseCheckpoints(threadId);
+  }
+
+  private async eraseCheckpoints(threadId: string): Promise<void> {
+    if (!this.checkpoints) return;
+    await this.checkpoints.settled(threadId);
+    await this.checkpoints.store.erase(this.tenant, threadId);
+  }
+
+  /** A thread's checkpoints, oldest first; with an `owner`, only that owner's thread. */
+  async history(threadId: string, owner?: string): Promise<{ keep: number; checkpoints: StoredCheckpoint[] }> {
+    if (!this.checkpoints) {
+      // Off: the thread is still told apart from one that does not exist.
+      await this.task(threadId, owner);
+      return { keep: 0, checkpoints: [] };
+    }
+    await this.checkpoints.settled(threadId);
+    return {
+      keep: this.checkpoints.store.keep,
+      checkpoints: await this.checkpoints.list(threadId, { threads: this.store, ...(owner !== undefined ? { owner } : {}) }),
+    };
+  }
+
+  /** One checkpoint; CHECKPOINT_NOT_FOUND when the thread does not keep it. */
+  async checkpoint(threadId: string, n: number, owner?: string): Promise<StoredCheckpoint> {
+    if (!this.checkpoints) {
+      await this.task(threadId, owner);
+      throw new TroupeError('CHECKPOINT_NOT_FOUND', `thread ${threadId} has no checkpoints: they are off on this mesh (checkpoints: 0)`);
+    }
+    await this.checkpoints.settled(threadId);
+    return this.checkpoints.get(threadId, n, { threads: this.store, ...(owner !== undefined ? { owner } : {}) });
+  }
+
+  /**
+   * A new thread (a new A2A context) whose state is checkpoint `n` of `threadId`, written to the store: its
+   * first message loads it on whichever node owns it. Its owner is the source's. With an `owner`, only that
+   * owner's thread forks. A `newThreadId` in use is refused (INVALID_MESSAGE).
+   */
+  async fork(threadId: string, n: number, opts: { owner?: string; newThreadId?: string } = {}): Promise<ForkReply> {
+    const source = await this.checkpoint(threadId, n, opts.owner);
+    const { record, reply } = forkRecord(source, {
+      threadId: opts.newThreadId ?? `t-${uuidv7()}`,
+      now: this.now(),
+      node: this.opts.nodeId,
+      machine: this.machine,
+      config: this.config,
+    });
+    try {
+      await this.store.create(record);
+    } catch (err) {
+      if (err instanceof TroupeError && err.code === 'STORE_CONFLICT')
+        throw new TroupeError('INVALID_MESSAGE', `thread ${record.threadId} exists already: fork into a new id`, { threadId: record.threadId });
+      throw err;
+    }
+    this.log.info({ thread: reply.threadId, from: threadId, checkpoint: n }, 'thread forked');
+    return reply;
   }
 
   /** Passivates one thread by id, dormant or live, keeping nothing of it; false when neither is here. */

@@ -6,6 +6,7 @@ import type { Artifact, Message, TaskState, TaskStatusUpdateEvent } from '../../
 import type { Span } from '../../observability/tracing.js';
 import type { ArrayJson } from '../../store/codec.js';
 import type { HistoryIds } from './history-ids.js';
+import type { CheckpointTurn } from '../../protocol/checkpoint.js';
 
 /** A turn in progress as metrics and traces see it: when it (and its current step) started, its spans. */
 export interface TurnWatch {
@@ -121,6 +122,12 @@ export interface LiveThread {
   committedBy?: string;
   /** Inbound stream sequence of the last message accepted (durable ingress): anything at or below is a redelivery. */
   inboundSeq?: number;
+  /** The thread's latest checkpoint: its number and what it was taken of (checkpoints.ts `checkpointMark`). */
+  checkpoint?: { n: number; key: string };
+  /** The thread and checkpoint a forked thread came from (kept in its Task's metadata). */
+  forkedFrom?: { threadId: string; checkpoint: number };
+  /** What the last turn did, from its final status, for the checkpoint its commit takes. */
+  lastTurn?: CheckpointTurn;
 }
 
 /** Stream copies remembered per thread (`LiveThread.taken`, kept in its record). */
@@ -163,4 +170,18 @@ export function atRest(snapshot: { status: string; value: unknown }): boolean {
   if (snapshot.status !== 'active') return true;
   const state = taskStateOf(snapshot.value);
   return state !== 'working' && state !== 'submitted';
+}
+
+/**
+ * The checkpoint mark a write of the thread carries (time travel, checkpoints.ts): a new checkpoint's when
+ * the thread is at rest and its turns, state or history differ from the last checkpoint's, else the last one's.
+ */
+export function checkpointMark(
+  live: LiveThread,
+  snapshot: { status: string; value: unknown; context: { turns: number; history: unknown[] } },
+): LiveThread['checkpoint'] {
+  if (!atRest(snapshot)) return live.checkpoint;
+  const key = `${snapshot.context.turns}:${taskStateOf(snapshot.value)}:${snapshot.context.history.length}`;
+  if (live.checkpoint?.key === key) return live.checkpoint;
+  return { n: (live.checkpoint?.n ?? 0) + 1, key };
 }

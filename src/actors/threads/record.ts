@@ -11,7 +11,7 @@ import { ArrayJson, arrayJsonText, historyChecked } from '../../store/codec.js';
 import type { ThreadRecord } from '../../store/types.js';
 import type { ThreadConfig, ThreadContext } from '../../machines/thread.js';
 import type { AgentDirectory } from '../../routing/route.js';
-import type { DormantThread, LiveThread } from './live.js';
+import { checkpointMark, type DormantThread, type LiveThread } from './live.js';
 
 const SLIM = 'troupe/slim';
 /** In a dormant thread's copy: its config is its node's, left out. */
@@ -24,12 +24,14 @@ const NODE_CONFIG = 'troupe/nodeConfig';
  */
 const ENCODE_ONCE_FROM = 16;
 
-export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number }): ThreadRecord {
+/** `checkpoints`: mark a write that is a checkpoint (checkpoints.ts `checkpointMark`). */
+export function recordOf(live: LiveThread, opts: { tenant: string; node: string; now: number; checkpoints?: boolean }): ThreadRecord {
   const snap = live.actor.getSnapshot();
   const ctx = snap.context;
   const state = taskStateOf(snap.value);
   const statusMessage = live.lastStatus?.final ? live.lastStatus.message : undefined;
   const at = new Date(opts.now).toISOString();
+  const checkpoint = opts.checkpoints ? checkpointMark(live, snap) : live.checkpoint;
   // A long history is kept encoded for the next write (a short one costs little to encode again).
   const encoded = ctx.history.length >= ENCODE_ONCE_FROM ? (live.encoded ??= { history: new ArrayJson(), routes: new ArrayJson() }) : undefined;
   const kept = live.historyTrimmed > 0 ? ctx.history.slice(Math.min(live.historyTrimmed, ctx.history.length - 1)) : ctx.history;
@@ -51,6 +53,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
       ...(ctx.approval ? { [META.awaitingApproval]: ctx.approval } : {}),
       [META.turns]: ctx.turns,
       [META.thread]: threadSummary(ctx, kept.length),
+      ...(live.forkedFrom ? { [META.forkedFrom]: live.forkedFrom } : {}),
     },
   };
   return {
@@ -63,6 +66,7 @@ export function recordOf(live: LiveThread, opts: { tenant: string; node: string;
     node: opts.node,
     ...(live.inboundSeq !== undefined ? { inboundSeq: live.inboundSeq } : {}),
     ...(live.taken?.length ? { taken: live.taken } : {}),
+    ...(checkpoint ? { checkpoint } : {}),
   };
 }
 

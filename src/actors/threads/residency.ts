@@ -293,6 +293,8 @@ export class Residency {
       ...(stored?.record.inboundSeq !== undefined ? { inboundSeq: stored.record.inboundSeq } : {}),
       ...(stored?.record.taken?.length ? { taken: stored.record.taken.slice(-TAKEN_KEPT) } : {}),
       ...(stored?.record.node ? { committedBy: stored.record.node } : {}),
+      ...(stored?.record.checkpoint ? { checkpoint: stored.record.checkpoint } : {}),
+      ...forkedFromOf(stored?.record),
     };
     const publish = this.opts.inspection.observe({ subject: subjects.inspectThread(this.tenant, threadId), rootId: threadId, threadId });
     const inspect = (ev: InspectionEvent) => {
@@ -514,4 +516,12 @@ export class Residency {
     const events = packEvents(live.events);
     return { copy: { ...dormantJson(record, this.opts.givens), revision: live.revision, lastActive: live.lastActive, ...(events ? { events } : {}) }, wakeAt };
   }
+}
+
+/** The origin a forked thread's record names (`troupe/forkedFrom`), for the live thread to keep writing it. */
+function forkedFromOf(record: { task: { metadata?: Record<string, unknown> | undefined } } | undefined): Pick<LiveThread, 'forkedFrom'> {
+  const origin = record?.task.metadata?.[META.forkedFrom] as { threadId?: unknown; checkpoint?: unknown } | undefined;
+  return typeof origin?.threadId === 'string' && typeof origin.checkpoint === 'number'
+    ? { forkedFrom: { threadId: origin.threadId, checkpoint: origin.checkpoint } }
+    : {};
 }

@@ -16,6 +16,7 @@ import { subjects } from '../../transport/subjects.js';
 import type { Transport } from '../../transport/types.js';
 import type { LiveThread } from './live.js';
 import { endTurn, firstTurn, observeTurnUsage } from './turns.js';
+import { turnOfFinal } from './checkpoints.js';
 
 /** The principal of an owner `<principal>[/<user>]`: whose `out` subject the thread's events go to. */
 export function principalOf(owner: string): string {
@@ -103,6 +104,9 @@ export class StatusPublisher {
     if (event.error) this.opts.log.warn({ thread: live.threadId, code: event.error.code, ...(traceId ? { traceId } : {}) }, event.error.message);
     if (event.final) {
       const inReplyTo = event.message?.metadata?.[META.inReplyTo];
+      // What the turn did, for the checkpoint its commit takes (checkpoints.ts).
+      const started = typeof inReplyTo === 'string' ? live.turns.get(inReplyTo)?.startedAt : undefined;
+      live.lastTurn = turnOfFinal(event.message, event.error, started, this.opts.now());
       // The turn's span stays open until its answer goes out (after the commit that includes it).
       const span = endTurn(live, this.opts.now, typeof inReplyTo === 'string' ? inReplyTo : undefined, event.error ? 'error' : event.state, event.error, {
         keepSpan: true,

@@ -8,6 +8,10 @@ import { installProcessGuards } from '../../observability/guard.js';
 import { natsCheck } from '../../observability/probes.js';
 import { loadModule, nodeOptionsOf, type TeamDefinition } from '../../team/team.js';
 import { KvThreadStore } from '../../store/kv.js';
+import { MemoryCheckpointStore } from '../../store/checkpoints.js';
+import { CHECKPOINT_STREAM, DEFAULT_CHECKPOINT_MAX_BYTES, StreamCheckpointStore } from '../../store/checkpoint-stream.js';
+import { TroupeError } from '../../protocol/errors.js';
+import { DEFAULT_CHECKPOINTS_KEPT } from '../../protocol/checkpoint.js';
 import { connect, globals, onShutdown, startObservability } from '../cli.js';
 import demoTeam from '../demo/team.js';
 import { color } from '../output.js';
@@ -59,11 +63,34 @@ export async function up(opts: UpOptions, cmd: Command): Promise<void> {
   try {
     store = await KvThreadStore.open(transport.jetstreamConnection, { ttlMs: opts.threadTtl, ...replicas, logger, setupDeadlineMs: opts.setupTimeout });
     if (store.ttlMs !== opts.threadTtl) logger.warn({ bucketTtlMs: store.ttlMs }, 'the thread bucket exists with another max age; it keeps its own');
+    // Checkpoints live as long as their threads (the bucket's max age), as many per thread as the team says.
+    const keep = nodeOptionsOf(team).config?.checkpoints ?? DEFAULT_CHECKPOINTS_KEPT;
+    const checkpoints =
+      keep > 0
+        ? await StreamCheckpointStore.open(transport.jetstreamConnection, {
+            tenant: g.tenant,
+            keep,
+            ttlMs: store.ttlMs,
+            ...replicas,
+            logger,
+            setupDeadlineMs: opts.setupTimeout,
+          }).catch((err: unknown) => {
+            // JetStream not answering stops the node as for its other streams; a refusal (the account's
+            // storage used up) leaves it running without checkpoints, and says so.
+            if (err instanceof TroupeError && err.code === 'TRANSPORT_ERROR') throw err;
+            logger.warn(
+              { err: (err as Error).message, stream: CHECKPOINT_STREAM, maxBytes: DEFAULT_CHECKPOINT_MAX_BYTES },
+              'could not create the checkpoint stream: running without checkpoints (raise the account JetStream storage, or set checkpoints: 0)',
+            );
+            return new MemoryCheckpointStore({ keep: 0 });
+          })
+        : new MemoryCheckpointStore({ keep: 0 });
     node = await new TroupeNode({
       transport,
       tenant: g.tenant,
       logger,
       store,
+      checkpoints,
       ...nodeOptionsOf(team),
       ...(opts.inspect ? { inspect: true } : {}),
       ...(opts.idle ? { idleMs: opts.idle } : {}),
