@@ -29,6 +29,10 @@ export type { RouterPolicy, RouterPolicyInput } from './routing/policy.js';
 export { LlmRouterPolicy, type LlmRouterPolicyOptions } from './routing/llm-policy.js';
 export { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from './config/router-prompts.js';
 export { modelSynthesizer, DEFAULT_SYNTHESIS_PROMPT, type Synthesizer } from './llm/synthesis.js';
+// The model an LLM router or a synthesizer asks: a model block (openai, azure_openai, anthropic) and keys from the environment.
+export { createProvider, type ProviderOptions } from './llm/providers/index.js';
+export type { ModelProvider } from './model/types.js';
+export type { ModelConfig } from './config/agent.js';
 export { validateTeamFile, loadTeamConfig, type TeamConfig } from './config/team.js';
 export type { ThreadConfig, RouteStep } from './machines/thread.js';
 

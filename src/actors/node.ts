@@ -317,10 +317,9 @@ export class TroupeNode {
    * A partition this node now consumes: its threads that go on without a message (an open handoff and its
    * deadline, an answer committed but not yet published, a turn stored mid-way) are loaded again. In the
    * background: the partition is consumed at once. Finding those threads means listing the tenant's
-   * records, and that took seconds on a busy cluster (the listing makes a consumer on the bucket, and
-   * reads every record of the partitions); a takeover that waited for it held every message of its
-   * partitions meanwhile (a chaos run measured 3 s median, 14 s at the 90th percentile from lease to
-   * consumption). No message needs it: a delivered message loads its own thread, and one thread's loads
+   * records, which takes seconds on a busy cluster (the listing makes a consumer on the bucket, and
+   * reads every record of the partitions); a takeover that waited for it would hold every message of its
+   * partitions meanwhile. No message needs it: a delivered message loads its own thread, and one thread's loads
    * are shared (ThreadHost.obtain), so the pass and the messages meet in the same live thread.
    */
   private resumePartition(p: number): void {

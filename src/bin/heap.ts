@@ -5,8 +5,8 @@
  * what it made has survived a scavenge. In Troupe the same constructors make objects that live on (a
  * thread's actor, its snapshot) and objects that die within a turn (an agent call's actors, a turn's
  * snapshots), so sites get pretenured whose objects mostly die young, and the old generation fills with
- * garbage that only a full collection takes back. Without pretenuring, on 2 cores (bench/PROFILE.md): an embedded turn at 64 in flight +10–14% turns/s in three alternating pairs, a handoff run
- * 25–35% less time in GC and 2–6% less CPU; the hop and the durable turn within the noise.
+ * garbage that only a full collection takes back. Without pretenuring, embedded turns under load run faster and
+ * a handoff spends markedly less time in GC, while the hop and the durable turn do not change (bench/PROFILE.md).
  *
  * `troupe` turns it off at start. An operator who passes a pretenuring flag of their own to node
  * (`node --allocation-site-pretenuring bin/troupe.js …`) keeps it. A program that embeds Troupe decides for

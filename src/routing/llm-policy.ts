@@ -1,38 +1,27 @@
 /**
- * A router policy that asks an LLM: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama,
- * llama.cpp server, LiteLLM...), called with the global `fetch`.
+ * A router policy that asks an LLM through a ModelProvider (`createProvider` of a model block: openai,
+ * azure_openai, anthropic, or any OpenAI-compatible server at a `base_url`); the provider's model block
+ * sets the model, temperature and max tokens.
  *
  * The model gets the team (id, name, description, skills) and the message, and must answer with JSON
  * `{ agentId, confidence, reasoning, additionalAgents? }`. The answer is validated with zod
- * (RouterDecisionSchema) and the agent ids are checked against the team. An invalid answer, an HTTP error
- * (429 / 5xx), a network error or a timeout is retried up to `maxAttempts`; then, or at once for an HTTP error
- * that a retry cannot fix (400, 401, 403, 404, 422...), the policy throws ROUTER_FAILURE saying what went wrong.
+ * (RouterDecisionSchema) and the agent ids are checked against the team. An invalid answer, a call the
+ * provider marks retryable (its one table of HTTP statuses, lost connections) or a timeout is retried up
+ * to `maxAttempts`; then, or at once for a failure a retry cannot fix (400, 401, 403, 404, 422...), the
+ * policy throws ROUTER_FAILURE saying what went wrong.
  */
 import { RouterDecisionSchema, TroupeError, describeZodError, type AgentCard, type RouterDecision } from '../protocol/index.js';
 import type { ModelProvider } from '../model/types.js';
 import { routingText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './policy.js';
 import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from '../config/router-prompts.js';
 
-export const DEFAULT_LLM_ROUTER_MAX_TOKENS = 500;
 export const DEFAULT_LLM_ROUTER_HISTORY = 10;
 
 export interface LlmRouterPolicyOptions {
-  /** Base URL of the API, up to and including the version: `https://api.openai.com/v1`, `http://127.0.0.1:11434/v1`. Not with `provider`. */
-  baseUrl?: string;
-  /**
-   * A model provider (`createProvider` of an agent.yaml/team.yaml model block: openai, azure_openai,
-   * anthropic) to call instead of `baseUrl`; its model block sets the model, temperature and max tokens.
-   */
-  provider?: ModelProvider;
-  model?: string;
+  /** The model to ask; its model block sets the model, temperature and max tokens. */
+  provider: ModelProvider;
   /** Prompt pieces; each defaults to DEFAULT_ROUTER_PROMPTS. */
   prompts?: Partial<RouterPrompts>;
-  /** Sent as `Authorization: Bearer <apiKey>` when set. */
-  apiKey?: string;
-  /** Default 0.3. */
-  temperature?: number;
-  /** Default 500. */
-  maxTokens?: number;
   /** Attempts in all, the first included. Default 3. */
   maxAttempts?: number;
   /** Per attempt. Default 15000. */
@@ -41,8 +30,6 @@ export interface LlmRouterPolicyOptions {
   retryDelayMs?: number;
   /** Earlier messages of the thread put in the prompt for context. Default 10. */
   historyMessages?: number;
-  /** Extra headers (an OpenRouter referer, an Azure api-key...). */
-  headers?: Record<string, string>;
 }
 
 interface ChatMessage {
@@ -66,29 +53,17 @@ const MAX_PROMPT_TEXT = 4000;
 
 export class LlmRouterPolicy implements RouterPolicy {
   readonly name = 'llm';
-  private readonly endpoint: string;
-  private readonly temperature: number;
-  private readonly maxTokens: number;
+  private readonly provider: ModelProvider;
   private readonly maxAttempts: number;
   private readonly timeoutMs: number;
   private readonly retryDelayMs: number;
   private readonly historyMessages: number;
-  private readonly model: string;
   private readonly prompts: RouterPrompts;
 
-  constructor(private readonly options: LlmRouterPolicyOptions) {
-    if (options.provider) {
-      this.endpoint = options.provider.endpoint;
-      this.model = options.provider.model;
-    } else {
-      if (!options.baseUrl) throw new RangeError('LlmRouterPolicy needs a baseUrl or a provider');
-      if (!options.model) throw new RangeError('LlmRouterPolicy needs a model');
-      this.endpoint = `${options.baseUrl.replace(/\/+$/, '')}/chat/completions`;
-      this.model = options.model;
-    }
+  constructor(options: LlmRouterPolicyOptions) {
+    if (!options.provider) throw new RangeError('LlmRouterPolicy needs a provider (createProvider of a model block)');
+    this.provider = options.provider;
     this.prompts = { ...DEFAULT_ROUTER_PROMPTS, ...options.prompts };
-    this.temperature = options.temperature ?? 0.3;
-    this.maxTokens = options.maxTokens ?? DEFAULT_LLM_ROUTER_MAX_TOKENS;
     this.maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? 3));
     this.timeoutMs = options.timeoutMs ?? 15_000;
     this.retryDelayMs = Math.max(0, options.retryDelayMs ?? 200);
@@ -123,69 +98,26 @@ export class LlmRouterPolicy implements RouterPolicy {
     const aborted = input.signal?.aborted ? ' (aborted)' : '';
     throw new TroupeError(
       'ROUTER_FAILURE',
-      `LLM router (${this.model} at ${this.endpoint}) gave no valid decision after ${failures.length} attempt(s)${aborted}: ${failures.join('; ')}`,
-      { model: this.model, endpoint: this.endpoint, attempts: failures.length, failures },
+      `LLM router (${this.provider.model} at ${this.provider.endpoint}) gave no valid decision after ${failures.length} attempt(s)${aborted}: ${failures.join('; ')}`,
+      { model: this.provider.model, endpoint: this.provider.endpoint, attempts: failures.length, failures },
     );
   }
 
+  /** One completion; the provider's errors become attempt errors (retryable as it says). */
   private async attempt(messages: ChatMessage[], input: RouterPolicyInput): Promise<RouterDecision> {
     const timeout = AbortSignal.timeout(this.timeoutMs);
     const signal = input.signal ? AbortSignal.any([timeout, input.signal]) : timeout;
-    if (this.options.provider) return parseDecision(await this.viaProvider(this.options.provider, messages, signal, timeout, input), input.agents);
-    let response: Response;
-    let body: string;
+    let text: string;
     try {
-      response = await fetch(this.endpoint, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json',
-          ...(this.options.apiKey ? { authorization: `Bearer ${this.options.apiKey}` } : {}),
-          ...this.options.headers,
-        },
-        body: JSON.stringify({
-          model: this.model,
-          messages,
-          temperature: this.temperature,
-          max_tokens: this.maxTokens,
-          response_format: { type: 'json_object' },
-        }),
-        signal,
-      });
-      body = await response.text();
+      text = (await this.provider.complete({ messages, signal })).text;
     } catch (err) {
       if (timeout.aborted) throw new AttemptError(`no answer within ${this.timeoutMs} ms`, true);
       if (input.signal?.aborted) throw new AttemptError('aborted by the caller', false);
-      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      throw new AttemptError(`request failed: ${cause?.code ?? cause?.message ?? (err as Error).message}`, true);
+      // ModelCallError says whether a retry can help (the provider's table of retryable statuses).
+      throw new AttemptError((err as Error).message, (err as { retryable?: unknown }).retryable !== false);
     }
-    if (!response.ok) {
-      const retryable = response.status === 408 || response.status === 409 || response.status === 429 || response.status >= 500;
-      throw new AttemptError(`HTTP ${response.status} ${response.statusText}: ${body.slice(0, 200)}`, retryable);
-    }
-    const content = readContent(body);
-    return parseDecision(content, input.agents);
-  }
-
-  /** One completion through a model provider; its errors become attempt errors (retryable as it says). */
-  private async viaProvider(
-    provider: ModelProvider,
-    messages: ChatMessage[],
-    signal: AbortSignal,
-    timeout: AbortSignal,
-    input: RouterPolicyInput,
-  ): Promise<string> {
-    try {
-      const completion = await provider.complete({ messages, signal });
-      if (completion.text.trim() === '') throw new AttemptError('the model answered with no text', true);
-      return completion.text;
-    } catch (err) {
-      if (err instanceof AttemptError) throw err;
-      if (timeout.aborted) throw new AttemptError(`no answer within ${this.timeoutMs} ms`, true);
-      if (input.signal?.aborted) throw new AttemptError('aborted by the caller', false);
-      const retryable = (err as { retryable?: unknown }).retryable;
-      throw new AttemptError((err as Error).message, retryable !== false);
-    }
+    if (text.trim() === '') throw new AttemptError('the model answered with no text', true);
+    return parseDecision(text, input.agents);
   }
 }
 
@@ -230,22 +162,6 @@ function describeAgent(card: AgentCard, prompts: RouterPrompts): string {
     lines.push(prompts.includeCapabilities ? `  skill ${skill.name}: ${skill.description}${tags}${examples}` : `  skill ${skill.name}:${examples}`);
   }
   return lines.join('\n');
-}
-
-/** `choices[0].message.content` of a chat-completions response body. */
-function readContent(body: string): string {
-  let json: unknown;
-  try {
-    json = JSON.parse(body);
-  } catch {
-    throw new AttemptError(`the response body is not JSON: ${body.slice(0, 200)}`, true);
-  }
-  const choice = (json as { choices?: Array<{ message?: { content?: unknown } }> } | null)?.choices?.[0];
-  const content = choice?.message?.content;
-  if (typeof content !== 'string' || content.trim() === '') {
-    throw new AttemptError('the response has no choices[0].message.content', true);
-  }
-  return content;
 }
 
 /** Parses and checks the model's answer: every agent known, additional agents distinct from the primary and from each other. */

@@ -56,10 +56,10 @@ export interface RolePermissions {
  * What an agent may send back on one request's reply subject: its one answer. Streamed chunks go to
  * `chunks.A.>` instead (a publish permission, no per-request state). One reply matters: nats-server keeps
  * an entry per request an agent received until the entry has used its replies or its ttl has passed, and
- * walks every entry on each prune (every 4,096 requests or second). With room for many replies (10,000
- * was the old value, for chunks) nothing was freed before the ttl, so at 5,000 calls/s the map held
- * millions of entries, the server's memory grew with it and an agent's call rate fell from 3,500/s to
- * 1,000/s within 15 s (bench/PROFILE.md). With one reply an answered request's entry goes at the next
+ * walks every entry on each prune (every 4,096 requests or second). With room for many replies nothing is
+ * freed before the ttl, so at thousands of calls a second the map holds millions of entries, the server's
+ * memory grows with it and an agent's call rate falls to a fraction within seconds (bench/PROFILE.md).
+ * With one reply an answered request's entry goes at the next
  * prune. The ttl bounds how long after a request a slow agent may still answer (keep it above the nodes'
  * agent timeout, 30 s by default); only unanswered requests live that long.
  */

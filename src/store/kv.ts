@@ -86,7 +86,7 @@ export class KvThreadStore implements ThreadStore {
         // The step makes the bucket when it is missing: "stream not found" is the cluster recovering.
         { deadlineMs: opts.setupDeadlineMs, log: opts.logger, transient: isCreateOrBindTransient },
       );
-      // A bucket made with more replicas by someone else, or before this check existed.
+      // A bucket made by someone else with more replicas, or by a version of Troupe that did not check.
       requireSerializableCas(nc.info?.version, bucketName, status.replicas);
       // Values travel as one message; past the server's max_payload the publish fails with a bare error.
       return new KvThreadStore(kv, bucket, status.ttl, nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD);

@@ -175,8 +175,8 @@ export class Answers {
    * Whether the answer to the thread's latest message went out from another node (see `deliver`). The
    * thread's published-answer marker says so when the stream can be read; else the node that committed
    * the turn, when it answers. While neither can tell (the marker stream electing a leader, the committer
-   * reconnecting after the same fault: a chaos run published two answers a second time that way, their
-   * markers stored), both are asked again, for up to ANSWER_UNKNOWN_WAIT_MS; only a stream that says there
+   * reconnecting after the same fault; publishing then could send an answer a second time), both are asked
+   * again, for up to ANSWER_UNKNOWN_WAIT_MS; only a stream that says there
    * is no marker, a committer that says it did not publish, or that wait running out lets the answer go out.
    * "No marker" alone is enough only when the committer is gone (`nodeAlive`, when the node has it): the
    * marker is stored after the answer, so a committer that is alive but does not answer may have published.

@@ -408,8 +408,8 @@ export class ThreadHost {
         // No answer (it died, maybe between its commit and its ack) means it may never have gone out: publish it.
         const before = await this.answers.publishedBefore(live, message.messageId);
         // Asked meanwhile by the partition's next owner, this process said it had not published: that node
-        // publishes it (a campaign run on 2.10.27: the committer, deciding on its own redelivery while the
-        // marker stream elected a leader, told the next owner "not published", then published too).
+        // publishes it. Publishing here too would send the answer twice (the committer deciding on its own
+        // redelivery while the marker stream elects a leader).
         if (!before && !this.answers.isDisclaimed(key) && !this.answers.isPublished(key)) this.answers.answerDuplicate(live, message.messageId);
       }
       return { duplicate: true };

@@ -186,7 +186,7 @@ async function openIndex(opts: VectorIndexOptions): Promise<VectorIndex> {
   const name = tableName(opts.name, key);
   const existing = await db.tableNames();
   const built = !existing.includes(name);
-  // Older versions of this index: what they were built from no longer holds.
+  // Other versions of this index (the same name, another key): what they were built from no longer holds.
   const older = existing.filter((t) => t !== name && t.startsWith(`${opts.name}-`) && /^[0-9a-f]{16}$/.test(t.slice(opts.name.length + 1)));
   let table: Table;
   try {

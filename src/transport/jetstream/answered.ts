@@ -13,9 +13,9 @@
  *
  * Each marker is published as a request the stream acknowledges, and published again until the stream
  * has it (its leader being elected, or a server just back from a pause, takes it seconds later): a marker
- * the stream never took left the decision to the answering node, and when that node died before the
- * message came back the answer went out twice (a cluster chaos run: the marker published right after a
- * paused server came back, the node killed 15 s later). A marker is given up only when a newer one of the
+ * the stream never took leaves the decision to the answering node, and when that node dies before the
+ * message comes back the answer goes out twice (a marker published just as a paused server comes back,
+ * the node killed soon after). A marker is given up only when a newer one of the
  * same thread has been taken, the connection closes, or after ANSWER_MARK_DEADLINE_MS.
  *
  * Costs: one publish per final answer for the node, whose acknowledgement it waits for off the turn's path,

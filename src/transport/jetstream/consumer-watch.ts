@@ -13,16 +13,16 @@ import { partitionOfConsumer } from './partition-map.js';
 /**
  * The idle heartbeat a pull asks for. The client pulls again once two are missed: that is how long a
  * partition waits when its pull is lost without a word, as at every change of its consumer's leader on a
- * cluster (measured on 3 servers, a stepdown then a message: 4.7–6.9 s with the client's default of half
- * the expiry, 2.5 s; bench/PROFILE.md). The cost: one heartbeat a second from each idle
+ * cluster: about 2 s, where the client's default (half the expiry) makes it several seconds
+ * (bench/cluster.ts measures the turn after a stepdown). The cost: one heartbeat a second from each idle
  * partition consumer.
  */
 export const HEARTBEAT_MS = 1_000;
 /**
  * Idle heartbeats a partition consumer may miss in a row (10 × HEARTBEAT_MS: 10 s) before it is made
  * again: a consumer that exists but has lost its leader for good answers no pull and reports no error, and
- * the node, still holding the partition's lease, would consume nothing from it (a cluster chaos run: one
- * partition silent for the last 50 s of the run, two messages never answered, their copies included).
+ * the node, still holding the partition's lease, would consume nothing from it: the partition's messages
+ * would stay unanswered for as long as the node holds the lease.
  */
 const STALLED_HEARTBEATS = 10;
 /**
@@ -107,9 +107,8 @@ export interface LeaderWatchContext {
  * (a server restarted, upgraded or crashed, a stepdown), nothing tells the client, which pulls again only
  * after two missed heartbeats (about 2 s), and after a crash only once the consumer's info is answered
  * again. The server announces each election in the account, so the node pulls again when its consumer's
- * is announced: a stepdown, then a turn 500 ms later, 2.24 s before and 8 ms after (bench/cluster.ts,
- * summary.clusterTurnAfterLeaderChangeP50Us); after a kill -9 of the leader's server, about 10 ms after
- * the election is announced, where the partition waited 3-6 s more. The pull is the client's own after
+ * is announced, milliseconds after the election instead of seconds (bench/cluster.ts measures it:
+ * summary.clusterTurnAfterLeaderChangeP50Us). The pull is the client's own after
  * missed heartbeats, less its check of the consumer's info (`resetPendingNoInfo`: the advisory says the
  * consumer has a leader). That method is not public API: test/cluster.nats.test.ts fails if a client
  * version drops it, and the heartbeats would still bring the partition back. Where the node's NATS user
@@ -135,9 +134,9 @@ export function watchLeaders(nc: NatsConnection, ctx: LeaderWatchContext): NatsS
       if (leader === run.leader) return;
       run.leader = leader;
       // Not `resetPending`, which asks for the info first and does nothing while a reset of its own is
-      // under way: after a crash, the client's reset begun when the heartbeats stopped was still waiting
-      // for an info when the election was announced (a .tmp rig, kill -9 of the leader's server: the turn
-      // 10-13 s after the kill, against 5-8 s now; test/cluster.nats.test.ts).
+      // under way: after a crash, the client's reset begun when the heartbeats stopped is still waiting
+      // for an info when the election is announced, and the partition would wait for it
+      // (test/cluster.nats.test.ts kills the leader's server).
       const messages = run.messages as ConsumerMessages & { resetPendingNoInfo?: () => Promise<boolean> };
       if (typeof messages.resetPendingNoInfo !== 'function') return;
       ctx.log.info({ partition: run.partition, leader }, 'partition consumer has a new leader; pulling again');

@@ -292,10 +292,10 @@ export class JetStreamIngress {
     this.#runs.set(p, run);
     try {
       // A consumer just made on a cluster has no leader until its replicas elect one, and until then the
-      // meta leader answers its info "JetStream system temporarily unavailable" (on a loaded 2-core
-      // machine, for seconds). Giving the partition back on that answer made the next owner delete and
-      // make the consumer again, and so on: the chaos campaign saw partitions go unconsumed for minutes
-      // that way. Wait for the leader instead, for as long as this node holds the partition.
+      // meta leader answers its info "JetStream system temporarily unavailable" (for seconds on a loaded
+      // machine). Giving the partition back on that answer would make the next owner delete and make the
+      // consumer again, and so on, leaving the partition unconsumed for minutes. Wait for the leader
+      // instead, for as long as this node holds the partition.
       const consumer = await retryTransient(() => this.#js!.consumers.get(INGRESS_STREAM, consumerName(p)), {
         attempts: FRESH_CONSUMER_ATTEMPTS,
         keepTrying: () => !this.#stopping && run.active && this.#leases?.keeps(p) === true,
@@ -536,8 +536,8 @@ export class JetStreamIngress {
     // the delivery that comes again.
     // Not once the lease is lost: the partition's next owner makes a consumer of the same name, which
     // takes this ack as its own and drops the message it has delivered too; this node would publish an
-    // answer while the next owner runs the turn again (a chaos run: the bucket leader's kill held this
-    // node's commit 4.7 s, past its lease, and both answered). Unacknowledged, the message stays with the
+    // answer while the next owner runs the turn again (a kill of the bucket's leader can hold this node's
+    // commit past its lease, and both would answer). Unacknowledged, the message stays with the
     // next owner, which answers it from the stored state (or runs it, if this node's write never took).
     const acked = await settleAck(run, m, { nc: this.#nc, jsm: this.#jsm!, log: this.#log });
     if (typeof afterAck !== 'function') return;

@@ -2,7 +2,7 @@
  * Partition leases in a JetStream KV bucket (one owner per thread at a time).
  *
  * Inbound thread messages are split by the server into `partitions` partitions (the account mapping `troupe creds init` writes);
- * exactly one node at a time holds the lease of a partition and consumes it (src/actors/ingress.ts).
+ * exactly one node at a time holds the lease of a partition and consumes it (ingress.ts).
  *
  * Bucket `troupe_leases` (one per account, so per tenant), max age = the lease TTL, history 1:
  *   `<tenant>.p<N>`          `{ nodeId, acquiredAt, renewedAt }` (epoch ms), the lease of partition N
@@ -13,7 +13,7 @@
  * `kv.update` on the revision this node last wrote, and given back with a delete on that revision.
  * A revision mismatch means someone else holds it now: the lease is lost. Unless the key still holds this
  * same lease: a write of this node's landed but its answer never came in time (a call timed out on a slow
- * cluster or in a stalled process); then the write is made again on the key's revision (`#onOwnKey`).
+ * cluster or in a stalled process); then the write is made again on the key's revision (lease-keys.ts).
  *
  * Every `ttl / 3` a node refreshes its heartbeat and renews its leases (one timer), and, on a second
  * timer so a slow survey can never delay a renewal, counts live nodes and moves towards its share
@@ -21,8 +21,8 @@
  * it takes free partitions up to that target and gives back the ones above it, so a joining node gets
  * its share without anyone crashing. Partitions left free for a whole ttl (a node counted live that
  * cannot take its share) may be taken up to `ceil(partitions / liveNodes)`. The survey is one stream-info
- * request (the bucket's subjects under `<tenant>.`) plus a get per key, no consumer. A KV watch on the
- * tenant's keys runs the next balance round at once when a lease is given back or a node appears, so a
+ * request (the bucket's subjects under `<tenant>.`) plus a get per key, no consumer (lease-survey.ts). A KV watch on the
+ * tenant's keys (lease-watch.ts) runs the next balance round at once when a lease is given back or a node appears, so a
  * clean stop is taken over in milliseconds; a crashed node's leases are taken over as they age out: each
  * survey notes when the earliest key of another node expires (server timestamp + ttl) and the next
  * round runs right then, so takeover comes within one ttl of the dead node's last renewal (plus a 50 ms
@@ -37,17 +37,19 @@
  * only after its `onLost` resolved, and it keeps being renewed meanwhile, so its consumer can finish
  * in-flight work before the next owner starts.
  */
-import { jetstream, StorageType, type JetStreamManager } from '@nats-io/jetstream';
-import { Kvm, KvWatchInclude, type KV, type KvEntry, type KvWatchEntry } from '@nats-io/kv';
-import type { NatsConnection, QueuedIterator, Status, Subscription } from '@nats-io/transport-node';
+import type { JetStreamManager } from '@nats-io/jetstream';
+import type { KV, KvEntry, KvWatchEntry } from '@nats-io/kv';
+import type { NatsConnection, QueuedIterator, Subscription } from '@nats-io/transport-node';
 import { silentLogger, type Logger } from '../../observability/logger.js';
 import { metrics } from '../../observability/metrics.js';
-import { checkReplicas, ensureReplicas } from './replicas.js';
-import { isCreateOrBindTransient, retrySetup } from './retry.js';
-import { requireSerializableCas } from './server-version.js';
+import { checkReplicas } from './replicas.js';
 import { fnv1a32 } from './fnv.js';
-import { encode, isLeaseOf, isOwnWrite, isWrongLastSequence } from './lease-entries.js';
+import { openLeaseBucket } from './lease-bucket.js';
+import { encode, isWrongLastSequence } from './lease-entries.js';
+import { LeaseKeys, LeaseWrites } from './lease-keys.js';
 import { freeForLong, shareOf } from './lease-share.js';
+import { surveyLeases, type LeaseSurvey } from './lease-survey.js';
+import { watchLeaseElections, watchLeaseKeys, watchReconnects, type LeaseWatchContext } from './lease-watch.js';
 import { errText } from './ingress-types.js';
 
 export { fnv1a32 } from './fnv.js';
@@ -56,8 +58,6 @@ export { freeForLong, shareOf } from './lease-share.js';
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;
 export const DEFAULT_LEASE_TTL_MS = 5_000;
-/** Where JetStream announces a stream's new leader: `<this>.<stream>`. */
-const STREAM_LEADER_ELECTED = '$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED';
 /** How long after a key's expected expiry the next balance round runs (server and local clocks differ a little). */
 const EXPIRY_MARGIN_MS = 50;
 
@@ -115,7 +115,9 @@ export class PartitionLeases {
   readonly #opts: PartitionLeasesOptions;
   readonly #log: Logger;
   #ttlMs: number;
+  readonly #keys: LeaseKeys;
   #kv?: KV;
+  #writes?: LeaseWrites;
   readonly #held = new Map<number, HeldLease>();
   /** Partitions this node self-fenced, with the revision it last knew it wrote: reclaimable while nobody else wrote since. */
   readonly #fenced = new Map<number, { revision: number; acquiredAt: number }>();
@@ -142,7 +144,7 @@ export class PartitionLeases {
   #heartbeatAt?: number;
   #heartbeatSince?: number;
   #watch?: QueuedIterator<KvWatchEntry>;
-  #status?: AsyncIterable<Status> & { stop?: () => void };
+  #status?: { stop?: () => void };
   #elections?: Subscription;
 
   constructor(opts: PartitionLeasesOptions) {
@@ -158,6 +160,7 @@ export class PartitionLeases {
     this.partitions = partitions;
     this.bucket = opts.bucket ?? DEFAULT_LEASE_BUCKET;
     this.#ttlMs = ttl;
+    this.#keys = new LeaseKeys(opts.tenant, opts.nodeId, partitions);
     this.#nc = opts.nc;
     this.#opts = opts;
     this.#log = (opts.logger ?? silentLogger()).child({ component: 'leases', node: opts.nodeId, tenant: opts.tenant });
@@ -219,42 +222,32 @@ export class PartitionLeases {
   async start(): Promise<this> {
     if (this.#started) throw new Error('PartitionLeases already started');
     this.#started = true;
-    const bucketName = `the lease bucket "${this.bucket}"`;
-    requireSerializableCas(this.#nc.info?.version, bucketName, this.#opts.replicas ?? 1);
-    // Creating (or scaling) the bucket may take a cluster a few seconds: the default timeout. Lease
-    // calls afterwards time out well inside one renewal period, so a stuck call cannot hold a round past the TTL.
-    const setup = jetstream(this.#nc);
-    const js = jetstream(this.#nc, { timeout: Math.max(500, Math.min(5_000, Math.floor(this.#ttlMs / 3))) });
-    const { kv, status } = await retrySetup(
-      `opening the lease bucket "${this.bucket}"`,
-      async () => {
-        await new Kvm(setup).create(this.bucket, {
-          history: 1,
-          ttl: this.#ttlMs,
-          storage: this.#opts.storage === 'memory' ? StorageType.Memory : StorageType.File,
-          replicas: this.#opts.replicas ?? 1,
-        });
-        await ensureReplicas(await setup.jetstreamManager(), `KV_${this.bucket}`, this.#opts.replicas, this.#log);
-        const kv = await new Kvm(js).open(this.bucket);
-        this.#jsm = await js.jetstreamManager();
-        return { kv, status: await kv.status() };
-      },
-      // The step makes the bucket when it is missing: "stream not found" is the cluster recovering.
-      { log: this.#log, deadlineMs: this.#opts.setupDeadlineMs, transient: isCreateOrBindTransient },
-    );
-    // A bucket made with more replicas by someone else, or before this check existed.
-    requireSerializableCas(this.#nc.info?.version, bucketName, status.replicas);
-    if (status.ttl === 0) {
-      throw new Error(`KV bucket "${this.bucket}" has no max age: leases would never expire; delete it or use another bucket`);
-    }
-    if (status.ttl !== this.#ttlMs) {
-      this.#log.warn({ bucket: this.bucket, bucketTtlMs: status.ttl, leaseTtlMs: this.#ttlMs }, "lease bucket exists with another max age; using the bucket's");
-      this.#ttlMs = status.ttl;
-    }
+    const { kv, jsm, ttlMs } = await openLeaseBucket({
+      nc: this.#nc,
+      bucket: this.bucket,
+      ttlMs: this.#ttlMs,
+      replicas: this.#opts.replicas,
+      storage: this.#opts.storage,
+      setupDeadlineMs: this.#opts.setupDeadlineMs,
+      log: this.#log,
+    });
+    this.#ttlMs = ttlMs;
+    this.#jsm = jsm;
     this.#kv = kv;
-    await this.#startWatch(kv);
-    this.#watchStatus();
-    this.#watchElections();
+    this.#writes = new LeaseWrites(kv, this.#keys, this.#log);
+    const watching: LeaseWatchContext = {
+      keys: this.#keys,
+      log: this.#log,
+      kick: () => this.#kick(),
+      renewAll: () => this.#renewAll(),
+      renewRound: () => this.#renewRound(),
+      knowsNode: (nodeId) => this.#knownNodes.has(nodeId),
+      heldRevision: (p) => this.#held.get(p)?.revision,
+      stopping: () => this.#stopping,
+    };
+    this.#watch = await watchLeaseKeys(kv, watching);
+    this.#status = watchReconnects(this.#nc, watching);
+    this.#elections = watchLeaseElections(this.#nc, this.bucket, watching);
     await this.#renewRound();
     await this.#runBalance();
     this.#scheduleRenew();
@@ -296,11 +289,11 @@ export class PartitionLeases {
     const kv = this.#kv;
     if (release && kv && !this.#nc.isClosed()) {
       // The heartbeat first: the others then count one node less when they see the leases go.
-      await kv.delete(this.#nodeKey()).catch(() => undefined);
+      await kv.delete(this.#keys.node()).catch(() => undefined);
       await Promise.all(
         [...this.#held.entries()].map(async ([p, lease]) => {
           try {
-            await this.#onOwnKey(p, lease, (on) => kv.delete(this.#leaseKey(p), { previousSeq: on }));
+            await this.#writes!.onOwnKey(p, lease, (on) => kv.delete(this.#keys.lease(p), { previousSeq: on }));
           } catch (err) {
             if (!isWrongLastSequence(err)) this.#log.warn({ partition: p, err: errText(err) }, 'could not release lease');
           }
@@ -331,7 +324,7 @@ export class PartitionLeases {
     if (!kv || this.#nc.isClosed()) return;
     const heartbeat = this.#stopping
       ? Promise.resolve()
-      : kv.put(this.#nodeKey(), encode({ nodeId: this.nodeId, at: Date.now(), held: this.#held.size })).then(
+      : kv.put(this.#keys.node(), encode({ nodeId: this.nodeId, at: Date.now(), held: this.#held.size })).then(
           () => {
             const at = Date.now();
             if (this.#heartbeatAt === undefined || at - this.#heartbeatAt > this.#ttlMs) this.#heartbeatSince = at;
@@ -387,50 +380,14 @@ export class PartitionLeases {
     return this.#balancing;
   }
 
-  /**
-   * Who is alive and which partitions are taken, from the server: one stream-info request listing the
-   * tenant's keys (subjects) in the bucket, then a get per key that might be a delete marker. No
-   * consumer is made (kv.keys() would make one per call, which a cluster's meta layer pays for).
-   */
-  async #survey(kv: KV): Promise<{ nodes: Set<string>; taken: Set<number>; nextExpiry: number }> {
-    const stream = `KV_${this.bucket}`;
-    const prefix = `$KV.${this.bucket}.`;
-    const info = await this.#jsm!.streams.info(stream, { subjects_filter: `${prefix}${this.tenant}.>` });
-    const keys = Object.keys(info.state.subjects ?? {}).map((subject) => subject.slice(prefix.length));
-    const nodePrefix = `${this.tenant}.node.`;
-    const nodes = new Set<string>([this.nodeId]);
-    const taken = new Set<number>();
-    let nextExpiry = Infinity;
-    await Promise.all(
-      keys.map(async (key) => {
-        const isNode = key.startsWith(nodePrefix);
-        const p = isNode ? undefined : this.#partitionOfKey(key);
-        if (!isNode && p === undefined) return;
-        if (p !== undefined && this.#held.has(p)) {
-          taken.add(p);
-          return;
-        }
-        // A deleted key keeps its delete marker until it ages out: only a PUT counts.
-        const entry = await kv.get(key);
-        if (!entry || entry.operation !== 'PUT') return;
-        if (isNode) nodes.add(key.slice(nodePrefix.length));
-        else taken.add(p!);
-        // The server drops the key `ttl` after its last write (its own timestamp): a live owner writes it
-        // again long before; a dead one's is gone then, and the next balance round should be right there.
-        if (!isNode || key !== this.#nodeKey()) nextExpiry = Math.min(nextExpiry, entry.created.getTime() + this.#ttlMs);
-      }),
-    );
-    return { nodes, taken, nextExpiry };
-  }
-
   async #balance(): Promise<void> {
     const kv = this.#kv;
     if (!kv || this.#stopping || this.#nc.isClosed()) return;
     this.#fenceExpired();
     await this.#finishReleases(kv);
-    let survey: { nodes: Set<string>; taken: Set<number>; nextExpiry: number };
+    let survey: LeaseSurvey;
     try {
-      survey = await this.#survey(kv);
+      survey = await surveyLeases({ jsm: this.#jsm!, kv, bucket: this.bucket, keys: this.#keys, ttlMs: this.#ttlMs, holds: (p) => this.#held.has(p) });
     } catch (err) {
       this.#log.debug({ err: errText(err) }, 'lease survey failed');
       return;
@@ -463,7 +420,7 @@ export class PartitionLeases {
         const startedAt = Date.now();
         try {
           const value = encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt });
-          const rev = await this.#onOwnKey(p, last, (on) => kv.update(this.#leaseKey(p), value, on));
+          const rev = await this.#writes!.onOwnKey(p, last, (on) => kv.update(this.#keys.lease(p), value, on));
           this.#took(p, rev, startedAt, 'reclaimed');
           return true;
         } catch (err) {
@@ -486,10 +443,10 @@ export class PartitionLeases {
       free.map(async (p) => {
         const startedAt = Date.now();
         try {
-          const rev = await this.#create(kv, p, startedAt);
+          const rev = await this.#writes!.create(p, startedAt);
           if (this.#stopping) {
             // Stopped meanwhile: hand it straight back.
-            await kv.delete(this.#leaseKey(p), { previousSeq: rev }).catch(() => undefined);
+            await kv.delete(this.#keys.lease(p), { previousSeq: rev }).catch(() => undefined);
             return;
           }
           this.#fenced.delete(p);
@@ -500,24 +457,6 @@ export class PartitionLeases {
         }
       }),
     );
-  }
-
-  /**
-   * Takes partition p's free key (`kv.create`). A create that gets no answer in time (it timed out) may
-   * have been stored all the same: then the key holds this node's value, with this `acquiredAt`, and the
-   * lease is this node's at that revision; anything else rethrows. Otherwise the key would stand taken by
-   * nobody until it aged out (a whole ttl) with the partition unconsumed.
-   */
-  async #create(kv: KV, p: number, startedAt: number): Promise<number> {
-    try {
-      return await kv.create(this.#leaseKey(p), encode({ nodeId: this.nodeId, acquiredAt: startedAt, renewedAt: startedAt }));
-    } catch (err) {
-      if (isWrongLastSequence(err)) throw err;
-      const revision = await this.#ownRevision(p, startedAt, 0);
-      if (revision === undefined) throw err;
-      this.#log.debug({ partition: p, revision }, 'own lease write had landed unanswered; taking the lease at its revision');
-      return revision;
-    }
   }
 
   /** `how`: `created` (the key was free) or `reclaimed` (this node's own key, after it fenced itself off). */
@@ -556,7 +495,7 @@ export class PartitionLeases {
     await Promise.all(
       done.map(async ([p, lease]) => {
         try {
-          await this.#onOwnKey(p, lease, (on) => kv.delete(this.#leaseKey(p), { previousSeq: on }));
+          await this.#writes!.onOwnKey(p, lease, (on) => kv.delete(this.#keys.lease(p), { previousSeq: on }));
           if (this.#held.get(p) === lease) this.#held.delete(p);
         } catch (err) {
           if (isWrongLastSequence(err)) {
@@ -585,7 +524,7 @@ export class PartitionLeases {
           const startedAt = Date.now();
           try {
             const value = encode({ nodeId: this.nodeId, acquiredAt: lease.acquiredAt, renewedAt: startedAt });
-            const rev = await this.#onOwnKey(p, lease, (on) => kv.update(this.#leaseKey(p), value, on));
+            const rev = await this.#writes!.onOwnKey(p, lease, (on) => kv.update(this.#keys.lease(p), value, on));
             if (this.#held.get(p) !== lease) return;
             lease.revision = rev;
             lease.validUntil = startedAt + this.#validityMs();
@@ -610,35 +549,6 @@ export class PartitionLeases {
     if (lease.releasing) return;
     metrics.leasesLost.inc({ reason });
     void this.#enqueue(p, () => this.#opts.onLost?.(p, reason));
-  }
-
-  /**
-   * A compare-and-set write of partition p's key on `held.revision`, the last revision this node knows it
-   * wrote. A write of this node's that the server took but whose answer never came in time (a slow server,
-   * a stalled process: the call timed out) has moved the key on: then the key still holds this same lease
-   * (this node, the same `acquiredAt`), and `write` runs once more on its revision. A write by anyone else
-   * (or a delete, or the key aged out) fails as before, with the server's wrong-sequence error.
-   */
-  async #onOwnKey<T>(p: number, held: { revision: number; acquiredAt: number }, write: (revision: number) => Promise<T>): Promise<T> {
-    try {
-      return await write(held.revision);
-    } catch (err) {
-      if (!isWrongLastSequence(err)) throw err;
-      const revision = await this.#ownRevision(p, held.acquiredAt, held.revision);
-      if (revision === undefined) throw err;
-      this.#log.debug({ partition: p, revision, knew: held.revision }, 'own lease write had landed unanswered; writing on its revision');
-      return write(revision);
-    }
-  }
-
-  /**
-   * The revision of partition p's key when it holds this node's lease of the tenure begun at `acquiredAt`
-   * at a revision after `after`: a write of this node's the server took unanswered. Else (another node's
-   * value, a delete, the key aged out or not answering) undefined.
-   */
-  async #ownRevision(p: number, acquiredAt: number, after: number): Promise<number | undefined> {
-    const entry = await this.#kv!.get(this.#leaseKey(p)).catch(() => null);
-    return entry?.operation === 'PUT' && entry.revision > after && isLeaseOf(entry, this.nodeId, acquiredAt) ? entry.revision : undefined;
   }
 
   #validityMs(): number {
@@ -674,75 +584,6 @@ export class PartitionLeases {
     return next;
   }
 
-  async #startWatch(kv: KV): Promise<void> {
-    try {
-      const watch = await kv.watch({ key: `${this.tenant}.>`, include: KvWatchInclude.UpdatesOnly });
-      this.#watch = watch;
-      void (async () => {
-        for await (const e of watch) {
-          if (e.operation !== 'PUT') {
-            // A lease (or heartbeat) given back: take it now rather than at the next round.
-            if (e.key !== this.#nodeKey()) this.#kick();
-            continue;
-          }
-          const nodePrefix = `${this.tenant}.node.`;
-          if (e.key.startsWith(nodePrefix)) {
-            // A new node: rebalance now.
-            if (!this.#knownNodes.has(e.key.slice(nodePrefix.length))) this.#kick();
-            continue;
-          }
-          const p = this.#partitionOfKey(e.key);
-          const lease = p === undefined ? undefined : this.#held.get(p);
-          // Someone else wrote a lease this node thinks it holds: renew now to find out.
-          if (lease && e.revision !== lease.revision && !isOwnWrite(e, this.nodeId)) void this.#renewAll();
-        }
-      })().catch((err: unknown) => this.#log.debug({ err: errText(err) }, 'lease watch ended'));
-    } catch (err) {
-      // The rounds alone are enough; the watch only makes takeovers faster.
-      this.#log.warn({ err: errText(err) }, 'could not watch the lease bucket');
-    }
-  }
-
-  /** After a reconnect, renew and rebalance at once instead of waiting for the next round. */
-  #watchStatus(): void {
-    const status = this.#nc.status() as AsyncIterable<Status> & { stop?: () => void };
-    this.#status = status;
-    void (async () => {
-      for await (const s of status) {
-        if (s.type !== 'reconnect') continue;
-        void this.#renewRound();
-        this.#kick();
-      }
-    })().catch(() => undefined);
-  }
-
-  /**
-   * While the bucket's stream elects a leader (its leader's server crashed) no lease can be renewed, and
-   * with an election longer than most of the TTL every node fences itself off its partitions. The server
-   * announces the new leader in the account: renew and balance then, rather than at the next round, which
-   * during the outage came every ttl/3 after a survey that waited ttl/3 for its answer (a kill -9 of the
-   * bucket's leader, bench/cluster-crash.ts with CRASH_LEASES=1: every partition taken back 0.02-1.4 s
-   * after the announcement).
-   * Nothing of the announcement is read but its subject, and a round asked for while one runs folds into
-   * the next. The rounds stay the fallback: where the node's user may not subscribe to advisories the server
-   * refuses this subscription, and an announcement can go missing (one stepdown of eight in a loop of
-   * test/cluster.nats.test.ts was never heard of in 30 s).
-   */
-  #watchElections(): void {
-    this.#elections = this.#nc.subscribe(`${STREAM_LEADER_ELECTED}.KV_${this.bucket}`, {
-      callback: (err) => {
-        if (err || this.#stopping) return;
-        this.#log.info('lease bucket has a new leader; renewing and balancing now');
-        void this.#renewAll();
-        this.#kick();
-      },
-    });
-  }
-
-  #leaseKey(p: number): string {
-    return `${this.tenant}.p${p}`;
-  }
-
   /**
    * Whether node `nodeId` is alive by its heartbeat in the bucket: true while its key is there and younger
    * than one TTL (refreshed every ttl/3), false when a clean stop deleted it, undefined when the bucket does
@@ -756,7 +597,7 @@ export class PartitionLeases {
     if (!kv) return undefined;
     let entry: KvEntry | null;
     try {
-      entry = await kv.get(`${this.tenant}.node.${nodeId}`);
+      entry = await kv.get(this.#keys.node(nodeId));
     } catch {
       return undefined;
     }
@@ -765,16 +606,5 @@ export class PartitionLeases {
     if (entry !== null && entry.created.getTime() + this.#ttlMs > now) return true;
     const ownTaken = this.#heartbeatAt !== undefined && now - this.#heartbeatAt <= this.#ttlMs && now - this.#heartbeatSince! >= 2 * this.renewIntervalMs;
     return ownTaken ? false : undefined;
-  }
-
-  #nodeKey(): string {
-    return `${this.tenant}.node.${this.nodeId}`;
-  }
-
-  #partitionOfKey(key: string): number | undefined {
-    const prefix = `${this.tenant}.p`;
-    if (!key.startsWith(prefix)) return undefined;
-    const n = Number(key.slice(prefix.length));
-    return Number.isSafeInteger(n) && n >= 0 && n < this.partitions ? n : undefined;
   }
 }

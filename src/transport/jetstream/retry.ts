@@ -17,7 +17,7 @@ export const DEFAULT_SETUP_DEADLINE_MS = 60_000;
 
 /**
  * Placing a replicated stream failed for want of servers: a cluster that has just started, before its meta
- * layer knows every peer (seen on nats-server 2.10: "no suitable peers for placement", code 10005), or with
+ * layer knows every peer (nats-server 2.10 answers "no suitable peers for placement", code 10005), or with
  * servers down ("insufficient resources", 10023). Both pass as servers join.
  */
 export function isPlacementError(err: unknown): boolean {
@@ -26,8 +26,8 @@ export function isPlacementError(err: unknown): boolean {
 
 /**
  * "stream not found" from a step that makes its stream when missing (a bucket's create-or-bind): a cluster
- * recovering its quorum answers it for a stream that exists or was just made (seen on a node started while
- * two servers of three were coming back), so such a step asks again.
+ * recovering its quorum answers it for a stream that exists or was just made (a node started while two
+ * servers of three are coming back gets it), so such a step asks again.
  */
 export function isStreamNotFound(err: unknown): boolean {
   return (err instanceof JetStreamApiError && err.code === 10059) || (err instanceof Error && /stream not found/i.test(err.message));
