@@ -107,7 +107,7 @@ describe('agent host: the actor hears every call while watched, and is brought u
 
 describe('agent host: the context a handler gets', () => {
   it('its stream, log and inspect work when taken out of it or read from a copy of it', async () => {
-    const seen: Array<{ keys: string[]; kinds: string[] }> = [];
+    const seen: Array<{ keys: string[]; kinds: string[]; callId: string | undefined }> = [];
     const agent = defineAgent({
       card: { id: 'ctxuser', name: 'Context user', description: 'streams through a copy of its context' },
       handle: (_m, ctx) => {
@@ -117,7 +117,7 @@ describe('agent host: the context a handler gets', () => {
         copy.stream('two ');
         log.debug('taken out');
         copy.log.debug('from a copy');
-        seen.push({ keys: Object.keys(ctx).sort(), kinds: [typeof stream, typeof log.debug, typeof inspect, typeof copy.inspect] });
+        seen.push({ keys: Object.keys(ctx).sort(), kinds: [typeof stream, typeof log.debug, typeof inspect, typeof copy.inspect], callId: ctx.callId });
         return reply(`${ctx.text}!`, { to: 'user' });
       },
     });
@@ -141,8 +141,10 @@ describe('agent host: the context a handler gets', () => {
     expect(chunks).toEqual(['m-1:stream=one ', 'm-1:stream=two ']);
     expect(seen).toEqual([
       {
-        keys: ['contextId', 'hop', 'inspect', 'log', 'peers', 'sender', 'signal', 'stream', 'taskId', 'tenant', 'text', 'threadId'],
+        keys: ['callId', 'contextId', 'hop', 'inspect', 'log', 'peers', 'sender', 'signal', 'stream', 'taskId', 'tenant', 'text', 'threadId'],
         kinds: ['function', 'function', 'function', 'function'],
+        // The request's Troupe-Call-Id, as sent.
+        callId: 't-1/m-1',
       },
     ]);
   });

@@ -443,6 +443,7 @@ export class AgentHost {
       taskId,
       contextId,
       sender: msg.headers[HEADERS.sender] ?? routing?.sender ?? 'user',
+      ...(msg.headers[HEADERS.callId] !== undefined ? { callId: msg.headers[HEADERS.callId] } : {}),
       hop: Number(msg.headers[HEADERS.hop] ?? 0),
       text: messageText(message),
       peers: routing?.agentCards ?? [],

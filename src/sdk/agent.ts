@@ -22,6 +22,11 @@ export interface AgentContext {
   readonly contextId: string;
   /** Who sent this message: `user` or an agent id. */
   readonly sender: string;
+  /**
+   * The call's `Troupe-Call-Id` (`<thread>/<messageId>`), when the caller sent one: the same on every retry
+   * of the call, so an agent with effects of its own can key them on it (docs/wire-contract.md).
+   */
+  readonly callId?: string;
   readonly hop: number;
   /** The message's text parts joined. */
   readonly text: string;
