@@ -55,6 +55,20 @@ function anthropicMcpAgent(baseURL: string): string {
   ].join('\n');
 }
 
+/** The `n` largest packages of an install, in MiB (one du over all: a hard-linked file counts once). */
+function largestPackages(dir: string, n: number): string {
+  const modules = join(dir, 'node_modules');
+  const names = readdirSync(modules).flatMap((d) => (d.startsWith('@') ? readdirSync(join(modules, d)).map((s) => `${d}/${s}`) : d.startsWith('.') ? [] : [d]));
+  return execFileSync('du', ['-sb', ...names], { cwd: modules, encoding: 'utf8' })
+    .trim()
+    .split('\n')
+    .map((line) => line.split('\t') as [string, string])
+    .sort(([a], [b]) => Number(b) - Number(a))
+    .slice(0, n)
+    .map(([size, name]) => `  ${(Number(size) / 1024 / 1024).toFixed(2).padStart(6)} MiB  ${name}`)
+    .join('\n');
+}
+
 describe('package', () => {
   let troupe: InstalledTroupe;
   // Builds dist/ (from the sources under test), packs and installs the tarball: once, shared with the other suites.
@@ -69,7 +83,7 @@ describe('package', () => {
 
   it('the core install (the tarball and its dependencies, no optional peer) stays under 80 MiB', () => {
     const bytes = Number(execFileSync('du', ['-sb', join(troupe.dir, 'node_modules')], { encoding: 'utf8' }).split('\t')[0]);
-    console.log(`core install: ${(bytes / 1024 / 1024).toFixed(1)} MiB in node_modules`);
+    console.log(`core install: ${(bytes / 1024 / 1024).toFixed(1)} MiB in node_modules; the largest packages:\n${largestPackages(troupe.dir, 10)}`);
     expect(bytes).toBeLessThan(80 * 1024 * 1024);
   });
 
