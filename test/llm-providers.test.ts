@@ -10,6 +10,7 @@ import { createEmbeddingProvider, createProvider } from '../src/llm/providers/in
 import { decodeEmbedding } from '../src/llm/providers/openai.js';
 import { ModelCallError, type ChatMessage, type ToolDefinition } from '../src/model/types.js';
 import { TroupeError } from '../src/protocol/errors.js';
+import { waitFor } from './helpers/wait.js';
 import { AnthropicScriptedServer, bagOfWordsVector, base64Floats, EMBEDDING_DIMS, OpenAIScriptedServer } from './helpers/model-servers.js';
 
 const KEY = 'sk-test-0123456789abcdef';
@@ -282,6 +283,15 @@ describe('anthropic provider', () => {
     expect(bad).toMatchObject({ retryable: false, status: 400 });
     expect(bad.message).toContain('messages: field required');
     expect(server.requests).toHaveLength(2);
+  });
+
+  it('a call its caller aborts is not retryable (the SDK, imported on first use, names its abort)', async () => {
+    server.script({ hang: true });
+    const controller = new AbortController();
+    const call = rejection(provider().complete({ messages: [{ role: 'user', content: 'x' }], signal: controller.signal }));
+    await waitFor(() => server.requests.length === 1, 'the request at the server');
+    controller.abort();
+    expect(await call).toMatchObject({ retryable: false });
   });
 });
 

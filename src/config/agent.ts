@@ -22,6 +22,7 @@ import { ID_LIMITS } from '../protocol/ids.js';
 import { loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment, ConfigError } from './load.js';
 import { lineColumn, templatePlaceholders } from './template.js';
 import { USER_MODULE_EXTENSIONS } from './user-module.js';
+import { missingFor, missingMessage, OPTIONAL_FEATURES, type OptionalFeature } from './optional.js';
 import { DEFAULT_MEMORY, MemoryConfigSchema, OutputConfigSchema, checkOutput } from './conversation.js';
 
 export const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
@@ -392,9 +393,16 @@ function checkParameters(ctx: CheckContext, params: unknown, path: PathSegment[]
   return names;
 }
 
+/** A feature whose optional packages are not installed: the file is valid, but the agent would not start here. */
+function warnIfMissing(ctx: CheckContext, path: PathSegment[], feature: OptionalFeature): void {
+  const missing = missingFor(feature);
+  if (missing.length) ctx.warn(path, 'references', missingMessage(OPTIONAL_FEATURES[feature].feature, missing));
+}
+
 /** Rules of a model block that depend on its provider (agent.yaml's model, team.yaml's router and synthesis models). */
 export function checkModel(ctx: CheckContext, model: unknown, path: PathSegment[]): void {
   if (!isRecord(model)) return;
+  if (model.provider === 'anthropic') warnIfMissing(ctx, [...path, 'provider'], 'anthropic');
   if (model.provider === 'anthropic' && typeof model.temperature === 'number' && model.temperature > 1) {
     ctx.report([...path, 'temperature'], 'constraints', `must be at most 1 for anthropic, not ${model.temperature}`);
   }
@@ -434,6 +442,7 @@ function checkTool(ctx: CheckContext, tool: unknown, i: number): void {
     checkModel(ctx, tool.model, [...path, 'model']);
     if (template !== undefined && isRecord(tool.parameters)) checkTemplate(ctx, template, params, path, templateFile);
   } else if (type === 'vectorstore') {
+    warnIfMissing(ctx, [...path, 'type'], 'vectorstore');
     const source = str(tool.source);
     if (fileExists(ctx, [...path, 'source'], tool.source, true) && source && ctx.kindOf(source) === 'file') {
       const ext = extname(source).toLowerCase();
@@ -451,6 +460,7 @@ function checkTool(ctx: CheckContext, tool: unknown, i: number): void {
       ctx.report([...path, 'chunk_overlap'], 'constraints', `must be smaller than chunk_size (${size})`);
     }
   } else if (type === 'mcp') {
+    warnIfMissing(ctx, [...path, 'type'], 'mcp');
     const server = str(tool.server);
     const config = tool.config;
     if (server) {
@@ -504,6 +514,7 @@ function checkFileInput(ctx: CheckContext, file: unknown, path: PathSegment[]): 
   if (has(file, 'path') && !has(file, 'url')) fileExists(ctx, [...path, 'path'], file.path);
   const type = str(file.type);
   if (!type || !(FILE_INPUT_TYPES as readonly string[]).includes(type)) return;
+  if (type in OPTIONAL_FEATURES) warnIfMissing(ctx, [...path, 'type'], type as OptionalFeature);
   if (has(file, 'pages') && !['pdf', 'word', 'powerpoint'].includes(type)) {
     ctx.report([...path, 'pages'], 'constraints', `applies to pdf, word and powerpoint files, not ${type}`);
   }

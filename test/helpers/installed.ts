@@ -7,13 +7,15 @@
  * `npm i --offline <tarball>` cannot resolve the tarball's dependencies from npm's cache (the cache holds
  * the tarballs `npm ci` fetched, not the registry's package documents), so the install folder gets a
  * package-lock.json made from the checkout's: the same versions and integrity hashes as `npm ci` installed
- * here, without the dev dependencies. `npm ci --offline` then installs it from the cache.
+ * here, without the dev dependencies. `npm ci --offline` then installs it from the cache; what it printed
+ * is kept (`installLog`). An install may also take some of troupe's optional packages, as a user who runs
+ * `npm i <package>` next to troupe has them: `installedTroupe({ optional: ['@anthropic-ai/sdk'] })`.
  *
  *   const troupe = await installedTroupe();
  *   const dir = troupe.userFolder({ packageJson: false });   // an empty folder that sees node_modules/troupe
  *   const agent = troupe.spawn('npx', ['troupe', 'agent', 'hello.ts', …], dir);
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,15 +60,43 @@ function withResolved(key: string, entry: LockEntry): LockEntry {
   return { ...entry, resolved: `https://registry.npmjs.org/${name}/-/${base}-${entry.version}.tgz` };
 }
 
-/** package.json and package-lock.json of a folder that depends on the tarball alone. */
-function writeInstallManifest(dir: string, tarball: string): void {
+/** Where Node finds `dep` from the package at lock key `from` (`node_modules/a/node_modules/b`): nearest first. */
+function resolveInLock(packages: Record<string, LockEntry>, from: string, dep: string): string | undefined {
+  for (let at = from; ;) {
+    const key = at ? `${at}/node_modules/${dep}` : `node_modules/${dep}`;
+    if (packages[key]) return key;
+    if (!at) return undefined;
+    const cut = at.lastIndexOf('/node_modules/');
+    at = cut < 0 ? '' : at.slice(0, cut);
+  }
+}
+
+/** The lock keys of `names` and of everything they need (dependencies, non-optional peers), as the lockfile resolves them. */
+function lockClosure(packages: Record<string, LockEntry>, names: readonly string[]): Set<string> {
+  const out = new Set<string>();
+  const visit = (from: string, dep: string) => {
+    const key = resolveInLock(packages, from, dep);
+    if (!key || out.has(key)) return;
+    out.add(key);
+    const entry = packages[key] as { dependencies?: object; peerDependencies?: object; peerDependenciesMeta?: Record<string, { optional?: boolean }> };
+    for (const d of Object.keys(entry.dependencies ?? {})) visit(key, d);
+    for (const d of Object.keys(entry.peerDependencies ?? {})) if (!entry.peerDependenciesMeta?.[d]?.optional) visit(key, d);
+  };
+  for (const name of names) visit('', name);
+  return out;
+}
+
+/** package.json and package-lock.json of a folder that depends on the tarball (and the optional packages named). */
+function writeInstallManifest(dir: string, tarball: string, optional: readonly string[]): void {
   const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as Record<string, unknown>;
   const lock = JSON.parse(readFileSync(join(REPO_ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, LockEntry> };
   const spec = `file:${relative(dir, tarball)}`;
-  // The checkout's overrides hold for its lockfile's versions; a user on the engine floor needs the same.
-  const manifest = { name: 'troupe-user', private: true, dependencies: { troupe: spec }, ...(pkg.overrides ? { overrides: pkg.overrides } : {}) };
+  const extra = Object.fromEntries(optional.map((name) => [name, String(lock.packages[`node_modules/${name}`]?.version)]));
+  // No overrides: a user's `npm i troupe` gets none of the checkout's, so the install must not need any.
+  const dependencies = { troupe: spec, ...extra };
+  const manifest = { name: 'troupe-user', private: true, dependencies };
   const packages: Record<string, unknown> = {
-    '': { name: 'troupe-user', dependencies: { troupe: spec } },
+    '': { name: 'troupe-user', dependencies },
     'node_modules/troupe': {
       version: pkg.version,
       resolved: spec,
@@ -78,7 +108,10 @@ function writeInstallManifest(dir: string, tarball: string): void {
       engines: pkg.engines,
     },
   };
-  for (const [key, entry] of Object.entries(lock.packages)) if (key && !entry.dev && !entry.link) packages[key] = withResolved(key, entry);
+  const wanted = lockClosure(lock.packages, optional);
+  for (const [key, entry] of Object.entries(lock.packages)) {
+    if (key && !entry.link && (!entry.dev || wanted.has(key))) packages[key] = withResolved(key, { ...entry, dev: undefined });
+  }
   writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
   writeFileSync(join(dir, 'package-lock.json'), `${JSON.stringify({ name: 'troupe-user', lockfileVersion: 3, requires: true, packages }, null, 2)}\n`);
 }
@@ -97,6 +130,8 @@ export interface InstalledTroupe {
   readonly tarball: string;
   /** The folder holding package.json and node_modules/troupe. */
   readonly dir: string;
+  /** What `npm ci` printed (stdout, then stderr) when it installed the folder. */
+  readonly installLog: string;
   /**
    * A new empty folder outside any package that sees the install (its node_modules is a link to it), as a
    * user's project folder: with a package.json saying `"type": "module"`, or none.
@@ -156,19 +191,31 @@ function childEnv(env: Env): NodeJS.ProcessEnv {
   return out;
 }
 
-let installing: Promise<InstalledTroupe> | undefined;
+const installs = new Map<string, Promise<InstalledTroupe>>();
 
-/** Builds, packs and installs the checkout once per source tree; later calls (and suites) reuse it. */
-export function installedTroupe(): Promise<InstalledTroupe> {
-  installing ??= install();
+/**
+ * Builds, packs and installs the checkout once per source tree (and set of optional packages); later
+ * calls (and suites) reuse it.
+ */
+export function installedTroupe(opts: { optional?: readonly string[] } = {}): Promise<InstalledTroupe> {
+  const optional = [...new Set(opts.optional ?? [])].sort();
+  const key = optional.join(' ');
+  let installing = installs.get(key);
+  if (!installing) {
+    installing = install(optional);
+    installs.set(key, installing);
+  }
   return installing;
 }
 
-async function install(): Promise<InstalledTroupe> {
+async function install(optional: readonly string[]): Promise<InstalledTroupe> {
+  // The core install builds and packs the tarball; a variant waits for it rather than build beside it.
+  if (optional.length) await installedTroupe();
   const hash = hashSources();
+  const variant = optional.length ? `-with-${createHash('sha256').update(optional.join(' ')).digest('hex').slice(0, 8)}` : '';
   const packed = join(REPO_ROOT, '.tmp/packed', hash);
   const base = join(tmpdir(), 'troupe-installed');
-  const dir = join(base, hash);
+  const dir = join(base, `${hash}${variant}`);
   const done = join(dir, '.done');
   const lock = `${dir}.lock`;
   mkdirSync(base, { recursive: true });
@@ -197,8 +244,10 @@ async function install(): Promise<InstalledTroupe> {
         copyFileSync(join(packed, tarball), join(staging, tarball));
         const app = join(staging, 'app');
         mkdirSync(app);
-        writeInstallManifest(app, join(staging, tarball));
-        execFileSync('npm', ['ci', '--offline', '--no-audit', '--no-fund'], { cwd: app, stdio: 'pipe', env: childEnv({}) });
+        writeInstallManifest(app, join(staging, tarball), optional);
+        const ci = spawnSync('npm', ['ci', '--offline', '--no-audit', '--no-fund'], { cwd: app, encoding: 'utf8', env: childEnv({}) });
+        if (ci.status !== 0) throw new Error(`npm ci of the packed tarball failed (${ci.status}): ${ci.stderr}`);
+        writeFileSync(join(staging, 'npm-ci.log'), `${ci.stdout}${ci.stderr}`);
         writeFileSync(join(staging, '.done'), '');
         renameSync(staging, dir);
       } finally {
@@ -218,6 +267,7 @@ async function install(): Promise<InstalledTroupe> {
   return {
     tarball,
     dir: app,
+    installLog: readFileSync(join(dir, 'npm-ci.log'), 'utf8'),
     userFolder({ packageJson = false } = {}) {
       const folder = mkdtempSync(join(tmpdir(), 'troupe-user-'));
       folders.push(folder);

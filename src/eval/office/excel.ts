@@ -7,6 +7,7 @@
  */
 import type { CellValue, Workbook } from 'exceljs';
 import { checkZip, loadPackages, MAX_CELLS, tableText, type ExtractedDocument, type ExtractedTable } from './shared.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
 
 type ExcelJs = typeof import('exceljs');
 type Fflate = typeof import('fflate');
@@ -71,7 +72,7 @@ function sheetRows(ws: Workbook['worksheets'][number], range: ReturnType<typeof 
 }
 
 export async function excelText(bytes: Uint8Array, opts: { sheet?: string; range?: string } = {}): Promise<ExtractedDocument> {
-  const [exceljs, fflate] = await loadPackages<[ExcelJs & { default?: ExcelJs }, Fflate]>(['exceljs', 'fflate'], 'reading excel files');
+  const [exceljs, fflate] = await loadPackages<[ExcelJs & { default?: ExcelJs }, Fflate]>(['exceljs', 'fflate'], OPTIONAL_FEATURES.excel.feature);
   checkZip(fflate, bytes, 'the workbook');
   const range = opts.range === undefined ? undefined : parseRange(opts.range);
   if (opts.range !== undefined && !range) throw new Error(`range ${JSON.stringify(opts.range)} is not a cell range such as A1:E100`);

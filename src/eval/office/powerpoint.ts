@@ -8,6 +8,7 @@
 import { posix } from 'node:path';
 import type { Element as XmlElement } from '@xmldom/xmldom';
 import { checkZip, loadPackages, MAX_CELLS, tableText, tidy, unzipSome, type ExtractedDocument, type ExtractedTable } from './shared.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
 
 type Fflate = typeof import('fflate');
 type XmlDom = typeof import('@xmldom/xmldom');
@@ -111,7 +112,7 @@ function relationships(parse: (name: string) => XmlElement | undefined, part: st
 }
 
 export async function powerpointText(bytes: Uint8Array, opts: { pages?: number[] } = {}): Promise<ExtractedDocument> {
-  const [fflate, xmldom] = await loadPackages<[Fflate, XmlDom]>(['fflate', '@xmldom/xmldom'], 'reading powerpoint files');
+  const [fflate, xmldom] = await loadPackages<[Fflate, XmlDom]>(['fflate', '@xmldom/xmldom'], OPTIONAL_FEATURES.powerpoint.feature);
   checkZip(fflate, bytes, 'the presentation');
   const files = unzipSome(fflate, bytes, (name) => name.startsWith('ppt/') && (name.endsWith('.xml') || name.endsWith('.rels')));
   const decoder = new TextDecoder();

@@ -6,6 +6,7 @@
  */
 import type { Unzipped, UnzipFileInfo } from 'fflate';
 import { TroupeError } from '../../protocol/errors.js';
+import { missingMessage } from '../../config/optional.js';
 import { importOptional } from '../../llm/optional.js';
 
 /** An OOXML file may unpack to at most this much; a bigger one is refused before it is parsed. */
@@ -84,13 +85,7 @@ export async function loadPackages<T extends unknown[]>(specifiers: { [K in keyo
     r.status === 'rejected' && r.reason instanceof TroupeError && r.reason.code === 'DEPENDENCY_MISSING' ? [String(r.reason.details?.package)] : [],
   );
   if (missing.length > 1) {
-    throw new TroupeError(
-      'DEPENDENCY_MISSING',
-      `${feature} needs the optional packages ${missing.join(', ')}, which are not installed: run npm i ${missing.join(' ')}`,
-      {
-        packages: missing,
-      },
-    );
+    throw new TroupeError('DEPENDENCY_MISSING', missingMessage(feature, missing), { packages: missing });
   }
   const failed = results.find((r) => r.status === 'rejected');
   if (failed) throw (failed as PromiseRejectedResult).reason;

@@ -6,6 +6,7 @@
  */
 import type { Element as XmlElement, Node as XmlNode } from '@xmldom/xmldom';
 import { checkZip, loadPackages, MAX_CELLS, tableText, tidy, type ExtractedDocument, type ExtractedTable } from './shared.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
 
 type Mammoth = typeof import('mammoth');
 type Fflate = typeof import('fflate');
@@ -83,7 +84,7 @@ function blocksOf(root: XmlNode): { blocks: Block[]; pages: number } {
 export async function wordText(bytes: Uint8Array, opts: { pages?: number[] } = {}): Promise<ExtractedDocument> {
   const [mammoth, fflate, xmldom] = await loadPackages<[Mammoth & { default?: Mammoth }, Fflate, XmlDom]>(
     ['mammoth', 'fflate', '@xmldom/xmldom'],
-    'reading word files',
+    OPTIONAL_FEATURES.word.feature,
   );
   checkZip(fflate, bytes, 'the document');
   const m = mammoth.default ?? mammoth;

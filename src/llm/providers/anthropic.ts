@@ -2,9 +2,10 @@
  * Anthropic messages through the official `@anthropic-ai/sdk`, streaming: text deltas go to `onDelta`
  * as they arrive; tool_use blocks are assembled from their `input_json_delta`s. System messages become
  * the `system` field, tool results a user turn of `tool_result` blocks. The SDK's own retries are off —
- * the model loop retries with backoff.
+ * the model loop retries with backoff. The SDK is an optional package (config/optional.ts): the provider
+ * checks it is installed when it is made, and imports it on the first call.
  */
-import Anthropic from '@anthropic-ai/sdk';
+import type Anthropic from '@anthropic-ai/sdk';
 import type {
   ContentBlockParam,
   MessageCreateParamsStreaming,
@@ -14,7 +15,12 @@ import type {
 } from '@anthropic-ai/sdk/resources/messages';
 import type { ModelConfig } from '../../config/agent.js';
 import type { ChatMessage, Completion, CompletionRequest, ModelProvider, StopReason } from '../../model/types.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
+import { importOptional, requireInstalled } from '../optional.js';
 import { toModelCallError } from './errors.js';
+
+/** Where the SDK sends requests when no base URL is set. */
+const ANTHROPIC_API = 'https://api.anthropic.com';
 
 /** Anthropic requires max_tokens; this is used when the agent.yaml does not set it. */
 export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
@@ -25,6 +31,8 @@ export interface AnthropicProviderOptions {
   baseURL?: string;
   timeoutMs: number;
   maxRetries: number;
+  /** Where the model block is, for error messages. */
+  where?: string;
 }
 
 function parseInput(args: string): Record<string, unknown> {
@@ -92,17 +100,26 @@ export class AnthropicProvider implements ModelProvider {
   readonly provider = 'anthropic' as const;
   readonly model: string;
   readonly endpoint: string;
-  private readonly client: Anthropic;
+  private sdk?: Promise<{ client: Anthropic; abortError: typeof Anthropic.APIUserAbortError }>;
 
+  /** Throws DEPENDENCY_MISSING when @anthropic-ai/sdk is not installed. */
   constructor(private readonly opts: AnthropicProviderOptions) {
+    requireInstalled('anthropic', opts.where ?? 'model');
     this.model = opts.config.name;
-    this.client = new Anthropic({
-      apiKey: opts.apiKey,
-      ...(opts.baseURL ? { baseURL: opts.baseURL } : {}),
-      timeout: opts.timeoutMs,
-      maxRetries: opts.maxRetries,
-    });
-    this.endpoint = this.client.baseURL;
+    this.endpoint = opts.baseURL ?? ANTHROPIC_API;
+  }
+
+  private client(): Promise<{ client: Anthropic; abortError: typeof Anthropic.APIUserAbortError }> {
+    this.sdk ??= importOptional<{ default: typeof Anthropic }>('@anthropic-ai/sdk', OPTIONAL_FEATURES.anthropic.feature).then(({ default: Sdk }) => ({
+      client: new Sdk({
+        apiKey: this.opts.apiKey,
+        baseURL: this.endpoint,
+        timeout: this.opts.timeoutMs,
+        maxRetries: this.opts.maxRetries,
+      }),
+      abortError: Sdk.APIUserAbortError,
+    }));
+    return this.sdk;
   }
 
   async complete(req: CompletionRequest): Promise<Completion> {
@@ -123,8 +140,9 @@ export class AnthropicProvider implements ModelProvider {
     const blocks = new Map<number, { id: string; name: string; json: string }>();
     let reason: string | null | undefined;
     let usage: Completion['usage'];
+    const { client, abortError } = await this.client();
     try {
-      const stream = await this.client.messages.create(params, req.signal ? { signal: req.signal } : {});
+      const stream = await client.messages.create(params, req.signal ? { signal: req.signal } : {});
       for await (const event of stream as AsyncIterable<RawMessageStreamEvent>) {
         switch (event.type) {
           case 'message_start':
@@ -157,7 +175,7 @@ export class AnthropicProvider implements ModelProvider {
         }
       }
     } catch (err) {
-      throw toModelCallError(err, `anthropic ${this.model}`, [this.opts.apiKey], streamed);
+      throw toModelCallError(err, `anthropic ${this.model}`, [this.opts.apiKey], streamed, abortError);
     }
     const toolCalls = [...blocks.entries()].sort(([a], [b]) => a - b).map(([, b]) => ({ id: b.id, name: b.name, arguments: b.json || '{}' }));
     return { text, toolCalls, stopReason: stopReason(reason), ...(usage ? { usage } : {}) };

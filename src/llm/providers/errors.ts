@@ -3,7 +3,6 @@
  * connections and streams that break off — unless text already reached the user, since a retry would repeat it. Known secrets are
  * cut out of the message (some servers echo part of a rejected key).
  */
-import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { ModelCallError } from '../../model/types.js';
 
@@ -29,12 +28,19 @@ export function scrub(text: string, secrets: readonly (string | undefined)[]): s
   return out;
 }
 
-export function toModelCallError(err: unknown, where: string, secrets: readonly (string | undefined)[], streamed: boolean): ModelCallError {
+/** `abortError`: the class the provider's SDK throws when the caller aborts (OpenAI's is known here). */
+export function toModelCallError(
+  err: unknown,
+  where: string,
+  secrets: readonly (string | undefined)[],
+  streamed: boolean,
+  abortError: abstract new (...args: never[]) => Error = OpenAI.APIUserAbortError,
+): ModelCallError {
   if (err instanceof ModelCallError) return err;
   const e = err as { name?: string; status?: unknown; headers?: unknown; message?: string };
   const message = scrub(`${where}: ${e?.message ?? String(err)}`, secrets);
   const status = typeof e?.status === 'number' ? e.status : undefined;
-  const aborted = err instanceof OpenAI.APIUserAbortError || err instanceof Anthropic.APIUserAbortError || e?.name === 'AbortError';
+  const aborted = err instanceof OpenAI.APIUserAbortError || err instanceof abortError || e?.name === 'AbortError';
   // Without an HTTP status it is the connection: refused, timed out (APIConnectionError in both SDKs), or a
   // stream that broke off ("terminated"). Worth another try, unless the caller aborted.
   const retryableKind = !aborted && (status === undefined || RETRYABLE_STATUS.has(status) || status >= 500);

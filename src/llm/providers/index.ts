@@ -63,7 +63,7 @@ export function createProvider(config: ModelConfig, opts: ProviderOptions = {}):
           `${where}: provider anthropic needs ANTHROPIC_API_KEY in the environment (or ${where}.base_url / ANTHROPIC_BASE_URL)`,
         );
       }
-      return new AnthropicProvider({ ...common, apiKey, ...(baseURL ? { baseURL } : {}) });
+      return new AnthropicProvider({ ...common, apiKey, where, ...(baseURL ? { baseURL } : {}) });
     }
   }
 }

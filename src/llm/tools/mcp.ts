@@ -19,18 +19,45 @@
  * - A server that cannot start — the program does not exist, it exits, it does not answer the MCP
  *   handshake in `config.startup_timeout_ms` (default 60 s: npx may download the package) — stops the
  *   agent's start with TOOL_START_FAILED naming the tool, the server and the last lines it wrote.
+ * - The MCP SDK is an optional package (config/optional.ts), imported when the first server starts; an
+ *   agent with an mcp tool does not start without it (DEPENDENCY_MISSING names the npm i to run).
  */
 import { accessSync, constants, existsSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { delimiter, extname, isAbsolute, join, resolve } from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { McpToolConfig } from '../../config/agent.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
+import { importOptional, requireInstalled } from '../optional.js';
 import { TroupeError } from '../../protocol/errors.js';
 import type { JsonSchemaObject } from '../../model/types.js';
 import { toResultText, type RunnableTool } from './types.js';
+
+interface McpSdk {
+  Client: typeof import('@modelcontextprotocol/sdk/client/index.js').Client;
+  StdioClientTransport: typeof import('@modelcontextprotocol/sdk/client/stdio.js').StdioClientTransport;
+  StreamableHTTPClientTransport: typeof import('@modelcontextprotocol/sdk/client/streamableHttp.js').StreamableHTTPClientTransport;
+  McpError: typeof import('@modelcontextprotocol/sdk/types.js').McpError;
+}
+
+let sdk: Promise<McpSdk> | undefined;
+
+/** The SDK's client parts, imported once per process. */
+function loadSdk(): Promise<McpSdk> {
+  const { feature } = OPTIONAL_FEATURES.mcp;
+  sdk ??= Promise.all([
+    importOptional<Pick<McpSdk, 'Client'>>('@modelcontextprotocol/sdk/client/index.js', feature),
+    importOptional<Pick<McpSdk, 'StdioClientTransport'>>('@modelcontextprotocol/sdk/client/stdio.js', feature),
+    importOptional<Pick<McpSdk, 'StreamableHTTPClientTransport'>>('@modelcontextprotocol/sdk/client/streamableHttp.js', feature),
+    importOptional<Pick<McpSdk, 'McpError'>>('@modelcontextprotocol/sdk/types.js', feature),
+  ]).then(([a, b, c, d]) => ({
+    Client: a.Client,
+    StdioClientTransport: b.StdioClientTransport,
+    StreamableHTTPClientTransport: c.StreamableHTTPClientTransport,
+    McpError: d.McpError,
+  }));
+  return sdk;
+}
 
 /** How Troupe introduces itself in the MCP handshake. */
 const CLIENT_INFO = { name: 'troupe', version: '0.1.0' };
@@ -242,6 +269,7 @@ export class McpConnection {
   }
 
   private async connect(): Promise<void> {
+    const { Client, StdioClientTransport, StreamableHTTPClientTransport } = await loadSdk();
     const client = new Client(CLIENT_INFO);
     this.stderr = '';
     const transport =
@@ -355,6 +383,7 @@ export class McpConnection {
     }
     const client = this.client;
     if (this.state === 'closed' || !client) throw new Error('the MCP server is closed');
+    const { McpError } = await loadSdk();
     let result: { content?: unknown; structuredContent?: unknown; isError?: unknown };
     try {
       result = (await client.callTool({ name, arguments: args }, undefined, { signal, timeout: CALL_TIMEOUT_CAP_MS })) as typeof result;
@@ -448,6 +477,9 @@ export interface McpToolSet {
 
 /** Connects to the tool's server (or shares the process's connection to it) and wraps its tools. */
 export async function mcpTools(tool: McpToolConfig, dir: string, where: string): Promise<McpToolSet> {
+  // Before any server starts: without the SDK the agent does not start.
+  requireInstalled('mcp', where);
+  await loadSdk();
   let spec: McpServerSpec;
   try {
     spec = resolveMcpServer(tool, dir);

@@ -30,6 +30,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import type { EmbeddingProvider } from '../../model/types.js';
 import type { SourceChunk } from './source.js';
 import type { SearchResult } from './types.js';
+import { OPTIONAL_FEATURES } from '../../config/optional.js';
 
 export const EMBEDDING_BATCH = 64;
 export const MAX_TOP_K = 20;
@@ -75,7 +76,7 @@ async function loadLanceDb(): Promise<typeof import('@lancedb/lancedb')> {
   // LanceDB logs a warning for every table it creates; keep its log to errors unless asked otherwise.
   process.env.LANCEDB_LOG ??= 'error';
   // An optional peer dependency: the core install stays small; a missing one is named with its npm i.
-  lancedb ??= await importOptional<typeof import('@lancedb/lancedb')>('@lancedb/lancedb', 'a vectorstore tool');
+  lancedb ??= await importOptional<typeof import('@lancedb/lancedb')>('@lancedb/lancedb', OPTIONAL_FEATURES.vectorstore.feature);
   return lancedb;
 }
 
