@@ -28,6 +28,7 @@ import {
   DEFAULT_MAX_TOOL_ROUNDS,
   DEFAULT_TOOL_TIMEOUT_MS,
   loadAgentConfig,
+  seedCapabilitiesOf,
   type AgentConfig,
   type LoadedAgentConfig,
   type ModelConfig,
@@ -35,6 +36,7 @@ import {
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';
+import { AGENT_CAPABILITIES_URI } from '../protocol/capabilities.js';
 import type { DelegationResults } from '../protocol/delegation.js';
 import { defineAgent, reply, type AgentContext, type AgentDefinition, type AgentResult } from '../sdk/agent.js';
 import { createEmbeddingProvider, createProvider, DEFAULT_EMBEDDING_MODEL, type ProviderOptions } from './providers/index.js';
@@ -575,9 +577,10 @@ export async function createLlmAgent(loaded: LoadedAgentConfig, opts: LlmAgentOp
 }
 
 /** The handoff and orchestration capabilities an agent.yaml declares, as its card states them. */
-function cardCapabilities(config: AgentConfig): Pick<AgentCapabilities, 'handoff' | 'orchestration'> {
+function cardCapabilities(config: AgentConfig): Pick<AgentCapabilities, 'handoff' | 'orchestration' | 'extensions'> {
   const c = config.capabilities;
   if (!c) return {};
+  const seed = seedCapabilitiesOf(c);
   const handoff = c.handoff && {
     ...(c.handoff.can_initiate !== undefined ? { canInitiate: c.handoff.can_initiate } : {}),
     ...(c.handoff.can_accept !== undefined ? { canAccept: c.handoff.can_accept } : {}),
@@ -586,7 +589,13 @@ function cardCapabilities(config: AgentConfig): Pick<AgentCapabilities, 'handoff
     ...(c.orchestration.can_delegate !== undefined ? { canDelegate: c.orchestration.can_delegate } : {}),
     ...(c.orchestration.max_parallel !== undefined ? { maxParallel: c.orchestration.max_parallel } : {}),
   };
-  return { ...(handoff ? { handoff } : {}), ...(orchestration ? { orchestration } : {}) };
+  return {
+    ...(handoff ? { handoff } : {}),
+    ...(orchestration ? { orchestration } : {}),
+    ...(seed
+      ? { extensions: [{ uri: AGENT_CAPABILITIES_URI, description: "The agent's capabilities as seed 004 names them", required: false, params: seed }] }
+      : {}),
+  };
 }
 
 /** Loads an agent.yaml and builds its agent (throws CONFIG_INVALID with every problem when invalid). */

@@ -14,3 +14,4 @@ export * from './inspection.js';
 export * from './delegation.js';
 export * from './conversation.js';
 export * from './approval.js';
+export * from './capabilities.js';

@@ -10,7 +10,8 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { appliedDefaults, validateAgentFile, type AppliedDefault } from '../../config/agent.js';
+import { appliedDefaults, seedCapabilitiesOf, validateAgentFile, type AppliedDefault } from '../../config/agent.js';
+import { describeAgentCapabilities } from '../../protocol/capabilities.js';
 import { formatProblem, type ConfigProblem } from '../../config/load.js';
 import { configKindOf, validateTeamFile } from '../../config/team.js';
 import { globals } from '../cli.js';
@@ -63,8 +64,13 @@ export async function validate(file: string, _opts: unknown, cmd: Command): Prom
       const { config } = res.loaded;
       defaults = appliedDefaults(config);
       const tools = (config.tools ?? []).map((t) => `${t.name} (${t.type})`);
-      summary = `agent ${config.name}, ${config.model.provider} ${config.model.name}, ${tools.length ? `tools ${tools.join(', ')}` : 'no tools'}`;
-      json = { agent: { name: config.name, tools: (config.tools ?? []).map((t) => ({ name: t.name, type: t.type })) }, defaults };
+      // Seed 004's capabilities as the card will state them (defaults filled in), when the file declares any.
+      const capabilities = seedCapabilitiesOf(config.capabilities);
+      summary = `agent ${config.name}, ${config.model.provider} ${config.model.name}, ${tools.length ? `tools ${tools.join(', ')}` : 'no tools'}${capabilities ? `, capabilities: ${describeAgentCapabilities(capabilities)}` : ''}`;
+      json = {
+        agent: { name: config.name, tools: (config.tools ?? []).map((t) => ({ name: t.name, type: t.type })), ...(capabilities ? { capabilities } : {}) },
+        defaults,
+      };
     }
   }
   const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
