@@ -5,6 +5,7 @@
  *   POST /                              JSON-RPC, A2A 1.0 (`A2A-Version: 1.0`) or 0.3 (no header)
  *   POST /a2a/troupe                    the same, in seed 003's form (`orchestratorPath`; orchestrator-api.ts)
  *   *    /rest/...                      HTTP+JSON (REST), A2A 1.0, and 0.3 under /rest/v1/...
+ *   *    /troupe/tasks/{id}/checkpoints  a task's checkpoints for its owner (a Troupe extension, checkpoints.ts)
  *   *    /diagnostics/...               operator endpoints (or on their own port), see diagnostics.ts
  *
  * In front of the SDK, in this order: the request's shape (URL length, version header), the bearer
@@ -19,6 +20,7 @@ import { AgentCard } from '@a2a-js/sdk';
 import { ContentTypeNotSupportedError, RequestMalformedError, toRestErrorBody } from '@a2a-js/sdk/errors';
 import { DefaultRequestHandler, InMemoryPushNotificationStore } from '@a2a-js/sdk/server';
 import { agentCardHandler, jsonRpcHandler, restHandler } from '@a2a-js/sdk/server/express';
+import { mountCheckpoints } from './checkpoints.js';
 import type { TroupeClient } from '../sdk/client.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { contextFromHeaders, runInContext, tracing } from '../observability/tracing.js';
@@ -210,6 +212,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   });
   const userBuilder = async (req: Request) => req.res!.locals.caller as GatewayCaller;
   app.use(REST_PATH, restMediaType, restHandler({ requestHandler, userBuilder, legacyCompat: { enabled: true } }));
+  // A Troupe extension: a task's checkpoints for its owner (checkpoints.ts).
+  mountCheckpoints(app);
   app.all(['/', orchestratorPath], (req: Request, res: Response, next: NextFunction) => {
     if (req.method === 'POST') return next();
     res.status(405).set('allow', 'POST').json({ error: 'the JSON-RPC endpoint takes POST with a JSON-RPC 2.0 body' });
