@@ -1,13 +1,14 @@
 /**
  * The studio in a real browser: Debian's Chromium driven by playwright-core, against the studio server
  * on an in-process mesh (the demo agents, the handoff specialists and a `gate` agent that streams, then
- * waits until the test opens it, so "working" can be seen before "input-required" without racing).
+ * waits until the test opens it, so "working" can be seen before "input-required" without racing), and a
+ * YAML agent whose tool waits for a person's approval (its model a local OpenAI-compatible server).
  * Screenshots go to .tmp/ for people to look at.
  *
  * Chromium is required, never skipped: `apt-get install -y chromium` (CI does it in .ci/run), or point
  * TROUPE_CHROMIUM at another Chromium binary.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
@@ -17,6 +18,8 @@ import { defineAgent, reply } from '../src/sdk/agent.js';
 import { defineTeam } from '../src/team/team.js';
 import { startEmbeddedStudio, type EmbeddedStudio } from '../src/studio/embedded.js';
 import { REPO_ROOT } from './helpers/nats-server.js';
+import { loadYamlAgent } from '../src/llm/agent.js';
+import { OpenAIScriptedServer, type SeenRequest } from './helpers/model-servers.js';
 
 const CHROMIUM = process.env.TROUPE_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = join(REPO_ROOT, '.tmp');
@@ -31,6 +34,12 @@ const gate = defineAgent({
     return reply('The gate opened.', { to: 'user' });
   },
 });
+
+const openai = new OpenAIScriptedServer();
+/** Where the teller's agent.yaml and tool live; the tool writes each refund it makes to ledger.txt. */
+let tellerDir: string;
+const ledger = () => (existsSync(join(tellerDir, 'ledger.txt')) ? readFileSync(join(tellerDir, 'ledger.txt'), 'utf8') : '');
+const lastToolResult = (req: SeenRequest) => (req.body.messages as Array<{ role: string; content: string }>).at(-1);
 
 let embedded: EmbeddedStudio;
 let context: BrowserContext;
@@ -59,8 +68,34 @@ beforeAll(async () => {
     );
   }
   mkdirSync(SHOTS, { recursive: true });
+  await openai.start();
+  tellerDir = mkdtempSync(join(tmpdir(), 'troupe-studio-teller-'));
+  writeFileSync(
+    join(tellerDir, 'tools.ts'),
+    `import { appendFileSync } from 'node:fs';\nexport function refund(args: { order: number }) {\n  appendFileSync(${JSON.stringify(join(tellerDir, 'ledger.txt'))}, \`refund \${args.order}\\n\`);\n  return \`refunded order \${args.order}\`;\n}\n`,
+  );
+  writeFileSync(
+    join(tellerDir, 'agent.yaml'),
+    [
+      'name: teller',
+      'description: Refunds orders once a person approves',
+      'model: { provider: openai, name: teller-model }',
+      'instructions: { inline: You refund orders. }',
+      'tools:',
+      '  - name: refund',
+      '    description: Refunds an order',
+      '    type: function',
+      '    file: tools.ts',
+      '    function: refund',
+      '    requires_approval: true',
+      '    parameters:',
+      '      order: { type: int, description: The order }',
+      '',
+    ].join('\n'),
+  );
+  const teller = await loadYamlAgent(join(tellerDir, 'agent.yaml'), { env: { OPENAI_API_KEY: 'sk-test', OPENAI_BASE_URL: openai.baseURL }, maxRetries: 0 });
   embedded = await startEmbeddedStudio({
-    team: defineTeam({ name: 'studio-test', agents: [...studioTeam.agents, gate], ...(studioTeam.config ? { config: studioTeam.config } : {}) }),
+    team: defineTeam({ name: 'studio-test', agents: [...studioTeam.agents, gate, teller], ...(studioTeam.config ? { config: studioTeam.config } : {}) }),
     port: 0,
   });
   profile = mkdtempSync(join(tmpdir(), 'troupe-chromium-'));
@@ -87,7 +122,9 @@ afterAll(async () => {
   openGate?.();
   await context?.close().catch(() => undefined);
   await embedded?.stop();
+  await openai.stop();
   if (profile) rmSync(profile, { recursive: true, force: true });
+  if (tellerDir) rmSync(tellerDir, { recursive: true, force: true });
 });
 
 describe('troupe studio in Chromium', () => {
@@ -147,4 +184,47 @@ describe('troupe studio in Chromium', () => {
     await expect(inspect.locator('.context').textContent()).resolves.toContain('"targetAgentId": "skills"');
     await page.screenshot({ path: join(SHOTS, 'studio-handoff.png'), fullPage: true });
   });
+
+  it(
+    'a tool call waiting for approval shows its tool and arguments; Approve runs it, Deny refuses it, and the agent answers',
+    { timeout: 90_000 },
+    async () => {
+      openai.scriptFor(
+        'teller-model',
+        { text: 'I can refund it once you agree.', toolCalls: [{ id: 'call_a', name: 'refund', arguments: { order: 42 } }] },
+        { text: 'Refunded order 42.' },
+        { toolCalls: [{ id: 'call_b', name: 'refund', arguments: { order: 7 } }] },
+        { text: 'I did not refund order 7.' },
+      );
+      // A conversation of its own: the last one has a handoff open, which holds every message.
+      await page.click('button.link:has-text("+ new")');
+      await page.locator('section.chat h2', { hasText: 'New conversation' }).waitFor();
+      await send('Refund order 42', 'teller');
+      const pending = page.locator('[data-testid=approval]').last();
+      await pending.waitFor();
+      await expect(pending.getAttribute('data-agent')).resolves.toBe('teller');
+      await expect(pending.locator('li[data-tool="refund"] .args').textContent()).resolves.toBe('{"order":42}');
+      await expect(page.locator('[data-testid=turn-state]').last().textContent()).resolves.toBe('input-required');
+      expect(ledger()).toBe('');
+      await page.screenshot({ path: join(SHOTS, 'studio-approval.png') });
+
+      await pending.locator('button[data-decision=approve]').click();
+      await page.locator('[data-testid=answer]', { hasText: 'Refunded order 42.' }).waitFor();
+      await expect(pending.locator('[data-testid=decided]').textContent()).resolves.toBe('approved');
+      expect(ledger()).toBe('refund 42\n');
+      expect(lastToolResult(openai.requestsFor('teller-model').at(-1)!)).toMatchObject({ role: 'tool', content: 'refunded order 42' });
+
+      await send('Refund order 7 as well', 'teller');
+      const second = page.locator('[data-testid=approval]').last();
+      await second.locator('li[data-tool="refund"] .args', { hasText: '{"order":7}' }).waitFor();
+      await second.locator('button[data-decision=deny]').click();
+      await page.locator('[data-testid=answer]', { hasText: 'I did not refund order 7.' }).waitFor();
+      await expect(second.locator('[data-testid=decided]').textContent()).resolves.toBe('denied');
+      expect(ledger()).toBe('refund 42\n');
+      expect(lastToolResult(openai.requestsFor('teller-model').at(-1)!)).toMatchObject({
+        role: 'tool',
+        content: JSON.stringify({ error: 'the user refused "refund"; it did not run' }),
+      });
+    },
+  );
 });

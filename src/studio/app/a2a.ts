@@ -1,8 +1,8 @@
 /**
  * The chat's A2A client: JSON-RPC 2.0 to the studio's `/a2a` (passed through to the mesh's gateway):
- * `message/stream` read as server-sent events, `tasks/get`, `tasks/cancel`.
+ * `message/stream` read as server-sent events, `tasks/get`, `tasks/cancel`; a tool approval's decision.
  */
-import { CLIENT_ROUTING_URI, type A2AMessage, type StreamEvent, type Task } from './types.js';
+import { CLIENT_ROUTING_URI, META, type A2AMessage, type StreamEvent, type Task } from './types.js';
 
 let nextId = 1;
 
@@ -36,6 +36,21 @@ export function userMessage(text: string, opts: { taskId?: string; to?: string }
     parts: [{ kind: 'text', text }],
     ...(opts.taskId ? { taskId: opts.taskId } : {}),
     ...(opts.to ? { metadata: { [CLIENT_ROUTING_URI]: { recipient: opts.to } } } : {}),
+  };
+}
+
+/**
+ * A person's decision on the tool calls an agent waits on (protocol/approval.ts): a `troupe/approval`
+ * data part, addressed to that agent.
+ */
+export function approvalMessage(decision: 'approve' | 'deny', agent: string, taskId: string): A2AMessage {
+  return {
+    kind: 'message',
+    role: 'user',
+    messageId: crypto.randomUUID(),
+    parts: [{ kind: 'data', data: { [META.approval]: { decision } } }],
+    taskId,
+    metadata: { [CLIENT_ROUTING_URI]: { recipient: agent } },
   };
 }
 

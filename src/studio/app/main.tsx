@@ -6,7 +6,7 @@
 import './studio.css';
 import { render } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { cancelTask, getTask, streamMessage, userMessage, A2AError } from './a2a.js';
+import { approvalMessage, cancelTask, getTask, streamMessage, userMessage, A2AError } from './a2a.js';
 import { Statechart } from './chart.js';
 import { connectStream, refreshThreads, stateLabel, stateOf, store, useStore, type ActorView } from './store.js';
 import { META, type A2AMessage, type RouteStep, type StreamEvent } from './types.js';
@@ -23,6 +23,16 @@ interface Turn {
   state: string;
   route: RouteStep[];
   error?: string;
+  /** The tool calls the answering agent waits on a person for (its answer's `troupe/approval` data part). */
+  approval?: PendingApproval;
+  /** What the person decided on them here. */
+  decided?: 'approve' | 'deny';
+}
+
+interface PendingApproval {
+  agent: string;
+  expiresAt?: number;
+  calls: Array<{ callId: string; tool: string; arguments: string }>;
 }
 
 /** Task states that end a turn (the thread waits for the user, or the task is over). */
@@ -33,6 +43,17 @@ const chats = new Map<string, Turn[]>();
 
 function textOf(m: A2AMessage | undefined): string {
   return (m?.parts ?? []).flatMap((p) => (p.kind === 'text' && p.text ? [p.text] : [])).join('\n');
+}
+
+/** The pending tool calls an agent's answer asks a person to approve (protocol/approval.ts), if any. */
+function approvalOf(m: A2AMessage | undefined): PendingApproval | undefined {
+  for (const p of m?.parts ?? []) {
+    const raw = p.kind === 'data' ? (p.data?.[META.approval] as Partial<PendingApproval> | undefined) : undefined;
+    if (!raw || typeof raw.agent !== 'string' || !Array.isArray(raw.calls)) continue;
+    const calls = raw.calls.filter((c) => typeof c?.tool === 'string' && typeof c.arguments === 'string');
+    return { agent: raw.agent, ...(typeof raw.expiresAt === 'number' ? { expiresAt: raw.expiresAt } : {}), calls };
+  }
+  return undefined;
 }
 
 function ago(ms: number, now: number): string {
@@ -190,6 +211,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
             if (!t) continue;
             t.answer = textOf(m);
             t.answeredBy = String(m.metadata?.[META.agent] ?? 'agent');
+            t.approval = approvalOf(m);
             const route = m.metadata?.[META.route];
             if (Array.isArray(route)) t.route = route as RouteStep[];
           }
@@ -204,14 +226,34 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
 
   useEffect(() => end.current?.scrollIntoView({ block: 'end' }), [turns.length, turns.at(-1)?.streamed, turns.at(-1)?.answer]);
 
-  const send = async (e: Event) => {
+  const send = (e: Event) => {
     e.preventDefault();
     const body = text.trim();
     if (!body || busy) return;
     setText('');
+    void run(userMessage(body, { ...(key ? { taskId: key } : {}), ...(to ? { to } : {}) }), body, to);
+  };
+
+  /** Approve / Deny on a turn whose agent waits: the decision goes to that agent as the next turn. */
+  const decide = (t: Turn, decision: 'approve' | 'deny') => {
+    if (!t.approval || !key || busy) return;
+    t.decided = decision;
+    const tools = t.approval.calls.map((c) => c.tool).join(', ');
+    void run(approvalMessage(decision, t.approval.agent, key), `${decision} ${tools}`, t.approval.agent);
+  };
+
+  const run = async (message: A2AMessage, shown: string, recipient: string) => {
     setBusy(true);
     let threadKey = key;
-    const turn: Turn = { id: crypto.randomUUID(), user: body, ...(to ? { to } : {}), streamed: '', chunks: 0, state: 'submitted', route: [] };
+    const turn: Turn = {
+      id: crypto.randomUUID(),
+      user: shown,
+      ...(recipient ? { to: recipient } : {}),
+      streamed: '',
+      chunks: 0,
+      state: 'submitted',
+      route: [],
+    };
     chats.set(threadKey, [...(chats.get(threadKey) ?? []), turn]);
     force((n) => n + 1);
     abort.current = new AbortController();
@@ -235,6 +277,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
         if (ev.final || TURN_ENDS.has(ev.status.state)) {
           turn.answer = textOf(ev.status.message);
           turn.answeredBy = String(ev.status.message?.metadata?.[META.agent] ?? 'agent');
+          turn.approval = approvalOf(ev.status.message);
           const route = ev.status.message?.metadata?.[META.route];
           if (Array.isArray(route)) turn.route = route as RouteStep[];
           const error = ev.metadata?.[META.error] as { code?: string; message?: string } | undefined;
@@ -244,7 +287,7 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
       force((n) => n + 1);
     };
     try {
-      await streamMessage(userMessage(body, { ...(key ? { taskId: key } : {}), ...(to ? { to } : {}) }), onEvent, abort.current.signal);
+      await streamMessage(message, onEvent, abort.current.signal);
     } catch (err) {
       if (!(err instanceof DOMException && err.name === 'AbortError')) turn.error = err instanceof A2AError ? err.message : String(err);
     } finally {
@@ -314,6 +357,35 @@ function Chat(props: { threadId: string; onThread: (id: string) => void; agents:
                   ) : null}
                 </span>
                 {t.answer}
+              </div>
+            ) : null}
+            {t.approval && t.approval.calls.length ? (
+              <div class="approval" data-testid="approval" data-agent={t.approval.agent}>
+                <span class="who">
+                  {t.approval.agent} waits for your approval
+                  {t.approval.expiresAt ? ` until ${new Date(t.approval.expiresAt).toLocaleTimeString()}` : ''}
+                </span>
+                <ul>
+                  {t.approval.calls.map((c) => (
+                    <li key={c.callId} data-tool={c.tool}>
+                      <code class="tool">{c.tool}</code> <code class="args">{c.arguments}</code>
+                    </li>
+                  ))}
+                </ul>
+                {t.decided ? (
+                  <span class="decided" data-testid="decided">
+                    {t.decided === 'approve' ? 'approved' : 'denied'}
+                  </span>
+                ) : t === turns.at(-1) ? (
+                  <div class="actions">
+                    <button type="button" data-decision="approve" disabled={busy} onClick={() => decide(t, 'approve')}>
+                      Approve
+                    </button>
+                    <button type="button" class="danger" data-decision="deny" disabled={busy} onClick={() => decide(t, 'deny')}>
+                      Deny
+                    </button>
+                  </div>
+                ) : null}
               </div>
             ) : null}
             {t.error ? <div class="msg error">{t.error}</div> : null}

@@ -11,6 +11,7 @@ export { META };
 export interface Part {
   kind: string;
   text?: string;
+  data?: Record<string, unknown>;
 }
 
 export interface A2AMessage {
