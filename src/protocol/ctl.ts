@@ -202,6 +202,7 @@ export const CTL = {
 /**
  * A client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` about one of its threads' checkpoints
  * (the Troupe-User header names the user): the same bodies as the operator verbs, only for the owner.
+ * @public a wire table of the client verbs, read only as a type inside Troupe
  */
 export const CLIENT_CHECKPOINT_VERBS = {
   history: CTL.history,

@@ -81,7 +81,7 @@ export const ERROR_CODES = {
 export type ErrorCode = keyof typeof ERROR_CODES;
 export const ErrorCodeSchema = z.enum(Object.keys(ERROR_CODES) as [ErrorCode, ...ErrorCode[]]);
 
-const ErrorBodySchema = z.object({
+export const ErrorBodySchema = z.object({
   code: ErrorCodeSchema,
   message: z.string(),
   details: z.record(z.string(), z.unknown()).optional(),
