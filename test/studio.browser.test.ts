@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import studioTeam from '../src/bin/demo/studio-team.js';
+import { studioTeam } from '../src/bin/demo/studio-team.js';
 import { defineAgent, reply } from '../src/sdk/agent.js';
 import { defineTeam } from '../src/team/team.js';
 import { startEmbeddedStudio, type EmbeddedStudio } from '../src/studio/embedded.js';

@@ -9,7 +9,7 @@
 import { META, encodeJson, type Task } from '../protocol/index.js';
 
 /** What a reply leaves for the envelope, headers and the reply's own fields beside its payload. */
-export const REPLY_HEADROOM_BYTES = 16 * 1024;
+const REPLY_HEADROOM_BYTES = 16 * 1024;
 
 /** The largest reply body for a server with this max_payload. */
 export function replyBudget(maxPayload: number): number {
@@ -19,7 +19,7 @@ export function replyBudget(maxPayload: number): number {
 export const byteLength = (value: unknown): number => encodeJson(value).length;
 
 /** What an answer left out to fit (`META.omitted`). */
-export interface Omitted {
+interface Omitted {
   /** Oldest history messages left out. */
   messages?: number;
   /** Text parts cut short (of the messages that remain). */

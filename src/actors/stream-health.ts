@@ -14,7 +14,7 @@ import { DEAD_LETTER_STREAM, INGRESS_STREAM } from '../transport/jetstream/ingre
 import { DEFAULT_LEASE_BUCKET } from '../transport/jetstream/leases.js';
 
 /** What a durable node makes when it starts: the inbound stream, dead letters, answer markers, the two buckets. */
-export const TROUPE_STREAMS = [INGRESS_STREAM, DEAD_LETTER_STREAM, ANSWERED_STREAM, `KV_${DEFAULT_THREAD_BUCKET}`, `KV_${DEFAULT_LEASE_BUCKET}`] as const;
+const TROUPE_STREAMS = [INGRESS_STREAM, DEAD_LETTER_STREAM, ANSWERED_STREAM, `KV_${DEFAULT_THREAD_BUCKET}`, `KV_${DEFAULT_LEASE_BUCKET}`] as const;
 
 export interface StreamHealth {
   stream: string;

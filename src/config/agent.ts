@@ -26,29 +26,28 @@ import { USER_MODULE_EXTENSIONS } from './user-module.js';
 import { missingFor, missingMessage, OPTIONAL_FEATURES, type OptionalFeature } from './optional.js';
 import { DEFAULT_MEMORY, MemoryConfigSchema, OutputConfigSchema, checkOutput } from './conversation.js';
 
-export const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
-export const TOOL_TYPES = ['function', 'mcp', 'prompt', 'vectorstore'] as const;
-export const PARAMETER_TYPES = ['str', 'int', 'float', 'bool', 'array', 'object'] as const;
+const MODEL_PROVIDERS = ['openai', 'azure_openai', 'anthropic'] as const;
+const PARAMETER_TYPES = ['str', 'int', 'float', 'bool', 'array', 'object'] as const;
 /** Scored by an evaluation model on a 1..scale scale (default 1–5). */
 export const MODEL_JUDGED_METRICS = ['groundedness', 'relevance', 'coherence', 'safety'] as const;
 /** Computed locally against the ground truth, 0–1. */
-export const LEXICAL_METRICS = ['f1_score', 'bleu', 'rouge', 'meteor'] as const;
-export const METRICS = [...MODEL_JUDGED_METRICS, ...LEXICAL_METRICS] as const;
-export const FILE_INPUT_TYPES = ['image', 'pdf', 'text', 'excel', 'word', 'powerpoint', 'csv'] as const;
+const LEXICAL_METRICS = ['f1_score', 'bleu', 'rouge', 'meteor'] as const;
+const METRICS = [...MODEL_JUDGED_METRICS, ...LEXICAL_METRICS] as const;
+const FILE_INPUT_TYPES = ['image', 'pdf', 'text', 'excel', 'word', 'powerpoint', 'csv'] as const;
 /** Tools Troupe offers the model itself (client routing); an agent's own tools may not take these names. */
-export const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff', 'delegate'] as const;
-export const FUNCTION_FILE_EXTENSIONS = [...USER_MODULE_EXTENSIONS, '.py'] as const;
-export const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
+const CONTROL_TOOL_NAMES = ['route', 'handoff', 'return_handoff', 'delegate'] as const;
+const FUNCTION_FILE_EXTENSIONS = [...USER_MODULE_EXTENSIONS, '.py'] as const;
+const VECTORSTORE_FILE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
 
 export const DEFAULT_MAX_TOOL_ROUNDS = 10;
 export const DEFAULT_TOOL_TIMEOUT_MS = 30_000;
-export const DEFAULT_JUDGE_SCALE = 5;
+const DEFAULT_JUDGE_SCALE = 5;
 /** The threshold of a lexical metric (0–1) that gives none. */
-export const DEFAULT_LEXICAL_THRESHOLD = 0.5;
-export const MAX_TOOLS = 50;
-export const MAX_TEST_CASES = 100;
-export const MAX_FILES_PER_CASE = 10;
-export const MAX_PARAMETERS = 50;
+const DEFAULT_LEXICAL_THRESHOLD = 0.5;
+const MAX_TOOLS = 50;
+const MAX_TEST_CASES = 100;
+const MAX_FILES_PER_CASE = 10;
+const MAX_PARAMETERS = 50;
 
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 const PY_IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -91,12 +90,12 @@ export const ModelConfigSchema = z.strictObject({
 });
 export type ModelConfig = z.infer<typeof ModelConfigSchema>;
 
-export const InstructionsSchema = z.strictObject({
+const InstructionsSchema = z.strictObject({
   file: z.string().min(1).optional(),
   inline: z.string().min(1).max(5000).optional(),
 });
 
-export const ParameterSchema = z.strictObject({
+const ParameterSchema = z.strictObject({
   type: z.enum(PARAMETER_TYPES),
   description: z.string().min(1).max(500),
 });
@@ -112,7 +111,7 @@ const toolBase = {
   requires_approval: z.boolean().optional(),
 };
 
-export const FunctionToolSchema = z.strictObject({
+const FunctionToolSchema = z.strictObject({
   ...toolBase,
   type: z.literal('function'),
   file: z.string().min(1),
@@ -120,7 +119,7 @@ export const FunctionToolSchema = z.strictObject({
   parameters: Parameters.optional(),
 });
 
-export const McpToolSchema = z.strictObject({
+const McpToolSchema = z.strictObject({
   ...toolBase,
   type: z.literal('mcp'),
   /** An npm package run with npx, a command line, or an http(s):// URL (streamable HTTP). */
@@ -135,7 +134,7 @@ export const McpToolSchema = z.strictObject({
     .optional(),
 });
 
-export const PromptToolSchema = z.strictObject({
+const PromptToolSchema = z.strictObject({
   ...toolBase,
   type: z.literal('prompt'),
   /** `{parameter}` or `{{parameter}}` marks where an argument goes (template.ts). */
@@ -145,7 +144,7 @@ export const PromptToolSchema = z.strictObject({
   model: ModelConfigSchema.optional(),
 });
 
-export const VectorstoreToolSchema = z.strictObject({
+const VectorstoreToolSchema = z.strictObject({
   ...toolBase,
   type: z.literal('vectorstore'),
   source: z.string().min(1),
@@ -159,14 +158,13 @@ export const VectorstoreToolSchema = z.strictObject({
   meta_prefix: z.string().optional(),
 });
 
-export const ToolSchema = z.discriminatedUnion('type', [FunctionToolSchema, McpToolSchema, PromptToolSchema, VectorstoreToolSchema]);
-export type ToolConfig = z.infer<typeof ToolSchema>;
+const ToolSchema = z.discriminatedUnion('type', [FunctionToolSchema, McpToolSchema, PromptToolSchema, VectorstoreToolSchema]);
 export type FunctionToolConfig = z.infer<typeof FunctionToolSchema>;
 export type PromptToolConfig = z.infer<typeof PromptToolSchema>;
 export type McpToolConfig = z.infer<typeof McpToolSchema>;
 export type VectorstoreToolConfig = z.infer<typeof VectorstoreToolSchema>;
 
-export const MetricSchema = z.strictObject({
+const MetricSchema = z.strictObject({
   metric: z.enum(METRICS),
   /** The lowest passing score; default `defaultThreshold`. */
   threshold: z.number().optional(),
@@ -182,12 +180,12 @@ export const MetricSchema = z.strictObject({
 });
 export type MetricConfig = z.infer<typeof MetricSchema>;
 
-export const EvaluationsSchema = z.strictObject({
+const EvaluationsSchema = z.strictObject({
   model: ModelConfigSchema.optional(),
   metrics: z.array(MetricSchema).min(1),
 });
 
-export const FileInputSchema = z.strictObject({
+const FileInputSchema = z.strictObject({
   path: z.string().min(1).optional(),
   url: HttpUrl.optional(),
   type: z.enum(FILE_INPUT_TYPES),
@@ -204,7 +202,7 @@ export const FileInputSchema = z.strictObject({
 });
 export type FileInput = z.infer<typeof FileInputSchema>;
 
-export const TestCaseSchema = z.strictObject({
+const TestCaseSchema = z.strictObject({
   /** Default `case <n>` (testCaseName). */
   name: z.string().min(1).max(100).optional(),
   input: z.string().min(1).max(5000),
@@ -226,7 +224,7 @@ export function metricMax(m: Pick<MetricConfig, 'metric' | 'scale'>): number {
 }
 
 /** The threshold a metric passes at when it gives none: the middle of a 1–scale judge scale rounded up (3 of 5), or 0.5 of 0–1. */
-export function defaultThreshold(m: Pick<MetricConfig, 'metric' | 'scale'>): number {
+function defaultThreshold(m: Pick<MetricConfig, 'metric' | 'scale'>): number {
   return (MODEL_JUDGED_METRICS as readonly string[]).includes(m.metric) ? Math.ceil((1 + metricMax(m)) / 2) : DEFAULT_LEXICAL_THRESHOLD;
 }
 
@@ -592,7 +590,7 @@ function checkFileInput(ctx: CheckContext, file: unknown, path: PathSegment[]): 
 }
 
 /** The rules of agent.yaml beyond its schema: exclusivity, references, uniqueness and counts. */
-export function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
+function checkAgentDocument(raw: unknown, ctx: CheckContext): void {
   if (!isRecord(raw)) return;
   checkModel(ctx, raw.model, ['model']);
   exactlyOne(ctx, raw.instructions, ['instructions'], 'file', 'inline');

@@ -28,8 +28,8 @@ import type { z } from 'zod';
 import { TroupeError } from '../protocol/errors.js';
 
 /** In the order they are reported. `syntax` problems stop the pipeline. */
-export const PHASES = ['syntax', 'types', 'exclusivity', 'references', 'constraints'] as const;
-export type Phase = (typeof PHASES)[number];
+const PHASES = ['syntax', 'types', 'exclusivity', 'references', 'constraints'] as const;
+type Phase = (typeof PHASES)[number];
 
 export type PathSegment = string | number;
 
@@ -45,14 +45,14 @@ export interface ConfigProblem {
 }
 
 /** One configuration file is at most this big; anything larger is refused before parsing. */
-export const MAX_CONFIG_BYTES = 1024 * 1024;
+const MAX_CONFIG_BYTES = 1024 * 1024;
 /** YAML aliases expand; this many are enough for any hand-written file and stop alias bombs. */
 const MAX_ALIASES = 100;
 const ENV_REF = /\$\{([^}]*)\}/g;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** `tools[2].name` from `['tools', 2, 'name']`. */
-export function formatPath(path: readonly PathSegment[]): string {
+function formatPath(path: readonly PathSegment[]): string {
   if (path.length === 0) return '(root)';
   return path.map((seg, i) => (typeof seg === 'number' ? `[${seg}]` : i === 0 ? seg : `.${seg}`)).join('');
 }
@@ -79,7 +79,7 @@ export class ConfigError extends TroupeError {
  * appearance of `text` inside the string value, or at a line and column of another file (relative to
  * the configuration's folder).
  */
-export type ProblemAt = 'key' | 'value' | { text: string; occurrence: number } | { file: string; line: number; column: number };
+type ProblemAt = 'key' | 'value' | { text: string; occurrence: number } | { file: string; line: number; column: number };
 
 /** What a document check may ask about the file system; relative paths resolve against the file's folder. */
 export interface CheckContext {
@@ -213,7 +213,7 @@ function resolveEnv(
 }
 
 /** A short, safe rendering of a value for a message. */
-export function describeValue(value: unknown, original?: string): string {
+function describeValue(value: unknown, original?: string): string {
   if (original !== undefined) return JSON.stringify(original);
   if (value === null || value === undefined) return 'nothing';
   if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);

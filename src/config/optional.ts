@@ -34,7 +34,7 @@ export function packageOf(specifier: string): string {
  * `node_modules` up the tree, then the global folders): its package.json is there. Resolving the package
  * itself would depend on what its `exports` offer `require`.
  */
-export function isInstalled(pkg: string): boolean {
+function isInstalled(pkg: string): boolean {
   return (resolveFromHere.resolve.paths(pkg) ?? []).some((dir) => existsSync(join(dir, pkg, 'package.json')));
 }
 

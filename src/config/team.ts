@@ -21,14 +21,14 @@ import { USER_MODULE_EXTENSIONS } from './user-module.js';
 import { checkModel, ModelConfigSchema, validateAgentFile } from './agent.js';
 import { ConfigError, loadYamlConfig, type CheckContext, type ConfigProblem, type PathSegment } from './load.js';
 
-export const ORCHESTRATION_STRATEGIES = ['parallel', 'sequential', 'first_success'] as const;
-export const MODULE_FILE_EXTENSIONS = USER_MODULE_EXTENSIONS;
-export const MAX_TEAM_MEMBERS = 100;
+const ORCHESTRATION_STRATEGIES = ['parallel', 'sequential', 'first_success'] as const;
+const MODULE_FILE_EXTENSIONS = USER_MODULE_EXTENSIONS;
+const MAX_TEAM_MEMBERS = 100;
 /** The router's defaults where the issue sets them: temperature 0.3, 500 output tokens, the last 10 messages. */
 export const DEFAULT_ROUTER_TEMPERATURE = 0.3;
 export const DEFAULT_ROUTER_MAX_TOKENS = 500;
-export const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
-export const DEFAULT_ROUTER_TIMEOUT_MS = 15_000;
+const DEFAULT_ROUTER_HISTORY_MESSAGES = 10;
+const DEFAULT_ROUTER_TIMEOUT_MS = 15_000;
 
 const AgentId = z
   .string()
@@ -49,7 +49,7 @@ const Text = z.string().min(1).max(5000);
  * alone (an agent that runs as its own process and joins the mesh itself). One flat shape, so a wrong
  * field is reported at that field; which keys go together is a document check.
  */
-export const MemberSchema = z.strictObject({
+const MemberSchema = z.strictObject({
   file: z.string().min(1).optional(),
   module: z.string().min(1).optional(),
   /** A module's agents, declared so the entry and fallback agents can be checked before it is imported. */
@@ -62,7 +62,6 @@ export const MemberSchema = z.strictObject({
   token: z.string().min(1).optional(),
   timeout_ms: DurationMs.optional(),
 });
-export type MemberConfig = z.infer<typeof MemberSchema>;
 
 /** Which fields a member of each kind may have. */
 const MEMBER_KINDS: Array<{ key: 'file' | 'module' | 'a2a' | 'id'; fields: string[]; what: string }> = [
@@ -72,7 +71,7 @@ const MEMBER_KINDS: Array<{ key: 'file' | 'module' | 'a2a' | 'id'; fields: strin
   { key: 'id', fields: ['id'], what: 'a member that joins on its own' },
 ];
 
-export const RouterPromptsSchema = z.strictObject({
+const RouterPromptsSchema = z.strictObject({
   system: Text.optional(),
   /** `{{history}}` and `{{message}}` mark where the earlier messages and the new one go. */
   user_template: Text.optional(),
@@ -85,7 +84,7 @@ export const RouterPromptsSchema = z.strictObject({
   fallback_reason_template: Text.optional(),
 });
 
-export const RouterSchema = z.strictObject({
+const RouterSchema = z.strictObject({
   model: ModelConfigSchema,
   /** Earlier messages of the thread the router sees besides the new one. */
   history_messages: z.int().min(0).max(50).default(DEFAULT_ROUTER_HISTORY_MESSAGES),
@@ -94,7 +93,7 @@ export const RouterSchema = z.strictObject({
 });
 export type RouterConfig = z.infer<typeof RouterSchema>;
 
-export const RoutingSchema = z.strictObject({
+const RoutingSchema = z.strictObject({
   max_routing_hops: z.int().min(1).max(100).default(DEFAULT_THREAD_CONFIG.maxHops),
   history_limit: z.int().min(1).max(1000).default(DEFAULT_THREAD_CONFIG.historyLimit),
   agent_timeout_ms: DurationMs.default(DEFAULT_THREAD_CONFIG.agentTimeoutMs),
@@ -111,7 +110,7 @@ export const RoutingSchema = z.strictObject({
   task_end: z.enum(['open', 'answer']).default('open'),
 });
 
-export const OrchestrationSchema = z.strictObject({
+const OrchestrationSchema = z.strictObject({
   /** `false`: a router decision's additional agents are not called (seed 003's EnableMultiAgentCoordination). */
   multi_agent: z.boolean().default(true),
   strategy: z.enum(ORCHESTRATION_STRATEGIES).default(DEFAULT_THREAD_CONFIG.orchestration.strategy),
@@ -125,14 +124,14 @@ export const OrchestrationSchema = z.strictObject({
 });
 
 /** What the team lets its agents do (lists of agent ids; absent: every agent), on top of their cards. */
-export const PermissionsSchema = z.strictObject({
+const PermissionsSchema = z.strictObject({
   handoff: z
     .strictObject({ initiate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(), accept: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional() })
     .optional(),
   delegate: z.array(AgentId).max(MAX_TEAM_MEMBERS).optional(),
 });
 
-export const TeamConfigSchema = z.strictObject({
+const TeamConfigSchema = z.strictObject({
   id: AgentId,
   name: z.string().min(1).max(200),
   description: z.string().max(2000).optional(),
@@ -178,7 +177,7 @@ function agentNameIn(text: string): string | undefined {
  * The rules of team.yaml beyond its schema. `nested` collects the problems of member agent.yaml files
  * (each with its own file and position), `nestedWarnings` their warnings.
  */
-export function checkTeamDocument(
+function checkTeamDocument(
   raw: unknown,
   ctx: CheckContext,
   nested: ConfigProblem[],

@@ -27,7 +27,7 @@ import type { ExtractedDocument } from './office/shared.js';
 import { wordText } from './office/word.js';
 import { OPTIONAL_FEATURES } from '../config/optional.js';
 
-export const MAX_FILE_BYTES = 10 * 1024 * 1024;
+const MAX_FILE_BYTES = 10 * 1024 * 1024;
 const IMAGE_TYPES: Record<string, string> = { '.png': 'image/png', '.jpg': 'image/jpeg', '.jpeg': 'image/jpeg', '.gif': 'image/gif', '.webp': 'image/webp' };
 
 /** A case that cannot be run as written (a file type not supported yet, a file that cannot be read). */
@@ -66,7 +66,7 @@ async function readInput(file: FileInput, dir: string): Promise<{ bytes: Buffer;
 }
 
 /** The text of a PDF's pages (all, or the 1-based `pages`), a page per paragraph. */
-export async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<string> {
+async function pdfText(bytes: Uint8Array, pages?: number[]): Promise<string> {
   const pdfjs = await importOptional<typeof import('pdfjs-dist/legacy/build/pdf.mjs')>('pdfjs-dist/legacy/build/pdf.mjs', OPTIONAL_FEATURES.pdf.feature);
   const doc = await pdfjs.getDocument({ data: new Uint8Array(bytes), isEvalSupported: false, disableFontFace: true, useSystemFonts: false, verbosity: 0 })
     .promise;

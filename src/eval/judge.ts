@@ -17,9 +17,9 @@
 import type { MetricConfig } from '../config/agent.js';
 import type { ModelProvider } from '../model/types.js';
 
-export const DEFAULT_JUDGE_TIMEOUT_MS = 60_000;
+const DEFAULT_JUDGE_TIMEOUT_MS = 60_000;
 /** Context beyond this is cut before it goes to the judge. */
-export const MAX_JUDGE_CONTEXT_CHARS = 20_000;
+const MAX_JUDGE_CONTEXT_CHARS = 20_000;
 
 export type JudgedMetric = 'groundedness' | 'relevance' | 'coherence' | 'safety';
 
@@ -55,7 +55,7 @@ function clip(text: string, max: number): string {
   return text.length > max ? `${text.slice(0, max)}… [cut]` : text;
 }
 
-export function judgePrompt(input: JudgeInput, customPrompt?: string): string {
+function judgePrompt(input: JudgeInput, customPrompt?: string): string {
   const values: Record<string, string> = {
     input: input.input,
     answer: input.answer,

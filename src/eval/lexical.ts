@@ -10,7 +10,7 @@
 import { stemmer } from 'stemmer';
 
 /** Answers and ground truths are cut to this many tokens before scoring (LCS and alignment are quadratic). */
-export const MAX_SCORED_TOKENS = 5_000;
+const MAX_SCORED_TOKENS = 5_000;
 
 /** Lower-cased runs of letters and digits. */
 export function tokens(text: string): string[] {

@@ -49,11 +49,11 @@ import { attachFiles, CaseInputError } from './files.js';
 import { judge, type JudgedMetric } from './judge.js';
 import { LEXICAL_SCORERS } from './lexical.js';
 
-export const DEFAULT_CASE_TIMEOUT_MS = 300_000;
+const DEFAULT_CASE_TIMEOUT_MS = 300_000;
 /** Tool results kept per case as the groundedness context. */
 const MAX_CONTEXT_PER_CALL = 8_000;
 
-export type MetricStatus = 'passed' | 'failed' | 'error' | 'skipped';
+type MetricStatus = 'passed' | 'failed' | 'error' | 'skipped';
 
 export interface MetricResult {
   metric: MetricConfig['metric'];

@@ -298,7 +298,7 @@ export class TroupeRequestHandler implements A2ARequestHandler {
  * The task id of a context's n-th task: `c-` and 32 characters of a SHA-256 over tenant, user, context
  * and generation. One user's context never names another user's thread, and the id fits the thread rule.
  */
-export function contextTaskId(caller: Pick<GatewayCaller, 'userName'>, contextId: string, generation: number): string {
+function contextTaskId(caller: Pick<GatewayCaller, 'userName'>, contextId: string, generation: number): string {
   const digest = createHash('sha256').update(`${caller.userName}\n${contextId}\n${generation}`).digest('base64url');
   return `c-${digest.slice(0, 32)}`;
 }

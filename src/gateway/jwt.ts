@@ -51,7 +51,7 @@ export interface JwtRefusal {
 }
 
 /** Why a token was refused, as a bounded label (the metric `troupe_gateway_auth_refused_total`). */
-export type RefusalCode = 'expired' | 'claim' | 'signature' | 'algorithm' | 'malformed' | 'user' | 'tenant' | 'keys_unavailable';
+type RefusalCode = 'expired' | 'claim' | 'signature' | 'algorithm' | 'malformed' | 'user' | 'tenant' | 'keys_unavailable';
 
 const DEFAULT_ALGORITHMS = ['RS256', 'PS256', 'ES256', 'EdDSA'];
 /**

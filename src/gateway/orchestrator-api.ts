@@ -38,7 +38,7 @@ export function checkOrchestratorPath(path: string): string {
 }
 
 /** What the input rules found wrong with a request, as a JSON-RPC -32602 message; undefined when none. */
-export function normaliseSeedInput(body: unknown): string | undefined {
+function normaliseSeedInput(body: unknown): string | undefined {
   if (isObject(body) && body.method === 'ListTasks' && isObject(body.params)) {
     // A field given empty is absent, as REST reads `?status=&pageSize=` (the SDK's JSON-RPC side reads "" as
     // state -1 and page size 0 and refuses them): a partial request is answered the same on both bindings.
@@ -80,7 +80,7 @@ export function seedOutput(_req: Request, res: Response, next: NextFunction): vo
 }
 
 /** A JSON-RPC response body in the seed's form (a copy; anything else as it is). */
-export function toSeedForm(body: unknown): unknown {
+function toSeedForm(body: unknown): unknown {
   if (!isObject(body) || !isObject(body.result)) return body;
   const result = { ...body.result };
   if (result.kind === 'message') {
@@ -98,7 +98,7 @@ export function toSeedForm(body: unknown): unknown {
 }
 
 /** Metadata with the seed's snake_case result keys next to the camelCase ones it holds. */
-export function withSeedKeys(metadata: unknown): unknown {
+function withSeedKeys(metadata: unknown): unknown {
   if (!isObject(metadata)) return metadata;
   const out: Record<string, unknown> = { ...metadata };
   for (const [camel, snake] of Object.entries(SEED_RESULT_META) as Array<[keyof typeof SEED_RESULT_META, string]>) {

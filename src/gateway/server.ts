@@ -99,8 +99,6 @@ export interface Gateway {
   close(): Promise<void>;
 }
 
-export { AGENT_CARD_PATHS };
-
 const MAX_URL_LENGTH = 8 * 1024;
 /** Nesting of a whole request body: the A2A envelope around a message with metadata at the metadata cap. */
 const MAX_BODY_DEPTH = LIMITS.depth + 8;

@@ -22,7 +22,7 @@ export interface InspectionControlTarget {
 }
 
 /** What this process inspects now, as it answers `ctl.inspection`. */
-export function inspectionState(target: Pick<InspectionControlTarget, 'publisher' | 'node'>): InspectionStateReply {
+function inspectionState(target: Pick<InspectionControlTarget, 'publisher' | 'node'>): InspectionStateReply {
   return { kind: 'inspection', node: target.node, all: target.publisher.switch.all, threads: target.publisher.switch.threads };
 }
 

@@ -126,7 +126,7 @@ function clip(text: string, max: number): string {
 }
 
 /** The system prompt: instructions, then what the mesh tells this agent about the turn. */
-export function systemPrompt(
+function systemPrompt(
   instructions: string,
   agentId: string,
   message: Message,

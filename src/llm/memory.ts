@@ -18,7 +18,7 @@ import { CHARS_PER_TOKEN, type MemoryConfig } from '../config/conversation.js';
 import type { ChatMessage } from '../model/types.js';
 
 /** A history message's text for the model: text parts, data parts as JSON, files named. */
-export function historyText(m: Message): string {
+function historyText(m: Message): string {
   return m.parts
     .map((p) => {
       if (p.kind === 'text') return p.text;
@@ -30,7 +30,7 @@ export function historyText(m: Message): string {
 }
 
 /** Who wrote a history message: `user`, this agent (`self`), or another agent's id (`troupe` for the runtime). */
-export function authorOf(m: Message): string {
+function authorOf(m: Message): string {
   const agent = m.metadata?.[META.agent];
   if (m.role === 'user') return typeof agent === 'string' && agent !== 'user' ? agent : 'user';
   return typeof agent === 'string' ? agent : 'agent';
@@ -46,7 +46,7 @@ export function toChatMessage(m: Message, self: string): ChatMessage {
 }
 
 /** The estimated tokens of a message (4 characters a token, at least 1). */
-export function estimateTokens(text: string): number {
+function estimateTokens(text: string): number {
   return Math.max(1, Math.ceil(text.length / CHARS_PER_TOKEN));
 }
 

@@ -23,12 +23,12 @@ import { LIMITS } from '../protocol/limits.js';
 import { SENDER, USER, type SimplifiedAgentCard } from '../protocol/routing.js';
 import type { ToolDefinition } from '../model/types.js';
 
-export const ROUTE_TOOL = 'route';
-export const HANDOFF_TOOL = 'handoff';
-export const RETURN_HANDOFF_TOOL = 'return_handoff';
-export const DELEGATE_TOOL = 'delegate';
+const ROUTE_TOOL = 'route';
+const HANDOFF_TOOL = 'handoff';
+const RETURN_HANDOFF_TOOL = 'return_handoff';
+const DELEGATE_TOOL = 'delegate';
 
-export interface RoutingChoice {
+interface RoutingChoice {
   tool: string;
   to?: string;
   reason?: string;

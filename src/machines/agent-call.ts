@@ -43,7 +43,7 @@ export interface AgentRequestInput {
  * answer itself rather than with an event of its own.
  */
 export type AgentRequestOutput = AgentReply | TimedReply;
-export interface TimedReply {
+interface TimedReply {
   kind: 'troupe.timedReply';
   reply: AgentReply;
   at: number;
@@ -52,6 +52,9 @@ export interface TimedReply {
 export type AgentCallOutput =
   { ok: true; agentId: string; reply: AgentReply; attempts: number; at?: number } | { ok: false; agentId: string; error: ErrorBody; attempts: number };
 
+/**
+ * @inDeclarations the declaration of the machines built on it names this type (knip.jsonc).
+ */
 export interface AgentCallContext extends AgentCallInput {
   attempt: number;
   deadline: number;
@@ -79,7 +82,7 @@ export function toErrorBody(err: unknown, agentId: string): ErrorBody {
   return { code: 'AGENT_ERROR', message: err instanceof Error ? err.message : String(err) };
 }
 
-export const agentCallSetup = setup({
+const agentCallSetup = setup({
   types: {
     input: {} as AgentCallInput,
     context: {} as AgentCallContext,

@@ -34,13 +34,19 @@ export interface HandoffInput {
   maxDurationMs: number;
 }
 
-export type HandoffFinalStatus = 'completed' | 'rejected' | 'cancelled' | 'error';
+type HandoffFinalStatus = 'completed' | 'rejected' | 'cancelled' | 'error';
 
+/**
+ * @inDeclarations the declaration of the machines built on it names this type (knip.jsonc).
+ */
 export interface HandoffError {
   code: ErrorCode;
   message: string;
 }
 
+/**
+ * @inDeclarations the declaration of the machines built on it names this type (knip.jsonc).
+ */
 export interface HandoffContext {
   request: HandoffRequest;
   startedAt: number;
@@ -114,7 +120,7 @@ function handoffReturnOf(context: HandoffContext): HandoffReturn | undefined {
   return { completionStatus: 'error', resultSummary: `${error.code}: ${error.message}`, artifactsCreated: [] };
 }
 
-export function handoffOutputOf(context: HandoffContext): HandoffOutput {
+function handoffOutputOf(context: HandoffContext): HandoffOutput {
   const status = context.status ?? 'error';
   const handoffReturn = handoffReturnOf(context);
   return {
@@ -127,7 +133,7 @@ export function handoffOutputOf(context: HandoffContext): HandoffOutput {
   };
 }
 
-export const handoffSetup = setup({
+const handoffSetup = setup({
   types: {
     input: {} as HandoffInput,
     context: {} as HandoffContext,
@@ -250,7 +256,6 @@ export const handoffMachine = handoffSetup.createMachine({
   output: ({ context }) => handoffOutputOf(context),
 });
 
-export type HandoffMachine = typeof handoffMachine;
 export type HandoffSnapshot = SnapshotFrom<typeof handoffMachine>;
 
 /**

@@ -26,12 +26,12 @@ import { assign, enqueueActions, fromPromise, setup, type ActorRefFrom, type Don
 import type { ErrorBody } from '../protocol/errors.js';
 import type { ChatMessage, Completion, ToolCall, ToolDefinition } from '../model/types.js';
 
-export const DEFAULT_MODEL_RETRIES = 3;
-export const DEFAULT_RETRY_BASE_MS = 500;
+const DEFAULT_MODEL_RETRIES = 3;
+const DEFAULT_RETRY_BASE_MS = 500;
 /** No computed backoff waits longer than this. */
-export const MAX_BACKOFF_MS = 8_000;
+const MAX_BACKOFF_MS = 8_000;
 /** A server's Retry-After is honoured up to this. */
-export const MAX_RETRY_AFTER_MS = 30_000;
+const MAX_RETRY_AFTER_MS = 30_000;
 
 export interface ModelCallInput {
   /** The turn this call belongs to (LlmAgentInput.turnId). */
@@ -204,7 +204,7 @@ function modelFailure(err: unknown): { retryable: boolean; retryAfterMs?: number
   };
 }
 
-export const llmAgentSetup = setup({
+const llmAgentSetup = setup({
   types: {
     input: {} as LlmAgentInput,
     context: {} as LlmAgentContext,

@@ -62,9 +62,9 @@ export interface AgentFailure {
   message: string;
 }
 
-export type AgentCallStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
+type AgentCallStatus = 'queued' | 'running' | 'succeeded' | 'failed' | 'cancelled';
 
-export interface AgentCallRecord {
+interface AgentCallRecord {
   agentId: string;
   status: AgentCallStatus;
   /** Id of the `agentCall` child once started. */
@@ -82,7 +82,7 @@ export interface AgentCallRecord {
  * One agent's part in a fan-out, in the aggregated metadata: seed 003's AgentResponse (`agentId`, `content`,
  * `success`, `errorMessage`, `executionTimeMs`) with Troupe's `latencyMs` and typed `error` beside them.
  */
-export interface AgentCallSummary {
+interface AgentCallSummary {
   agentId: string;
   success: boolean;
   /** The agent's answer as text ('' when it gave none), at most AGENT_CONTENT_CHARS characters. */
@@ -97,9 +97,9 @@ export interface AgentCallSummary {
 }
 
 /** Longest `content` kept per agent in a fan-out's metadata (the whole answers are the message's parts). */
-export const AGENT_CONTENT_CHARS = 8_000;
+const AGENT_CONTENT_CHARS = 8_000;
 
-export interface OrchestrationMetadata {
+interface OrchestrationMetadata {
   /** Agents that answered, in agent order. */
   agentsUsed: string[];
   executionTimeMs: number;
@@ -144,9 +144,9 @@ export interface OrchestrationContext {
   result?: OrchestrationOutput;
 }
 
-export type CallDoneEvent = { type: `xstate.done.actor.${string}`; output: AgentCallOutput; actorId?: string };
+type CallDoneEvent = { type: `xstate.done.actor.${string}`; output: AgentCallOutput; actorId?: string };
 /** An `agentCall` child that crashed (it reports failed requests in its output, so this is a bug in it). */
-export type CallErrorEvent = { type: `xstate.error.actor.${string}`; error: unknown; actorId?: string };
+type CallErrorEvent = { type: `xstate.error.actor.${string}`; error: unknown; actorId?: string };
 
 export type OrchestrationEvent =
   | CallDoneEvent
@@ -156,8 +156,8 @@ export type OrchestrationEvent =
   /** From the host right after restoring a snapshot: the running calls re-arm their timers. */
   | { type: 'troupe.orchestration.restored'; now: number };
 
-export const DEFAULT_PARTIAL_FAILURE_TEMPLATE = '{successMessage} However, {failureMessage}';
-export const DEFAULT_FALLBACK_MESSAGE = "Sorry, I couldn't get an answer from any of the agents: {failureMessage} Please try again in a moment.";
+const DEFAULT_PARTIAL_FAILURE_TEMPLATE = '{successMessage} However, {failureMessage}';
+const DEFAULT_FALLBACK_MESSAGE = "Sorry, I couldn't get an answer from any of the agents: {failureMessage} Please try again in a moment.";
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Aggregation (pure)                                                                               */
@@ -197,7 +197,7 @@ export function describeFailures(failures: readonly AgentFailure[]): string {
   return reasons.length ? `${reasons.join('; ')}.` : '';
 }
 
-export function failuresOf(results: readonly AgentResult[]): AgentFailure[] {
+function failuresOf(results: readonly AgentResult[]): AgentFailure[] {
   return results
     .filter((r) => r.status === 'failed')
     .map((r) => ({ agentId: r.agentId, code: r.error?.code ?? 'AGENT_ERROR', message: r.error?.message ?? 'unknown error' }));
@@ -301,7 +301,7 @@ function callInputOf(context: OrchestrationContext, agentId: string): AgentCallI
 }
 
 /** The output for a context whose calls have settled. */
-export function orchestrationOutputOf(context: OrchestrationContext): OrchestrationOutput {
+function orchestrationOutputOf(context: OrchestrationContext): OrchestrationOutput {
   const results: AgentResult[] = context.calls.map((c) => ({
     agentId: c.agentId,
     status: c.status === 'succeeded' ? 'succeeded' : c.status === 'failed' ? 'failed' : 'cancelled',
@@ -363,7 +363,7 @@ function nonNegativeInt(value: number | undefined, fallback: number): number {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? Math.floor(value) : fallback;
 }
 
-export function orchestrationContextOf(input: OrchestrationInput): OrchestrationContext {
+function orchestrationContextOf(input: OrchestrationInput): OrchestrationContext {
   const maxParallelAgents = Math.max(1, nonNegativeInt(input.maxParallelAgents, 3));
   const all = orchestrationAgents(input.decision);
   const agents = input.strategy === 'sequential' ? all : all.slice(0, maxParallelAgents);
@@ -391,7 +391,7 @@ export function orchestrationContextOf(input: OrchestrationInput): Orchestration
 /* Machine                                                                                          */
 /* ------------------------------------------------------------------------------------------------ */
 
-export const orchestrationSetup = setup({
+const orchestrationSetup = setup({
   types: {
     input: {} as OrchestrationInput,
     context: {} as OrchestrationContext,
@@ -523,5 +523,4 @@ export const orchestrationMachine = orchestrationSetup.createMachine({
   output: ({ context }) => context.result ?? orchestrationOutputOf(context),
 });
 
-export type OrchestrationMachine = typeof orchestrationMachine;
 export type OrchestrationSnapshot = SnapshotFrom<typeof orchestrationMachine>;

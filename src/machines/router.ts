@@ -42,12 +42,15 @@ export interface PolicyInput {
   history?: Message[];
 }
 
-export const DEFAULT_FALLBACK_REASON_TEMPLATE = 'router failed after {{attempts}} attempts ({{error}}); fallback agent {{agent}}';
+const DEFAULT_FALLBACK_REASON_TEMPLATE = 'router failed after {{attempts}} attempts ({{error}}); fallback agent {{agent}}';
 
 function fillTemplate(template: string, values: Record<string, string>): string {
   return template.replace(/\{\{\s*(\w+)\s*\}\}/g, (whole, name: string) => (Object.prototype.hasOwnProperty.call(values, name) ? values[name]! : whole));
 }
 
+/**
+ * @inDeclarations the declaration of the machines built on it names this type (knip.jsonc).
+ */
 export interface RouterContext {
   input: RouterInput;
   attempts: number;
@@ -66,7 +69,7 @@ function addressedAgent(message: Message): string | undefined {
  * What is wrong with a policy's decision, if anything: every agent it names must be live, and the
  * additional agents distinct from the primary and from each other. Checked here for every policy.
  */
-export function decisionProblem(decision: RouterDecision, agents: AgentDirectory): string | undefined {
+function decisionProblem(decision: RouterDecision, agents: AgentDirectory): string | undefined {
   if (!liveAgent(agents, decision.agentId)) return `the policy chose "${decision.agentId}", which is not a live agent`;
   const extra = decision.additionalAgents ?? [];
   const unknown = extra.filter((id) => !liveAgent(agents, id));
@@ -140,7 +143,7 @@ export function defaultEntry(agents: AgentDirectory): RouteDecision {
   return { to: 'user', reason: 'no entry agent', error: { code: 'NO_ENTRY_AGENT', message, details: { agents: live.slice(0, 50) } } };
 }
 
-export const routerSetup = setup({
+const routerSetup = setup({
   types: {
     input: {} as RouterInput,
     context: {} as RouterContext,

@@ -9,11 +9,6 @@ import type { Logger } from 'pino';
 let installed = false;
 let caught = 0;
 
-/** How many errors the guard caught in this process. */
-export function guardedErrors(): number {
-  return caught;
-}
-
 export function installProcessGuards(log: Logger): void {
   if (installed) return;
   installed = true;

@@ -103,11 +103,6 @@ export function startSpan(name: string, opts: { parent?: Span | Context; kind?: 
     .startSpan(name, { ...(opts.kind !== undefined ? { kind: opts.kind } : {}), ...(opts.attributes ? { attributes: opts.attributes } : {}) }, parentCtx);
 }
 
-/** The context in which `span` is the active span (for `context.with` and children). */
-export function contextOf(span: Span): Context {
-  return trace.setSpan(context.active(), span);
-}
-
 /** Runs `fn` with `span` active, so spans and log lines inside it belong to it. */
 export function withSpan<T>(span: Span, fn: () => T): T {
   return context.with(trace.setSpan(context.active(), span), fn);

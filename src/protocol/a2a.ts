@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { ID_LIMITS, idSchema } from './ids.js';
 import { LIMITS } from './limits.js';
 
-export const TASK_STATES = ['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected', 'auth-required', 'unknown'] as const;
+const TASK_STATES = ['submitted', 'working', 'input-required', 'completed', 'canceled', 'failed', 'rejected', 'auth-required', 'unknown'] as const;
 export const TaskStateSchema = z.enum(TASK_STATES);
 export type TaskState = z.infer<typeof TaskStateSchema>;
 
@@ -15,40 +15,38 @@ export const TERMINAL_TASK_STATES: readonly TaskState[] = ['completed', 'cancele
 
 const Metadata = z.record(z.string(), z.unknown());
 
-export const TextPartSchema = z.object({
+const TextPartSchema = z.object({
   kind: z.literal('text'),
   text: z.string(),
   metadata: Metadata.optional(),
 });
 
-export const FileWithBytesSchema = z.object({
+const FileWithBytesSchema = z.object({
   bytes: z.string(),
   name: z.string().optional(),
   mimeType: z.string().optional(),
 });
-export const FileWithUriSchema = z.object({
+const FileWithUriSchema = z.object({
   uri: z.string(),
   name: z.string().optional(),
   mimeType: z.string().optional(),
 });
-export const FilePartSchema = z.object({
+const FilePartSchema = z.object({
   kind: z.literal('file'),
   file: z.union([FileWithBytesSchema, FileWithUriSchema]),
   metadata: Metadata.optional(),
 });
 
-export const DataPartSchema = z.object({
+const DataPartSchema = z.object({
   kind: z.literal('data'),
   data: z.record(z.string(), z.unknown()),
   metadata: Metadata.optional(),
 });
 
-export const PartSchema = z.discriminatedUnion('kind', [TextPartSchema, FilePartSchema, DataPartSchema]);
+const PartSchema = z.discriminatedUnion('kind', [TextPartSchema, FilePartSchema, DataPartSchema]);
 export type Part = z.infer<typeof PartSchema>;
-export type TextPart = z.infer<typeof TextPartSchema>;
 
-export const RoleSchema = z.enum(['user', 'agent']);
-export type Role = z.infer<typeof RoleSchema>;
+const RoleSchema = z.enum(['user', 'agent']);
 
 export const MessageSchema = z.object({
   kind: z.literal('message'),
@@ -68,14 +66,14 @@ export function messageText(message: Message | undefined): string {
   return (message?.parts ?? []).flatMap((p) => (p.kind === 'text' ? [p.text] : [])).join('\n');
 }
 
-export const TaskStatusSchema = z.object({
+const TaskStatusSchema = z.object({
   state: TaskStateSchema,
   message: MessageSchema.optional(),
   timestamp: z.string().optional(),
 });
 export type TaskStatus = z.infer<typeof TaskStatusSchema>;
 
-export const ArtifactSchema = z.object({
+const ArtifactSchema = z.object({
   artifactId: z.string(),
   name: z.string().optional(),
   description: z.string().optional(),
@@ -96,7 +94,7 @@ export const TaskSchema = z.object({
 });
 export type Task = z.infer<typeof TaskSchema>;
 
-export const TaskStatusUpdateEventSchema = z.object({
+const TaskStatusUpdateEventSchema = z.object({
   kind: z.literal('status-update'),
   taskId: z.string(),
   contextId: z.string(),
@@ -121,7 +119,7 @@ export type TaskArtifactUpdateEvent = z.infer<typeof TaskArtifactUpdateEventSche
 export const ThreadEventSchema = z.discriminatedUnion('kind', [TaskStatusUpdateEventSchema, TaskArtifactUpdateEventSchema]);
 export type ThreadEvent = z.infer<typeof ThreadEventSchema>;
 
-export const AgentExtensionSchema = z.object({
+const AgentExtensionSchema = z.object({
   uri: z.string(),
   description: z.string().optional(),
   required: z.boolean().optional(),
@@ -158,7 +156,7 @@ function capabilitiesOfList(list: string[]): AgentCapabilities {
   return { ...(names.length ? { names } : {}), ...(uris.length ? { extensions: uris.map((uri) => ({ uri, required: false })) } : {}) };
 }
 
-export const AgentSkillSchema = z.object({
+const AgentSkillSchema = z.object({
   id: z.string(),
   name: z.string(),
   description: z.string(),

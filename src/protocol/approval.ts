@@ -22,9 +22,9 @@ import type { Message } from './a2a.js';
 import { META } from './metadata.js';
 import { CLIENT_ROUTING_URI } from './routing.js';
 
-export const MAX_PENDING_CALLS = 32;
+const MAX_PENDING_CALLS = 32;
 
-export const PendingCallSchema = z.strictObject({
+const PendingCallSchema = z.strictObject({
   callId: z.string().min(1).max(256),
   tool: z.string().min(1).max(200),
   /** The arguments as the model wrote them (JSON text). */
@@ -35,7 +35,7 @@ export const PendingCallSchema = z.strictObject({
 export type PendingCall = z.infer<typeof PendingCallSchema>;
 
 /** `troupe/approval` on the agent's reply: what waits, until when, and what the agent needs to resume. */
-export const ApprovalRequestSchema = z.strictObject({
+const ApprovalRequestSchema = z.strictObject({
   agent: z.string().min(1).max(100),
   /** The message the paused turn answered. */
   answering: z.string().min(1).max(512),
@@ -53,7 +53,7 @@ export type ApprovalRequest = z.infer<typeof ApprovalRequestSchema>;
  * A person's decision: on every waiting call, or on one (`callId`); `arguments` replaces the model's (an
  * edit). `timeout` is what the thread sends at the deadline: a refusal the model is told timed out.
  */
-export const ApprovalDecisionSchema = z.strictObject({
+const ApprovalDecisionSchema = z.strictObject({
   decision: z.enum(['approve', 'deny', 'timeout']),
   callId: z.string().min(1).max(256).optional(),
   arguments: z.record(z.string(), z.unknown()).optional(),

@@ -18,7 +18,7 @@ export const DEFAULT_CHECKPOINTS_KEPT = 50;
 export const ANSWER_EXCERPT_CHARS = 120;
 
 /** One routing step of a turn: who sent the message to whom, at which hop, and why. */
-export const RouteStepSchema = z.object({
+const RouteStepSchema = z.object({
   from: z.string(),
   to: z.string(),
   hop: z.number().int(),
@@ -46,7 +46,7 @@ export const CheckpointTurnSchema = z.object({
 export type CheckpointTurn = z.infer<typeof CheckpointTurnSchema>;
 
 /** A checkpoint as `troupe history` lists it. */
-export const CheckpointSummarySchema = z.object({
+const CheckpointSummarySchema = z.object({
   /** Its number in the thread: 1 for the first turn's, counting up (kept across nodes). */
   n: z.number().int().min(1),
   at: z.string(),
@@ -72,7 +72,7 @@ const HistoryMessageSchema = z.looseObject({
 });
 
 /** One checkpoint whole: the thread as it was after the turn. */
-export const CheckpointViewSchema = z.object({
+const CheckpointViewSchema = z.object({
   n: z.number().int().min(1),
   threadId: z.string(),
   at: z.string(),
@@ -121,9 +121,12 @@ export const ForkReplySchema = z.object({
 export type ForkReply = z.infer<typeof ForkReplySchema>;
 
 /** A message as a checkpoint diff shows it. */
-export const DiffMessageSchema = z.object({ messageId: z.string().optional(), role: z.string(), from: z.string(), text: z.string() });
+const DiffMessageSchema = z.object({ messageId: z.string().optional(), role: z.string(), from: z.string(), text: z.string() });
 
-/** What changed from one checkpoint to another (`troupe history --diff a..b`). */
+/**
+ * What changed from one checkpoint to another (`troupe history --diff a..b`).
+ * @public a wire schema of the checkpoint verbs, read only as a type inside Troupe
+ */
 export const CheckpointDiffSchema = z.object({
   from: z.number().int(),
   to: z.number().int(),

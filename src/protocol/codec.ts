@@ -39,7 +39,7 @@ export function decode<S extends z.ZodType>(schema: S, data: Uint8Array, what: s
   return parseWith(schema, json, what);
 }
 
-export function parseWith<S extends z.ZodType>(schema: S, value: unknown, what: string): z.infer<S> {
+function parseWith<S extends z.ZodType>(schema: S, value: unknown, what: string): z.infer<S> {
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
     throw new TroupeError('INVALID_MESSAGE', `${what} does not match the schema: ${describeZodError(parsed.error)}`);

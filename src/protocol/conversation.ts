@@ -29,7 +29,7 @@ export const MAX_HISTORY_BYTES = 256 * 1024;
 export const MAX_SUMMARY_CHARS = 8_000;
 
 /** A summary an agent wrote of the conversation up to and including message `through`. */
-export const MemorySummarySchema = z.strictObject({
+const MemorySummarySchema = z.strictObject({
   text: z.string().max(MAX_SUMMARY_CHARS),
   /** The id of the last message the summary covers. */
   through: z.string().min(1).max(512),
@@ -56,7 +56,7 @@ export function readMemorySummary(message: Pick<Message, 'metadata'> | undefined
 }
 
 /** One model call's tokens. */
-export const CallUsageSchema = z.strictObject({
+const CallUsageSchema = z.strictObject({
   model: z.string().max(200),
   /** `answer` (the model loop), `summary` (folding older turns), `repair` (a structured answer asked again). */
   purpose: z.enum(['answer', 'summary', 'repair']),
@@ -68,23 +68,23 @@ export const CallUsageSchema = z.strictObject({
 export type CallUsage = z.infer<typeof CallUsageSchema>;
 
 /** One agent's share of a turn's tokens (all its answers in the turn). */
-export const AgentUsageSchema = z.strictObject({
+const AgentUsageSchema = z.strictObject({
   agent: z.string().min(1).max(100),
   inputTokens: z.int().nonnegative(),
   outputTokens: z.int().nonnegative(),
 });
-export type AgentUsage = z.infer<typeof AgentUsageSchema>;
+type AgentUsage = z.infer<typeof AgentUsageSchema>;
 
 /** Model calls listed in one reply's usage (the sums count them all). */
-export const MAX_USAGE_CALLS = 64;
+const MAX_USAGE_CALLS = 64;
 /** Agents listed in a turn's usage. */
-export const MAX_USAGE_AGENTS = 32;
+const MAX_USAGE_AGENTS = 32;
 
 /**
  * `troupe/usage` on an agent's reply: every model call of its turn and their sums. On a turn's final
  * message: the whole turn's, with `agents`, each agent's share in the order they first answered.
  */
-export const TurnUsageSchema = z.strictObject({
+const TurnUsageSchema = z.strictObject({
   inputTokens: z.int().nonnegative(),
   outputTokens: z.int().nonnegative(),
   calls: z.array(CallUsageSchema).max(MAX_USAGE_CALLS),

@@ -13,7 +13,7 @@ import { idSchema } from './ids.js';
 import { CheckpointReplySchema, CheckpointRequestSchema, ForkReplySchema, ForkRequestSchema, HistoryReplySchema, HistoryRequestSchema } from './checkpoint.js';
 
 /** One live actor as listed by `troupe ps`. */
-export const ActorInfoSchema = z.object({
+const ActorInfoSchema = z.object({
   kind: z.enum(['node', 'thread', 'router', 'agent', 'handoff', 'orchestration', 'agent-call', 'registry', 'llm-agent']),
   id: z.string(),
   state: z.string(),
@@ -111,7 +111,7 @@ export const ThreadAckSchema = z.object({
 export type ThreadAck = z.infer<typeof ThreadAckSchema>;
 
 /** One stored thread as `ctl.threads` lists it (a corrupt record: state `unknown` and why in `corrupt`). */
-export const ThreadRowSchema = z.object({
+const ThreadRowSchema = z.object({
   threadId: z.string(),
   state: z.string(),
   updatedAt: z.string(),
@@ -129,7 +129,6 @@ export const ThreadRowSchema = z.object({
 export type ThreadRow = z.infer<typeof ThreadRowSchema>;
 /** `truncated`: the node stopped at the request's limit; there may be more. */
 export const ThreadsReplySchema = z.object({ kind: z.literal('threads'), threads: z.array(ThreadRowSchema), truncated: z.boolean() });
-export type ThreadsReply = z.infer<typeof ThreadsReplySchema>;
 
 /** A message of a stored thread as operators see it (redacted: text may be masked). */
 const RecordMessageViewSchema = z.looseObject({
@@ -138,7 +137,7 @@ const RecordMessageViewSchema = z.looseObject({
   metadata: z.record(z.string(), z.unknown()).optional(),
 });
 /** `ctl.thread`: the stored record without its machine snapshot and outbox, redacted for operators. */
-export const ThreadReplySchema = z.object({
+const ThreadReplySchema = z.object({
   kind: z.literal('thread'),
   revision: z.number().int(),
   /**
@@ -156,11 +155,10 @@ export const ThreadReplySchema = z.object({
     owner: z.string().optional(),
   }),
 });
-export type ThreadReply = z.infer<typeof ThreadReplySchema>;
 
 export const DlqRequestSchema = z.object({ limit: z.number().int().min(1).max(1000).optional() });
 /** A message that exhausted its deliveries, as the dead-letter stream keeps it. */
-export const DeadLetterEntrySchema = z.object({
+const DeadLetterEntrySchema = z.object({
   seq: z.number().int(),
   at: z.string(),
   subject: z.string(),
@@ -171,11 +169,11 @@ export const DeadLetterEntrySchema = z.object({
   preview: z.string(),
 });
 export type DeadLetterEntry = z.infer<typeof DeadLetterEntrySchema>;
-export const DlqReplySchema = z.object({ kind: z.literal('dlq'), entries: z.array(DeadLetterEntrySchema) });
+const DlqReplySchema = z.object({ kind: z.literal('dlq'), entries: z.array(DeadLetterEntrySchema) });
 
 /** `ctl.memory`: one process's memory; `gc: true` collects first in a process started with --expose-gc. */
 export const MemoryRequestSchema = z.object({ gc: z.boolean().optional() });
-export const MemoryReplySchema = z.object({
+const MemoryReplySchema = z.object({
   kind: z.literal('memory'),
   node: z.string(),
   collected: z.boolean(),
@@ -186,7 +184,6 @@ export const MemoryReplySchema = z.object({
   liveThreads: z.number().int(),
   dormantThreads: z.number().int(),
 });
-export type MemoryReply = z.infer<typeof MemoryReplySchema>;
 
 /** The verbs one node answers on `troupe.<t>.ctl.<verb>`: what each takes and what it answers (or an ErrorReply). */
 export const CTL = {
@@ -205,6 +202,7 @@ export const CTL = {
 /**
  * A client's owner-checked requests on `troupe.<t>.req.<P>.<verb>` about one of its threads' checkpoints
  * (the Troupe-User header names the user): the same bodies as the operator verbs, only for the owner.
+ * @public a wire table of the client verbs, read only as a type inside Troupe
  */
 export const CLIENT_CHECKPOINT_VERBS = {
   history: CTL.history,

@@ -12,7 +12,7 @@ import { META } from './metadata.js';
 
 export const DELEGATION_STRATEGIES = ['parallel', 'sequential', 'first_success'] as const;
 
-export const DelegateDirectiveSchema = z
+const DelegateDirectiveSchema = z
   .strictObject({
     agents: z.array(AgentIdSchema).min(1).max(LIMITS.delegateAgents),
     /** Default: the team's orchestration strategy. */
@@ -23,7 +23,7 @@ export const DelegateDirectiveSchema = z
   .refine((d) => new Set(d.agents).size === d.agents.length, { message: 'agents must be distinct', path: ['agents'] });
 export type DelegateDirective = z.infer<typeof DelegateDirectiveSchema>;
 
-export const DelegateResultSchema = z.object({
+const DelegateResultSchema = z.object({
   agentId: AgentIdSchema,
   success: z.boolean(),
   latencyMs: z.number().nonnegative(),
@@ -33,7 +33,7 @@ export const DelegateResultSchema = z.object({
 });
 export type DelegateResult = z.infer<typeof DelegateResultSchema>;
 
-export const DelegationResultsSchema = z.object({
+const DelegationResultsSchema = z.object({
   /** Who delegated, and to whom, in order. */
   delegator: AgentIdSchema,
   strategy: z.enum(DELEGATION_STRATEGIES),

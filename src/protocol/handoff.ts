@@ -42,8 +42,6 @@ export const HandoffRequestSchema = z
     path: ['targetAgentId'],
   });
 export type HandoffRequest = z.infer<typeof HandoffRequestSchema>;
-/** The request before defaults are applied (what a caller may write). */
-export type HandoffRequestInput = z.input<typeof HandoffRequestSchema>;
 
 export const HandoffAcceptSchema = z.object({
   accepted: z.boolean(),
@@ -52,7 +50,7 @@ export const HandoffAcceptSchema = z.object({
 });
 export type HandoffAccept = z.infer<typeof HandoffAcceptSchema>;
 
-export const HANDOFF_COMPLETION_STATUSES = ['completed', 'cancelled', 'error'] as const;
+const HANDOFF_COMPLETION_STATUSES = ['completed', 'cancelled', 'error'] as const;
 export const HandoffReturnSchema = z.object({
   completionStatus: z.enum(HANDOFF_COMPLETION_STATUSES),
   resultSummary: z.string().optional(),
@@ -72,7 +70,7 @@ export const HandoffDirectiveSchema = z.object({
 export type HandoffDirective = z.infer<typeof HandoffDirectiveSchema>;
 
 /** Field names inside `metadata[CLIENT_ROUTING_URI]`. */
-export const HANDOFF_FIELDS = {
+const HANDOFF_FIELDS = {
   directive: 'handoff',
   request: 'handoffRequest',
   accept: 'handoffAccept',

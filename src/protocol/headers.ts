@@ -39,8 +39,6 @@ export const HEADERS = {
   inspect: 'Troupe-Inspect',
 } as const;
 
-export type HeaderMap = Record<string, string>;
-
 /** The de-duplication / idempotency key of a message within a thread. */
 export function scopedMessageKey(threadId: string, messageId: string): string {
   return `${threadId}/${messageId}`;

@@ -70,7 +70,7 @@ export function idSchema(kind: IdKind) {
 }
 
 /** A short, log-safe rendering of a value that failed validation. */
-export function preview(value: string): string {
+function preview(value: string): string {
   const shown = value.length > 40 ? `${value.slice(0, 40)}…` : value;
   return JSON.stringify(shown.replace(/[^\x20-\x7e]/g, '?'));
 }

@@ -44,7 +44,7 @@ const RecordBase = {
 };
 
 /** An actor exists: its machine definition (the JSON `troupe graph` prints) and its snapshot now. */
-export const InspectionActorRecordSchema = z.object({
+const InspectionActorRecordSchema = z.object({
   ...RecordBase,
   kind: z.literal('actor'),
   definition: z.record(z.string(), z.unknown()),
@@ -58,7 +58,7 @@ export const InspectionActorRecordSchema = z.object({
  * (redacted and cut), `contextRemoved` the keys that went away; neither when nothing changed. Apply them
  * in order, starting from the `actor` record's `context` (protocol/inspection.ts `applyContext`).
  */
-export const InspectionSnapshotRecordSchema = z.object({
+const InspectionSnapshotRecordSchema = z.object({
   ...RecordBase,
   kind: z.literal('snapshot'),
   contextChanged: z.record(z.string(), z.unknown()).optional(),

@@ -128,8 +128,6 @@ export interface ThreadSummaryMeta {
   totalMessages: number;
 }
 
-export type MetaKey = (typeof META)[keyof typeof META];
-
 /** One step of a turn's route, kept in the task metadata and shown by `troupe send`. */
 export interface RouteStep {
   from: string;

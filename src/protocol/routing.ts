@@ -17,7 +17,7 @@ export const SENDER = 'sender';
  * A peer as the client-routing request lists it (seed 001). `capabilities` is ranch's list of strings; an
  * A2A capabilities object (what Troupe sent before) is read as that list too.
  */
-export const SimplifiedAgentCardSchema = z.object({
+const SimplifiedAgentCardSchema = z.object({
   id: z.string(),
   name: z.string(),
   description: z.string(),
@@ -35,7 +35,7 @@ export const RoutingRequestSchema = z.object({
 });
 export type RoutingRequest = z.infer<typeof RoutingRequestSchema>;
 
-export const RoutingResponseSchema = z
+const RoutingResponseSchema = z
   .object({
     recipient: z.string().min(1).optional(),
     // ranch (Rust, serde) writes `null` for a reason it does not give.
@@ -98,13 +98,6 @@ export function withRoutingRequest(message: Message, request: RoutingRequest): M
     extensions: Array.from(new Set([...(message.extensions ?? []), CLIENT_ROUTING_URI])),
     metadata: { ...message.metadata, [CLIENT_ROUTING_URI]: { ...rest, ...request } },
   };
-}
-
-export function readRoutingRequest(message: Message): RoutingRequest | undefined {
-  const raw = message.metadata?.[CLIENT_ROUTING_URI];
-  if (raw === undefined) return undefined;
-  const parsed = RoutingRequestSchema.safeParse(raw);
-  return parsed.success ? parsed.data : undefined;
 }
 
 /** What a router policy decides for a message no agent addressed explicitly. */

@@ -21,7 +21,7 @@ export const AgentReplySchema = z.discriminatedUnion('kind', [MessageSchema, Tas
 export type AgentReply = z.infer<typeof AgentReplySchema>;
 
 /** What an agent instance reports about itself with each announce (shown by `troupe ps`). */
-export const AgentStatusSchema = z.object({
+const AgentStatusSchema = z.object({
   state: z.string().max(64),
   inFlight: z.number().int().nonnegative().optional(),
   handled: z.number().int().nonnegative().optional(),

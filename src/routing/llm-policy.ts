@@ -15,7 +15,7 @@ import type { ModelProvider } from '../model/types.js';
 import { routingText, requireAgents, type RouterPolicy, type RouterPolicyInput } from './policy.js';
 import { DEFAULT_ROUTER_PROMPTS, type RouterPrompts } from '../config/router-prompts.js';
 
-export const DEFAULT_LLM_ROUTER_HISTORY = 10;
+const DEFAULT_LLM_ROUTER_HISTORY = 10;
 
 export interface LlmRouterPolicyOptions {
   /** The model to ask; its model block sets the model, temperature and max tokens. */
@@ -122,11 +122,7 @@ export class LlmRouterPolicy implements RouterPolicy {
 }
 
 /** The system and user messages for a routing request. */
-export function buildPrompt(
-  input: RouterPolicyInput,
-  historyMessages = DEFAULT_LLM_ROUTER_HISTORY,
-  prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS,
-): ChatMessage[] {
+function buildPrompt(input: RouterPolicyInput, historyMessages = DEFAULT_LLM_ROUTER_HISTORY, prompts: RouterPrompts = DEFAULT_ROUTER_PROMPTS): ChatMessage[] {
   // In id order: the same team gives the same prompt whichever agent announced itself first.
   const team = [...input.agents]
     .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))

@@ -16,13 +16,13 @@ import type { AgentCard, RouterDecision } from '../protocol/index.js';
 import { DEFAULT_CONFIDENCE_THRESHOLD, requireAgents, routingText, type RouterPolicy, type RouterPolicyInput } from './policy.js';
 import { bigramsOf, stem, tokenize, words, type Token } from './text.js';
 
-export { stem, tokenize, type Token, type TokenizeOptions } from './text.js';
+export { stem, tokenize, type Token } from './text.js';
 
 // ---------------------------------------------------------------------------------------------------------
 // The team index
 
 /** How much one occurrence of a word in each field of a card counts. Tags and examples are the most telling. */
-export const FIELD_WEIGHTS = {
+const FIELD_WEIGHTS = {
   name: 2,
   description: 1,
   skillName: 1.5,

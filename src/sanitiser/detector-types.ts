@@ -15,7 +15,7 @@ export interface Work {
   steps: number;
 }
 
-export interface DetectorOptions {
+interface DetectorOptions {
   /** Extra key names (lowercase words) that mark a secret, besides password, token, api key, … */
   secretWords: ReadonlySet<string>;
 }

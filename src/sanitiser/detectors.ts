@@ -21,12 +21,9 @@ import { detectCards, detectIbans, detectPhones } from './personal-data.js';
 import { detectEmails } from './emails.js';
 import { detectHighEntropy } from './entropy.js';
 
-export { DETECTORS, mergeSorted, type Detector, type DetectorId, type DetectorOptions, type Span, type Work } from './detector-types.js';
-export { detectApiKeys, detectBearerTokens, detectJwts, detectPrivateKeys, detectSecretValues, isSecretName } from './credentials.js';
-export { detectCards, detectIbans, detectPhones, ibanChecksumValid, luhn } from './personal-data.js';
-export { detectEmails } from './emails.js';
-export { detectHighEntropy } from './entropy.js';
-
+export { DETECTORS, type Detector, type DetectorId, type Span, type Work } from './detector-types.js';
+export { isSecretName } from './credentials.js';
+export { ibanChecksumValid, luhn } from './personal-data.js';
 // ---- all detectors ----
 
 export const DETECTOR_FUNCTIONS: Readonly<Record<DetectorId, Detector>> = {

@@ -29,10 +29,10 @@ import { DETECTORS, DETECTOR_FUNCTIONS, isSecretName, type DetectorId, type Span
 
 export { DETECTORS, isSecretName, type DetectorId } from './detectors.js';
 
-export const DetectorIdSchema = z.enum(DETECTORS);
+const DetectorIdSchema = z.enum(DETECTORS);
 
 /** What each detector's matches are replaced with, unless the policy names another label. */
-export const DEFAULT_LABELS: Readonly<Record<DetectorId, string>> = {
+const DEFAULT_LABELS: Readonly<Record<DetectorId, string>> = {
   privateKey: '[private-key]',
   jwt: '[jwt]',
   apiKey: '[api-key]',
@@ -45,7 +45,7 @@ export const DEFAULT_LABELS: Readonly<Record<DetectorId, string>> = {
   highEntropy: '[secret]',
 };
 
-export const SanitiserLimitsSchema = z
+const SanitiserLimitsSchema = z
   .object({
     /** Containers nested deeper than this (the top-level value is at depth 1) are replaced by `[omitted]`. */
     maxDepth: z.number().int().min(1).max(1000).default(64),
@@ -61,7 +61,7 @@ export const SanitiserLimitsSchema = z
   })
   .strict();
 
-export const SanitiserAllowRuleSchema = z
+const SanitiserAllowRuleSchema = z
   .object({
     /** The receiving agent this rule lets see what the detectors below would mask. */
     agent: idSchema('agent'),
@@ -75,7 +75,7 @@ export const SanitiserAllowRuleSchema = z
  * another, `handoff` what a handoff target receives (summary, recent messages), `fanOut` the input of
  * each agent of a fan-out. Diagnostics always redact, with their own policy.
  */
-export const SANITISER_FLOWS = ['entry', 'routed', 'handoff', 'fanOut'] as const;
+const SANITISER_FLOWS = ['entry', 'routed', 'handoff', 'fanOut'] as const;
 export type SanitiserFlow = (typeof SANITISER_FLOWS)[number];
 
 export const SanitiserPolicySchema = z
@@ -123,7 +123,7 @@ export function parseSanitiserPolicy(input: unknown): SanitiserPolicy {
   throw new TroupeError('INVALID_MESSAGE', `invalid sanitiser policy: ${problems.join('; ')}`, { problems });
 }
 
-export type DetectorCounts = Record<DetectorId, number>;
+type DetectorCounts = Record<DetectorId, number>;
 
 export interface SanitiseOptions {
   policy: SanitiserPolicy;

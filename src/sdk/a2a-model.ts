@@ -29,7 +29,7 @@ const STATE_TO_SDK: Record<TaskState, SdkTaskState> = {
 
 const SDK_TO_STATE = new Map<SdkTaskState, TaskState>(Object.entries(STATE_TO_SDK).map(([state, sdk]) => [sdk, state as TaskState]));
 
-export function toSdkState(state: TaskState): SdkTaskState {
+function toSdkState(state: TaskState): SdkTaskState {
   return STATE_TO_SDK[state];
 }
 
@@ -47,7 +47,7 @@ export function isTerminalSdkState(state: SdkTaskState | undefined): boolean {
   );
 }
 
-export function toSdkPart(part: Part): SdkPart {
+function toSdkPart(part: Part): SdkPart {
   const metadata = part.metadata;
   switch (part.kind) {
     case 'text':
@@ -129,17 +129,6 @@ export function toSdkArtifact(artifact: Artifact): SdkArtifact {
   };
 }
 
-export function fromSdkArtifact(artifact: SdkArtifact): Artifact {
-  return {
-    artifactId: artifact.artifactId,
-    parts: artifact.parts.map(fromSdkPart),
-    ...(artifact.name ? { name: artifact.name } : {}),
-    ...(artifact.description ? { description: artifact.description } : {}),
-    ...(artifact.extensions.length ? { extensions: artifact.extensions } : {}),
-    ...(artifact.metadata && Object.keys(artifact.metadata).length ? { metadata: artifact.metadata as Record<string, unknown> } : {}),
-  };
-}
-
 export function toSdkTask(task: Task): SdkTask {
   return {
     id: task.id,
@@ -149,9 +138,4 @@ export function toSdkTask(task: Task): SdkTask {
     history: (task.history ?? []).map(toSdkMessage),
     metadata: task.metadata,
   };
-}
-
-/** The text parts of a v1.0 message joined (what a remote agent said). */
-export function textOfSdkParts(parts: readonly SdkPart[]): string {
-  return parts.flatMap((p) => (p.content?.$case === 'text' ? [p.content.value] : [])).join('');
 }

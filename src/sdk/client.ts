@@ -138,7 +138,7 @@ export function userMessage(text: string, opts: { messageId?: string; metadata?:
 }
 
 /** A new thread id: time-ordered, so the thread bucket lists threads in the order they were started. */
-export function newThreadId(): string {
+function newThreadId(): string {
   return `t-${uuidv7()}`;
 }
 

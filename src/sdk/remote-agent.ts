@@ -66,7 +66,7 @@ interface Remote {
 }
 
 /** How often a remote card is read again by default. */
-export const DEFAULT_REMOTE_REFRESH_MS = 60_000;
+const DEFAULT_REMOTE_REFRESH_MS = 60_000;
 
 /**
  * A remote A2A agent as a mesh member. Its card is read at once; given an `id`, an agent whose endpoint does

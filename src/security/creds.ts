@@ -72,13 +72,13 @@ import {
   type UserRecord,
 } from './store-layout.js';
 
-export { DEFAULT_JETSTREAM_LIMITS, partitionMappings, toJwtPermissions, type JetStreamAccountLimits } from './jwt-claims.js';
-export { MAX_PARTITIONS, type UserInfo } from './store-layout.js';
+export { toJwtPermissions } from './jwt-claims.js';
+export { type UserInfo } from './store-layout.js';
 export type { ClusterLayout, ClusterServerFiles } from './cluster-layout.js';
-export { pushAccountJwts, type PushOptions } from './creds-push.js';
-export { readCredsIdentity, type CredsIdentity } from './creds-identity.js';
+export { pushAccountJwts } from './creds-push.js';
+export { readCredsIdentity } from './creds-identity.js';
 
-export const DEFAULT_STORE_DIR = '.troupe';
+const DEFAULT_STORE_DIR = '.troupe';
 
 /**
  * What any user's name must be: the widest of the id kinds users are named by (an agent's id, up to
@@ -87,12 +87,12 @@ export const DEFAULT_STORE_DIR = '.troupe';
 const USER_NAME = 'agent' as const;
 
 /** The agents of the demo teams: `creds init` makes credentials for them in every tenant. */
-export const DEMO_AGENTS: readonly string[] = ['triage', 'researcher', 'writer', 'echo', 'pyecho'];
+const DEMO_AGENTS: readonly string[] = ['triage', 'researcher', 'writer', 'echo', 'pyecho'];
 /** The client principal `troupe send` and other one-shot commands use. */
-export const DEFAULT_CLIENT = 'cli';
-export const DEFAULT_OPERATOR_USER = 'operator';
-export const DEFAULT_NODE_USER = 'node';
-export const MAX_PAYLOAD_BYTES = 1024 * 1024;
+const DEFAULT_CLIENT = 'cli';
+const DEFAULT_OPERATOR_USER = 'operator';
+const DEFAULT_NODE_USER = 'node';
+const MAX_PAYLOAD_BYTES = 1024 * 1024;
 const SYSTEM_ACCOUNT = 'SYS';
 const SYSTEM_USER = 'sys';
 

@@ -34,7 +34,7 @@ export function seedOf(kp: KeyPair): string {
 export const nowSeconds = () => Math.floor(Date.now() / 1000);
 
 /** The account JWT's subject mappings that partition a tenant's inbound thread messages (see header). */
-export function partitionMappings(tenant: string, partitions: number): Record<string, Array<{ subject: string; weight: number }>> {
+function partitionMappings(tenant: string, partitions: number): Record<string, Array<{ subject: string; weight: number }>> {
   const problem = idProblem('tenant', tenant);
   if (problem) throw new RangeError(problem);
   if (!Number.isInteger(partitions) || partitions < 1 || partitions > MAX_PARTITIONS) throw new RangeError(`partitions must be 1..${MAX_PARTITIONS}`);

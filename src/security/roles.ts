@@ -31,7 +31,7 @@ export const ROLES = ['node', 'agent', 'client', 'operator'] as const;
 export type Role = (typeof ROLES)[number];
 export type AnyRole = Role | 'system';
 
-export interface SubjectRules {
+interface SubjectRules {
   allow: string[];
   deny: string[];
 }
@@ -63,7 +63,7 @@ export interface RolePermissions {
  * prune. The ttl bounds how long after a request a slow agent may still answer (keep it above the nodes'
  * agent timeout, 30 s by default); only unanswered requests live that long.
  */
-export const AGENT_RESPONSES: ResponseRules = { max: 1, ttlMs: 10 * 60_000 };
+const AGENT_RESPONSES: ResponseRules = { max: 1, ttlMs: 10 * 60_000 };
 
 /** Which id rule (protocol/ids.ts) a role's user name follows: agents are agent ids, the rest principals. */
 export function idKindOf(role: AnyRole): IdKind {

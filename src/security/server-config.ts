@@ -32,7 +32,7 @@ export interface ServerConfigInput {
 }
 
 /** What makes a server a member of a NATS cluster (deploy/nats-cluster, `troupe cluster up`). */
-export interface ClusterMemberConfig {
+interface ClusterMemberConfig {
   /** Unique per server: JetStream's peers are named by it. */
   serverName: string;
   /** The cluster's name, the same on every server. */

@@ -13,9 +13,9 @@ import { CheckpointTurnSchema, DEFAULT_MAX_PAYLOAD, TroupeError } from '../proto
 import { encodeRecord, threadKey } from './codec.js';
 import { ThreadRecordSchema } from './types.js';
 
-export const CHECKPOINT_VERSION = 1;
+const CHECKPOINT_VERSION = 1;
 
-export const StoredCheckpointSchema = z.object({
+const StoredCheckpointSchema = z.object({
   version: z.literal(CHECKPOINT_VERSION),
   n: z.number().int().min(1),
   tenant: z.string().min(1),

@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import { LIMITS, TaskSchema, type TaskState } from '../protocol/index.js';
 
-export const THREAD_RECORD_VERSION = 1;
+const THREAD_RECORD_VERSION = 1;
 
 export const ThreadRecordSchema = z.object({
   /** Bumped on incompatible layout changes, so an old node refuses a record it would misread. */

@@ -72,5 +72,3 @@ export async function bundleStudio(opts: { minify?: boolean } = {}): Promise<Stu
   if (!js) throw new Error('esbuild produced no script for the studio app');
   return { html: PAGE, js, css };
 }
-
-export const STUDIO_PAGE = PAGE;

@@ -31,7 +31,7 @@ export class Recorder {
 }
 
 /** The records of a recording, in order. Throws INVALID_MESSAGE naming the first bad line. */
-export async function* readRecording(file: string): AsyncGenerator<InspectionRecord> {
+async function* readRecording(file: string): AsyncGenerator<InspectionRecord> {
   const lines = createInterface({ input: createReadStream(file, { encoding: 'utf8' }), crlfDelay: Infinity });
   let n = 0;
   for await (const line of lines) {

@@ -17,9 +17,9 @@ import type { InspectionRecord } from '../protocol/inspection.js';
 import { ActorTable } from './stream.js';
 
 /** The `@statelyai/inspect` release whose event format this relay speaks (its `_version` field). */
-export const STATELY_FORMAT_VERSION = '0.7.2';
+const STATELY_FORMAT_VERSION = '0.7.2';
 /** Where the inspector UI lives (the page frames it; the relay itself never calls it). */
-export const STATELY_INSPECTOR_URL = 'https://stately.ai/inspect';
+const STATELY_INSPECTOR_URL = 'https://stately.ai/inspect';
 
 interface StatelyBase {
   sessionId: string;
@@ -33,13 +33,13 @@ interface StatelySnapshot {
   value: unknown;
   context?: unknown;
 }
-export type StatelyEvent =
+type StatelyEvent =
   | (StatelyBase & { type: '@xstate.actor'; name: string; definition: string | undefined; parentId: string | undefined; snapshot: StatelySnapshot })
   | (StatelyBase & { type: '@xstate.event'; event: { type: string; [k: string]: unknown }; sourceId: string | undefined })
   | (StatelyBase & { type: '@xstate.snapshot'; event: { type: string; [k: string]: unknown }; snapshot: StatelySnapshot });
 
 /** One inspection record as Stately inspector events: an actor registration, or the event and the snapshot after it. */
-export function toStatelyEvents(record: InspectionRecord): StatelyEvent[] {
+function toStatelyEvents(record: InspectionRecord): StatelyEvent[] {
   const base = {
     sessionId: record.actorId,
     rootId: record.rootId,

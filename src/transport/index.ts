@@ -1,10 +1,5 @@
 export * from './types.js';
 export * from './subjects.js';
-export { MemoryBus, MemoryTransport, InflightHandlers, logTransportError } from './memory.js';
-export type { MemoryTransportOptions, TransportErrorHandler, HandlerErrorContext } from './memory.js';
-export { NatsTransport, NatsSubscription } from './nats.js';
-export type { NatsConnectOptions } from './nats.js';
-
 import { MemoryTransport } from './memory.js';
 import { NatsTransport } from './nats.js';
 import type { Transport } from './types.js';

@@ -61,8 +61,7 @@ export interface Transport {
   readonly maxPayload?: number;
 }
 
-export const TRANSPORT_ERROR_CODES = ['TIMEOUT', 'NO_RESPONDERS', 'CLOSED', 'CONNECT'] as const;
-export type TransportErrorCode = (typeof TRANSPORT_ERROR_CODES)[number];
+export type TransportErrorCode = 'TIMEOUT' | 'NO_RESPONDERS' | 'CLOSED' | 'CONNECT';
 
 /**
  * A failure of the message bus: a TroupeError with code TRANSPORT_ERROR, saying which (`reason`, also in

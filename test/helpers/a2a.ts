@@ -51,7 +51,7 @@ export async function v03Client(url: string, opts: { token?: string; rest?: bool
   return factory.createFromUrl(url);
 }
 
-export function textPart(text: string): SdkPart {
+function textPart(text: string): SdkPart {
   return { content: { $case: 'text', value: text }, metadata: undefined, filename: '', mediaType: 'text/plain' };
 }
 

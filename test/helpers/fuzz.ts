@@ -22,7 +22,7 @@ export const int = (r: Rng, max: number): number => Math.floor(r() * max);
 const PROTO_NAMES = ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf', 'prototype'];
 
 /** JSON text of arrays nested `depth` deep (JSON.stringify of such a value would overflow the stack). */
-export function deepJson(depth: number): string {
+function deepJson(depth: number): string {
   return `${'['.repeat(depth)}1${']'.repeat(depth)}`;
 }
 
@@ -32,7 +32,7 @@ function withDeep(value: unknown, depth: number): string {
   return JSON.stringify(value).split(DEEP).join(deepJson(depth));
 }
 
-export function junkString(r: Rng, max = 64): string {
+function junkString(r: Rng, max = 64): string {
   const alphabets = ['abc', '0123456789', ' .*>$\t', 'é漢字🙂', '\u0000\u0001\u001f\u007f', '"\\/{}[]:,', '\r\n'];
   let s = '';
   const n = int(r, max);

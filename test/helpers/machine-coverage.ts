@@ -21,7 +21,7 @@ import {
 } from 'xstate';
 import type { StatePath } from 'xstate/graph';
 
-export function transitionKey(t: AnyTransitionDefinition): string {
+function transitionKey(t: AnyTransitionDefinition): string {
   const targets = t.target?.map((n: AnyStateNode) => n.id).join(',') ?? '(self)';
   const guard = t.guard ? ` [${typeof t.guard === 'string' ? t.guard : ((t.guard as { type?: string }).type ?? 'inline')}]` : '';
   return `${t.source.id} --${t.eventType || 'always'}--> ${targets}${guard}`;

@@ -28,7 +28,7 @@ const STOPWORDS = new Set(
 );
 
 /** The words of a text as the scripted embeddings see them: lower case, no stopwords, a plural `s` dropped. */
-export function embeddingWords(text: string): string[] {
+function embeddingWords(text: string): string[] {
   return (text.toLowerCase().match(/[a-z0-9]+/g) ?? [])
     .filter((w) => !STOPWORDS.has(w))
     .map((w) => (w.length > 3 && w.endsWith('s') && !w.endsWith('ss') ? w.slice(0, -1) : w));
@@ -53,7 +53,7 @@ export function base64Floats(vector: number[]): string {
   return Buffer.from(new Float32Array(vector).buffer).toString('base64');
 }
 
-export interface ScriptedToolCall {
+interface ScriptedToolCall {
   id?: string;
   name: string;
   /** An object (sent as JSON) or the raw argument text (e.g. invalid JSON). */
@@ -86,7 +86,7 @@ export interface SeenRequest {
 }
 
 /** Text split into word-sized deltas (spaces kept), so a stream has several chunks in order. */
-export function wordChunks(text: string): string[] {
+function wordChunks(text: string): string[] {
   return text.match(/\S+\s*|\s+/g) ?? (text ? [text] : []);
 }
 

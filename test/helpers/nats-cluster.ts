@@ -30,7 +30,7 @@ import type { CredentialStore } from '../../src/security/creds.js';
 import { waitUntil } from './wait.js';
 
 /** Connection options of one user on the cluster: spread into `NatsTransport.connect`. */
-export type ClusterUserOptions = Omit<UserConnectOptions, 'servers'> & { servers: string[] };
+type ClusterUserOptions = Omit<UserConnectOptions, 'servers'> & { servers: string[] };
 
 export interface ClusterServerHandle {
   readonly name: string;

@@ -18,7 +18,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { REPO_ROOT } from './nats-server.js';
 
-export const TROUPE_ENTRY = 'src/bin/troupe.ts';
+const TROUPE_ENTRY = 'src/bin/troupe.ts';
 
 export type Env = Record<string, string | undefined>;
 
@@ -33,7 +33,7 @@ export const READY_TIMEOUT_MS = 45_000;
  * How long one run of a one-shot CLI command may take (runTroupe's default): a fresh process that compiles its
  * sources with tsx, on two cores busy with the other suites, has taken over 10 s where a quiet machine takes 1.5 s.
  */
-export const CLI_RUN_MS = 20_000;
+const CLI_RUN_MS = 20_000;
 
 /**
  * The timeout of a test that runs `runs` CLI processes one after another: each may take CLI_RUN_MS, plus
@@ -223,7 +223,7 @@ export class ManagedProcess {
   }
 }
 
-export function spawnProcess(command: string, args: string[], env: Env, opts: SpawnOptions = {}): ManagedProcess {
+function spawnProcess(command: string, args: string[], env: Env, opts: SpawnOptions = {}): ManagedProcess {
   // detached: the child leads a new process group (see the header), stopped as a whole by ManagedProcess.kill.
   const child = spawn(command, args, { cwd: REPO_ROOT, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   // Without a listener a failed spawn (ENOENT) would be an uncaught error in the test process.
@@ -323,6 +323,3 @@ export class ProcessGroup {
     await Promise.all(this.procs.splice(0).map((p) => p.kill('SIGTERM', graceMs).catch(() => undefined)));
   }
 }
-
-/** Alias of `runTroupe` for one-shot commands: `const { code, stdout, stderr } = await run(['ps', ...], env)`. */
-export const run = runTroupe;

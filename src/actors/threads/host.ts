@@ -53,8 +53,6 @@ import { MemoryCheckpointStore, type CheckpointStore, type StoredCheckpoint } fr
 import { Checkpointer, forkRecord } from './checkpoints.js';
 
 export type { StoredCopy } from './answers.js';
-export { principalOf } from './status.js';
-
 export interface ThreadHostOptions {
   transport: Transport;
   registry: Registry;

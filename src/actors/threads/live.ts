@@ -149,14 +149,6 @@ export function resting(live: LiveThread): boolean {
 }
 
 /**
- * A handoff is open. Such a thread is never passivated: its deadline must fire on time, so it stays here,
- * live or dormant (and then woken at that time, `handoffDeadlineOf` its record).
- */
-export function inHandoff(live: LiveThread): boolean {
-  return live.actor.getSnapshot().context.handoff !== undefined;
-}
-
-/**
  * A handoff is open, or an agent waits for a tool approval: the thread acts at a deadline of its own, so
  * it is never passivated either (`wakeAtOf` its record says when a dormant one is woken).
  */

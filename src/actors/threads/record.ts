@@ -172,7 +172,7 @@ export function handoffDeadlineOf(record: ThreadRecord): number | undefined {
 }
 
 /** The deadline (epoch ms) of the tool approval a record's thread waits on, as its persisted context holds it. */
-export function approvalDeadlineOf(record: ThreadRecord): number | undefined {
+function approvalDeadlineOf(record: ThreadRecord): number | undefined {
   const expiresAt = (record.snapshot as { context?: { approval?: { expiresAt?: unknown } } } | undefined)?.context?.approval?.expiresAt;
   return typeof expiresAt === 'number' ? expiresAt : undefined;
 }

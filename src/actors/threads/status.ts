@@ -19,7 +19,7 @@ import { endTurn, firstTurn, observeTurnUsage } from './turns.js';
 import { turnOfFinal } from './checkpoints.js';
 
 /** The principal of an owner `<principal>[/<user>]`: whose `out` subject the thread's events go to. */
-export function principalOf(owner: string): string {
+function principalOf(owner: string): string {
   const slash = owner.indexOf('/');
   return slash < 0 ? owner : owner.slice(0, slash);
 }

@@ -107,7 +107,7 @@ function recentEvent(threadId: string, e: RecentEventEntry): RecentEvent {
   return { at: new Date(e.at).toISOString(), type: e.type, ...(e.child !== undefined ? { summary: `${threadId}/${e.child}` } : {}) };
 }
 
-export function stateString(value: unknown): string {
+function stateString(value: unknown): string {
   if (typeof value === 'string') return value;
   if (value && typeof value === 'object') {
     return Object.entries(value)

@@ -12,5 +12,3 @@ export const studioTeam = defineTeam({
   agents: [triage, researcher, writer, main, skills],
   config: { ...demoTeam.config, entryAgent: 'triage', handoffMaxDurationMs: 10 * 60_000 },
 });
-
-export default studioTeam;

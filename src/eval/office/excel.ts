@@ -20,7 +20,7 @@ function columnNumber(letters: string): number {
 }
 
 /** `A1:E100` (or one cell, `B2`) as 1-based bounds; `$` signs allowed. Undefined when it is not a range. */
-export function parseRange(range: string): { top: number; left: number; bottom: number; right: number } | undefined {
+function parseRange(range: string): { top: number; left: number; bottom: number; right: number } | undefined {
   const m = /^\$?([A-Za-z]{1,3})\$?(\d{1,7})(?::\$?([A-Za-z]{1,3})\$?(\d{1,7}))?$/.exec(range.trim());
   if (!m) return undefined;
   const [a, b] = [
@@ -37,7 +37,7 @@ function dateText(d: Date): string {
 }
 
 /** A cell's value as text (see the file header). */
-export function valueText(value: CellValue): string {
+function valueText(value: CellValue): string {
   if (value === null || value === undefined) return '';
   if (value instanceof Date) return dateText(value);
   if (typeof value !== 'object') return String(value);

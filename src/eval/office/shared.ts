@@ -11,7 +11,7 @@ import { importOptional } from '../../llm/optional.js';
 
 /** An OOXML file may unpack to at most this much; a bigger one is refused before it is parsed. */
 export const MAX_UNZIPPED_BYTES = 64 * 1024 * 1024;
-export const MAX_ZIP_ENTRIES = 10_000;
+const MAX_ZIP_ENTRIES = 10_000;
 /** Cells (excel) or table cells (word, powerpoint) one file may yield: past this, name a range or pages. */
 export const MAX_CELLS = 200_000;
 

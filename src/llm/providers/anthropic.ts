@@ -23,7 +23,7 @@ import { toModelCallError } from './errors.js';
 const ANTHROPIC_API = 'https://api.anthropic.com';
 
 /** Anthropic requires max_tokens; this is used when the agent.yaml does not set it. */
-export const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
+const ANTHROPIC_DEFAULT_MAX_TOKENS = 4096;
 
 export interface AnthropicProviderOptions {
   config: ModelConfig;

@@ -22,7 +22,7 @@ function retryAfterMs(headers: unknown): number | undefined {
 }
 
 /** Replaces every occurrence of each secret (at least 4 characters long) in `text`. */
-export function scrub(text: string, secrets: readonly (string | undefined)[]): string {
+function scrub(text: string, secrets: readonly (string | undefined)[]): string {
   let out = text;
   for (const secret of secrets) if (secret && secret.length >= 4) out = out.split(secret).join('[redacted]');
   return out;

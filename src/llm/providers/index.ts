@@ -13,7 +13,7 @@ import type { EmbeddingProvider, ModelProvider } from '../../model/types.js';
 import { AnthropicProvider } from './anthropic.js';
 import { OpenAIProvider } from './openai.js';
 
-export const DEFAULT_AZURE_API_VERSION = '2024-10-21';
+const DEFAULT_AZURE_API_VERSION = '2024-10-21';
 /** Sent as the key to a server at a base URL when no key is set (local servers ignore it). */
 const NO_KEY = 'no-key';
 
@@ -93,5 +93,3 @@ export function createEmbeddingProvider(config: ModelConfig, model: string, opts
     { ...opts, maxRetries: opts.maxRetries ?? 2 },
   ) as OpenAIProvider;
 }
-
-export { AnthropicProvider, OpenAIProvider };

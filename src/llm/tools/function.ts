@@ -13,7 +13,7 @@ import { parametersSchema } from './parameters.js';
 import { toResultText, type RunnableTool, type ToolRunContext } from './types.js';
 
 /** A Python tool may print this much JSON; more is refused (and the process killed). */
-export const MAX_PYTHON_OUTPUT_BYTES = 1024 * 1024;
+const MAX_PYTHON_OUTPUT_BYTES = 1024 * 1024;
 const STDERR_TAIL = 2_000;
 
 /**
@@ -48,7 +48,7 @@ except BaseException as e:
     reply({"ok": False, "error": f"{type(e).__name__}: {e}"})
 `;
 
-export function pythonExecutable(env: NodeJS.ProcessEnv = process.env): string {
+function pythonExecutable(env: NodeJS.ProcessEnv = process.env): string {
   return env.TROUPE_PYTHON || 'python3';
 }
 
@@ -104,7 +104,7 @@ export function runPythonFunction(
   });
 }
 
-export type JsToolFunction = (args: Record<string, unknown>, ctx: ToolRunContext) => unknown;
+type JsToolFunction = (args: Record<string, unknown>, ctx: ToolRunContext) => unknown;
 
 /** Builds a function tool; imports JS/TS modules now, so a missing export fails the start. */
 export async function functionTool(tool: FunctionToolConfig, dir: string, where: string): Promise<RunnableTool> {

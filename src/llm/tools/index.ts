@@ -13,7 +13,7 @@ import type { RunnableTool } from './types.js';
 import { vectorstoreTool } from './vectorstore.js';
 import type { VectorIndexOptions } from '../vectorstore/index.js';
 
-export type { RunnableTool, ToolRunContext } from './types.js';
+export type { RunnableTool } from './types.js';
 
 export interface ToolSet {
   tools: RunnableTool[];

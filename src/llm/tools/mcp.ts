@@ -61,9 +61,9 @@ function loadSdk(): Promise<McpSdk> {
 
 /** How Troupe introduces itself in the MCP handshake. */
 const CLIENT_INFO = { name: 'troupe', version: '0.1.0' };
-export const DEFAULT_MCP_STARTUP_TIMEOUT_MS = 60_000;
+const DEFAULT_MCP_STARTUP_TIMEOUT_MS = 60_000;
 /** A server may offer at most this many tools (OpenAI accepts 128 tools per request in all). */
-export const MAX_MCP_TOOLS = 128;
+const MAX_MCP_TOOLS = 128;
 /** Model-facing tool names: OpenAI's and Anthropic's rule is ^[A-Za-z0-9_-]{1,64}$. */
 const MAX_TOOL_NAME = 64;
 const MAX_DESCRIPTION = 1_000;
@@ -199,7 +199,7 @@ interface ContentBlock {
 }
 
 /** A tool result as the text the model reads: text blocks as they are, other blocks described. */
-export function resultText(result: { content?: unknown; structuredContent?: unknown }): string {
+function resultText(result: { content?: unknown; structuredContent?: unknown }): string {
   const blocks = Array.isArray(result.content) ? (result.content as ContentBlock[]) : [];
   const parts = blocks.map((b) => {
     if (b.type === 'text') return b.text ?? '';

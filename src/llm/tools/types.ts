@@ -18,7 +18,7 @@ export interface RunnableTool {
 }
 
 /** Tool output beyond this many characters is cut (the model's context is finite). */
-export const MAX_TOOL_RESULT_CHARS = 100_000;
+const MAX_TOOL_RESULT_CHARS = 100_000;
 
 export function toResultText(value: unknown): string {
   const text = typeof value === 'string' ? value : (JSON.stringify(value ?? null) ?? 'null');

@@ -16,9 +16,9 @@ import { acquireVectorIndex, MAX_TOP_K, type VectorIndex, type VectorIndexOption
 import { readSourceChunks, sourceFiles, sourceHash } from '../vectorstore/source.js';
 import type { RunnableTool } from './types.js';
 
-export const DEFAULT_TOP_K = 5;
+const DEFAULT_TOP_K = 5;
 /** Where indexes live, under the agent.yaml's folder. */
-export const VECTOR_DIR = join('.troupe', 'vectors');
+const VECTOR_DIR = join('.troupe', 'vectors');
 
 const SearchArgs = z.object({
   query: z.string().min(1).max(2_000),

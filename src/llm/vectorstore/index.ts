@@ -32,7 +32,7 @@ import type { SourceChunk } from './source.js';
 import type { SearchResult } from './types.js';
 import { OPTIONAL_FEATURES } from '../../config/optional.js';
 
-export const EMBEDDING_BATCH = 64;
+const EMBEDDING_BATCH = 64;
 export const MAX_TOP_K = 20;
 /** Embedded once per start to learn the dimension the model answers in. */
 export const EMBEDDING_PROBE = 'Troupe vectorstore: which dimension do your embeddings have?';
@@ -55,7 +55,7 @@ export interface VectorIndexOptions {
 }
 
 /** What a table's vectors depend on: the parts of its key, kept in its schema metadata. */
-export interface IndexKey {
+interface IndexKey {
   source: string;
   model: string;
   endpoint: string;
@@ -91,7 +91,7 @@ function tableName(name: string, key: IndexKey): string {
  * Throws MODEL_ERROR unless `vectors` holds `count` vectors, each of `dims` finite numbers (or, without
  * `dims`, of the first one's length), not all zero. `offset` numbers the vectors in messages.
  */
-export function checkVectors(
+function checkVectors(
   vectors: unknown,
   count: number,
   dims: number | undefined,

@@ -27,11 +27,11 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join, relative, resolve, sep } from 'node:path';
 import { parse as parseCsv } from 'csv-parse/sync';
 
-export const VECTOR_SOURCE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
-export const DEFAULT_CHUNK_SIZE = 1000;
-export const DEFAULT_CHUNK_OVERLAP = 100;
+const VECTOR_SOURCE_EXTENSIONS = ['.json', '.jsonl', '.csv', '.txt', '.md'] as const;
+const DEFAULT_CHUNK_SIZE = 1000;
+const DEFAULT_CHUNK_OVERLAP = 100;
 /** Caps on what one vectorstore reads: a source beyond them is refused with a message saying which. */
-export const SOURCE_LIMITS = {
+const SOURCE_LIMITS = {
   files: 1_000,
   fileBytes: 50 * 1024 * 1024,
   totalBytes: 200 * 1024 * 1024,
@@ -111,7 +111,7 @@ export function sourceHash(files: SourceFile[], settings: SourceSettings, extra:
 }
 
 /** chunk_size and chunk_overlap with their defaults (the overlap always smaller than the size). */
-export function chunkSettings(settings: Pick<SourceSettings, 'chunk_size' | 'chunk_overlap'>): { size: number; overlap: number } {
+function chunkSettings(settings: Pick<SourceSettings, 'chunk_size' | 'chunk_overlap'>): { size: number; overlap: number } {
   const size = settings.chunk_size ?? DEFAULT_CHUNK_SIZE;
   const overlap = settings.chunk_overlap ?? Math.min(DEFAULT_CHUNK_OVERLAP, Math.floor(size / 10));
   return { size, overlap: Math.min(overlap, size - 1) };

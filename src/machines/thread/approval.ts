@@ -35,7 +35,7 @@ export function approvalWaitAfter(current: ApprovalWait | undefined, answer: Mes
 }
 
 /** Time left to the deadline on the thread's clock. */
-export function approvalDelay(context: Pick<ThreadContext, 'approval' | 'now'>): number | undefined {
+function approvalDelay(context: Pick<ThreadContext, 'approval' | 'now'>): number | undefined {
   return context.approval ? Math.max(0, context.approval.expiresAt - context.now) : undefined;
 }
 

@@ -19,10 +19,10 @@ import { threadWithTurns } from './turn.js';
 import type { ThreadContext, TurnDelegation } from './types.js';
 
 /** Hops a delegation takes: out to the delegates, back to the delegator. */
-export const DELEGATION_HOPS = 2;
+const DELEGATION_HOPS = 2;
 
 /** The delegation the last reply asks for, or why the thread refuses it, or undefined when it asks for none. */
-export function planDelegation(context: ThreadContext): { delegation: TurnDelegation } | { error: ErrorBody } | undefined {
+function planDelegation(context: ThreadContext): { delegation: TurnDelegation } | { error: ErrorBody } | undefined {
   const turn = context.turn;
   const reply = turn?.lastAnswer;
   if (!turn || !reply || turn.delegation) return undefined;

@@ -31,7 +31,7 @@ const plans = new WeakMap<ThreadContext, HandoffPlan>();
  * What an agent's reply asks for by way of handoff: nothing, a valid request, or an error (malformed
  * directive, handing off to itself or to an agent that is not live).
  */
-export function planHandoff(context: ThreadContext): HandoffPlan {
+function planHandoff(context: ThreadContext): HandoffPlan {
   if (plans.has(context)) return plans.get(context);
   const plan = readPlan(context);
   plans.set(context, plan);
@@ -115,7 +115,7 @@ export function withHandoffContext(context: ThreadContext, message: Message, req
 }
 
 /** How a handoff's end reads in the resume message and the route: completed, cancelled or failed. */
-export function handoffOutcome(status: HandoffOutput['status']): 'completed' | 'cancelled' | 'failed' | 'declined' {
+function handoffOutcome(status: HandoffOutput['status']): 'completed' | 'cancelled' | 'failed' | 'declined' {
   if (status === 'error') return 'failed';
   if (status === 'rejected') return 'declined';
   return status;
@@ -139,7 +139,7 @@ function resumeStep(request: HandoffRequest, output: HandoffOutput, hop: number,
  * `handoffReturn` (completion status, summary, artifacts) in the client-routing slot, and
  * `troupe/handoffResume` naming both agents.
  */
-export function resumeMessage(context: ThreadContext, request: HandoffRequest, output: HandoffOutput, messageId: string): Message {
+function resumeMessage(context: ThreadContext, request: HandoffRequest, output: HandoffOutput, messageId: string): Message {
   const { sourceAgentId, targetAgentId } = request;
   const outcome = handoffOutcome(output.status);
   return {
@@ -158,7 +158,7 @@ export function resumeMessage(context: ThreadContext, request: HandoffRequest, o
 }
 
 /** `troupe/handoffResume` on a resume message. */
-export interface HandoffResumeMeta {
+interface HandoffResumeMeta {
   sourceAgentId: string;
   targetAgentId: string;
   status: ReturnType<typeof handoffOutcome>;

@@ -44,7 +44,7 @@ export function messageFor(context: ThreadContext, source: Message, id: string, 
 }
 
 /** Metadata without the previous hop's route, error and client-routing slot (the next agent gets its own). */
-export function stripRouting(metadata: Record<string, unknown> | undefined): Record<string, unknown> {
+function stripRouting(metadata: Record<string, unknown> | undefined): Record<string, unknown> {
   if (!metadata) return {};
   const { [META.route]: _r, [META.error]: _e, ...rest } = metadata;
   return Object.fromEntries(Object.entries(rest).filter(([k]) => !k.startsWith('https://ranch.woi.dev/extensions/client-routing')));

@@ -80,7 +80,7 @@ export interface TurnDelegation {
 }
 
 /** The thread's view of its one open handoff; the handoff actor itself is the child `handoff`. */
-export interface ThreadHandoff {
+interface ThreadHandoff {
   request: HandoffRequest;
   /** `ending`: the thread told it something that ends it and waits for its output (never stored: it ends at once). */
   phase: 'pending' | 'active' | 'ending';

@@ -201,7 +201,7 @@ function flatten(graph: ElkNode, def: StateDef): Layout {
 }
 
 /** The layout of one machine, computed once. */
-export function layoutOf(machineId: string, definition: Record<string, unknown>): Promise<Layout> {
+function layoutOf(machineId: string, definition: Record<string, unknown>): Promise<Layout> {
   const key = `${machineId}:${JSON.stringify(definition).length}`;
   let pending = layouts.get(key);
   if (!pending) {
@@ -213,7 +213,7 @@ export function layoutOf(machineId: string, definition: Record<string, unknown>)
 }
 
 /** Paths of the states a value says are active: `{ working: 'routing' }` -> working, working.routing. */
-export function activePaths(value: unknown, prefix = ''): Set<string> {
+function activePaths(value: unknown, prefix = ''): Set<string> {
   const out = new Set<string>();
   const walk = (v: unknown, p: string) => {
     if (typeof v === 'string') out.add(p ? `${p}.${v}` : v);

@@ -17,27 +17,27 @@ export interface ActorView {
   seenAt: number;
 }
 
-export interface StoredThread {
+interface StoredThread {
   threadId: string;
   state: string;
   updatedAt?: string;
   live?: boolean;
 }
 
-export interface AgentInstanceView {
+interface AgentInstanceView {
   instanceId: string;
   state: string;
   seenAt: number;
   process: string;
 }
 
-export interface AgentView {
+interface AgentView {
   agentId: string;
   card: { name?: string; description?: string; skills?: Array<{ name?: string; tags?: string[] }> } | undefined;
   instances: AgentInstanceView[];
 }
 
-export interface ThreadView {
+interface ThreadView {
   threadId: string;
   state: string;
   live: boolean;

@@ -8,7 +8,7 @@ import { META, type RouteStep } from '../../protocol/metadata.js';
 export type { InspectionActorRecord, InspectionRecord, InspectionSnapshotRecord, RouteStep };
 export { META };
 
-export interface Part {
+interface Part {
   kind: string;
   text?: string;
   data?: Record<string, unknown>;
@@ -24,7 +24,7 @@ export interface A2AMessage {
   metadata?: Record<string, unknown>;
 }
 
-export interface TaskStatus {
+interface TaskStatus {
   state: string;
   message?: A2AMessage;
   timestamp?: string;

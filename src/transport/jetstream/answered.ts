@@ -41,13 +41,13 @@ import { msToNanos } from './ingress.js';
 
 export const ANSWERED_STREAM = 'TROUPE_ANSWERED';
 /** How long a marker is kept: far longer than a takeover or a redelivery takes. */
-export const ANSWERED_MAX_AGE_MS = 60 * 60 * 1000;
+const ANSWERED_MAX_AGE_MS = 60 * 60 * 1000;
 /**
  * The stream's cap: about 50,000 threads' markers (the oldest go first; a marker is needed for seconds,
  * while a thread changes hands). The stream reserves it, times its replicas, from the account's JetStream
  * storage.
  */
-export const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
+const ANSWERED_MAX_BYTES = 8 * 1024 * 1024;
 /** How long one read of the stream waits for its answer. */
 const LOOKUP_TIMEOUT_MS = 2_000;
 /** How long the next owner keeps reading a stream that does not answer (an election) before it asks the answering node instead. */
@@ -55,7 +55,7 @@ const LOOKUP_DEADLINE_MS = 6_000;
 /** How long one marker's publish waits for the stream's acknowledgement. */
 const MARK_TIMEOUT_MS = 2_000;
 /** How long a marker is published again while the stream does not take it: far beyond an election or a server's restart. */
-export const ANSWER_MARK_DEADLINE_MS = 120_000;
+const ANSWER_MARK_DEADLINE_MS = 120_000;
 /** Threads whose marker is still being published again, at most (beyond, a failed marker is given up at once, with a warning). */
 const MAX_PENDING_MARKS = 10_000;
 

@@ -49,7 +49,7 @@ export interface IngressMessage {
   subject: string;
 }
 
-export interface IngressHandlerContext {
+interface IngressHandlerContext {
   /** Aborted when this node lost the partition (another node may already be handling the thread). */
   signal: AbortSignal;
 }
@@ -115,7 +115,7 @@ export interface JetStreamIngressOptions {
  * and each later one nak'ed behind it) and has not taken again. It takes them in stream order, and nothing
  * newer meanwhile.
  */
-export interface Hold {
+interface Hold {
   back: Set<number>;
   /** When the oldest of them is due back (then: when the hold last moved on); a hold stuck long after it is given up. */
   until: number;

@@ -69,13 +69,11 @@ import { consumerName, partitionOf } from './partition-map.js';
 export {
   DEAD_LETTER_HEADERS,
   DEAD_LETTER_STREAM,
-  DEFAULT_INGRESS_MAX_AGE_MS,
   INGRESS_DUPLICATE_WINDOW_MS,
   INGRESS_STREAM,
   msToNanos,
   type AfterAck,
   type IngressHandler,
-  type IngressHandlerContext,
   type IngressMessage,
   type JetStreamIngressOptions,
 } from './ingress-types.js';

@@ -9,7 +9,7 @@ export function encode(value: unknown): Uint8Array {
   return enc.encode(JSON.stringify(value));
 }
 
-export function leaseValue(e: KvEntry | KvWatchEntry): { nodeId?: unknown; acquiredAt?: unknown } {
+function leaseValue(e: KvEntry | KvWatchEntry): { nodeId?: unknown; acquiredAt?: unknown } {
   try {
     return (JSON.parse(dec.decode(e.value)) as { nodeId?: unknown; acquiredAt?: unknown } | null) ?? {};
   } catch {

@@ -52,8 +52,7 @@ import { surveyLeases, type LeaseSurvey } from './lease-survey.js';
 import { watchLeaseElections, watchLeaseKeys, watchReconnects, type LeaseWatchContext } from './lease-watch.js';
 import { errText } from './ingress-types.js';
 
-export { fnv1a32 } from './fnv.js';
-export { freeForLong, shareOf } from './lease-share.js';
+export { freeForLong } from './lease-share.js';
 
 export const DEFAULT_LEASE_BUCKET = 'troupe_leases';
 export const DEFAULT_PARTITIONS = 8;

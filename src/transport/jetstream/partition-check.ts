@@ -18,7 +18,7 @@ import { SUBJECT_PREFIX, subjects } from '../subjects.js';
 import { partitionOf } from './ingress.js';
 
 /** The principal of the probes (a valid id no client is given: `creds` names are chosen by operators, this one is reserved here). */
-export const PROBE_PRINCIPAL = 'troupe-partition-probe';
+const PROBE_PRINCIPAL = 'troupe-partition-probe';
 const PROBES = 32;
 const MAX_GUESS = 1024;
 /** The header that makes the stream refuse the probe. */

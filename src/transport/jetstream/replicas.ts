@@ -9,7 +9,7 @@ import { TroupeError } from '../../protocol/errors.js';
 import type { Logger } from '../../observability/logger.js';
 
 /** Most replicas NATS allows for a stream. */
-export const MAX_REPLICAS = 5;
+const MAX_REPLICAS = 5;
 
 export function checkReplicas(replicas: number | undefined): void {
   if (replicas === undefined) return;

@@ -13,14 +13,14 @@ import { JetStreamApiError } from '@nats-io/jetstream';
 import { TroupeError } from '../../protocol/errors.js';
 
 /** How long a node keeps asking before it gives up on a setup step. */
-export const DEFAULT_SETUP_DEADLINE_MS = 60_000;
+const DEFAULT_SETUP_DEADLINE_MS = 60_000;
 
 /**
  * Placing a replicated stream failed for want of servers: a cluster that has just started, before its meta
  * layer knows every peer (nats-server 2.10 answers "no suitable peers for placement", code 10005), or with
  * servers down ("insufficient resources", 10023). Both pass as servers join.
  */
-export function isPlacementError(err: unknown): boolean {
+function isPlacementError(err: unknown): boolean {
   return err instanceof JetStreamApiError && (err.code === 10005 || err.code === 10023 || /no suitable peers|insufficient resources/i.test(err.message));
 }
 
