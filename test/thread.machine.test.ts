@@ -250,12 +250,13 @@ describe('thread machine with its real children: the reachable graph', () => {
     // Two teams: one routes by its entry agent, with handoffs longer than a call; one by a policy, with
     // handoffs shorter than a call (so a deadline can pass while the target's first answer is awaited).
     // The second also synthesises a fan-out's answers with its model. A third ends the task on an agent's
-    // answer (`taskEnd: answer`); a few steps reach what it adds, and a tool approval's deadline.
+    // answer (`taskEnd: answer`) and lets an agent's Task end it failed (`agentEndsFailed`); a few steps
+    // reach what it adds, and a tool approval's deadline.
     const synthesis = { strategy: 'parallel', maxParallelAgents: 3, aggregation: 'synthesis' } as const;
     const teams: Array<[Partial<ThreadConfig>, number]> = [
       [{}, MAX_DEPTH],
       [{ usePolicy: true, maxAttempts: 1, handoffMaxDurationMs: 500, orchestration: synthesis }, MAX_DEPTH],
-      [{ taskEnd: 'answer' }, 4],
+      [{ taskEnd: 'answer', agentEndsFailed: true }, 4],
     ];
     for (const [config, maxDepth] of teams) {
       const start = await replay(config, [], threadCoverage);

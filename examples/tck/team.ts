@@ -86,4 +86,4 @@ export const tckAgent = defineAgent({
   },
 });
 
-export default defineTeam({ name: 'tck', agents: [tckAgent], config: { entryAgent: 'tck', retries: 0, agentTimeoutMs: 30_000 } });
+export default defineTeam({ name: 'tck', agents: [tckAgent], config: { entryAgent: 'tck', retries: 0, agentTimeoutMs: 30_000, agentEndsFailed: true } });

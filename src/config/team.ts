@@ -108,6 +108,8 @@ const RoutingSchema = z.strictObject({
   handoff_max_duration_ms: DurationMs.default(DEFAULT_THREAD_CONFIG.handoffMaxDurationMs),
   /** `open`: an answer leaves the task input-required (the conversation goes on in it); `answer`: an answer completes it. */
   task_end: z.enum(['open', 'answer']).default('open'),
+  /** `true`: an agent's Task in failed, rejected or canceled ends the task; default, it is the turn's AGENT_ERROR and the task stays open. */
+  agent_ends_failed: z.boolean().default(false),
 });
 
 const OrchestrationSchema = z.strictObject({
@@ -380,6 +382,7 @@ export function threadConfigOf(config: TeamConfig, entryAgent: string): ThreadCo
     handoffMaxDurationMs: r.handoff_max_duration_ms,
     ...(config.checkpoints !== DEFAULT_CHECKPOINTS_KEPT ? { checkpoints: config.checkpoints } : {}),
     ...(r.task_end === 'answer' ? { taskEnd: 'answer' as const } : {}),
+    ...(r.agent_ends_failed ? { agentEndsFailed: true } : {}),
     ...(config.permissions
       ? {
           permissions: {

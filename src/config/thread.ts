@@ -45,6 +45,12 @@ export interface ThreadConfig {
    * the oldest going first; 0 turns them off. Default 50. Read by the node, not the thread machine.
    */
   checkpoints?: number;
+  /**
+   * Whether an agent's Task in `failed`, `rejected` or `canceled` ends the task (`failed`). Default: no —
+   * it is the turn's answer with AGENT_ERROR and the task stays open; a failing agent cannot close the
+   * user's conversation for good. `true` for a team whose agents decide that (an A2A conformance agent).
+   */
+  agentEndsFailed?: boolean;
   /** Longest a handoff may hold the thread before control returns to its source. */
   handoffMaxDurationMs: number;
   /**

@@ -24,8 +24,8 @@ export const threadWithTurns = threadWithApproval.extend({
     synthesises: ({ context }, output: OrchestrationOutput) => context.config.orchestration.aggregation === 'synthesis' && output.answers.length >= 2,
     callSucceeded: (_, output: AgentCallOutput) => output.ok && output.reply.kind !== 'error',
     agentCompletedTask: (_, output: AgentCallOutput) => output.ok && output.reply.kind === 'task' && output.reply.status.state === 'completed',
-    /** An agent's Task that gives up (failed, rejected, canceled), in a team whose agents may end a task so (`taskEnd: answer`). */
-    agentEndsTaskFailed: ({ context }, output: AgentCallOutput) => context.config.taskEnd === 'answer' && givesUp(output),
+    /** An agent's Task that gives up (failed, rejected, canceled), in a team whose agents may end a task so (`agentEndsFailed`). */
+    agentEndsTaskFailed: ({ context }, output: AgentCallOutput) => context.config.agentEndsFailed === true && givesUp(output),
     /** An agent's Task that gives up, in a team whose agents may not end a task so: the turn's error. */
     agentFailedTurn: (_, output: AgentCallOutput) => givesUp(output),
   },
@@ -172,7 +172,7 @@ export const threadWithTurns = threadWithApproval.extend({
         const state = output.ok && output.reply.kind === 'task' ? output.reply.status.state : 'failed';
         return {
           code: 'AGENT_ERROR' as const,
-          message: `agent "${output.agentId}" answered with a task in state "${state}"; an agent ends a task only as "completed" (or, in a team with task_end: answer, as failed), so the thread stays open`,
+          message: `agent "${output.agentId}" answered with a task in state "${state}"; an agent ends a task only as "completed" (or, in a team with routing.agent_ends_failed, as failed), so the thread stays open`,
         };
       },
     }),
