@@ -8,9 +8,9 @@
  *   npx tsx scripts/chaos-campaign.ts --minutes 120 --evidence docs/evidence/cluster-campaign-<date>.jsonl --machine "2 cores, shared"
  *   npx tsx scripts/chaos-campaign.ts --tally .tmp/campaign      # only the tally of runs already made
  *
- * Each run writes `<out>/run-<n>.log` (the suite's output); with --keep-logs the nodes' debug logs of a run
- * with a problem, or whose takeover median exceeds --slow-ms (default 7000), are copied to
- * `<out>/run-<n>-nodes/`. The tally goes to stdout and `<out>/tally.json`. With --evidence, each run's line
+ * Each run writes `<out>/run-<n>.log` (the suite's output); the nodes' logs of a run with a problem (at
+ * debug with --keep-logs, else at info) are copied to `<out>/run-<n>-nodes/`, and with --keep-logs those
+ * of a run whose takeover median exceeds --slow-ms (default 7000) too. The tally goes to stdout and `<out>/tally.json`. With --evidence, each run's line
  * is appended to that JSONL file as the run ends (a failed run too, with its cause) and the tally line
  * after the last: the file docs/cluster.md quotes. Exit code: 0 when every run passed with 0 lost, 0
  * duplicated and no call id executed twice, 1 otherwise, 2 on bad arguments.
@@ -283,7 +283,9 @@ async function main(): Promise<number> {
     const r = parsed.passed || code === null ? parsed : { ...parsed, cause: `${parsed.cause} (exit code ${code})` };
     runs.push(r);
     if (args.evidence) appendFileSync(args.evidence, `${evidenceLine(r, ctx)}\n`);
-    if (args['keep-logs'] && (!isClean(r) || (r.takeover?.medianMs ?? 0) > slowMs) && existsSync(join('.tmp', 'cluster-chaos'))) {
+    // The nodes' logs of a run with a problem are kept always (the next run starts by removing them); of a
+    // slow one with --keep-logs.
+    if ((!isClean(r) || (args['keep-logs'] && (r.takeover?.medianMs ?? 0) > slowMs)) && existsSync(join('.tmp', 'cluster-chaos'))) {
       cpSync(join('.tmp', 'cluster-chaos'), join(args.out, `run-${n}-nodes`), { recursive: true });
     }
     process.stdout.write(
