@@ -238,7 +238,7 @@ export function metricThreshold(m: Pick<MetricConfig, 'metric' | 'scale' | 'thre
  * `max_parallel` are enforced by the thread (absent: allowed); the rest are seed 004's capabilities, which
  * the card states for peers and clients (protocol/capabilities.ts, `seedCapabilitiesOf`).
  */
-export const CapabilitiesSchema = z.strictObject({
+const CapabilitiesSchema = z.strictObject({
   multi_turn: z.boolean().optional(),
   hitl_support: z.boolean().optional(),
   handoff: z

@@ -16,7 +16,7 @@ import { diffCheckpoints } from '../sdk/history.js';
 import type { GatewayCaller } from './caller.js';
 import { taskNotFoundMessage } from './errors.js';
 
-export const CHECKPOINTS_PATH = '/troupe/tasks/:id/checkpoints';
+const CHECKPOINTS_PATH = '/troupe/tasks/:id/checkpoints';
 
 export function mountCheckpoints(app: Pick<Router, 'get' | 'post'>): void {
   app.get(CHECKPOINTS_PATH, (req, res, next) =>

@@ -45,7 +45,6 @@ export const AgentCapabilityParamsSchema = z.strictObject({
   orchestration: OrchestrationCapabilitySchema.default(OrchestrationCapabilitySchema.parse({})),
 });
 export type AgentCapabilityParams = z.infer<typeof AgentCapabilityParamsSchema>;
-export type AgentCapabilityParamsInput = z.input<typeof AgentCapabilityParamsSchema>;
 
 /**
  * The seed capabilities a card declares, parsed (defaults filled in); undefined when it declares none or
