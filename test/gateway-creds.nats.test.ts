@@ -4,7 +4,7 @@
  * ordinary client's credentials (`cli`) that name a user are refused with USER_FORBIDDEN and see nothing
  * of that user's; they cannot publish under the gateway's subjects either (the broker refuses it).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
@@ -19,6 +19,7 @@ import { KvThreadStore } from '../src/store/kv.js';
 import { NatsTransport } from '../src/transport/nats.js';
 import { startNatsServer, type NatsServerHandle } from './helpers/nats-server.js';
 import { Observer, Prober } from './helpers/permissions.js';
+import { cliTestTimeout, runTroupe } from './helpers/processes.js';
 import { waitUntil } from './helpers/wait.js';
 
 const PARTITIONS = 8;
@@ -106,6 +107,23 @@ describe('user assertion is the gateway role’s alone', () => {
     expect(await asGateway.publish('troupe.demo.req.cli.task')).toBe('denied');
     observer.close();
   });
+});
+
+describe('`troupe gateway` on a client’s credentials', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'troupe-gateway-cli-creds-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it(
+    'refuses to serve users on cli.creds (exit 2) and names the gateway credentials to use',
+    async () => {
+      const tokens = join(dir, 'tokens.json');
+      writeFileSync(tokens, JSON.stringify({ 'alice-token-0123456789': { tenant: 'demo', user: 'alice' } }));
+      const res = await runTroupe(['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens], { TROUPE_NATS_CREDS: nats.credsFile('cli') });
+      expect(res.code, res.stderr).toBe(2);
+      expect(res.stderr).toContain('troupe creds add-gateway');
+    },
+    cliTestTimeout(1),
+  );
 });
 
 describe('troupe creds: the gateway role', () => {
