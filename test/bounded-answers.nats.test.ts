@@ -2,7 +2,7 @@
  * Answers within the bus's max_payload, for data the system itself accepted (issue 46, point 5): a page of
  * large tasks, and an operator's view of a thread that redaction makes longer than it was stored. Over a
  * real nats-server in operator mode (1 MiB max_payload), a durable node, an echo agent on its own user and
- * the A2A gateway on the `client` principal, over real HTTP.
+ * the A2A gateway on the `gateway` principal, over real HTTP.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentHost } from '../src/actors/agent-host.js';
@@ -55,7 +55,7 @@ beforeAll(async () => {
   hosts.push(await new AgentHost({ transport: await connect('bounded-echo', 'echo'), agent: echo }).start());
   await node.registry.waitFor(['echo']);
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
-  client = new TroupeClient(await connect('bounded-client', 'client'), { tenant: 'demo', principal: 'client' });
+  client = new TroupeClient(await connect('bounded-client', 'gateway'), { tenant: 'demo', principal: 'gateway' });
   operator = new TroupeClient(await connect('bounded-operator', 'operator'), { tenant: 'demo', principal: 'operator' });
   gateway = await startGateway({ clients: { demo: client }, tokens: { [ALICE]: { tenant: 'demo', user: 'alice' } }, turnTimeoutMs: 30_000 });
 }, 60_000);

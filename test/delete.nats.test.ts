@@ -48,7 +48,7 @@ beforeAll(async () => {
     { name: 'node' },
     suite.group,
   );
-  client = new TroupeClient(await suite.connect('delete-client', 'client'), { principal: 'client' });
+  client = new TroupeClient(await suite.connect('delete-client', 'gateway'), { principal: 'gateway' });
   operator = new TroupeClient(await suite.connect('delete-operator', 'operator'), { principal: 'operator' });
   await waitUntil(
     async () =>
@@ -122,16 +122,16 @@ describe('troupe delete', () => {
         expect((await client.send(`hi from ${user}`, { threadId, user, timeoutMs: 15_000 })).text).toBe(`echo: hi from ${user}`);
       }
       const asOperator = { TROUPE_NATS_CREDS: suite.nats.credsFile('operator') };
-      const listed = await runTroupe(['threads', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
+      const listed = await runTroupe(['threads', '--owner', 'gateway/alice', '--nats', suite.nats.url, '--json'], asOperator);
       expect((JSON.parse(listed.stdout) as Array<{ threadId: string }>).map((t) => t.threadId).sort()).toEqual(['alice-1', 'alice-2']);
-      const res = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url, '--json'], asOperator);
+      const res = await runTroupe(['delete', '--owner', 'gateway/alice', '--nats', suite.nats.url, '--json'], asOperator);
       expect(res.code, res.stderr).toBe(0);
-      expect(JSON.parse(res.stdout)).toMatchObject({ owner: 'client/alice', deleted: 2, kept: 0, more: false });
+      expect(JSON.parse(res.stdout)).toMatchObject({ owner: 'gateway/alice', deleted: 2, kept: 0, more: false });
       expect(await codeOf(client.task('alice-1', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
       expect(await codeOf(client.task('alice-2', { user: 'alice' }))).toBe('THREAD_NOT_FOUND');
       expect((await client.task('bob-1', { user: 'bob' })).history).toHaveLength(2);
-      const again = await runTroupe(['delete', '--owner', 'client/alice', '--nats', suite.nats.url], asOperator);
-      expect(again.stdout).toBe('0 threads of client/alice deleted\n');
+      const again = await runTroupe(['delete', '--owner', 'gateway/alice', '--nats', suite.nats.url], asOperator);
+      expect(again.stdout).toBe('0 threads of gateway/alice deleted\n');
       const neither = await runTroupe(['delete', '--nats', suite.nats.url], asOperator);
       expect(neither.code).toBe(2);
       expect(neither.stderr).toContain('name a thread, or every thread of an owner with --owner');

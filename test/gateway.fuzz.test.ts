@@ -62,7 +62,7 @@ beforeAll(async () => {
   writeFileSync(tokens, JSON.stringify({ [TOKEN]: { tenant: 'demo', user: 'fuzzer' } }));
   gatewayProc = await group.spawnTroupe(
     ['gateway', '--nats', nats.url, '--port', '0', '--tokens', tokens, '--turn-timeout', '15000', '--log-level', 'error'],
-    { TROUPE_NATS_CREDS: nats.credsFile('client') },
+    { TROUPE_NATS_CREDS: nats.credsFile('gateway') },
     { ready: /gateway listening on http:\/\/\S+/ },
   );
   url = /gateway listening on (http:\/\/\S+)/.exec(gatewayProc.stderr)![1]!;

@@ -1,7 +1,7 @@
 /**
  * The A2A gateway end to end over a real nats-server in operator mode: a durable node in this process
  * (JetStream inbound stream, partition leases, KV thread store), the demo agents and a slow one each
- * logged in as their own restricted NATS user, two gateways on the restricted `client` principal serving
+ * logged in as their own restricted NATS user, two gateways on the restricted `gateway` principal serving
  * users alice and bob, and diagnostics on the `operator` user's credentials. Real A2A clients only.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -72,7 +72,7 @@ beforeAll(async () => {
   }
   await node.registry.waitFor([...demoTeam.agents, sloth].map((a) => a.card.id));
   await waitUntil(() => ((node.ps().actors[0]?.detail?.['partitions'] as number[] | undefined) ?? []).length === PARTITIONS, 'the node to own every partition');
-  const client = new TroupeClient(await connect('gateway-test-client', 'client'), { tenant: 'demo', principal: 'client' });
+  const client = new TroupeClient(await connect('gateway-test-client', 'gateway'), { tenant: 'demo', principal: 'gateway' });
   const operator = new TroupeClient(await connect('gateway-test-operator', 'operator'), { tenant: 'demo', principal: 'operator' });
   gateway = await startGateway({
     clients: { demo: client },
@@ -80,7 +80,7 @@ beforeAll(async () => {
     turnTimeoutMs: 20_000,
     diagnostics: { token: OPERATOR, client: operator, partitions: PARTITIONS },
   });
-  const client2 = new TroupeClient(await connect('gateway-test-client-2', 'client'), { tenant: 'demo', principal: 'client' });
+  const client2 = new TroupeClient(await connect('gateway-test-client-2', 'gateway'), { tenant: 'demo', principal: 'gateway' });
   second = await startGateway({ clients: { demo: client2 }, tokens: TOKENS, turnTimeoutMs: 20_000 });
 });
 
@@ -101,7 +101,7 @@ function taskOf(result: unknown): SdkTask {
 }
 
 describe('A2A gateway over NATS with a durable node', () => {
-  it('A2A 1.0: a turn through JetStream ingress and the KV store, owned by client/alice; continued; the record is in KV', async () => {
+  it('A2A 1.0: a turn through JetStream ingress and the KV store, owned by gateway/alice; continued; the record is in KV', async () => {
     const alice = await v1Client(gateway.url, { token: ALICE });
     const first = taskOf(await alice.sendMessage(send(userText('Write about otters'))));
     expect(first.status?.state).toBe(TaskState.TASK_STATE_INPUT_REQUIRED);
@@ -109,7 +109,7 @@ describe('A2A gateway over NATS with a durable node', () => {
     expect(first.metadata).toMatchObject({ agentsUsed: ['triage', 'researcher', 'writer'], taskState: 'fresh' });
     const stored = await store.get('demo', first.id);
     expect(stored?.record.task.history).toHaveLength(4);
-    expect(stored?.record.task.metadata?.['troupe/owner']).toBe('client/alice');
+    expect(stored?.record.task.metadata?.['troupe/owner']).toBe('gateway/alice');
     const second = taskOf(await alice.sendMessage(send(userText('Is the sea cold?', { taskId: first.id }))));
     expect(second.id).toBe(first.id);
     expect(textOf(second.status?.message?.parts)).toContain('Checked with researcher');
@@ -205,7 +205,7 @@ describe('ListTasks: a user lists only their own tasks', () => {
     const carolToken = 'carol-token-0123456789';
     const daveToken = 'dave-token-0123456789ab';
     const tokens = { [carolToken]: { tenant: 'demo', user: 'carol' }, [daveToken]: { tenant: 'demo', user: 'dave' } };
-    const client = new TroupeClient(await connect('gateway-test-list', 'client'), { tenant: 'demo', principal: 'client' });
+    const client = new TroupeClient(await connect('gateway-test-list', 'gateway'), { tenant: 'demo', principal: 'gateway' });
     const gw = await startGateway({ clients: { demo: client }, tokens, turnTimeoutMs: 20_000 });
     try {
       const carol = await v1Client(gw.url, { token: carolToken });
@@ -348,8 +348,8 @@ describe('diagnostics with operator credentials', () => {
     expect(((await (await diag(`/threads/${task.id}/rehydrate`, OPERATOR, 'POST')).json()) as { state: string }).state).toBe('input-required');
   });
 
-  it('the gateway user cannot reach ctl itself: a client principal is refused by the broker', async () => {
-    const clientOnly = new TroupeClient(await connect('gateway-test-client-ctl', 'client'), { tenant: 'demo', principal: 'client' });
+  it('the gateway user cannot reach ctl itself: the gateway role is refused by the broker', async () => {
+    const clientOnly = new TroupeClient(await connect('gateway-test-client-ctl', 'gateway'), { tenant: 'demo', principal: 'gateway' });
     await expect(clientOnly.ctl('threads', { limit: 1 })).rejects.toThrow();
   });
 });
@@ -358,10 +358,10 @@ describe('`troupe gateway --nats`', () => {
   const dir = mkdtempSync(join(tmpdir(), 'troupe-gateway-nats-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('serves the mesh as the restricted client user, with diagnostics on the operator credentials', async () => {
+  it('serves the mesh as the restricted gateway user, with diagnostics on the operator credentials', async () => {
     const tokens = join(dir, 'tokens.json');
     writeFileSync(tokens, JSON.stringify(TOKENS));
-    const env = { TROUPE_NATS_CREDS: nats.credsFile('client') };
+    const env = { TROUPE_NATS_CREDS: nats.credsFile('gateway') };
     const proc = await group.spawnTroupe(
       [
         'gateway',
@@ -385,7 +385,7 @@ describe('`troupe gateway --nats`', () => {
     const alice = await v1Client(url, { token: ALICE });
     const task = taskOf(await alice.sendMessage(send(userText('Write about plovers'))));
     expect(textOf(task.status?.message?.parts)).toContain('Here is your piece.');
-    expect((await store.get('demo', task.id))?.record.task.metadata?.['troupe/owner']).toBe('client/alice');
+    expect((await store.get('demo', task.id))?.record.task.metadata?.['troupe/owner']).toBe('gateway/alice');
     const ready = await fetch(`${url}/diagnostics/ready`, { headers: { authorization: `Bearer ${OPERATOR}` } });
     expect(ready.status).toBe(200);
   });

@@ -15,8 +15,11 @@ import { mintCreds, Observer, Prober, ViolationLog, type Outcome } from './helpe
 import { waitUntil } from './helpers/wait.js';
 
 const T = 'troupe.demo';
-/** The user each role is probed as: agent `echo`, client principal `cli`, the operator `operator`. */
-const AS: Record<Role, string> = { node: 'node', agent: 'echo', client: 'cli', operator: 'operator' };
+/**
+ * The user each role is probed as: agent `echo`, client principal `cli`, the operator `operator`. The
+ * gateway role has the client's rules on its own name (roles.ts); test/gateway-creds.nats.test.ts probes it.
+ */
+const AS: Record<Exclude<Role, 'gateway'>, string> = { node: 'node', agent: 'echo', client: 'cli', operator: 'operator' };
 
 interface Row {
   what: string;

@@ -48,10 +48,11 @@ describe('troupe creds: add and revoke without touching the server', () => {
     );
     url = init.url;
     expect(url).toBe(`nats://127.0.0.1:${port}`);
-    // node, operator, cli and the five demo agents in each tenant.
+    // node, operator, the gateway, cli and the five demo agents in each tenant.
     expect(init.users.filter((u) => u.tenant === 'demo').map((u) => `${u.role}:${u.name}`)).toEqual([
       'node:node',
       'operator:operator',
+      'gateway:gateway',
       'client:cli',
       'agent:echo',
       'agent:pyecho',
@@ -110,7 +111,7 @@ describe('troupe creds: add and revoke without touching the server', () => {
       expect((statSync(join(tlsDir, 'tls', 'server-key.pem')).mode & 0o777).toString(8)).toBe('600');
       // --agents '' makes no agents.
       const users = await runTroupeJson<UserInfo[]>(['creds', 'list', '--dir', tlsDir, '--json'], {});
-      expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'client']);
+      expect(users.map((u) => u.role)).toEqual(['node', 'operator', 'gateway', 'client']);
     },
     cliTestTimeout(2),
   );
@@ -161,11 +162,18 @@ describe('troupe creds: add and revoke without touching the server', () => {
   );
 
   it(
-    'add-client, add-node and add-operator make users of those roles; a revoked name can be issued again with new keys',
+    'add-client, add-gateway, add-node and add-operator make users of those roles; a revoked name can be issued again with new keys',
     async () => {
-      const client = await runTroupeJson<UserInfo>(['creds', 'add-client', 'gateway', '--dir', dir, '--json'], {});
-      expect(client).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo' });
-      expect(await readCredsIdentity(client.credsFile)).toMatchObject({ name: 'gateway', role: 'client', tenant: 'demo', inboxPrefix: '_INBOX_gateway' });
+      const client = await runTroupeJson<UserInfo>(['creds', 'add-client', 'web', '--dir', dir, '--json'], {});
+      expect(client).toMatchObject({ name: 'web', role: 'client', tenant: 'demo' });
+      expect(await readCredsIdentity(client.credsFile)).toMatchObject({ name: 'web', role: 'client', tenant: 'demo', inboxPrefix: '_INBOX_web' });
+      const gateway = await runTroupeJson<UserInfo>(['creds', 'add-gateway', 'gateway-web', '--dir', dir, '--json'], {});
+      expect(await readCredsIdentity(gateway.credsFile)).toMatchObject({
+        name: 'gateway-web',
+        role: 'gateway',
+        tenant: 'demo',
+        inboxPrefix: '_INBOX_gateway-web',
+      });
       const node = await runTroupeJson<UserInfo>(['creds', 'add-node', '--dir', dir, '--tenant', 'acme', '--json'], {});
       expect(node).toMatchObject({ name: 'node-2', role: 'node', tenant: 'acme' });
       const operator = await runTroupeJson<UserInfo>(['creds', 'add-operator', 'oncall', '--dir', dir, '--json'], {});

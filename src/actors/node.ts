@@ -5,7 +5,8 @@
  * Edges, each validated here before anything else sees it:
  * - `in.<P>.<T>` (durable: the TROUPE_IN stream; else a queue subscription): a user message of
  *   principal P into thread T. The owner of a thread is P, or `P/<user>` when P names a user in the
- *   `Troupe-User` header (the gateway serves many users on one principal).
+ *   `Troupe-User` header (the gateway serves many users on one principal). Only a gateway principal
+ *   (protocol/ids.ts `isGatewayPrincipal`) may name a user; any other gets USER_FORBIDDEN.
  * - `req.<P>.<verb>`: P's owner-checked requests about its threads (task, list, cancel, history, checkpoint, fork).
  * - `ctl.<verb>`: operator requests (ps, inspect, threads, thread, rehydrate, cancel, delete, memory, dlq,
  *   history, checkpoint, fork).
@@ -26,6 +27,7 @@ import {
   TroupeError,
   decode,
   encodeJson,
+  isGatewayPrincipal,
   isValidId,
   rejectionEvent,
   type ActorInfo,
@@ -71,6 +73,12 @@ export interface NodeOptions {
   /** Writes one answer from a fan-out's answers (teams with `aggregation: synthesis`). */
   synthesizer?: Synthesizer;
   maxPayload?: number;
+  /**
+   * Who may name a user in the `Troupe-User` header: `gateways` (default) only gateway principals, whose
+   * subjects the broker reserves to the gateway role's credentials; `any` every principal, for an
+   * in-process mesh, where no broker tells principals apart and every one of them is this process.
+   */
+  userAssertion?: 'gateways' | 'any';
   /**
    * Durable inbound messages: a JetStream stream partitioned by thread (the server's mapping), one owner
    * per partition through leases. Without it, `in` is a plain queue-group subscription (embedded mode).
@@ -377,6 +385,10 @@ export class TroupeNode {
     const user = headers[HEADERS.user];
     if (user === undefined) return principal;
     if (!isValidId('user', user)) return new TroupeError('INVALID_MESSAGE', `header ${HEADERS.user} is not a valid user id`);
+    // Identity comes from the subject the broker let this principal publish on, never from the payload.
+    if ((this.opts.userAssertion ?? 'gateways') === 'gateways' && !isGatewayPrincipal(principal)) {
+      return new TroupeError('USER_FORBIDDEN', `principal "${principal}" is not a gateway: it may not name a user in header ${HEADERS.user}`);
+    }
     return `${principal}/${user}`;
   }
 

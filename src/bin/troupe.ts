@@ -422,7 +422,7 @@ program
     'after',
     examples(
       'troupe gateway',
-      'troupe gateway --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/cli.creds --tokens tokens.json --port 8080',
+      'troupe gateway --nats nats://127.0.0.1:4222 --creds .troupe/creds/tenants/demo/users/gateway.creds --tokens tokens.json --port 8080',
       'troupe gateway --team examples/tck/team.ts --card-version 1.0',
     ),
   )
@@ -447,7 +447,9 @@ const credsDir = () => new Option('--dir <dir>', 'credential store directory').e
 const creds = program.command('creds').description('per-agent NATS credentials: create, list, revoke (NATS operator mode, no server restarts)');
 creds
   .command('init')
-  .description('create the store: operator, one account per tenant, server.conf, creds for a node, an operator, the client "cli" and the demo agents')
+  .description(
+    'create the store: operator, one account per tenant, server.conf, creds for a node, an operator, the gateway, the client "cli" and the demo agents',
+  )
   .addOption(credsDir())
   .option('--tenants <list>', 'tenants (NATS accounts), comma-separated', 'demo')
   .option('--partitions <n>', "ingress partitions per tenant (must match the nodes' --partitions)", int(1, 1024), 8)
@@ -470,6 +472,12 @@ creds
   .addOption(credsDir())
   .addHelpText('after', examples('troupe creds add-client web'))
   .action(credsAction('addClient'));
+creds
+  .command('add-gateway [name]')
+  .description('credentials for `troupe gateway` in --tenant: a client principal that may name its users (Troupe-User); named gateway or gateway-<name>')
+  .addOption(credsDir())
+  .addHelpText('after', examples('troupe creds add-gateway gateway-web'))
+  .action(credsAction('addGateway'));
 creds
   .command('add-node [name]')
   .description('credentials for another node in --tenant (default name node-2, node-3, …)')

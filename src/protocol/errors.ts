@@ -39,6 +39,11 @@ export const ERROR_CODES = {
     hint: "the agent's card does not allow it to delegate (capabilities.orchestration.canDelegate), or it asked for more agents than its maxParallel or the team allows",
   },
   HANDOFF_CONFLICT: { jsonRpc: -32603, hint: 'the thread already has an active handoff; finish or cancel it first' },
+  USER_FORBIDDEN: {
+    jsonRpc: -32001,
+    refusal: true,
+    hint: 'only a gateway principal (`troupe creds add-gateway`) may name a user in the Troupe-User header; send without it to act as yourself',
+  },
   TENANT_FORBIDDEN: { jsonRpc: -32001, refusal: true, hint: 'that thread belongs to another tenant' },
   THREAD_NOT_FOUND: { jsonRpc: -32001, refusal: true, hint: 'no thread with that id; list them with `troupe threads`' },
   THREAD_CLOSED: { jsonRpc: -32002, refusal: true, hint: 'the task has ended; start a new thread' },

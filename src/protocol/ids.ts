@@ -50,6 +50,19 @@ export function idProblem(kind: IdKind, value: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The principals that front many users (the gateway role, `troupe creds add-gateway`): `gateway` and
+ * `gateway-<name>`. Only they may name an end user in the `Troupe-User` header. The name is the proof: the
+ * broker lets only the holder of that principal's credentials publish under `in.<P>` and `req.<P>`, and the
+ * credential store gives these names to the gateway role alone.
+ */
+export const GATEWAY_PRINCIPAL = 'gateway';
+
+/** Whether principal P is in the gateways' name space (case-sensitive, as the subject token is). */
+export function isGatewayPrincipal(principal: string): boolean {
+  return principal === GATEWAY_PRINCIPAL || principal.startsWith(`${GATEWAY_PRINCIPAL}-`);
+}
+
 export function isValidId(kind: IdKind, value: unknown): value is string {
   return idProblem(kind, value) === undefined;
 }

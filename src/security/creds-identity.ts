@@ -14,7 +14,7 @@ export interface CredsIdentity {
   account: string;
   role?: AnyRole;
   tenant?: string;
-  /** For clients and operators: the inbox prefix their connections must use. */
+  /** For clients, gateways and operators: the inbox prefix their connections must use. */
   inboxPrefix?: string;
 }
 
@@ -43,6 +43,8 @@ export async function readCredsIdentity(file: string): Promise<CredsIdentity> {
     account: parsed.aid,
     ...(knownRole ? { role: knownRole } : {}),
     ...(tenant ? { tenant } : {}),
-    ...((knownRole === 'client' || knownRole === 'operator') && isValidId('principal', name) ? { inboxPrefix: inboxPrefix(name) } : {}),
+    ...((knownRole === 'client' || knownRole === 'gateway' || knownRole === 'operator') && isValidId('principal', name)
+      ? { inboxPrefix: inboxPrefix(name) }
+      : {}),
   };
 }

@@ -36,7 +36,7 @@ import { encodeAccount, encodeOperator, encodeUser, fmtCreds, type User } from '
 import { createAccount, createOperator, createUser, type KeyPair } from '@nats-io/nkeys';
 import { TroupeError } from '../protocol/errors.js';
 import { DEFAULT_PARTITIONS } from '../transport/jetstream/leases.js';
-import { idProblem, isValidId } from '../protocol/ids.js';
+import { GATEWAY_PRINCIPAL, idProblem, isGatewayPrincipal, isValidId } from '../protocol/ids.js';
 import { idKindOf, rolePermissions, ROLES, type ResponseRules, type Role } from './roles.js';
 import { renderIncludeConfig, renderServerConfig, type ServerConfigInput } from './server-config.js';
 import { createCertificates } from './tls.js';
@@ -92,6 +92,8 @@ const DEMO_AGENTS: readonly string[] = ['triage', 'researcher', 'writer', 'echo'
 const DEFAULT_CLIENT = 'cli';
 const DEFAULT_OPERATOR_USER = 'operator';
 const DEFAULT_NODE_USER = 'node';
+/** The principal `troupe gateway` serves its users on: the only kind that may name a user (roles.ts). */
+const DEFAULT_GATEWAY_USER = GATEWAY_PRINCIPAL;
 const MAX_PAYLOAD_BYTES = 1024 * 1024;
 const SYSTEM_ACCOUNT = 'SYS';
 const SYSTEM_USER = 'sys';
@@ -117,6 +119,8 @@ export interface InitOptions {
   agents?: readonly string[];
   /** Client principals to make in every tenant; default [DEFAULT_CLIENT]. */
   clients?: readonly string[];
+  /** Gateway principals to make in every tenant (`gateway`, `gateway-<name>`); default [DEFAULT_GATEWAY_USER]. */
+  gateways?: readonly string[];
   operatorName?: string;
 }
 
@@ -215,6 +219,7 @@ export async function initCredentialStore(opts: InitOptions = {}): Promise<Crede
     await store.addUser({ tenant, role: 'node', name: DEFAULT_NODE_USER });
     await store.addUser({ tenant, role: 'operator', name: DEFAULT_OPERATOR_USER });
     for (const client of opts.clients ?? [DEFAULT_CLIENT]) await store.addUser({ tenant, role: 'client', name: client });
+    for (const gateway of opts.gateways ?? [DEFAULT_GATEWAY_USER]) await store.addUser({ tenant, role: 'gateway', name: gateway });
     for (const agent of opts.agents ?? DEMO_AGENTS) await store.addUser({ tenant, role: 'agent', name: agent });
   }
   return store;
@@ -322,7 +327,7 @@ export class CredentialStore {
 
   /** Every user of every tenant (or of one), with its revocation state. */
   async users(tenant?: string): Promise<UserInfo[]> {
-    const order: readonly string[] = ['node', 'operator', 'client', 'agent'];
+    const order: readonly string[] = ['node', 'operator', 'gateway', 'client', 'agent'];
     const tenants = tenant === undefined ? this.settings.tenants : [tenant];
     const out: UserInfo[] = [];
     for (const t of tenants) {
@@ -363,7 +368,7 @@ export class CredentialStore {
     const existing = await this.users(tenant);
     let name = opts.name;
     if (name === undefined) {
-      if (role !== 'node' && role !== 'operator') throw new TroupeError('CREDENTIALS_INVALID', `a ${role} needs a name`);
+      if (role !== 'node' && role !== 'operator' && role !== 'gateway') throw new TroupeError('CREDENTIALS_INVALID', `a ${role} needs a name`);
       const taken = new Set(existing.map((u) => u.name.toLowerCase()));
       for (let n = 1; name === undefined; n++) {
         const candidate = n === 1 ? role : `${role}-${n}`;
@@ -372,6 +377,11 @@ export class CredentialStore {
     }
     const problem = idProblem(idKindOf(role), name);
     if (problem) throw new TroupeError('CREDENTIALS_INVALID', `invalid ${role} name: ${problem}`);
+    // Case-insensitively: `Gateway-x` as a client would only confuse (the node's check is by exact token).
+    if (role !== 'gateway' && isGatewayPrincipal(name.toLowerCase()))
+      throw new TroupeError('CREDENTIALS_INVALID', `invalid ${role} name: "${name}" is kept for gateways (troupe creds add-gateway ${name})`);
+    if (role === 'gateway' && !isGatewayPrincipal(name))
+      throw new TroupeError('CREDENTIALS_INVALID', `invalid gateway name: a gateway is named "gateway" or "gateway-<name>", not "${name}"`);
     const clash = existing.find((u) => u.name.toLowerCase() === name.toLowerCase());
     if (clash && !clash.revoked) {
       throw new TroupeError('CREDENTIALS_CONFLICT', `tenant "${tenant}" already has ${clash.role} "${clash.name}" (${clash.credsFile})`, {

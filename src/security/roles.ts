@@ -23,11 +23,11 @@
  * `troupe.t.in.*.*.*` onto the right partition (creds.ts `partitionMappings`). test/permissions.roles.test.ts
  * checks every role against every subject class on a real server.
  */
-import { idProblem, type IdKind } from '../protocol/ids.js';
+import { idProblem, isGatewayPrincipal, type IdKind } from '../protocol/ids.js';
 import { SUBJECT_PREFIX } from '../transport/subjects.js';
 
 /** Roles a tenant's users have. `system` is the one user of the system account (claims updates). */
-export const ROLES = ['node', 'agent', 'client', 'operator'] as const;
+export const ROLES = ['node', 'agent', 'client', 'gateway', 'operator'] as const;
 export type Role = (typeof ROLES)[number];
 export type AnyRole = Role | 'system';
 
@@ -107,6 +107,11 @@ const TABLE: { readonly [R in AnyRole]: (s: Scope) => RolePermissions } = {
     pub: only(`${t}.in.${id}.*`, `${t}.in.${id}.*.*`, `${t}.req.${id}.*`),
     sub: only(`${t}.out.${id}.*`, `${inboxPrefix(id)}.>`),
   }),
+  // A client that fronts many users (`troupe gateway`): the subjects of a client. What sets it apart is
+  // its name, `gateway` or `gateway-<name>` (protocol/ids.ts `isGatewayPrincipal`), which only this role
+  // gets: the node lets only those principals name a user in the Troupe-User header, and the broker lets
+  // only this role's credentials publish under them.
+  gateway: (s) => TABLE.client(s),
   // Diagnostics and control: ctl requests out (and `hello`, which agents answer with their status for
   // `troupe ps`), inspection events and the replies to its requests in.
   operator: ({ t, id }) => ({
@@ -131,5 +136,11 @@ export function rolePermissions(role: AnyRole, tenant: string, id: string, opts:
   if (!Number.isSafeInteger(responses.max) || responses.max < 1 || !Number.isSafeInteger(responses.ttlMs) || responses.ttlMs < 1) {
     throw new RangeError('agent responses need max >= 1 and ttlMs >= 1 (0 would mean the server default of one reply)');
   }
-  return rules({ t, id: checkId(idKindOf(role), id), responses });
+  checkId(idKindOf(role), id);
+  if ((role === 'gateway') !== isGatewayPrincipal(id) && role !== 'agent') {
+    throw new RangeError(
+      role === 'gateway' ? `a gateway is named "gateway" or "gateway-<name>", not "${id}"` : `the name "${id}" is kept for gateways (role gateway)`,
+    );
+  }
+  return rules({ t, id, responses });
 }

@@ -10,7 +10,15 @@ import { MemoryBus, MemoryTransport } from '../transport/memory.js';
 export async function startEmbedded(team: TeamDefinition, logger: Logger, tenant = 'demo', opts: { inspect?: boolean } = {}) {
   const bus = new MemoryBus();
   const nodeTransport = new MemoryTransport({ bus });
-  const node = await new TroupeNode({ transport: nodeTransport, tenant, logger, ...nodeOptionsOf(team), ...(opts.inspect ? { inspect: true } : {}) }).start();
+  // No broker in-process: every principal on the bus is this process, so any may name a user.
+  const node = await new TroupeNode({
+    transport: nodeTransport,
+    tenant,
+    logger,
+    userAssertion: 'any',
+    ...nodeOptionsOf(team),
+    ...(opts.inspect ? { inspect: true } : {}),
+  }).start();
   const hosts = await Promise.all(
     team.agents.map((agent) =>
       new AgentHost({ transport: new MemoryTransport({ bus }), agent, tenant, logger, ...(opts.inspect ? { inspect: true } : {}) }).start(),

@@ -188,7 +188,7 @@ export async function startNatsServer(opts: { partitions?: number } = {}): Promi
     return {
       servers: secure.url,
       authenticator: credsAuthenticator(readFileSync(secure.creds(tenant, name))),
-      ...(role === 'client' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
+      ...(role === 'client' || role === 'gateway' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
     };
   };
   return {
@@ -330,7 +330,7 @@ function secureHandle(store: CredentialStore, dir: string, port: number, proc: R
         servers: store.url,
         name: `${tenant}/${name}`,
         authenticator: credsAuthenticator(readFileSync(store.credsFile(tenant, name))),
-        ...(role === 'client' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
+        ...(role === 'client' || role === 'gateway' || role === 'operator' ? { inboxPrefix: inboxPrefix(name) } : {}),
         ...(caFile ? { tls: { caFile } } : {}),
         ...o,
       });

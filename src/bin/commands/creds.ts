@@ -98,6 +98,7 @@ async function addUser(role: Role, name: string | undefined, opts: StoreOptions,
   const run: Record<Role, string> = {
     agent: `troupe agent <module> --nats ${store.url} --creds ${user.credsFile}${tlsCa}`,
     client: `troupe send "hello" --nats ${store.url} --creds ${user.credsFile}${tlsCa}`,
+    gateway: `troupe gateway --nats ${store.url} --creds ${user.credsFile}${tlsCa} --tokens tokens.json`,
     node: `troupe up --nats ${store.url} --creds ${user.credsFile}${tlsCa}`,
     operator: `troupe ps --nats ${store.url} --creds ${user.credsFile}${tlsCa}`,
   };
@@ -106,6 +107,7 @@ async function addUser(role: Role, name: string | undefined, opts: StoreOptions,
 
 export const addAgent = (id: string, opts: StoreOptions, cmd: Command) => addUser('agent', id, opts, cmd);
 export const addClient = (principal: string, opts: StoreOptions, cmd: Command) => addUser('client', principal, opts, cmd);
+export const addGateway = (name: string | undefined, opts: StoreOptions, cmd: Command) => addUser('gateway', name, opts, cmd);
 export const addNode = (name: string | undefined, opts: StoreOptions, cmd: Command) => addUser('node', name, opts, cmd);
 export const addOperator = (name: string | undefined, opts: StoreOptions, cmd: Command) => addUser('operator', name, opts, cmd);
 

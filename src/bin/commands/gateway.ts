@@ -40,6 +40,19 @@ export interface GatewayCommandOptions {
   orchestratorPath?: string;
 }
 
+/**
+ * Users need gateway credentials: the node lets only a gateway principal name the user it acts for, so
+ * with a client's (`cli.creds`) every user request would be refused. Said once, before serving.
+ */
+async function checkGatewayCreds(file: string): Promise<void> {
+  const { readCredsIdentity } = await import('../../security/creds.js');
+  const id = await readCredsIdentity(file);
+  if (id.role !== undefined && id.role !== 'gateway')
+    throw new UsageError(
+      `${file} holds the credentials of ${id.role} "${id.name}": a gateway serving users needs a gateway's (troupe creds add-gateway; creds init makes users/gateway.creds)`,
+    );
+}
+
 export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promise<void> {
   const g = globals(cmd);
   const logger = createLogger({ name: 'troupe-gateway', ...(g.logLevel ? { level: g.logLevel } : {}) });
@@ -82,6 +95,7 @@ export async function gateway(opts: GatewayCommandOptions, cmd: Command): Promis
     let operatorClient: TroupeClient | undefined;
     if (g.nats) {
       // One tenant: the one the CLI's credentials belong to. Serving more takes one client per tenant (startGateway).
+      if ((tokens || jwt) && g.creds) await checkGatewayCreds(g.creds);
       const transport = await connect(g, 'troupe-gateway', true, logger);
       observability.readiness.add('nats', natsCheck(transport));
       clients[g.tenant] = new TroupeClient(transport, { tenant: g.tenant, principal: await principalOf(g) });
