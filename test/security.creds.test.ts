@@ -319,7 +319,7 @@ describe('operator mode: revocation while the server is down, partitions, JetStr
     const node = await connectAs('demo', 'node');
     const jsm = await jetstreamManager(node);
     const info = await jsm.getAccountInfo();
-    expect(info.limits).toMatchObject({ max_memory: 64 * 1024 ** 2, max_storage: 256 * 1024 ** 2 });
+    expect(info.limits).toMatchObject({ max_memory: 64 * 1024 ** 2, max_storage: 512 * 1024 ** 2 });
     await jsm.streams.add({ name: 'TROUPE_IN', subjects: ['troupe.demo.in.*.*.*'] });
     const cli = await connectAs('demo', 'cli');
     const ack = await cli.request('troupe.demo.in.cli.thread-9', 'hello', { timeout: 5_000 });

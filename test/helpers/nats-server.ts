@@ -288,8 +288,10 @@ export async function startSecureNatsServerStore(opts: SecureNatsServerOptions &
     ...(opts.tls ? { tls: { hosts: ['localhost', '127.0.0.1'] } } : {}),
     ...(opts.agents ? { agents: opts.agents } : {}),
     ...(opts.clients ? { clients: opts.clients } : {}),
-    // Small reservations: every test server reserves these out of its JetStream limits.
-    jetstream: { memoryBytes: 64 * 1024 ** 2, diskBytes: 256 * 1024 ** 2 },
+    // Small reservations: every test server reserves these out of its JetStream limits. The disk limit holds
+    // what a node reserves on a 3-replica cluster: TROUPE_IN 32 MiB, the answered log 8 MiB and the
+    // checkpoint stream 64 MiB, each three times (312 MiB).
+    jetstream: { memoryBytes: 64 * 1024 ** 2, diskBytes: 512 * 1024 ** 2 },
   });
   return { store, dir };
 }
