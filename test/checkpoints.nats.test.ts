@@ -115,7 +115,8 @@ describe('checkpoints', () => {
     expect(await codeOf(other.checkpoints('history', { threadId: 'cp-owned' }))).toBe('THREAD_NOT_FOUND');
     expect(await codeOf(other.checkpoints('checkpoint', { threadId: 'cp-owned', n: 1 }))).toBe('THREAD_NOT_FOUND');
     expect(await codeOf(other.checkpoints('fork', { threadId: 'cp-owned', n: 1 }))).toBe('THREAD_NOT_FOUND');
-    expect(await codeOf(client.checkpoints('history', { threadId: 'cp-owned' }, { user: 'mallory' }))).toBe('THREAD_NOT_FOUND');
+    // A plain client may not act for a user at all (only a gateway may).
+    expect(await codeOf(client.checkpoints('history', { threadId: 'cp-owned' }, { user: 'mallory' }))).toBe('USER_FORBIDDEN');
     expect(await codeOf(other.checkpoints('history', { threadId: 'never-was' }))).toBe('THREAD_NOT_FOUND');
     expect((await client.checkpoints('history', { threadId: 'cp-owned' })).checkpoints.map((c) => c.n)).toEqual([1]);
     // A client cannot read them below `nodes` itself: the broker refuses the stream's subjects to it.

@@ -14,7 +14,7 @@ import { registry } from '../src/observability/metrics.js';
 import demoTeam from '../src/bin/demo/team.js';
 import { startGateway, type Gateway } from '../src/gateway/index.js';
 import { send, textOf, userText, v1Client } from './helpers/a2a.js';
-import { ProcessGroup, runTroupe } from './helpers/processes.js';
+import { ProcessGroup, cliTestTimeout, runTroupe } from './helpers/processes.js';
 
 type Mesh = Awaited<ReturnType<typeof startEmbedded>>;
 interface Key {
@@ -255,18 +255,22 @@ describe('troupe gateway with --jwt-issuer', () => {
     }
   });
 
-  it('needs an audience, and an issuer whose configuration it can read: exit 2 saying what to do', async () => {
-    const noAudience = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url], {});
-    expect(noAudience.code).toBe(2);
-    expect(noAudience.stderr).toContain('--jwt-issuer needs --jwt-audience');
-    const unreachable = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', 'http://127.0.0.1:9/', '--jwt-audience', AUDIENCE], {});
-    expect(unreachable.code).toBe(2);
-    expect(unreachable.stderr).toMatch(
-      /cannot read the issuer's OpenID configuration at http:\/\/127\.0\.0\.1:9\/\.well-known\/openid-configuration \(.+\): give its keys with --jwks-url/,
-    );
-    // The issuer as the user typed it, with a trailing slash: its configuration names it without one.
-    const otherName = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', `${issuer.url}/`, '--jwt-audience', AUDIENCE], {});
-    expect(otherName.code).toBe(2);
-    expect(otherName.stderr).toContain(`is for issuer "${issuer.url}", not ${issuer.url}/: give --jwt-issuer exactly as the issuer names itself`);
-  });
+  it(
+    'needs an audience, and an issuer whose configuration it can read: exit 2 saying what to do',
+    async () => {
+      const noAudience = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', issuer.url], {});
+      expect(noAudience.code).toBe(2);
+      expect(noAudience.stderr).toContain('--jwt-issuer needs --jwt-audience');
+      const unreachable = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', 'http://127.0.0.1:9/', '--jwt-audience', AUDIENCE], {});
+      expect(unreachable.code).toBe(2);
+      expect(unreachable.stderr).toMatch(
+        /cannot read the issuer's OpenID configuration at http:\/\/127\.0\.0\.1:9\/\.well-known\/openid-configuration \(.+\): give its keys with --jwks-url/,
+      );
+      // The issuer as the user typed it, with a trailing slash: its configuration names it without one.
+      const otherName = await runTroupe(['gateway', '--port', '0', '--jwt-issuer', `${issuer.url}/`, '--jwt-audience', AUDIENCE], {});
+      expect(otherName.code).toBe(2);
+      expect(otherName.stderr).toContain(`is for issuer "${issuer.url}", not ${issuer.url}/: give --jwt-issuer exactly as the issuer names itself`);
+    },
+    cliTestTimeout(3),
+  );
 });

@@ -243,7 +243,9 @@ describe('python agent (examples/python-agent)', () => {
     if (announce?.kind !== 'announce') throw new Error('no announce');
     expect(ps.node).toBe(`pyecho-${announce.instanceId.slice(0, 8)}`);
     // "busy" while a handler is still winding down after its reply (the previous test's), else "idle".
-    expect(ps.actors).toEqual([{ kind: 'agent', id: 'pyecho', state: expect.stringMatching(/^(idle|busy)$/), node: ps.node, status: 'live' }]);
+    expect(ps.actors).toEqual([
+      { kind: 'agent', id: 'pyecho', state: expect.stringMatching(/^(idle|busy)$/), node: ps.node, status: 'live', detail: { instance: announce.instanceId } },
+    ]);
   });
 
   it('says goodbye on SIGTERM and exits 0', async () => {
