@@ -28,11 +28,11 @@ import {
   DEFAULT_MAX_TOOL_ROUNDS,
   DEFAULT_TOOL_TIMEOUT_MS,
   loadAgentConfig,
-  seedCapabilitiesOf,
   type AgentConfig,
   type LoadedAgentConfig,
   type ModelConfig,
 } from '../config/agent.js';
+import { seedCapabilitiesOf } from '../config/capabilities.js';
 import { describeLoop, llmAgentLogic, type LlmAgentActor, type LlmAgentOutput, type ModelCallInput, type ToolRunInput } from '../machines/llm-agent.js';
 import { TroupeError } from '../protocol/errors.js';
 import { messageText, type AgentCapabilities, type Message } from '../protocol/a2a.js';

@@ -10,7 +10,8 @@
  */
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { appliedDefaults, seedCapabilitiesOf, validateAgentFile, type AppliedDefault } from '../../config/agent.js';
+import { appliedDefaults, validateAgentFile, type AppliedDefault } from '../../config/agent.js';
+import { seedCapabilitiesOf } from '../../config/capabilities.js';
 import { describeAgentCapabilities } from '../../protocol/capabilities.js';
 import { formatProblem, type ConfigProblem } from '../../config/load.js';
 import { configKindOf, validateTeamFile } from '../../config/team.js';
