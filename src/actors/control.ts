@@ -119,12 +119,12 @@ export class ControlHandlers {
         }
       }
       // A page holds as many tasks as fit in one answer; the next page starts after the last one that did.
-      const { tasks, fitted } = fitPage(
+      const tasks = fitPage(
         read.map((r) => r.task),
         replyBudget(this.opts.maxPayload()),
       );
-      const cutShort = fitted < read.length;
-      const last = cutShort ? read[fitted - 1]!.entry : page.at(-1);
+      const cutShort = tasks.length < read.length;
+      const last = cutShort ? read[tasks.length - 1]!.entry : page.at(-1);
       const more = cutShort || (start >= 0 && start + req.pageSize < mine.length);
       const reply: TaskListReply = { kind: 'tasks', tasks, nextPageToken: more && last ? listToken(last) : '', totalSize: mine.length, pageSize: req.pageSize };
       msg.respond(encodeJson(reply));

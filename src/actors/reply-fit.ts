@@ -106,7 +106,7 @@ function cutTexts<T extends WithHistory>(task: T, over: number, omitted: Omitted
 }
 
 /** A page of tasks within `budget`: as many as fit, in order, the first always (fitted alone if it must be). */
-export function fitPage(tasks: Task[], budget: number): { tasks: Task[]; fitted: number } {
+export function fitPage(tasks: Task[], budget: number): Task[] {
   const out: Task[] = [];
   let used = 0;
   for (const task of tasks) {
@@ -119,5 +119,5 @@ export function fitPage(tasks: Task[], budget: number): { tasks: Task[]; fitted:
     if (out.length === 0) out.push(fitTask(task, budget));
     break;
   }
-  return { tasks: out, fitted: out.length };
+  return out;
 }
